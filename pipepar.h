@@ -1,0 +1,1378 @@
+/* pipepar.h — pipeline-parallel training for C and CUDA trainers.          v0.1.0
+ *
+ * One header, stb-style. It decides *what runs where and when* in a pipeline-parallel training
+ * step: which layers each rank builds, the order of forwards and backwards on each rank (GPipe,
+ * 1F1B, interleaved 1F1B, the zero-bubble family), the sends and receives between ranks (proven
+ * deadlock-free before anything runs), how packed sequences and context-parallel chunks are laid
+ * out, and a runtime that walks the schedule over a pluggable transport. Your trainer keeps its
+ * own forward and backward code; pipepar calls it.
+ *
+ * QUICK START
+ *     #define PIPEPAR_IMPLEMENTATION          // in exactly one C file
+ *     #include "pipepar.h"
+ *
+ *     pp_error err;
+ *     pp_schedule *s = NULL;
+ *     pp_schedule_config cfg = { .kind = PP_INTERLEAVED_1F1B, .pp = 4, .vpp = 2, .mb = 8 };
+ *     if (pp_schedule_build(&cfg, &s, &err) != PP_OK) { fprintf(stderr, "%s\n", err.message); return 1; }
+ *     pp_schedule_lower(s, &err);             // adds SEND/RECV actions between ranks
+ *     pp_schedule_validate(s, &err);          // proves dependencies and freedom from deadlock
+ *     pp_schedule_draw_ascii(s, stdout);      // see it
+ *     ... pp_run_step(...) on every rank, see the RUNTIME section ...
+ *     pp_schedule_free(s);
+ *
+ * The GPU companions are separate objects, declared here:
+ *     pipepar_cuda.cu  (pp_cuda_*)  kernels for packing, CP split/gather, replay gather, grad norm
+ *     pipepar_nccl.c   (pp_nccl_*)  the NCCL transport, communicator setup, grad-norm reduce
+ * Integration into a trainer: include this header, link pipepar_cuda.o and pipepar_nccl.o.
+ *
+ * TABLE OF CONTENTS (search for the marker, e.g. ">>schedule")
+ *     >>errors      pp_status, pp_error: every call that can fail says which parameter and rule
+ *     >>grid        rank grids: a rank's (tp, cp, dp, pp) coordinates and its groups
+ *     >>layers      which layers each (pipeline rank, virtual stage) builds; layout strings
+ *     >>schedule    the schedule IR, generators, lowering, validator
+ *     >>simulate    per-action costs -> timeline, bubble, peak activations
+ *     >>draw        ASCII and SVG timelines, PyTorch text and CSV forms
+ *     >>pack        sequence packing into bins for DP x PP
+ *     >>cp          context-parallel partitions (load-balanced 2*cp chunks)
+ *     >>replay      router-replay index maps for MoE
+ *     >>runtime     transport interface, threads transport, executor
+ *     >>cuda        declarations of pipepar_cuda.cu
+ *     >>nccl        declarations of pipepar_nccl.c
+ *
+ * OVERRIDES (define before the implementation include)
+ *     PIPEPAR_MALLOC(sz), PIPEPAR_REALLOC(p, sz), PIPEPAR_FREE(p)   default: malloc/realloc/free
+ *     PIPEPAR_ASSERT(x)                                             default: assert(x)
+ *     PIPEPAR_API                                                   default: extern
+ *
+ * CONVENTIONS
+ *     Public names start with pp_ / PP_, internals with pp__. Config structs: zero means default.
+ *     Calls that can fail return pp_status and fill an optional pp_error * (NULL is allowed).
+ *     No global mutable state; every object has one owner and one matching *_free.
+ *
+ * LICENCE  MIT. Copyright (c) 2026 the pipepar authors.
+ */
+#ifndef PIPEPAR_H
+#define PIPEPAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifndef PIPEPAR_API
+#define PIPEPAR_API extern
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ============================================================================================
+ * >>errors
+ * Every call that can fail returns a pp_status. Pass a pp_error to get a sentence that names the
+ * parameter, its value and the rule it broke, e.g.
+ *     "vpp=3: interleaved 1F1B needs mb (5) to be a multiple of the group size (2)".
+ * The code list is one X-macro, so the enum and the names cannot drift apart.
+ * ============================================================================================ */
+#define PP_STATUS_LIST(X)                                                                   \
+    X(PP_OK,           "ok")                                                                \
+    X(PP_EINVAL,       "invalid argument")                                                  \
+    X(PP_ENOMEM,       "out of memory")                                                     \
+    X(PP_EPARSE,       "parse error")                                                       \
+    X(PP_EUNSUPPORTED, "unsupported combination")                                           \
+    X(PP_EINVALID_SCHEDULE, "schedule breaks a rule")                                       \
+    X(PP_EDEADLOCK,    "schedule deadlocks")                                                \
+    X(PP_ETIMEOUT,     "timed out")                                                         \
+    X(PP_EABORTED,     "aborted by another rank")                                           \
+    X(PP_ETRANSPORT,   "transport failure")                                                 \
+    X(PP_ECALLBACK,    "user callback failed")                                              \
+    X(PP_EIO,          "input/output error")
+
+typedef enum pp_status {
+#define PP__STATUS_ENUM(code, text) code,
+    PP_STATUS_LIST(PP__STATUS_ENUM)
+#undef PP__STATUS_ENUM
+    PP_STATUS_COUNT
+} pp_status;
+
+#define PP_ERROR_MESSAGE_SIZE 512
+
+typedef struct pp_error {
+    pp_status status;                       /* same value the call returned */
+    char message[PP_ERROR_MESSAGE_SIZE];    /* one line, no trailing newline */
+} pp_error;
+
+PIPEPAR_API const char *pp_status_name(pp_status status);        /* "PP_EINVAL" */
+PIPEPAR_API const char *pp_status_description(pp_status status); /* "invalid argument" */
+
+
+/* ============================================================================================
+ * >>schedule
+ * A schedule says, for every pipeline rank, the order of its work in one training step.
+ *
+ * Stages. The model is cut into num_stages = pp * vpp consecutive pieces ("virtual stages").
+ * A placement maps stage s to (rank, chunk):
+ *     looped (Megatron, PyTorch's interleaved):  rank = s % pp,  chunk = s / pp
+ *     V-shaped (ZB-V, DualPipeV; vpp = 2):       rank r holds stages r and 2*pp-1-r
+ *
+ * Actions. A rank's program is an array of pp_action, executed in order:
+ *     compute        F forward, B full backward, I input-gradient half and W weight-gradient
+ *                    half of a split backward, FB an F and a B overlapped (DualPipeV)
+ *     communication  SEND_F (stage s sends its output to stage s+1), RECV_F (stage s receives its
+ *                    input from s-1), SEND_B (stage s sends its input-gradient to s-1), RECV_B
+ *                    (stage s receives its output-gradient from s+1)
+ * A maximal run of consecutive communication actions is one batched group: the runtime posts it
+ * at once (one ncclGroupStart/End), and the validator proves the programs finish under that rule
+ * even when every send waits for its receive (rendezvous, the strictest transport).
+ *
+ * Pipeline of calls: build (compute order) -> lower (adds communication) -> validate -> simulate,
+ * draw, or run. A generator emits only the compute order; the one lowering pass serves them all.
+ * ============================================================================================ */
+
+typedef enum pp_schedule_kind {
+    PP_KIND_NONE = 0,
+    PP_GPIPE,               /* all forwards, then all backwards (Huang et al., 2019) */
+    PP_1F1B,                /* PipeDream-flush: warmup pp-rank-1 forwards, then one F one B */
+    PP_INTERLEAVED_1F1B,    /* virtual pipeline (Narayanan et al., 2021), Megatron-LM's order */
+    PP_LOOPED_BFS,          /* PyTorch's ScheduleLoopedBFS: every chunk breadth-first */
+    PP_ZB_H1,               /* zero bubble, 1F1B's memory (Qi et al., 2024) */
+    PP_ZB_H2,               /* zero bubble, more memory */
+    PP_ZBV,                 /* zero bubble, V placement */
+    PP_DUALPIPEV,           /* DeepSeek's DualPipe, V form */
+    PP_INTERLEAVED_ZB,      /* PyTorch's ScheduleInterleavedZeroBubble */
+    PP_CUSTOM,              /* read from CSV/text or built action by action */
+    PP_KIND_COUNT
+} pp_schedule_kind;
+
+typedef enum pp_placement {
+    PP_PLACEMENT_LOOPED = 0,
+    PP_PLACEMENT_V = 1
+} pp_placement;
+
+typedef enum pp_op {
+    PP_OP_F = 0, PP_OP_B, PP_OP_I, PP_OP_W, PP_OP_FB,
+    PP_OP_SEND_F, PP_OP_RECV_F, PP_OP_SEND_B, PP_OP_RECV_B,
+    PP_OP_COUNT
+} pp_op;
+
+typedef struct pp_action {
+    int32_t op;      /* pp_op */
+    int32_t stage;   /* global virtual stage */
+    int32_t mb;      /* microbatch */
+    int32_t stage2;  /* PP_OP_FB only: the backward half is B(stage2, mb2); -1 otherwise */
+    int32_t mb2;
+} pp_action;
+
+typedef struct pp_schedule_config {
+    pp_schedule_kind kind;
+    int pp;         /* pipeline ranks, >= 1 */
+    int vpp;        /* chunks per rank; 0 means 1 (2 for V-shaped kinds) */
+    int mb;         /* microbatches per step, >= 1 */
+    int group;      /* interleaved: microbatch_group_size_per_vp_stage; 0 means pp */
+    int max_live;   /* kinds that take one: cap on live activations per rank; 0 means the kind's own */
+} pp_schedule_config;
+
+typedef struct pp_schedule {
+    pp_schedule_kind kind;
+    pp_placement placement;
+    int pp, vpp, mb, group;
+    int num_stages;         /* pp * vpp */
+    int lowered;            /* 1 once pp_schedule_lower added the communication */
+    int *length;            /* [pp] actions in each rank's program */
+    int *capacity;          /* [pp] */
+    pp_action **actions;    /* [pp][length[r]] */
+} pp_schedule;
+
+PIPEPAR_API const char *pp_schedule_kind_name(pp_schedule_kind kind);   /* "interleaved" */
+PIPEPAR_API pp_status pp_schedule_kind_parse(const char *name, pp_schedule_kind *kind, pp_error *err);
+PIPEPAR_API const char *pp_op_name(pp_op op);                           /* "F", "SEND_F" */
+
+/* Builds the compute order of cfg->kind. The result is not lowered. */
+PIPEPAR_API pp_status pp_schedule_build(const pp_schedule_config *cfg, pp_schedule **out, pp_error *err);
+/* An empty schedule to fill with pp_schedule_append (custom schedules, readers, generators). */
+PIPEPAR_API pp_status pp_schedule_create(int pp, int vpp, int mb, pp_placement placement,
+                                         pp_schedule **out, pp_error *err);
+PIPEPAR_API pp_status pp_schedule_append(pp_schedule *s, int rank, pp_action action, pp_error *err);
+PIPEPAR_API pp_status pp_schedule_copy(const pp_schedule *s, pp_schedule **out, pp_error *err);
+PIPEPAR_API void pp_schedule_free(pp_schedule *s);
+
+/* Which rank and chunk hold a stage under the schedule's placement; -1 when out of range. */
+PIPEPAR_API int pp_stage_rank(const pp_schedule *s, int stage);
+PIPEPAR_API int pp_stage_chunk(const pp_schedule *s, int stage);
+/* The stage of (rank, chunk); -1 when out of range. */
+PIPEPAR_API int pp_rank_chunk_stage(const pp_schedule *s, int rank, int chunk);
+
+/* Inserts SEND/RECV actions so that every cross-rank dependency is carried by a matched pair, in
+ * an order proven deadlock-free (see the implementation). Neighbouring stages on one rank pass
+ * tensors in place, with no communication. Lowering an already lowered schedule first removes the
+ * old communication. */
+PIPEPAR_API pp_status pp_schedule_lower(pp_schedule *s, pp_error *err);
+/* Removes all communication actions (back to the compute order). */
+PIPEPAR_API void pp_schedule_strip_comm(pp_schedule *s);
+
+/* Proves a schedule correct, or names its first violation (rank, position, action, rule):
+ *   - each (stage, mb) has exactly one F and one B (or one I and one W), on the stage's rank;
+ *   - F(s,m) after F(s-1,m) arrived; B(s,m) after F(s,m) and after B(s+1,m)'s gradient arrived;
+ *     W after its I;
+ *   - lowered: every send has exactly one matching receive, every cross-rank input is received
+ *     before use, and the programs run to the end when each group of consecutive communication
+ *     actions is posted together and every send blocks until its receive is posted.
+ * An unlowered schedule is checked as if lowered (on a copy). */
+PIPEPAR_API pp_status pp_schedule_validate(const pp_schedule *s, pp_error *err);
+
+/* Action text in PyTorch's spelling: "4F0", "1SEND_F3", "2I5"; FB as "0F1;3B0". */
+PIPEPAR_API int pp_action_format(pp_action a, char *buf, size_t size);
+PIPEPAR_API pp_status pp_action_parse(const char *text, pp_action *out, pp_error *err);
+
+/* ============================================================================================
+ * >>simulate
+ * Plays a lowered (or compute-only) schedule with per-action costs and reports what a user feels:
+ * the step time (makespan), each rank's idle fraction (bubble) and its peak live activations.
+ * Compute is sequential per rank; a transfer starts when both its send and its receive have been
+ * posted, takes latency + bytes * seconds_per_byte, and its consumer starts after it lands.
+ * With F=1, B=2 and free communication this reproduces the textbook bubbles exactly.
+ * ============================================================================================ */
+
+typedef struct pp_sim_costs {
+    double f;                   /* forward of one stage; 0 means 1 */
+    double b;                   /* unsplit backward; 0 means 2 * f */
+    double i, w;                /* split backward halves; both 0 means b/2 each */
+    const double *f_stage;      /* optional [num_stages] overrides of f, b, i, w per stage */
+    const double *b_stage;
+    const double *i_stage;
+    const double *w_stage;
+    double p2p_latency;         /* per transfer */
+    double p2p_seconds_per_byte;
+    double activation_bytes;    /* bytes of one stage boundary tensor */
+} pp_sim_costs;
+
+typedef struct pp_sim_result {
+    int pp, vpp;
+    double makespan;            /* first start to last end over all ranks */
+    double *busy;               /* [pp] compute time of each rank */
+    double *bubble;             /* [pp] 1 - busy / makespan */
+    double bubble_mean;         /* mean over ranks */
+    int *peak_live;             /* [pp] most (stage, mb) activations held at once on the rank */
+    double *peak_memory;        /* [pp] peak_live in units of a rank's whole layer set: / vpp */
+    double **start, **end;      /* [pp][length] times of each action (comm: transfer start/end) */
+    int *length;                /* [pp] copy of the schedule's lengths */
+} pp_sim_result;
+
+PIPEPAR_API pp_status pp_simulate(const pp_schedule *s, const pp_sim_costs *costs,
+                                  pp_sim_result **out, pp_error *err);
+PIPEPAR_API void pp_sim_result_free(pp_sim_result *r);
+
+/* ============================================================================================
+ * >>draw
+ * Pictures and text forms of a schedule.
+ *   ASCII: one row per rank, one column per time unit of the simulated timeline.
+ *   SVG:   one row per rank, one box per action, colour by microbatch, F / B / I / W told apart.
+ *   torch: one line per rank, "rankR: " then the compute actions in PyTorch's spelling.
+ *   CSV:   PyTorch's pipeline-order CSV, one row per rank (compute and communication actions);
+ *          pp_schedule_read_csv reads it back (and PyTorch's compute-only form too).
+ * ============================================================================================ */
+PIPEPAR_API pp_status pp_schedule_draw_ascii(const pp_schedule *s, const pp_sim_result *sim, FILE *out,
+                                             pp_error *err);
+PIPEPAR_API pp_status pp_schedule_write_svg(const pp_schedule *s, const pp_sim_result *sim, FILE *out,
+                                            pp_error *err);
+PIPEPAR_API pp_status pp_schedule_write_torch(const pp_schedule *s, FILE *out, pp_error *err);
+PIPEPAR_API pp_status pp_schedule_write_csv(const pp_schedule *s, FILE *out, pp_error *err);
+PIPEPAR_API pp_status pp_schedule_write_json(const pp_schedule *s, const pp_sim_result *sim, FILE *out,
+                                             pp_error *err);
+/* Reads a CSV (one row per rank, comma-separated actions). vpp is derived from the largest stage;
+ * placement looped unless the stages say V. The result keeps communication actions if present. */
+PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
+                                           pp_schedule **out, pp_error *err);
+
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PIPEPAR_H */
+
+#ifdef PIPEPAR_IMPLEMENTATION
+#ifndef PIPEPAR_IMPLEMENTATION_DONE
+#define PIPEPAR_IMPLEMENTATION_DONE
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <float.h>
+#include <limits.h>
+
+#ifndef PIPEPAR_MALLOC
+#define PIPEPAR_MALLOC(sz) malloc(sz)
+#define PIPEPAR_REALLOC(p, sz) realloc(p, sz)
+#define PIPEPAR_FREE(p) free(p)
+#endif
+#ifndef PIPEPAR_ASSERT
+#include <assert.h>
+#define PIPEPAR_ASSERT(x) assert(x)
+#endif
+
+/* --- >>errors (implementation) ----------------------------------------------------------- */
+
+const char *pp_status_name(pp_status status)
+{
+    switch (status) {
+#define PP__STATUS_NAME(code, text) case code: return #code;
+    PP_STATUS_LIST(PP__STATUS_NAME)
+#undef PP__STATUS_NAME
+    default: return "PP_UNKNOWN";
+    }
+}
+
+const char *pp_status_description(pp_status status)
+{
+    switch (status) {
+#define PP__STATUS_TEXT(code, text) case code: return text;
+    PP_STATUS_LIST(PP__STATUS_TEXT)
+#undef PP__STATUS_TEXT
+    default: return "unknown status";
+    }
+}
+
+/* Records a failure in *err (if given) and returns the status, so a check reads as one line:
+ *     if (pp < 1) return pp__fail(err, PP_EINVAL, "pp=%d: must be at least 1", pp);         */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static pp_status pp__fail(pp_error *err, pp_status status, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        err->status = status;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+static pp_status pp__ok(pp_error *err)
+{
+    if (err) { err->status = PP_OK; err->message[0] = '\0'; }
+    return PP_OK;
+}
+
+/* Allocation helpers: zeroed, overflow-checked. */
+static void *pp__calloc(size_t count, size_t size)
+{
+    void *p;
+    size_t bytes;
+    if (size && count > SIZE_MAX / size) return NULL;
+    bytes = count * size;
+    p = PIPEPAR_MALLOC(bytes > 0 ? bytes : 1);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+/* A growable byte buffer for text output (CSV, SVG, JSON) and a growable int array. */
+typedef struct pp__text { char *data; size_t len, cap; int failed; } pp__text;
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void pp__text_printf(pp__text *t, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    if (t->failed) return;
+    for (;;) {
+        size_t room = t->cap - t->len;
+        va_start(ap, fmt);
+        n = vsnprintf(t->data ? t->data + t->len : NULL, room, fmt, ap);
+        va_end(ap);
+        if (n < 0) { t->failed = 1; return; }
+        if ((size_t)n < room) { t->len += (size_t)n; return; }
+        {
+            size_t cap = t->cap ? t->cap * 2 : 256;
+            char *d;
+            while (cap - t->len <= (size_t)n) cap *= 2;
+            d = (char *)PIPEPAR_REALLOC(t->data, cap);
+            if (!d) { t->failed = 1; return; }
+            t->data = d; t->cap = cap;
+        }
+    }
+}
+
+static void pp__text_free(pp__text *t) { PIPEPAR_FREE(t->data); t->data = NULL; t->len = t->cap = 0; }
+
+
+/* ============================================================================================
+ * >>schedule (implementation)
+ * ============================================================================================ */
+
+static const char *const pp__kind_names[PP_KIND_COUNT] = {
+    "none", "gpipe", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zbv",
+    "dualpipev", "interleaved-zb", "custom"
+};
+
+const char *pp_schedule_kind_name(pp_schedule_kind kind)
+{
+    return (kind >= 0 && kind < PP_KIND_COUNT) ? pp__kind_names[kind] : "unknown";
+}
+
+pp_status pp_schedule_kind_parse(const char *name, pp_schedule_kind *kind, pp_error *err)
+{
+    int k;
+    if (!name) return pp__fail(err, PP_EINVAL, "kind: missing");
+    for (k = 1; k < PP_KIND_COUNT; k++)
+        if (strcmp(name, pp__kind_names[k]) == 0) { *kind = (pp_schedule_kind)k; return pp__ok(err); }
+    return pp__fail(err, PP_EINVAL,
+                    "kind '%s': unknown (one of gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zb-h2, "
+                    "zbv, dualpipev, interleaved-zb)", name);
+}
+
+const char *pp_op_name(pp_op op)
+{
+    static const char *const names[PP_OP_COUNT] = {
+        "F", "B", "I", "W", "FB", "SEND_F", "RECV_F", "SEND_B", "RECV_B"
+    };
+    return (op >= 0 && op < PP_OP_COUNT) ? names[op] : "?";
+}
+
+static int pp__is_comm(int op) { return op >= PP_OP_SEND_F && op <= PP_OP_RECV_B; }
+
+static pp_action pp__action(int op, int stage, int mb)
+{
+    pp_action a;
+    a.op = op; a.stage = stage; a.mb = mb; a.stage2 = -1; a.mb2 = -1;
+    return a;
+}
+
+/* --- create / append / free -------------------------------------------------------------- */
+
+pp_status pp_schedule_create(int pp, int vpp, int mb, pp_placement placement, pp_schedule **out,
+                             pp_error *err)
+{
+    pp_schedule *s;
+    if (!out) return pp__fail(err, PP_EINVAL, "out: must not be NULL");
+    *out = NULL;
+    if (pp < 1 || pp > 65536) return pp__fail(err, PP_EINVAL, "pp=%d: must be between 1 and 65536", pp);
+    if (vpp < 1 || vpp > 1024) return pp__fail(err, PP_EINVAL, "vpp=%d: must be between 1 and 1024", vpp);
+    if (mb < 1 || mb > (1 << 24)) return pp__fail(err, PP_EINVAL, "mb=%d: must be between 1 and %d", mb, 1 << 24);
+    if ((long long)pp * vpp > (1 << 20))
+        return pp__fail(err, PP_EINVAL, "pp*vpp=%lld: at most %d stages", (long long)pp * vpp, 1 << 20);
+    if (placement == PP_PLACEMENT_V && vpp != 2)
+        return pp__fail(err, PP_EINVAL, "vpp=%d: a V-shaped placement has exactly 2 chunks per rank", vpp);
+    if (placement != PP_PLACEMENT_LOOPED && placement != PP_PLACEMENT_V)
+        return pp__fail(err, PP_EINVAL, "placement=%d: unknown", (int)placement);
+    s = (pp_schedule *)pp__calloc(1, sizeof *s);
+    if (!s) return pp__fail(err, PP_ENOMEM, "out of memory");
+    s->kind = PP_CUSTOM;
+    s->placement = placement;
+    s->pp = pp; s->vpp = vpp; s->mb = mb; s->group = pp;
+    s->num_stages = pp * vpp;
+    s->length = (int *)pp__calloc((size_t)pp, sizeof(int));
+    s->capacity = (int *)pp__calloc((size_t)pp, sizeof(int));
+    s->actions = (pp_action **)pp__calloc((size_t)pp, sizeof(pp_action *));
+    if (!s->length || !s->capacity || !s->actions) {
+        pp_schedule_free(s);
+        return pp__fail(err, PP_ENOMEM, "out of memory");
+    }
+    *out = s;
+    return pp__ok(err);
+}
+
+void pp_schedule_free(pp_schedule *s)
+{
+    int r;
+    if (!s) return;
+    if (s->actions)
+        for (r = 0; r < s->pp; r++) PIPEPAR_FREE(s->actions[r]);
+    PIPEPAR_FREE(s->actions);
+    PIPEPAR_FREE(s->length);
+    PIPEPAR_FREE(s->capacity);
+    PIPEPAR_FREE(s);
+}
+
+static int pp__reserve(pp_schedule *s, int rank, int need)
+{
+    if (need > s->capacity[rank]) {
+        int cap = s->capacity[rank] ? s->capacity[rank] : 16;
+        pp_action *a;
+        while (cap < need) {
+            if (cap > INT_MAX / 2) return 0;
+            cap *= 2;
+        }
+        a = (pp_action *)PIPEPAR_REALLOC(s->actions[rank], (size_t)cap * sizeof(pp_action));
+        if (!a) return 0;
+        s->actions[rank] = a;
+        s->capacity[rank] = cap;
+    }
+    return 1;
+}
+
+pp_status pp_schedule_append(pp_schedule *s, int rank, pp_action action, pp_error *err)
+{
+    if (!s) return pp__fail(err, PP_EINVAL, "schedule: must not be NULL");
+    if (rank < 0 || rank >= s->pp)
+        return pp__fail(err, PP_EINVAL, "rank=%d: must be between 0 and pp-1=%d", rank, s->pp - 1);
+    if (action.op < 0 || action.op >= PP_OP_COUNT)
+        return pp__fail(err, PP_EINVAL, "op=%d: unknown", (int)action.op);
+    if (action.stage < 0 || action.stage >= s->num_stages)
+        return pp__fail(err, PP_EINVAL, "stage=%d: must be between 0 and %d", (int)action.stage, s->num_stages - 1);
+    if (action.mb < 0 || action.mb >= s->mb)
+        return pp__fail(err, PP_EINVAL, "mb=%d: must be between 0 and %d", (int)action.mb, s->mb - 1);
+    if (action.op == PP_OP_FB) {
+        if (action.stage2 < 0 || action.stage2 >= s->num_stages || action.mb2 < 0 || action.mb2 >= s->mb)
+            return pp__fail(err, PP_EINVAL, "FB action: backward half (stage %d, mb %d) out of range",
+                            (int)action.stage2, (int)action.mb2);
+    } else {
+        action.stage2 = -1; action.mb2 = -1;
+    }
+    if (!pp__reserve(s, rank, s->length[rank] + 1)) return pp__fail(err, PP_ENOMEM, "out of memory");
+    s->actions[rank][s->length[rank]++] = action;
+    if (pp__is_comm(action.op)) s->lowered = 1;
+    return pp__ok(err);
+}
+
+pp_status pp_schedule_copy(const pp_schedule *s, pp_schedule **out, pp_error *err)
+{
+    pp_schedule *c;
+    pp_status st;
+    int r;
+    if (!s) return pp__fail(err, PP_EINVAL, "schedule: must not be NULL");
+    st = pp_schedule_create(s->pp, s->vpp, s->mb, s->placement, &c, err);
+    if (st != PP_OK) return st;
+    c->kind = s->kind; c->group = s->group; c->lowered = s->lowered;
+    for (r = 0; r < s->pp; r++) {
+        if (!pp__reserve(c, r, s->length[r] > 0 ? s->length[r] : 1)) {
+            pp_schedule_free(c);
+            return pp__fail(err, PP_ENOMEM, "out of memory");
+        }
+        if (s->length[r]) memcpy(c->actions[r], s->actions[r], (size_t)s->length[r] * sizeof(pp_action));
+        c->length[r] = s->length[r];
+    }
+    *out = c;
+    return pp__ok(err);
+}
+
+/* --- placement ----------------------------------------------------------------------------- */
+
+int pp_stage_rank(const pp_schedule *s, int stage)
+{
+    if (!s || stage < 0 || stage >= s->num_stages) return -1;
+    if (s->placement == PP_PLACEMENT_V) return stage < s->pp ? stage : 2 * s->pp - 1 - stage;
+    return stage % s->pp;
+}
+
+int pp_stage_chunk(const pp_schedule *s, int stage)
+{
+    if (!s || stage < 0 || stage >= s->num_stages) return -1;
+    if (s->placement == PP_PLACEMENT_V) return stage < s->pp ? 0 : 1;
+    return stage / s->pp;
+}
+
+int pp_rank_chunk_stage(const pp_schedule *s, int rank, int chunk)
+{
+    if (!s || rank < 0 || rank >= s->pp || chunk < 0 || chunk >= s->vpp) return -1;
+    if (s->placement == PP_PLACEMENT_V) return chunk == 0 ? rank : 2 * s->pp - 1 - rank;
+    return chunk * s->pp + rank;
+}
+
+/* --- generators ---------------------------------------------------------------------------- */
+
+#define PP__EMIT(op_, stage_, mb_) \
+    do { st = pp_schedule_append(s, r, pp__action((op_), (stage_), (mb_)), err); \
+         if (st != PP_OK) return st; } while (0)
+
+/* GPipe (Huang et al., 2019): every forward, then every backward, in microbatch order
+ * (the order of PyTorch's ScheduleGPipe). */
+static pp_status pp__build_gpipe(pp_schedule *s, pp_error *err)
+{
+    pp_status st;
+    int r, m;
+    for (r = 0; r < s->pp; r++) {
+        for (m = 0; m < s->mb; m++) PP__EMIT(PP_OP_F, r, m);
+        for (m = 0; m < s->mb; m++) PP__EMIT(PP_OP_B, r, m);
+    }
+    return pp__ok(err);
+}
+
+/* 1F1B / PipeDream-flush (Narayanan et al., 2019): rank r runs pp-r-1 warmup forwards, then
+ * alternates one forward and one backward, then drains the remaining backwards. The warmup is
+ * what keeps at most pp-r activations alive on rank r. */
+static pp_status pp__build_1f1b(pp_schedule *s, pp_error *err)
+{
+    pp_status st;
+    int r;
+    for (r = 0; r < s->pp; r++) {
+        int warmup = s->pp - r - 1, f = 0, b = 0;
+        if (warmup > s->mb) warmup = s->mb;
+        for (; f < warmup; f++) PP__EMIT(PP_OP_F, r, f);
+        while (f < s->mb) {
+            PP__EMIT(PP_OP_F, r, f); f++;
+            PP__EMIT(PP_OP_B, r, b); b++;
+        }
+        for (; b < s->mb; b++) PP__EMIT(PP_OP_B, r, b);
+    }
+    return pp__ok(err);
+}
+
+/* Interleaved 1F1B with Megatron-LM's semantics (schedules.py, get_schedule_table and
+ * get_pp_rank_microbatches): the k-th forward of every rank runs table[k] = (microbatch, chunk),
+ * where the table walks microbatches in groups of G = microbatch_group_size_per_vp_stage, each
+ * group through every chunk in turn (a last, smaller group takes what remains); the k-th backward
+ * runs the same table entry with the chunk mirrored (vpp-1-chunk). Rank r first runs
+ *     warmup = 2*(pp-r-1) + (vpp-1)*G         forwards (vpp > 1; 1F1B's pp-r-1 when vpp = 1)
+ * capped at mb*vpp, then alternates F and B, then drains. With G = mb / max(1, mb / pp) this is
+ * exactly PyTorch's ScheduleInterleaved1F1B order. */
+static pp_status pp__build_interleaved(pp_schedule *s, pp_error *err)
+{
+    pp_status st;
+    int total = s->mb * s->vpp, G = s->group, r, k, n = 0, lo;
+    int *table_mb = (int *)pp__calloc((size_t)total, sizeof(int));
+    int *table_chunk = (int *)pp__calloc((size_t)total, sizeof(int));
+    if (!table_mb || !table_chunk) {
+        PIPEPAR_FREE(table_mb); PIPEPAR_FREE(table_chunk);
+        return pp__fail(err, PP_ENOMEM, "out of memory");
+    }
+    for (lo = 0; lo < s->mb; lo += G) {
+        int hi = (lo + G >= s->mb) ? s->mb : lo + G, c, m;
+        for (c = 0; c < s->vpp; c++)
+            for (m = lo; m < hi; m++) { table_mb[n] = m; table_chunk[n] = c; n++; }
+        if (hi == s->mb) break;
+    }
+    PIPEPAR_ASSERT(n == total);
+    st = PP_OK;
+    for (r = 0; r < s->pp && st == PP_OK; r++) {
+        int warmup = s->vpp > 1 ? 2 * (s->pp - r - 1) + (s->vpp - 1) * G : s->pp - r - 1;
+        int f = 0, b = 0;
+        if (warmup > total) warmup = total;
+#define PP__F_K(k_) pp__action(PP_OP_F, pp_rank_chunk_stage(s, r, table_chunk[k_]), table_mb[k_])
+#define PP__B_K(k_) pp__action(PP_OP_B, pp_rank_chunk_stage(s, r, s->vpp - 1 - table_chunk[k_]), table_mb[k_])
+        for (k = 0; k < warmup && st == PP_OK; k++, f++) st = pp_schedule_append(s, r, PP__F_K(f), err);
+        while (f < total && st == PP_OK) {
+            st = pp_schedule_append(s, r, PP__F_K(f), err); f++;
+            if (st == PP_OK) { st = pp_schedule_append(s, r, PP__B_K(b), err); b++; }
+        }
+        for (; b < total && st == PP_OK; b++) st = pp_schedule_append(s, r, PP__B_K(b), err);
+#undef PP__F_K
+#undef PP__B_K
+    }
+    PIPEPAR_FREE(table_mb);
+    PIPEPAR_FREE(table_chunk);
+    return st == PP_OK ? pp__ok(err) : st;
+}
+
+/* Looped breadth-first (Lamy-Poirier, 2023; PyTorch's ScheduleLoopedBFS): each rank runs every
+ * microbatch through its first chunk, then its second, ...; backwards mirror that, last chunk
+ * first, microbatches in reverse. */
+static pp_status pp__build_looped_bfs(pp_schedule *s, pp_error *err)
+{
+    pp_status st;
+    int r, c, m;
+    for (r = 0; r < s->pp; r++) {
+        for (c = 0; c < s->vpp; c++)
+            for (m = 0; m < s->mb; m++) PP__EMIT(PP_OP_F, pp_rank_chunk_stage(s, r, c), m);
+        for (c = s->vpp - 1; c >= 0; c--)
+            for (m = s->mb - 1; m >= 0; m--) PP__EMIT(PP_OP_B, pp_rank_chunk_stage(s, r, c), m);
+    }
+    return pp__ok(err);
+}
+#undef PP__EMIT
+
+/* The zero-bubble family lives in its own section (>>zerobubble). */
+static pp_status pp__build_zero_bubble(const pp_schedule_config *cfg, pp_schedule *s, pp_error *err);
+
+pp_status pp_schedule_build(const pp_schedule_config *cfg, pp_schedule **out, pp_error *err)
+{
+    pp_schedule_config c;
+    pp_placement placement = PP_PLACEMENT_LOOPED;
+    pp_schedule *s = NULL;
+    pp_status st;
+    const char *kn;
+    if (!cfg || !out) return pp__fail(err, PP_EINVAL, "cfg and out: must not be NULL");
+    *out = NULL;
+    c = *cfg;
+    kn = pp_schedule_kind_name(c.kind);
+    if (c.kind <= PP_KIND_NONE || c.kind >= PP_CUSTOM)
+        return pp__fail(err, PP_EINVAL, "kind=%d: not a schedule kind that can be built", (int)c.kind);
+    if (c.pp < 1) return pp__fail(err, PP_EINVAL, "pp=%d: must be at least 1", c.pp);
+    if (c.mb < 1) return pp__fail(err, PP_EINVAL, "mb=%d: must be at least 1", c.mb);
+    if (c.vpp < 0) return pp__fail(err, PP_EINVAL, "vpp=%d: must be at least 1 (0 means the default)", c.vpp);
+    if (c.group < 0) return pp__fail(err, PP_EINVAL, "group=%d: must be at least 1 (0 means pp)", c.group);
+    if (c.max_live < 0) return pp__fail(err, PP_EINVAL, "max_live=%d: must be at least 1 (0 means the kind's own)", c.max_live);
+    if (c.kind == PP_ZBV || c.kind == PP_DUALPIPEV) {
+        placement = PP_PLACEMENT_V;
+        if (c.vpp == 0) c.vpp = 2;
+        if (c.vpp != 2)
+            return pp__fail(err, PP_EUNSUPPORTED, "vpp=%d: %s uses a V-shaped placement, exactly 2 chunks per rank",
+                            c.vpp, kn);
+    }
+    if (c.vpp == 0) c.vpp = 1;
+    if (c.group == 0) c.group = c.pp;
+    switch (c.kind) {
+    case PP_GPIPE: case PP_1F1B: case PP_ZB_H1: case PP_ZB_H2:
+        if (c.vpp != 1)
+            return pp__fail(err, PP_EUNSUPPORTED,
+                            "vpp=%d: %s runs one chunk per rank (use interleaved or looped-bfs for several)",
+                            c.vpp, kn);
+        break;
+    case PP_INTERLEAVED_1F1B:
+        /* Megatron-LM accepts any mb >= 1 and any group >= 1 (a last, smaller group takes the rest). */
+        break;
+    default: break;
+    }
+    if (cfg->group != 0 && c.kind != PP_INTERLEAVED_1F1B && c.kind != PP_INTERLEAVED_ZB)
+        return pp__fail(err, PP_EUNSUPPORTED, "group=%d: only interleaved schedules take a microbatch group size",
+                        cfg->group);
+    st = pp_schedule_create(c.pp, c.vpp, c.mb, placement, &s, err);
+    if (st != PP_OK) return st;
+    s->kind = c.kind;
+    s->group = c.group;
+    switch (c.kind) {
+    case PP_GPIPE: st = pp__build_gpipe(s, err); break;
+    case PP_1F1B: st = pp__build_1f1b(s, err); break;
+    case PP_INTERLEAVED_1F1B: st = pp__build_interleaved(s, err); break;
+    case PP_LOOPED_BFS: st = pp__build_looped_bfs(s, err); break;
+    default: st = pp__build_zero_bubble(&c, s, err); break;
+    }
+    if (st != PP_OK) { pp_schedule_free(s); return st; }
+    *out = s;
+    return pp__ok(err);
+}
+
+/* --- action text ---------------------------------------------------------------------------- */
+
+int pp_action_format(pp_action a, char *buf, size_t size)
+{
+    if (a.op == PP_OP_FB)
+        return snprintf(buf, size, "(%dF%d;%dB%d)OVERLAP_F_B", (int)a.stage, (int)a.mb, (int)a.stage2, (int)a.mb2);
+    return snprintf(buf, size, "%d%s%d", (int)a.stage, pp_op_name((pp_op)a.op), (int)a.mb);
+}
+
+/* Reads a non-negative decimal at *p (no sign, at most 9 digits); -1 when there is none. */
+static int pp__read_uint(const char **p)
+{
+    int v = 0, n = 0;
+    while (**p >= '0' && **p <= '9') {
+        if (n == 9) return -1;
+        v = v * 10 + (**p - '0');
+        (*p)++; n++;
+    }
+    return n ? v : -1;
+}
+
+static pp_status pp__parse_simple_action(const char *text, const char *end, pp_action *out, pp_error *err)
+{
+    static const struct { const char *name; int op; } ops[] = {
+        { "SEND_F", PP_OP_SEND_F }, { "RECV_F", PP_OP_RECV_F }, { "SEND_B", PP_OP_SEND_B },
+        { "RECV_B", PP_OP_RECV_B }, { "F", PP_OP_F }, { "B", PP_OP_B }, { "I", PP_OP_I }, { "W", PP_OP_W }
+    };
+    const char *p = text;
+    int stage, mb;
+    size_t k, n;
+    stage = pp__read_uint(&p);
+    if (stage < 0)
+        return pp__fail(err, PP_EPARSE, "action '%.*s': expected <stage><op><microbatch>, e.g. 4F0",
+                        (int)(end - text), text);
+    for (k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+        n = strlen(ops[k].name);
+        if ((size_t)(end - p) > n && strncmp(p, ops[k].name, n) == 0 && p[n] >= '0' && p[n] <= '9') break;
+    }
+    if (k == sizeof ops / sizeof ops[0])
+        return pp__fail(err, PP_EPARSE, "action '%.*s': unknown operation (F, B, I, W, SEND_F, RECV_F, "
+                        "SEND_B, RECV_B)", (int)(end - text), text);
+    p += strlen(ops[k].name);
+    mb = pp__read_uint(&p);
+    if (mb < 0 || p != end)
+        return pp__fail(err, PP_EPARSE, "action '%.*s': expected <stage><op><microbatch>, e.g. 4F0",
+                        (int)(end - text), text);
+    *out = pp__action(ops[k].op, stage, mb);
+    return PP_OK;
+}
+
+pp_status pp_action_parse(const char *text, pp_action *out, pp_error *err)
+{
+    const char *b, *e;
+    pp_status st;
+    if (!text || !out) return pp__fail(err, PP_EINVAL, "text and out: must not be NULL");
+    b = text; e = text + strlen(text);
+    while (b < e && (*b == ' ' || *b == '\t' || *b == '\r' || *b == '\n')) b++;
+    while (e > b && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r' || e[-1] == '\n')) e--;
+    if (b == e) return pp__fail(err, PP_EPARSE, "action '': empty");
+    if (*b == '(') {   /* "(0F1;3B0)OVERLAP_F_B" */
+        const char *semi = (const char *)memchr(b, ';', (size_t)(e - b));
+        const char *close = (const char *)memchr(b, ')', (size_t)(e - b));
+        pp_action f, bw;
+        if (!semi || !close || semi > close || strncmp(close, ")OVERLAP_F_B", (size_t)(e - close)) != 0 ||
+            (size_t)(e - close) != strlen(")OVERLAP_F_B"))
+            return pp__fail(err, PP_EPARSE, "action '%.*s': expected (<s>F<m>;<s>B<m>)OVERLAP_F_B",
+                            (int)(e - b), b);
+        st = pp__parse_simple_action(b + 1, semi, &f, err);
+        if (st != PP_OK) return st;
+        st = pp__parse_simple_action(semi + 1, close, &bw, err);
+        if (st != PP_OK) return st;
+        if (f.op != PP_OP_F || bw.op != PP_OP_B)
+            return pp__fail(err, PP_EPARSE, "action '%.*s': an overlapped action pairs one F with one B",
+                            (int)(e - b), b);
+        *out = f;
+        out->op = PP_OP_FB; out->stage2 = bw.stage; out->mb2 = bw.mb;
+        return pp__ok(err);
+    }
+    st = pp__parse_simple_action(b, e, out, err);
+    return st == PP_OK ? pp__ok(err) : st;
+}
+
+/* --- dependencies shared by lowering, validation and simulation ---------------------------- */
+
+/* Flat index of (stage, microbatch). */
+#define PP__SM(s, stage, m) ((size_t)(stage) * (size_t)(s)->mb + (size_t)(m))
+
+/* Per-(stage, microbatch) progress of compute, used while walking programs. */
+typedef struct pp__progress {
+    unsigned char *f_done, *b_done, *w_done;   /* b_done: B or I (the input gradient exists) */
+} pp__progress;
+
+static int pp__progress_init(pp__progress *p, const pp_schedule *s)
+{
+    size_t n = (size_t)s->num_stages * (size_t)s->mb;
+    p->f_done = (unsigned char *)pp__calloc(n, 1);
+    p->b_done = (unsigned char *)pp__calloc(n, 1);
+    p->w_done = (unsigned char *)pp__calloc(n, 1);
+    return p->f_done && p->b_done && p->w_done;
+}
+
+static void pp__progress_free(pp__progress *p)
+{
+    PIPEPAR_FREE(p->f_done); PIPEPAR_FREE(p->b_done); PIPEPAR_FREE(p->w_done);
+}
+
+/* Checks structure: ops known, stages and microbatches in range, each compute action on its
+ * stage's rank, and each (stage, mb) computed exactly once: one F, and one B or one I + one W. */
+static pp_status pp__check_structure(const pp_schedule *s, pp_error *err)
+{
+    size_t n = (size_t)s->num_stages * (size_t)s->mb, k;
+    unsigned char *nf = (unsigned char *)pp__calloc(n, 1), *nb = (unsigned char *)pp__calloc(n, 1);
+    unsigned char *ni = (unsigned char *)pp__calloc(n, 1), *nw = (unsigned char *)pp__calloc(n, 1);
+    pp_status st = PP_OK;
+    int r, i;
+    char txt[64];
+    if (!nf || !nb || !ni || !nw) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+    for (r = 0; r < s->pp && st == PP_OK; r++) {
+        for (i = 0; i < s->length[r]; i++) {
+            pp_action a = s->actions[r][i];
+            int half;
+            pp_action_format(a, txt, sizeof txt);
+            if (a.op < 0 || a.op >= PP_OP_COUNT) {
+                st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: unknown op %d", r, i, (int)a.op);
+                break;
+            }
+            if (a.stage < 0 || a.stage >= s->num_stages || a.mb < 0 || a.mb >= s->mb ||
+                (a.op == PP_OP_FB && (a.stage2 < 0 || a.stage2 >= s->num_stages || a.mb2 < 0 || a.mb2 >= s->mb))) {
+                st = pp__fail(err, PP_EINVALID_SCHEDULE,
+                              "rank %d position %d: %s is out of range (stages 0..%d, microbatches 0..%d)",
+                              r, i, txt, s->num_stages - 1, s->mb - 1);
+                break;
+            }
+            if (pp__is_comm(a.op)) continue;
+            for (half = 0; half < (a.op == PP_OP_FB ? 2 : 1); half++) {
+                int op = a.op == PP_OP_FB ? (half ? PP_OP_B : PP_OP_F) : a.op;
+                int stg = half ? a.stage2 : a.stage, m = half ? a.mb2 : a.mb;
+                unsigned char *cnt = op == PP_OP_F ? nf : op == PP_OP_B ? nb : op == PP_OP_I ? ni : nw;
+                if (pp_stage_rank(s, stg) != r) {
+                    st = pp__fail(err, PP_EINVALID_SCHEDULE,
+                                  "rank %d position %d: %s computes stage %d, which lives on rank %d", r, i, txt,
+                                  stg, pp_stage_rank(s, stg));
+                    break;
+                }
+                if (cnt[PP__SM(s, stg, m)]++) {
+                    st = pp__fail(err, PP_EINVALID_SCHEDULE,
+                                  "rank %d position %d: %s is the second %s of stage %d microbatch %d (each runs once)",
+                                  r, i, txt, pp_op_name((pp_op)op), stg, m);
+                    break;
+                }
+            }
+            if (st != PP_OK) break;
+        }
+    }
+    for (k = 0; k < n && st == PP_OK; k++) {
+        int stg = (int)(k / (size_t)s->mb), m = (int)(k % (size_t)s->mb);
+        if (!nf[k])
+            st = pp__fail(err, PP_EINVALID_SCHEDULE, "stage %d microbatch %d: no F on rank %d", stg, m,
+                          pp_stage_rank(s, stg));
+        else if (!nb[k] && !ni[k])
+            st = pp__fail(err, PP_EINVALID_SCHEDULE, "stage %d microbatch %d: no B (or I) on rank %d", stg, m,
+                          pp_stage_rank(s, stg));
+        else if (nb[k] && (ni[k] || nw[k]))
+            st = pp__fail(err, PP_EINVALID_SCHEDULE,
+                          "stage %d microbatch %d: has both a full B and a split I/W backward", stg, m);
+        else if (ni[k] != nw[k])
+            st = pp__fail(err, PP_EINVALID_SCHEDULE, "stage %d microbatch %d: an I needs exactly one W (rank %d)",
+                          stg, m, pp_stage_rank(s, stg));
+    }
+done:
+    PIPEPAR_FREE(nf); PIPEPAR_FREE(nb); PIPEPAR_FREE(ni); PIPEPAR_FREE(nw);
+    return st;
+}
+
+/* Where a compute half's inputs come from. For F(s,m): the output of F(s-1,m) (none at s=0).
+ * For B/I(s,m): its own F(s,m) and the input-gradient of B/I(s+1,m) (none at the last stage).
+ * For W(s,m): its own I(s,m). Returns 1 when the input from a *neighbouring stage* comes from
+ * another rank, and sets *from_stage. */
+static int pp__cross_input(const pp_schedule *s, int op, int stage, int *from_stage)
+{
+    int r = pp_stage_rank(s, stage);
+    if (op == PP_OP_F) {
+        if (stage == 0) return 0;
+        *from_stage = stage - 1;
+    } else if (op == PP_OP_B || op == PP_OP_I) {
+        if (stage == s->num_stages - 1) return 0;
+        *from_stage = stage + 1;
+    } else return 0;
+    return pp_stage_rank(s, *from_stage) != r;
+}
+
+/* Checks that a compute half can run now on its rank, given local progress and the tensors that
+ * arrived from other ranks (arrived_f / arrived_b, indexed by the consumer's (stage, mb)).
+ * Returns 1 if ready; 0 if it waits for a tensor from another rank; -1 (with *why) if a local
+ * dependency is missing, which program order can never repair. */
+static int pp__half_ready(const pp_schedule *s, const pp__progress *p, const unsigned char *arrived_f,
+                          const unsigned char *arrived_b, int op, int stage, int m, const char **why)
+{
+    size_t k = PP__SM(s, stage, m);
+    int from;
+    if (op == PP_OP_F) {
+        if (stage == 0) return 1;
+        if (pp__cross_input(s, op, stage, &from)) return arrived_f[k] ? 1 : 0;
+        if (!p->f_done[PP__SM(s, stage - 1, m)]) { *why = "comes before the F of the previous stage on the same rank"; return -1; }
+        return 1;
+    }
+    if (op == PP_OP_W) {
+        if (!p->b_done[k]) { *why = "comes before its I"; return -1; }
+        return 1;
+    }
+    /* B or I */
+    if (!p->f_done[k]) { *why = "comes before its own F"; return -1; }
+    if (stage == s->num_stages - 1) return 1;
+    if (pp__cross_input(s, op, stage, &from)) return arrived_b[k] ? 1 : 0;
+    if (!p->b_done[PP__SM(s, stage + 1, m)]) { *why = "comes before the backward of the next stage on the same rank"; return -1; }
+    return 1;
+}
+
+static void pp__mark_done(const pp_schedule *s, pp__progress *p, int op, int stage, int m)
+{
+    size_t k = PP__SM(s, stage, m);
+    if (op == PP_OP_F) p->f_done[k] = 1;
+    else if (op == PP_OP_B) { p->b_done[k] = 1; p->w_done[k] = 1; }
+    else if (op == PP_OP_I) p->b_done[k] = 1;
+    else if (op == PP_OP_W) p->w_done[k] = 1;
+}
+
+/* The halves of a compute action: F, B, I, W have one; FB has two (F then B). */
+static int pp__halves(pp_action a, int *ops, int *stages, int *mbs)
+{
+    if (a.op == PP_OP_FB) {
+        ops[0] = PP_OP_F; stages[0] = a.stage; mbs[0] = a.mb;
+        ops[1] = PP_OP_B; stages[1] = a.stage2; mbs[1] = a.mb2;
+        return 2;
+    }
+    ops[0] = a.op; stages[0] = a.stage; mbs[0] = a.mb;
+    return 1;
+}
+
+/* --- lowering ------------------------------------------------------------------------------- */
+
+void pp_schedule_strip_comm(pp_schedule *s)
+{
+    int r, i, n;
+    if (!s) return;
+    for (r = 0; r < s->pp; r++) {
+        for (i = 0, n = 0; i < s->length[r]; i++)
+            if (!pp__is_comm(s->actions[r][i].op)) s->actions[r][n++] = s->actions[r][i];
+        s->length[r] = n;
+    }
+    s->lowered = 0;
+}
+
+/* Lowering walks the compute orders in lock-step rounds: in each round every rank runs its next
+ * compute action if its inputs arrived in an earlier round, then every tensor produced in the
+ * round that crosses ranks gets a SEND on its producer and a RECV on its consumer, both placed
+ * in that round's communication group. Each pair of ranks therefore sees its transfers in the
+ * same round order on both sides, and a group of round k only ever waits for groups of round k:
+ * the programs cannot deadlock, even with sends that block until received. (This is the
+ * lock-step table PyTorch draws with idle '_' steps; Megatron's batched p2p per step is the same
+ * idea.) A round in which no rank can move means the compute order itself is circular. */
+pp_status pp_schedule_lower(pp_schedule *s, pp_error *err)
+{
+    pp_status st;
+    int *pos = NULL, *ran = NULL, *newlen = NULL, *newcap = NULL;
+    int r, total = 0, doneall = 0, round;
+    size_t n;
+    unsigned char *arrived_f = NULL, *arrived_b = NULL;
+    pp_action **out = NULL, *ran_action = NULL;
+    pp__progress prog = { NULL, NULL, NULL };
+    char txt[64];
+    if (!s) return pp__fail(err, PP_EINVAL, "schedule: must not be NULL");
+    pp_schedule_strip_comm(s);
+    st = pp__check_structure(s, err);
+    if (st != PP_OK) return st;
+    n = (size_t)s->num_stages * (size_t)s->mb;
+    pos = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    ran = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    newlen = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    newcap = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    out = (pp_action **)pp__calloc((size_t)s->pp, sizeof(pp_action *));
+    ran_action = (pp_action *)pp__calloc((size_t)s->pp, sizeof(pp_action));
+    arrived_f = (unsigned char *)pp__calloc(n, 1);
+    arrived_b = (unsigned char *)pp__calloc(n, 1);
+    if (!pos || !ran || !newlen || !newcap || !out || !ran_action || !arrived_f ||
+        !arrived_b || !pp__progress_init(&prog, s)) {
+        st = pp__fail(err, PP_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (r = 0; r < s->pp; r++) {
+        total += s->length[r];
+        /* compute + at most 2 sends and 2 receives per compute action, in the worst case */
+        newcap[r] = s->length[r] * 5 + 4;
+        out[r] = (pp_action *)PIPEPAR_MALLOC((size_t)newcap[r] * sizeof(pp_action));
+        if (!out[r]) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+    }
+    for (round = 0; doneall < total; round++) {
+        int moved = 0;
+        /* 1. compute: each rank's next action, if its inputs arrived in an earlier round */
+        for (r = 0; r < s->pp; r++) {
+            pp_action a;
+            int ops[2], stg[2], mbs[2], h, nh, ready = 1;
+            ran[r] = 0;
+            if (pos[r] >= s->length[r]) continue;
+            a = s->actions[r][pos[r]];
+            nh = pp__halves(a, ops, stg, mbs);
+            for (h = 0; h < nh && ready == 1; h++) {
+                const char *why = "";
+                ready = pp__half_ready(s, &prog, arrived_f, arrived_b, ops[h], stg[h], mbs[h], &why);
+                if (ready < 0) {
+                    pp_action_format(a, txt, sizeof txt);
+                    st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s %s", r, pos[r], txt, why);
+                    goto done;
+                }
+            }
+            if (!ready) continue;
+            ran[r] = 1;
+        }
+        for (r = 0; r < s->pp; r++) {
+            pp_action a;
+            int ops[2], stg[2], mbs[2], h, nh;
+            if (!ran[r]) continue;
+            a = s->actions[r][pos[r]++];
+            ran_action[r] = a;
+            out[r][newlen[r]++] = a;
+            nh = pp__halves(a, ops, stg, mbs);
+            for (h = 0; h < nh; h++) {
+                pp__mark_done(s, &prog, ops[h], stg[h], mbs[h]);
+            }
+            moved++;
+            doneall++;
+        }
+        if (!moved) {
+            /* Name the stuck ranks and what each waits for. */
+            pp__text t = { NULL, 0, 0, 0 };
+            int shown = 0;
+            for (r = 0; r < s->pp && shown < 4; r++) {
+                pp_action a;
+                if (pos[r] >= s->length[r]) continue;
+                a = s->actions[r][pos[r]];
+                pp_action_format(a, txt, sizeof txt);
+                pp__text_printf(&t, "%srank %d position %d (%s)", shown ? ", " : "", r, pos[r], txt);
+                shown++;
+            }
+            st = pp__fail(err, PP_EDEADLOCK,
+                          "compute order deadlocks: every remaining action waits for a tensor no rank can "
+                          "produce first: %s", t.data ? t.data : "");
+            pp__text_free(&t);
+            goto done;
+        }
+        /* 2. communication of this round: tensors produced now that cross ranks */
+        for (r = 0; r < s->pp; r++) {
+            pp_action a;
+            int ops[2], stg[2], mbs[2], h, nh;
+            if (!ran[r]) continue;
+            a = ran_action[r];   /* out[r]'s tail may already hold a RECV appended for another rank */
+            nh = pp__halves(a, ops, stg, mbs);
+            for (h = 0; h < nh; h++) {
+                int sg = stg[h], m = mbs[h], to;
+                if (ops[h] == PP_OP_F && sg + 1 < s->num_stages && (to = pp_stage_rank(s, sg + 1)) != r) {
+                    out[r][newlen[r]++] = pp__action(PP_OP_SEND_F, sg, m);
+                    out[to][newlen[to]++] = pp__action(PP_OP_RECV_F, sg + 1, m);
+                    arrived_f[PP__SM(s, sg + 1, m)] = 1;
+                }
+                if ((ops[h] == PP_OP_B || ops[h] == PP_OP_I) && sg > 0 && (to = pp_stage_rank(s, sg - 1)) != r) {
+                    out[r][newlen[r]++] = pp__action(PP_OP_SEND_B, sg, m);
+                    out[to][newlen[to]++] = pp__action(PP_OP_RECV_B, sg - 1, m);
+                    arrived_b[PP__SM(s, sg - 1, m)] = 1;
+                }
+            }
+        }
+    }
+    for (r = 0; r < s->pp; r++) {
+        PIPEPAR_FREE(s->actions[r]);
+        s->actions[r] = out[r];
+        s->length[r] = newlen[r];
+        s->capacity[r] = newcap[r];
+        out[r] = NULL;
+    }
+    s->lowered = 1;
+    st = pp__ok(err);
+done:
+    if (out) for (r = 0; r < s->pp; r++) PIPEPAR_FREE(out[r]);
+    PIPEPAR_FREE(out); PIPEPAR_FREE(ran_action); PIPEPAR_FREE(pos); PIPEPAR_FREE(ran); PIPEPAR_FREE(newlen); PIPEPAR_FREE(newcap);
+    PIPEPAR_FREE(arrived_f); PIPEPAR_FREE(arrived_b);
+    pp__progress_free(&prog);
+    return st;
+}
+
+/* --- validation ------------------------------------------------------------------------------ */
+
+/* The matching key of a communication action: (direction, producer stage, microbatch).
+ * SEND_F(s,m) pairs with RECV_F(s+1,m); SEND_B(s,m) pairs with RECV_B(s-1,m). */
+static size_t pp__comm_key(const pp_schedule *s, pp_action a)
+{
+    size_t plane = (size_t)s->num_stages * (size_t)s->mb;
+    switch (a.op) {
+    case PP_OP_SEND_F: return PP__SM(s, a.stage, a.mb);
+    case PP_OP_RECV_F: return PP__SM(s, a.stage - 1, a.mb);
+    case PP_OP_SEND_B: return plane + PP__SM(s, a.stage, a.mb);
+    default:           return plane + PP__SM(s, a.stage + 1, a.mb);   /* RECV_B */
+    }
+}
+
+static pp_status pp__validate_lowered(const pp_schedule *s, pp_error *err)
+{
+    size_t plane = (size_t)s->num_stages * (size_t)s->mb, nkeys = 2 * plane;
+    int *send_rank = NULL, *send_pos = NULL, *recv_rank = NULL, *recv_pos = NULL;
+    int *pc = NULL, *gstart = NULL, *gend = NULL;
+    unsigned char *completed = NULL, *arrived_f = NULL, *arrived_b = NULL;
+    pp__progress prog = { NULL, NULL, NULL };
+    pp_status st = PP_OK;
+    int r, i, finished = 0;
+    size_t k;
+    char txt[64], txt2[64];
+
+    send_rank = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
+    send_pos = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
+    recv_rank = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
+    recv_pos = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
+    completed = (unsigned char *)pp__calloc(nkeys, 1);
+    arrived_f = (unsigned char *)pp__calloc(plane, 1);
+    arrived_b = (unsigned char *)pp__calloc(plane, 1);
+    pc = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    gstart = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    gend = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    if (!send_rank || !send_pos || !recv_rank || !recv_pos || !completed || !arrived_f || !arrived_b || !pc ||
+        !gstart || !gend || !pp__progress_init(&prog, s)) {
+        st = pp__fail(err, PP_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (k = 0; k < nkeys; k++) send_rank[k] = recv_rank[k] = -1;
+
+    /* 1. every communication action is well formed and has exactly one partner */
+    for (r = 0; r < s->pp && st == PP_OK; r++) {
+        for (i = 0; i < s->length[r]; i++) {
+            pp_action a = s->actions[r][i];
+            int peer_stage, is_send = a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B;
+            if (!pp__is_comm(a.op)) continue;
+            pp_action_format(a, txt, sizeof txt);
+            if (pp_stage_rank(s, a.stage) != r) {
+                st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s belongs to stage %d, which lives on rank %d",
+                              r, i, txt, (int)a.stage, pp_stage_rank(s, a.stage));
+                break;
+            }
+            peer_stage = (a.op == PP_OP_SEND_F || a.op == PP_OP_RECV_B) ? a.stage + 1 : a.stage - 1;
+            if (peer_stage < 0 || peer_stage >= s->num_stages) {
+                st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s: stage %d has no %s stage to talk to",
+                              r, i, txt, (int)a.stage, peer_stage < 0 ? "previous" : "next");
+                break;
+            }
+            if (pp_stage_rank(s, peer_stage) == r) {
+                st = pp__fail(err, PP_EINVALID_SCHEDULE,
+                              "rank %d position %d: %s: stages %d and %d share rank %d, the tensor passes in place "
+                              "(no communication)", r, i, txt, (int)a.stage, peer_stage, r);
+                break;
+            }
+            k = pp__comm_key(s, a);
+            if ((is_send ? send_rank : recv_rank)[k] >= 0) {
+                st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s appears twice (first at rank %d position %d)",
+                              r, i, txt, (is_send ? send_rank : recv_rank)[k], (is_send ? send_pos : recv_pos)[k]);
+                break;
+            }
+            (is_send ? send_rank : recv_rank)[k] = r;
+            (is_send ? send_pos : recv_pos)[k] = i;
+        }
+    }
+    for (k = 0; k < nkeys && st == PP_OK; k++) {
+        int dir_b = k >= plane;
+        int stg = (int)((k % plane) / (size_t)s->mb), m = (int)(k % (size_t)s->mb);
+        if ((send_rank[k] >= 0) == (recv_rank[k] >= 0)) continue;
+        if (send_rank[k] >= 0) {
+            pp_action_format(s->actions[send_rank[k]][send_pos[k]], txt, sizeof txt);
+            pp_action_format(pp__action(dir_b ? PP_OP_RECV_B : PP_OP_RECV_F, dir_b ? stg - 1 : stg + 1, m), txt2, sizeof txt2);
+            st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s has no matching %s on rank %d",
+                          send_rank[k], send_pos[k], txt, txt2, pp_stage_rank(s, dir_b ? stg - 1 : stg + 1));
+        } else {
+            pp_action_format(s->actions[recv_rank[k]][recv_pos[k]], txt, sizeof txt);
+            pp_action_format(pp__action(dir_b ? PP_OP_SEND_B : PP_OP_SEND_F, stg, m), txt2, sizeof txt2);
+            st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s has no matching %s on rank %d",
+                          recv_rank[k], recv_pos[k], txt, txt2, pp_stage_rank(s, stg));
+        }
+    }
+    if (st != PP_OK) goto done;
+
+    /* 2. run the programs: compute needs its inputs already here; a group of consecutive
+     *    communication actions is posted at once and finishes when every partner is posted
+     *    (rendezvous: a send waits for its receive). */
+    for (r = 0; r < s->pp; r++) { gstart[r] = gend[r] = -1; if (s->length[r] == 0) finished++; }
+    while (finished < s->pp) {
+        int progress = 0;
+        for (r = 0; r < s->pp; r++) {
+            while (pc[r] < s->length[r]) {
+                pp_action a = s->actions[r][pc[r]];
+                if (!pp__is_comm(a.op)) {
+                    int ops[2], stg[2], mbs[2], h, nh = pp__halves(a, ops, stg, mbs);
+                    for (h = 0; h < nh; h++) {
+                        const char *why = "";
+                        int ready = pp__half_ready(s, &prog, arrived_f, arrived_b, ops[h], stg[h], mbs[h], &why);
+                        if (ready != 1) {
+                            int from = 0;
+                            pp_action_format(a, txt, sizeof txt);
+                            if (ready == 0) {
+                                pp__cross_input(s, ops[h], stg[h], &from);
+                                st = pp__fail(err, PP_EINVALID_SCHEDULE,
+                                              "rank %d position %d: %s needs the %s of stage %d (rank %d), but no %s "
+                                              "before it received it", r, pc[r], txt,
+                                              ops[h] == PP_OP_F ? "output" : "input-gradient", from,
+                                              pp_stage_rank(s, from), ops[h] == PP_OP_F ? "RECV_F" : "RECV_B");
+                            } else {
+                                st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s %s", r, pc[r], txt, why);
+                            }
+                            goto done;
+                        }
+                    }
+                    for (h = 0; h < nh; h++) pp__mark_done(s, &prog, ops[h], stg[h], mbs[h]);
+                    pc[r]++;
+                    progress = 1;
+                    continue;
+                }
+                /* a communication group [gstart, gend) */
+                if (gstart[r] != pc[r]) {
+                    int e = pc[r];
+                    while (e < s->length[r] && pp__is_comm(s->actions[r][e].op)) e++;
+                    gstart[r] = pc[r]; gend[r] = e;
+                    /* posting a send needs the tensor to exist */
+                    for (i = gstart[r]; i < gend[r]; i++) {
+                        pp_action c = s->actions[r][i];
+                        if (c.op == PP_OP_SEND_F && !prog.f_done[PP__SM(s, c.stage, c.mb)]) {
+                            pp_action_format(c, txt, sizeof txt);
+                            st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s comes before the F it sends",
+                                          r, i, txt);
+                            goto done;
+                        }
+                        if (c.op == PP_OP_SEND_B && !prog.b_done[PP__SM(s, c.stage, c.mb)]) {
+                            pp_action_format(c, txt, sizeof txt);
+                            st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s comes before the B (or I) "
+                                          "whose gradient it sends", r, i, txt);
+                            goto done;
+                        }
+                    }
+                }
+                {
+                    int all = 1;
+                    for (i = gstart[r]; i < gend[r]; i++) {
+                        pp_action c = s->actions[r][i];
+                        int is_send = c.op == PP_OP_SEND_F || c.op == PP_OP_SEND_B, pr, pq;
+                        k = pp__comm_key(s, c);
+                        if (completed[k]) continue;
+                        pr = is_send ? recv_rank[k] : send_rank[k];
+                        pq = is_send ? recv_pos[k] : send_pos[k];
+                        if (pc[pr] == gstart[pr] && gstart[pr] <= pq && pq < gend[pr]) completed[k] = 1;
+                        else all = 0;
+                    }
+                    if (!all) break;   /* blocked in this group */
+                    for (i = gstart[r]; i < gend[r]; i++) {
+                        pp_action c = s->actions[r][i];
+                        if (c.op == PP_OP_RECV_F) arrived_f[PP__SM(s, c.stage, c.mb)] = 1;
+                        if (c.op == PP_OP_RECV_B) arrived_b[PP__SM(s, c.stage, c.mb)] = 1;
+                    }
+                    pc[r] = gend[r];
+                    gstart[r] = gend[r] = -1;
+                    progress = 1;
+                }
+            }
+            if (pc[r] == s->length[r] && gstart[r] != -2) { finished++; gstart[r] = -2; }
+        }
+        if (!progress && finished < s->pp) {
+            pp__text t = { NULL, 0, 0, 0 };
+            int shown = 0;
+            for (r = 0; r < s->pp && shown < 3; r++) {
+                if (pc[r] >= s->length[r]) continue;
+                for (i = gstart[r]; i >= 0 && i < gend[r]; i++) {
+                    pp_action c = s->actions[r][i];
+                    int is_send = c.op == PP_OP_SEND_F || c.op == PP_OP_SEND_B;
+                    k = pp__comm_key(s, c);
+                    if (completed[k]) continue;
+                    pp_action_format(c, txt, sizeof txt);
+                    pp__text_printf(&t, "%srank %d waits at position %d (%s) for rank %d, which is at position %d",
+                                    shown ? "; " : "", r, i, txt, is_send ? recv_rank[k] : send_rank[k],
+                                    pc[is_send ? recv_rank[k] : send_rank[k]]);
+                    break;
+                }
+                shown++;
+            }
+            st = pp__fail(err, PP_EDEADLOCK, "deadlock (sends wait for their receives): %s", t.data ? t.data : "");
+            pp__text_free(&t);
+            goto done;
+        }
+    }
+    st = PP_OK;
+done:
+    PIPEPAR_FREE(send_rank); PIPEPAR_FREE(send_pos); PIPEPAR_FREE(recv_rank); PIPEPAR_FREE(recv_pos);
+    PIPEPAR_FREE(completed); PIPEPAR_FREE(arrived_f); PIPEPAR_FREE(arrived_b);
+    PIPEPAR_FREE(pc); PIPEPAR_FREE(gstart); PIPEPAR_FREE(gend);
+    pp__progress_free(&prog);
+    return st;
+}
+
+pp_status pp_schedule_validate(const pp_schedule *s, pp_error *err)
+{
+    pp_status st;
+    int r, i, has_comm = 0;
+    if (!s) return pp__fail(err, PP_EINVAL, "schedule: must not be NULL");
+    st = pp__check_structure(s, err);
+    if (st != PP_OK) return st;
+    for (r = 0; r < s->pp && !has_comm; r++)
+        for (i = 0; i < s->length[r]; i++)
+            if (pp__is_comm(s->actions[r][i].op)) { has_comm = 1; break; }
+    if (!has_comm && s->pp > 1) {
+        /* compute order only: check it as the lowering pass would lower it */
+        pp_schedule *c = NULL;
+        st = pp_schedule_copy(s, &c, err);
+        if (st != PP_OK) return st;
+        st = pp_schedule_lower(c, err);
+        if (st == PP_OK) st = pp__validate_lowered(c, err);
+        pp_schedule_free(c);
+        return st == PP_OK ? pp__ok(err) : st;
+    }
+    st = pp__validate_lowered(s, err);
+    return st == PP_OK ? pp__ok(err) : st;
+}
+
+
+/* ============================================================================================
+ * >>zerobubble (implementation): ZB-H1, ZB-H2, ZB-V, DualPipeV, interleaved zero bubble.
+ * ============================================================================================ */
+
+static pp_status pp__build_zero_bubble(const pp_schedule_config *cfg, pp_schedule *s, pp_error *err)
+{
+    (void)s;
+    return pp__fail(err, PP_EUNSUPPORTED, "kind %s: not built yet in this version",
+                    pp_schedule_kind_name(cfg->kind));
+}
+#endif /* PIPEPAR_IMPLEMENTATION_DONE */
+#endif /* PIPEPAR_IMPLEMENTATION */

@@ -1,0 +1,54 @@
+/* pipepar.h — pipeline-parallel training for C and CUDA trainers.          v0.1.0
+ *
+ * One header, stb-style. It decides *what runs where and when* in a pipeline-parallel training
+ * step: which layers each rank builds, the order of forwards and backwards on each rank (GPipe,
+ * 1F1B, interleaved 1F1B, the zero-bubble family), the sends and receives between ranks (proven
+ * deadlock-free before anything runs), how packed sequences and context-parallel chunks are laid
+ * out, and a runtime that walks the schedule over a pluggable transport. Your trainer keeps its
+ * own forward and backward code; pipepar calls it.
+ *
+ * QUICK START
+ *     #define PIPEPAR_IMPLEMENTATION          // in exactly one C file
+ *     #include "pipepar.h"
+ *
+ *     pp_error err;
+ *     pp_schedule *s = NULL;
+ *     pp_schedule_config cfg = { .kind = PP_INTERLEAVED_1F1B, .pp = 4, .vpp = 2, .mb = 8 };
+ *     if (pp_schedule_build(&cfg, &s, &err) != PP_OK) { fprintf(stderr, "%s\n", err.message); return 1; }
+ *     pp_schedule_lower(s, &err);             // adds SEND/RECV actions between ranks
+ *     pp_schedule_validate(s, &err);          // proves dependencies and freedom from deadlock
+ *     pp_schedule_draw_ascii(s, stdout);      // see it
+ *     ... pp_run_step(...) on every rank, see the RUNTIME section ...
+ *     pp_schedule_free(s);
+ *
+ * The GPU companions are separate objects, declared here:
+ *     pipepar_cuda.cu  (pp_cuda_*)  kernels for packing, CP split/gather, replay gather, grad norm
+ *     pipepar_nccl.c   (pp_nccl_*)  the NCCL transport, communicator setup, grad-norm reduce
+ * Integration into a trainer: include this header, link pipepar_cuda.o and pipepar_nccl.o.
+ *
+ * TABLE OF CONTENTS (search for the marker, e.g. ">>schedule")
+ *     >>errors      pp_status, pp_error: every call that can fail says which parameter and rule
+ *     >>grid        rank grids: a rank's (tp, cp, dp, pp) coordinates and its groups
+ *     >>layers      which layers each (pipeline rank, virtual stage) builds; layout strings
+ *     >>schedule    the schedule IR, generators, lowering, validator
+ *     >>simulate    per-action costs -> timeline, bubble, peak activations
+ *     >>draw        ASCII and SVG timelines, PyTorch text and CSV forms
+ *     >>pack        sequence packing into bins for DP x PP
+ *     >>cp          context-parallel partitions (load-balanced 2*cp chunks)
+ *     >>replay      router-replay index maps for MoE
+ *     >>runtime     transport interface, threads transport, executor
+ *     >>cuda        declarations of pipepar_cuda.cu
+ *     >>nccl        declarations of pipepar_nccl.c
+ *
+ * OVERRIDES (define before the implementation include)
+ *     PIPEPAR_MALLOC(sz), PIPEPAR_REALLOC(p, sz), PIPEPAR_FREE(p)   default: malloc/realloc/free
+ *     PIPEPAR_ASSERT(x)                                             default: assert(x)
+ *     PIPEPAR_API                                                   default: extern
+ *
+ * CONVENTIONS
+ *     Public names start with pp_ / PP_, internals with pp__. Config structs: zero means default.
+ *     Calls that can fail return pp_status and fill an optional pp_error * (NULL is allowed).
+ *     No global mutable state; every object has one owner and one matching *_free.
+ *
+ * LICENCE  MIT. Copyright (c) 2026 the pipepar authors.
+ */

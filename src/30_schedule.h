@@ -1,0 +1,178 @@
+
+/* ============================================================================================
+ * >>schedule
+ * A schedule says, for every pipeline rank, the order of its work in one training step.
+ *
+ * Stages. The model is cut into num_stages = pp * vpp consecutive pieces ("virtual stages").
+ * A placement maps stage s to (rank, chunk):
+ *     looped (Megatron, PyTorch's interleaved):  rank = s % pp,  chunk = s / pp
+ *     V-shaped (ZB-V, DualPipeV; vpp = 2):       rank r holds stages r and 2*pp-1-r
+ *
+ * Actions. A rank's program is an array of pp_action, executed in order:
+ *     compute        F forward, B full backward, I input-gradient half and W weight-gradient
+ *                    half of a split backward, FB an F and a B overlapped (DualPipeV)
+ *     communication  SEND_F (stage s sends its output to stage s+1), RECV_F (stage s receives its
+ *                    input from s-1), SEND_B (stage s sends its input-gradient to s-1), RECV_B
+ *                    (stage s receives its output-gradient from s+1)
+ * A maximal run of consecutive communication actions is one batched group: the runtime posts it
+ * at once (one ncclGroupStart/End), and the validator proves the programs finish under that rule
+ * even when every send waits for its receive (rendezvous, the strictest transport).
+ *
+ * Pipeline of calls: build (compute order) -> lower (adds communication) -> validate -> simulate,
+ * draw, or run. A generator emits only the compute order; the one lowering pass serves them all.
+ * ============================================================================================ */
+
+typedef enum pp_schedule_kind {
+    PP_KIND_NONE = 0,
+    PP_GPIPE,               /* all forwards, then all backwards (Huang et al., 2019) */
+    PP_1F1B,                /* PipeDream-flush: warmup pp-rank-1 forwards, then one F one B */
+    PP_INTERLEAVED_1F1B,    /* virtual pipeline (Narayanan et al., 2021), Megatron-LM's order */
+    PP_LOOPED_BFS,          /* PyTorch's ScheduleLoopedBFS: every chunk breadth-first */
+    PP_ZB_H1,               /* zero bubble, 1F1B's memory (Qi et al., 2024) */
+    PP_ZB_H2,               /* zero bubble, more memory */
+    PP_ZBV,                 /* zero bubble, V placement */
+    PP_DUALPIPEV,           /* DeepSeek's DualPipe, V form */
+    PP_INTERLEAVED_ZB,      /* PyTorch's ScheduleInterleavedZeroBubble */
+    PP_CUSTOM,              /* read from CSV/text or built action by action */
+    PP_KIND_COUNT
+} pp_schedule_kind;
+
+typedef enum pp_placement {
+    PP_PLACEMENT_LOOPED = 0,
+    PP_PLACEMENT_V = 1
+} pp_placement;
+
+typedef enum pp_op {
+    PP_OP_F = 0, PP_OP_B, PP_OP_I, PP_OP_W, PP_OP_FB,
+    PP_OP_SEND_F, PP_OP_RECV_F, PP_OP_SEND_B, PP_OP_RECV_B,
+    PP_OP_COUNT
+} pp_op;
+
+typedef struct pp_action {
+    int32_t op;      /* pp_op */
+    int32_t stage;   /* global virtual stage */
+    int32_t mb;      /* microbatch */
+    int32_t stage2;  /* PP_OP_FB only: the backward half is B(stage2, mb2); -1 otherwise */
+    int32_t mb2;
+} pp_action;
+
+typedef struct pp_schedule_config {
+    pp_schedule_kind kind;
+    int pp;         /* pipeline ranks, >= 1 */
+    int vpp;        /* chunks per rank; 0 means 1 (2 for V-shaped kinds) */
+    int mb;         /* microbatches per step, >= 1 */
+    int group;      /* interleaved: microbatch_group_size_per_vp_stage; 0 means pp */
+    int max_live;   /* kinds that take one: cap on live activations per rank; 0 means the kind's own */
+} pp_schedule_config;
+
+typedef struct pp_schedule {
+    pp_schedule_kind kind;
+    pp_placement placement;
+    int pp, vpp, mb, group;
+    int num_stages;         /* pp * vpp */
+    int lowered;            /* 1 once pp_schedule_lower added the communication */
+    int *length;            /* [pp] actions in each rank's program */
+    int *capacity;          /* [pp] */
+    pp_action **actions;    /* [pp][length[r]] */
+} pp_schedule;
+
+PIPEPAR_API const char *pp_schedule_kind_name(pp_schedule_kind kind);   /* "interleaved" */
+PIPEPAR_API pp_status pp_schedule_kind_parse(const char *name, pp_schedule_kind *kind, pp_error *err);
+PIPEPAR_API const char *pp_op_name(pp_op op);                           /* "F", "SEND_F" */
+
+/* Builds the compute order of cfg->kind. The result is not lowered. */
+PIPEPAR_API pp_status pp_schedule_build(const pp_schedule_config *cfg, pp_schedule **out, pp_error *err);
+/* An empty schedule to fill with pp_schedule_append (custom schedules, readers, generators). */
+PIPEPAR_API pp_status pp_schedule_create(int pp, int vpp, int mb, pp_placement placement,
+                                         pp_schedule **out, pp_error *err);
+PIPEPAR_API pp_status pp_schedule_append(pp_schedule *s, int rank, pp_action action, pp_error *err);
+PIPEPAR_API pp_status pp_schedule_copy(const pp_schedule *s, pp_schedule **out, pp_error *err);
+PIPEPAR_API void pp_schedule_free(pp_schedule *s);
+
+/* Which rank and chunk hold a stage under the schedule's placement; -1 when out of range. */
+PIPEPAR_API int pp_stage_rank(const pp_schedule *s, int stage);
+PIPEPAR_API int pp_stage_chunk(const pp_schedule *s, int stage);
+/* The stage of (rank, chunk); -1 when out of range. */
+PIPEPAR_API int pp_rank_chunk_stage(const pp_schedule *s, int rank, int chunk);
+
+/* Inserts SEND/RECV actions so that every cross-rank dependency is carried by a matched pair, in
+ * an order proven deadlock-free (see the implementation). Neighbouring stages on one rank pass
+ * tensors in place, with no communication. Lowering an already lowered schedule first removes the
+ * old communication. */
+PIPEPAR_API pp_status pp_schedule_lower(pp_schedule *s, pp_error *err);
+/* Removes all communication actions (back to the compute order). */
+PIPEPAR_API void pp_schedule_strip_comm(pp_schedule *s);
+
+/* Proves a schedule correct, or names its first violation (rank, position, action, rule):
+ *   - each (stage, mb) has exactly one F and one B (or one I and one W), on the stage's rank;
+ *   - F(s,m) after F(s-1,m) arrived; B(s,m) after F(s,m) and after B(s+1,m)'s gradient arrived;
+ *     W after its I;
+ *   - lowered: every send has exactly one matching receive, every cross-rank input is received
+ *     before use, and the programs run to the end when each group of consecutive communication
+ *     actions is posted together and every send blocks until its receive is posted.
+ * An unlowered schedule is checked as if lowered (on a copy). */
+PIPEPAR_API pp_status pp_schedule_validate(const pp_schedule *s, pp_error *err);
+
+/* Action text in PyTorch's spelling: "4F0", "1SEND_F3", "2I5"; FB as "0F1;3B0". */
+PIPEPAR_API int pp_action_format(pp_action a, char *buf, size_t size);
+PIPEPAR_API pp_status pp_action_parse(const char *text, pp_action *out, pp_error *err);
+
+/* ============================================================================================
+ * >>simulate
+ * Plays a lowered (or compute-only) schedule with per-action costs and reports what a user feels:
+ * the step time (makespan), each rank's idle fraction (bubble) and its peak live activations.
+ * Compute is sequential per rank; a transfer starts when both its send and its receive have been
+ * posted, takes latency + bytes * seconds_per_byte, and its consumer starts after it lands.
+ * With F=1, B=2 and free communication this reproduces the textbook bubbles exactly.
+ * ============================================================================================ */
+
+typedef struct pp_sim_costs {
+    double f;                   /* forward of one stage; 0 means 1 */
+    double b;                   /* unsplit backward; 0 means 2 * f */
+    double i, w;                /* split backward halves; both 0 means b/2 each */
+    const double *f_stage;      /* optional [num_stages] overrides of f, b, i, w per stage */
+    const double *b_stage;
+    const double *i_stage;
+    const double *w_stage;
+    double p2p_latency;         /* per transfer */
+    double p2p_seconds_per_byte;
+    double activation_bytes;    /* bytes of one stage boundary tensor */
+} pp_sim_costs;
+
+typedef struct pp_sim_result {
+    int pp, vpp;
+    double makespan;            /* first start to last end over all ranks */
+    double *busy;               /* [pp] compute time of each rank */
+    double *bubble;             /* [pp] 1 - busy / makespan */
+    double bubble_mean;         /* mean over ranks */
+    int *peak_live;             /* [pp] most (stage, mb) activations held at once on the rank */
+    double *peak_memory;        /* [pp] peak_live in units of a rank's whole layer set: / vpp */
+    double **start, **end;      /* [pp][length] times of each action (comm: transfer start/end) */
+    int *length;                /* [pp] copy of the schedule's lengths */
+} pp_sim_result;
+
+PIPEPAR_API pp_status pp_simulate(const pp_schedule *s, const pp_sim_costs *costs,
+                                  pp_sim_result **out, pp_error *err);
+PIPEPAR_API void pp_sim_result_free(pp_sim_result *r);
+
+/* ============================================================================================
+ * >>draw
+ * Pictures and text forms of a schedule.
+ *   ASCII: one row per rank, one column per time unit of the simulated timeline.
+ *   SVG:   one row per rank, one box per action, colour by microbatch, F / B / I / W told apart.
+ *   torch: one line per rank, "rankR: " then the compute actions in PyTorch's spelling.
+ *   CSV:   PyTorch's pipeline-order CSV, one row per rank (compute and communication actions);
+ *          pp_schedule_read_csv reads it back (and PyTorch's compute-only form too).
+ * ============================================================================================ */
+PIPEPAR_API pp_status pp_schedule_draw_ascii(const pp_schedule *s, const pp_sim_result *sim, FILE *out,
+                                             pp_error *err);
+PIPEPAR_API pp_status pp_schedule_write_svg(const pp_schedule *s, const pp_sim_result *sim, FILE *out,
+                                            pp_error *err);
+PIPEPAR_API pp_status pp_schedule_write_torch(const pp_schedule *s, FILE *out, pp_error *err);
+PIPEPAR_API pp_status pp_schedule_write_csv(const pp_schedule *s, FILE *out, pp_error *err);
+PIPEPAR_API pp_status pp_schedule_write_json(const pp_schedule *s, const pp_sim_result *sim, FILE *out,
+                                             pp_error *err);
+/* Reads a CSV (one row per rank, comma-separated actions). vpp is derived from the largest stage;
+ * placement looped unless the stages say V. The result keeps communication actions if present. */
+PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
+                                           pp_schedule **out, pp_error *err);

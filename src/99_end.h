@@ -1,0 +1,4 @@
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,3 @@
+/* The one translation unit of the tests that holds pipepar's implementation. */
+#define PIPEPAR_IMPLEMENTATION
+#include "../pipepar.h"

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The whole host test run (what `make test` and CI do):
+#   1. the test runner, plain build          (every suite)
+#   2. the test runner under ASan + UBSan    (every suite)
+#   3. the test runner under TSan            (the suites that start threads)
+#   4. the shell-level tests tests/*.sh       (CLI exit codes and messages, demo, ...)
+#   5. compile checks: the header as C++, and the GPU companions with nvcc where it exists
+# Each part prints "N passed, N failed"; the last line sums them all.
+set -u
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-2}
+total_pass=0; total_fail=0
+log=$(mktemp -d)
+
+count() {   # count NAME LOGFILE EXITCODE: add the log's last "N passed, N failed" to the totals
+    local name=$1 file=$2 rc=$3 line p f
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$file" | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "FAIL $name: no result line (exit $rc); last output:"; tail -n 20 "$file" | sed 's/^/    /'
+        total_fail=$((total_fail + 1)); return
+    fi
+    p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/'); f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "FAIL $name: exit $rc"; fi
+    grep -E '^(FAIL|     )' "$file" | head -n 60
+    echo "  $name: $p passed, $f failed"
+    total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+}
+
+compile_check() {   # compile_check NAME COMMAND...: one test that passes when the command does
+    local name=$1; shift
+    if "$@" >"$log/cc.txt" 2>&1; then total_pass=$((total_pass + 1)); echo "  $name: ok"
+    else total_fail=$((total_fail + 1)); echo "FAIL $name"; tail -n 30 "$log/cc.txt" | sed 's/^/    /'; fi
+}
+
+echo "== build (plain)"
+make -s -j"$JOBS" host >"$log/b1.txt" 2>&1 || { cat "$log/b1.txt"; echo "0 passed, 1 failed"; exit 1; }
+echo "== tests (plain)"
+build/run_tests >"$log/t1.txt" 2>&1; count "plain" "$log/t1.txt" $?
+
+echo "== tests (ASan + UBSan)"
+if make -s -j"$JOBS" BUILD=build-asan OPT="-O1 -g" \
+     SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+     build-asan/run_tests >"$log/b2.txt" 2>&1; then
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+        build-asan/run_tests >"$log/t2.txt" 2>&1; count "asan+ubsan" "$log/t2.txt" $?
+else cat "$log/b2.txt"; total_fail=$((total_fail + 1)); fi
+
+echo "== tests (TSan: suites that start threads)"
+TSAN_SUITES=$(ls tests/test_runtime*.c tests/test_threads*.c tests/test_mimo*.c 2>/dev/null | sed -E 's#tests/test_(.*)\.c#\1#')
+if [ -n "$TSAN_SUITES" ]; then
+    if make -s -j"$JOBS" BUILD=build-tsan OPT="-O1 -g" SAN="-fsanitize=thread" \
+         build-tsan/run_tests >"$log/b3.txt" 2>&1; then
+        TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+            build-tsan/run_tests $TSAN_SUITES >"$log/t3.txt" 2>&1; count "tsan" "$log/t3.txt" $?
+    else cat "$log/b3.txt"; total_fail=$((total_fail + 1)); fi
+fi
+
+echo "== shell tests"
+for t in tests/*.sh; do
+    [ "$t" = tests/run_all.sh ] && continue
+    bash "$t" >"$log/sh.txt" 2>&1; count "$(basename "$t")" "$log/sh.txt" $?
+done
+
+echo "== compile checks"
+compile_check "header compiles as C++" ${CXX:-c++} -x c++ -std=c++11 -Wall -Wextra -Werror \
+    -Wno-unused-function -fsyntax-only tests/impl.c
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+    compile_check "GPU companions build (nvcc, NCCL)" make -s -j"$JOBS" gpu
+fi
+
+rm -rf "$log"
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]
