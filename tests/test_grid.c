@@ -1,0 +1,277 @@
+/* tests/test_grid.c — rank grids: coordinates, groups, orders, and the errors of bad grids.
+ * The reference is Megatron-LM: its RankGenerator lays ranks out in the order "tp-cp-ep-dp-pp"
+ * (first fastest) and numbers groups and members by decomposing indices over the masked and
+ * unmasked dimensions, first dimension fastest. The 16-GPU example is the one in the docstring
+ * of Megatron's initialize_model_parallel (tp 2, pp 4, so dp 2).                           */
+#include "pp_test.h"
+
+static pp_grid make_grid(int world, int tp, int cp, int dp, int pp, const char *order)
+{
+    pp_grid g;
+    pp_error err;
+    pp_grid_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    memset(&g, 0, sizeof g);
+    cfg.world = world; cfg.tp = tp; cfg.cp = cp; cfg.dp = dp; cfg.pp = pp; cfg.order = order;
+    PP_CHECK_OK(pp_grid_init(&cfg, &g, &err), &err);
+    return g;
+}
+
+/* Checks that the groups of `dims` are exactly `expect` (count groups of size members each, in
+ * color order, members in index order). */
+static void check_groups(const pp_grid *g, unsigned dims, int count, int size, const int *expect)
+{
+    int members[64], c, k;
+    pp_error err;
+    PP_CHECK_INT(pp_grid_group_size(g, dims), size);
+    for (c = 0; c < count; c++) {
+        PP_CHECK_OK(pp_grid_group_members(g, dims, c, members, 64, &err), &err);
+        for (k = 0; k < size; k++)
+            PP_CHECK_MSG(members[k] == expect[c * size + k], "dims 0x%x group %d member %d: %d, expected %d",
+                         dims, c, k, members[k], expect[c * size + k]);
+    }
+    PP_CHECK_FAILS(pp_grid_group_members(g, dims, count, members, 64, &err), &err, PP_EINVAL, "color=");
+}
+
+static void grid_megatron_16_gpus_tp2_pp4_gives_its_documented_groups(void)
+{
+    pp_grid g = make_grid(16, 2, 0, 0, 4, NULL);
+    static const int tp[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 };
+    static const int dp[] = { 0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15 };
+    static const int pp[] = { 0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15 };
+    static const int mp[] = { 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15 };
+    PP_CHECK_INT(g.size[PP_DIM_DP], 2);
+    check_groups(&g, PP_GROUP_TP, 8, 2, tp);
+    check_groups(&g, PP_GROUP_DP, 8, 2, dp);
+    check_groups(&g, PP_GROUP_PP, 4, 4, pp);
+    check_groups(&g, PP_GROUP_TP | PP_GROUP_PP, 2, 8, mp);
+}
+
+static void grid_default_order_puts_tp_fastest_and_pp_slowest(void)
+{
+    /* rank = tp + 2*cp + 4*dp + 8*pp for tp 2, cp 2, dp 2, pp 2. Rank 13 = 1 + 4 + 8. */
+    pp_grid g = make_grid(16, 2, 2, 0, 2, NULL);
+    int c[PP_DIM_COUNT];
+    char buf[32];
+    pp_error err;
+    PP_CHECK_OK(pp_grid_coords(&g, 13, c, &err), &err);
+    PP_CHECK_INT(c[PP_DIM_TP], 1);
+    PP_CHECK_INT(c[PP_DIM_CP], 0);
+    PP_CHECK_INT(c[PP_DIM_DP], 1);
+    PP_CHECK_INT(c[PP_DIM_PP], 1);
+    PP_CHECK_INT(g.stride[PP_DIM_TP], 1);
+    PP_CHECK_INT(g.stride[PP_DIM_CP], 2);
+    PP_CHECK_INT(g.stride[PP_DIM_DP], 4);
+    PP_CHECK_INT(g.stride[PP_DIM_PP], 8);
+    pp_grid_order_format(&g, buf, sizeof buf);
+    PP_CHECK_STR(buf, "tp-cp-dp-pp");
+}
+
+static void grid_dp_cp_group_holds_the_ranks_that_average_gradients(void)
+{
+    /* world 8 = tp 2 x cp 2 x dp 2: rank = tp + 2*cp + 4*dp. The gradient all-reduce runs over
+     * dp x cp (Megatron's "dp-cp" group), which for tp coordinate 0 is ranks 0, 2, 4, 6 with
+     * cp varying fastest (it comes first in the order). */
+    pp_grid g = make_grid(8, 2, 2, 0, 1, NULL);
+    static const int dpcp[] = { 0, 2, 4, 6, 1, 3, 5, 7 };
+    static const int cp[] = { 0, 2, 1, 3, 4, 6, 5, 7 };
+    static const int dp[] = { 0, 4, 1, 5, 2, 6, 3, 7 };
+    pp_grid_group_info info;
+    pp_error err;
+    check_groups(&g, PP_GROUP_DP | PP_GROUP_CP, 2, 4, dpcp);
+    check_groups(&g, PP_GROUP_CP, 4, 2, cp);
+    check_groups(&g, PP_GROUP_DP, 4, 2, dp);
+    PP_CHECK_OK(pp_grid_group(&g, 5, PP_GROUP_DP | PP_GROUP_CP, &info, &err), &err);
+    PP_CHECK_INT(info.color, 1);   /* tp coordinate 1 */
+    PP_CHECK_INT(info.index, 2);   /* cp 0, dp 1 -> 0 + 2*1 */
+    PP_CHECK_INT(info.size, 4);
+    PP_CHECK_INT(info.count, 2);
+}
+
+static void grid_custom_order_changes_the_layout(void)
+{
+    /* order tp-pp-dp (cp of size 1 left out): rank = tp + 2*pp + 4*dp, so the pipeline pairs
+     * neighbours two apart and the data-parallel replicas four apart. */
+    pp_grid g = make_grid(8, 2, 0, 0, 2, "tp-pp-dp");
+    static const int pp[] = { 0, 2, 1, 3, 4, 6, 5, 7 };
+    static const int dp[] = { 0, 4, 1, 5, 2, 6, 3, 7 };
+    int c[PP_DIM_COUNT];
+    char buf[32];
+    pp_error err;
+    check_groups(&g, PP_GROUP_PP, 4, 2, pp);
+    check_groups(&g, PP_GROUP_DP, 4, 2, dp);
+    PP_CHECK_OK(pp_grid_coords(&g, 6, c, &err), &err);
+    PP_CHECK_INT(c[PP_DIM_TP], 0);
+    PP_CHECK_INT(c[PP_DIM_PP], 1);
+    PP_CHECK_INT(c[PP_DIM_DP], 1);
+    pp_grid_order_format(&g, buf, sizeof buf);
+    PP_CHECK_STR(buf, "tp-pp-dp-cp");
+}
+
+static void grid_every_rank_is_in_one_group_of_each_mask_at_its_index(void)
+{
+    pp_grid g = make_grid(24, 2, 3, 0, 2, "pp-tp-dp-cp");
+    unsigned dims;
+    int rank, members[32];
+    pp_error err;
+    for (dims = 1; dims <= PP_GROUP_ALL; dims++) {
+        for (rank = 0; rank < 24; rank++) {
+            pp_grid_group_info info;
+            int coord[PP_DIM_COUNT], mc[PP_DIM_COUNT], k, d;
+            PP_CHECK_OK(pp_grid_group(&g, rank, dims, &info, &err), &err);
+            PP_CHECK_INT(info.size * info.count, 24);
+            PP_CHECK_OK(pp_grid_group_members(&g, dims, info.color, members, 32, &err), &err);
+            PP_CHECK_INT(members[info.index], rank);
+            pp_grid_coords(&g, rank, coord, NULL);
+            /* all members agree with the rank outside the mask */
+            for (k = 0; k < info.size; k++) {
+                pp_grid_coords(&g, members[k], mc, NULL);
+                for (d = 0; d < PP_DIM_COUNT; d++)
+                    if (!(dims & (1u << d))) PP_CHECK_INT(mc[d], coord[d]);
+            }
+        }
+    }
+    for (rank = 0; rank < 24; rank++) {
+        int c[PP_DIM_COUNT];
+        PP_CHECK_OK(pp_grid_coords(&g, rank, c, &err), &err);
+        PP_CHECK_INT(pp_grid_rank(&g, c), rank);
+    }
+}
+
+static void grid_shift_walks_the_pipeline_and_wraps(void)
+{
+    pp_grid g = make_grid(16, 2, 0, 0, 4, NULL);   /* pp stride 4 */
+    PP_CHECK_INT(pp_grid_shift(&g, 1, PP_DIM_PP, 1), 5);
+    PP_CHECK_INT(pp_grid_shift(&g, 13, PP_DIM_PP, 1), 1);
+    PP_CHECK_INT(pp_grid_shift(&g, 1, PP_DIM_PP, -1), 13);
+    PP_CHECK_INT(pp_grid_shift(&g, 3, PP_DIM_TP, 1), 2);
+    PP_CHECK_INT(pp_grid_shift(&g, 16, PP_DIM_PP, 1), -1);
+    PP_CHECK_INT(pp_grid_shift(&g, 0, (pp_dim)7, 1), -1);
+}
+
+static void grid_rank_of_out_of_range_coordinates_is_minus_one(void)
+{
+    pp_grid g = make_grid(8, 2, 0, 0, 2, NULL);
+    int c[PP_DIM_COUNT] = { 0, 0, 2, 0 };   /* dp is 2: coordinates 0 and 1 */
+    PP_CHECK_INT(pp_grid_rank(&g, c), -1);
+    c[PP_DIM_DP] = 1;
+    PP_CHECK_INT(pp_grid_rank(&g, c), 2);
+}
+
+static void grid_one_rank_is_a_valid_grid(void)
+{
+    pp_grid g = make_grid(1, 0, 0, 0, 0, NULL);
+    pp_grid_group_info info;
+    pp_error err;
+    PP_CHECK_OK(pp_grid_group(&g, 0, PP_GROUP_ALL, &info, &err), &err);
+    PP_CHECK_INT(info.size, 1);
+    PP_CHECK_INT(info.count, 1);
+}
+
+static void grid_sizes_that_do_not_multiply_to_world_are_rejected(void)
+{
+    pp_grid g;
+    pp_error err;
+    pp_grid_config cfg = { 6, 4, 0, 0, 0, NULL };
+    PP_CHECK_FAILS(pp_grid_init(&cfg, &g, &err), &err, PP_EINVAL, "world=6: must be a multiple of tp*cp*pp = 4");
+    cfg.tp = 2; cfg.pp = 2; cfg.dp = 2;   /* 8 != 6 */
+    PP_CHECK_FAILS(pp_grid_init(&cfg, &g, &err), &err, PP_EINVAL, "world=6: must equal tp*cp*dp*pp = 8");
+    cfg.world = 4; cfg.tp = 8; cfg.pp = 0; cfg.dp = 0;
+    PP_CHECK_FAILS(pp_grid_init(&cfg, &g, &err), &err, PP_EINVAL, "tp*cp*pp = 8");
+}
+
+static void grid_zero_and_negative_sizes_are_rejected_or_defaulted(void)
+{
+    pp_grid g;
+    pp_error err;
+    pp_grid_config cfg = { 4, 0, 0, 0, 0, NULL };
+    PP_CHECK_OK(pp_grid_init(&cfg, &g, &err), &err);   /* zero = default: tp cp pp 1, dp 4 */
+    PP_CHECK_INT(g.size[PP_DIM_DP], 4);
+    cfg.tp = -2;
+    PP_CHECK_FAILS(pp_grid_init(&cfg, &g, &err), &err, PP_EINVAL, "tp=-2: must be at least 1");
+    cfg.tp = 1; cfg.pp = -1;
+    PP_CHECK_FAILS(pp_grid_init(&cfg, &g, &err), &err, PP_EINVAL, "pp=-1");
+    cfg.pp = 1; cfg.cp = -3;
+    PP_CHECK_FAILS(pp_grid_init(&cfg, &g, &err), &err, PP_EINVAL, "cp=-3");
+    cfg.cp = 1; cfg.dp = -1;
+    PP_CHECK_FAILS(pp_grid_init(&cfg, &g, &err), &err, PP_EINVAL, "dp=-1");
+    cfg.dp = 0; cfg.world = 0;
+    PP_CHECK_FAILS(pp_grid_init(&cfg, &g, &err), &err, PP_EINVAL, "world=0: must be at least 1");
+    PP_CHECK_FAILS(pp_grid_init(NULL, &g, &err), &err, PP_EINVAL, "must not be NULL");
+}
+
+static void grid_bad_orders_name_the_problem(void)
+{
+    pp_grid g;
+    pp_error err;
+    pp_grid_config cfg = { 8, 2, 0, 2, 0, "tp-dp-tp-pp" };
+    PP_CHECK_FAILS(pp_grid_init(&cfg, &g, &err), &err, PP_EINVAL, "order='tp-dp-tp-pp': 'tp' appears twice");
+    cfg.order = "tp-ep-dp-pp";
+    PP_CHECK_FAILS(pp_grid_init(&cfg, &g, &err), &err, PP_EINVAL, "'ep' is not a dimension");
+    cfg.order = "dp-pp";
+    PP_CHECK_FAILS(pp_grid_init(&cfg, &g, &err), &err, PP_EINVAL, "leaves out tp, whose size is 2");
+    cfg.order = "tp--pp";
+    PP_CHECK_FAILS(pp_grid_init(&cfg, &g, &err), &err, PP_EINVAL, "'' is not a dimension");
+    cfg.order = "tpdp";
+    PP_CHECK_FAILS(pp_grid_init(&cfg, &g, &err), &err, PP_EINVAL, "is not a dimension");
+    cfg.order = "pp-tp";      /* dp is 2 here, so it may not be left out */
+    PP_CHECK_FAILS(pp_grid_init(&cfg, &g, &err), &err, PP_EINVAL, "leaves out dp, whose size is 2");
+    cfg.world = 4; cfg.order = "pp-tp";   /* dp 1, cp 1: fine, they go slowest */
+    PP_CHECK_OK(pp_grid_init(&cfg, &g, &err), &err);
+    PP_CHECK_INT(g.stride[PP_DIM_PP], 1);
+    PP_CHECK_INT(g.stride[PP_DIM_TP], 2);
+}
+
+static void grid_bad_queries_are_rejected(void)
+{
+    pp_grid g = make_grid(8, 2, 0, 0, 2, NULL);
+    pp_grid_group_info info;
+    int c[PP_DIM_COUNT], members[2];
+    pp_error err;
+    PP_CHECK_FAILS(pp_grid_coords(&g, 8, c, &err), &err, PP_EINVAL, "rank=8: must be between 0 and world-1 = 7");
+    PP_CHECK_FAILS(pp_grid_coords(&g, -1, c, &err), &err, PP_EINVAL, "rank=-1");
+    PP_CHECK_FAILS(pp_grid_group(&g, 0, 0, &info, &err), &err, PP_EINVAL, "dims=0x0");
+    PP_CHECK_FAILS(pp_grid_group(&g, 0, 0x10, &info, &err), &err, PP_EINVAL, "dims=0x10");
+    PP_CHECK_FAILS(pp_grid_group(&g, 9, PP_GROUP_PP, &info, &err), &err, PP_EINVAL, "rank=9");
+    PP_CHECK_FAILS(pp_grid_group_members(&g, PP_GROUP_TP | PP_GROUP_DP, 0, members, 2, &err), &err,
+                   PP_EINVAL, "capacity=2: the group has 4 members");
+    PP_CHECK_FAILS(pp_grid_group_members(&g, PP_GROUP_PP, -1, members, 2, &err), &err, PP_EINVAL,
+                   "color=-1: must be between 0 and 3");
+    PP_CHECK_INT(pp_grid_group_size(&g, 0), 0);
+}
+
+static void grid_dims_text_round_trips(void)
+{
+    unsigned dims = 0;
+    char buf[32];
+    pp_error err;
+    PP_CHECK_OK(pp_grid_dims_parse("dp-cp", &dims, &err), &err);
+    PP_CHECK_INT(dims, PP_GROUP_DP | PP_GROUP_CP);
+    PP_CHECK_INT(pp_grid_dims_format(dims, buf, sizeof buf), 5);
+    PP_CHECK_STR(buf, "cp-dp");
+    PP_CHECK_OK(pp_grid_dims_parse("pp", &dims, &err), &err);
+    PP_CHECK_INT(dims, PP_GROUP_PP);
+    pp_grid_dims_format(PP_GROUP_ALL, buf, sizeof buf);
+    PP_CHECK_STR(buf, "tp-cp-dp-pp");
+    PP_CHECK_FAILS(pp_grid_dims_parse("", &dims, &err), &err, PP_EINVAL, "group=''");
+    PP_CHECK_FAILS(pp_grid_dims_parse("tp-xx", &dims, &err), &err, PP_EINVAL, "group='tp-xx': 'xx' is not a dimension");
+    PP_CHECK_STR(pp_dim_name(PP_DIM_CP), "cp");
+    PP_CHECK_STR(pp_dim_name((pp_dim)9), "?");
+}
+
+const pp_test_case pp_suite_grid[] = {
+    PP_TEST(grid_megatron_16_gpus_tp2_pp4_gives_its_documented_groups),
+    PP_TEST(grid_default_order_puts_tp_fastest_and_pp_slowest),
+    PP_TEST(grid_dp_cp_group_holds_the_ranks_that_average_gradients),
+    PP_TEST(grid_custom_order_changes_the_layout),
+    PP_TEST(grid_every_rank_is_in_one_group_of_each_mask_at_its_index),
+    PP_TEST(grid_shift_walks_the_pipeline_and_wraps),
+    PP_TEST(grid_rank_of_out_of_range_coordinates_is_minus_one),
+    PP_TEST(grid_one_rank_is_a_valid_grid),
+    PP_TEST(grid_sizes_that_do_not_multiply_to_world_are_rejected),
+    PP_TEST(grid_zero_and_negative_sizes_are_rejected_or_defaulted),
+    PP_TEST(grid_bad_orders_name_the_problem),
+    PP_TEST(grid_bad_queries_are_rejected),
+    PP_TEST(grid_dims_text_round_trips),
+    {0}
+};
