@@ -41,6 +41,8 @@ static pp_action pp__action(int op, int stage, int mb)
     return a;
 }
 
+static pp_status pp__lower(pp_schedule *s, unsigned char *stuck_on_backward, pp_error *err);
+
 /* --- create / append / free -------------------------------------------------------------- */
 
 pp_status pp_schedule_create(int pp, int vpp, int mb, pp_placement placement, pp_schedule **out,
@@ -219,7 +221,7 @@ static pp_status pp__build_1f1b(pp_schedule *s, pp_error *err)
  *     warmup = 2*(pp-r-1) + (vpp-1)*G         forwards (vpp > 1; 1F1B's pp-r-1 when vpp = 1)
  * capped at mb*vpp, then alternates F and B, then drains. With G = mb / max(1, mb / pp) this is
  * exactly PyTorch's ScheduleInterleaved1F1B order. */
-static pp_status pp__build_interleaved(pp_schedule *s, pp_error *err)
+static pp_status pp__build_interleaved(pp_schedule *s, const int *extra_warmup, pp_error *err)
 {
     pp_status st;
     int total = s->mb * s->vpp, G = s->group, r, k, n = 0, lo;
@@ -240,6 +242,7 @@ static pp_status pp__build_interleaved(pp_schedule *s, pp_error *err)
     for (r = 0; r < s->pp && st == PP_OK; r++) {
         int warmup = s->vpp > 1 ? 2 * (s->pp - r - 1) + (s->vpp - 1) * G : s->pp - r - 1;
         int f = 0, b = 0;
+        if (extra_warmup) warmup += extra_warmup[r];
         if (warmup > total) warmup = total;
 #define PP__F_K(k_) pp__action(PP_OP_F, pp_rank_chunk_stage(s, r, table_chunk[k_]), table_mb[k_])
 #define PP__B_K(k_) pp__action(PP_OP_B, pp_rank_chunk_stage(s, r, s->vpp - 1 - table_chunk[k_]), table_mb[k_])
@@ -273,6 +276,43 @@ static pp_status pp__build_looped_bfs(pp_schedule *s, pp_error *err)
     return pp__ok(err);
 }
 #undef PP__EMIT
+
+/* Megatron's table with a last, smaller group (mb not a multiple of the group size) and vpp >= 3
+ * can deadlock: e.g. pp=4, vpp=3, mb=5: rank 0's F(mb 4, chunk 2) waits for rank 3's F(4, chunk
+ * 1), which rank 3 runs only after B(0, chunk 1), which waits for rank 0's B(0, chunk 2), which
+ * rank 0 runs after that F. Where the exact order deadlocks, every rank found waiting on a
+ * backward takes one more warmup forward, until the order runs (this always ends: all-forward
+ * warmup is GPipe-like and deadlock-free). Where Megatron's order runs, it is kept exactly. */
+static pp_status pp__build_interleaved_deadlock_free(pp_schedule *s, pp_error *err)
+{
+    int *extra = NULL, r, attempt, total = s->mb * s->vpp;
+    unsigned char *stuck = NULL;
+    pp_status st;
+    if (s->mb % s->group == 0 || s->vpp == 1 || s->pp == 1) return pp__build_interleaved(s, NULL, err);
+    extra = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    stuck = (unsigned char *)pp__calloc((size_t)s->pp, 1);
+    if (!extra || !stuck) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+    for (attempt = 0;; attempt++) {
+        pp_schedule *c = NULL;
+        int changed = 0;
+        for (r = 0; r < s->pp; r++) s->length[r] = 0;
+        st = pp__build_interleaved(s, extra, err);
+        if (st != PP_OK) goto done;
+        st = pp_schedule_copy(s, &c, err);
+        if (st != PP_OK) goto done;
+        memset(stuck, 0, (size_t)s->pp);
+        st = pp__lower(c, stuck, err);
+        pp_schedule_free(c);
+        if (st != PP_EDEADLOCK) goto done;
+        for (r = 0; r < s->pp; r++)
+            if (stuck[r] && extra[r] < total) { extra[r]++; changed = 1; }
+        if (!changed) goto done;   /* keeps the deadlock message */
+    }
+done:
+    PIPEPAR_FREE(extra);
+    PIPEPAR_FREE(stuck);
+    return st == PP_OK ? pp__ok(err) : st;
+}
 
 /* The zero-bubble family lives in its own section (>>zerobubble). */
 static pp_status pp__build_zero_bubble(const pp_schedule_config *cfg, pp_schedule *s, pp_error *err);
@@ -326,7 +366,7 @@ pp_status pp_schedule_build(const pp_schedule_config *cfg, pp_schedule **out, pp
     switch (c.kind) {
     case PP_GPIPE: st = pp__build_gpipe(s, err); break;
     case PP_1F1B: st = pp__build_1f1b(s, err); break;
-    case PP_INTERLEAVED_1F1B: st = pp__build_interleaved(s, err); break;
+    case PP_INTERLEAVED_1F1B: st = pp__build_interleaved_deadlock_free(s, err); break;
     case PP_LOOPED_BFS: st = pp__build_looped_bfs(s, err); break;
     default: st = pp__build_zero_bubble(&c, s, err); break;
     }
@@ -456,13 +496,13 @@ static pp_status pp__check_structure(const pp_schedule *s, pp_error *err)
         for (i = 0; i < s->length[r]; i++) {
             pp_action a = s->actions[r][i];
             int half;
-            pp_action_format(a, txt, sizeof txt);
             if (a.op < 0 || a.op >= PP_OP_COUNT) {
                 st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: unknown op %d", r, i, (int)a.op);
                 break;
             }
             if (a.stage < 0 || a.stage >= s->num_stages || a.mb < 0 || a.mb >= s->mb ||
                 (a.op == PP_OP_FB && (a.stage2 < 0 || a.stage2 >= s->num_stages || a.mb2 < 0 || a.mb2 >= s->mb))) {
+                pp_action_format(a, txt, sizeof txt);
                 st = pp__fail(err, PP_EINVALID_SCHEDULE,
                               "rank %d position %d: %s is out of range (stages 0..%d, microbatches 0..%d)",
                               r, i, txt, s->num_stages - 1, s->mb - 1);
@@ -474,12 +514,14 @@ static pp_status pp__check_structure(const pp_schedule *s, pp_error *err)
                 int stg = half ? a.stage2 : a.stage, m = half ? a.mb2 : a.mb;
                 unsigned char *cnt = op == PP_OP_F ? nf : op == PP_OP_B ? nb : op == PP_OP_I ? ni : nw;
                 if (pp_stage_rank(s, stg) != r) {
+                    pp_action_format(a, txt, sizeof txt);
                     st = pp__fail(err, PP_EINVALID_SCHEDULE,
                                   "rank %d position %d: %s computes stage %d, which lives on rank %d", r, i, txt,
                                   stg, pp_stage_rank(s, stg));
                     break;
                 }
                 if (cnt[PP__SM(s, stg, m)]++) {
+                    pp_action_format(a, txt, sizeof txt);
                     st = pp__fail(err, PP_EINVALID_SCHEDULE,
                                   "rank %d position %d: %s is the second %s of stage %d microbatch %d (each runs once)",
                                   r, i, txt, pp_op_name((pp_op)op), stg, m);
@@ -598,6 +640,13 @@ void pp_schedule_strip_comm(pp_schedule *s)
  * idea.) A round in which no rank can move means the compute order itself is circular. */
 pp_status pp_schedule_lower(pp_schedule *s, pp_error *err)
 {
+    return pp__lower(s, NULL, err);
+}
+
+/* stuck_on_backward (optional, [pp]): on PP_EDEADLOCK, 1 for each rank whose next action is a
+ * backward waiting for a gradient (the interleaved generator gives those ranks more warmup). */
+static pp_status pp__lower(pp_schedule *s, unsigned char *stuck_on_backward, pp_error *err)
+{
     pp_status st;
     int *pos = NULL, *ran = NULL, *newlen = NULL, *newcap = NULL;
     int r, total = 0, doneall = 0, round;
@@ -671,10 +720,12 @@ pp_status pp_schedule_lower(pp_schedule *s, pp_error *err)
             /* Name the stuck ranks and what each waits for. */
             pp__text t = { NULL, 0, 0, 0 };
             int shown = 0;
-            for (r = 0; r < s->pp && shown < 4; r++) {
+            for (r = 0; r < s->pp; r++) {
                 pp_action a;
                 if (pos[r] >= s->length[r]) continue;
                 a = s->actions[r][pos[r]];
+                if (stuck_on_backward) stuck_on_backward[r] = a.op == PP_OP_B || a.op == PP_OP_I;
+                if (shown >= 4) continue;
                 pp_action_format(a, txt, sizeof txt);
                 pp__text_printf(&t, "%srank %d position %d (%s)", shown ? ", " : "", r, pos[r], txt);
                 shown++;
@@ -774,19 +825,21 @@ static pp_status pp__validate_lowered(const pp_schedule *s, pp_error *err)
             pp_action a = s->actions[r][i];
             int peer_stage, is_send = a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B;
             if (!pp__is_comm(a.op)) continue;
-            pp_action_format(a, txt, sizeof txt);
             if (pp_stage_rank(s, a.stage) != r) {
+                pp_action_format(a, txt, sizeof txt);
                 st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s belongs to stage %d, which lives on rank %d",
                               r, i, txt, (int)a.stage, pp_stage_rank(s, a.stage));
                 break;
             }
             peer_stage = (a.op == PP_OP_SEND_F || a.op == PP_OP_RECV_B) ? a.stage + 1 : a.stage - 1;
             if (peer_stage < 0 || peer_stage >= s->num_stages) {
+                pp_action_format(a, txt, sizeof txt);
                 st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s: stage %d has no %s stage to talk to",
                               r, i, txt, (int)a.stage, peer_stage < 0 ? "previous" : "next");
                 break;
             }
             if (pp_stage_rank(s, peer_stage) == r) {
+                pp_action_format(a, txt, sizeof txt);
                 st = pp__fail(err, PP_EINVALID_SCHEDULE,
                               "rank %d position %d: %s: stages %d and %d share rank %d, the tensor passes in place "
                               "(no communication)", r, i, txt, (int)a.stage, peer_stage, r);
@@ -794,6 +847,7 @@ static pp_status pp__validate_lowered(const pp_schedule *s, pp_error *err)
             }
             k = pp__comm_key(s, a);
             if ((is_send ? send_rank : recv_rank)[k] >= 0) {
+                pp_action_format(a, txt, sizeof txt);
                 st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s appears twice (first at rank %d position %d)",
                               r, i, txt, (is_send ? send_rank : recv_rank)[k], (is_send ? send_pos : recv_pos)[k]);
                 break;

@@ -1,0 +1,212 @@
+
+/* ============================================================================================
+ * >>simulate (implementation)
+ * ============================================================================================ */
+
+void pp_sim_result_free(pp_sim_result *r)
+{
+    int k;
+    if (!r) return;
+    if (r->start) for (k = 0; k < r->pp; k++) PIPEPAR_FREE(r->start[k]);
+    if (r->end) for (k = 0; k < r->pp; k++) PIPEPAR_FREE(r->end[k]);
+    PIPEPAR_FREE(r->start); PIPEPAR_FREE(r->end);
+    PIPEPAR_FREE(r->busy); PIPEPAR_FREE(r->bubble); PIPEPAR_FREE(r->peak_live);
+    PIPEPAR_FREE(r->peak_memory); PIPEPAR_FREE(r->length);
+    PIPEPAR_FREE(r);
+}
+
+/* Cost of one compute half on a stage. Scalar costs are for a rank's whole share of the model,
+ * so a chunk of a vpp-chunk rank costs 1/vpp of them; per-stage arrays are taken as they are. */
+static double pp__half_cost(const pp_schedule *s, const pp_sim_costs *c, int op, int stage)
+{
+    double f = c->f > 0 ? c->f : 1.0, b = c->b > 0 ? c->b : 2.0 * f, i = c->i, w = c->w;
+    double v = (double)s->vpp;
+    if (i <= 0 && w <= 0) { i = b / 2; w = b / 2; }
+    switch (op) {
+    case PP_OP_F: return c->f_stage ? c->f_stage[stage] : f / v;
+    case PP_OP_B: return c->b_stage ? c->b_stage[stage] : b / v;
+    case PP_OP_I: return c->i_stage ? c->i_stage[stage] : i / v;
+    default:      return c->w_stage ? c->w_stage[stage] : w / v;
+    }
+}
+
+pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_sim_result **out, pp_error *err)
+{
+    pp_sim_costs zero;
+    const pp_schedule *s = sched;
+    pp_schedule *lowered = NULL;
+    pp_sim_result *res = NULL;
+    pp_status st;
+    size_t plane, nkeys, k;
+    double *post_send = NULL, *post_recv = NULL, *arr_f = NULL, *arr_b = NULL, *t = NULL;
+    int *send_r = NULL, *send_p = NULL, *recv_r = NULL, *recv_p = NULL, *pc = NULL;
+    unsigned char *arrived_f = NULL, *arrived_b = NULL;
+    pp__progress prog = { NULL, NULL, NULL };
+    int r, i, finished = 0, has_comm = 0;
+    double t0 = DBL_MAX, t1 = 0;
+
+    if (!sched || !out) return pp__fail(err, PP_EINVAL, "schedule and out: must not be NULL");
+    *out = NULL;
+    if (!costs) { memset(&zero, 0, sizeof zero); costs = &zero; }
+    if (costs->f < 0 || costs->b < 0 || costs->i < 0 || costs->w < 0 || costs->p2p_latency < 0 ||
+        costs->p2p_seconds_per_byte < 0 || costs->activation_bytes < 0)
+        return pp__fail(err, PP_EINVAL, "costs: every cost must be >= 0 (f=%g b=%g i=%g w=%g p2p=%g)",
+                        costs->f, costs->b, costs->i, costs->w, costs->p2p_latency);
+    st = pp__check_structure(sched, err);
+    if (st != PP_OK) return st;
+    for (r = 0; r < sched->pp && !has_comm; r++)
+        for (i = 0; i < sched->length[r]; i++)
+            if (pp__is_comm(sched->actions[r][i].op)) { has_comm = 1; break; }
+    if (!has_comm && sched->pp > 1) {
+        st = pp_schedule_copy(sched, &lowered, err);
+        if (st == PP_OK) st = pp_schedule_lower(lowered, err);
+        if (st != PP_OK) { pp_schedule_free(lowered); return st; }
+        s = lowered;
+    }
+    plane = (size_t)s->num_stages * (size_t)s->mb;
+    nkeys = 2 * plane;
+    res = (pp_sim_result *)pp__calloc(1, sizeof *res);
+    if (!res) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+    res->pp = s->pp; res->vpp = s->vpp;
+    res->busy = (double *)pp__calloc((size_t)s->pp, sizeof(double));
+    res->bubble = (double *)pp__calloc((size_t)s->pp, sizeof(double));
+    res->peak_live = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    res->peak_memory = (double *)pp__calloc((size_t)s->pp, sizeof(double));
+    res->length = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    res->start = (double **)pp__calloc((size_t)s->pp, sizeof(double *));
+    res->end = (double **)pp__calloc((size_t)s->pp, sizeof(double *));
+    post_send = (double *)PIPEPAR_MALLOC(nkeys * sizeof(double));
+    post_recv = (double *)PIPEPAR_MALLOC(nkeys * sizeof(double));
+    send_r = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
+    send_p = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
+    recv_r = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
+    recv_p = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
+    arr_f = (double *)pp__calloc(plane, sizeof(double));
+    arr_b = (double *)pp__calloc(plane, sizeof(double));
+    arrived_f = (unsigned char *)pp__calloc(plane, 1);
+    arrived_b = (unsigned char *)pp__calloc(plane, 1);
+    t = (double *)pp__calloc((size_t)s->pp, sizeof(double));
+    pc = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    if (!res->busy || !res->bubble || !res->peak_live || !res->peak_memory || !res->length || !res->start ||
+        !res->end || !post_send || !post_recv || !send_r || !send_p || !recv_r || !recv_p || !arr_f || !arr_b ||
+        !arrived_f || !arrived_b || !t || !pc || !pp__progress_init(&prog, s)) {
+        st = pp__fail(err, PP_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (r = 0; r < s->pp; r++) {
+        size_t n = s->length[r] > 0 ? (size_t)s->length[r] : 1;
+        res->length[r] = s->length[r];
+        res->start[r] = (double *)pp__calloc(n, sizeof(double));
+        res->end[r] = (double *)pp__calloc(n, sizeof(double));
+        if (!res->start[r] || !res->end[r]) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+        if (s->length[r] == 0) finished++;
+    }
+    for (k = 0; k < nkeys; k++) { post_send[k] = post_recv[k] = -1; send_r[k] = recv_r[k] = -1; }
+
+    while (finished < s->pp) {
+        int progress = 0;
+        for (r = 0; r < s->pp; r++) {
+            if (pc[r] >= s->length[r]) continue;
+            while (pc[r] < s->length[r]) {
+                pp_action a = s->actions[r][pc[r]];
+                if (pp__is_comm(a.op)) {
+                    /* posting never blocks; the transfer runs once both sides have posted */
+                    int is_send = a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B;
+                    k = pp__comm_key(s, a);
+                    if (is_send) { post_send[k] = t[r]; send_r[k] = r; send_p[k] = pc[r]; }
+                    else { post_recv[k] = t[r]; recv_r[k] = r; recv_p[k] = pc[r]; }
+                    if (post_send[k] >= 0 && post_recv[k] >= 0) {
+                        double start = post_send[k] > post_recv[k] ? post_send[k] : post_recv[k];
+                        double end = start + costs->p2p_latency + costs->p2p_seconds_per_byte * costs->activation_bytes;
+                        pp_action rv = s->actions[recv_r[k]][recv_p[k]];
+                        size_t ck = PP__SM(s, rv.stage, rv.mb);
+                        res->start[send_r[k]][send_p[k]] = res->start[recv_r[k]][recv_p[k]] = start;
+                        res->end[send_r[k]][send_p[k]] = res->end[recv_r[k]][recv_p[k]] = end;
+                        if (rv.op == PP_OP_RECV_F) { arr_f[ck] = end; arrived_f[ck] = 1; }
+                        else { arr_b[ck] = end; arrived_b[ck] = 1; }
+                    }
+                    pc[r]++;
+                    progress = 1;
+                    continue;
+                }
+                {
+                    int ops[2], stg[2], mbs[2], h, nh = pp__halves(a, ops, stg, mbs), ready = 1;
+                    double start = t[r], dur = 0;
+                    char txt[64];
+                    for (h = 0; h < nh && ready == 1; h++) {
+                        const char *why = "";
+                        int from;
+                        ready = pp__half_ready(s, &prog, arrived_f, arrived_b, ops[h], stg[h], mbs[h], &why);
+                        if (ready < 0) {
+                            pp_action_format(a, txt, sizeof txt);
+                            st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s %s", r, pc[r], txt, why);
+                            goto done;
+                        }
+                        if (ready == 1 && pp__cross_input(s, ops[h], stg[h], &from)) {
+                            double at = ops[h] == PP_OP_F ? arr_f[PP__SM(s, stg[h], mbs[h])]
+                                                          : arr_b[PP__SM(s, stg[h], mbs[h])];
+                            if (at > start) start = at;
+                        }
+                    }
+                    if (!ready) break;
+                    for (h = 0; h < nh; h++) {
+                        dur += pp__half_cost(s, costs, ops[h], stg[h]);
+                        pp__mark_done(s, &prog, ops[h], stg[h], mbs[h]);
+                    }
+                    res->start[r][pc[r]] = start;
+                    res->end[r][pc[r]] = start + dur;
+                    res->busy[r] += dur;
+                    t[r] = start + dur;
+                    if (start < t0) t0 = start;
+                    if (start + dur > t1) t1 = start + dur;
+                    pc[r]++;
+                    progress = 1;
+                }
+            }
+            if (pc[r] >= s->length[r]) finished++;
+        }
+        if (!progress && finished < s->pp) {
+            st = pp__fail(err, PP_EDEADLOCK, "simulation cannot finish: the schedule waits for tensors that are "
+                          "never sent (run pp_schedule_validate for the exact place)");
+            goto done;
+        }
+    }
+    if (t0 == DBL_MAX) t0 = 0;
+    res->makespan = t1 - t0;
+
+    /* peak live activations: an F's activations live from its start until its B (or W) ends.
+     * Compute is sequential per rank, so in program order these instants never go back in time
+     * (start <= end <= next start): one walk, no sort; a release at the same instant as the
+     * next allocation comes first, as it should. */
+    for (r = 0; r < s->pp; r++) {
+        int live = 0, peak = 0;
+        for (i = 0; i < s->length[r]; i++) {
+            pp_action a = s->actions[r][i];
+            int ops[2], stg[2], mbs[2], h, nh;
+            if (pp__is_comm(a.op)) continue;
+            nh = pp__halves(a, ops, stg, mbs);
+            for (h = 0; h < nh; h++) {
+                if (ops[h] == PP_OP_F) { if (++live > peak) peak = live; }
+                else if (ops[h] == PP_OP_B || ops[h] == PP_OP_W) live--;
+            }
+        }
+        res->peak_live[r] = peak;
+        res->peak_memory[r] = (double)peak / (double)s->vpp;
+    }
+    res->bubble_mean = 0;
+    for (r = 0; r < s->pp; r++) {
+        res->bubble[r] = res->makespan > 0 ? 1.0 - res->busy[r] / res->makespan : 0.0;
+        res->bubble_mean += res->bubble[r] / s->pp;
+    }
+    *out = res;
+    res = NULL;
+    st = pp__ok(err);
+done:
+    pp_sim_result_free(res);
+    pp_schedule_free(lowered);
+    PIPEPAR_FREE(post_send); PIPEPAR_FREE(post_recv); PIPEPAR_FREE(send_r); PIPEPAR_FREE(send_p);
+    PIPEPAR_FREE(recv_r); PIPEPAR_FREE(recv_p); PIPEPAR_FREE(arr_f); PIPEPAR_FREE(arr_b);
+    PIPEPAR_FREE(arrived_f); PIPEPAR_FREE(arrived_b); PIPEPAR_FREE(t); PIPEPAR_FREE(pc);
+    pp__progress_free(&prog);
+    return st;
+}

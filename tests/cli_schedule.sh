@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# CLI checks of `pipepar schedule` and `pipepar simulate`: output forms and the one-line errors.
+cd "$(dirname "$0")/.."
+P=build/pipepar
+pass=0; fail=0
+ok()   { pass=$((pass + 1)); }
+bad()  { fail=$((fail + 1)); echo "FAIL $*"; }
+# expect_error CODE SUBSTRING ARGS...: exits CODE, one stderr line containing SUBSTRING
+expect_error() {
+    local code=$1 want=$2; shift 2
+    local err; err=$($P "$@" 2>&1 >/dev/null); local rc=$?
+    if [ $rc -ne "$code" ]; then bad "pipepar $*: exit $rc, expected $code ($err)"; return; fi
+    if [ "$(printf '%s\n' "$err" | wc -l)" -ne 1 ]; then bad "pipepar $*: expected one line, got: $err"; return; fi
+    case "$err" in *"$want"*) ok ;; *) bad "pipepar $*: '$err' lacks '$want'";; esac
+}
+
+# --format torch: exactly one line per rank, "rankR: " then the compute actions
+out=$($P schedule --kind interleaved --pp 4 --vpp 2 --mb 8 --format torch)
+[ "$(echo "$out" | wc -l)" -eq 4 ] && ok || bad "torch: expected 4 lines"
+echo "$out" | head -1 | grep -q '^rank0: 0F0 0F1 0F2 0F3 4F0 4F1 4F2 4F3 0F4' && ok || bad "torch rank0 line: $(echo "$out" | head -1)"
+echo "$out" | grep -q '_\|SEND\|RECV' && bad "torch output shows idle or communication" || ok
+
+# csv round trip through --from-csv gives the same torch order
+$P schedule --kind 1f1b --pp 3 --mb 5 --format csv > /tmp/pp_cli_$$.csv && ok || bad "csv"
+a=$($P schedule --kind 1f1b --pp 3 --mb 5 --format torch); b=$($P schedule --from-csv /tmp/pp_cli_$$.csv --format torch)
+[ "$a" = "$b" ] && ok || bad "csv round trip: '$a' vs '$b'"
+$P simulate --from-csv /tmp/pp_cli_$$.csv --json | grep -q '"makespan": 21' && ok || bad "simulate --from-csv makespan"
+rm -f /tmp/pp_cli_$$.csv
+
+# svg and json are well-formed enough for a browser / a parser
+$P schedule --kind gpipe --pp 2 --mb 3 --format svg | tail -1 | grep -q '</svg>' && ok || bad "svg"
+$P schedule --kind gpipe --pp 2 --mb 3 --format json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["pp"]==2 and len(d["ranks"])==2' && ok || bad "json"
+$P simulate --kind 1f1b --pp 4 --mb 8 --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert abs(d["bubble_mean"]-3/11)<1e-9' && ok || bad "simulate bubble"
+$P schedule --kind interleaved --pp 4 --vpp 2 --mb 8 | grep -q 'valid' && ok || bad "text says valid"
+
+# bad flags: non-zero exit and a one-line reason naming the flag
+expect_error 2 "--pp=0: must be between 1" schedule --kind 1f1b --pp 0 --mb 4
+expect_error 2 "--mb=0: must be between 1" schedule --kind 1f1b --pp 2 --mb 0
+expect_error 2 "--vpp=0: must be between 1" schedule --kind interleaved --pp 2 --vpp 0 --mb 4
+expect_error 2 "kind 'zigzag': unknown" schedule --kind zigzag --pp 2 --mb 4
+expect_error 2 "--pp: expected an integer, got 'four'" schedule --kind 1f1b --pp four --mb 4
+expect_error 2 "--kind: required" schedule --pp 2 --mb 4
+expect_error 2 "unknown flag '--bogus'" schedule --kind 1f1b --pp 2 --mb 4 --bogus 1
+expect_error 2 "--format 'png'" schedule --kind 1f1b --pp 2 --mb 4 --format png
+expect_error 1 "vpp=2: gpipe runs one chunk per rank" schedule --kind gpipe --pp 2 --vpp 2 --mb 4
+expect_error 1 "group=2: only interleaved" schedule --kind 1f1b --pp 2 --mb 4 --group 2
+expect_error 2 "cannot open 'nope.csv'" schedule --from-csv nope.csv
+expect_error 2 "--f=-1: must be at least" simulate --kind 1f1b --pp 2 --mb 4 --f -1
+expect_error 2 "unknown command 'shedule'" shedule
+$P schedule --help >/dev/null && ok || bad "--help exits 0"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

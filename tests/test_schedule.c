@@ -1,0 +1,686 @@
+/* test_schedule.c — the schedule IR, generators, lowering, validator, simulator and text forms.
+ *
+ * Reference data: tests/data/torch_orders_subset.txt holds per-rank compute orders read from
+ * PyTorch 2.11's own ScheduleInterleaved1F1B and ScheduleLoopedBFS (see shared/reference). */
+#include <stdlib.h>
+#include "pp_test.h"
+
+static pp_schedule *build(pp_schedule_kind kind, int pp, int vpp, int mb, int group)
+{
+    pp_schedule_config cfg;
+    pp_schedule *s = NULL;
+    pp_error err;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.kind = kind; cfg.pp = pp; cfg.vpp = vpp; cfg.mb = mb; cfg.group = group;
+    if (pp_schedule_build(&cfg, &s, &err) != PP_OK) {
+        pp_test_fail(__FILE__, __LINE__, "build %s pp=%d vpp=%d mb=%d: %s", pp_schedule_kind_name(kind), pp, vpp,
+                     mb, err.message);
+        return NULL;
+    }
+    return s;
+}
+
+/* The compute order of one rank as text, PyTorch's spelling, space separated. */
+static void compute_order(const pp_schedule *s, int rank, char *buf, size_t size)
+{
+    size_t len = 0;
+    int i;
+    buf[0] = '\0';
+    for (i = 0; i < s->length[rank]; i++) {
+        char a[64];
+        pp_action act = s->actions[rank][i];
+        if (act.op >= PP_OP_SEND_F) continue;
+        pp_action_format(act, a, sizeof a);
+        len += (size_t)snprintf(buf + len, len < size ? size - len : 0, "%s%s", len ? " " : "", a);
+    }
+}
+
+/* --- placement --------------------------------------------------------------------------- */
+
+static void looped_placement_puts_stage_s_on_rank_s_mod_pp(void)
+{
+    pp_schedule *s = build(PP_INTERLEAVED_1F1B, 4, 3, 4, 0);
+    int st;
+    if (!s) return;
+    for (st = 0; st < 12; st++) {
+        PP_CHECK_INT(pp_stage_rank(s, st), st % 4);
+        PP_CHECK_INT(pp_stage_chunk(s, st), st / 4);
+        PP_CHECK_INT(pp_rank_chunk_stage(s, st % 4, st / 4), st);
+    }
+    PP_CHECK_INT(pp_stage_rank(s, 12), -1);
+    pp_schedule_free(s);
+}
+
+static void v_placement_puts_stages_r_and_2pp_minus_1_minus_r_on_rank_r(void)
+{
+    pp_schedule *s = NULL;
+    pp_error err;
+    int r;
+    PP_CHECK_OK(pp_schedule_create(4, 2, 4, PP_PLACEMENT_V, &s, &err), &err);
+    if (!s) return;
+    for (r = 0; r < 4; r++) {
+        PP_CHECK_INT(pp_stage_rank(s, r), r);
+        PP_CHECK_INT(pp_stage_rank(s, 7 - r), r);
+        PP_CHECK_INT(pp_rank_chunk_stage(s, r, 0), r);
+        PP_CHECK_INT(pp_rank_chunk_stage(s, r, 1), 7 - r);
+    }
+    pp_schedule_free(s);
+    PP_CHECK_FAILS(pp_schedule_create(4, 3, 4, PP_PLACEMENT_V, &s, &err), &err, PP_EINVAL, "exactly 2 chunks");
+}
+
+/* --- generators: hand-worked orders ----------------------------------------------------- */
+
+static void gpipe_runs_all_forwards_then_all_backwards(void)
+{
+    pp_schedule *s = build(PP_GPIPE, 2, 1, 3, 0);
+    char buf[512];
+    if (!s) return;
+    compute_order(s, 1, buf, sizeof buf);
+    PP_CHECK_STR(buf, "1F0 1F1 1F2 1B0 1B1 1B2");
+    pp_schedule_free(s);
+}
+
+static void one_f_one_b_warmup_is_pp_minus_rank_minus_1(void)
+{
+    /* pp=4, mb=6: rank 0 warms up with 3 forwards, rank 3 with none. */
+    pp_schedule *s = build(PP_1F1B, 4, 1, 6, 0);
+    char buf[512];
+    if (!s) return;
+    compute_order(s, 0, buf, sizeof buf);
+    PP_CHECK_STR(buf, "0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0B3 0B4 0B5");
+    compute_order(s, 3, buf, sizeof buf);
+    PP_CHECK_STR(buf, "3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5");
+    pp_schedule_free(s);
+    /* fewer microbatches than the warmup: all forwards first */
+    s = build(PP_1F1B, 4, 1, 2, 0);
+    if (!s) return;
+    compute_order(s, 0, buf, sizeof buf);
+    PP_CHECK_STR(buf, "0F0 0F1 0B0 0B1");
+    pp_schedule_free(s);
+}
+
+static void interleaved_follows_megatron_group_table_and_warmup(void)
+{
+    /* Megatron, pp=2, vpp=2, mb=4, group 2: table (mb,chunk) = (0,0)(1,0)(0,1)(1,1)(2,0)(3,0)(2,1)(3,1);
+     * rank 1 warmup = 2*(2-1-1) + (2-1)*2 = 2; backward k runs table[k] with the chunk mirrored. */
+    pp_schedule *s = build(PP_INTERLEAVED_1F1B, 2, 2, 4, 0);
+    char buf[512];
+    if (!s) return;
+    compute_order(s, 1, buf, sizeof buf);
+    PP_CHECK_STR(buf, "1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 3F3 3B3 1B2 1B3");
+    compute_order(s, 0, buf, sizeof buf);
+    /* rank 0 warmup = 2*1 + 2 = 4 */
+    PP_CHECK_STR(buf, "0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 0B1 2B2 2B3 0B2 0B3");
+    pp_schedule_free(s);
+}
+
+static void interleaved_with_one_chunk_is_1f1b(void)
+{
+    pp_schedule *a = build(PP_INTERLEAVED_1F1B, 4, 1, 7, 0), *b = build(PP_1F1B, 4, 1, 7, 0);
+    char x[1024], y[1024];
+    int r;
+    if (a && b)
+        for (r = 0; r < 4; r++) {
+            compute_order(a, r, x, sizeof x);
+            compute_order(b, r, y, sizeof y);
+            PP_CHECK_STR(x, y);
+        }
+    pp_schedule_free(a);
+    pp_schedule_free(b);
+}
+
+static void interleaved_last_partial_group_that_would_deadlock_gets_extra_warmup(void)
+{
+    /* pp=4, vpp=3, mb=5 (group 4, last group 1): Megatron's exact order deadlocks (see the
+     * comment at pp__build_interleaved_deadlock_free). Ours must be valid, and differ from the
+     * exact table order only in where forwards sit (same multiset, same F order, same B order). */
+    pp_schedule *s = build(PP_INTERLEAVED_1F1B, 4, 3, 5, 0);
+    pp_error err;
+    if (!s) return;
+    PP_CHECK_OK(pp_schedule_validate(s, &err), &err);
+    pp_schedule_free(s);
+    /* vpp=2 with a partial group keeps Megatron's order (it runs as is): rank 3, pp=4, mb=5 */
+    s = build(PP_INTERLEAVED_1F1B, 4, 2, 5, 0);
+    if (s) {
+        char buf[512];
+        compute_order(s, 3, buf, sizeof buf);
+        /* table: (0..3,c0),(0..3,c1),(4,c0),(4,c1); warmup rank 3 = 0 + 4 */
+        PP_CHECK_STR(buf, "3F0 3F1 3F2 3F3 7F0 7B0 7F1 7B1 7F2 7B2 7F3 7B3 3F4 3B0 7F4 3B1 3B2 3B3 7B4 3B4");
+        PP_CHECK_OK(pp_schedule_validate(s, &err), &err);
+        pp_schedule_free(s);
+    }
+}
+
+/* --- generators: PyTorch reference orders ------------------------------------------------- */
+
+static void orders_equal_pytorch_reference(void)
+{
+    char path[4200], line[65536], want[65536], got[65536];
+    FILE *f;
+    int blocks = 0, compared = 0;
+    snprintf(path, sizeof path, "%s/torch_orders_subset.txt", pp_test_data_dir());
+    f = fopen(path, "r");
+    PP_CHECK_MSG(f != NULL, "cannot open %s", path);
+    if (!f) return;
+    while (fgets(line, sizeof line, f)) {
+        char name[64];
+        int pp, v, m, r;
+        pp_schedule *s = NULL;
+        if (sscanf(line, "schedule=%63s pp=%d v=%d m=%d", name, &pp, &v, &m) != 4) continue;
+        blocks++;
+        if (!strcmp(name, "Interleaved1F1B")) {
+            int rounds = m / pp > 1 ? m / pp : 1;
+            s = build(PP_INTERLEAVED_1F1B, pp, v, m, m / rounds);
+        } else if (!strcmp(name, "LoopedBFS")) {
+            s = build(PP_LOOPED_BFS, pp, v, m, 0);
+        } else {
+            PP_CHECK_MSG(0, "unknown schedule '%s' in reference", name);
+        }
+        for (r = 0; r < pp; r++) {
+            char *p, *q;
+            if (!fgets(line, sizeof line, f)) break;
+            /* drop "rankR:" and every idle "_" */
+            want[0] = '\0';
+            p = strchr(line, ':');
+            for (p = p ? p + 1 : line; (q = strtok(p, " \n")) != NULL; p = NULL) {
+                if (!strcmp(q, "_")) continue;
+                if (want[0]) strcat(want, " ");
+                strcat(want, q);
+            }
+            if (s) {
+                compute_order(s, r, got, sizeof got);
+                PP_CHECK_MSG(!strcmp(got, want), "%s pp=%d v=%d m=%d rank %d:\n       got  %s\n       want %s", name,
+                             pp, v, m, r, got, want);
+                compared++;
+            }
+        }
+        pp_schedule_free(s);
+    }
+    fclose(f);
+    PP_CHECK_INT(blocks, 75);
+    PP_CHECK_MSG(compared > 150, "only %d rank orders compared", compared);
+}
+
+/* --- every generator is valid over the whole grid ----------------------------------------- */
+
+static void every_generator_validates_for_pp_1_to_8_vpp_1_to_4_mb_1_to_32(void)
+{
+    static const pp_schedule_kind kinds[] = { PP_GPIPE, PP_1F1B, PP_INTERLEAVED_1F1B, PP_LOOPED_BFS };
+    size_t k;
+    int pp, vpp, mb, built = 0;
+    for (k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (pp = 1; pp <= 8; pp++)
+            for (vpp = 1; vpp <= 4; vpp++)
+                for (mb = 1; mb <= 32; mb++) {
+                    pp_schedule_config cfg;
+                    pp_schedule *s = NULL;
+                    pp_error err;
+                    memset(&cfg, 0, sizeof cfg);
+                    cfg.kind = kinds[k]; cfg.pp = pp; cfg.vpp = vpp; cfg.mb = mb;
+                    if (pp_schedule_build(&cfg, &s, &err) != PP_OK) {
+                        PP_CHECK_MSG(err.status == PP_EUNSUPPORTED && vpp > 1, "%s pp=%d vpp=%d mb=%d rejected: %s",
+                                     pp_schedule_kind_name(kinds[k]), pp, vpp, mb, err.message);
+                        continue;
+                    }
+                    built++;
+                    PP_CHECK_MSG(pp_schedule_lower(s, &err) == PP_OK && pp_schedule_validate(s, &err) == PP_OK,
+                                 "%s pp=%d vpp=%d mb=%d: %s", pp_schedule_kind_name(kinds[k]), pp, vpp, mb, err.message);
+                    pp_schedule_free(s);
+                }
+    PP_CHECK_INT(built, 2 * 8 * 32 + 2 * 8 * 4 * 32);
+}
+
+/* --- the simulator reproduces the textbook bubbles ----------------------------------------- */
+
+static double sim_bubble(pp_schedule_kind kind, int pp, int vpp, int mb, double *makespan)
+{
+    pp_schedule *s = build(kind, pp, vpp, mb, 0);
+    pp_sim_result *r = NULL;
+    pp_sim_costs c;
+    pp_error err;
+    double b = -1;
+    memset(&c, 0, sizeof c);
+    c.f = 1; c.b = 2;
+    if (!s) return -1;
+    PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+    PP_CHECK_OK(pp_simulate(s, &c, &r, &err), &err);
+    if (r) {
+        int k;
+        b = r->bubble[0];
+        for (k = 1; k < pp; k++) PP_CHECK_NEAR(r->bubble[k], b, 1e-12);   /* the same on every rank */
+        if (makespan) *makespan = r->makespan;
+    }
+    pp_sim_result_free(r);
+    pp_schedule_free(s);
+    return b;
+}
+
+static void simulated_bubbles_equal_the_textbook_formulas(void)
+{
+    int pp, mb, vpp;
+    double ms = 0;
+    for (pp = 1; pp <= 8; pp++)
+        for (mb = 1; mb <= 24; mb++) {
+            double want = (double)(pp - 1) / (mb + pp - 1);
+            PP_CHECK_NEAR(sim_bubble(PP_1F1B, pp, 1, mb, &ms), want, 1e-12);
+            PP_CHECK_NEAR(ms, 3.0 * (mb + pp - 1), 1e-9);
+            PP_CHECK_NEAR(sim_bubble(PP_GPIPE, pp, 1, mb, NULL), want, 1e-12);
+        }
+    for (pp = 2; pp <= 8; pp *= 2)
+        for (vpp = 2; vpp <= 4; vpp++)
+            for (mb = pp; mb <= 4 * pp; mb += pp)
+                PP_CHECK_NEAR(sim_bubble(PP_INTERLEAVED_1F1B, pp, vpp, mb, NULL),
+                              (double)(pp - 1) / (vpp * mb + pp - 1), 1e-12);
+}
+
+static void peak_live_activations_of_1f1b_are_pp_minus_rank(void)
+{
+    pp_schedule *s = build(PP_1F1B, 4, 1, 8, 0), *g = build(PP_GPIPE, 4, 1, 8, 0);
+    pp_sim_result *r = NULL, *rg = NULL;
+    pp_error err;
+    int k;
+    if (!s || !g) { pp_schedule_free(s); pp_schedule_free(g); return; }
+    PP_CHECK_OK(pp_simulate(s, NULL, &r, &err), &err);
+    PP_CHECK_OK(pp_simulate(g, NULL, &rg, &err), &err);
+    for (k = 0; r && rg && k < 4; k++) {
+        PP_CHECK_INT(r->peak_live[k], 4 - k);
+        PP_CHECK_INT(rg->peak_live[k], 8);       /* GPipe holds every microbatch */
+    }
+    pp_sim_result_free(r); pp_sim_result_free(rg);
+    pp_schedule_free(s); pp_schedule_free(g);
+}
+
+static void communication_cost_delays_the_step_by_the_transfers_on_the_critical_path(void)
+{
+    /* 1F1B pp=2 mb=1 with latency L: F0 (1) + L + F1 (1) + B1 (2) + L + B0 (2) = 6 + 2L */
+    pp_schedule *s = build(PP_1F1B, 2, 1, 1, 0);
+    pp_sim_result *r = NULL;
+    pp_sim_costs c;
+    pp_error err;
+    memset(&c, 0, sizeof c);
+    c.f = 1; c.b = 2; c.p2p_latency = 0.25;
+    if (!s) return;
+    PP_CHECK_OK(pp_simulate(s, &c, &r, &err), &err);
+    if (r) PP_CHECK_NEAR(r->makespan, 6.5, 1e-12);
+    pp_sim_result_free(r);
+    pp_schedule_free(s);
+}
+
+/* --- lowering ---------------------------------------------------------------------------- */
+
+static void lowering_pairs_every_cross_rank_tensor_with_one_send_and_one_receive(void)
+{
+    pp_schedule *s = build(PP_1F1B, 3, 1, 4, 0);
+    pp_error err;
+    int r, i, sends = 0, recvs = 0;
+    if (!s) return;
+    PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+    for (r = 0; r < 3; r++)
+        for (i = 0; i < s->length[r]; i++) {
+            int op = s->actions[r][i].op;
+            if (op == PP_OP_SEND_F || op == PP_OP_SEND_B) sends++;
+            if (op == PP_OP_RECV_F || op == PP_OP_RECV_B) recvs++;
+        }
+    /* 2 boundaries x 4 microbatches x (activation + gradient) */
+    PP_CHECK_INT(sends, 16);
+    PP_CHECK_INT(recvs, 16);
+    /* lowering twice gives the same program */
+    {
+        pp_schedule *c = NULL;
+        PP_CHECK_OK(pp_schedule_copy(s, &c, &err), &err);
+        PP_CHECK_OK(pp_schedule_lower(c, &err), &err);
+        for (r = 0; c && r < 3; r++) {
+            PP_CHECK_INT(c->length[r], s->length[r]);
+            if (c->length[r] == s->length[r])
+                PP_CHECK(memcmp(c->actions[r], s->actions[r], (size_t)s->length[r] * sizeof(pp_action)) == 0);
+        }
+        pp_schedule_free(c);
+    }
+    pp_schedule_free(s);
+}
+
+static void same_rank_neighbours_in_v_placement_pass_without_communication(void)
+{
+    /* pp=2 V: rank 0 holds stages 0 and 3, rank 1 holds 1 and 2: 1 -> 2 stays on rank 1 */
+    pp_schedule *s = NULL;
+    pp_error err;
+    int r, i, m, local = 1;
+    PP_CHECK_OK(pp_schedule_create(2, 2, 2, PP_PLACEMENT_V, &s, &err), &err);
+    if (!s) return;
+    for (m = 0; m < 2; m++) {
+        pp_action a = { PP_OP_F, 0, 0, -1, -1 };
+        a.mb = m;
+        a.stage = 0; pp_schedule_append(s, 0, a, &err);
+        a.stage = 1; pp_schedule_append(s, 1, a, &err);
+        a.stage = 2; pp_schedule_append(s, 1, a, &err);
+        a.stage = 3; pp_schedule_append(s, 0, a, &err);
+        a.op = PP_OP_B;
+        a.stage = 3; pp_schedule_append(s, 0, a, &err);
+        a.stage = 2; pp_schedule_append(s, 1, a, &err);
+        a.stage = 1; pp_schedule_append(s, 1, a, &err);
+        a.stage = 0; pp_schedule_append(s, 0, a, &err);
+    }
+    PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+    PP_CHECK_OK(pp_schedule_validate(s, &err), &err);
+    for (r = 0; r < 2; r++)
+        for (i = 0; i < s->length[r]; i++) {
+            pp_action a = s->actions[r][i];
+            if ((a.op == PP_OP_SEND_F && a.stage == 1) || (a.op == PP_OP_SEND_B && a.stage == 2)) local = 0;
+        }
+    PP_CHECK_MSG(local, "stage 1 -> 2 is on one rank and must not be sent");
+    pp_schedule_free(s);
+}
+
+static void compute_order_that_cannot_run_is_reported_as_deadlock(void)
+{
+    /* rank 1 wants mb 1 before mb 0, rank 0 will only do mb 1 after mb 0's backward */
+    pp_schedule *s = NULL;
+    pp_error err;
+    static const char *rank0[] = { "0F0", "0B0", "0F1", "0B1" };
+    static const char *rank1[] = { "1F1", "1B1", "1F0", "1B0" };
+    int i;
+    PP_CHECK_OK(pp_schedule_create(2, 1, 2, PP_PLACEMENT_LOOPED, &s, &err), &err);
+    if (!s) return;
+    for (i = 0; i < 4; i++) {
+        pp_action a;
+        PP_CHECK_OK(pp_action_parse(rank0[i], &a, &err), &err); pp_schedule_append(s, 0, a, &err);
+        PP_CHECK_OK(pp_action_parse(rank1[i], &a, &err), &err); pp_schedule_append(s, 1, a, &err);
+    }
+    PP_CHECK_FAILS(pp_schedule_validate(s, &err), &err, PP_EDEADLOCK, "rank 0 position 1 (0B0)");
+    PP_CHECK_FAILS(pp_schedule_lower(s, &err), &err, PP_EDEADLOCK, "rank 1 position 0 (1F1)");
+    pp_schedule_free(s);
+}
+
+/* --- the validator rejects broken lowered schedules with a message that names the place ---- */
+
+static pp_status validate_programs(int pp, int mb, const char *const *programs, pp_error *err)
+{
+    pp_schedule *s = NULL;
+    pp_status st;
+    int r;
+    st = pp_schedule_create(pp, 1, mb, PP_PLACEMENT_LOOPED, &s, err);
+    if (st != PP_OK) return st;
+    for (r = 0; r < pp; r++) {
+        char buf[1024], *tok, *p;
+        snprintf(buf, sizeof buf, "%s", programs[r]);
+        for (p = buf; (tok = strtok(p, " ")) != NULL; p = NULL) {
+            pp_action a;
+            if ((st = pp_action_parse(tok, &a, err)) != PP_OK || (st = pp_schedule_append(s, r, a, err)) != PP_OK) {
+                pp_schedule_free(s);
+                return st;
+            }
+        }
+    }
+    st = pp_schedule_validate(s, err);
+    pp_schedule_free(s);
+    return st;
+}
+
+static void validator_accepts_a_hand_lowered_1f1b(void)
+{
+    static const char *const ok[] = { "0F0 0SEND_F0 0RECV_B0 0B0", "1RECV_F0 1F0 1B0 1SEND_B0" };
+    pp_error err;
+    PP_CHECK_OK(validate_programs(2, 1, ok, &err), &err);
+}
+
+static void validator_names_a_missing_receive(void)
+{
+    static const char *const bad[] = { "0F0 0SEND_F0 0RECV_B0 0B0", "1F0 1B0 1SEND_B0" };
+    pp_error err;
+    PP_CHECK_FAILS(validate_programs(2, 1, bad, &err), &err, PP_EINVALID_SCHEDULE,
+                   "rank 0 position 1: 0SEND_F0 has no matching 1RECV_F0 on rank 1");
+}
+
+static void validator_names_a_receive_placed_after_its_use(void)
+{
+    static const char *const bad[] = { "0F0 0SEND_F0 0RECV_B0 0B0", "1F0 1RECV_F0 1B0 1SEND_B0" };
+    pp_error err;
+    PP_CHECK_FAILS(validate_programs(2, 1, bad, &err), &err, PP_EINVALID_SCHEDULE,
+                   "rank 1 position 0: 1F0 needs the output of stage 0 (rank 0), but no RECV_F before it received it");
+}
+
+static void validator_names_a_backward_before_its_forward(void)
+{
+    static const char *const bad[] = { "0B0 0F0" };
+    pp_error err;
+    PP_CHECK_FAILS(validate_programs(1, 1, bad, &err), &err, PP_EINVALID_SCHEDULE, "rank 0 position 0: 0B0 comes before its own F");
+}
+
+static void validator_finds_the_deadlock_of_crossed_sends(void)
+{
+    /* rank 0 sends mb 1's activation in a group of its own, then computes, then receives mb 0's
+     * gradient; rank 1 sends mb 0's gradient in a group of its own (its W0 separates the groups),
+     * then receives mb 1's activation. With sends that wait for their receives, both wait forever. */
+    static const char *const bad[] = {
+        "0F0 0SEND_F0 0F1 0SEND_F1 0F2 0SEND_F2 0RECV_B0 0B0 0RECV_B1 0B1 0RECV_B2 0B2",
+        "1RECV_F0 1F0 1I0 1SEND_B0 1W0 1RECV_F1 1F1 1B1 1SEND_B1 1RECV_F2 1F2 1B2 1SEND_B2" };
+    /* the same programs with rank 1's receive moved into the group of its send: no deadlock */
+    static const char *const good[] = {
+        "0F0 0SEND_F0 0F1 0SEND_F1 0F2 0SEND_F2 0RECV_B0 0B0 0RECV_B1 0B1 0RECV_B2 0B2",
+        "1RECV_F0 1F0 1I0 1SEND_B0 1RECV_F1 1W0 1F1 1B1 1SEND_B1 1RECV_F2 1F2 1B2 1SEND_B2" };
+    pp_error err;
+    PP_CHECK_FAILS(validate_programs(2, 3, bad, &err), &err, PP_EDEADLOCK,
+                   "rank 0 waits at position 3 (0SEND_F1) for rank 1, which is at position 3");
+    PP_CHECK_OK(validate_programs(2, 3, good, &err), &err);
+}
+
+static void validator_names_duplicate_and_missing_compute(void)
+{
+    static const char *const dup[] = { "0F0 0F0 0B0" };
+    static const char *const miss[] = { "0F0" };
+    static const char *const wrong_rank[] = { "1F0 0F0 0SEND_F0 0RECV_B0 0B0", "1RECV_F0 1F0 1B0 1SEND_B0" };
+    pp_error err;
+    PP_CHECK_FAILS(validate_programs(1, 1, dup, &err), &err, PP_EINVALID_SCHEDULE, "second F of stage 0 microbatch 0");
+    PP_CHECK_FAILS(validate_programs(1, 1, miss, &err), &err, PP_EINVALID_SCHEDULE, "stage 0 microbatch 0: no B");
+    PP_CHECK_FAILS(validate_programs(2, 1, wrong_rank, &err), &err, PP_EINVALID_SCHEDULE,
+                   "rank 0 position 0: 1F0 computes stage 1, which lives on rank 1");
+}
+
+static void validator_rejects_split_backward_without_its_w(void)
+{
+    static const char *const bad[] = { "0F0 0I0" };
+    static const char *const ok[] = { "0F0 0I0 0W0" };
+    static const char *const order[] = { "0F0 0W0 0I0" };
+    pp_error err;
+    PP_CHECK_FAILS(validate_programs(1, 1, bad, &err), &err, PP_EINVALID_SCHEDULE, "an I needs exactly one W");
+    PP_CHECK_OK(validate_programs(1, 1, ok, &err), &err);
+    PP_CHECK_FAILS(validate_programs(1, 1, order, &err), &err, PP_EINVALID_SCHEDULE, "0W0 comes before its I");
+}
+
+/* --- configuration errors ----------------------------------------------------------------- */
+
+static void bad_configs_are_rejected_with_the_parameter_named(void)
+{
+    pp_schedule_config cfg;
+    pp_schedule *s = NULL;
+    pp_error err;
+    pp_schedule_kind k;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.kind = PP_1F1B; cfg.pp = 0; cfg.mb = 4;
+    PP_CHECK_FAILS(pp_schedule_build(&cfg, &s, &err), &err, PP_EINVAL, "pp=0: must be at least 1");
+    cfg.pp = 2; cfg.mb = 0;
+    PP_CHECK_FAILS(pp_schedule_build(&cfg, &s, &err), &err, PP_EINVAL, "mb=0: must be at least 1");
+    cfg.mb = 4; cfg.vpp = -1;
+    PP_CHECK_FAILS(pp_schedule_build(&cfg, &s, &err), &err, PP_EINVAL, "vpp=-1");
+    cfg.vpp = 2;
+    PP_CHECK_FAILS(pp_schedule_build(&cfg, &s, &err), &err, PP_EUNSUPPORTED, "vpp=2: 1f1b runs one chunk per rank");
+    cfg.vpp = 1; cfg.group = 3;
+    PP_CHECK_FAILS(pp_schedule_build(&cfg, &s, &err), &err, PP_EUNSUPPORTED, "group=3: only interleaved");
+    cfg.group = 0; cfg.kind = PP_KIND_NONE;
+    PP_CHECK_FAILS(pp_schedule_build(&cfg, &s, &err), &err, PP_EINVAL, "kind=0");
+    PP_CHECK_FAILS(pp_schedule_kind_parse("zigzag", &k, &err), &err, PP_EINVAL, "kind 'zigzag': unknown");
+    PP_CHECK_OK(pp_schedule_kind_parse("looped-bfs", &k, &err), &err);
+    PP_CHECK_INT(k, PP_LOOPED_BFS);
+    PP_CHECK(s == NULL);
+}
+
+/* --- text forms ---------------------------------------------------------------------------- */
+
+static void actions_format_and_parse_in_pytorch_spelling(void)
+{
+    static const char *const texts[] = { "4F0", "12B3", "0I7", "3W1", "1SEND_F3", "2RECV_F0", "0SEND_B9",
+                                         "7RECV_B12", "(0F1;3B0)OVERLAP_F_B" };
+    static const char *const bad[] = { "", "F0", "4X0", "4F", "4F0x", "-1F0", "4SEND_X0", "1234567890F0",
+                                       "(0F1;3F0)OVERLAP_F_B", "(0F1 3B0)OVERLAP_F_B", "0UNSHARD" };
+    size_t i;
+    pp_error err;
+    for (i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        pp_action a;
+        char buf[64];
+        PP_CHECK_OK(pp_action_parse(texts[i], &a, &err), &err);
+        pp_action_format(a, buf, sizeof buf);
+        PP_CHECK_STR(buf, texts[i]);
+    }
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        pp_action a;
+        PP_CHECK_MSG(pp_action_parse(bad[i], &a, &err) == PP_EPARSE, "'%s' parsed", bad[i]);
+    }
+    {
+        pp_action a;
+        PP_CHECK_OK(pp_action_parse("  2F5 \r\n", &a, &err), &err);
+        PP_CHECK_INT(a.stage, 2);
+        PP_CHECK_INT(a.mb, 5);
+    }
+}
+
+static void csv_round_trip_keeps_every_action(void)
+{
+    pp_schedule *s = build(PP_INTERLEAVED_1F1B, 4, 2, 8, 0), *back = NULL;
+    pp_error err;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem;
+    int r;
+    if (!s) return;
+    PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+    mem = open_memstream(&text, &len);
+    PP_CHECK_OK(pp_schedule_write_csv(s, mem, &err), &err);
+    fclose(mem);
+    PP_CHECK_OK(pp_schedule_read_csv(text, len, &back, &err), &err);
+    if (back) {
+        PP_CHECK_INT(back->pp, 4);
+        PP_CHECK_INT(back->vpp, 2);
+        PP_CHECK_INT(back->mb, 8);
+        PP_CHECK(back->lowered);
+        for (r = 0; r < 4; r++) {
+            PP_CHECK_INT(back->length[r], s->length[r]);
+            if (back->length[r] == s->length[r])
+                PP_CHECK(memcmp(back->actions[r], s->actions[r], (size_t)s->length[r] * sizeof(pp_action)) == 0);
+        }
+        PP_CHECK_OK(pp_schedule_validate(back, &err), &err);
+    }
+    free(text);
+    pp_schedule_free(back);
+    pp_schedule_free(s);
+}
+
+static void csv_reader_takes_compute_only_orders_and_rejects_bad_ones(void)
+{
+    static const char good[] = "0F0,,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n";
+    static const char ragged[] = "0F0,0B0\n1F0,1B0\n2F0,2B0\n";   /* 3 rows, 3 stages: fine */
+    static const char bad_place[] = "1F0,1B0\n0F0,0B0\n";
+    static const char bad_cell[] = "0F0,0Q0\n1F0,1B0\n";
+    static const char empty[] = "\n\n";
+    pp_schedule *s = NULL;
+    pp_error err;
+    PP_CHECK_OK(pp_schedule_read_csv(good, strlen(good), &s, &err), &err);
+    if (s) {
+        PP_CHECK(!s->lowered);
+        PP_CHECK_OK(pp_schedule_validate(s, &err), &err);
+        pp_schedule_free(s);
+        s = NULL;
+    }
+    PP_CHECK_OK(pp_schedule_read_csv(ragged, strlen(ragged), &s, &err), &err);
+    pp_schedule_free(s);
+    s = NULL;
+    PP_CHECK_FAILS(pp_schedule_read_csv(bad_place, strlen(bad_place), &s, &err), &err, PP_EPARSE, "neither looped");
+    PP_CHECK_FAILS(pp_schedule_read_csv(bad_cell, strlen(bad_cell), &s, &err), &err, PP_EPARSE, "CSV row 1 (rank 0): action '0Q0'");
+    PP_CHECK_FAILS(pp_schedule_read_csv(empty, strlen(empty), &s, &err), &err, PP_EPARSE, "no actions");
+}
+
+static void csv_reader_survives_random_bytes(void)
+{
+    /* bounded fuzz: random mutations of a valid CSV never crash, leak or hang */
+    static const char seed[] = "0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n";
+    static const char alphabet[] = "0123456789FBIWSENDRCV_,\n;()OVERLAP ";
+    unsigned state = 12345;
+    int round, ok = 0;
+    for (round = 0; round < 3000; round++) {
+        char buf[128];
+        size_t len = sizeof seed - 1, k;
+        pp_schedule *s = NULL;
+        pp_error err;
+        memcpy(buf, seed, len);
+        for (k = 0; k < 1 + (size_t)(round % 6); k++) {
+            state = state * 1103515245u + 12345u;
+            buf[(state >> 8) % len] = alphabet[(state >> 16) % (sizeof alphabet - 1)];
+        }
+        if (pp_schedule_read_csv(buf, len, &s, &err) == PP_OK) {
+            ok++;
+            (void)pp_schedule_validate(s, &err);
+            pp_schedule_free(s);
+        }
+    }
+    PP_CHECK(ok > 0);
+}
+
+static void svg_and_ascii_show_every_compute_action(void)
+{
+    pp_schedule *s = build(PP_INTERLEAVED_1F1B, 2, 2, 4, 0);
+    pp_error err;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem;
+    int boxes = 0;
+    const char *p;
+    if (!s) return;
+    PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+    mem = open_memstream(&text, &len);
+    PP_CHECK_OK(pp_schedule_write_svg(s, NULL, mem, &err), &err);
+    fclose(mem);
+    for (p = text; (p = strstr(p, "<title>rank")) != NULL; p++) boxes++;
+    PP_CHECK_INT(boxes, 2 * 2 * 2 * 4);   /* ranks x chunks x (F, B) x microbatches */
+    PP_CHECK_CONTAINS(text, "</svg>");
+    free(text);
+    text = NULL;
+    mem = open_memstream(&text, &len);
+    PP_CHECK_OK(pp_schedule_draw_ascii(s, NULL, mem, &err), &err);
+    fclose(mem);
+    PP_CHECK_CONTAINS(text, "rank 0 ");
+    PP_CHECK_CONTAINS(text, "chunk");
+    PP_CHECK_CONTAINS(text, "bubble per rank:");
+    free(text);
+    pp_schedule_free(s);
+}
+
+const pp_test_case pp_suite_schedule[] = {
+    PP_TEST(looped_placement_puts_stage_s_on_rank_s_mod_pp),
+    PP_TEST(v_placement_puts_stages_r_and_2pp_minus_1_minus_r_on_rank_r),
+    PP_TEST(gpipe_runs_all_forwards_then_all_backwards),
+    PP_TEST(one_f_one_b_warmup_is_pp_minus_rank_minus_1),
+    PP_TEST(interleaved_follows_megatron_group_table_and_warmup),
+    PP_TEST(interleaved_with_one_chunk_is_1f1b),
+    PP_TEST(interleaved_last_partial_group_that_would_deadlock_gets_extra_warmup),
+    PP_TEST(orders_equal_pytorch_reference),
+    PP_TEST(every_generator_validates_for_pp_1_to_8_vpp_1_to_4_mb_1_to_32),
+    PP_TEST(simulated_bubbles_equal_the_textbook_formulas),
+    PP_TEST(peak_live_activations_of_1f1b_are_pp_minus_rank),
+    PP_TEST(communication_cost_delays_the_step_by_the_transfers_on_the_critical_path),
+    PP_TEST(lowering_pairs_every_cross_rank_tensor_with_one_send_and_one_receive),
+    PP_TEST(same_rank_neighbours_in_v_placement_pass_without_communication),
+    PP_TEST(compute_order_that_cannot_run_is_reported_as_deadlock),
+    PP_TEST(validator_accepts_a_hand_lowered_1f1b),
+    PP_TEST(validator_names_a_missing_receive),
+    PP_TEST(validator_names_a_receive_placed_after_its_use),
+    PP_TEST(validator_names_a_backward_before_its_forward),
+    PP_TEST(validator_finds_the_deadlock_of_crossed_sends),
+    PP_TEST(validator_names_duplicate_and_missing_compute),
+    PP_TEST(validator_rejects_split_backward_without_its_w),
+    PP_TEST(bad_configs_are_rejected_with_the_parameter_named),
+    PP_TEST(actions_format_and_parse_in_pytorch_spelling),
+    PP_TEST(csv_round_trip_keeps_every_action),
+    PP_TEST(csv_reader_takes_compute_only_orders_and_rejects_bad_ones),
+    PP_TEST(csv_reader_survives_random_bytes),
+    PP_TEST(svg_and_ascii_show_every_compute_action),
+    { 0, 0 }
+};
