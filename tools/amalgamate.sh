@@ -8,7 +8,10 @@ cat src/00_top.h
 echo '#ifndef PIPEPAR_H'
 echo '#define PIPEPAR_H'
 cat src/01_prelude.h
-for f in src/[1-9]*.h; do printf '\n'; cat "$f"; done
+for f in src/[1-9]*.h; do
+    [ "$f" = src/99_end.h ] && continue     # closes extern "C": last, once
+    printf '\n'; cat "$f"
+done
 cat src/99_end.h
 echo '#endif /* PIPEPAR_H */'
 printf '\n'
