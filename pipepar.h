@@ -201,6 +201,182 @@ PIPEPAR_API pp_status pp_grid_dims_parse(const char *text, unsigned *dims, pp_er
 /* The grid's order as text, e.g. "tp-cp-dp-pp" (all four, fastest first). */
 PIPEPAR_API int pp_grid_order_format(const pp_grid *grid, char *buf, size_t size);
 
+/* ============================================================================================
+ * >>layers
+ * Which layers each (pipeline rank, virtual stage) builds, and what their global indices are.
+ *
+ * Stages. The decoder is cut into num_stages = pp * vpp contiguous pieces. As in Megatron-LM,
+ * stage s = vpp_rank * pp + pp_rank: it lives on rank s % pp as its chunk s / pp, and stage s
+ * holds the decoder layers right after those of stage s - 1. (For a V-shaped schedule, map
+ * stage -> rank with pp_stage_rank of the schedule; the layers of a stage stay the same.)
+ * Every form below ends in the same answer, a pp_layers: per stage, the global decoder layers
+ * [first, first + count), the items it holds (embedding, decoder layers, MTP, loss), and for
+ * each layer type an offset and count in that type's own index space.
+ *
+ * The ways people describe a split (pp_layers_config; the same rules Megatron-LM applies):
+ *   even        num_layers / pp per rank, / vpp per chunk; both must divide.
+ *   uneven      first / last = num_layers_in_first/last_pipeline_stage: rank 0 (rank pp-1)
+ *               takes that many layers, split evenly over its vpp chunks; the rest divide
+ *               evenly over the middle ranks. Moonlight-16B: 27 layers, pp=2, first=13 ->
+ *               rank 0 holds [0,13), rank 1 holds [13,27).
+ *   accounted   account_for_embedding / account_for_loss_in_pipeline_split: the embedding
+ *               (loss) counts as one layer of the first (last) stage in the even split, so that
+ *               stage builds one decoder layer less. 30 layers, pp=4, both -> 7, 8, 8, 7.
+ *   layout      pipeline_model_parallel_layout: stages separated by '|', one letter per item:
+ *               E embedding, t decoder layer, m MTP depth, L loss; "X*N" repeats a letter,
+ *               "(...)*N" a group; commas are ignored. "Et*3|(tt|)*29,m|L" is 32 stages;
+ *               their number must be a multiple of pp, and vpp = stages / pp. Rules: E exactly
+ *               once and first, L exactly once and last, as many t as num_layers, every m after
+ *               every t, all m in one stage and that stage the last chunk of its rank.
+ *   hybrid      a hybrid (Mamba) layer pattern, one symbol per layer: M Mamba, * attention,
+ *               - MLP, E MoE, G gated delta net, D DSA, + MLA, C CSA, H HCA, W sliding window;
+ *               '|' between stages ("M*-M*-|M*-M*-": pp*vpp segments), "/..." MTP depths
+ *               ("M*M-|M*M-/MM/MM": two MTP depths of "MM", on the last stage). Without '|' and
+ *               pp > 1 it is split like the even / uneven forms (no vpp then).
+ *   balanced    pp_layers_balance: given per-layer costs (and optionally memory with a
+ *               per-stage cap), the contiguous split into pp*vpp stages whose largest stage
+ *               cost is the smallest possible (exact), written as a layout string.
+ *
+ * Type-aware indices. A caller that keeps per-layer data for one kind of layer (router-replay
+ * indices of MoE layers, MTP heads, Mamba states) asks pp_layers_type_range(l, s, type, ...):
+ * e.g. PP_LAYER_MOE gives stage s's MoE layers as a range of MoE indices (0 = the model's first
+ * MoE layer). Which decoder layers are MoE comes from a hybrid pattern's 'E' or, for transformer
+ * decoders, from moe_layer_freq as Megatron reads --moe-layer-freq: "N" (layer i is MoE when
+ * i % N == 0) or a list expression such as "[0]*3+[1]*58" (DeepSeek-V3: 3 dense, then MoE).
+ *
+ *     pp_layers_config cfg = { .num_layers = 27, .pp = 2, .first = 13, .moe_layer_freq = "[0]+[1]*26" };
+ *     pp_layers *l;
+ *     if (pp_layers_build(&cfg, &l, &err) != PP_OK) { puts(err.message); return 1; }
+ *     pp_layers_stage_range(l, pp_layers_stage(l, rank, chunk), &first, &count, &err);
+ *     for (g = first; g < first + count; g++) if (l->is_moe[g]) ...   // global layer g, MoE
+ *     pp_layers_free(l);
+ * ============================================================================================ */
+
+/* Layer types. The first three are selections used in queries; the others are what an item is. */
+typedef enum pp_layer_type {
+    PP_LAYER_DECODER = 0,   /* every decoder layer: its index space is the global layer index */
+    PP_LAYER_MOE,           /* decoder layers with an MoE MLP (hybrid 'E', or a 't' moe_layer_freq marks) */
+    PP_LAYER_DENSE,         /* decoder layers without one */
+    PP_LAYER_EMBEDDING,     /* 'E' of a layout: the input embedding (first stage) */
+    PP_LAYER_LOSS,          /* 'L' of a layout: output layer and loss (last stage) */
+    PP_LAYER_MTP,           /* 'm' of a layout: one multi-token-prediction depth */
+    PP_LAYER_TRANSFORMER,   /* 't' of a layout: a transformer decoder layer */
+    PP_LAYER_MAMBA,         /* hybrid 'M' */
+    PP_LAYER_ATTENTION,     /* hybrid '*' */
+    PP_LAYER_MLP,           /* hybrid '-' */
+    PP_LAYER_GDN,           /* hybrid 'G' gated delta net */
+    PP_LAYER_DSA,           /* hybrid 'D' DeepSeek sparse attention */
+    PP_LAYER_MLA,           /* hybrid '+' multi-latent attention */
+    PP_LAYER_CSA,           /* hybrid 'C' compressed sparse attention */
+    PP_LAYER_HCA,           /* hybrid 'H' heavily compressed attention */
+    PP_LAYER_SWA,           /* hybrid 'W' sliding-window attention */
+    PP_LAYER_TYPE_COUNT
+} pp_layer_type;
+
+typedef enum pp_layers_form {
+    PP_LAYERS_EVEN = 0,     /* even split (optionally accounting for embedding / loss) */
+    PP_LAYERS_UNEVEN,       /* num_layers_in_first / last_pipeline_stage */
+    PP_LAYERS_LAYOUT,       /* a pipeline_model_parallel_layout string */
+    PP_LAYERS_HYBRID,       /* a hybrid layer pattern */
+    PP_LAYERS_BALANCED,     /* pp_layers_balance */
+    PP_LAYERS_FORM_COUNT
+} pp_layers_form;
+
+typedef struct pp_layers_config {
+    int num_layers;         /* decoder layers (Megatron's num_layers); 0: count them in layout / hybrid */
+    int pp;                 /* pipeline ranks; 0 means 1 */
+    int vpp;                /* stages (model chunks) per rank; 0 means 1, or what layout / hybrid imply */
+    int first;              /* num_layers_in_first_pipeline_stage (rank 0, all chunks); 0: not set */
+    int last;               /* num_layers_in_last_pipeline_stage (rank pp-1); 0: not set */
+    int account_for_embedding;  /* account_for_embedding_in_pipeline_split (0 / 1) */
+    int account_for_loss;       /* account_for_loss_in_pipeline_split (0 / 1) */
+    int mtp_layers;         /* mtp_num_layers, built on the last stage; layout / hybrid: 0 = as written */
+    const char *layout;     /* pipeline_model_parallel_layout, e.g. "Et*3|(tt|)*29,m|L" */
+    const char *hybrid;     /* hybrid layer pattern, e.g. "M*-M*-|M*-M*-" */
+    const char *moe_layer_freq; /* --moe-layer-freq for transformer decoders: "N" or "[0]*3+[1]*58";
+                                   NULL: no 't' layer is MoE */
+} pp_layers_config;
+
+typedef struct pp_layers {
+    pp_layers_form form;
+    int pp, vpp, num_stages;    /* num_stages = pp * vpp */
+    int num_layers;             /* decoder layers of the model */
+    int mtp_layers;             /* MTP depths */
+    int mtp_standalone;         /* layout: the MTP sits on a rank other than the last (Megatron's
+                                   mtp_standalone) */
+    int *first;                 /* [num_stages] stage s builds global decoder layers */
+    int *count;                 /* [num_stages]   [first[s], first[s] + count[s]) */
+    int num_items;              /* embedding, decoder layers, MTP depths and loss, in stage order */
+    int *stage_items;           /* [num_stages + 1] stage s holds items [stage_items[s], stage_items[s+1]) */
+    unsigned char *item_type;   /* [num_items] pp_layer_type of each item (never DECODER/DENSE) */
+    unsigned char *is_moe;      /* [num_layers] 1 when global decoder layer g has an MoE MLP */
+    unsigned char *layer_type;  /* [num_layers] pp_layer_type of global decoder layer g */
+    int *type_first;            /* [num_stages * PP_LAYER_TYPE_COUNT] stage s, type t at [s * COUNT + t]: */
+    int *type_count;            /*   its items of type t are indices [type_first, + type_count) of type t */
+    char *layout;               /* the same split as a Megatron layout string (parses back to it);
+                                   NULL for hybrid patterns */
+    char *pattern;              /* hybrid: the pattern with '|' between every two stages, MTP suffix kept */
+    double *stage_cost;         /* balanced only: [num_stages] cost and memory of each stage; else NULL */
+    double *stage_memory;
+    double max_cost;            /* balanced only: the largest stage cost (the minimised bottleneck) */
+} pp_layers;
+
+PIPEPAR_API const char *pp_layer_type_name(pp_layer_type type);     /* "moe", "mamba", ... */
+PIPEPAR_API pp_status pp_layer_type_parse(const char *name, pp_layer_type *type, pp_error *err);
+PIPEPAR_API const char *pp_layers_form_name(pp_layers_form form);   /* "uneven", ... */
+
+/* Validates cfg with Megatron-LM's rules (and a few stricter ones where Megatron would silently
+ * build the wrong model, e.g. first + last > num_layers) and computes every stage's layers. */
+PIPEPAR_API pp_status pp_layers_build(const pp_layers_config *cfg, pp_layers **out, pp_error *err);
+PIPEPAR_API void pp_layers_free(pp_layers *l);
+
+/* Stage of (rank, chunk) = chunk * pp + rank, Megatron's numbering; -1 when out of range. */
+PIPEPAR_API int pp_layers_stage(const pp_layers *l, int rank, int chunk);
+/* Global decoder layers [*first, *first + *count) of a stage (what Megatron's
+ * get_transformer_layer_offset and get_num_layers_to_build return for it). */
+PIPEPAR_API pp_status pp_layers_stage_range(const pp_layers *l, int stage, int *first, int *count,
+                                            pp_error *err);
+/* The same in one type's index space: with PP_LAYER_MOE, the stage's MoE layers are MoE layers
+ * [*first, *first + *count) of the model; with PP_LAYER_MTP, its MTP depths. */
+PIPEPAR_API pp_status pp_layers_type_range(const pp_layers *l, int stage, pp_layer_type type,
+                                           int *first, int *count, pp_error *err);
+/* The stage that builds global decoder layer g; -1 when out of range. */
+PIPEPAR_API int pp_layers_layer_stage(const pp_layers *l, int layer);
+/* Index of global decoder layer g among the decoder layers of `type` (e.g. its MoE index);
+ * -1 when g is out of range or not of that type. */
+PIPEPAR_API int pp_layers_type_index(const pp_layers *l, int layer, pp_layer_type type);
+/* A stage's items as text: layout spelling "Et*13", hybrid symbols "M*-M". Returns the length
+ * it needs (like snprintf); -1 when the stage is out of range. */
+PIPEPAR_API int pp_layers_stage_text(const pp_layers *l, int stage, char *buf, size_t size);
+
+/* One line per stage: "stage S rank R chunk C layers [a,b) items TEXT" then, for each other
+ * type the model has, " TYPE [a,b)" in that type's index space; then "layout STRING" (or
+ * "pattern STRING"). JSON: the same as one object. */
+PIPEPAR_API pp_status pp_layers_write_text(const pp_layers *l, FILE *out, pp_error *err);
+PIPEPAR_API pp_status pp_layers_write_json(const pp_layers *l, FILE *out, pp_error *err);
+
+/* Balanced split. Stage costs add up in layer order: the first stage also carries the
+ * embedding, the last the MTP depths and the loss. The result minimises the largest stage cost
+ * exactly (dynamic programme over all contiguous splits, O(stages * num_layers^2)); among the
+ * splits that reach it, the one with the smallest sum of squared stage costs. Stages may be
+ * empty. memory_cap bounds every stage's memory (with vpp > 1 a rank holds vpp stages: give it
+ * its budget / vpp); an impossible cap is an error that says how many stages would fit. */
+typedef struct pp_balance_config {
+    int num_layers;             /* decoder layers, >= 1 */
+    int pp;                     /* 0 means 1 */
+    int vpp;                    /* 0 means 1 */
+    const double *cost;         /* [num_layers] time of each decoder layer, >= 0; NULL: 1 each */
+    const double *memory;       /* [num_layers] memory of each decoder layer, >= 0; NULL: none */
+    double memory_cap;          /* most memory a stage may hold; 0: no cap (needs memory when set) */
+    double embedding_cost, embedding_memory;    /* on the first stage */
+    double loss_cost, loss_memory;              /* on the last stage */
+    int mtp_layers;             /* MTP depths, on the last stage */
+    double mtp_cost, mtp_memory;                /* of each depth */
+    const char *moe_layer_freq; /* as in pp_layers_config, for the type-aware indices */
+} pp_balance_config;
+
+PIPEPAR_API pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_error *err);
+
 
 /* ============================================================================================
  * >>schedule
@@ -420,6 +596,260 @@ PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
  * Beyond these fixed orders, >>search builds greedy zero-bubble schedules for given costs and a
  * memory cap, and ranks every kind by simulated step time.
  * ============================================================================================ */
+
+
+/* ============================================================================================
+ * >>search
+ * Which schedule is fastest for my model? Given per-action costs (F, I, W per stage, p2p time)
+ * and a cap on activation memory, pp_search builds every schedule kind with every parameter
+ * worth trying (vpp, microbatch group, zb-h2's cap), plus greedy zero-bubble schedules of its
+ * own, proves each one (pp_schedule_validate), times it (pp_simulate) and ranks them: those
+ * within the cap first, then by step time (makespan), mean bubble and peak memory.
+ *
+ *     pp_search_config cfg = { .pp = 4, .mb = 16, .max_memory = 4 };   // 1F1B's memory
+ *     cfg.costs.f = 1; cfg.costs.i = 1; cfg.costs.w = 0.8; cfg.costs.p2p_latency = 0.05;
+ *     pp_search_result *res;
+ *     if (pp_search(&cfg, &res, &err) != PP_OK) ...
+ *     printf("%s: %.2f\n", res->entries[0].name, res->entries[0].makespan);
+ *     pp_schedule_write_csv(res->best, stdout, &err);               // the winner, lowered
+ *     pp_search_result_free(res);
+ *
+ * Memory is counted as pp_simulate counts it: a rank's peak of live (stage, microbatch)
+ * activations divided by vpp, i.e. in microbatches through the rank's whole layer set. 1F1B's
+ * first rank peaks at pp, ZB-V at pp, ZB-H2 at 2*pp-1, DualPipeV at pp + 1/2.
+ *
+ * Greedy schedules (pp_schedule_build_greedy). The paper's automatic scheduler (Qi et al., ICLR
+ * 2024, section 3.1) in our words: play the pipeline forward in time with the given costs; when
+ * a rank is free, run the most urgent ready work: an I (another rank waits for it) or an F if
+ * the cap allows (both ready: alternate, as 1F1B does), else a pending W, which fills idle gaps
+ * and frees memory (the cap forces one before an F when the rank is full). It handles looped
+ * placements with any vpp and the V placement, and cannot deadlock: a rank admits a new
+ * microbatch (its F on the rank's first chunk) only while its live plus reserved activations
+ * leave room for all vpp chunks of that microbatch, so the oldest unfinished microbatch can
+ * always move. (With vpp = 2 one spare slot is enough: a chunk's F's run in microbatch order,
+ * so the spare always goes to the oldest microbatch's second chunk.) The policy switches
+ * below are the paper's grid-searched hyperparameters in spirit; pp_search tries them all.
+ * ============================================================================================ */
+
+typedef struct pp_greedy_config {
+    int pp;                    /* pipeline ranks, >= 1 */
+    int mb;                    /* microbatches, >= 1 */
+    int vpp;                   /* chunks per rank; 0 means 1 (2 for the V placement) */
+    pp_placement placement;    /* looped (any vpp) or V (vpp = 2) */
+    int max_live;              /* cap on live (stage, microbatch) activations per rank, >= vpp;
+                                  0 means pp*vpp (1F1B's peak) */
+    const pp_sim_costs *costs; /* what pp_simulate takes; NULL means F=1, I=W=1, no p2p time */
+    unsigned flags;            /* PP_GREEDY_* or'ed; 0 = the defaults */
+} pp_greedy_config;
+
+#define PP_GREEDY_FILL_ANY_GAP  1u /* run a pending W in any idle gap (default: only where it ends
+                                      before the next input known to arrive) */
+#define PP_GREEDY_SHALLOW_FIRST 2u /* among ready F's take the lowest stage (default: deepest) */
+#define PP_GREEDY_LAZY_W        4u /* hold W's while memory allows; run them when the cap or the
+                                      end of the rank's F and I work forces them */
+#define PP_GREEDY_I_FIRST       8u /* an I before a ready F, always (default: alternate, the other
+                                      kind than the rank's last F or I, as 1F1B does) */
+#define PP_GREEDY_READY_ORDER  16u /* of a ready I and F, the one ready first (I_FIRST wins) */
+#define PP_GREEDY_FLAG_LIMIT   32u /* every combination of flags is < this */
+
+/* A compute order (kind PP_CUSTOM, backward split into I and W), not lowered. */
+PIPEPAR_API pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_schedule **out, pp_error *err);
+
+typedef struct pp_search_config {
+    int pp;                 /* pipeline ranks, >= 1 */
+    int mb;                 /* microbatches per step, >= 1 */
+    pp_sim_costs costs;     /* as pp_simulate takes them. Per-stage arrays hold pp*vpp entries,
+                               so they need vpp below */
+    double max_memory;      /* cap on every rank's peak memory in the units above; 0 = none */
+    int vpp;                /* 0: try 1..max_vpp (and 2 for V kinds); else only this vpp */
+    int max_vpp;            /* largest vpp tried; 0 means 4 */
+} pp_search_config;
+
+typedef struct pp_search_entry {
+    char name[64];          /* e.g. "zb-h2 max_live=7", "interleaved vpp=2 group=4", "greedy V ..." */
+    pp_schedule_kind kind;  /* PP_CUSTOM for the greedy schedules */
+    pp_placement placement;
+    int vpp, group, max_live; /* the parameters used (0 where the kind takes none) */
+    unsigned greedy_flags;
+    double makespan;        /* simulated step time */
+    double bubble;          /* mean over ranks of 1 - busy / makespan */
+    double peak_memory;     /* largest over ranks, units above */
+    int peak_live;          /* largest over ranks, (stage, microbatch) activations */
+    int fits;               /* 1 when peak_memory <= max_memory (or no cap) */
+} pp_search_entry;
+
+typedef struct pp_search_result {
+    int count;                /* schedules built, proven and timed */
+    pp_search_entry *entries; /* [count], ranked: fitting first; then makespan, bubble, memory */
+    pp_schedule *best;        /* entries[0] when it fits, lowered (ready for CSV or the runtime);
+                                 NULL when nothing fits the cap */
+} pp_search_result;
+
+PIPEPAR_API pp_status pp_search(const pp_search_config *cfg, pp_search_result **out, pp_error *err);
+PIPEPAR_API void pp_search_result_free(pp_search_result *r);
+
+
+/* ============================================================================================
+ * >>pack
+ * Sequence packing: variable-length sequences go into bins of at most `capacity` tokens; each
+ * bin becomes one microbatch, and every data-parallel rank gets the same number of them.
+ *
+ * Algorithms. The names and the outcomes are NeMo RL's (nemo_rl/data/packing/algorithms.py) and,
+ * for the two knapsacks, Megatron-LM's (examples/multimodal/data_loading/knapsacks.py): for the
+ * same lengths each returns the same bins, in the same order, holding the same sequences in the
+ * same order as the Python it reproduces, but in O(n log n) instead of a scan over open bins:
+ *   first_fit_decreasing    longest first (ties: the higher index first, as Python's sort of
+ *                           (length, index) pairs with reverse=True), each into the first bin with
+ *                           room; a tournament tree over the bins' room finds it in O(log bins).
+ *   best_fit_decreasing     the same order, each into the bin it fills most tightly (least room
+ *                           left that still fits; ties: the earliest bin); a balanced tree.
+ *   first_fit_shuffle       the order Python's random.seed(seed); random.shuffle(...) gives a list
+ *                           of n items (a Mersenne Twister identical to CPython's), then first fit.
+ *   modified_first_fit_decreasing   Johnson & Garey's MFFD in NeMo RL's five phases, including its
+ *                           last phase as written there: each leftover goes into the least-filled
+ *                           leftover bin when it fits, else into a new one.
+ *   concatenative           input order, a new bin whenever the next sequence does not fit.
+ *   greedy_knapsack         one bin at a time, always adding the largest sequence that still fits
+ *                           (ties: the higher index).
+ *   balanced_greedy_knapsack  longest first (ties: the lower index), each into the least-filled of
+ *                           ceil(sum / capacity) + delta bins (ties: the earliest), or into a new
+ *                           bin when it does not fit there; bins left empty are dropped.
+ * max_sequences_per_bin caps the sequences of a bin as NeMo RL does (MFFD then runs first fit
+ * decreasing, as NeMo RL does); for the knapsacks a full bin simply stops taking sequences.
+ * Differences from the Python, all deliberate: a length that is zero or negative is an error
+ * (NeMo RL only rejects it in MFFD), so is one longer than the capacity (Megatron's balanced
+ * knapsack prints a warning and drops the sequence).
+ *
+ * Bin-count constraints, exactly NeMo RL's SequencePacker._adjust_bin_count: the target is
+ * max(bins, min_bin_count) rounded up to a multiple of bin_count_multiple. Extra bins are never
+ * added empty: bins are visited from the most sequences to the fewest (ties: the higher bin index
+ * first), and each new bin receives the last sequence of the current source bin, which is drained
+ * down to one sequence before the next source is used. Fewer sequences than target bins is an
+ * error. NeMo RL sets both to the data-parallel size so every rank runs the same number of
+ * microbatches (a rank with fewer would leave its pipeline waiting at the first collective).
+ *
+ * The distributed plan (pp_pack_plan_build) does what NeMo RL's shard_by_batch_size and Megatron
+ * policy worker do for one global batch:
+ *   1. pad each sequence to a multiple of seq_multiple (tp*cp*2 when cp > 1, else tp) and pack
+ *      the padded lengths;
+ *   2. constraints: min_bin_count = bin_count_multiple = dp, or dp*pp with virtual pipelining
+ *      (Megatron's interleaved schedule runs microbatches in groups of pp);
+ *   3. bins to (dp rank, microbatch): round robin, bin b -> rank b % dp, microbatch b / dp (NeMo
+ *      RL's), or balanced by tokens or by attention cost (sum of squared padded lengths);
+ *   4. padding of each microbatch: its padded total rounded up to bin_multiple; with pp > 1 (and
+ *      no variable_shapes) every microbatch of a rank is padded to the rank's largest, because the
+ *      pipeline's send/receive buffers have one shape. The tail padding belongs to the bin's last
+ *      sequence, whose padded length grows (as NeMo RL's _pack_sequences_for_megatron does), so
+ *      cu_seqlens_padded ends at the microbatch's token count and a CP split stays exact.
+ *
+ * Index arrays are plain int32 (tokens within one microbatch) and int64 (rows of whole-batch
+ * tensors), laid out as documented at each field, so pipepar_cuda.cu can move bytes by them.
+ * ============================================================================================ */
+
+typedef enum pp_pack_algo {
+    PP_PACK_FFD = 0,                    /* "first_fit_decreasing" (the default) */
+    PP_PACK_BFD,                        /* "best_fit_decreasing" */
+    PP_PACK_FIRST_FIT_SHUFFLE,          /* "first_fit_shuffle" */
+    PP_PACK_MFFD,                       /* "modified_first_fit_decreasing" */
+    PP_PACK_CONCATENATIVE,              /* "concatenative" */
+    PP_PACK_GREEDY_KNAPSACK,            /* "greedy_knapsack" */
+    PP_PACK_BALANCED_GREEDY_KNAPSACK,   /* "balanced_greedy_knapsack" */
+    PP_PACK_ALGO_COUNT
+} pp_pack_algo;
+
+typedef struct pp_pack_config {
+    int32_t capacity;           /* tokens a bin holds, >= 1 (NeMo RL's max_tokens_per_microbatch) */
+    pp_pack_algo algo;          /* 0 means first_fit_decreasing */
+    int min_bin_count;          /* at least this many bins; 0 means no minimum */
+    int bin_count_multiple;     /* the bin count is a multiple of this; 0 means 1 */
+    int max_sequences_per_bin;  /* 0 means unlimited */
+    uint64_t seed;              /* first_fit_shuffle: as Python's random.seed(seed) */
+    int knapsack_delta;         /* balanced_greedy_knapsack: bins beyond ceil(sum/capacity) to
+                                   start with; 0 means 20 (Megatron's default), negative means 0 */
+} pp_pack_config;
+
+/* Bins in compressed-row form: bin b holds seqs[bin_offsets[b] .. bin_offsets[b+1]-1], indices
+ * into the caller's length array, in the order the algorithm placed them. */
+typedef struct pp_packing {
+    int num_seqs;
+    int num_bins;
+    int32_t capacity;
+    int32_t *bin_offsets;   /* [num_bins + 1] */
+    int32_t *seqs;          /* [num_seqs] */
+    int32_t *bin_tokens;    /* [num_bins] sum of the packed lengths of each bin (<= capacity) */
+    int64_t total_tokens;   /* sum of all lengths */
+} pp_packing;
+
+PIPEPAR_API const char *pp_pack_algo_name(pp_pack_algo algo);   /* "first_fit_decreasing" */
+/* Accepts the names above in any case and the short forms ffd, bfd, ffs, mffd, concat, knapsack,
+ * balanced_knapsack. */
+PIPEPAR_API pp_status pp_pack_algo_parse(const char *name, pp_pack_algo *algo, pp_error *err);
+
+/* Packs n lengths (each 1 .. capacity) and applies the bin-count constraints. n may be 0 (no
+ * bins, unless min_bin_count asks for some: then the too-few-sequences error). */
+PIPEPAR_API pp_status pp_pack(const int32_t *lengths, int n, const pp_pack_config *cfg,
+                              pp_packing **out, pp_error *err);
+PIPEPAR_API void pp_packing_free(pp_packing *p);
+/* ceil(sum of lengths / capacity): no packing can use fewer bins. 0 for bad arguments. */
+PIPEPAR_API int64_t pp_pack_lower_bound(const int32_t *lengths, int n, int32_t capacity);
+
+typedef enum pp_pack_assign {
+    PP_ASSIGN_ROUND_ROBIN = 0,  /* bin b -> dp rank b % dp, microbatch b / dp (NeMo RL) */
+    PP_ASSIGN_TOKENS,           /* balance padded tokens per rank, largest bin first */
+    PP_ASSIGN_ATTENTION         /* balance the sum of squared padded sequence lengths per rank */
+} pp_pack_assign;
+
+typedef struct pp_pack_plan_config {
+    pp_pack_config pack;        /* capacity (required), algo, ...; min_bin_count and
+                                   bin_count_multiple 0 mean the distributed default: dp, or
+                                   dp*pp when vpp > 1. An explicit bin_count_multiple must be a
+                                   multiple of dp. */
+    int dp, pp, vpp, tp, cp;    /* parallel sizes; 0 means 1 */
+    int seq_multiple;           /* pad each sequence to a multiple of this; 0 means tp*cp*2 when
+                                   cp > 1, else tp (NeMo RL's sequence_length_pad_multiple); with
+                                   cp > 1 it must be a multiple of 2*cp */
+    int bin_multiple;           /* pad each microbatch's token count to a multiple of this (NeMo
+                                   RL pads to 16*2cp*tp for FP8); 0 means 1; with cp > 1 a value
+                                   above 1 must be a multiple of 2*cp */
+    int variable_shapes;        /* pp > 1: nonzero lets microbatches keep their own lengths */
+    int same_shape_all_ranks;   /* pp > 1: pad to the largest microbatch over all dp ranks
+                                   instead of each rank's own largest (NeMo RL: each rank's) */
+    pp_pack_assign assign;      /* 0 means round robin */
+} pp_pack_plan_config;
+
+typedef struct pp_pack_plan {
+    pp_packing *bins;           /* the bins over padded_lengths (indices into the caller's array) */
+    int num_seqs, num_bins;
+    int dp, num_microbatches;   /* microbatches per dp rank: num_bins / dp */
+    int pp, tp, cp, seq_multiple, bin_multiple;
+    int32_t *lengths;           /* [num_seqs] copy of the caller's lengths */
+    int32_t *padded_lengths;    /* [num_seqs] lengths rounded up to seq_multiple: what was packed */
+    int64_t *seq_starts;        /* [num_seqs] exclusive prefix sums of lengths: where each sequence
+                                   starts when the sequences lie back to back in index order */
+    int32_t *bin_rank;          /* [num_bins] the dp rank that runs bin b */
+    int32_t *bin_microbatch;    /* [num_bins] its microbatch index on that rank */
+    int32_t *microbatch_bin;    /* [dp * num_microbatches] bin of (rank, mb) at rank*num_microbatches+mb */
+    int32_t *bin_real_tokens;   /* [num_bins] sum of the unpadded lengths */
+    int32_t *bin_padded_tokens; /* [num_bins] the microbatch's token count after all padding */
+    int32_t *cu_seqlens;        /* [num_seqs + num_bins]: bin b's count_b+1 entries begin at
+                                   bins->bin_offsets[b] + b; 0, l0, l0+l1, ... (unpadded) */
+    int32_t *cu_seqlens_padded; /* same layout; padded, ending at bin_padded_tokens[b] */
+} pp_pack_plan;
+
+PIPEPAR_API pp_status pp_pack_plan_build(const int32_t *lengths, int n, const pp_pack_plan_config *cfg,
+                                         pp_pack_plan **out, pp_error *err);
+PIPEPAR_API void pp_pack_plan_free(pp_pack_plan *plan);
+/* Sequences in bin b; its cu_seqlens and cu_seqlens_padded (count+1 entries each); NULL/-1 for
+ * a bin out of range. */
+PIPEPAR_API int pp_pack_plan_bin_size(const pp_pack_plan *plan, int bin);
+PIPEPAR_API const int32_t *pp_pack_plan_cu_seqlens(const pp_pack_plan *plan, int bin);
+PIPEPAR_API const int32_t *pp_pack_plan_cu_seqlens_padded(const pp_pack_plan *plan, int bin);
+/* Gather map of one microbatch: rows[t] for t in 0 .. bin_padded_tokens[bin]-1 is the row of the
+ * caller's flat token tensor that packed position t takes, or -1 for padding. Sequence s starts
+ * at row seq_offsets[s]; NULL means the sequences lie back to back in index order (the exclusive
+ * prefix sums of the unpadded lengths); for a padded [batch, seq_len] tensor pass s * seq_len. */
+PIPEPAR_API pp_status pp_pack_plan_gather(const pp_pack_plan *plan, int bin, const int64_t *seq_offsets,
+                                          int64_t *rows, pp_error *err);
 
 
 /* ============================================================================================
@@ -696,6 +1126,7 @@ PIPEPAR_API void pp_executor_get_stats(const pp_executor *ex, pp_executor_stats 
 typedef struct pp_timeline {
     int rank;
     int length;
+    const pp_schedule *schedule;  /* the schedule run (for stage -> chunk); may be NULL */
     const pp_action *actions;   /* [length] the rank's program */
     const double *start, *ready, *end;
 } pp_timeline;
@@ -710,11 +1141,671 @@ PIPEPAR_API pp_status pp_timeline_write_chrome_trace(const pp_timeline *ranks, i
                                                      pp_error *err);
 /* The measured timeline as text, `width` columns wide (0 means 96), in the layout of
  * pp_schedule_draw_ascii: per rank a line of forwards, a line of backwards (B or I) and, when
- * there are any, a line of W; a cell shows the microbatch (0-9, a-z, A-Z) of the action that
- * ran at that column's middle, blank when none did; then the step time and each rank's busy
- * share. */
+ * there are any, a line of W, and with several chunks per rank a line of the chunk at work;
+ * a cell shows the microbatch (0-9, a-z, A-Z) of the action that ran in that column, blank when
+ * none did; then the step time and each rank's busy share. */
 PIPEPAR_API pp_status pp_timeline_draw_ascii(const pp_timeline *ranks, int count, int width, FILE *out,
                                              pp_error *err);
+
+
+/* ============================================================================================
+ * >>mimo
+ * Heterogeneous parallelism: several modules (a vision or audio encoder, a language model),
+ * each with its own grid, in one job. After Megatron-LM's MIMO (megatron/core/models/mimo,
+ * HyperCommGrid, BridgeCommunicator; PRs #3211, #3212, #4018); our own C, same semantics:
+ *
+ *   module grids  each module is named and has a rank offset, sizes (tp, cp, dp, pp; ep for
+ *                 its experts) and an order: a pp_grid over its own ranks offset .. offset +
+ *                 size - 1. The module named "language" is the language model (or the one the
+ *                 config names). Every rank is in at least one grid; two grids either coincide
+ *                 (same ranks: colocated) or are disjoint (non-colocated). Anything else fails,
+ *                 naming the modules and the ranks.
+ *   rank roles    for a rank: the modules it runs, per module its coordinates, its pipeline
+ *                 stage and whether that is the module's first or last stage (Megatron's
+ *                 RankRole / ModuleStageInfo), and its forward path.
+ *   bridges       the encoder's last stage sends its output to the language model's first
+ *                 stage, whatever the two dp sizes: fan-in (encoder dp = k * language dp: k
+ *                 encoder replicas feed one language replica, concatenated along the batch in dp
+ *                 order) or fan-out (language dp = k * encoder dp: an encoder replica's output is
+ *                 split along the batch into k parts, part j to language replica k*d + j). The
+ *                 gradients go back the same links the other way. Same rule as Megatron's
+ *                 BridgeCommunicator, but point to point only (no broadcast): a language rank
+ *                 with tensor-parallel index t gets its input from the encoder rank with index
+ *                 t % encoder tp, and an encoder rank with index t gets its gradient from the
+ *                 language rank with index t % language tp. The batch must be the outermost
+ *                 dimension of the bridged tensor ([batch, ...]), so a part is a byte range.
+ *   global norm   sqrt(sum over every parameter of every module, counted once, of its squared
+ *                 gradient) and its clip factor, the same on every rank, through one all-reduce
+ *                 of the transport (threads or NCCL).
+ *
+ * How a step runs.
+ *   Non-colocated (encoder and language model on different ranks): one pipeline of
+ *   pp(encoder) + pp(language) stages; stage s < pp(encoder) is the encoder's stage s, the rest
+ *   the language model's. A normal schedule of that pipeline (GPipe, 1F1B, ZB-H1, ZB-H2) is
+ *   built, lowered and proven by pp_schedule_validate; pp_mimo_transport() gives each rank a
+ *   transport in which it *is* its pipeline stage, and turns every send or receive that crosses
+ *   the bridge into the fan-in / fan-out transfers above (in the same group), so the unchanged
+ *   executor runs it. Several dp replicas of a stage run the same program; the physical programs
+ *   of every rank (each transfer with its real peer) are checked again by pp_mimo_check, the
+ *   same rendezvous rule as the schedule validator: every send blocks until its receive is
+ *   posted, each group of consecutive transfers is posted at once.
+ *
+ *     vision  dp=2 on ranks 0,1          language pp=2 on ranks 2,3       pipeline of 3 stages
+ *       rank 0: stage 0 (rows 0..B/2) ─┐
+ *                                       ├─► rank 2: stage 1 (B rows) ─► rank 3: stage 2, loss
+ *       rank 1: stage 0 (rows B/2..B) ─┘
+ *
+ *   Colocated (every module on every rank; the encoders with pp = 1): Megatron's three phases.
+ *   (1) every rank runs its encoders' forwards for all microbatches; pp_mimo_bridge_exchange
+ *   moves the outputs to the language model's first stage (one group); (2) the language model's
+ *   pipeline runs through the executor, over pp_mimo_transport; its first stage reads the
+ *   bridged input in the input() callback and writes the input's gradient itself (the executor
+ *   passes grad_in = NULL on stage 0); (3) pp_mimo_bridge_exchange sends the gradients back, and
+ *   every rank runs its encoders' backwards.
+ *
+ * Losses and gradients. Normalise each microbatch's loss by the global batch (all dp replicas
+ * of the language model), and sum gradients over a module's dp (and cp) replicas: then the
+ * result equals the one-process run. pp_step_result.loss over pp_mimo_transport is the global
+ * batch's loss (every language replica's loss and weight are added).
+ * ============================================================================================ */
+
+#define PP_MIMO_MAX_MODULES 8
+#define PP_MIMO_NAME_SIZE 32     /* a module name: 1..31 characters of [A-Za-z0-9_.] */
+#define PP_MIMO_ORDER_SIZE 24
+
+/* One module's grid. Zero means default: sizes 1 (dp too), order "tp-cp-dp-pp". */
+typedef struct pp_mimo_module_config {
+    char name[PP_MIMO_NAME_SIZE];
+    int offset;                     /* its first rank in the job */
+    int tp, cp, dp, pp;
+    int ep;                         /* expert-parallel size, must divide cp * dp (Megatron folds
+                                       ep out of the cp x dp ranks of a stage); 0 means 1 */
+    char order[PP_MIMO_ORDER_SIZE]; /* as pp_grid_config.order; "" means tp-cp-dp-pp */
+} pp_mimo_module_config;
+
+typedef struct pp_mimo_config {
+    int world;                              /* ranks in the job; 0 means the end of the last grid */
+    int num_modules;                        /* 1 .. PP_MIMO_MAX_MODULES */
+    const pp_mimo_module_config *modules;   /* [num_modules] */
+    const char *language;                   /* the language model's name; NULL means "language" */
+} pp_mimo_config;
+
+typedef enum pp_mimo_layout {
+    PP_MIMO_COLOCATED = 1,      /* every grid covers the same ranks (one module counts as this) */
+    PP_MIMO_NON_COLOCATED = 2,  /* every two grids are disjoint */
+    PP_MIMO_MIXED = 3           /* some coincide, some are disjoint */
+} pp_mimo_layout;
+
+typedef struct pp_mimo_module {
+    char name[PP_MIMO_NAME_SIZE];
+    int offset, size;       /* global ranks offset .. offset + size - 1 */
+    int ep;
+    pp_grid grid;           /* over the module's own ranks: local rank = global rank - offset */
+} pp_mimo_module;
+
+typedef struct pp_mimo {
+    int world;
+    int num_modules;
+    int language;           /* index of the language model in modules[] */
+    pp_mimo_layout layout;
+    pp_mimo_module modules[PP_MIMO_MAX_MODULES];
+} pp_mimo;
+
+/* Checks the module grids and fills *m (no allocation). Fails with PP_EINVAL naming the module,
+ * the value and the rule: bad sizes or order, a name used twice, no language model, a grid past
+ * the world, a rank in no grid, two grids that overlap without coinciding. */
+PIPEPAR_API pp_status pp_mimo_init(const pp_mimo_config *cfg, pp_mimo *m, pp_error *err);
+/* Index of the module called name, or -1. */
+PIPEPAR_API int pp_mimo_find(const pp_mimo *m, const char *name);
+/* Parses "vision:offset=0,tp=1,pp=1,dp=2" (keys offset, tp, cp, dp, pp, ep, order; any order,
+ * each at most once; order written with '-', e.g. order=tp-dp-pp) into *out. */
+PIPEPAR_API pp_status pp_mimo_module_parse(const char *text, pp_mimo_module_config *out, pp_error *err);
+PIPEPAR_API const char *pp_mimo_layout_name(pp_mimo_layout layout);   /* "colocated" */
+/* The global rank of a module's coordinates (by pp_dim), -1 when out of range. */
+PIPEPAR_API int pp_mimo_rank(const pp_mimo *m, int module, const int coord[PP_DIM_COUNT]);
+
+/* --- rank roles ------------------------------------------------------------------------------ */
+
+typedef enum pp_mimo_path {
+    PP_MIMO_PATH_ENCODER = 1,   /* encoders only: run them, send the output over the bridge */
+    PP_MIMO_PATH_LANGUAGE = 2,  /* language model only: its first stage receives the encoders'
+                                   output over the bridge */
+    PP_MIMO_PATH_BOTH = 3       /* colocated: encoders, then the language model */
+} pp_mimo_path;
+
+/* A rank's place in one module (Megatron's ModuleStageInfo, with the coordinates). */
+typedef struct pp_mimo_stage_info {
+    int module;                 /* index in pp_mimo.modules */
+    int local_rank;             /* rank - offset */
+    int coord[PP_DIM_COUNT];    /* by pp_dim */
+    int stage, num_stages;      /* coord[PP_DIM_PP], the module's pp */
+    int is_first_stage, is_last_stage;
+    int ep_rank;                /* (cp + CP * dp) % ep: which expert shard */
+    int expert_dp_rank;         /* (cp + CP * dp) / ep: which replica of that shard */
+} pp_mimo_stage_info;
+
+typedef struct pp_mimo_role {
+    int rank;
+    int num_modules;                                /* modules this rank runs */
+    pp_mimo_stage_info modules[PP_MIMO_MAX_MODULES]; /* [num_modules], in module order */
+    int has_language, has_encoder;
+    pp_mimo_path path;
+} pp_mimo_role;
+
+/* Fails for a rank outside 0 .. world-1. */
+PIPEPAR_API pp_status pp_mimo_rank_role(const pp_mimo *m, int rank, pp_mimo_role *role, pp_error *err);
+/* The rank's stage info in module `module`, or NULL when the rank does not run it. */
+PIPEPAR_API const pp_mimo_stage_info *pp_mimo_role_module(const pp_mimo_role *role, int module);
+
+/* --- bridges ---------------------------------------------------------------------------------- */
+
+/* One transfer of a bridge as one side sees it: the other rank, and which part of this side's
+ * tensor travels (part `part` of `parts` equal parts along the batch; 0 of 1 is the whole). */
+typedef struct pp_mimo_link {
+    int peer;
+    int part, parts;
+} pp_mimo_link;
+
+/* The links of rank `rank` on the bridge from module `encoder` to the language model, for one
+ * side of one direction: op PP_OP_SEND_F (encoder's last stage sends its output), PP_OP_RECV_F
+ * (language model's first stage receives it), PP_OP_SEND_B (the first stage sends the
+ * gradient back), PP_OP_RECV_B (the encoder's last stage receives it). A rank that does not
+ * take part in that side gets count 0. Links are in dp order: a receiver's parts concatenate to
+ * its tensor. links may be NULL (count only); otherwise capacity must be at least the count.
+ * Fails (PP_EUNSUPPORTED / PP_EINVAL) when neither dp size divides the other or a side has
+ * cp > 1 (as in Megatron, the bridge does not split sequences). */
+PIPEPAR_API pp_status pp_mimo_bridge_links(const pp_mimo *m, int encoder, int rank, int op, pp_mimo_link *links,
+                                           int capacity, int *count, pp_error *err);
+
+/* --- the pipeline of a step ------------------------------------------------------------------ */
+
+/* One rank's physical program: what it computes and every transfer with its real peer. Actions
+ * with the same `group` (consecutive) are posted together. */
+typedef struct pp_mimo_op {
+    int32_t op;         /* pp_op */
+    int32_t module;     /* compute: the module; comm: the module of this side */
+    int32_t stage;      /* compute: the module's own stage; comm: as in the lowered action */
+    int32_t mb;
+    int32_t peer;       /* comm: the other rank; -1 for compute */
+    int32_t part, parts;/* comm: the part of this side's tensor carried */
+    int32_t group;      /* comm: group number on this rank; -1 for compute */
+    uint64_t tag;       /* comm: as pp_transfer_tag (step 0) */
+} pp_mimo_op;
+
+typedef struct pp_mimo_programs {
+    int world;
+    int *length;        /* [world] */
+    pp_mimo_op **ops;   /* [world][length[r]] */
+} pp_mimo_programs;
+
+/* Proves a set of physical programs runs to the end: every receive has exactly one send with
+ * the same (source, destination, tag) in order and vice versa, and the programs finish when each
+ * group is posted at once and every send blocks until its receive is posted. Otherwise names the
+ * first unmatched transfer, or the ranks that wait for each other and what they wait for. */
+PIPEPAR_API pp_status pp_mimo_check(const pp_mimo_programs *p, pp_error *err);
+PIPEPAR_API void pp_mimo_programs_free(pp_mimo_programs *p);
+/* "F vision.0 mb3", "SEND_F vision.0 mb3 -> 2 [1/2]" */
+PIPEPAR_API int pp_mimo_op_format(const pp_mimo *m, pp_mimo_op op, char *buf, size_t size);
+
+typedef struct pp_mimo_pipeline_config {
+    pp_schedule_kind kind;  /* 0 means PP_1F1B; one chunk per rank: GPipe, 1F1B, ZB-H1, ZB-H2,
+                               interleaved with vpp = 1 */
+    int mb;                 /* microbatches per step, >= 1 */
+} pp_mimo_pipeline_config;
+
+typedef struct pp_mimo_pipeline {
+    pp_mimo mimo;                       /* a copy */
+    int mb;
+    int encoder;                        /* non-colocated: the encoder inside the pipeline, else -1 */
+    int num_bridged;                    /* colocated: encoders bridged around the pipeline */
+    int bridged[PP_MIMO_MAX_MODULES];
+    int base[PP_MIMO_MAX_MODULES];      /* first pipeline stage of each module; -1: not in it */
+    pp_schedule *schedule;              /* lowered and validated; pp = the pipeline's stages */
+    pp_mimo_programs *programs;         /* every rank's physical program, checked */
+} pp_mimo_pipeline;
+
+/* Builds the step of a two-layout job: non-colocated with one encoder and the language model
+ * (the pipeline holds both), or colocated (the pipeline holds the language model; every encoder
+ * has pp = 1 and is bridged around it). Validates the schedule and checks the physical programs.
+ * PP_EUNSUPPORTED for a mixed layout or several non-colocated encoders. */
+PIPEPAR_API pp_status pp_mimo_pipeline_create(const pp_mimo *m, const pp_mimo_pipeline_config *cfg,
+                                              pp_mimo_pipeline **out, pp_error *err);
+PIPEPAR_API void pp_mimo_pipeline_free(pp_mimo_pipeline *pl);
+/* This rank's pipeline stage (its rank in the pipeline's schedule). */
+PIPEPAR_API int pp_mimo_pipeline_rank(const pp_mimo_pipeline *pl, int rank);
+/* Which module and module stage pipeline stage `stage` is; PP_EINVAL when out of range. */
+PIPEPAR_API pp_status pp_mimo_pipeline_stage(const pp_mimo_pipeline *pl, int stage, int *module, int *module_stage,
+                                             pp_error *err);
+
+/* The transport the executor runs over on rank `rank`: rank = its pipeline stage, world = the
+ * pipeline's stages; transfers go to the same-coordinate rank of the neighbouring stage, and
+ * across the bridge to every link's peer (one group, byte parts of the tensor; a tensor that
+ * does not split into equal parts fails the post with PP_EINVAL). all_reduce sums over every
+ * rank of the job (base->all_reduce) and weights each rank by 1 / (its stage's copies), so the
+ * executor sees each stage once; the loss and the weight come back summed over the language
+ * model's dp replicas. base must span the whole job (base->world == the mimo's world). Valid
+ * until pp_mimo_transport_free; the pipeline must outlive it. */
+typedef struct pp_mimo_transport pp_mimo_transport;
+PIPEPAR_API pp_status pp_mimo_transport_create(const pp_mimo_pipeline *pl, int rank, const pp_transport *base,
+                                               pp_mimo_transport **state, pp_transport *out, pp_error *err);
+PIPEPAR_API void pp_mimo_transport_free(pp_mimo_transport *state);
+
+/* Colocated: the bridge of encoder `encoder` for all microbatches at once, as one group of
+ * transfers on the job's transport (every rank calls it; ranks with no link return at once).
+ * Forward (backward = 0): sends encoder_out[mb] (encoder_bytes[mb] bytes; this rank's encoder
+ * output) and fills language_in[mb] (language_bytes[mb]; the language model's first-stage
+ * input). Backward: sends language_in[mb] (now the input's gradient) and fills encoder_out[mb]
+ * with the output's gradient. Arrays a rank does not use may be NULL. */
+typedef struct pp_mimo_bridge_io {
+    void *const *encoder_out;           /* [mb] */
+    const size_t *encoder_bytes;        /* [mb] */
+    void *const *language_in;           /* [mb] */
+    const size_t *language_bytes;       /* [mb] */
+} pp_mimo_bridge_io;
+PIPEPAR_API pp_status pp_mimo_bridge_exchange(const pp_mimo_pipeline *pl, int encoder, int rank,
+                                              const pp_transport *world, int backward, const pp_mimo_bridge_io *io,
+                                              int step, double timeout_s, pp_error *err);
+
+/* --- gradients: replicas and the global norm -------------------------------------------------- */
+
+/* What a gradient tensor is, for counting it once (flags, may be combined). */
+#define PP_MIMO_GRAD_TP_REPLICATED 1u   /* the same on every tensor-parallel rank (norms, biases
+                                           after a row-parallel layer): counted where tp = 0 */
+#define PP_MIMO_GRAD_EXPERT        2u   /* an expert's: sharded over ep, replicated over expert
+                                           dp: counted where expert_dp_rank = 0 */
+#define PP_MIMO_GRAD_SHARED        4u   /* a tied copy whose owner is another stage (the output
+                                           embedding tied to the input one): never counted here */
+
+/* 1 if rank counts a gradient of this kind of module `module` in the global norm, 0 if another
+ * rank does, -1 if the rank is not in the module. Plain gradients are counted where dp = 0 and
+ * cp = 0 (every dp and cp replica holds the same one after the gradient all-reduce), every
+ * tensor-parallel shard and every stage's own. */
+PIPEPAR_API int pp_mimo_grad_counted(const pp_mimo *m, int module, int rank, unsigned flags);
+
+typedef struct pp_mimo_grad {
+    int module;
+    unsigned flags;
+    const float *grad;      /* host memory */
+    size_t count;
+} pp_mimo_grad;
+
+/* Adds the squares of the counted host gradients of this rank to sumsq[module] (double). A
+ * GPU trainer fills sumsq itself from pp_cuda_l2norm_sumsq over its counted tensors. */
+PIPEPAR_API pp_status pp_mimo_grad_sumsq(const pp_mimo *m, int rank, const pp_mimo_grad *grads, int count,
+                                         double sumsq[PP_MIMO_MAX_MODULES], pp_error *err);
+
+typedef struct pp_mimo_norm {
+    double norm;                                /* over every module */
+    double module_norm[PP_MIMO_MAX_MODULES];
+    double clip;        /* multiply every gradient by this: min(1, max_norm / (norm + 1e-6)), as
+                           Megatron's clip_grad_by_total_norm_fp32; 1 without clipping or when the
+                           norm is not finite */
+    int finite;         /* 0: inf or NaN somewhere; skip the step */
+} pp_mimo_norm;
+
+/* Every rank calls it with its sumsq[] (from pp_mimo_grad_sumsq or the GPU kernel); one
+ * all-reduce of num_modules floats over `world` (spanning the job) gives every rank the same
+ * norm and clip factor. max_norm <= 0: no clipping. */
+PIPEPAR_API pp_status pp_mimo_grad_norm(const pp_mimo *m, const pp_transport *world,
+                                        const double sumsq[PP_MIMO_MAX_MODULES], double max_norm, double timeout_s,
+                                        pp_mimo_norm *out, pp_error *err);
+
+/* Sums `count` host floats over the ranks members[0..n-1] (this rank among them) by point-to-
+ * point transfers on `world`: every member sends its values to the others in one group, then
+ * adds all n in member order, so every member gets bit-identical sums. For a module's dp
+ * gradient all-reduce on CPU threads (a GPU trainer uses an NCCL communicator of the dp group).
+ * `id` (0..15) keeps concurrent sums apart. */
+PIPEPAR_API pp_status pp_mimo_group_sum(const pp_transport *world, const int *members, int n, float *values,
+                                        int count, int id, double timeout_s, pp_error *err);
+
+
+/* ============================================================================================
+ * >>cuda
+ * Declarations of pipepar_cuda.cu, the GPU companion: kernels that move the bytes the data-path
+ * sections above decide (pack, context parallel, router replay) and the multi-tensor gradient
+ * norm. Build it with nvcc (-arch=sm_90 or your GPU's) and link it next to the translation unit
+ * that defines PIPEPAR_IMPLEMENTATION. This header stays free of CUDA headers, so:
+ *   - device pointers are plain pointers (void *, int *, float *) that must point to device
+ *     memory (cudaMalloc) of the current device;
+ *   - `stream` is a cudaStream_t passed as void * (NULL is the legacy default stream).
+ * Every call only validates its arguments and enqueues kernels on `stream`: it never
+ * synchronises, so results are ready when the stream reaches them. Host-checkable mistakes
+ * return PP_EINVAL with a message naming the parameter; a CUDA failure at launch returns
+ * PP_EIO (PP_ENOMEM for allocations) with the CUDA error's name. Errors of earlier,
+ * unrelated asynchronous work may surface here too, as with any CUDA launch.
+ *
+ * A ROW is `row_bytes` contiguous bytes: one token's hidden vector (hidden * element size), one
+ * token id (4 bytes), anything. Row kernels copy bytes and so work for every element type and
+ * width; they use 16-byte loads and stores when row_bytes and the pointers allow it (keep rows a
+ * multiple of 16 bytes and buffers 16-byte aligned for full speed; cudaMalloc gives 256).
+ * Source and destination must not overlap.
+ *
+ * Context parallel (load-balanced, as Megatron-LM and TransformerEngine split): a sequence of
+ * length L, a multiple of 2*cp, is cut into 2*cp chunks of L/(2*cp) tokens; CP rank r keeps
+ * chunk r followed by chunk 2*cp-1-r, a local sequence of L/cp tokens.
+ *     L = 8, cp = 2:   global 0 1 | 2 3 | 4 5 | 6 7     rank 0 holds 0 1 6 7, rank 1 holds 2 3 4 5
+ *
+ * BSHD calls see a tensor as [outer, seq, row]: outer = batch (or 1 for SBHD, with row = batch *
+ * hidden * element size, since a Megatron [s, b, h] activation is "one row per position").
+ * THD calls see packed tokens [total, row] whose sequences start at cu_seqlens_padded (device,
+ * nseq + 1 int32, ascending from 0, every length a multiple of 2*cp, the last entry == total;
+ * pp_pack's padding rule produces exactly this). A THD rank's local buffer holds, sequence after
+ * sequence, that sequence's two chunks: local offsets are cu_seqlens_padded / cp.
+ * ============================================================================================ */
+
+/* --- context parallel, BSHD ------------------------------------------------------------------ */
+
+/* src [outer, seq, row] -> dst [outer, seq/cp, row]: this rank's two chunks of every sequence. */
+PIPEPAR_API pp_status pp_cuda_cp_split(const void *src, void *dst, int64_t outer, int64_t seq,
+                                       int64_t row_bytes, int cp, int cp_rank, void *stream,
+                                       pp_error *err);
+/* The inverse of split for one rank: src [outer, seq/cp, row] written to this rank's positions of
+ * dst [outer, seq, row]; other positions are left as they are (e.g. gradients of a full input). */
+PIPEPAR_API pp_status pp_cuda_cp_unsplit(const void *src, void *dst, int64_t outer, int64_t seq,
+                                         int64_t row_bytes, int cp, int cp_rank, void *stream,
+                                         pp_error *err);
+/* Every rank's shard stacked as an all-gather leaves them, shards [cp, outer, seq/cp, row], back
+ * into global order dst [outer, seq, row] (outputs, logprobs). */
+PIPEPAR_API pp_status pp_cuda_cp_merge(const void *shards, void *dst, int64_t outer, int64_t seq,
+                                       int64_t row_bytes, int cp, void *stream, pp_error *err);
+/* The inverse of merge: src [outer, seq, row] -> shards [cp, outer, seq/cp, row] (e.g. before a
+ * scatter of a full tensor to the CP ranks). */
+PIPEPAR_API pp_status pp_cuda_cp_shard_all(const void *src, void *shards, int64_t outer,
+                                           int64_t seq, int64_t row_bytes, int cp, void *stream,
+                                           pp_error *err);
+
+/* --- context parallel, THD (packed) ---------------------------------------------------------- */
+
+/* src [total, row] -> dst [total/cp, row]. */
+PIPEPAR_API pp_status pp_cuda_cp_split_thd(const void *src, void *dst,
+                                           const int *cu_seqlens_padded, int nseq, int64_t total,
+                                           int64_t row_bytes, int cp, int cp_rank, void *stream,
+                                           pp_error *err);
+/* src [total/cp, row] -> this rank's positions of dst [total, row]; the rest untouched. */
+PIPEPAR_API pp_status pp_cuda_cp_unsplit_thd(const void *src, void *dst,
+                                             const int *cu_seqlens_padded, int nseq,
+                                             int64_t total, int64_t row_bytes, int cp,
+                                             int cp_rank, void *stream, pp_error *err);
+/* shards [cp, total/cp, row] -> dst [total, row]. */
+PIPEPAR_API pp_status pp_cuda_cp_merge_thd(const void *shards, void *dst,
+                                           const int *cu_seqlens_padded, int nseq, int64_t total,
+                                           int64_t row_bytes, int cp, void *stream, pp_error *err);
+/* src [total, row] -> shards [cp, total/cp, row]. */
+PIPEPAR_API pp_status pp_cuda_cp_shard_all_thd(const void *src, void *shards,
+                                               const int *cu_seqlens_padded, int nseq,
+                                               int64_t total, int64_t row_bytes, int cp,
+                                               void *stream, pp_error *err);
+
+/* --- rows by index map ----------------------------------------------------------------------- */
+
+/* Gather: dst row i = src row map[i] for i < rows; map[i] < 0 writes a row of zeros (padding).
+ * Scatter: dst row map[i] = src row i; map[i] < 0 drops the row. map is device memory holding
+ * `rows` indices of index_bytes = 4 (int32) or 8 (int64). Any host index map of the data-path
+ * sections (e.g. a CP local-to-global map, a pack's token order) runs through these. A scatter
+ * map with repeated targets leaves one of the rows there, unspecified which. */
+PIPEPAR_API pp_status pp_cuda_gather_rows(const void *src, void *dst, const void *map,
+                                          int index_bytes, int64_t rows, int64_t row_bytes,
+                                          void *stream, pp_error *err);
+PIPEPAR_API pp_status pp_cuda_scatter_rows(const void *src, void *dst, const void *map,
+                                           int index_bytes, int64_t rows, int64_t row_bytes,
+                                           void *stream, pp_error *err);
+/* dst [rows, row] = src [rows, row] through the same engine (the benchmarks' reference). */
+PIPEPAR_API pp_status pp_cuda_copy_rows(const void *src, void *dst, int64_t rows,
+                                        int64_t row_bytes, void *stream, pp_error *err);
+
+/* --- packing (>>pack) ------------------------------------------------------------------------ */
+
+/* One microbatch into its packed THD buffers in one launch. rows is the int64 map
+ * pp_pack_plan_gather makes for the bin (rows[t] = source row of packed position t, -1 for
+ * padding), total = bin_padded_tokens[bin], cu_seqlens_padded the bin's nseq+1 entries
+ * (pp_pack_plan_cu_seqlens_padded), both copied to the device by the caller. For each field
+ *     dst[t] = rows[t] >= 0 ? src[rows[t]] : pad_value          (elements of elem_bytes)
+ * and, if positions is not NULL, positions[t] = t - cu_seqlens_padded[k] for the sequence k whose
+ * padded span holds t (position ids restart at 0 per sequence; padding goes on counting).
+ * Typical fields: token ids (pad: the pad token), labels (pad: -100), loss mask (pad: 0).
+ * cu_seqlens for attention are the plan's own arrays; upload them as they are. The inverse for
+ * per-token outputs (logprobs, losses): pp_cuda_scatter_rows(packed, out, rows, 8, total,
+ * elem_bytes, ...) puts packed position t back at row rows[t] and skips padding. */
+#define PP_CUDA_PACK_MAX_FIELDS 8
+typedef struct pp_cuda_pack_field {
+    const void *src;        /* device, indexed by rows[t] */
+    void *dst;              /* device, [total] */
+    int elem_bytes;         /* 1, 2, 4 or 8; src and dst aligned to it */
+    int64_t pad_value;      /* its low elem_bytes bytes are written at padding positions */
+} pp_cuda_pack_field;
+
+PIPEPAR_API pp_status pp_cuda_pack(const int64_t *rows, const int *cu_seqlens_padded, int nseq,
+                                   int64_t total, const pp_cuda_pack_field *fields, int nfields,
+                                   void *positions, int position_bytes, void *stream,
+                                   pp_error *err);
+
+/* --- router replay (>>replay) ---------------------------------------------------------------- */
+
+/* Recorded routed experts, [recorded tokens, moe_layers, topk] in the rollout's token order, to
+ * what this rank's routers replay: MoE layers [layer_begin, layer_begin + layer_count) (this
+ * stage's, from the replay map) of the local tokens in local order (rows[i] = recorded row of
+ * local token i, i.e. the pack map composed with the CP split; -1 for padding). Output layouts:
+ *     token_major = 0:  dst [layer_count, tokens, topk]  (one contiguous [tokens, topk] per
+ *                       router: Megatron-LM's RouterReplay.set_target_indices per layer)
+ *     token_major = 1:  dst [tokens, layer_count, topk]  (Megatron's static replay buffer)
+ * Integers are converted: 1- and 2-byte recordings are unsigned (uint8 when experts <= 256),
+ * 4 and 8 bytes signed; dst_bytes 8 gives the int64 torch's topk produces. Padding tokens get
+ * experts 0, 1, ..., topk-1 (distinct, so the dispatcher still sees topk experts per token). */
+typedef struct pp_cuda_replay {
+    const void *recorded;   /* device [?, moe_layers, topk] of recorded_bytes each */
+    int recorded_bytes;     /* 1, 2, 4 or 8; 0 means 4 */
+    int moe_layers;         /* MoE layers of the whole model (the recording's middle dimension) */
+    int topk;
+    int layer_begin, layer_count;   /* this stage's MoE layers, as MoE indices */
+    const void *rows;       /* device [tokens] int32 or int64: recorded row per local token, or -1 */
+    int index_bytes;        /* 4 or 8 */
+    int64_t tokens;         /* local tokens */
+    void *dst;              /* device, layout above */
+    int dst_bytes;          /* 1, 2, 4 or 8; 0 means 8 */
+    int token_major;
+} pp_cuda_replay;
+
+PIPEPAR_API pp_status pp_cuda_replay_gather(const pp_cuda_replay *replay, void *stream,
+                                            pp_error *err);
+
+/* --- multi-tensor L2 norm and gradient clipping ---------------------------------------------- */
+
+typedef enum pp_cuda_dtype {
+    PP_CUDA_F32 = 0,
+    PP_CUDA_BF16 = 1,
+    PP_CUDA_F16 = 2
+} pp_cuda_dtype;
+
+typedef struct pp_cuda_tensor {
+    void *data;             /* device; aligned to the element size (16 bytes for full speed) */
+    int64_t numel;          /* elements, >= 0 */
+    pp_cuda_dtype dtype;
+} pp_cuda_tensor;
+
+/* A plan: the tensor list cut into chunks, uploaded once (the gradient buffers of a model do not
+ * move between steps), plus a small device workspace. Creating it allocates and copies
+ * synchronously; running it never does. One plan runs on one stream at a time.
+ *     pp_cuda_l2norm *plan;  pp_cuda_l2norm_create(grads, n, &plan, &err);
+ *     each step:  pp_cuda_l2norm_sumsq(plan, d_sumsq, 0, NULL, stream, &err);   local sum of squares
+ *                 all-reduce d_sumsq over the model-parallel group (pipepar_nccl.c)
+ *                 pp_cuda_clip_scale(d_sumsq, max_norm, d_scale, stream, &err);
+ *                 pp_cuda_l2norm_scale(plan, d_scale, stream, &err);           grads *= scale
+ *     single GPU: pp_cuda_l2norm_sumsq(plan, d_sumsq, max_norm, d_scale, ...) does both at once. */
+typedef struct pp_cuda_l2norm pp_cuda_l2norm;
+
+PIPEPAR_API pp_status pp_cuda_l2norm_create(const pp_cuda_tensor *tensors, int count,
+                                            pp_cuda_l2norm **plan, pp_error *err);
+PIPEPAR_API void pp_cuda_l2norm_free(pp_cuda_l2norm *plan);
+/* One launch over all tensors: *sumsq (device float) = sum of x*x over every element, summed in
+ * fp32 within chunks of 16384 elements and fp64 across them, in a fixed order (the same bits on
+ * every run on the same device). If scale (device float) is given, also
+ *     *scale = min(1, max_norm / (sqrt(*sumsq) + 1e-6))          (torch clip_grad_norm_'s rule)
+ * and max_norm must be > 0. A non-finite sum gives a NaN or zero scale: check it, as
+ * Megatron-LM's found-inf logic does, before stepping. */
+PIPEPAR_API pp_status pp_cuda_l2norm_sumsq(const pp_cuda_l2norm *plan, float *sumsq,
+                                           float max_norm, float *scale, void *stream,
+                                           pp_error *err);
+/* *scale = min(1, max_norm / (sqrt(*sumsq) + 1e-6)) on the device, after a cross-rank reduce. */
+PIPEPAR_API pp_status pp_cuda_clip_scale(const float *sumsq, float max_norm, float *scale,
+                                         void *stream, pp_error *err);
+/* Every tensor of the plan *= *scale in place, rounding to its dtype; a scale of exactly 1 costs
+ * one tiny launch and touches nothing. */
+PIPEPAR_API pp_status pp_cuda_l2norm_scale(const pp_cuda_l2norm *plan, const float *scale,
+                                           void *stream, pp_error *err);
+/* Bytes the plan reads per pp_cuda_l2norm_sumsq (for bandwidth figures). */
+PIPEPAR_API int64_t pp_cuda_l2norm_bytes(const pp_cuda_l2norm *plan);
+
+
+/* ============================================================================================
+ * >>nccl
+ * Declarations of pipepar_nccl.c, the NCCL companion: communicator set-up that fits how jobs
+ * are launched, the runtime's transport over NCCL, and the cross-rank half of the gradient norm.
+ * Build it with a C compiler against CUDA's and NCCL's headers and link -lnccl -lcudart. This
+ * header needs neither: communicators are the opaque pp_nccl, CUDA streams and events are
+ * passed as void * (a cudaStream_t / cudaEvent_t; NULL is the legacy default stream), and the
+ * unique id is a plain 128-byte struct.
+ *
+ * START-UP. One process per GPU (mpirun, srun, torchrun, or any launcher that sets RANK,
+ * WORLD_SIZE, LOCAL_RANK), or one process with one thread per GPU:
+ *     pp_nccl_config cfg = {0};                 // rank, world, device from the environment
+ *     pp_nccl *world;  pp_nccl_init(&cfg, &world, &err);
+ *     pp_nccl *pipe;   pp_nccl_split(world, &grid, PP_GROUP_PP, &pipe, &err);
+ *     pp_transport t;  pp_nccl_transport(pipe, compute_stream, &t, &err);
+ *     ... pp_executor_config.transport = t; pp_run_step(...); pp_nccl_sync(pipe, compute_stream, ...)
+ *     pp_nccl_transport_free(&t); pp_nccl_free(pipe); pp_nccl_free(world);
+ * The unique id that every rank needs reaches them, chosen at run time (PP_NCCL_BOOTSTRAP_AUTO):
+ *     MPI   MPI_Bcast from rank 0, when pipepar_nccl.c is built with -DPIPEPAR_NCCL_MPI and the
+ *           process was started by an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK
+ *           set); MPI is initialised if the program did not;
+ *     FILE  otherwise: rank 0 writes it to a file on a filesystem every rank sees (llm.c's way),
+ *           atomically (write, then rename), and removes it once every rank has joined. The path
+ *           is cfg.id_file, else $PIPEPAR_NCCL_ID_FILE, else /tmp/pipepar_nccl_<job>.id where
+ *           <job> is TORCHELASTIC_RUN_ID, SLURM_JOB_ID or MASTER_PORT (one must be set).
+ *           Give every job its own path: a stale file from a crashed job is read as a wrong id,
+ *           and init then times out.
+ *     ID    threads of one process: pp_nccl_unique_id once, then every thread passes it.
+ * Several nodes work through NCCL's own network transports (IB, sockets): nothing here opens a
+ * socket of its own.
+ *
+ * TRANSPORT. pp_nccl_transport wraps a (pipeline) communicator as a pp_transport for the
+ * executor. post() makes the communication stream wait for an event recorded on the compute
+ * stream (the bytes to send are ready, buffers to receive into are free), issues the group's
+ * sends and receives between one ncclGroupStart/End, and records a done-event; wait() makes the
+ * compute stream wait for that event and returns at once: the host runs ahead, transfers
+ * overlap compute, and nothing blocks until the step's closing all-reduce or pp_nccl_sync. A
+ * transfer whose peer is this rank is copied on the device (cudaMemcpyAsync through a staging
+ * buffer), never through NCCL. Tags are not sent: NCCL matches by order, which the validated
+ * schedule makes identical on both ends.
+ *
+ * FAILURE. Communicators are non-blocking (ncclConfig_t.blocking = 0) and every wait has a
+ * deadline: a peer that died or hangs makes the waiting rank call ncclCommAbort and return
+ * PP_ETIMEOUT (within timeout_s) instead of hanging; an error NCCL reports (ncclRemoteError,
+ * a network failure) returns PP_ETRANSPORT with NCCL's message. After an abort every call on
+ * that communicator returns PP_EABORTED; free it and exit (or build a new one).
+ * ============================================================================================ */
+
+typedef struct pp_nccl pp_nccl;
+
+typedef enum pp_nccl_bootstrap {
+    PP_NCCL_BOOTSTRAP_AUTO = 0,     /* MPI when built with it and launched by MPI, else FILE */
+    PP_NCCL_BOOTSTRAP_FILE,
+    PP_NCCL_BOOTSTRAP_MPI,
+    PP_NCCL_BOOTSTRAP_ID
+} pp_nccl_bootstrap;
+
+/* An ncclUniqueId by value (NCCL_UNIQUE_ID_BYTES = 128). */
+typedef struct pp_nccl_id { char bytes[128]; } pp_nccl_id;
+
+typedef struct pp_nccl_config {
+    int world;              /* 0: rank, world and device come from the environment (RANK /
+                               WORLD_SIZE / LOCAL_RANK, OMPI_COMM_WORLD_*, PMI_*, SLURM_*; the
+                               device is the local rank, else rank % device count); > 0: rank,
+                               world and device below are used as given */
+    int rank;
+    int device;
+    pp_nccl_bootstrap bootstrap;
+    const char *id_file;    /* FILE: see above */
+    const pp_nccl_id *id;   /* ID: the same id on every rank */
+    double timeout_s;       /* deadline of set-up and of every wait; 0 means 300 s, or
+                               $PIPEPAR_NCCL_TIMEOUT seconds when set */
+    int blocking;           /* 1: blocking communicators (NCCL calls may then hang on a dead peer) */
+    int max_ctas;           /* NCCL's maxCTAs: the SMs its kernels may take at once; 0: NCCL's default */
+} pp_nccl_config;
+
+/* A fresh unique id (for PP_NCCL_BOOTSTRAP_ID). */
+PIPEPAR_API pp_status pp_nccl_unique_id(pp_nccl_id *id, pp_error *err);
+/* Selects the device (cudaSetDevice) and creates the world communicator and its stream. */
+PIPEPAR_API pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_error *err);
+/* The communicator of rank's group of mask dims (ncclCommSplit with the grid's color and index;
+ * every rank of parent must call it, with the same grid and dims). grid->world must equal the
+ * parent's size. */
+PIPEPAR_API pp_status pp_nccl_split(pp_nccl *parent, const pp_grid *grid, unsigned dims, pp_nccl **out,
+                                    pp_error *err);
+/* Finalises (or, after an abort, only releases) and frees. NULL is allowed. */
+PIPEPAR_API void pp_nccl_free(pp_nccl *nc);
+
+PIPEPAR_API int pp_nccl_rank(const pp_nccl *nc);
+PIPEPAR_API int pp_nccl_world(const pp_nccl *nc);
+PIPEPAR_API int pp_nccl_device(const pp_nccl *nc);
+PIPEPAR_API void *pp_nccl_comm(const pp_nccl *nc);      /* the ncclComm_t */
+PIPEPAR_API void *pp_nccl_stream(const pp_nccl *nc);    /* its communication stream (cudaStream_t) */
+/* "nccl 2.28.9, rank 0 of 2, device 0 (NVIDIA H200), bootstrap file /tmp/x.id" */
+PIPEPAR_API const char *pp_nccl_describe(const pp_nccl *nc);
+
+/* Ends every operation of the communicator now (ncclCommAbort); later calls return PP_EABORTED
+ * naming reason. Idempotent; the first reason is kept. */
+PIPEPAR_API void pp_nccl_abort(pp_nccl *nc, pp_status status, const char *reason);
+/* Waits for `stream` (a cudaStream_t; NULL: the communication stream) with the deadline: on
+ * timeout it aborts the communicator and returns PP_ETIMEOUT. Use it instead of
+ * cudaStreamSynchronize wherever the stream may wait on a peer. */
+PIPEPAR_API pp_status pp_nccl_sync(pp_nccl *nc, void *stream, double timeout_s, pp_error *err);
+/* All ranks meet (a one-float all-reduce) within the deadline. */
+PIPEPAR_API pp_status pp_nccl_barrier(pp_nccl *nc, double timeout_s, pp_error *err);
+/* In place sum over the communicator of `count` floats on the host, within the deadline. */
+PIPEPAR_API pp_status pp_nccl_all_reduce_host(pp_nccl *nc, float *values, int count, double timeout_s,
+                                              pp_error *err);
+
+/* --- transport ------------------------------------------------------------------------------ */
+
+/* Fills *out with a transport over nc (rank and world as nc's) whose waits order
+ * `compute_stream` (a cudaStream_t of nc's device). Free with pp_nccl_transport_free after the
+ * executor that uses it. */
+PIPEPAR_API pp_status pp_nccl_transport(pp_nccl *nc, void *compute_stream, pp_transport *out, pp_error *err);
+PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
+
+/* Per-group device times, for timelines and bandwidth figures. With recording on, every
+ * group posted gets a begin event (after the communication stream waited for the compute
+ * stream: the transfer may start) and an end event. times[] gets, for the groups posted since
+ * the last reset, seconds from base_event (a cudaEvent_t recorded on the same device before
+ * them) to the begin and to the end. */
+typedef struct pp_nccl_group_time {
+    double begin, end;
+    size_t bytes_sent, bytes_received;
+    int transfers;
+    int peer;               /* the peer of the group's first transfer */
+} pp_nccl_group_time;
+
+PIPEPAR_API pp_status pp_nccl_transport_record(pp_transport *t, int on, pp_error *err);
+PIPEPAR_API pp_status pp_nccl_transport_times(pp_transport *t, void *base_event, pp_nccl_group_time *times,
+                                              int capacity, int *count, pp_error *err);
+
+/* A pp_timer of CUDA events on `stream` (the compute stream), for pp_executor_config.timer:
+ * mark(i) records event i there, resolve() returns host-clock seconds (the step's first mark is
+ * taken as the host time at which it was recorded: the stream is idle when a step starts after
+ * a sync). capacity: 3 * (longest program) events. Free with pp_nccl_timer_free. */
+PIPEPAR_API pp_status pp_nccl_event_timer(void *stream, int capacity, pp_timer *out, pp_error *err);
+PIPEPAR_API void pp_nccl_timer_free(pp_timer *timer);
+
+/* --- gradient norm over model-parallel ranks -------------------------------------------------- */
+
+/* d_sumsq (device, one float: this rank's sum of squares of its gradients, e.g. from
+ * pp_cuda_l2norm_sumsq) is summed in place over nc's ranks on `stream`; if d_scale is given,
+ * *d_scale = min(1, max_norm / (sqrt(total) + 1e-6)) follows on the device (pp_cuda_clip_scale),
+ * so the gradients can be scaled without a host round trip. Pass the communicator of
+ * PP_GROUP_TP | PP_GROUP_PP (| PP_GROUP_CP when CP shards gradients differently), as Megatron-LM
+ * reduces its norm over the model-parallel group. Never synchronises. */
+PIPEPAR_API pp_status pp_nccl_grad_norm(pp_nccl *nc, float *d_sumsq, float max_norm, float *d_scale,
+                                        void *stream, pp_error *err);
 
 #ifdef __cplusplus
 }
@@ -1067,6 +2158,1312 @@ int pp_grid_order_format(const pp_grid *grid, char *buf, size_t size)
     if (!grid) { if (buf && size) buf[0] = '\0'; return -1; }
     return snprintf(buf, size, "%s-%s-%s-%s", pp__dim_names[grid->order[0]], pp__dim_names[grid->order[1]],
                     pp__dim_names[grid->order[2]], pp__dim_names[grid->order[3]]);
+}
+
+
+/* ============================================================================================
+ * >>layers (implementation)
+ * Every form ends in one list of items per stage (embedding, decoder layers, MTP depths, loss);
+ * pp__layers_finish turns that list into ranges, type-aware offsets and the layout string.
+ * ============================================================================================ */
+
+#define PP__LAYERS_MAX (1 << 20)   /* most decoder layers, items, stages or expanded characters */
+
+static const char *const pp__layer_type_names[PP_LAYER_TYPE_COUNT] = {
+    "decoder", "moe", "dense", "embedding", "loss", "mtp", "transformer", "mamba", "attention",
+    "mlp", "gdn", "dsa", "mla", "csa", "hca", "swa"
+};
+
+/* How an item is written: layout letters for E/L/m/t, hybrid symbols for the rest. */
+static const char pp__layer_type_chars[PP_LAYER_TYPE_COUNT] = {
+    '?', 'E', '?', 'E', 'L', 'm', 't', 'M', '*', '-', 'G', 'D', '+', 'C', 'H', 'W'
+};
+
+static const char *const pp__layers_form_names[PP_LAYERS_FORM_COUNT] = {
+    "even", "uneven", "layout", "hybrid", "balanced"
+};
+
+const char *pp_layer_type_name(pp_layer_type type)
+{
+    return ((int)type >= 0 && type < PP_LAYER_TYPE_COUNT) ? pp__layer_type_names[type] : "unknown";
+}
+
+pp_status pp_layer_type_parse(const char *name, pp_layer_type *type, pp_error *err)
+{
+    int t;
+    if (!name || !type) return pp__fail(err, PP_EINVAL, "type: missing");
+    for (t = 0; t < PP_LAYER_TYPE_COUNT; t++)
+        if (strcmp(name, pp__layer_type_names[t]) == 0) { *type = (pp_layer_type)t; return pp__ok(err); }
+    return pp__fail(err, PP_EINVAL, "layer type '%.40s': unknown (one of decoder, moe, dense, embedding, "
+                    "loss, mtp, transformer, mamba, attention, mlp, gdn, dsa, mla, csa, hca, swa)", name);
+}
+
+const char *pp_layers_form_name(pp_layers_form form)
+{
+    return ((int)form >= 0 && form < PP_LAYERS_FORM_COUNT) ? pp__layers_form_names[form] : "unknown";
+}
+
+/* Decoder items are the layers Megatron numbers with layer_number: 't' and every hybrid symbol. */
+static int pp__layer_is_decoder(int type)
+{
+    return type == PP_LAYER_MOE || type == PP_LAYER_TRANSFORMER || type >= PP_LAYER_MAMBA;
+}
+
+/* Does an item of `type` (an MoE layer when `moe`) count in the index space of `sel`? */
+static int pp__layer_matches(int type, int moe, int sel)
+{
+    switch (sel) {
+    case PP_LAYER_DECODER: return pp__layer_is_decoder(type);
+    case PP_LAYER_MOE:     return pp__layer_is_decoder(type) && moe;
+    case PP_LAYER_DENSE:   return pp__layer_is_decoder(type) && !moe;
+    default:               return type == sel;
+    }
+}
+
+/* The hybrid symbols (Megatron-LM's hybrid layer allocation) and what they build. */
+static int pp__hybrid_symbol_type(char c)
+{
+    switch (c) {
+    case 'M': return PP_LAYER_MAMBA;
+    case '*': return PP_LAYER_ATTENTION;
+    case '-': return PP_LAYER_MLP;
+    case 'E': return PP_LAYER_MOE;
+    case 'G': return PP_LAYER_GDN;
+    case 'D': return PP_LAYER_DSA;
+    case '+': return PP_LAYER_MLA;
+    case 'C': return PP_LAYER_CSA;
+    case 'H': return PP_LAYER_HCA;
+    case 'W': return PP_LAYER_SWA;
+    default:  return -1;
+    }
+}
+
+/* A short, printable echo of user text for messages: at most 48 characters, odd bytes as \xNN. */
+static const char *pp__layers_echo(const char *s, char *buf, size_t size)
+{
+    size_t i, n = 0;
+    for (i = 0; s[i] && n + 8 < size; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (i >= 48) { memcpy(buf + n, "...", 3); n += 3; break; }
+        if (c >= 32 && c < 127 && c != '\'') buf[n++] = (char)c;
+        else n += (size_t)snprintf(buf + n, size - n, "\\x%02x", c);
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+static const char *pp__layers_char(char c, char *buf)
+{
+    unsigned char u = (unsigned char)c;
+    if (u >= 33 && u < 127) { buf[0] = c; buf[1] = '\0'; }
+    else snprintf(buf, 8, "\\x%02x", u);
+    return buf;
+}
+
+static void pp__layers_putc(pp__text *t, char c)
+{
+    if (t->failed) return;
+    if (t->len + 2 > t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 256;
+        char *d = (char *)PIPEPAR_REALLOC(t->data, cap);
+        if (!d) { t->failed = 1; return; }
+        t->data = d; t->cap = cap;
+    }
+    t->data[t->len++] = c;
+    t->data[t->len] = '\0';
+}
+
+/* --- result object ------------------------------------------------------------------------ */
+
+void pp_layers_free(pp_layers *l)
+{
+    if (!l) return;
+    PIPEPAR_FREE(l->first); PIPEPAR_FREE(l->count); PIPEPAR_FREE(l->stage_items);
+    PIPEPAR_FREE(l->item_type); PIPEPAR_FREE(l->is_moe); PIPEPAR_FREE(l->layer_type);
+    PIPEPAR_FREE(l->type_first); PIPEPAR_FREE(l->type_count); PIPEPAR_FREE(l->layout);
+    PIPEPAR_FREE(l->pattern); PIPEPAR_FREE(l->stage_cost); PIPEPAR_FREE(l->stage_memory);
+    PIPEPAR_FREE(l);
+}
+
+/* A result with room for `max_items` items over pp*vpp stages. */
+static pp_layers *pp__layers_new(pp_layers_form form, int pp, int vpp, int max_items)
+{
+    pp_layers *l = (pp_layers *)pp__calloc(1, sizeof *l);
+    if (!l) return NULL;
+    l->form = form;
+    l->pp = pp; l->vpp = vpp; l->num_stages = pp * vpp;
+    l->stage_items = (int *)pp__calloc((size_t)l->num_stages + 1, sizeof(int));
+    l->item_type = (unsigned char *)pp__calloc((size_t)max_items + 1, 1);
+    if (!l->stage_items || !l->item_type) { pp_layers_free(l); return NULL; }
+    return l;
+}
+
+static void pp__layers_push(pp_layers *l, int type, int count)
+{
+    int k;
+    for (k = 0; k < count; k++) l->item_type[l->num_items++] = (unsigned char)type;
+}
+
+/* The items of a transformer model whose stage s builds count[s] decoder layers: the embedding
+ * opens stage 0, the MTP depths and the loss close the last stage (where Megatron builds them
+ * when no layout says otherwise). */
+static void pp__layers_fill_counts(pp_layers *l, const int *count, int mtp_layers)
+{
+    int s;
+    for (s = 0; s < l->num_stages; s++) {
+        l->stage_items[s] = l->num_items;
+        if (s == 0) pp__layers_push(l, PP_LAYER_EMBEDDING, 1);
+        pp__layers_push(l, PP_LAYER_TRANSFORMER, count[s]);
+        if (s == l->num_stages - 1) {
+            pp__layers_push(l, PP_LAYER_MTP, mtp_layers);
+            pp__layers_push(l, PP_LAYER_LOSS, 1);
+        }
+    }
+    l->stage_items[l->num_stages] = l->num_items;
+}
+
+/* --- moe_layer_freq: "N" or a Python list expression ---------------------------------------
+ * Megatron reads --moe-layer-freq with moe_freq_type: an integer N makes layer i an MoE layer
+ * when i % N == 0; a string with '[' is evaluated as Python, e.g. "([1]*3+[0]*1)*3". We evaluate
+ * the part of Python those patterns use: integer and list literals, '+', '*', parentheses.   */
+
+typedef struct pp__moe_value {
+    int is_list;
+    long long num;
+    unsigned char *items;
+    size_t len;
+} pp__moe_value;
+
+typedef struct pp__moe_parser {
+    const char *s;
+    size_t i;
+    const char *what;           /* name of the field, for messages */
+    pp_error *err;
+    pp_status status;
+} pp__moe_parser;
+
+static void pp__moe_skip(pp__moe_parser *p)
+{
+    while (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r') p->i++;
+}
+
+static int pp__moe_error(pp__moe_parser *p, const char *rule)
+{
+    char echo[96];
+    if (p->status == PP_OK)
+        p->status = pp__fail(p->err, PP_EPARSE, "%s='%s': %s at position %zu", p->what,
+                             pp__layers_echo(p->s, echo, sizeof echo), rule, p->i);
+    return 0;
+}
+
+static int pp__moe_int(pp__moe_parser *p, long long *out)
+{
+    long long v = 0;
+    if (p->s[p->i] < '0' || p->s[p->i] > '9') return pp__moe_error(p, "expected a number");
+    while (p->s[p->i] >= '0' && p->s[p->i] <= '9') {
+        v = v * 10 + (p->s[p->i] - '0');
+        if (v > PP__LAYERS_MAX) return pp__moe_error(p, "number too large");
+        p->i++;
+    }
+    *out = v;
+    return 1;
+}
+
+static int pp__moe_expr(pp__moe_parser *p, pp__moe_value *out, int depth);
+
+static int pp__moe_factor(pp__moe_parser *p, pp__moe_value *out, int depth)
+{
+    memset(out, 0, sizeof *out);
+    pp__moe_skip(p);
+    if (depth > 64) return pp__moe_error(p, "nested too deeply");
+    if (p->s[p->i] == '(') {
+        p->i++;
+        if (!pp__moe_expr(p, out, depth + 1)) return 0;
+        pp__moe_skip(p);
+        if (p->s[p->i] != ')') { PIPEPAR_FREE(out->items); out->items = NULL; return pp__moe_error(p, "expected ')'"); }
+        p->i++;
+        return 1;
+    }
+    if (p->s[p->i] == '[') {
+        size_t cap = 0;
+        p->i++;
+        out->is_list = 1;
+        for (;;) {
+            long long v;
+            pp__moe_skip(p);
+            if (p->s[p->i] == ']') { p->i++; return 1; }
+            if (!pp__moe_int(p, &v)) break;
+            if (v > 255) { pp__moe_error(p, "list element too large"); break; }
+            if (out->len == cap) {
+                unsigned char *d;
+                if (cap >= PP__LAYERS_MAX) { pp__moe_error(p, "list too long"); break; }
+                cap = cap ? cap * 2 : 16;
+                d = (unsigned char *)PIPEPAR_REALLOC(out->items, cap);
+                if (!d) { if (p->status == PP_OK) p->status = pp__fail(p->err, PP_ENOMEM, "%s: out of memory", p->what); break; }
+                out->items = d;
+            }
+            out->items[out->len++] = (unsigned char)v;
+            pp__moe_skip(p);
+            if (p->s[p->i] == ',') { p->i++; continue; }
+            if (p->s[p->i] == ']') { p->i++; return 1; }
+            pp__moe_error(p, "expected ',' or ']'");
+            break;
+        }
+        PIPEPAR_FREE(out->items); out->items = NULL;
+        return 0;
+    }
+    return pp__moe_int(p, &out->num);
+}
+
+/* a * b where one side may be a list (repetition, as in Python). */
+static int pp__moe_times(pp__moe_parser *p, pp__moe_value *a, pp__moe_value *b)
+{
+    if (a->is_list && b->is_list) {
+        PIPEPAR_FREE(b->items);
+        return pp__moe_error(p, "cannot multiply a list by a list");
+    }
+    if (!a->is_list && !b->is_list) {
+        if (a->num * b->num > PP__LAYERS_MAX) return pp__moe_error(p, "number too large");
+        a->num *= b->num;
+        return 1;
+    }
+    if (!a->is_list) { pp__moe_value t = *a; *a = *b; *b = t; }
+    {
+        long long n = b->num;
+        size_t k;
+        unsigned char *d;
+        if (n == 0 || a->len == 0) { a->len = 0; return 1; }
+        if ((long long)a->len * n > PP__LAYERS_MAX) return pp__moe_error(p, "list too long");
+        d = (unsigned char *)PIPEPAR_REALLOC(a->items, a->len * (size_t)n);
+        if (!d) {
+            if (p->status == PP_OK) p->status = pp__fail(p->err, PP_ENOMEM, "%s: out of memory", p->what);
+            return 0;
+        }
+        for (k = 1; k < (size_t)n; k++) memcpy(d + k * a->len, d, a->len);
+        a->items = d;
+        a->len *= (size_t)n;
+    }
+    return 1;
+}
+
+static int pp__moe_term(pp__moe_parser *p, pp__moe_value *out, int depth)
+{
+    if (!pp__moe_factor(p, out, depth)) return 0;
+    for (;;) {
+        pp__moe_value rhs;
+        pp__moe_skip(p);
+        if (p->s[p->i] != '*') return 1;
+        p->i++;
+        if (!pp__moe_factor(p, &rhs, depth) || !pp__moe_times(p, out, &rhs)) {
+            PIPEPAR_FREE(out->items); out->items = NULL;
+            return 0;
+        }
+        PIPEPAR_FREE(rhs.items);
+    }
+}
+
+static int pp__moe_expr(pp__moe_parser *p, pp__moe_value *out, int depth)
+{
+    if (!pp__moe_term(p, out, depth)) return 0;
+    for (;;) {
+        pp__moe_value rhs;
+        pp__moe_skip(p);
+        if (p->s[p->i] != '+') return 1;
+        p->i++;
+        if (!pp__moe_term(p, &rhs, depth)) { PIPEPAR_FREE(out->items); out->items = NULL; return 0; }
+        if (out->is_list != rhs.is_list) {
+            PIPEPAR_FREE(rhs.items); PIPEPAR_FREE(out->items); out->items = NULL;
+            return pp__moe_error(p, "cannot add a number and a list");
+        }
+        if (!out->is_list) {
+            out->num += rhs.num;
+            if (out->num > PP__LAYERS_MAX) { return pp__moe_error(p, "number too large"); }
+        } else if (rhs.len) {
+            unsigned char *d;
+            if (out->len + rhs.len > PP__LAYERS_MAX) {
+                PIPEPAR_FREE(rhs.items); PIPEPAR_FREE(out->items); out->items = NULL;
+                return pp__moe_error(p, "list too long");
+            }
+            d = (unsigned char *)PIPEPAR_REALLOC(out->items, out->len + rhs.len);
+            if (!d) {
+                PIPEPAR_FREE(rhs.items); PIPEPAR_FREE(out->items); out->items = NULL;
+                if (p->status == PP_OK) p->status = pp__fail(p->err, PP_ENOMEM, "%s: out of memory", p->what);
+                return 0;
+            }
+            memcpy(d + out->len, rhs.items, rhs.len);
+            out->items = d;
+            out->len += rhs.len;
+        }
+        PIPEPAR_FREE(rhs.items);
+    }
+}
+
+/* Fills is_moe[0..n) from a moe_layer_freq string. */
+static pp_status pp__moe_pattern(const char *text, int n, unsigned char *is_moe, pp_error *err)
+{
+    char echo[96];
+    int i;
+    if (!strchr(text, '[')) {                       /* an integer N, as int(x) reads it */
+        pp__moe_parser p;
+        long long v;
+        memset(&p, 0, sizeof p);
+        p.s = text; p.what = "moe_layer_freq"; p.err = err;
+        pp__moe_skip(&p);
+        if (pp__moe_int(&p, &v)) pp__moe_skip(&p);
+        else p.i = 0;
+        if (p.i == 0 || p.s[p.i] != '\0')
+            return pp__fail(err, PP_EPARSE, "moe_layer_freq='%s': expected an integer N (layer i is MoE "
+                            "when i %% N == 0) or a list such as [0]*3+[1]*58",
+                            pp__layers_echo(text, echo, sizeof echo));
+        if (v < 1)
+            return pp__fail(err, PP_EINVAL, "moe_layer_freq=%lld: must be at least 1", v);
+        for (i = 0; i < n; i++) is_moe[i] = (unsigned char)(i % v == 0);
+        return PP_OK;
+    }
+    {
+        pp__moe_parser p;
+        pp__moe_value v;
+        memset(&p, 0, sizeof p);
+        memset(&v, 0, sizeof v);
+        p.s = text; p.what = "moe_layer_freq"; p.err = err; p.status = PP_OK;
+        if (!pp__moe_expr(&p, &v, 0)) return p.status;
+        pp__moe_skip(&p);
+        if (p.s[p.i] != '\0') { PIPEPAR_FREE(v.items); pp__moe_error(&p, "unexpected text"); return p.status; }
+        if (!v.is_list)
+            return pp__fail(err, PP_EPARSE, "moe_layer_freq='%s': evaluates to a number, not a list",
+                            pp__layers_echo(text, echo, sizeof echo));
+        if ((long long)v.len != n) {
+            PIPEPAR_FREE(v.items);
+            return pp__fail(err, PP_EINVAL, "moe_layer_freq='%s': the list has %zu entries, but the model has "
+                            "%d decoder layers", pp__layers_echo(text, echo, sizeof echo), v.len, n);
+        }
+        for (i = 0; i < n; i++) {
+            if (v.items[i] > 1) {
+                int bad = v.items[i];
+                PIPEPAR_FREE(v.items);
+                return pp__fail(err, PP_EINVAL, "moe_layer_freq: entry %d is %d; use 0 (dense) or 1 (MoE)", i, bad);
+            }
+            is_moe[i] = v.items[i];
+        }
+        PIPEPAR_FREE(v.items);
+        return PP_OK;
+    }
+}
+
+/* --- finishing: ranges, type-aware offsets, layout string ---------------------------------- */
+
+/* Stage text in layout spelling ("Et*13") or, for hybrid patterns, the decoder symbols. */
+static void pp__layers_stage_spell(const pp_layers *l, int s, pp__text *t)
+{
+    int i = l->stage_items[s], end = l->stage_items[s + 1];
+    while (i < end) {
+        int type = l->item_type[i], run = 1;
+        char c = pp__layer_type_chars[type];
+        if (l->form == PP_LAYERS_HYBRID) {
+            if (pp__layer_is_decoder(type)) pp__layers_putc(t, c);
+            i++;
+            continue;
+        }
+        while (i + run < end && l->item_type[i + run] == type) run++;
+        pp__layers_putc(t, c);
+        if (run > 1) pp__text_printf(t, "*%d", run);
+        i += run;
+    }
+}
+
+/* A layout string: stages joined by '|', runs of equal stages as "(X|)*N". Megatron's parser
+ * expands "(...)*N" before "x*N", so both nest as written here. */
+static pp_status pp__layers_make_layout(pp_layers *l, pp_error *err)
+{
+    pp__text out, a, b;
+    int s;
+    memset(&out, 0, sizeof out); memset(&a, 0, sizeof a); memset(&b, 0, sizeof b);
+    pp__layers_putc(&out, '\0'); out.len = 0;
+    for (s = 0; s < l->num_stages; ) {
+        int run = 1;
+        a.len = 0; pp__layers_putc(&a, '\0'); a.len = 0;
+        pp__layers_stage_spell(l, s, &a);
+        if (s == l->num_stages - 1) { pp__text_printf(&out, "%s", a.data ? a.data : ""); break; }
+        while (s + run < l->num_stages - 1) {
+            b.len = 0; pp__layers_putc(&b, '\0'); b.len = 0;
+            pp__layers_stage_spell(l, s + run, &b);
+            if (a.failed || b.failed || strcmp(a.data, b.data) != 0) break;
+            run++;
+        }
+        if (run > 1) pp__text_printf(&out, "(%s|)*%d", a.data ? a.data : "", run);
+        else pp__text_printf(&out, "%s|", a.data ? a.data : "");
+        s += run;
+    }
+    if (out.failed || a.failed || b.failed) {
+        pp__text_free(&out); pp__text_free(&a); pp__text_free(&b);
+        return pp__fail(err, PP_ENOMEM, "layout string: out of memory");
+    }
+    pp__text_free(&a); pp__text_free(&b);
+    l->layout = out.data;
+    return PP_OK;
+}
+
+static pp_status pp__layers_finish(pp_layers *l, const char *moe_freq, pp_error *err)
+{
+    const int C = PP_LAYER_TYPE_COUNT;
+    int running[PP_LAYER_TYPE_COUNT];
+    int s, i, t, g = 0, n = 0;
+    pp_status st;
+    for (i = 0; i < l->num_items; i++) n += pp__layer_is_decoder(l->item_type[i]);
+    l->num_layers = n;
+    l->first = (int *)pp__calloc((size_t)l->num_stages, sizeof(int));
+    l->count = (int *)pp__calloc((size_t)l->num_stages, sizeof(int));
+    l->is_moe = (unsigned char *)pp__calloc((size_t)n + 1, 1);
+    l->layer_type = (unsigned char *)pp__calloc((size_t)n + 1, 1);
+    l->type_first = (int *)pp__calloc((size_t)l->num_stages * C, sizeof(int));
+    l->type_count = (int *)pp__calloc((size_t)l->num_stages * C, sizeof(int));
+    if (!l->first || !l->count || !l->is_moe || !l->layer_type || !l->type_first || !l->type_count)
+        return pp__fail(err, PP_ENOMEM, "layers: out of memory");
+    if (moe_freq && (st = pp__moe_pattern(moe_freq, n, l->is_moe, err)) != PP_OK) return st;
+    for (t = 0; t < C; t++) running[t] = 0;
+    l->mtp_layers = 0;
+    for (s = 0; s < l->num_stages; s++) {
+        l->first[s] = g;
+        for (t = 0; t < C; t++) l->type_first[s * C + t] = running[t];
+        for (i = l->stage_items[s]; i < l->stage_items[s + 1]; i++) {
+            int type = l->item_type[i], moe = 0;
+            if (pp__layer_is_decoder(type)) {
+                if (type == PP_LAYER_MOE) l->is_moe[g] = 1;
+                moe = l->is_moe[g];
+                l->layer_type[g++] = (unsigned char)type;
+            }
+            if (type == PP_LAYER_MTP) l->mtp_layers++;
+            for (t = 0; t < C; t++) running[t] += pp__layer_matches(type, moe, t);
+        }
+        l->count[s] = g - l->first[s];
+        for (t = 0; t < C; t++) l->type_count[s * C + t] = running[t] - l->type_first[s * C + t];
+    }
+    if (l->form != PP_LAYERS_HYBRID) return pp__layers_make_layout(l, err);
+    return PP_OK;
+}
+
+/* --- checks shared by the forms -------------------------------------------------------------- */
+
+static pp_status pp__layers_check_sizes(int pp, int vpp, pp_error *err)
+{
+    if (pp < 1 || pp > 65536) return pp__fail(err, PP_EINVAL, "pp=%d: must be between 1 and 65536", pp);
+    if (vpp < 1 || vpp > 65536) return pp__fail(err, PP_EINVAL, "vpp=%d: must be between 1 and 65536", vpp);
+    if ((long long)pp * vpp > PP__LAYERS_MAX)
+        return pp__fail(err, PP_EINVAL, "pp*vpp=%lld: at most %d stages", (long long)pp * vpp, PP__LAYERS_MAX);
+    if (vpp > 1 && pp < 2)
+        return pp__fail(err, PP_EINVAL, "vpp=%d: virtual stages need pp >= 2 (Megatron-LM rejects an interleaved "
+                        "schedule with one pipeline rank, and would give every chunk layer offset 0)", vpp);
+    return PP_OK;
+}
+
+/* Layers per rank for the even and uneven forms (Megatron-LM's TransformerConfig checks and
+ * get_num_layers_to_build), then per stage: count[vpp_rank * pp + pp_rank]. Stricter than
+ * Megatron where it would build the wrong model: first + last > num_layers, or layers left over
+ * with no middle stage to hold them. */
+static pp_status pp__layers_split(int L, int pp, int vpp, int first, int last, int emb, int loss,
+                                  int *count, pp_error *err)
+{
+    int r, v, S = pp * vpp;
+    if (first || last) {
+        int middle_stages = pp - (first ? 1 : 0) - (last ? 1 : 0);
+        long long middle = (long long)L - first - last;
+        int per = 0;
+        if (emb || loss)
+            return pp__fail(err, PP_EINVAL, "first=%d, last=%d: num_layers_in_first/last_pipeline_stage cannot be "
+                            "combined with account_for_embedding/loss_in_pipeline_split", first, last);
+        if (middle_stages < 0)
+            return pp__fail(err, PP_EINVAL, "first=%d, last=%d: pp=1 has a single stage, it cannot take both the "
+                            "first and the last stage's layers", first, last);
+        if (first && vpp > 1 && first % vpp != 0)
+            return pp__fail(err, PP_EINVAL, "first=%d: the first stage's layers must divide evenly over vpp=%d "
+                            "chunks", first, vpp);
+        if (last && vpp > 1 && last % vpp != 0)
+            return pp__fail(err, PP_EINVAL, "last=%d: the last stage's layers must divide evenly over vpp=%d "
+                            "chunks", last, vpp);
+        if (middle < 0)
+            return pp__fail(err, PP_EINVAL, "first=%d, last=%d: together more than num_layers=%d", first, last, L);
+        if (middle_stages == 0 && middle != 0)
+            return pp__fail(err, PP_EINVAL, "num_layers=%d minus first stage %d and last stage %d leaves %lld layers, "
+                            "but pp=%d has 0 middle stages to hold them", L, first, last, middle, pp);
+        if (middle_stages > 0) {
+            if (middle % middle_stages != 0)
+                return pp__fail(err, PP_EINVAL, "num_layers=%d minus first stage %d and last stage %d leaves %lld "
+                                "layers, which do not divide evenly over %d middle stages (pp=%d)",
+                                L, first, last, middle, middle_stages, pp);
+            per = (int)(middle / middle_stages);
+            if (vpp > 1 && per % vpp != 0)
+                return pp__fail(err, PP_EINVAL, "vpp=%d: each middle rank's %d layers do not divide evenly over "
+                                "%d chunks", vpp, per, vpp);
+        }
+        for (r = 0; r < pp; r++) {
+            int n = per;
+            if (r == 0 && first) n = first;
+            else if (r == pp - 1 && last) n = last;
+            for (v = 0; v < vpp; v++) count[v * pp + r] = n / vpp;
+        }
+        return PP_OK;
+    }
+    {
+        long long total = (long long)L + (emb ? 1 : 0) + (loss ? 1 : 0);
+        int per;
+        if (total % pp != 0) {
+            if (emb || loss)
+                return pp__fail(err, PP_EINVAL, "num_layers=%d: with the %s counted as a layer that is %lld, which "
+                                "does not divide evenly over pp=%d", L,
+                                emb && loss ? "embedding and the loss" : emb ? "embedding" : "loss", total, pp);
+            return pp__fail(err, PP_EINVAL, "num_layers=%d: does not divide evenly over pp=%d (set first/last for "
+                            "an uneven split, or give a layout)", L, pp);
+        }
+        per = (int)(total / pp);
+        if (vpp > 1 && per % vpp != 0)
+            return pp__fail(err, PP_EINVAL, "vpp=%d: each rank's %d layers do not divide evenly over %d chunks",
+                            vpp, per, vpp);
+        for (r = 0; r < S; r++) count[r] = per / vpp;
+        if (emb) count[0]--;
+        if (loss) count[S - 1]--;
+        if (count[0] < 0 || count[S - 1] < 0)
+            return pp__fail(err, PP_EINVAL, "num_layers=%d: a stage of %d layers cannot give one up to the %s",
+                            L, per / vpp, count[0] < 0 ? "embedding" : "loss");
+        return PP_OK;
+    }
+}
+
+/* --- layout strings ---------------------------------------------------------------------------
+ * Megatron-LM's PipelineParallelLayerLayout.parse_str_to_list, step by step:
+ *   1. drop every ','
+ *   2. one left-to-right pass of  \(([^)]+)\)\*(\d+)  -> the group repeated  ("(tt|)*2" -> "tt|tt|")
+ *   3. one left-to-right pass of  (.)\*(\d+)          -> the character repeated ("t*3" -> "ttt")
+ *   4. split at '|'; every character must be one of E t m L.
+ * Each expanded character remembers where it came from, so errors point into the input.     */
+
+typedef struct pp__ptext { char *c; int *pos; size_t len, cap; } pp__ptext;
+
+static void pp__ptext_free(pp__ptext *t) { PIPEPAR_FREE(t->c); PIPEPAR_FREE(t->pos); memset(t, 0, sizeof *t); }
+
+/* Appends `times` copies of [c, c + n) (positions pos); 1 when the result would be too long. */
+static int pp__ptext_append(pp__ptext *t, const char *c, const int *pos, size_t n, long long times, int *oom)
+{
+    long long k;
+    if (times <= 0 || n == 0) return 0;
+    if ((long long)n * times > (long long)PP__LAYERS_MAX - (long long)t->len) return 1;
+    if (t->len + n * (size_t)times > t->cap) {
+        size_t cap = t->cap ? t->cap : 64;
+        char *nc; int *np;
+        while (cap < t->len + n * (size_t)times) cap *= 2;
+        nc = (char *)PIPEPAR_REALLOC(t->c, cap + 1);
+        if (!nc) { *oom = 1; return 1; }
+        t->c = nc;
+        np = (int *)PIPEPAR_REALLOC(t->pos, (cap + 1) * sizeof(int));
+        if (!np) { *oom = 1; return 1; }
+        t->pos = np;
+        t->cap = cap;
+    }
+    for (k = 0; k < times; k++) {
+        memcpy(t->c + t->len, c, n);
+        memcpy(t->pos + t->len, pos, n * sizeof(int));
+        t->len += n;
+    }
+    t->c[t->len] = '\0';
+    return 0;
+}
+
+static int pp__is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* Reads the digits at s[*i] (at least one is there); -1 when the count is absurd. */
+static long long pp__layout_count(const pp__ptext *s, size_t *i)
+{
+    long long v = 0;
+    while (*i < s->len && pp__is_digit(s->c[*i])) {
+        if (v <= PP__LAYERS_MAX) v = v * 10 + (s->c[*i] - '0');
+        (*i)++;
+    }
+    return v > PP__LAYERS_MAX ? -1 : v;
+}
+
+static pp_status pp__layout_too_long(const char *text, int oom, pp_error *err)
+{
+    char echo[96];
+    if (oom) return pp__fail(err, PP_ENOMEM, "layout: out of memory");
+    return pp__fail(err, PP_EINVAL, "layout '%s': expands to more than %d characters",
+                    pp__layers_echo(text, echo, sizeof echo), PP__LAYERS_MAX);
+}
+
+static pp_status pp__layout_expand(const char *text, pp__ptext *out, pp_error *err)
+{
+    pp__ptext a, b;
+    size_t i, n = strlen(text);
+    int oom = 0, pos;
+    memset(&a, 0, sizeof a); memset(&b, 0, sizeof b); memset(out, 0, sizeof *out);
+    if (n > PP__LAYERS_MAX) return pp__layout_too_long(text, 0, err);
+    for (i = 0; i < n; i++) {                               /* 1. commas are cosmetic */
+        if (text[i] == ',') continue;
+        pos = (int)i;
+        if (pp__ptext_append(&a, text + i, &pos, 1, 1, &oom)) goto too_long;
+    }
+    for (i = 0; i < a.len; ) {                              /* 2. (group)*N */
+        if (a.c[i] == '(') {
+            size_t j = i + 1, k;
+            while (j < a.len && a.c[j] != ')') j++;
+            if (j > i + 1 && j + 2 < a.len && a.c[j + 1] == '*' && pp__is_digit(a.c[j + 2])) {
+                long long times;
+                k = j + 2;
+                times = pp__layout_count(&a, &k);
+                if (times < 0) goto bad_count;
+                if (pp__ptext_append(&b, a.c + i + 1, a.pos + i + 1, j - i - 1, times, &oom)) goto too_long;
+                i = k;
+                continue;
+            }
+        }
+        if (pp__ptext_append(&b, a.c + i, a.pos + i, 1, 1, &oom)) goto too_long;
+        i++;
+    }
+    pp__ptext_free(&a);
+    for (i = 0; i < b.len; ) {                              /* 3. x*N ('.' is not a newline) */
+        if (b.c[i] != '\n' && i + 2 < b.len && b.c[i + 1] == '*' && pp__is_digit(b.c[i + 2])) {
+            size_t k = i + 2;
+            long long times = pp__layout_count(&b, &k);
+            if (times < 0) goto bad_count;
+            if (pp__ptext_append(out, b.c + i, b.pos + i, 1, times, &oom)) goto too_long;
+            i = k;
+            continue;
+        }
+        if (pp__ptext_append(out, b.c + i, b.pos + i, 1, 1, &oom)) goto too_long;
+        i++;
+    }
+    pp__ptext_free(&b);
+    if (!out->c) {                                          /* nothing left: one empty stage */
+        out->c = (char *)pp__calloc(1, 1);
+        out->pos = (int *)pp__calloc(1, sizeof(int));
+        if (!out->c || !out->pos) { oom = 1; goto too_long; }
+    }
+    return PP_OK;
+too_long:
+    pp__ptext_free(&a); pp__ptext_free(&b); pp__ptext_free(out);
+    return pp__layout_too_long(text, oom, err);
+bad_count:
+    {
+        char echo[96];
+        pp__ptext_free(&a); pp__ptext_free(&b); pp__ptext_free(out);
+        return pp__fail(err, PP_EINVAL, "layout '%s': a repeat count is larger than %d",
+                        pp__layers_echo(text, echo, sizeof echo), PP__LAYERS_MAX);
+    }
+}
+
+static int pp__layout_type(char c)
+{
+    switch (c) {
+    case 'E': return PP_LAYER_EMBEDDING;
+    case 't': return PP_LAYER_TRANSFORMER;
+    case 'm': return PP_LAYER_MTP;
+    case 'L': return PP_LAYER_LOSS;
+    default:  return -1;
+    }
+}
+
+static pp_status pp__layers_from_layout(const pp_layers_config *cfg, int pp, pp_layers **out, pp_error *err)
+{
+    const char *text = cfg->layout;
+    char echo[96], ch[8];
+    pp__ptext x;
+    pp_layers *l = NULL;
+    pp_status st;
+    size_t i;
+    int stages = 1, vpp, s, t, n_e = 0, n_l = 0, n_t = 0, n_m = 0;
+    int first_m = -1, t_after_m = -1, m_stage = -1, m_other = -1, m_early = -1;
+    if (cfg->first || cfg->last || cfg->account_for_embedding || cfg->account_for_loss)
+        return pp__fail(err, PP_EINVAL, "layout: cannot be set with first=%d, last=%d, account_for_embedding=%d, "
+                        "account_for_loss=%d (the layout already says where every layer goes)", cfg->first,
+                        cfg->last, cfg->account_for_embedding, cfg->account_for_loss);
+    if ((st = pp__layout_expand(text, &x, err)) != PP_OK) return st;
+    for (i = 0; i < x.len; i++) {
+        if (x.c[i] == '|') { stages++; continue; }
+        if (pp__layout_type(x.c[i]) < 0) {
+            st = pp__fail(err, PP_EPARSE, "layout '%s': '%s' at position %d (stage %d) is not a layer; known "
+                          "layers are E (embedding), t (decoder), m (MTP), L (loss)",
+                          pp__layers_echo(text, echo, sizeof echo), pp__layers_char(x.c[i], ch), x.pos[i], stages - 1);
+            pp__ptext_free(&x);
+            return st;
+        }
+    }
+    if (stages % pp != 0) {
+        pp__ptext_free(&x);
+        return pp__fail(err, PP_EINVAL, "layout '%s': %d stages, not a multiple of pp=%d",
+                        pp__layers_echo(text, echo, sizeof echo), stages, pp);
+    }
+    vpp = stages / pp;
+    if (cfg->vpp && cfg->vpp != vpp) {
+        pp__ptext_free(&x);
+        return pp__fail(err, PP_EINVAL, "vpp=%d: conflicts with the layout, whose %d stages over pp=%d make vpp=%d",
+                        cfg->vpp, stages, pp, vpp);
+    }
+    if ((st = pp__layers_check_sizes(pp, vpp, err)) != PP_OK) { pp__ptext_free(&x); return st; }
+    l = pp__layers_new(PP_LAYERS_LAYOUT, pp, vpp, (int)x.len);
+    if (!l) { pp__ptext_free(&x); return pp__fail(err, PP_ENOMEM, "layout: out of memory"); }
+    for (i = 0, s = 0; i < x.len; i++) {
+        if (x.c[i] == '|') { l->stage_items[++s] = l->num_items; continue; }
+        t = pp__layout_type(x.c[i]);
+        if (t == PP_LAYER_MTP) {
+            if (first_m < 0) first_m = (int)i;
+            if (m_stage < 0) m_stage = s;
+            else if (s != m_stage && m_other < 0) m_other = s;
+            if (s / pp != vpp - 1 && m_early < 0) m_early = s;
+        }
+        if (t == PP_LAYER_TRANSFORMER && first_m >= 0 && t_after_m < 0) t_after_m = (int)i;
+        n_e += t == PP_LAYER_EMBEDDING; n_l += t == PP_LAYER_LOSS; n_t += t == PP_LAYER_TRANSFORMER;
+        n_m += t == PP_LAYER_MTP;
+        pp__layers_push(l, t, 1);
+    }
+    l->stage_items[l->num_stages] = l->num_items;
+    /* validate_layer_layout's rules, in its order; the flattened layout is the items in stage order */
+    if (l->num_items == 0 || l->item_type[0] != PP_LAYER_EMBEDDING) {
+        if (l->num_items == 0)
+            st = pp__fail(err, PP_EINVAL, "layout '%s': the first layer must be E (embedding), but the layout has "
+                          "no layers", pp__layers_echo(text, echo, sizeof echo));
+        else
+            st = pp__fail(err, PP_EINVAL, "layout '%s': the first layer must be E (embedding), but it is '%c'",
+                          pp__layers_echo(text, echo, sizeof echo), pp__layer_type_chars[l->item_type[0]]);
+    } else if (l->item_type[l->num_items - 1] != PP_LAYER_LOSS) {
+        st = pp__fail(err, PP_EINVAL, "layout '%s': the last layer must be L (loss), but it is '%c'",
+                      pp__layers_echo(text, echo, sizeof echo), pp__layer_type_chars[l->item_type[l->num_items - 1]]);
+    } else if (n_e != 1) {
+        st = pp__fail(err, PP_EINVAL, "layout '%s': E (embedding) appears %d times; it must appear exactly once",
+                      pp__layers_echo(text, echo, sizeof echo), n_e);
+    } else if (n_l != 1) {
+        st = pp__fail(err, PP_EINVAL, "layout '%s': L (loss) appears %d times; it must appear exactly once",
+                      pp__layers_echo(text, echo, sizeof echo), n_l);
+    } else if (cfg->num_layers && n_t != cfg->num_layers) {
+        st = pp__fail(err, PP_EINVAL, "num_layers=%d: the layout has %d decoder layers (t)", cfg->num_layers, n_t);
+    } else if (n_t == 0) {
+        st = pp__fail(err, PP_EINVAL, "layout '%s': has no decoder layers (t)", pp__layers_echo(text, echo, sizeof echo));
+    } else if (cfg->mtp_layers && n_m != cfg->mtp_layers) {
+        st = pp__fail(err, PP_EINVAL, "mtp_layers=%d: the layout has %d MTP layers (m)", cfg->mtp_layers, n_m);
+    } else if (t_after_m >= 0) {
+        st = pp__fail(err, PP_EINVAL, "layout '%s': decoder layer 't' at position %d comes after the MTP layer at "
+                      "position %d; decoder layers must be placed before MTP layers",
+                      pp__layers_echo(text, echo, sizeof echo), x.pos[t_after_m], x.pos[first_m]);
+    } else if (m_early >= 0) {
+        st = pp__fail(err, PP_EINVAL, "layout '%s': MTP layers in stage %d (rank %d, chunk %d); Megatron-LM requires "
+                      "them in the last chunk of their rank (chunk %d)", pp__layers_echo(text, echo, sizeof echo),
+                      m_early, m_early % pp, m_early / pp, vpp - 1);
+    } else if (m_other >= 0) {
+        st = pp__fail(err, PP_EINVAL, "layout '%s': MTP layers in stages %d and %d; all %d of them must be in one "
+                      "stage", pp__layers_echo(text, echo, sizeof echo), m_stage, m_other, n_m);
+    } else {
+        st = PP_OK;
+    }
+    pp__ptext_free(&x);
+    if (st == PP_OK) {
+        l->mtp_standalone = m_stage >= 0 && m_stage % pp != pp - 1;
+        st = pp__layers_finish(l, cfg->moe_layer_freq, err);
+    }
+    if (st != PP_OK) { pp_layers_free(l); return st; }
+    *out = l;
+    return pp__ok(err);
+}
+
+/* --- hybrid patterns --------------------------------------------------------------------------
+ * Megatron-LM's hybrid layer allocation: "<main>/<mtp>/<mtp>..." where every MTP part is the
+ * same pattern (one per depth); the main pattern's '|' separate stages (segment index
+ * vpp_rank * pp + pp_rank, layer offset = layers of the segments before). Without '|' and
+ * pp > 1 the pattern is split at run time like the even / uneven forms, with no vpp.          */
+
+static pp_status pp__layers_from_hybrid(const pp_layers_config *cfg, int pp, pp_layers **out, pp_error *err)
+{
+    const char *text = cfg->hybrid;
+    char echo[96], ch[8];
+    size_t n = strlen(text), main_len, i, mtp_len = 0;
+    const char *mtp = NULL;
+    int segments = 1, L = 0, depths = 0, vpp, s, *count = NULL;
+    pp_layers *l;
+    pp_status st;
+    pp__text pat;
+    if (n > PP__LAYERS_MAX)
+        return pp__fail(err, PP_EINVAL, "hybrid pattern: longer than %d characters", PP__LAYERS_MAX);
+    if (cfg->layout) return pp__fail(err, PP_EINVAL, "hybrid: cannot be set together with a layout");
+    if (cfg->account_for_embedding || cfg->account_for_loss)
+        return pp__fail(err, PP_EINVAL, "hybrid pattern: account_for_embedding/loss do not apply; put '|' where the "
+                        "stages should break");
+    if (cfg->moe_layer_freq)
+        return pp__fail(err, PP_EINVAL, "moe_layer_freq: does not apply to a hybrid pattern, whose 'E' marks the "
+                        "MoE layers");
+    for (main_len = 0; main_len < n && text[main_len] != '/'; main_len++) {}
+    for (i = 0; i < main_len; i++) {
+        if (text[i] == '|') { segments++; continue; }
+        if (pp__hybrid_symbol_type(text[i]) < 0)
+            return pp__fail(err, PP_EPARSE, "hybrid pattern '%s': '%s' at position %zu is not a layer symbol "
+                            "(M mamba, * attention, - mlp, E moe, G gdn, D dsa, + mla, C csa, H hca, W swa; "
+                            "| between stages%s)", pp__layers_echo(text, echo, sizeof echo),
+                            pp__layers_char(text[i], ch), i,
+                            text[i] == '[' || text[i] == ']' ? "; bracketed layer groups are not supported" : "");
+        L++;
+    }
+    if (main_len < n) {                                     /* MTP parts: all equal, or all empty */
+        const char *p = text + main_len + 1, *part = p;
+        int parts = 0, any = 0;
+        mtp = p;
+        mtp_len = strcspn(p, "/");
+        for (;;) {
+            size_t len = strcspn(part, "/");
+            parts++;
+            if (len) any = 1;
+            if (len != mtp_len || strncmp(part, mtp, len) != 0) {
+                char a[48], b[48], ea[96], eb[96];
+                snprintf(a, sizeof a, "%.*s", (int)(mtp_len < 40 ? mtp_len : 40), mtp);
+                snprintf(b, sizeof b, "%.*s", (int)(len < 40 ? len : 40), part);
+                return pp__fail(err, PP_EINVAL, "hybrid pattern '%s': all MTP patterns must be identical; pattern 1 "
+                                "is '%s', but pattern %d is '%s'", pp__layers_echo(text, echo, sizeof echo),
+                                pp__layers_echo(a, ea, sizeof ea), parts, pp__layers_echo(b, eb, sizeof eb));
+            }
+            if (part[len] == '\0') break;
+            part += len + 1;
+        }
+        if (any) {
+            for (i = 0; i < mtp_len; i++)
+                if (pp__hybrid_symbol_type(mtp[i]) < 0)
+                    return pp__fail(err, PP_EPARSE, "hybrid pattern '%s': '%s' at position %zu of the MTP pattern is "
+                                    "not a layer symbol%s", pp__layers_echo(text, echo, sizeof echo),
+                                    pp__layers_char(mtp[i], ch), main_len + 1 + i,
+                                    mtp[i] == '|' ? " (stage boundaries belong in the main pattern)" : "");
+            depths = parts;
+        }
+    }
+    if (L == 0) return pp__fail(err, PP_EINVAL, "hybrid pattern '%s': has no decoder layers",
+                                pp__layers_echo(text, echo, sizeof echo));
+    if (cfg->num_layers && cfg->num_layers != L)
+        return pp__fail(err, PP_EINVAL, "num_layers=%d: the hybrid pattern has %d layers", cfg->num_layers, L);
+    if (cfg->mtp_layers && cfg->mtp_layers != depths)
+        return pp__fail(err, PP_EINVAL, "mtp_layers=%d: the hybrid pattern has %d MTP depths", cfg->mtp_layers, depths);
+    if (segments > 1) {
+        if (cfg->first || cfg->last)
+            return pp__fail(err, PP_EINVAL, "first=%d, last=%d: cannot be set when the hybrid pattern has '|' "
+                            "separators; they already say where the stages break", cfg->first, cfg->last);
+        if (cfg->vpp) {
+            if ((long long)cfg->vpp * pp != segments)
+                return pp__fail(err, PP_EINVAL, "hybrid pattern '%s': %d '|'-separated segments, but pp=%d x vpp=%d "
+                                "needs %lld", pp__layers_echo(text, echo, sizeof echo), segments, pp, cfg->vpp,
+                                (long long)pp * cfg->vpp);
+            vpp = cfg->vpp;
+        } else {
+            if (segments % pp != 0)
+                return pp__fail(err, PP_EINVAL, "hybrid pattern '%s': %d '|'-separated segments, not a multiple of "
+                                "pp=%d", pp__layers_echo(text, echo, sizeof echo), segments, pp);
+            vpp = segments / pp;
+        }
+    } else {
+        vpp = cfg->vpp ? cfg->vpp : 1;
+        if (vpp > 1 && pp > 1)
+            return pp__fail(err, PP_EINVAL, "vpp=%d: a hybrid pattern without '|' separators cannot be interleaved; "
+                            "add '|' where the %d stages break", vpp, pp * vpp);
+    }
+    if ((st = pp__layers_check_sizes(pp, vpp, err)) != PP_OK) return st;
+    if (segments == 1) {
+        count = (int *)pp__calloc((size_t)pp, sizeof(int));
+        if (!count) return pp__fail(err, PP_ENOMEM, "hybrid: out of memory");
+        if ((st = pp__layers_split(L, pp, 1, cfg->first, cfg->last, 0, 0, count, err)) != PP_OK) {
+            PIPEPAR_FREE(count);
+            return st;
+        }
+    }
+    l = pp__layers_new(PP_LAYERS_HYBRID, pp, vpp, L + 2 + depths);
+    if (!l) { PIPEPAR_FREE(count); return pp__fail(err, PP_ENOMEM, "hybrid: out of memory"); }
+    memset(&pat, 0, sizeof pat);
+    {
+        size_t at = 0;
+        for (s = 0; s < l->num_stages; s++) {
+            int k = 0;
+            l->stage_items[s] = l->num_items;
+            if (s) pp__layers_putc(&pat, '|');
+            if (s == 0) pp__layers_push(l, PP_LAYER_EMBEDDING, 1);
+            while (at < main_len && (count ? k < count[s] : text[at] != '|')) {
+                if (text[at] != '|') {
+                    pp__layers_push(l, pp__hybrid_symbol_type(text[at]), 1);
+                    pp__layers_putc(&pat, text[at]);
+                    k++;
+                }
+                at++;
+            }
+            if (!count && at < main_len) at++;              /* the '|' that ends this segment */
+            if (s == l->num_stages - 1) {
+                pp__layers_push(l, PP_LAYER_MTP, depths);
+                pp__layers_push(l, PP_LAYER_LOSS, 1);
+            }
+        }
+        l->stage_items[l->num_stages] = l->num_items;
+    }
+    for (i = 0; depths && i < (size_t)depths; i++) {
+        pp__layers_putc(&pat, '/');
+        pp__text_printf(&pat, "%.*s", (int)mtp_len, mtp);
+    }
+    PIPEPAR_FREE(count);
+    if (pat.failed || !pat.data) {
+        pp__text_free(&pat);
+        pp_layers_free(l);
+        return pp__fail(err, PP_ENOMEM, "hybrid: out of memory");
+    }
+    l->pattern = pat.data;
+    if ((st = pp__layers_finish(l, NULL, err)) != PP_OK) { pp_layers_free(l); return st; }
+    *out = l;
+    return pp__ok(err);
+}
+
+/* --- build ------------------------------------------------------------------------------------ */
+
+pp_status pp_layers_build(const pp_layers_config *cfg, pp_layers **out, pp_error *err)
+{
+    int pp, vpp, *count;
+    pp_layers *l;
+    pp_status st;
+    if (!out) return pp__fail(err, PP_EINVAL, "out: must not be NULL");
+    *out = NULL;
+    if (!cfg) return pp__fail(err, PP_EINVAL, "cfg: must not be NULL");
+    pp = cfg->pp ? cfg->pp : 1;
+    if (cfg->pp < 0 || cfg->pp > 65536) return pp__fail(err, PP_EINVAL, "pp=%d: must be between 1 and 65536", cfg->pp);
+    if (cfg->vpp < 0 || cfg->vpp > 65536)
+        return pp__fail(err, PP_EINVAL, "vpp=%d: must be between 1 and 65536", cfg->vpp);
+    if (cfg->num_layers < 0 || cfg->num_layers > PP__LAYERS_MAX)
+        return pp__fail(err, PP_EINVAL, "num_layers=%d: must be between 1 and %d", cfg->num_layers, PP__LAYERS_MAX);
+    if (cfg->first < 0) return pp__fail(err, PP_EINVAL, "first=%d: must be at least 1 (0 means not set)", cfg->first);
+    if (cfg->last < 0) return pp__fail(err, PP_EINVAL, "last=%d: must be at least 1 (0 means not set)", cfg->last);
+    if (cfg->mtp_layers < 0 || cfg->mtp_layers > PP__LAYERS_MAX)
+        return pp__fail(err, PP_EINVAL, "mtp_layers=%d: must be between 0 and %d", cfg->mtp_layers, PP__LAYERS_MAX);
+    if (cfg->layout && cfg->hybrid)
+        return pp__fail(err, PP_EINVAL, "layout and hybrid: give one of them, not both");
+    if (cfg->layout) return pp__layers_from_layout(cfg, pp, out, err);
+    if (cfg->hybrid) return pp__layers_from_hybrid(cfg, pp, out, err);
+
+    vpp = cfg->vpp ? cfg->vpp : 1;
+    if (cfg->num_layers < 1)
+        return pp__fail(err, PP_EINVAL, "num_layers=%d: must be at least 1 (or give a layout or hybrid pattern)",
+                        cfg->num_layers);
+    if ((st = pp__layers_check_sizes(pp, vpp, err)) != PP_OK) return st;
+    count = (int *)pp__calloc((size_t)pp * vpp, sizeof(int));
+    if (!count) return pp__fail(err, PP_ENOMEM, "layers: out of memory");
+    st = pp__layers_split(cfg->num_layers, pp, vpp, cfg->first, cfg->last, cfg->account_for_embedding != 0,
+                          cfg->account_for_loss != 0, count, err);
+    if (st != PP_OK) { PIPEPAR_FREE(count); return st; }
+    l = pp__layers_new(cfg->first || cfg->last ? PP_LAYERS_UNEVEN : PP_LAYERS_EVEN, pp, vpp,
+                       cfg->num_layers + 2 + cfg->mtp_layers);
+    if (!l) { PIPEPAR_FREE(count); return pp__fail(err, PP_ENOMEM, "layers: out of memory"); }
+    pp__layers_fill_counts(l, count, cfg->mtp_layers);
+    PIPEPAR_FREE(count);
+    if ((st = pp__layers_finish(l, cfg->moe_layer_freq, err)) != PP_OK) { pp_layers_free(l); return st; }
+    *out = l;
+    return pp__ok(err);
+}
+
+/* --- queries ---------------------------------------------------------------------------------- */
+
+int pp_layers_stage(const pp_layers *l, int rank, int chunk)
+{
+    if (!l || rank < 0 || rank >= l->pp || chunk < 0 || chunk >= l->vpp) return -1;
+    return chunk * l->pp + rank;
+}
+
+pp_status pp_layers_stage_range(const pp_layers *l, int stage, int *first, int *count, pp_error *err)
+{
+    return pp_layers_type_range(l, stage, PP_LAYER_DECODER, first, count, err);
+}
+
+pp_status pp_layers_type_range(const pp_layers *l, int stage, pp_layer_type type, int *first, int *count,
+                               pp_error *err)
+{
+    if (!l) return pp__fail(err, PP_EINVAL, "layers: must not be NULL");
+    if (stage < 0 || stage >= l->num_stages)
+        return pp__fail(err, PP_EINVAL, "stage=%d: must be between 0 and %d", stage, l->num_stages - 1);
+    if ((int)type < 0 || type >= PP_LAYER_TYPE_COUNT)
+        return pp__fail(err, PP_EINVAL, "type=%d: not a pp_layer_type", (int)type);
+    if (first) *first = l->type_first[stage * PP_LAYER_TYPE_COUNT + type];
+    if (count) *count = l->type_count[stage * PP_LAYER_TYPE_COUNT + type];
+    return pp__ok(err);
+}
+
+int pp_layers_layer_stage(const pp_layers *l, int layer)
+{
+    int lo = 0, hi;
+    if (!l || layer < 0 || layer >= l->num_layers) return -1;
+    hi = l->num_stages - 1;
+    while (lo < hi) {                       /* the last stage whose first layer is <= layer */
+        int mid = lo + (hi - lo + 1) / 2;
+        if (l->first[mid] <= layer) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+int pp_layers_type_index(const pp_layers *l, int layer, pp_layer_type type)
+{
+    int s, g, idx;
+    if (!l || layer < 0 || layer >= l->num_layers || (int)type < 0 || type >= PP_LAYER_TYPE_COUNT) return -1;
+    if (!pp__layer_matches(l->layer_type[layer], l->is_moe[layer], type)) return -1;
+    s = pp_layers_layer_stage(l, layer);
+    idx = l->type_first[s * PP_LAYER_TYPE_COUNT + type];
+    for (g = l->first[s]; g < layer; g++) idx += pp__layer_matches(l->layer_type[g], l->is_moe[g], type);
+    return idx;
+}
+
+int pp_layers_stage_text(const pp_layers *l, int stage, char *buf, size_t size)
+{
+    pp__text t;
+    int n;
+    if (!l || stage < 0 || stage >= l->num_stages) return -1;
+    memset(&t, 0, sizeof t);
+    pp__layers_stage_spell(l, stage, &t);
+    if (t.failed) { pp__text_free(&t); return -1; }
+    n = (int)t.len;
+    if (buf && size) snprintf(buf, size, "%s", t.data ? t.data : "");
+    pp__text_free(&t);
+    return n;
+}
+
+/* --- text and JSON ---------------------------------------------------------------------------- */
+
+/* The types a listing shows beside the decoder range: those the model has, minus the obvious. */
+static int pp__layers_shows_type(const pp_layers *l, int t)
+{
+    int s, total = 0, moe = 0;
+    if (t == PP_LAYER_DECODER || t == PP_LAYER_EMBEDDING || t == PP_LAYER_LOSS || t == PP_LAYER_TRANSFORMER)
+        return 0;
+    for (s = 0; s < l->num_stages; s++) {
+        total += l->type_count[s * PP_LAYER_TYPE_COUNT + t];
+        moe += l->type_count[s * PP_LAYER_TYPE_COUNT + PP_LAYER_MOE];
+    }
+    if (t == PP_LAYER_DENSE) return moe > 0 && l->form != PP_LAYERS_HYBRID;
+    return total > 0;
+}
+
+pp_status pp_layers_write_text(const pp_layers *l, FILE *out, pp_error *err)
+{
+    pp__text t;
+    int s, k;
+    if (!l || !out) return pp__fail(err, PP_EINVAL, "layers, out: must not be NULL");
+    memset(&t, 0, sizeof t);
+    for (s = 0; s < l->num_stages; s++) {
+        t.len = 0; pp__layers_putc(&t, '\0'); t.len = 0;
+        pp__layers_stage_spell(l, s, &t);
+        if (t.failed) { pp__text_free(&t); return pp__fail(err, PP_ENOMEM, "write: out of memory"); }
+        fprintf(out, "stage %d rank %d chunk %d layers [%d,%d) items %s", s, s % l->pp, s / l->pp, l->first[s],
+                l->first[s] + l->count[s], t.len ? t.data : "-");
+        for (k = 0; k < PP_LAYER_TYPE_COUNT; k++) {
+            int a = l->type_first[s * PP_LAYER_TYPE_COUNT + k];
+            if (pp__layers_shows_type(l, k))
+                fprintf(out, " %s [%d,%d)", pp__layer_type_names[k], a, a + l->type_count[s * PP_LAYER_TYPE_COUNT + k]);
+        }
+        if (l->stage_cost) fprintf(out, " cost %.9g", l->stage_cost[s]);
+        if (l->stage_memory) fprintf(out, " memory %.9g", l->stage_memory[s]);
+        fputc('\n', out);
+    }
+    pp__text_free(&t);
+    if (l->form == PP_LAYERS_BALANCED) fprintf(out, "max stage cost %.9g\n", l->max_cost);
+    if (l->layout) fprintf(out, "layout %s\n", l->layout);
+    if (l->pattern) fprintf(out, "pattern %s\n", l->pattern);
+    return ferror(out) ? pp__fail(err, PP_EIO, "write: output error") : pp__ok(err);
+}
+
+pp_status pp_layers_write_json(const pp_layers *l, FILE *out, pp_error *err)
+{
+    pp__text t;
+    int s, k;
+    if (!l || !out) return pp__fail(err, PP_EINVAL, "layers, out: must not be NULL");
+    memset(&t, 0, sizeof t);
+    /* Strings here are layout letters and hybrid symbols: nothing JSON must escape. */
+    fprintf(out, "{\"form\":\"%s\",\"pp\":%d,\"vpp\":%d,\"num_stages\":%d,\"num_layers\":%d,\"mtp_layers\":%d,"
+            "\"mtp_standalone\":%s", pp_layers_form_name(l->form), l->pp, l->vpp, l->num_stages, l->num_layers,
+            l->mtp_layers, l->mtp_standalone ? "true" : "false");
+    if (l->layout) fprintf(out, ",\"layout\":\"%s\"", l->layout);
+    if (l->pattern) fprintf(out, ",\"pattern\":\"%s\"", l->pattern);
+    if (l->form == PP_LAYERS_BALANCED) fprintf(out, ",\"max_cost\":%.17g", l->max_cost);
+    fprintf(out, ",\"is_moe\":[");
+    for (k = 0; k < l->num_layers; k++) fprintf(out, k ? ",%d" : "%d", l->is_moe[k]);
+    fprintf(out, "],\"stages\":[");
+    for (s = 0; s < l->num_stages; s++) {
+        int shown = 0;
+        t.len = 0; pp__layers_putc(&t, '\0'); t.len = 0;
+        pp__layers_stage_spell(l, s, &t);
+        if (t.failed) { pp__text_free(&t); return pp__fail(err, PP_ENOMEM, "write: out of memory"); }
+        fprintf(out, "%s{\"stage\":%d,\"rank\":%d,\"chunk\":%d,\"first\":%d,\"count\":%d,\"items\":\"%s\"",
+                s ? "," : "", s, s % l->pp, s / l->pp, l->first[s], l->count[s], t.len ? t.data : "");
+        if (l->stage_cost) fprintf(out, ",\"cost\":%.17g", l->stage_cost[s]);
+        if (l->stage_memory) fprintf(out, ",\"memory\":%.17g", l->stage_memory[s]);
+        fprintf(out, ",\"types\":{");
+        for (k = 0; k < PP_LAYER_TYPE_COUNT; k++) {
+            int a = l->type_first[s * PP_LAYER_TYPE_COUNT + k], c = l->type_count[s * PP_LAYER_TYPE_COUNT + k];
+            int total = 0, j;
+            for (j = 0; j < l->num_stages; j++) total += l->type_count[j * PP_LAYER_TYPE_COUNT + k];
+            if (!total) continue;
+            fprintf(out, "%s\"%s\":{\"first\":%d,\"count\":%d}", shown++ ? "," : "", pp__layer_type_names[k], a, c);
+        }
+        fprintf(out, "}}");
+    }
+    fprintf(out, "]}\n");
+    pp__text_free(&t);
+    return ferror(out) ? pp__fail(err, PP_EIO, "write: output error") : pp__ok(err);
+}
+
+/* --- balanced split ----------------------------------------------------------------------------
+ * Stage s covers decoder layers [i, j). Its cost is summed in one fixed order,
+ *     ((front + c[i] + c[i+1] + ... + c[j-1]) + back)
+ * with front = the embedding's cost on stage 0 and back = the MTP depths' and the loss's on the
+ * last stage, and every place below sums the same way, so the reported bottleneck is the very
+ * number the search minimised (exact for doubles, not only for integers).
+ *   1. best[s][j] = min over i of max(best[s-1][i], cost(s, i, j)): the smallest bottleneck B
+ *      of any split of the first j layers into stages 0..s (memory cap respected).
+ *   2. among the splits with every stage cost <= B, the least sum of squared stage costs
+ *      (a tie-break that spreads the slack), remembered with parent pointers.              */
+
+static int pp__finite_nonneg(double x) { return x == x && x >= 0 && x <= DBL_MAX; }
+
+pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_error *err)
+{
+    int pp, vpp, S, n, s, i, j, k, *count = NULL, *parent = NULL;
+    double front_c, back_c, front_m = 0, back_m = 0, cap, B, *prev = NULL, *cur = NULL, *c = NULL;
+    const double *m;
+    pp_layers *l = NULL;
+    pp_status st;
+    if (!out) return pp__fail(err, PP_EINVAL, "out: must not be NULL");
+    *out = NULL;
+    if (!cfg) return pp__fail(err, PP_EINVAL, "cfg: must not be NULL");
+    pp = cfg->pp ? cfg->pp : 1;
+    vpp = cfg->vpp ? cfg->vpp : 1;
+    n = cfg->num_layers;
+    if (cfg->pp < 0) return pp__fail(err, PP_EINVAL, "pp=%d: must be between 1 and 65536", cfg->pp);
+    if (cfg->vpp < 0) return pp__fail(err, PP_EINVAL, "vpp=%d: must be between 1 and 65536", cfg->vpp);
+    if ((st = pp__layers_check_sizes(pp, vpp, err)) != PP_OK) return st;
+    S = pp * vpp;
+    if (n < 1 || n > PP__LAYERS_MAX)
+        return pp__fail(err, PP_EINVAL, "num_layers=%d: must be between 1 and %d", n, PP__LAYERS_MAX);
+    if (cfg->mtp_layers < 0 || cfg->mtp_layers > PP__LAYERS_MAX)
+        return pp__fail(err, PP_EINVAL, "mtp_layers=%d: must be between 0 and %d", cfg->mtp_layers, PP__LAYERS_MAX);
+    if ((double)S * (n + 1.0) > (double)(1 << 24) || (double)S * (n + 1.0) * (n + 2.0) / 2 > 2e9)
+        return pp__fail(err, PP_EINVAL, "num_layers=%d, stages=%d: too large for the exact search (it takes "
+                        "stages * num_layers^2 / 2 steps); group layers into coarser blocks", n, S);
+    if (cfg->cost)
+        for (i = 0; i < n; i++)
+            if (!pp__finite_nonneg(cfg->cost[i]))
+                return pp__fail(err, PP_EINVAL, "cost[%d]=%g: must be a finite number >= 0", i, cfg->cost[i]);
+    if (cfg->memory)
+        for (i = 0; i < n; i++)
+            if (!pp__finite_nonneg(cfg->memory[i]))
+                return pp__fail(err, PP_EINVAL, "memory[%d]=%g: must be a finite number >= 0", i, cfg->memory[i]);
+    {
+        static const char *const names[7] = { "memory_cap", "embedding_cost", "embedding_memory", "loss_cost",
+                                              "loss_memory", "mtp_cost", "mtp_memory" };
+        double vals[7];
+        vals[0] = cfg->memory_cap; vals[1] = cfg->embedding_cost; vals[2] = cfg->embedding_memory;
+        vals[3] = cfg->loss_cost; vals[4] = cfg->loss_memory; vals[5] = cfg->mtp_cost; vals[6] = cfg->mtp_memory;
+        for (k = 0; k < 7; k++)
+            if (!pp__finite_nonneg(vals[k]))
+                return pp__fail(err, PP_EINVAL, "%s=%g: must be a finite number >= 0", names[k], vals[k]);
+    }
+    cap = cfg->memory_cap;
+    m = cfg->memory;
+    if (cap > 0 && !m)
+        return pp__fail(err, PP_EINVAL, "memory_cap=%g: needs the per-layer memory", cap);
+    front_c = cfg->embedding_cost;
+    back_c = 0;
+    for (k = 0; k < cfg->mtp_layers; k++) back_c += cfg->mtp_cost;
+    back_c += cfg->loss_cost;
+    if (m) {
+        front_m = cfg->embedding_memory;
+        for (k = 0; k < cfg->mtp_layers; k++) back_m += cfg->mtp_memory;
+        back_m += cfg->loss_memory;
+    }
+    if (cap > 0) {                         /* infeasible caps get a reason, not just "no split" */
+        int need = 1;
+        double acc = front_m;
+        if (front_m > cap)
+            return pp__fail(err, PP_EINVAL, "memory_cap=%g: the embedding alone needs %g", cap, front_m);
+        if (back_m > cap)
+            return pp__fail(err, PP_EINVAL, "memory_cap=%g: the loss and MTP layers alone need %g", cap, back_m);
+        for (i = 0; i < n; i++) {
+            if (m[i] > cap)
+                return pp__fail(err, PP_EINVAL, "memory_cap=%g: layer %d alone needs %g", cap, i, m[i]);
+            if (acc + m[i] <= cap) acc += m[i];
+            else { need++; acc = m[i]; }
+        }
+        if (acc + back_m > cap) need++;
+        if (need > S)
+            return pp__fail(err, PP_EINVAL, "memory_cap=%g: the layers need at least %d stages under this cap, but "
+                            "pp*vpp = %d", cap, need, S);
+    }
+    c = (double *)pp__calloc((size_t)n, sizeof(double));
+    prev = (double *)pp__calloc((size_t)n + 1, sizeof(double));
+    cur = (double *)pp__calloc((size_t)n + 1, sizeof(double));
+    parent = (int *)pp__calloc((size_t)S * (n + 1), sizeof(int));
+    count = (int *)pp__calloc((size_t)S, sizeof(int));
+    if (!c || !prev || !cur || !parent || !count) { st = pp__fail(err, PP_ENOMEM, "balance: out of memory"); goto done; }
+    for (i = 0; i < n; i++) c[i] = cfg->cost ? cfg->cost[i] : 1.0;
+
+    /* 1. the smallest bottleneck */
+    for (s = 0; s < S; s++) {
+        int last = s == S - 1;
+        for (j = 0; j <= n; j++) cur[j] = HUGE_VAL;
+        for (i = 0; i <= (s == 0 ? 0 : n); i++) {
+            double p = s == 0 ? 0 : prev[i], acc = s == 0 ? front_c : 0, accm = s == 0 ? front_m : 0;
+            if (p == HUGE_VAL) continue;
+            for (j = i; j <= n; j++) {
+                if (j > i) { acc += c[j - 1]; if (m) accm += m[j - 1]; }
+                if (cap > 0 && accm > cap) break;
+                if (!last || j == n) {
+                    double sc = last ? acc + back_c : acc, v;
+                    if (last && cap > 0 && accm + back_m > cap) break;
+                    v = p > sc ? p : sc;
+                    if (v < cur[j]) cur[j] = v;
+                }
+            }
+        }
+        { double *t = prev; prev = cur; cur = t; }
+    }
+    B = prev[n];
+    if (B == HUGE_VAL) { st = pp__fail(err, PP_EINVAL, "memory_cap=%g: no split fits under the cap", cap); goto done; }
+
+    /* 2. among splits with bottleneck B, the least sum of squares */
+    for (s = 0; s < S; s++) {
+        int last = s == S - 1;
+        for (j = 0; j <= n; j++) { cur[j] = HUGE_VAL; parent[(size_t)s * (n + 1) + j] = -1; }
+        for (i = 0; i <= (s == 0 ? 0 : n); i++) {
+            double p = s == 0 ? 0 : prev[i], acc = s == 0 ? front_c : 0, accm = s == 0 ? front_m : 0;
+            if (p == HUGE_VAL) continue;
+            for (j = i; j <= n; j++) {
+                if (j > i) { acc += c[j - 1]; if (m) accm += m[j - 1]; }
+                if ((cap > 0 && accm > cap) || acc > B) break;
+                if (!last || j == n) {
+                    double sc = last ? acc + back_c : acc, v;
+                    if (sc > B || (last && cap > 0 && accm + back_m > cap)) break;
+                    v = p + sc * sc;
+                    if (v < cur[j]) { cur[j] = v; parent[(size_t)s * (n + 1) + j] = i; }
+                }
+            }
+        }
+        { double *t = prev; prev = cur; cur = t; }
+    }
+    for (j = n, s = S - 1; s >= 0; s--) {
+        i = parent[(size_t)s * (n + 1) + j];
+        if (i < 0) { st = pp__fail(err, PP_EINVAL, "balance: internal error (no split reaches %g)", B); goto done; }
+        count[s] = j - i;
+        j = i;
+    }
+
+    l = pp__layers_new(PP_LAYERS_BALANCED, pp, vpp, n + 2 + cfg->mtp_layers);
+    if (!l) { st = pp__fail(err, PP_ENOMEM, "balance: out of memory"); goto done; }
+    pp__layers_fill_counts(l, count, cfg->mtp_layers);
+    l->stage_cost = (double *)pp__calloc((size_t)S, sizeof(double));
+    l->stage_memory = m ? (double *)pp__calloc((size_t)S, sizeof(double)) : NULL;
+    if (!l->stage_cost || (m && !l->stage_memory)) { st = pp__fail(err, PP_ENOMEM, "balance: out of memory"); goto done; }
+    for (s = 0, j = 0; s < S; s++) {                 /* the same sums, in the same order */
+        double acc = s == 0 ? front_c : 0, accm = s == 0 ? front_m : 0;
+        for (k = 0; k < count[s]; k++, j++) { acc += c[j]; if (m) accm += m[j]; }
+        if (s == S - 1) { acc += back_c; accm += back_m; }
+        l->stage_cost[s] = acc;
+        if (m) l->stage_memory[s] = accm;
+        if (acc > l->max_cost) l->max_cost = acc;
+    }
+    if ((st = pp__layers_finish(l, cfg->moe_layer_freq, err)) != PP_OK) goto done;
+    *out = l;
+    l = NULL;
+    st = pp__ok(err);
+done:
+    pp_layers_free(l);
+    PIPEPAR_FREE(c); PIPEPAR_FREE(prev); PIPEPAR_FREE(cur); PIPEPAR_FREE(parent); PIPEPAR_FREE(count);
+    return st;
 }
 
 
@@ -2994,6 +5391,1598 @@ done:
 
 
 /* ============================================================================================
+ * >>search (implementation): greedy zero-bubble schedules, and the search over every kind.
+ * ============================================================================================ */
+
+/* --- greedy ---------------------------------------------------------------------------------- */
+
+typedef struct pp__greedy {
+    pp_schedule *s;
+    const pp_sim_costs *costs;
+    int L;                      /* cap on live activations per rank */
+    unsigned flags;
+    double comm;                /* time of one transfer between two ranks */
+    double *f_end, *i_end;      /* [num_stages * mb]; < 0 while not scheduled */
+    int *next_f, *next_i;       /* [num_stages] next microbatch to forward / backward */
+    double *t;                  /* [pp] when the rank is free */
+    int *live, *reserved;       /* [pp] activations held, and promised to admitted microbatches */
+    int *left_fi;               /* [pp] F and I actions still to schedule */
+    int *last_op;               /* [pp] the rank's last F or I (PP_OP_W before any) */
+    pp__wfifo *wq;              /* [pp] pending W's, oldest first */
+} pp__greedy;
+
+/* What a free rank does next: commit an action at its free time, or wait until `wake`. */
+typedef struct pp__greedy_move {
+    int commit;
+    pp_action a;
+    double wake;                /* DBL_MAX: until something changes */
+} pp__greedy_move;
+
+#define PP__GREEDY_EPS 1e-12
+
+static double pp__greedy_comm(const pp__greedy *g, int from_stage, int to_stage)
+{
+    return pp_stage_rank(g->s, from_stage) == pp_stage_rank(g->s, to_stage) ? 0.0 : g->comm;
+}
+
+/* Decides rank r's next move at time t[r], from what is scheduled so far. */
+static pp__greedy_move pp__greedy_decide(const pp__greedy *g, int r)
+{
+    const pp_schedule *s = g->s;
+    pp__greedy_move mv;
+    double t = g->t[r], next_known = DBL_MAX, arr_i = 0, arr_f = 0;
+    int c, best_i = -1, best_f = -1, mem_blocked = 0;
+    mv.commit = 0; mv.wake = DBL_MAX; mv.a = pp__action(PP_OP_W, 0, 0);
+    for (c = 0; c < s->vpp; c++) {
+        int st = pp_rank_chunk_stage(s, r, c), m;
+        double arr;
+        /* the next I of this chunk: needs its F and the gradient from the next stage */
+        m = g->next_i[st];
+        if (m < s->mb && g->f_end[PP__SM(s, st, m)] >= 0) {
+            arr = g->f_end[PP__SM(s, st, m)];
+            if (st + 1 < s->num_stages) {
+                double e = g->i_end[PP__SM(s, st + 1, m)];
+                arr = e < 0 ? -1 : (e + pp__greedy_comm(g, st + 1, st) > arr ? e + pp__greedy_comm(g, st + 1, st) : arr);
+            }
+            if (arr >= 0) {
+                if (arr <= t + PP__GREEDY_EPS) {
+                    /* oldest microbatch first, then the deeper stage (closer to the loss) */
+                    if (best_i < 0 || m < g->next_i[best_i] || (m == g->next_i[best_i] && st > best_i)) {
+                        best_i = st; arr_i = arr;
+                    }
+                } else if (arr < next_known) next_known = arr;
+            }
+        }
+        /* the next F of this chunk: needs the previous stage's output and room in memory */
+        m = g->next_f[st];
+        if (m < s->mb) {
+            int admit;
+            if (s->vpp == 2)   /* keep one slot for the chunk-1 F of the oldest microbatch */
+                admit = g->live[r] + (c == 0 ? 2 : 1) <= g->L;
+            else               /* a new microbatch reserves room for all its chunks */
+                admit = c == 0 ? g->live[r] + g->reserved[r] + s->vpp <= g->L : 1;
+            arr = 0;
+            if (st > 0) {
+                double e = g->f_end[PP__SM(s, st - 1, m)];
+                arr = e < 0 ? -1 : e + pp__greedy_comm(g, st - 1, st);
+            }
+            if (arr >= 0) {
+                if (!admit) {
+                    if (arr <= t + PP__GREEDY_EPS) mem_blocked = 1;
+                } else if (arr <= t + PP__GREEDY_EPS) {
+                    int shallow = (g->flags & PP_GREEDY_SHALLOW_FIRST) != 0;
+                    if (best_f < 0 || (shallow ? st < best_f : st > best_f)) { best_f = st; arr_f = arr; }
+                } else if (arr < next_known) next_known = arr;
+            }
+        }
+    }
+    /* an I and an F both ready: by default the other kind than the rank's last F or I (1F1B's
+     * alternation); PP_GREEDY_I_FIRST always the I; PP_GREEDY_READY_ORDER the one that became
+     * ready first (the I on a tie) */
+    if (best_i >= 0 && best_f >= 0) {
+        int take_i;
+        if (g->flags & PP_GREEDY_I_FIRST) take_i = 1;
+        else if (g->flags & PP_GREEDY_READY_ORDER) take_i = arr_i <= arr_f;
+        else take_i = g->last_op[r] != PP_OP_I;
+        if (take_i) best_f = -1; else best_i = -1;
+    }
+    if (best_i >= 0) {
+        mv.commit = 1; mv.a = pp__action(PP_OP_I, best_i, g->next_i[best_i]);
+        return mv;
+    }
+    if (best_f >= 0) {
+        mv.commit = 1; mv.a = pp__action(PP_OP_F, best_f, g->next_f[best_f]);
+        return mv;
+    }
+    if (g->wq[r].head < g->wq[r].tail) {
+        const pp__wfifo *q = &g->wq[r];
+        double w = pp__half_cost(s, g->costs, PP_OP_W, q->stage[q->head]);
+        int run;
+        if (mem_blocked || g->left_fi[r] == 0) run = 1;                 /* must free memory / tail */
+        else if (g->flags & PP_GREEDY_LAZY_W) run = 0;
+        else if (next_known == DBL_MAX) run = 1;                        /* no input in sight */
+        else run = t + w <= next_known + PP__GREEDY_EPS || (g->flags & PP_GREEDY_FILL_ANY_GAP);
+        if (run) {
+            mv.commit = 1; mv.a = pp__action(PP_OP_W, q->stage[q->head], q->mb[q->head]);
+            return mv;
+        }
+    }
+    mv.wake = next_known;
+    return mv;
+}
+
+static void pp__greedy_free(pp__greedy *g)
+{
+    int r;
+    if (g->wq && g->s) for (r = 0; r < g->s->pp; r++) pp__wfifo_free(&g->wq[r]);
+    PIPEPAR_FREE(g->wq);
+    PIPEPAR_FREE(g->f_end); PIPEPAR_FREE(g->i_end); PIPEPAR_FREE(g->next_f); PIPEPAR_FREE(g->next_i);
+    PIPEPAR_FREE(g->t); PIPEPAR_FREE(g->live); PIPEPAR_FREE(g->reserved); PIPEPAR_FREE(g->left_fi);
+    PIPEPAR_FREE(g->last_op);
+}
+
+pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_schedule **out, pp_error *err)
+{
+    pp__greedy g;
+    pp_sim_costs unit;
+    pp_schedule *s = NULL;
+    pp_status st;
+    int vpp, r, L;
+    size_t n, k, remaining;
+    if (!cfg || !out) return pp__fail(err, PP_EINVAL, "cfg and out: must not be NULL");
+    *out = NULL;
+    memset(&g, 0, sizeof g);
+    if (cfg->pp < 1) return pp__fail(err, PP_EINVAL, "pp=%d: must be at least 1", cfg->pp);
+    if (cfg->mb < 1) return pp__fail(err, PP_EINVAL, "mb=%d: must be at least 1", cfg->mb);
+    if (cfg->placement != PP_PLACEMENT_LOOPED && cfg->placement != PP_PLACEMENT_V)
+        return pp__fail(err, PP_EINVAL, "placement=%d: unknown", (int)cfg->placement);
+    vpp = cfg->vpp ? cfg->vpp : (cfg->placement == PP_PLACEMENT_V ? 2 : 1);
+    if (vpp < 1) return pp__fail(err, PP_EINVAL, "vpp=%d: must be at least 1 (0 means the default)", cfg->vpp);
+    if (cfg->placement == PP_PLACEMENT_V && vpp != 2)
+        return pp__fail(err, PP_EUNSUPPORTED, "vpp=%d: the V placement has exactly 2 chunks per rank", vpp);
+    if (cfg->max_live < 0)
+        return pp__fail(err, PP_EINVAL, "max_live=%d: must be at least 1 (0 means pp*vpp)", cfg->max_live);
+    L = cfg->max_live ? cfg->max_live : cfg->pp * vpp;
+    if (L < vpp)
+        return pp__fail(err, PP_EUNSUPPORTED,
+                        "max_live=%d: a greedy schedule needs room for one microbatch on each of a rank's vpp=%d "
+                        "chunks", L, vpp);
+    if (cfg->flags >= PP_GREEDY_FLAG_LIMIT)
+        return pp__fail(err, PP_EINVAL, "flags=%u: unknown bits (PP_GREEDY_* are below %u)", cfg->flags,
+                        PP_GREEDY_FLAG_LIMIT);
+    if (!cfg->costs) { memset(&unit, 0, sizeof unit); unit.f = 1; unit.b = 2; }
+    g.costs = cfg->costs ? cfg->costs : &unit;
+    if (g.costs->f < 0 || g.costs->b < 0 || g.costs->i < 0 || g.costs->w < 0 || g.costs->p2p_latency < 0 ||
+        g.costs->p2p_seconds_per_byte < 0 || g.costs->activation_bytes < 0)
+        return pp__fail(err, PP_EINVAL, "costs: every cost must be >= 0 (f=%g b=%g i=%g w=%g p2p=%g)", g.costs->f,
+                        g.costs->b, g.costs->i, g.costs->w, g.costs->p2p_latency);
+    st = pp_schedule_create(cfg->pp, vpp, cfg->mb, cfg->placement, &s, err);
+    if (st != PP_OK) return st;
+    g.s = s; g.L = L; g.flags = cfg->flags;
+    g.comm = g.costs->p2p_latency + g.costs->p2p_seconds_per_byte * g.costs->activation_bytes;
+    n = (size_t)s->num_stages * (size_t)s->mb;
+    g.f_end = (double *)PIPEPAR_MALLOC(n * sizeof(double));
+    g.i_end = (double *)PIPEPAR_MALLOC(n * sizeof(double));
+    g.next_f = (int *)pp__calloc((size_t)s->num_stages, sizeof(int));
+    g.next_i = (int *)pp__calloc((size_t)s->num_stages, sizeof(int));
+    g.t = (double *)pp__calloc((size_t)s->pp, sizeof(double));
+    g.live = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    g.reserved = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    g.left_fi = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    g.last_op = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    g.wq = (pp__wfifo *)pp__calloc((size_t)s->pp, sizeof(pp__wfifo));
+    if (!g.f_end || !g.i_end || !g.next_f || !g.next_i || !g.t || !g.live || !g.reserved || !g.left_fi || !g.last_op || !g.wq) {
+        st = pp__fail(err, PP_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (k = 0; k < n; k++) g.f_end[k] = g.i_end[k] = -1;
+    for (r = 0; r < s->pp; r++) {
+        if (!pp__wfifo_init(&g.wq[r], vpp * s->mb)) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+        g.left_fi[r] = 2 * vpp * s->mb;
+        g.last_op[r] = PP_OP_W;
+    }
+    remaining = 3 * n;
+    while (remaining > 0) {
+        pp__greedy_move best, mv;
+        int best_r = -1;
+        double best_time = DBL_MAX;
+        best.commit = 0; best.wake = DBL_MAX; best.a = pp__action(PP_OP_W, 0, 0);
+        /* the earliest event of all ranks: a commit at the rank's free time, or a wake-up */
+        for (r = 0; r < s->pp; r++) {
+            double when;
+            if (g.left_fi[r] == 0 && g.wq[r].head == g.wq[r].tail) continue;
+            mv = pp__greedy_decide(&g, r);
+            when = mv.commit ? g.t[r] : mv.wake;
+            if (best_r < 0 || when < best_time || (when == best_time && mv.commit && !best.commit)) {
+                best_r = r; best_time = when; best = mv;
+            }
+        }
+        if (best_time == DBL_MAX) {
+            /* everyone waits for something not scheduled yet: the rank that is free first runs a W
+             * (one always exists: the oldest microbatch can move unless a rank holds W's back) */
+            best_r = -1;
+            for (r = 0; r < s->pp; r++)
+                if (g.wq[r].head < g.wq[r].tail && (best_r < 0 || g.t[r] < g.t[best_r])) best_r = r;
+            if (best_r < 0) {
+                st = pp__fail(err, PP_EINVALID_SCHEDULE, "greedy schedule: no rank can move (internal error; "
+                              "pp=%d vpp=%d mb=%d max_live=%d)", s->pp, vpp, s->mb, L);
+                goto done;
+            }
+            best.commit = 1;
+            best.a = pp__action(PP_OP_W, g.wq[best_r].stage[g.wq[best_r].head], g.wq[best_r].mb[g.wq[best_r].head]);
+        }
+        r = best_r;
+        if (!best.commit) { g.t[r] = best.wake; continue; }
+        {
+            pp_action a = best.a;
+            size_t key = PP__SM(s, a.stage, a.mb);
+            double start = g.t[r], end = start + pp__half_cost(s, g.costs, a.op, a.stage);
+            st = pp_schedule_append(s, r, a, err);
+            if (st != PP_OK) goto done;
+            g.t[r] = end;
+            remaining--;
+            if (a.op != PP_OP_W) g.last_op[r] = a.op;
+            if (a.op == PP_OP_F) {
+                g.f_end[key] = end;
+                g.next_f[a.stage]++;
+                g.live[r]++;
+                if (pp_stage_chunk(s, a.stage) == 0) g.reserved[r] += vpp - 1;
+                else g.reserved[r]--;
+                g.left_fi[r]--;
+            } else if (a.op == PP_OP_I) {
+                g.i_end[key] = end;
+                g.next_i[a.stage]++;
+                pp__wfifo_push(&g.wq[r], a.stage, a.mb);
+                g.left_fi[r]--;
+            } else {
+                g.wq[r].head++;
+                g.live[r]--;
+            }
+        }
+    }
+    *out = s;
+    s = NULL;
+    st = pp__ok(err);
+done:
+    pp__greedy_free(&g);
+    pp_schedule_free(s);
+    return st;
+}
+
+/* --- search ------------------------------------------------------------------------------------ */
+
+typedef struct pp__candidate {
+    pp_schedule_kind kind;      /* PP_CUSTOM: greedy */
+    pp_placement placement;
+    int vpp, group, max_live;
+    unsigned flags;
+} pp__candidate;
+
+typedef struct pp__search {
+    const pp_search_config *cfg;
+    pp_search_entry *entries;
+    int count, cap;
+} pp__search;
+
+static void pp__candidate_name(const pp__candidate *c, char *buf, size_t size)
+{
+    const char *kn = c->kind == PP_CUSTOM ? "greedy" : pp_schedule_kind_name(c->kind);
+    switch (c->kind) {
+    case PP_INTERLEAVED_1F1B: case PP_INTERLEAVED_ZB:
+        snprintf(buf, size, "%s vpp=%d group=%d", kn, c->vpp, c->group); break;
+    case PP_LOOPED_BFS:
+        snprintf(buf, size, "%s vpp=%d", kn, c->vpp); break;
+    case PP_ZB_H2:
+        snprintf(buf, size, "%s max_live=%d", kn, c->max_live); break;
+    case PP_CUSTOM:
+        snprintf(buf, size, "greedy %s vpp=%d max_live=%d%s%s%s%s", c->placement == PP_PLACEMENT_V ? "V" : "looped",
+                 c->vpp, c->max_live, c->flags & PP_GREEDY_FILL_ANY_GAP ? " fill" : "",
+                 c->flags & PP_GREEDY_SHALLOW_FIRST ? " shallow" : "", c->flags & PP_GREEDY_LAZY_W ? " lazy-w" : "",
+                 c->flags & PP_GREEDY_I_FIRST ? " i-first" : c->flags & PP_GREEDY_READY_ORDER ? " ready-order" : "");
+        break;
+    default:
+        snprintf(buf, size, "%s", kn); break;
+    }
+}
+
+static pp_status pp__candidate_build(const pp_search_config *cfg, const pp__candidate *c, pp_schedule **out,
+                                     pp_error *err)
+{
+    if (c->kind == PP_CUSTOM) {
+        pp_greedy_config g;
+        memset(&g, 0, sizeof g);
+        g.pp = cfg->pp; g.mb = cfg->mb; g.vpp = c->vpp; g.placement = c->placement; g.max_live = c->max_live;
+        g.costs = &cfg->costs; g.flags = c->flags;
+        return pp_schedule_build_greedy(&g, out, err);
+    } else {
+        pp_schedule_config sc;
+        memset(&sc, 0, sizeof sc);
+        sc.kind = c->kind; sc.pp = cfg->pp; sc.mb = cfg->mb; sc.vpp = c->vpp; sc.group = c->group;
+        sc.max_live = c->max_live;
+        return pp_schedule_build(&sc, out, err);
+    }
+}
+
+/* Builds, proves and times one candidate and appends its entry. A candidate that its kind
+ * refuses is skipped (the enumeration only proposes allowed ones, so this is rare); any other
+ * failure stops the search. */
+static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error *err)
+{
+    const pp_search_config *cfg = S->cfg;
+    pp_schedule *s = NULL;
+    pp_sim_result *sim = NULL;
+    pp_search_entry *e;
+    pp_status st;
+    int r;
+    st = pp__candidate_build(cfg, c, &s, err);
+    if (st == PP_EUNSUPPORTED) return pp__ok(err);
+    if (st != PP_OK) return st;
+    st = pp_schedule_lower(s, err);
+    if (st == PP_OK) st = pp_schedule_validate(s, err);
+    if (st == PP_OK) st = pp_simulate(s, &cfg->costs, &sim, err);
+    pp_schedule_free(s);
+    if (st != PP_OK) {
+        char name[64];
+        pp__candidate_name(c, name, sizeof name);
+        if (err) {
+            char msg[PP_ERROR_MESSAGE_SIZE];
+            snprintf(msg, sizeof msg, "%s", err->message);
+            pp__fail(err, st, "search: %s: %s", name, msg);
+        }
+        pp_sim_result_free(sim);
+        return st;
+    }
+    if (S->count == S->cap) {
+        int ncap = S->cap ? 2 * S->cap : 64;
+        pp_search_entry *ne = (pp_search_entry *)PIPEPAR_REALLOC(S->entries, (size_t)ncap * sizeof *ne);
+        if (!ne) { pp_sim_result_free(sim); return pp__fail(err, PP_ENOMEM, "out of memory"); }
+        S->entries = ne; S->cap = ncap;
+    }
+    e = &S->entries[S->count++];
+    memset(e, 0, sizeof *e);
+    pp__candidate_name(c, e->name, sizeof e->name);
+    e->kind = c->kind; e->placement = c->placement; e->vpp = c->vpp; e->group = c->group;
+    e->max_live = c->max_live; e->greedy_flags = c->flags;
+    e->makespan = sim->makespan;
+    e->bubble = sim->bubble_mean;
+    for (r = 0; r < sim->pp; r++) {
+        if (sim->peak_memory[r] > e->peak_memory) e->peak_memory = sim->peak_memory[r];
+        if (sim->peak_live[r] > e->peak_live) e->peak_live = sim->peak_live[r];
+    }
+    e->fits = cfg->max_memory <= 0 || e->peak_memory <= cfg->max_memory * (1 + 1e-12);
+    pp_sim_result_free(sim);
+    return pp__ok(err);
+}
+
+/* Ranking: within the cap first; then shorter step, smaller bubble, less memory; then name, so
+ * that equal schedules come out in a stable order. Step times equal within 1e-9 relative count
+ * as equal (the same schedule found two ways must tie). */
+static int pp__entry_cmp(const void *pa, const void *pb)
+{
+    const pp_search_entry *a = (const pp_search_entry *)pa, *b = (const pp_search_entry *)pb;
+    double tol = 1e-9 * (a->makespan > b->makespan ? a->makespan : b->makespan);
+    if (a->fits != b->fits) return a->fits ? -1 : 1;
+    if (a->makespan < b->makespan - tol) return -1;
+    if (a->makespan > b->makespan + tol) return 1;
+    if (a->bubble < b->bubble - 1e-12) return -1;
+    if (a->bubble > b->bubble + 1e-12) return 1;
+    if (a->peak_memory < b->peak_memory - 1e-12) return -1;
+    if (a->peak_memory > b->peak_memory + 1e-12) return 1;
+    if ((a->kind == PP_CUSTOM) != (b->kind == PP_CUSTOM)) return a->kind == PP_CUSTOM ? 1 : -1;  /* named kinds win ties */
+    return strcmp(a->name, b->name);
+}
+
+void pp_search_result_free(pp_search_result *r)
+{
+    if (!r) return;
+    PIPEPAR_FREE(r->entries);
+    pp_schedule_free(r->best);
+    PIPEPAR_FREE(r);
+}
+
+pp_status pp_search(const pp_search_config *cfg, pp_search_result **out, pp_error *err)
+{
+    pp__search S;
+    pp__candidate c;
+    pp_search_result *res = NULL;
+    pp_status st = PP_OK;
+    int vpp, vlo, vhi, max_vpp, has_stage_costs, k;
+    if (!cfg || !out) return pp__fail(err, PP_EINVAL, "cfg and out: must not be NULL");
+    *out = NULL;
+    if (cfg->pp < 1) return pp__fail(err, PP_EINVAL, "pp=%d: must be at least 1", cfg->pp);
+    if (cfg->mb < 1) return pp__fail(err, PP_EINVAL, "mb=%d: must be at least 1", cfg->mb);
+    if (cfg->vpp < 0) return pp__fail(err, PP_EINVAL, "vpp=%d: must be at least 1 (0 tries 1..max_vpp)", cfg->vpp);
+    if (cfg->max_vpp < 0) return pp__fail(err, PP_EINVAL, "max_vpp=%d: must be at least 1 (0 means 4)", cfg->max_vpp);
+    if (cfg->max_memory < 0 || cfg->max_memory != cfg->max_memory)
+        return pp__fail(err, PP_EINVAL, "max_memory=%g: must be >= 0 (0 means no cap)", cfg->max_memory);
+    has_stage_costs = cfg->costs.f_stage || cfg->costs.b_stage || cfg->costs.i_stage || cfg->costs.w_stage;
+    if (has_stage_costs && !cfg->vpp)
+        return pp__fail(err, PP_EINVAL, "vpp=0: per-stage costs hold pp*vpp entries, so the search needs the vpp "
+                        "they describe");
+    max_vpp = cfg->max_vpp ? cfg->max_vpp : 4;
+    vlo = cfg->vpp ? cfg->vpp : 1;
+    vhi = cfg->vpp ? cfg->vpp : max_vpp;
+    memset(&S, 0, sizeof S);
+    S.cfg = cfg;
+#define PP__TRY() do { st = pp__search_try(&S, &c, err); if (st != PP_OK) goto done; } while (0)
+    for (vpp = vlo; vpp <= vhi; vpp++) {
+        int groups[3], ng = 0, g, L, Lcap;
+        memset(&c, 0, sizeof c);
+        c.vpp = vpp;
+        if (vpp == 1) {
+            c.kind = PP_GPIPE; PP__TRY();
+            c.kind = PP_1F1B; PP__TRY();
+            c.kind = PP_ZB_H1; PP__TRY();
+            /* zb-h2 at every cap from 1F1B's pp up to its own 2pp-1 (capped by max_memory) */
+            c.kind = PP_ZB_H2;
+            for (L = cfg->pp; L <= 2 * cfg->pp - 1; L++) {
+                if (cfg->max_memory > 0 && L > cfg->max_memory + 1e-9 && L > cfg->pp) break;
+                c.max_live = L; PP__TRY();
+                if (cfg->pp > 16 && L < 2 * cfg->pp - 2) L = 2 * cfg->pp - 2;   /* ends only, when large */
+            }
+            c.max_live = 0;
+        } else {
+            /* microbatch groups: pp (Megatron's default), PyTorch's mb / max(1, mb/pp), and all mb */
+            groups[ng++] = cfg->pp;
+            g = cfg->mb / (cfg->mb / cfg->pp > 1 ? cfg->mb / cfg->pp : 1);
+            if (g != groups[0]) groups[ng++] = g;
+            if (cfg->mb != groups[0] && cfg->mb != g) groups[ng++] = cfg->mb;
+            for (k = 0; k < ng; k++) {
+                c.group = groups[k];
+                c.kind = PP_INTERLEAVED_1F1B; PP__TRY();
+                c.kind = PP_INTERLEAVED_ZB; PP__TRY();
+            }
+            c.group = 0;
+            c.kind = PP_LOOPED_BFS; PP__TRY();
+            if (vpp == 2) {
+                c.placement = PP_PLACEMENT_V;
+                c.kind = PP_ZBV; PP__TRY();
+                c.kind = PP_DUALPIPEV; PP__TRY();
+                c.placement = PP_PLACEMENT_LOOPED;
+            }
+        }
+        /* greedy: at 1F1B's memory and at the cap (or twice 1F1B's without one), every policy,
+         * looped and, for vpp = 2, V */
+        Lcap = cfg->max_memory > 0 ? (int)(cfg->max_memory * vpp + 1e-9) : 2 * cfg->pp * vpp;
+        c.kind = PP_CUSTOM;
+        for (k = 0; k < (vpp == 2 ? 2 : 1); k++) {
+            int Ls[2], nL = 0, li;
+            c.placement = k ? PP_PLACEMENT_V : PP_PLACEMENT_LOOPED;
+            if (cfg->pp * vpp <= Lcap) Ls[nL++] = cfg->pp * vpp;
+            if (Lcap != cfg->pp * vpp && Lcap >= vpp) Ls[nL++] = Lcap;
+            for (li = 0; li < nL; li++)
+                for (c.flags = 0; c.flags < PP_GREEDY_FLAG_LIMIT; c.flags++) {
+                    if ((c.flags & PP_GREEDY_I_FIRST) && (c.flags & PP_GREEDY_READY_ORDER)) continue;
+                    c.max_live = Ls[li]; PP__TRY();
+                }
+            c.flags = 0;
+        }
+    }
+#undef PP__TRY
+    qsort(S.entries, (size_t)S.count, sizeof *S.entries, pp__entry_cmp);
+    res = (pp_search_result *)pp__calloc(1, sizeof *res);
+    if (!res) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+    res->count = S.count;
+    res->entries = S.entries;
+    S.entries = NULL;
+    if (res->count > 0 && res->entries[0].fits) {
+        const pp_search_entry *b = &res->entries[0];
+        memset(&c, 0, sizeof c);
+        c.kind = b->kind; c.placement = b->placement; c.vpp = b->vpp; c.group = b->group;
+        c.max_live = b->max_live; c.flags = b->greedy_flags;
+        st = pp__candidate_build(cfg, &c, &res->best, err);
+        if (st == PP_OK) st = pp_schedule_lower(res->best, err);
+        if (st != PP_OK) goto done;
+    }
+    *out = res;
+    res = NULL;
+    st = pp__ok(err);
+done:
+    PIPEPAR_FREE(S.entries);
+    pp_search_result_free(res);
+    return st;
+}
+
+
+/* --- >>pack (implementation) -------------------------------------------------------------- */
+
+static const char *const pp__pack_algo_names[PP_PACK_ALGO_COUNT] = {
+    "first_fit_decreasing", "best_fit_decreasing", "first_fit_shuffle",
+    "modified_first_fit_decreasing", "concatenative", "greedy_knapsack", "balanced_greedy_knapsack"
+};
+
+const char *pp_pack_algo_name(pp_pack_algo algo)
+{
+    if ((unsigned)algo >= (unsigned)PP_PACK_ALGO_COUNT) return "unknown";
+    return pp__pack_algo_names[algo];
+}
+
+static int pp__streq_nocase(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++) {
+        int x = (unsigned char)*a, y = (unsigned char)*b;
+        if (x >= 'A' && x <= 'Z') x += 'a' - 'A';
+        if (y >= 'A' && y <= 'Z') y += 'a' - 'A';
+        if (x != y) return 0;
+    }
+    return *a == *b;
+}
+
+pp_status pp_pack_algo_parse(const char *name, pp_pack_algo *algo, pp_error *err)
+{
+    static const struct { const char *name; pp_pack_algo algo; } aliases[] = {
+        { "ffd", PP_PACK_FFD }, { "bfd", PP_PACK_BFD }, { "ffs", PP_PACK_FIRST_FIT_SHUFFLE },
+        { "mffd", PP_PACK_MFFD }, { "concat", PP_PACK_CONCATENATIVE },
+        { "knapsack", PP_PACK_GREEDY_KNAPSACK }, { "balanced_knapsack", PP_PACK_BALANCED_GREEDY_KNAPSACK }
+    };
+    int i;
+    if (!name || !algo) return pp__fail(err, PP_EINVAL, "pp_pack_algo_parse: name and algo must not be NULL");
+    for (i = 0; i < (int)PP_PACK_ALGO_COUNT; i++)
+        if (pp__streq_nocase(name, pp__pack_algo_names[i])) { *algo = (pp_pack_algo)i; return pp__ok(err); }
+    for (i = 0; i < (int)(sizeof aliases / sizeof aliases[0]); i++)
+        if (pp__streq_nocase(name, aliases[i].name)) { *algo = aliases[i].algo; return pp__ok(err); }
+    return pp__fail(err, PP_EINVAL, "algo=%s: unknown packing algorithm (first_fit_decreasing, "
+                    "best_fit_decreasing, first_fit_shuffle, modified_first_fit_decreasing, concatenative, "
+                    "greedy_knapsack, balanced_greedy_knapsack)", name);
+}
+
+int64_t pp_pack_lower_bound(const int32_t *lengths, int n, int32_t capacity)
+{
+    int64_t sum = 0;
+    int i;
+    if (!lengths || n <= 0 || capacity < 1) return 0;
+    for (i = 0; i < n; i++) sum += lengths[i] > 0 ? lengths[i] : 0;
+    return (sum + capacity - 1) / capacity;
+}
+
+void pp_packing_free(pp_packing *p)
+{
+    if (!p) return;
+    PIPEPAR_FREE(p->bin_offsets);
+    PIPEPAR_FREE(p->seqs);
+    PIPEPAR_FREE(p->bin_tokens);
+    PIPEPAR_FREE(p);
+}
+
+static pp_status pp__pack_check(const int32_t *lengths, int n, const pp_pack_config *cfg, pp_error *err)
+{
+    int i;
+    if (!cfg) return pp__fail(err, PP_EINVAL, "pp_pack: cfg must not be NULL");
+    if (n < 0) return pp__fail(err, PP_EINVAL, "n=%d: the number of sequences must be at least 0", n);
+    if (n > 0 && !lengths) return pp__fail(err, PP_EINVAL, "lengths: NULL with n=%d sequences", n);
+    if (cfg->capacity < 1)
+        return pp__fail(err, PP_EINVAL, "capacity=%d: a bin must hold at least 1 token", (int)cfg->capacity);
+    if ((unsigned)cfg->algo >= (unsigned)PP_PACK_ALGO_COUNT)
+        return pp__fail(err, PP_EINVAL, "algo=%d: unknown packing algorithm", (int)cfg->algo);
+    if (cfg->min_bin_count < 0)
+        return pp__fail(err, PP_EINVAL, "min_bin_count=%d: must be nonnegative", cfg->min_bin_count);
+    if (cfg->bin_count_multiple < 0)
+        return pp__fail(err, PP_EINVAL, "bin_count_multiple=%d: must be positive (0 means 1)",
+                        cfg->bin_count_multiple);
+    if (cfg->max_sequences_per_bin < 0)
+        return pp__fail(err, PP_EINVAL, "max_sequences_per_bin=%d: must be positive (0 means unlimited)",
+                        cfg->max_sequences_per_bin);
+    for (i = 0; i < n; i++) {
+        if (lengths[i] < 1)
+            return pp__fail(err, PP_EINVAL, "lengths[%d]=%d: a sequence needs at least 1 token", i, (int)lengths[i]);
+        if (lengths[i] > cfg->capacity)
+            return pp__fail(err, PP_EINVAL, "lengths[%d]=%d: exceeds the bin capacity (%d)", i, (int)lengths[i],
+                            (int)cfg->capacity);
+    }
+    return PP_OK;
+}
+
+/* Stable sort of idx[0..n) by lengths[idx[k]] ascending: LSD radix, 11 bits a pass, so lengths
+ * up to 2^22 take two passes. tmp has room for n entries. */
+static void pp__sort_by_length(int32_t *idx, int32_t *tmp, int n, const int32_t *lengths, int32_t max_len)
+{
+    int shift, i, passes = 0;
+    int32_t *src = idx, *dst = tmp;
+    for (shift = 0; shift < 31 && (max_len >> shift) > 0; shift += 11) {
+        int count[2049];
+        memset(count, 0, sizeof count);
+        for (i = 0; i < n; i++) count[((lengths[src[i]] >> shift) & 2047) + 1]++;
+        for (i = 0; i < 2048; i++) count[i + 1] += count[i];
+        for (i = 0; i < n; i++) dst[count[(lengths[src[i]] >> shift) & 2047]++] = src[i];
+        { int32_t *t = src; src = dst; dst = t; }
+        passes++;
+    }
+    if (passes & 1) memcpy(idx, tmp, sizeof(int32_t) * (size_t)n);
+}
+
+static void pp__reverse(int32_t *a, int n)
+{
+    int i;
+    for (i = 0; i < n / 2; i++) { int32_t t = a[i]; a[i] = a[n - 1 - i]; a[n - 1 - i] = t; }
+}
+
+static int32_t pp__max_length(const int32_t *lengths, const int32_t *idx, int n)
+{
+    int32_t m = 0;
+    int i;
+    for (i = 0; i < n; i++) if (lengths[idx[i]] > m) m = lengths[idx[i]];
+    return m;
+}
+
+/* Orders idx[0..n) (any subset of sequences) by length. descending=0: (length, index) ascending.
+ * descending=1, ties_low_index_first=0: (length, index) both descending, Python's
+ * `pairs.sort(reverse=True)`. descending=1, ties_low_index_first=1: length descending, index
+ * ascending, Python's stable `sort(key=length, reverse=True)`. idx must come in ascending index
+ * order. */
+static void pp__order_by_length(int32_t *idx, int32_t *tmp, int n, const int32_t *lengths, int descending,
+                                int ties_low_index_first)
+{
+    int32_t m = pp__max_length(lengths, idx, n);
+    if (descending && ties_low_index_first) pp__reverse(idx, n);   /* stable ascending of index-descending input */
+    pp__sort_by_length(idx, tmp, n, lengths, m);
+    if (descending) pp__reverse(idx, n);
+}
+
+/* A binary min-heap on (a, b) with a payload, for "least-filled bin, earliest on ties". */
+typedef struct pp__heap_item { int64_t a, b; int32_t v; } pp__heap_item;
+typedef struct pp__heap { pp__heap_item *item; int size, cap; } pp__heap;
+
+static int pp__heap_less(const pp__heap_item *x, const pp__heap_item *y)
+{
+    return x->a < y->a || (x->a == y->a && x->b < y->b);
+}
+
+static int pp__heap_push(pp__heap *h, int64_t a, int64_t b, int32_t v)
+{
+    int i;
+    if (h->size == h->cap) {
+        int cap = h->cap ? h->cap * 2 : 64;
+        pp__heap_item *n2 = (pp__heap_item *)PIPEPAR_REALLOC(h->item, sizeof(pp__heap_item) * (size_t)cap);
+        if (!n2) return 0;
+        h->item = n2; h->cap = cap;
+    }
+    i = h->size++;
+    h->item[i].a = a; h->item[i].b = b; h->item[i].v = v;
+    while (i > 0) {
+        int parent = (i - 1) / 2;
+        pp__heap_item t;
+        if (!pp__heap_less(&h->item[i], &h->item[parent])) break;
+        t = h->item[i]; h->item[i] = h->item[parent]; h->item[parent] = t;
+        i = parent;
+    }
+    return 1;
+}
+
+static pp__heap_item pp__heap_pop(pp__heap *h)
+{
+    pp__heap_item top = h->item[0];
+    int i = 0;
+    h->item[0] = h->item[--h->size];
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        pp__heap_item t;
+        if (l < h->size && pp__heap_less(&h->item[l], &h->item[m])) m = l;
+        if (r < h->size && pp__heap_less(&h->item[r], &h->item[m])) m = r;
+        if (m == i) break;
+        t = h->item[i]; h->item[i] = h->item[m]; h->item[m] = t;
+        i = m;
+    }
+    return top;
+}
+
+/* --- first fit: a tournament tree over the open bins' room ---------------------------------
+ * Leaf b holds bin b's room (-1 once it may take nothing more: closed or never opened); each
+ * inner node the maximum of its two children. The first bin with room >= need is found by
+ * walking down from the root, always left when the left subtree has a bin with enough room:
+ * O(log bins) per sequence instead of NeMo RL's scan over every open bin. */
+typedef struct pp__fit_tree {
+    int32_t *node;      /* [2 * leaves]; node[1] is the root, leaf b is node[leaves + b] */
+    int32_t *count;     /* [leaves] sequences in each bin */
+    int leaves, bins;
+} pp__fit_tree;
+
+static int pp__fit_tree_grow(pp__fit_tree *t)
+{
+    int leaves = t->leaves ? t->leaves * 2 : 1024, i;
+    int32_t *node = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * 2 * (size_t)leaves);
+    int32_t *count = (int32_t *)pp__calloc((size_t)leaves, sizeof(int32_t));
+    if (!node || !count) { PIPEPAR_FREE(node); PIPEPAR_FREE(count); return 0; }
+    for (i = 0; i < leaves; i++) node[leaves + i] = i < t->bins ? t->node[t->leaves + i] : -1;
+    for (i = leaves - 1; i >= 1; i--) node[i] = node[2 * i] > node[2 * i + 1] ? node[2 * i] : node[2 * i + 1];
+    if (t->bins) memcpy(count, t->count, sizeof(int32_t) * (size_t)t->bins);
+    PIPEPAR_FREE(t->node);
+    PIPEPAR_FREE(t->count);
+    t->node = node; t->count = count; t->leaves = leaves;
+    return 1;
+}
+
+static void pp__fit_tree_set(pp__fit_tree *t, int bin, int32_t room)
+{
+    int i = t->leaves + bin;
+    t->node[i] = room;
+    for (i /= 2; i >= 1; i /= 2) {
+        int32_t m = t->node[2 * i] > t->node[2 * i + 1] ? t->node[2 * i] : t->node[2 * i + 1];
+        if (t->node[i] == m) break;
+        t->node[i] = m;
+    }
+}
+
+static int pp__fit_tree_first(const pp__fit_tree *t, int32_t need)
+{
+    int i = 1;
+    if (t->bins == 0 || t->node[1] < need) return -1;
+    while (i < t->leaves) i = t->node[2 * i] >= need ? 2 * i : 2 * i + 1;
+    return i - t->leaves;
+}
+
+/* First fit over sequences in `order`: ev_bin[k] receives the bin of order[k]. */
+static pp_status pp__first_fit(const int32_t *order, int n, const int32_t *lengths, int32_t capacity,
+                               int max_seqs, int32_t *ev_bin, int *num_bins, pp_error *err)
+{
+    pp__fit_tree t;
+    int k;
+    memset(&t, 0, sizeof t);
+    if (!pp__fit_tree_grow(&t)) return pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+    for (k = 0; k < n; k++) {
+        int32_t len = lengths[order[k]];
+        int b = pp__fit_tree_first(&t, len);
+        if (b < 0) {
+            if (t.bins == t.leaves && !pp__fit_tree_grow(&t)) {
+                PIPEPAR_FREE(t.node); PIPEPAR_FREE(t.count);
+                return pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+            }
+            b = t.bins++;
+            t.count[b] = 1;
+            pp__fit_tree_set(&t, b, max_seqs == 1 ? -1 : capacity - len);
+        } else {
+            int32_t room = t.node[t.leaves + b] - len;
+            t.count[b]++;
+            pp__fit_tree_set(&t, b, (max_seqs && t.count[b] >= max_seqs) ? -1 : room);
+        }
+        ev_bin[k] = b;
+    }
+    *num_bins = t.bins;
+    PIPEPAR_FREE(t.node);
+    PIPEPAR_FREE(t.count);
+    return PP_OK;
+}
+
+/* --- best fit: a treap of open bins keyed by (room, bin) -----------------------------------
+ * A bin's node id is the bin's own index. The best bin for a sequence of length L is the
+ * smallest key >= (L, -1): least room that still fits, the earliest bin on ties. */
+typedef struct pp__treap {
+    int32_t *room, *left, *right;
+    uint32_t *prio;
+    int root;
+} pp__treap;
+
+static int pp__treap_key_less(const pp__treap *t, int node, int32_t room, int32_t bin)
+{
+    return t->room[node] < room || (t->room[node] == room && node < bin);
+}
+
+/* Splits the tree at `node` into keys < (room, bin) and keys >= (room, bin). */
+static void pp__treap_split(pp__treap *t, int node, int32_t room, int32_t bin, int *lo, int *hi)
+{
+    if (node < 0) { *lo = *hi = -1; return; }
+    if (pp__treap_key_less(t, node, room, bin)) {
+        pp__treap_split(t, t->right[node], room, bin, &t->right[node], hi);
+        *lo = node;
+    } else {
+        pp__treap_split(t, t->left[node], room, bin, lo, &t->left[node]);
+        *hi = node;
+    }
+}
+
+static int pp__treap_merge(pp__treap *t, int a, int b)
+{
+    if (a < 0) return b;
+    if (b < 0) return a;
+    if (t->prio[a] > t->prio[b]) { t->right[a] = pp__treap_merge(t, t->right[a], b); return a; }
+    t->left[b] = pp__treap_merge(t, a, t->left[b]);
+    return b;
+}
+
+static void pp__treap_insert(pp__treap *t, int node)
+{
+    int lo, hi;
+    t->left[node] = t->right[node] = -1;
+    pp__treap_split(t, t->root, t->room[node], node, &lo, &hi);
+    t->root = pp__treap_merge(t, pp__treap_merge(t, lo, node), hi);
+}
+
+static pp_status pp__best_fit(const int32_t *order, int n, const int32_t *lengths, int32_t capacity,
+                              int max_seqs, int32_t *ev_bin, int *num_bins, pp_error *err)
+{
+    pp__treap t;
+    int32_t *count;
+    uint32_t x = 2463534242u;   /* xorshift32 state for the priorities: fixed, so runs repeat */
+    int k, bins = 0;
+    t.root = -1;
+    t.room = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    t.left = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    t.right = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    t.prio = (uint32_t *)PIPEPAR_MALLOC(sizeof(uint32_t) * (size_t)(n > 0 ? n : 1));
+    count = (int32_t *)pp__calloc((size_t)(n > 0 ? n : 1), sizeof(int32_t));
+    if (!t.room || !t.left || !t.right || !t.prio || !count) {
+        PIPEPAR_FREE(t.room); PIPEPAR_FREE(t.left); PIPEPAR_FREE(t.right); PIPEPAR_FREE(t.prio); PIPEPAR_FREE(count);
+        return pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+    }
+    for (k = 0; k < n; k++) {
+        int32_t len = lengths[order[k]];
+        int lo, hi, b;
+        pp__treap_split(&t, t.root, len, -1, &lo, &hi);
+        if (hi < 0) {                       /* no open bin fits: open one */
+            t.root = lo;
+            b = bins++;
+            t.room[b] = capacity - len;
+            x ^= x << 13; x ^= x >> 17; x ^= x << 5;
+            t.prio[b] = x;
+        } else {                            /* take the leftmost (best) node out of hi */
+            int parent = -1;
+            b = hi;
+            while (t.left[b] >= 0) { parent = b; b = t.left[b]; }
+            if (parent < 0) hi = t.right[b]; else t.left[parent] = t.right[b];
+            t.root = pp__treap_merge(&t, lo, hi);
+            t.room[b] -= len;
+        }
+        count[b]++;
+        if (!max_seqs || count[b] < max_seqs) pp__treap_insert(&t, b);
+        ev_bin[k] = b;
+    }
+    *num_bins = bins;
+    PIPEPAR_FREE(t.room); PIPEPAR_FREE(t.left); PIPEPAR_FREE(t.right); PIPEPAR_FREE(t.prio); PIPEPAR_FREE(count);
+    return PP_OK;
+}
+
+/* --- Python's random.shuffle, bit for bit ---------------------------------------------------
+ * CPython seeds its Mersenne Twister (MT19937) from an integer with init_by_array over the
+ * integer's 32-bit words, least significant first; shuffle walks i = n-1 .. 1 and swaps item i
+ * with item randbelow(i+1), where randbelow(m) draws k = bit_length(m) bits (the top k bits of
+ * one 32-bit output) until the value is below m. */
+typedef struct pp__mt { uint32_t s[624]; int i; } pp__mt;
+
+static void pp__mt_seed(pp__mt *mt, uint64_t seed)
+{
+    uint32_t key[2];
+    int klen = (seed >> 32) ? 2 : 1, i = 1, j = 0, k;
+    key[0] = (uint32_t)seed; key[1] = (uint32_t)(seed >> 32);
+    mt->s[0] = 19650218u;
+    for (k = 1; k < 624; k++) mt->s[k] = 1812433253u * (mt->s[k - 1] ^ (mt->s[k - 1] >> 30)) + (uint32_t)k;
+    for (k = 624; k > 0; k--) {
+        mt->s[i] = (mt->s[i] ^ ((mt->s[i - 1] ^ (mt->s[i - 1] >> 30)) * 1664525u)) + key[j] + (uint32_t)j;
+        i++; j++;
+        if (i >= 624) { mt->s[0] = mt->s[623]; i = 1; }
+        if (j >= klen) j = 0;
+    }
+    for (k = 623; k > 0; k--) {
+        mt->s[i] = (mt->s[i] ^ ((mt->s[i - 1] ^ (mt->s[i - 1] >> 30)) * 1566083941u)) - (uint32_t)i;
+        i++;
+        if (i >= 624) { mt->s[0] = mt->s[623]; i = 1; }
+    }
+    mt->s[0] = 0x80000000u;
+    mt->i = 624;
+}
+
+static uint32_t pp__mt_next(pp__mt *mt)
+{
+    uint32_t y;
+    if (mt->i >= 624) {
+        int k;
+        for (k = 0; k < 624; k++) {
+            y = (mt->s[k] & 0x80000000u) | (mt->s[(k + 1) % 624] & 0x7fffffffu);
+            mt->s[k] = mt->s[(k + 397) % 624] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+        }
+        mt->i = 0;
+    }
+    y = mt->s[mt->i++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    y ^= y >> 18;
+    return y;
+}
+
+static void pp__python_shuffle(int32_t *a, int n, uint64_t seed)
+{
+    pp__mt mt;
+    int i;
+    pp__mt_seed(&mt, seed);
+    for (i = n - 1; i >= 1; i--) {
+        uint32_t m = (uint32_t)i + 1u, r;
+        int k = 0;
+        int32_t t;
+        while ((m >> k) != 0 && k < 32) k++;            /* bit_length(m) */
+        do r = pp__mt_next(&mt) >> (32 - k); while (r >= m);
+        t = a[i]; a[i] = a[r]; a[r] = t;
+    }
+}
+
+/* --- presence sets over a sorted array, for the removals of MFFD and greedy knapsack --------
+ * next[i] leads to the first present position >= i (next[m] = m is the end); prev[i+1] to the
+ * last present position <= i, plus one (prev[0] = 0 means none). Path halving keeps both
+ * near-constant per step. */
+static int pp__next_present(int32_t *next, int i)
+{
+    while (next[i] != i) { next[i] = next[next[i]]; i = next[i]; }
+    return i;
+}
+
+static int pp__prev_present(int32_t *prev, int i)   /* last present position <= i, or -1 */
+{
+    int j = i + 1;
+    while (prev[j] != j) { prev[j] = prev[prev[j]]; j = prev[j]; }
+    return j - 1;
+}
+
+/* First position p in a[0..m) (lengths[a[k]] descending) with lengths[a[p]] <= x; m if none. */
+static int pp__first_at_most_desc(const int32_t *a, int m, const int32_t *lengths, int64_t x)
+{
+    int lo = 0, hi = m;
+    while (lo < hi) { int mid = lo + (hi - lo) / 2; if (lengths[a[mid]] <= x) hi = mid; else lo = mid + 1; }
+    return lo;
+}
+
+/* First position p in a[0..m) (lengths ascending) with lengths[a[p]] > x; m if none. */
+static int pp__first_above_asc(const int32_t *a, int m, const int32_t *lengths, int64_t x)
+{
+    int lo = 0, hi = m;
+    while (lo < hi) { int mid = lo + (hi - lo) / 2; if (lengths[a[mid]] > x) hi = mid; else lo = mid + 1; }
+    return lo;
+}
+
+/* The output of the algorithms below: events (seq, bin) in the order sequences were placed; a
+ * bin's contents are its events in that order. */
+typedef struct pp__events { int32_t *seq, *bin; int count, num_bins; } pp__events;
+
+static void pp__event(pp__events *e, int32_t seq, int32_t bin) { e->seq[e->count] = seq; e->bin[e->count] = bin; e->count++; }
+
+/* Modified first fit decreasing, NeMo RL's phases. Classes by size s against capacity C: large
+ * s > C/2, medium C/3 < s <= C/2, small C/6 < s <= C/3, tiny s <= C/6. */
+static pp_status pp__mffd(const int32_t *lengths, int n, int32_t capacity, pp__events *ev, pp_error *err)
+{
+    int32_t *large, *medium, *small, *tiny, *rest, *tmp, *next_m, *next_s, *prev_s, *next_r;
+    int32_t *first3, *nfirst, *bin_of_tmp = NULL;
+    int64_t *load;
+    uint8_t *has_medium, *in_rest;
+    int nl = 0, nm = 0, ns = 0, nt = 0, nr = 0, i, b, alive_small;
+    pp__heap heap;
+    pp_status st = PP_OK;
+    size_t sz = (size_t)(n > 0 ? n : 1);
+    memset(&heap, 0, sizeof heap);
+    large = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+    medium = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+    small = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+    tiny = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+    rest = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+    tmp = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+    next_m = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (sz + 1));
+    next_s = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (sz + 1));
+    prev_s = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (sz + 1));
+    next_r = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (sz + 1));
+    first3 = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * 3 * sz);
+    nfirst = (int32_t *)pp__calloc(sz, sizeof(int32_t));
+    load = (int64_t *)pp__calloc(sz, sizeof(int64_t));
+    has_medium = (uint8_t *)pp__calloc(sz, 1);
+    in_rest = (uint8_t *)pp__calloc(sz, 1);
+    if (!large || !medium || !small || !tiny || !rest || !tmp || !next_m || !next_s || !prev_s || !next_r ||
+        !first3 || !nfirst || !load || !has_medium || !in_rest) {
+        st = pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+        goto done;
+    }
+    /* Phase 0: classify (integer forms of s > C/2, s > C/3, s > C/6) and sort. */
+    for (i = 0; i < n; i++) {
+        int64_t s = lengths[i];
+        if (2 * s > capacity) large[nl++] = i;
+        else if (3 * s > capacity) medium[nm++] = i;
+        else if (6 * s > capacity) small[ns++] = i;
+        else tiny[nt++] = i;
+    }
+    pp__order_by_length(large, tmp, nl, lengths, 1, 1);    /* size descending, stable */
+    pp__order_by_length(medium, tmp, nm, lengths, 1, 1);
+    pp__order_by_length(small, tmp, ns, lengths, 0, 0);    /* size ascending, stable */
+    pp__order_by_length(tiny, tmp, nt, lengths, 0, 0);
+    /* Phase 1: one bin per large item. */
+    for (b = 0; b < nl; b++) { first3[3 * b] = large[b]; nfirst[b] = 1; load[b] = lengths[large[b]]; }
+    /* Phase 2: each large bin, in order, takes the first (largest) medium that fits. */
+    for (i = 0; i <= nm; i++) next_m[i] = i;
+    for (b = 0; b < nl; b++) {
+        int p = pp__first_at_most_desc(medium, nm, lengths, capacity - load[b]);
+        int q = pp__next_present(next_m, p);
+        if (q < nm) {
+            first3[3 * b + nfirst[b]++] = medium[q];
+            load[b] += lengths[medium[q]];
+            has_medium[b] = 1;
+            next_m[q] = q + 1;
+        }
+    }
+    /* Phase 3: backwards over the bins without a medium, the smallest small plus the largest
+     * small that still fits beside it, when the two smallest fit together. */
+    for (i = 0; i <= ns; i++) { next_s[i] = i; prev_s[i] = i; }
+    alive_small = ns;
+    for (b = nl - 1; b >= 0; b--) {
+        int f1, f2, p, j;
+        int64_t room;
+        if (has_medium[b] || alive_small < 2) continue;
+        room = capacity - load[b];
+        f1 = pp__next_present(next_s, 0);
+        f2 = pp__next_present(next_s, f1 + 1);
+        if ((int64_t)lengths[small[f1]] + lengths[small[f2]] > room) continue;
+        next_s[f1] = f1 + 1; prev_s[f1 + 1] = f1;
+        p = pp__first_above_asc(small, ns, lengths, room - lengths[small[f1]]);
+        j = pp__prev_present(prev_s, p - 1);   /* exists: f2 fits */
+        next_s[j] = j + 1; prev_s[j + 1] = j;
+        first3[3 * b + nfirst[b]++] = small[f1];
+        first3[3 * b + nfirst[b]++] = small[j];
+        load[b] += (int64_t)lengths[small[f1]] + lengths[small[j]];
+        alive_small -= 2;
+    }
+    /* Phase 4: what is left of medium, small and tiny, largest first (ties: lower index); each
+     * large bin in order takes the largest remaining item that fits until none does. */
+    for (i = 0; i < nm; i++) if (pp__next_present(next_m, i) == i) in_rest[medium[i]] = 1;
+    for (i = 0; i < ns; i++) if (pp__next_present(next_s, i) == i) in_rest[small[i]] = 1;
+    for (i = 0; i < nt; i++) in_rest[tiny[i]] = 1;
+    for (i = 0; i < n; i++) if (in_rest[i]) rest[nr++] = i;
+    pp__order_by_length(rest, tmp, nr, lengths, 1, 1);
+    for (i = 0; i <= nr; i++) next_r[i] = i;
+    for (b = 0; b < nl; b++) {
+        int k;
+        for (k = 0; k < nfirst[b]; k++) pp__event(ev, first3[3 * b + k], b);
+        for (;;) {
+            int p = pp__first_at_most_desc(rest, nr, lengths, capacity - load[b]);
+            int q = pp__next_present(next_r, p);
+            if (q >= nr) break;
+            pp__event(ev, rest[q], b);
+            load[b] += lengths[rest[q]];
+            next_r[q] = q + 1;
+        }
+    }
+    /* Phase 5, as NeMo RL writes it: leftover bins kept sorted by load (bisect_right, so a bin
+     * that changed goes after equal loads); each leftover, largest first, joins the least-filled
+     * bin when it fits there, else starts a new bin. The heap key (load, time of last change)
+     * is exactly that list's order; the bins come out in it. */
+    {
+        int temp_bins = 0;
+        int64_t clock = 0;
+        int32_t next_id = nl;
+        bin_of_tmp = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+        if (!bin_of_tmp || !pp__heap_push(&heap, 0, clock++, 0)) {
+            st = pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+            goto done;
+        }
+        temp_bins = 1;
+        for (i = 0; i < nr; i++) {
+            int32_t s;
+            int q = pp__next_present(next_r, i);
+            if (q != i) continue;
+            s = rest[i];
+            if ((int64_t)lengths[s] <= capacity - heap.item[0].a) {
+                pp__heap_item top = pp__heap_pop(&heap);
+                pp__event(ev, s, nl + top.v);
+                if (!pp__heap_push(&heap, top.a + lengths[s], clock++, top.v)) {
+                    st = pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+                    goto done;
+                }
+            } else {
+                pp__event(ev, s, nl + temp_bins);
+                if (!pp__heap_push(&heap, lengths[s], clock++, temp_bins)) {
+                    st = pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+                    goto done;
+                }
+                temp_bins++;
+            }
+        }
+        /* Final ids: phase-5 bins in heap order, skipping the empty starter bin. */
+        while (heap.size > 0) {
+            pp__heap_item it = pp__heap_pop(&heap);
+            bin_of_tmp[it.v] = it.a > 0 ? next_id++ : -1;
+        }
+        for (i = 0; i < ev->count; i++) if (ev->bin[i] >= nl) ev->bin[i] = bin_of_tmp[ev->bin[i] - nl];
+        ev->num_bins = next_id;
+    }
+done:
+    PIPEPAR_FREE(large); PIPEPAR_FREE(medium); PIPEPAR_FREE(small); PIPEPAR_FREE(tiny); PIPEPAR_FREE(rest);
+    PIPEPAR_FREE(tmp); PIPEPAR_FREE(next_m); PIPEPAR_FREE(next_s); PIPEPAR_FREE(prev_s); PIPEPAR_FREE(next_r);
+    PIPEPAR_FREE(first3); PIPEPAR_FREE(nfirst); PIPEPAR_FREE(load); PIPEPAR_FREE(has_medium);
+    PIPEPAR_FREE(in_rest); PIPEPAR_FREE(bin_of_tmp); PIPEPAR_FREE(heap.item);
+    return st;
+}
+
+/* Greedy knapsack (Megatron-LM): sequences ascending by length (ties: lower index first); bin
+ * after bin, repeatedly take the last remaining sequence that fits (bisect_right - 1: the
+ * largest, the higher index on ties) until none fits. */
+static pp_status pp__greedy_knapsack(const int32_t *lengths, int n, int32_t capacity, int max_seqs,
+                                     pp__events *ev, pp_error *err)
+{
+    size_t sz = (size_t)(n > 0 ? n : 1);
+    int32_t *a = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+    int32_t *tmp = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+    int32_t *prev = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (sz + 1));
+    int i, left = n, bins = 0;
+    if (!a || !tmp || !prev) {
+        PIPEPAR_FREE(a); PIPEPAR_FREE(tmp); PIPEPAR_FREE(prev);
+        return pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+    }
+    for (i = 0; i < n; i++) a[i] = i;
+    pp__order_by_length(a, tmp, n, lengths, 0, 0);
+    for (i = 0; i <= n; i++) prev[i] = i;
+    while (left > 0) {
+        int64_t room = capacity;
+        int taken = 0;
+        for (;;) {
+            int p = pp__first_above_asc(a, n, lengths, room);
+            int q = p > 0 ? pp__prev_present(prev, p - 1) : -1;
+            if (q < 0) break;
+            pp__event(ev, a[q], bins);
+            room -= lengths[a[q]];
+            prev[q + 1] = q;
+            left--; taken++;
+            if (max_seqs && taken >= max_seqs) break;
+        }
+        bins++;
+    }
+    ev->num_bins = bins;
+    PIPEPAR_FREE(a); PIPEPAR_FREE(tmp); PIPEPAR_FREE(prev);
+    return PP_OK;
+}
+
+/* Balanced greedy knapsack (Megatron-LM): longest first (ties: lower index), each into the
+ * least-filled bin (ties: earliest) when it fits, else into a new bin; starts with
+ * ceil(sum/capacity) + delta empty bins. More starting bins than sequences would only stay
+ * empty (the n first sequences go one to each of the n earliest), so at most n are made. */
+static pp_status pp__balanced_knapsack(const int32_t *lengths, int n, int32_t capacity, int delta, int max_seqs,
+                                       pp__events *ev, pp_error *err)
+{
+    size_t sz = (size_t)(n > 0 ? n : 1);
+    int32_t *a = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+    int32_t *tmp = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+    int32_t *count = (int32_t *)pp__calloc(sz, sizeof(int32_t));
+    int32_t *used = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+    pp__heap heap;
+    int64_t total = 0, start;
+    int i, bins, ids = 0;
+    pp_status st = PP_OK;
+    memset(&heap, 0, sizeof heap);
+    if (!a || !tmp || !count || !used) { st = pp__fail(err, PP_ENOMEM, "pp_pack: out of memory"); goto done; }
+    for (i = 0; i < n; i++) { a[i] = i; total += lengths[i]; }
+    pp__order_by_length(a, tmp, n, lengths, 1, 1);
+    start = (total + capacity - 1) / capacity + delta;
+    bins = (int)(start < n ? start : n);
+    for (i = 0; i < bins; i++)
+        if (!pp__heap_push(&heap, 0, i, i)) { st = pp__fail(err, PP_ENOMEM, "pp_pack: out of memory"); goto done; }
+    for (i = 0; i < n; i++) {
+        int32_t s = a[i], b;
+        int64_t ld;
+        if (heap.size > 0 && heap.item[0].a + lengths[s] <= capacity) {
+            pp__heap_item top = pp__heap_pop(&heap);
+            b = top.v; ld = top.a + lengths[s];
+        } else {
+            b = bins++; ld = lengths[s];
+        }
+        pp__event(ev, s, b);
+        count[b]++;
+        if ((!max_seqs || count[b] < max_seqs) && !pp__heap_push(&heap, ld, b, b)) {
+            st = pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+            goto done;
+        }
+    }
+    /* Drop the bins left empty, keep the order of the rest. */
+    for (i = 0; i < bins; i++) used[i] = count[i] > 0 ? ids++ : -1;
+    for (i = 0; i < ev->count; i++) ev->bin[i] = used[ev->bin[i]];
+    ev->num_bins = ids;
+done:
+    PIPEPAR_FREE(a); PIPEPAR_FREE(tmp); PIPEPAR_FREE(count); PIPEPAR_FREE(used); PIPEPAR_FREE(heap.item);
+    return st;
+}
+
+/* Builds the compressed-row bins from events; a bin's sequences keep their event order. */
+static pp_status pp__packing_from_events(const pp__events *ev, int n, const int32_t *lengths, int32_t capacity,
+                                         pp_packing **out, pp_error *err)
+{
+    pp_packing *p = (pp_packing *)pp__calloc(1, sizeof(pp_packing));
+    int32_t *fill = NULL;
+    int i, nb = ev->num_bins;
+    if (!p) return pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+    p->num_seqs = n; p->num_bins = nb; p->capacity = capacity;
+    p->bin_offsets = (int32_t *)pp__calloc((size_t)nb + 1, sizeof(int32_t));
+    p->seqs = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    p->bin_tokens = (int32_t *)pp__calloc((size_t)(nb > 0 ? nb : 1), sizeof(int32_t));
+    fill = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)(nb > 0 ? nb : 1));
+    if (!p->bin_offsets || !p->seqs || !p->bin_tokens || !fill) {
+        PIPEPAR_FREE(fill);
+        pp_packing_free(p);
+        return pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+    }
+    for (i = 0; i < ev->count; i++) {
+        p->bin_offsets[ev->bin[i] + 1]++;
+        p->bin_tokens[ev->bin[i]] += lengths[ev->seq[i]];
+        p->total_tokens += lengths[ev->seq[i]];
+    }
+    for (i = 0; i < nb; i++) { p->bin_offsets[i + 1] += p->bin_offsets[i]; fill[i] = p->bin_offsets[i]; }
+    for (i = 0; i < ev->count; i++) p->seqs[fill[ev->bin[i]]++] = ev->seq[i];
+    PIPEPAR_FREE(fill);
+    *out = p;
+    return PP_OK;
+}
+
+typedef struct pp__bin_size { int32_t count, bin; } pp__bin_size;
+
+static int pp__bin_size_cmp(const void *x, const void *y)   /* count descending, then bin descending */
+{
+    const pp__bin_size *a = (const pp__bin_size *)x, *b = (const pp__bin_size *)y;
+    if (a->count != b->count) return a->count > b->count ? -1 : 1;
+    return a->bin > b->bin ? -1 : (a->bin < b->bin ? 1 : 0);
+}
+
+/* NeMo RL's _adjust_bin_count on compressed-row bins (see the >>pack notes). */
+static pp_status pp__adjust_bins(pp_packing *p, const int32_t *lengths, int min_bins, int multiple, pp_error *err)
+{
+    int64_t target = p->num_bins;
+    int extra, i, k, src = 0, nb = p->num_bins;
+    pp__bin_size *order;
+    int32_t *count, *moved, *offsets, *seqs, *tokens;
+    if (min_bins > target) target = min_bins;
+    if (multiple > 1 && target % multiple) target += multiple - target % multiple;
+    if (target == p->num_bins) return PP_OK;
+    if (target > p->num_seqs)
+        return pp__fail(err, PP_EINVAL, "min_bin_count=%d, bin_count_multiple=%d: %lld bins are needed but there "
+                        "are only %d sequences (every bin needs at least one)", min_bins, multiple ? multiple : 1,
+                        (long long)target, p->num_seqs);
+    extra = (int)(target - nb);
+    order = (pp__bin_size *)PIPEPAR_MALLOC(sizeof(pp__bin_size) * (size_t)(nb > 0 ? nb : 1));
+    count = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)(nb > 0 ? nb : 1));
+    moved = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)extra);
+    offsets = (int32_t *)pp__calloc((size_t)target + 1, sizeof(int32_t));
+    seqs = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)p->num_seqs);
+    tokens = (int32_t *)pp__calloc((size_t)target, sizeof(int32_t));
+    if (!order || !count || !moved || !offsets || !seqs || !tokens) {
+        PIPEPAR_FREE(order); PIPEPAR_FREE(count); PIPEPAR_FREE(moved);
+        PIPEPAR_FREE(offsets); PIPEPAR_FREE(seqs); PIPEPAR_FREE(tokens);
+        return pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+    }
+    for (i = 0; i < nb; i++) {
+        count[i] = p->bin_offsets[i + 1] - p->bin_offsets[i];
+        order[i].count = count[i]; order[i].bin = i;
+    }
+    qsort(order, (size_t)nb, sizeof *order, pp__bin_size_cmp);
+    for (k = 0; k < extra; k++) {          /* each new bin: the last sequence of the current source */
+        while (count[order[src].bin] <= 1) src++;   /* target <= num_seqs keeps src in range */
+        {
+            int b = order[src].bin;
+            moved[k] = p->seqs[p->bin_offsets[b] + count[b] - 1];
+            count[b]--;
+        }
+    }
+    for (i = 0; i < nb; i++) {
+        offsets[i + 1] = offsets[i] + count[i];
+        memcpy(seqs + offsets[i], p->seqs + p->bin_offsets[i], sizeof(int32_t) * (size_t)count[i]);
+        for (k = offsets[i]; k < offsets[i + 1]; k++) tokens[i] += lengths[seqs[k]];
+    }
+    for (k = 0; k < extra; k++) {
+        offsets[nb + k + 1] = offsets[nb + k] + 1;
+        seqs[offsets[nb + k]] = moved[k];
+        tokens[nb + k] = lengths[moved[k]];
+    }
+    PIPEPAR_FREE(p->bin_offsets); PIPEPAR_FREE(p->seqs); PIPEPAR_FREE(p->bin_tokens);
+    p->bin_offsets = offsets; p->seqs = seqs; p->bin_tokens = tokens; p->num_bins = (int)target;
+    PIPEPAR_FREE(order); PIPEPAR_FREE(count); PIPEPAR_FREE(moved);
+    return PP_OK;
+}
+
+pp_status pp_pack(const int32_t *lengths, int n, const pp_pack_config *cfg, pp_packing **out, pp_error *err)
+{
+    pp__events ev;
+    int32_t *order = NULL, *tmp = NULL;
+    pp_packing *p = NULL;
+    pp_status st;
+    size_t sz = (size_t)(n > 0 ? n : 1);
+    int i;
+    if (!out) return pp__fail(err, PP_EINVAL, "pp_pack: out must not be NULL");
+    *out = NULL;
+    if ((st = pp__pack_check(lengths, n, cfg, err)) != PP_OK) return st;
+    memset(&ev, 0, sizeof ev);
+    ev.seq = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+    ev.bin = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+    order = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+    tmp = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+    if (!ev.seq || !ev.bin || !order || !tmp) { st = pp__fail(err, PP_ENOMEM, "pp_pack: out of memory"); goto done; }
+    for (i = 0; i < n; i++) order[i] = i;
+    switch (cfg->algo) {
+    case PP_PACK_FFD:
+    case PP_PACK_BFD:
+    case PP_PACK_FIRST_FIT_SHUFFLE:
+        if (cfg->algo == PP_PACK_FIRST_FIT_SHUFFLE) pp__python_shuffle(order, n, cfg->seed);
+        else pp__order_by_length(order, tmp, n, lengths, 1, 0);
+        if (cfg->algo == PP_PACK_BFD)
+            st = pp__best_fit(order, n, lengths, cfg->capacity, cfg->max_sequences_per_bin, ev.bin, &ev.num_bins, err);
+        else
+            st = pp__first_fit(order, n, lengths, cfg->capacity, cfg->max_sequences_per_bin, ev.bin, &ev.num_bins, err);
+        memcpy(ev.seq, order, sizeof(int32_t) * (size_t)n);
+        ev.count = n;
+        break;
+    case PP_PACK_MFFD:
+        if (cfg->max_sequences_per_bin) {   /* NeMo RL: with a sequence cap MFFD runs capped FFD */
+            pp__order_by_length(order, tmp, n, lengths, 1, 0);
+            st = pp__first_fit(order, n, lengths, cfg->capacity, cfg->max_sequences_per_bin, ev.bin, &ev.num_bins, err);
+            memcpy(ev.seq, order, sizeof(int32_t) * (size_t)n);
+            ev.count = n;
+        } else {
+            st = pp__mffd(lengths, n, cfg->capacity, &ev, err);
+        }
+        break;
+    case PP_PACK_CONCATENATIVE: {
+        int64_t used = 0;
+        int in_bin = 0;
+        for (i = 0; i < n; i++) {
+            if (i == 0 || used + lengths[i] > cfg->capacity ||
+                (cfg->max_sequences_per_bin && in_bin >= cfg->max_sequences_per_bin)) {
+                ev.num_bins++; used = 0; in_bin = 0;
+            }
+            pp__event(&ev, i, ev.num_bins - 1);
+            used += lengths[i]; in_bin++;
+        }
+        st = PP_OK;
+        break;
+    }
+    case PP_PACK_GREEDY_KNAPSACK:
+        st = pp__greedy_knapsack(lengths, n, cfg->capacity, cfg->max_sequences_per_bin, &ev, err);
+        break;
+    case PP_PACK_BALANCED_GREEDY_KNAPSACK: {
+        int delta = cfg->knapsack_delta == 0 ? 20 : (cfg->knapsack_delta < 0 ? 0 : cfg->knapsack_delta);
+        st = pp__balanced_knapsack(lengths, n, cfg->capacity, delta, cfg->max_sequences_per_bin, &ev, err);
+        break;
+    }
+    default:
+        st = pp__fail(err, PP_EINVAL, "algo=%d: unknown packing algorithm", (int)cfg->algo);
+        break;
+    }
+    if (st != PP_OK) goto done;
+    if ((st = pp__packing_from_events(&ev, n, lengths, cfg->capacity, &p, err)) != PP_OK) goto done;
+    if ((st = pp__adjust_bins(p, lengths, cfg->min_bin_count, cfg->bin_count_multiple, err)) != PP_OK) {
+        pp_packing_free(p);
+        goto done;
+    }
+    *out = p;
+    st = pp__ok(err);
+done:
+    PIPEPAR_FREE(ev.seq); PIPEPAR_FREE(ev.bin); PIPEPAR_FREE(order); PIPEPAR_FREE(tmp);
+    return st;
+}
+
+/* --- the distributed plan ------------------------------------------------------------------ */
+
+void pp_pack_plan_free(pp_pack_plan *plan)
+{
+    if (!plan) return;
+    pp_packing_free(plan->bins);
+    PIPEPAR_FREE(plan->lengths); PIPEPAR_FREE(plan->padded_lengths); PIPEPAR_FREE(plan->seq_starts);
+    PIPEPAR_FREE(plan->bin_rank); PIPEPAR_FREE(plan->bin_microbatch); PIPEPAR_FREE(plan->microbatch_bin);
+    PIPEPAR_FREE(plan->bin_real_tokens); PIPEPAR_FREE(plan->bin_padded_tokens);
+    PIPEPAR_FREE(plan->cu_seqlens); PIPEPAR_FREE(plan->cu_seqlens_padded);
+    PIPEPAR_FREE(plan);
+}
+
+typedef struct pp__bin_cost { int64_t cost; int32_t bin; } pp__bin_cost;
+
+static int pp__bin_cost_cmp(const void *x, const void *y)   /* cost descending, then bin ascending */
+{
+    const pp__bin_cost *a = (const pp__bin_cost *)x, *b = (const pp__bin_cost *)y;
+    if (a->cost != b->cost) return a->cost > b->cost ? -1 : 1;
+    return a->bin < b->bin ? -1 : (a->bin > b->bin ? 1 : 0);
+}
+
+/* Largest bins first, each to the dp rank with the least cost so far (ties: lower rank) among
+ * those with fewer than num_microbatches bins; a rank's microbatches then run in bin order. */
+static pp_status pp__assign_balanced(pp_pack_plan *plan, int attention, pp_error *err)
+{
+    int nb = plan->num_bins, dp = plan->dp, i;
+    pp__bin_cost *order = (pp__bin_cost *)PIPEPAR_MALLOC(sizeof(pp__bin_cost) * (size_t)nb);
+    int32_t *taken = (int32_t *)pp__calloc((size_t)dp, sizeof(int32_t));
+    pp__heap heap;
+    memset(&heap, 0, sizeof heap);
+    if (!order || !taken) goto oom;
+    for (i = 0; i < nb; i++) {
+        int k;
+        int64_t c = 0;
+        for (k = plan->bins->bin_offsets[i]; k < plan->bins->bin_offsets[i + 1]; k++) {
+            int64_t l = plan->padded_lengths[plan->bins->seqs[k]];
+            c += attention ? l * l : l;
+        }
+        order[i].cost = c; order[i].bin = i;
+    }
+    qsort(order, (size_t)nb, sizeof *order, pp__bin_cost_cmp);
+    for (i = 0; i < dp; i++) if (!pp__heap_push(&heap, 0, i, i)) goto oom;
+    for (i = 0; i < nb; i++) {
+        pp__heap_item top = pp__heap_pop(&heap);
+        plan->bin_rank[order[i].bin] = top.v;
+        if (++taken[top.v] < plan->num_microbatches && !pp__heap_push(&heap, top.a + order[i].cost, top.v, top.v))
+            goto oom;
+    }
+    memset(taken, 0, sizeof(int32_t) * (size_t)dp);
+    for (i = 0; i < nb; i++) plan->bin_microbatch[i] = taken[plan->bin_rank[i]]++;
+    PIPEPAR_FREE(order); PIPEPAR_FREE(taken); PIPEPAR_FREE(heap.item);
+    return PP_OK;
+oom:
+    PIPEPAR_FREE(order); PIPEPAR_FREE(taken); PIPEPAR_FREE(heap.item);
+    return pp__fail(err, PP_ENOMEM, "pp_pack_plan_build: out of memory");
+}
+
+static int64_t pp__round_up(int64_t x, int64_t m) { return m > 1 ? (x + m - 1) / m * m : x; }
+
+pp_status pp_pack_plan_build(const int32_t *lengths, int n, const pp_pack_plan_config *cfg,
+                             pp_pack_plan **out, pp_error *err)
+{
+    pp_pack_plan *plan;
+    pp_pack_config pc;
+    int dp, pp, vpp, tp, cp, def, i, b;
+    int64_t seq_multiple, start = 0;
+    int64_t *target = NULL;
+    pp_status st;
+    if (!out) return pp__fail(err, PP_EINVAL, "pp_pack_plan_build: out must not be NULL");
+    *out = NULL;
+    if (!cfg) return pp__fail(err, PP_EINVAL, "pp_pack_plan_build: cfg must not be NULL");
+    if (n < 0) return pp__fail(err, PP_EINVAL, "n=%d: the number of sequences must be at least 0", n);
+    if (n > 0 && !lengths) return pp__fail(err, PP_EINVAL, "lengths: NULL with n=%d sequences", n);
+    if (cfg->dp < 0) return pp__fail(err, PP_EINVAL, "dp=%d: must be at least 1 (0 means 1)", cfg->dp);
+    if (cfg->pp < 0) return pp__fail(err, PP_EINVAL, "pp=%d: must be at least 1 (0 means 1)", cfg->pp);
+    if (cfg->vpp < 0) return pp__fail(err, PP_EINVAL, "vpp=%d: must be at least 1 (0 means 1)", cfg->vpp);
+    if (cfg->tp < 0) return pp__fail(err, PP_EINVAL, "tp=%d: must be at least 1 (0 means 1)", cfg->tp);
+    if (cfg->cp < 0) return pp__fail(err, PP_EINVAL, "cp=%d: must be at least 1 (0 means 1)", cfg->cp);
+    if (cfg->seq_multiple < 0)
+        return pp__fail(err, PP_EINVAL, "seq_multiple=%d: must be positive (0 means the default)", cfg->seq_multiple);
+    if (cfg->bin_multiple < 0)
+        return pp__fail(err, PP_EINVAL, "bin_multiple=%d: must be positive (0 means 1)", cfg->bin_multiple);
+    if ((unsigned)cfg->assign > (unsigned)PP_ASSIGN_ATTENTION)
+        return pp__fail(err, PP_EINVAL, "assign=%d: unknown bin assignment", (int)cfg->assign);
+    dp = cfg->dp ? cfg->dp : 1; pp = cfg->pp ? cfg->pp : 1; vpp = cfg->vpp ? cfg->vpp : 1;
+    tp = cfg->tp ? cfg->tp : 1; cp = cfg->cp ? cfg->cp : 1;
+    seq_multiple = cfg->seq_multiple ? cfg->seq_multiple : (cp > 1 ? (int64_t)tp * cp * 2 : tp);
+    if (seq_multiple > INT32_MAX)
+        return pp__fail(err, PP_EINVAL, "tp=%d, cp=%d: the sequence padding multiple tp*cp*2 is too large", tp, cp);
+    if (cp > 1 && seq_multiple % (2 * (int64_t)cp))
+        return pp__fail(err, PP_EINVAL, "seq_multiple=%lld: with cp=%d it must be a multiple of 2*cp=%d, so each "
+                        "sequence splits into 2*cp equal chunks", (long long)seq_multiple, cp, 2 * cp);
+    if (cp > 1 && cfg->bin_multiple > 1 && cfg->bin_multiple % (2 * cp))
+        return pp__fail(err, PP_EINVAL, "bin_multiple=%d: with cp=%d it must be a multiple of 2*cp=%d (the tail "
+                        "padding joins the last sequence's chunks)", cfg->bin_multiple, cp, 2 * cp);
+    pc = cfg->pack;
+    def = vpp > 1 ? dp * pp : dp;
+    if (pc.min_bin_count == 0) pc.min_bin_count = def;
+    if (pc.bin_count_multiple == 0) pc.bin_count_multiple = def;
+    else if (pc.bin_count_multiple % dp)
+        return pp__fail(err, PP_EINVAL, "bin_count_multiple=%d: must be a multiple of dp (%d) so every data-parallel "
+                        "rank gets the same number of microbatches", pc.bin_count_multiple, dp);
+    plan = (pp_pack_plan *)pp__calloc(1, sizeof(pp_pack_plan));
+    if (!plan) return pp__fail(err, PP_ENOMEM, "pp_pack_plan_build: out of memory");
+    plan->num_seqs = n; plan->dp = dp; plan->pp = pp; plan->tp = tp; plan->cp = cp;
+    plan->seq_multiple = (int)seq_multiple; plan->bin_multiple = cfg->bin_multiple ? cfg->bin_multiple : 1;
+    plan->lengths = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    plan->padded_lengths = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    plan->seq_starts = (int64_t *)PIPEPAR_MALLOC(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+    if (!plan->lengths || !plan->padded_lengths || !plan->seq_starts) goto oom;
+    for (i = 0; i < n; i++) {
+        int64_t padded;
+        if (lengths[i] < 1) {
+            st = pp__fail(err, PP_EINVAL, "lengths[%d]=%d: a sequence needs at least 1 token", i, (int)lengths[i]);
+            goto fail;
+        }
+        padded = pp__round_up(lengths[i], seq_multiple);
+        if (padded > pc.capacity) {
+            if (padded == lengths[i])
+                st = pp__fail(err, PP_EINVAL, "lengths[%d]=%d: exceeds the bin capacity (%d)", i, (int)lengths[i],
+                              (int)pc.capacity);
+            else
+                st = pp__fail(err, PP_EINVAL, "lengths[%d]=%d: padded to a multiple of %lld it is %lld tokens, more "
+                              "than the bin capacity (%d)", i, (int)lengths[i], (long long)seq_multiple,
+                              (long long)padded, (int)pc.capacity);
+            goto fail;
+        }
+        plan->lengths[i] = lengths[i];
+        plan->padded_lengths[i] = (int32_t)padded;
+        plan->seq_starts[i] = start;
+        start += lengths[i];
+    }
+    if ((st = pp_pack(plan->padded_lengths, n, &pc, &plan->bins, err)) != PP_OK) goto fail;
+    plan->num_bins = plan->bins->num_bins;
+    plan->num_microbatches = plan->num_bins / dp;
+    b = plan->num_bins > 0 ? plan->num_bins : 1;
+    plan->bin_rank = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)b);
+    plan->bin_microbatch = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)b);
+    plan->microbatch_bin = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)b);
+    plan->bin_real_tokens = (int32_t *)pp__calloc((size_t)b, sizeof(int32_t));
+    plan->bin_padded_tokens = (int32_t *)pp__calloc((size_t)b, sizeof(int32_t));
+    plan->cu_seqlens = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * ((size_t)n + (size_t)b));
+    plan->cu_seqlens_padded = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * ((size_t)n + (size_t)b));
+    target = (int64_t *)pp__calloc((size_t)(dp > b ? dp : b), sizeof(int64_t));
+    if (!plan->bin_rank || !plan->bin_microbatch || !plan->microbatch_bin || !plan->bin_real_tokens ||
+        !plan->bin_padded_tokens || !plan->cu_seqlens || !plan->cu_seqlens_padded || !target) goto oom;
+    /* Bins to (rank, microbatch). */
+    if (cfg->assign == PP_ASSIGN_ROUND_ROBIN) {
+        for (b = 0; b < plan->num_bins; b++) { plan->bin_rank[b] = b % dp; plan->bin_microbatch[b] = b / dp; }
+    } else if ((st = pp__assign_balanced(plan, cfg->assign == PP_ASSIGN_ATTENTION, err)) != PP_OK) {
+        goto fail;
+    }
+    for (b = 0; b < plan->num_bins; b++)
+        plan->microbatch_bin[plan->bin_rank[b] * plan->num_microbatches + plan->bin_microbatch[b]] = b;
+    /* Microbatch lengths: each bin's padded total to bin_multiple; with pp > 1 each rank's
+     * largest (or the largest of all ranks) for every microbatch of the rank. */
+    for (b = 0; b < plan->num_bins; b++) {
+        int64_t t = pp__round_up(plan->bins->bin_tokens[b], plan->bin_multiple);
+        if (t > INT32_MAX) {
+            st = pp__fail(err, PP_EINVAL, "bin_multiple=%d: bin %d's %d tokens round up past 2^31-1",
+                          plan->bin_multiple, b, (int)plan->bins->bin_tokens[b]);
+            goto fail;
+        }
+        plan->bin_padded_tokens[b] = (int32_t)t;
+    }
+    if (pp > 1 && !cfg->variable_shapes) {
+        int64_t all = 0;
+        for (i = 0; i < dp; i++) target[i] = 0;
+        for (b = 0; b < plan->num_bins; b++) {
+            int r = plan->bin_rank[b];
+            if (plan->bin_padded_tokens[b] > target[r]) target[r] = plan->bin_padded_tokens[b];
+            if (plan->bin_padded_tokens[b] > all) all = plan->bin_padded_tokens[b];
+        }
+        for (b = 0; b < plan->num_bins; b++)
+            plan->bin_padded_tokens[b] = (int32_t)(cfg->same_shape_all_ranks ? all : target[plan->bin_rank[b]]);
+    }
+    for (b = 0; b < plan->num_bins; b++) {
+        int c = plan->bins->bin_offsets[b] + b, k, cnt = plan->bins->bin_offsets[b + 1] - plan->bins->bin_offsets[b];
+        plan->cu_seqlens[c] = 0;
+        plan->cu_seqlens_padded[c] = 0;
+        for (k = 0; k < cnt; k++) {
+            int32_t s = plan->bins->seqs[plan->bins->bin_offsets[b] + k];
+            plan->cu_seqlens[c + k + 1] = plan->cu_seqlens[c + k] + plan->lengths[s];
+            plan->cu_seqlens_padded[c + k + 1] = plan->cu_seqlens_padded[c + k] + plan->padded_lengths[s];
+        }
+        plan->bin_real_tokens[b] = plan->cu_seqlens[c + cnt];
+        plan->cu_seqlens_padded[c + cnt] = plan->bin_padded_tokens[b];   /* the last sequence takes the tail */
+    }
+    PIPEPAR_FREE(target);
+    *out = plan;
+    return pp__ok(err);
+oom:
+    st = pp__fail(err, PP_ENOMEM, "pp_pack_plan_build: out of memory");
+fail:
+    PIPEPAR_FREE(target);
+    pp_pack_plan_free(plan);
+    return st;
+}
+
+int pp_pack_plan_bin_size(const pp_pack_plan *plan, int bin)
+{
+    if (!plan || bin < 0 || bin >= plan->num_bins) return -1;
+    return plan->bins->bin_offsets[bin + 1] - plan->bins->bin_offsets[bin];
+}
+
+const int32_t *pp_pack_plan_cu_seqlens(const pp_pack_plan *plan, int bin)
+{
+    if (!plan || bin < 0 || bin >= plan->num_bins) return NULL;
+    return plan->cu_seqlens + plan->bins->bin_offsets[bin] + bin;
+}
+
+const int32_t *pp_pack_plan_cu_seqlens_padded(const pp_pack_plan *plan, int bin)
+{
+    if (!plan || bin < 0 || bin >= plan->num_bins) return NULL;
+    return plan->cu_seqlens_padded + plan->bins->bin_offsets[bin] + bin;
+}
+
+pp_status pp_pack_plan_gather(const pp_pack_plan *plan, int bin, const int64_t *seq_offsets, int64_t *rows,
+                              pp_error *err)
+{
+    const int32_t *cu;
+    int k, cnt;
+    if (!plan || !rows) return pp__fail(err, PP_EINVAL, "pp_pack_plan_gather: plan and rows must not be NULL");
+    if (bin < 0 || bin >= plan->num_bins)
+        return pp__fail(err, PP_EINVAL, "bin=%d: must be in 0 .. %d", bin, plan->num_bins - 1);
+    cu = pp_pack_plan_cu_seqlens_padded(plan, bin);
+    cnt = pp_pack_plan_bin_size(plan, bin);
+    for (k = 0; k < cnt; k++) {
+        int32_t s = plan->bins->seqs[plan->bins->bin_offsets[bin] + k], t;
+        int64_t base = seq_offsets ? seq_offsets[s] : plan->seq_starts[s];
+        for (t = cu[k]; t < cu[k + 1]; t++)
+            rows[t] = t - cu[k] < plan->lengths[s] ? base + (t - cu[k]) : -1;
+    }
+    return pp__ok(err);
+}
+
+
+/* ============================================================================================
  * >>runtime (implementation)
  * ============================================================================================ */
 
@@ -3063,11 +7052,14 @@ struct pp_threads_world {
     int cv_ready, mu_ready, reduce_ready;
 };
 
-/* A posted group: its receives, matched when waited or tested. */
+/* A posted group: its receives, matched when waited or tested. A matched message is taken out
+ * of the mailbox under the lock and copied into the receive buffer after unlocking, so a large
+ * copy never holds up the other ranks. */
 typedef struct pp__threads_group {
     int nrecv, matched;
     pp_transfer *recv;              /* [nrecv] */
     unsigned char *done;            /* [nrecv] */
+    pp__msg **msg;                  /* [nrecv] matched, not yet copied */
 } pp__threads_group;
 
 static void pp__deadline(double timeout_s, struct timespec *ts)
@@ -3108,6 +7100,27 @@ static void pp__threads_abort(void *user, pp_status status, const char *reason)
     pthread_mutex_unlock(&me->w->mu);
 }
 
+/* Copies the matched messages into their receive buffers (without the lock) and frees them. */
+static void pp__threads_copy_out(pp__threads_group *g)
+{
+    int i;
+    for (i = 0; i < g->nrecv; i++) {
+        pp__msg *m = g->msg[i];
+        if (!m) continue;
+        if (m->bytes) memcpy(g->recv[i].buf, m + 1, m->bytes);
+        PIPEPAR_FREE(m);
+        g->msg[i] = NULL;
+    }
+}
+
+static void pp__threads_group_free(pp__threads_group *g)
+{
+    int i;
+    if (!g) return;
+    if (g->msg) for (i = 0; i < g->nrecv; i++) PIPEPAR_FREE(g->msg[i]);
+    PIPEPAR_FREE(g->recv); PIPEPAR_FREE(g->done); PIPEPAR_FREE(g->msg); PIPEPAR_FREE(g);
+}
+
 static pp_status pp__threads_post(void *user, const pp_transfer *xf, int count, void **handle, pp_error *err)
 {
     pp__threads_rank *me = (pp__threads_rank *)user;
@@ -3134,8 +7147,9 @@ static pp_status pp__threads_post(void *user, const pp_transfer *xf, int count, 
     if (g) {
         g->recv = (pp_transfer *)pp__calloc((size_t)(nrecv > 0 ? nrecv : 1), sizeof(pp_transfer));
         g->done = (unsigned char *)pp__calloc((size_t)(nrecv > 0 ? nrecv : 1), 1);
+        g->msg = (pp__msg **)pp__calloc((size_t)(nrecv > 0 ? nrecv : 1), sizeof(pp__msg *));
     }
-    if (!g || !msgs || !g->recv || !g->done) goto oom;
+    if (!g || !msgs || !g->recv || !g->done || !g->msg) goto oom;
     for (i = 0, k = 0; i < count; i++) {
         if (!xf[i].is_send) { g->recv[g->nrecv++] = xf[i]; continue; }
         if (xf[i].bytes > SIZE_MAX - sizeof(pp__msg)) goto oom;
@@ -3154,7 +7168,8 @@ static pp_status pp__threads_post(void *user, const pp_transfer *xf, int count, 
         pp_status st = pp__threads_aborted(w, me->rank, err);
         pthread_mutex_unlock(&w->mu);
         for (k = 0; k < nsend; k++) PIPEPAR_FREE(msgs[k]);
-        PIPEPAR_FREE(msgs); PIPEPAR_FREE(g->recv); PIPEPAR_FREE(g->done); PIPEPAR_FREE(g);
+        PIPEPAR_FREE(msgs);
+        pp__threads_group_free(g);
         return st;
     }
     for (i = 0, k = 0; i < count; i++) {
@@ -3173,19 +7188,14 @@ static pp_status pp__threads_post(void *user, const pp_transfer *xf, int count, 
 oom:
     if (msgs) for (k = 0; k < nsend; k++) PIPEPAR_FREE(msgs[k]);
     PIPEPAR_FREE(msgs);
-    if (g) { PIPEPAR_FREE(g->recv); PIPEPAR_FREE(g->done); }
-    PIPEPAR_FREE(g);
+    pp__threads_group_free(g);
     return pp__fail(err, PP_ENOMEM, "rank %d: out of memory posting %d transfers", me->rank, count);
 }
 
-static void pp__threads_group_free(pp__threads_group *g)
-{
-    if (!g) return;
-    PIPEPAR_FREE(g->recv); PIPEPAR_FREE(g->done); PIPEPAR_FREE(g);
-}
 
-/* Matches what can be matched of g's receives (mutex held). PP_OK, or PP_ETRANSPORT when a
- * message with the right tag has the wrong size. */
+/* Matches what can be matched of g's receives (mutex held): takes the messages out of the
+ * mailbox into g->msg. PP_OK, or PP_ETRANSPORT when a message with the right tag has the wrong
+ * size. */
 static pp_status pp__threads_match(pp_threads_world *w, int rank, pp__threads_group *g, pp_error *err)
 {
     int i;
@@ -3208,8 +7218,7 @@ static pp_status pp__threads_match(pp_threads_world *w, int rank, pp__threads_gr
             PIPEPAR_FREE(m);
             return st;
         }
-        if (m->bytes) memcpy(g->recv[i].buf, m + 1, m->bytes);
-        PIPEPAR_FREE(m);
+        g->msg[i] = m;
         g->done[i] = 1;
         g->matched++;
     }
@@ -3255,6 +7264,7 @@ static pp_status pp__threads_wait(void *user, void *handle, double timeout_s, pp
         }
     }
     pthread_mutex_unlock(&w->mu);
+    if (st == PP_OK) pp__threads_copy_out(g);
     pp__threads_group_free(g);
     return st == PP_OK ? pp__ok(err) : st;
 }
@@ -3275,6 +7285,7 @@ static pp_status pp__threads_test(void *user, void *handle, int *done, pp_error 
     }
     pthread_mutex_unlock(&w->mu);
     if (st != PP_OK) { pp__threads_group_free(g); *done = 1; return st; }
+    pp__threads_copy_out(g);   /* what matched so far; the rest arrives later */
     if (g->matched == g->nrecv) { pp__threads_group_free(g); *done = 1; }
     return pp__ok(err);
 }
@@ -3572,8 +7583,6 @@ static void *pp__alloc(pp_executor *ex, size_t bytes)
     return ex->al.alloc ? ex->al.alloc(ex->al.user, bytes) : PIPEPAR_MALLOC(bytes);
 }
 
-static pp_status pp__try_reclaim(pp_executor *ex, pp_error *err);
-
 /* A slot holding `bytes` bytes: the smallest free slot that fits, else a free slot without
  * memory, else the largest free slot regrown, else a new slot (only past the planned peak).
  * Returns the slot index, or -1 with *st set. */
@@ -3591,12 +7600,6 @@ static int pp__acquire(pp_executor *ex, size_t bytes, pp_status *st, pp_error *e
         if (sl->ptr && (big < 0 || sl->cap > ex->slots[big].cap)) big = i;
     }
     if (fit < 0 && bytes == 0 && (empty >= 0 || big >= 0)) fit = empty >= 0 ? empty : big;
-    if (fit < 0 && empty < 0 && big < 0 && !ex->planning && ex->next_wait < ex->ngroups) {
-        /* every slot is in use: finished sends may free some */
-        *st = pp__try_reclaim(ex, err);
-        if (*st != PP_OK) return -1;
-        return pp__acquire(ex, bytes, st, err);
-    }
     if (fit < 0) fit = empty >= 0 ? empty : big;
     if (fit < 0) {
         if (ex->nslots == ex->cap_slots) {
@@ -3698,11 +7701,12 @@ static pp_status pp__wait_upto(pp_executor *ex, int g, int pos, pp_error *err)
     return PP_OK;
 }
 
-/* Collects groups that finished on their own (transport->test), oldest first. */
+/* Collects the groups that finished on their own (transport->test), in any order, so the
+ * buffers their sends read go back to the pool early. */
 static pp_status pp__try_reclaim(pp_executor *ex, pp_error *err)
 {
     int g;
-    if (!ex->tp.test) return pp__wait_upto(ex, ex->next_wait, -1, err);
+    if (!ex->tp.test) return PP_OK;
     for (g = ex->next_wait; g < ex->ngroups; g++) {
         int done = 0;
         pp_status st;
@@ -3713,8 +7717,7 @@ static pp_status pp__try_reclaim(pp_executor *ex, pp_error *err)
             ex->groups[g].done = 1;
             return pp__at(ex, ex->groups[g].first, st, err, "testing its group");
         }
-        if (!done) break;
-        pp__group_finished(ex, g);
+        if (done) pp__group_finished(ex, g);
     }
     while (ex->next_wait < ex->ngroups && ex->groups[ex->next_wait].done) ex->next_wait++;
     return PP_OK;
@@ -4067,6 +8070,10 @@ static pp_status pp__walk(pp_executor *ex, pp_error *err)
         }
         if (ex->forward_only && (a.op == PP_OP_B || a.op == PP_OP_I || a.op == PP_OP_W)) { i++; continue; }
         pp__mark(ex, 3 * i);
+        if (!ex->planning && ex->next_wait < ex->ngroups) {
+            st = pp__try_reclaim(ex, err);   /* sends that finished give their buffers back */
+            if (st != PP_OK) break;
+        }
         switch (a.op) {
         case PP_OP_F: st = pp__run_f(ex, i, a.stage, a.mb, err); break;
         case PP_OP_B: case PP_OP_I: st = pp__run_b(ex, i, a.op, a.stage, a.mb, err); break;
@@ -4435,6 +8442,7 @@ pp_status pp_executor_timeline(const pp_executor *ex, pp_timeline *out, pp_error
     if (!ex->timeline_valid) return pp__fail(err, PP_EINVAL, "rank %d: no step has completed yet", ex->rank);
     out->rank = ex->rank;
     out->length = ex->len;
+    out->schedule = ex->sched;
     out->actions = ex->prog;
     out->start = ex->t_start;
     out->ready = ex->t_ready;
@@ -4550,8 +8558,11 @@ pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FIL
     if (!line) return pp__fail(err, PP_ENOMEM, "out of memory");
     pp__text_printf(&x, "measured  (one column = %.3g ms; cells show the microbatch)\n", 1e3 * unit);
     for (r = 0; r < count; r++) {
-        for (row = 0; row < 2 + has_w; row++) {
-            memset(line, ' ', (size_t)width);
+        const pp_schedule *sc = t[r].schedule;
+        int nrows = 2 + has_w + (sc && sc->vpp > 1);
+        for (row = 0; row < nrows; row++) {
+            int want_chunk = sc && sc->vpp > 1 && row == nrows - 1;
+            memset(line, want_chunk ? '.' : ' ', (size_t)width);
             line[width] = '\0';
             for (i = 0; i < t[r].length; i++) {
                 pp_action a = t[r].actions[i];
@@ -4565,14 +8576,17 @@ pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FIL
                 if (from < 0) from = 0;
                 if (to > width) to = width;
                 for (h = 0; h < nh; h++) {
-                    int show = row == 0 ? ops[h] == PP_OP_F : row == 1 ? (ops[h] == PP_OP_B || ops[h] == PP_OP_I)
-                                                                      : ops[h] == PP_OP_W;
+                    int show = want_chunk || (row == 0 ? ops[h] == PP_OP_F
+                                              : row == 1 ? (ops[h] == PP_OP_B || ops[h] == PP_OP_I)
+                                                         : ops[h] == PP_OP_W);
                     if (!show) continue;
-                    for (c = from; c < to; c++) line[c] = pp__mb_digit(mbs[h]);
+                    for (c = from; c < to; c++)
+                        line[c] = want_chunk ? (char)('0' + pp_stage_chunk(sc, stg[h]) % 10) : pp__mb_digit(mbs[h]);
                 }
             }
             if (row == 0) pp__text_printf(&x, "rank %-3d %5s |%s|\n", t[r].rank, "F", line);
-            else pp__text_printf(&x, "         %5s |%s|\n", row == 1 ? (has_i ? "B/I" : "B") : "W", line);
+            else pp__text_printf(&x, "         %5s |%s|\n",
+                                 want_chunk ? "chunk" : row == 1 ? (has_i ? "B/I" : "B") : "W", line);
         }
     }
     pp__text_printf(&x, "step %.3f ms; busy per rank:", 1e3 * (t1 - t0));
@@ -4588,6 +8602,1232 @@ pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FIL
     if (x.len && fwrite(x.data, 1, x.len, out) != x.len) { pp__text_free(&x); return pp__fail(err, PP_EIO, "write failed"); }
     pp__text_free(&x);
     return pp__ok(err);
+}
+
+
+/* --- >>mimo (implementation) ------------------------------------------------------------------ */
+
+/* Tags of transfers outside a pipeline step: the stage field holds one of these codes, so they
+ * never meet a pipeline transfer's tag between the same two ranks. */
+#define PP__MIMO_BRIDGE_STAGE 0xFFFF00   /* + encoder index: colocated bridge exchanges */
+#define PP__MIMO_SUM_STAGE    0xFFFFF0   /* + id: pp_mimo_group_sum */
+
+const char *pp_mimo_layout_name(pp_mimo_layout layout)
+{
+    switch (layout) {
+    case PP_MIMO_COLOCATED: return "colocated";
+    case PP_MIMO_NON_COLOCATED: return "non-colocated";
+    case PP_MIMO_MIXED: return "mixed";
+    default: return "?";
+    }
+}
+
+/* "ranks 2-5" or "rank 2", into buf. */
+static const char *pp__mimo_ranks(char *buf, size_t size, int first, int count)
+{
+    if (count == 1) snprintf(buf, size, "rank %d", first);
+    else snprintf(buf, size, "ranks %d-%d", first, first + count - 1);
+    return buf;
+}
+
+static int pp__mimo_name_ok(const char *name)
+{
+    size_t i, n;
+    const char *end = (const char *)memchr(name, '\0', PP_MIMO_NAME_SIZE);
+    if (!end) return 0;
+    n = (size_t)(end - name);
+    if (n == 0) return 0;
+    for (i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+int pp_mimo_find(const pp_mimo *m, const char *name)
+{
+    int i;
+    if (!m || !name) return -1;
+    for (i = 0; i < m->num_modules; i++)
+        if (strcmp(m->modules[i].name, name) == 0) return i;
+    return -1;
+}
+
+pp_status pp_mimo_init(const pp_mimo_config *cfg, pp_mimo *m, pp_error *err)
+{
+    const char *lang;
+    int i, j, end = 0, all_coincide = 1, all_disjoint = 1, cover;
+    char a[48], b[48];
+    if (!cfg || !m) return pp__fail(err, PP_EINVAL, "pp_mimo_init: cfg and m must not be NULL");
+    memset(m, 0, sizeof *m);
+    if (cfg->num_modules < 1 || cfg->num_modules > PP_MIMO_MAX_MODULES)
+        return pp__fail(err, PP_EINVAL, "num_modules=%d: must be between 1 and PP_MIMO_MAX_MODULES=%d",
+                        cfg->num_modules, PP_MIMO_MAX_MODULES);
+    if (!cfg->modules) return pp__fail(err, PP_EINVAL, "modules: must not be NULL (num_modules=%d)", cfg->num_modules);
+    if (cfg->world < 0) return pp__fail(err, PP_EINVAL, "world=%d: must be >= 1 (0 means the end of the last grid)", cfg->world);
+    for (i = 0; i < cfg->num_modules; i++) {
+        const pp_mimo_module_config *mc = &cfg->modules[i];
+        pp_mimo_module *mod = &m->modules[i];
+        pp_grid_config gc;
+        pp_error inner;
+        long long size;
+        int tp, cp, dp, pp, ep;
+        if (!pp__mimo_name_ok(mc->name))
+            return pp__fail(err, PP_EINVAL, "modules[%d].name='%.*s': must be 1 to %d characters of A-Z a-z 0-9 _ .", i,
+                            PP_MIMO_NAME_SIZE - 1, mc->name, PP_MIMO_NAME_SIZE - 1);
+        for (j = 0; j < i; j++)
+            if (strcmp(m->modules[j].name, mc->name) == 0)
+                return pp__fail(err, PP_EINVAL, "module %s: the name is used twice (modules[%d] and modules[%d])",
+                                mc->name, j, i);
+        if (!memchr(mc->order, '\0', PP_MIMO_ORDER_SIZE))
+            return pp__fail(err, PP_EINVAL, "module %s: order: not NUL-terminated within %d characters", mc->name,
+                            PP_MIMO_ORDER_SIZE);
+        if (mc->offset < 0)
+            return pp__fail(err, PP_EINVAL, "module %s: offset=%d: must be >= 0", mc->name, mc->offset);
+        if (mc->tp < 0 || mc->cp < 0 || mc->dp < 0 || mc->pp < 0 || mc->ep < 0) {
+            const char *k = mc->tp < 0 ? "tp" : mc->cp < 0 ? "cp" : mc->dp < 0 ? "dp" : mc->pp < 0 ? "pp" : "ep";
+            int v = mc->tp < 0 ? mc->tp : mc->cp < 0 ? mc->cp : mc->dp < 0 ? mc->dp : mc->pp < 0 ? mc->pp : mc->ep;
+            return pp__fail(err, PP_EINVAL, "module %s: %s=%d: must be >= 1 (0 means 1)", mc->name, k, v);
+        }
+        tp = mc->tp ? mc->tp : 1; cp = mc->cp ? mc->cp : 1; dp = mc->dp ? mc->dp : 1;
+        pp = mc->pp ? mc->pp : 1; ep = mc->ep ? mc->ep : 1;
+        size = (long long)tp * cp * dp * pp;
+        if (size > (1 << 24) || (long long)mc->offset + size > (1 << 24))
+            return pp__fail(err, PP_EINVAL, "module %s: offset=%d + tp*cp*dp*pp = %lld ranks: past the limit of %d ranks",
+                            mc->name, mc->offset, size, 1 << 24);
+        memset(&gc, 0, sizeof gc);
+        gc.world = (int)size; gc.tp = tp; gc.cp = cp; gc.dp = dp; gc.pp = pp;
+        gc.order = mc->order[0] ? mc->order : NULL;
+        if (pp_grid_init(&gc, &mod->grid, &inner) != PP_OK)
+            return pp__fail(err, inner.status, "module %s: %s", mc->name, inner.message);
+        if ((cp * dp) % ep != 0)
+            return pp__fail(err, PP_EINVAL, "module %s: ep=%d: must divide cp*dp = %d (experts are sharded over the "
+                            "cp x dp ranks of a stage)", mc->name, ep, cp * dp);
+        memcpy(mod->name, mc->name, PP_MIMO_NAME_SIZE);
+        mod->offset = mc->offset;
+        mod->size = (int)size;
+        mod->ep = ep;
+        if (mod->offset + mod->size > end) end = mod->offset + mod->size;
+    }
+    m->num_modules = cfg->num_modules;
+    lang = cfg->language ? cfg->language : "language";
+    m->language = pp_mimo_find(m, lang);
+    if (m->language < 0) {
+        pp__text t;
+        memset(&t, 0, sizeof t);
+        for (i = 0; i < m->num_modules; i++) pp__text_printf(&t, "%s%s", i ? ", " : "", m->modules[i].name);
+        pp__fail(err, PP_EINVAL, "no module named '%.31s' (the language model): name one so, or set language to the "
+                 "language model's name (modules: %s)", lang, t.data ? t.data : "");
+        pp__text_free(&t);
+        return PP_EINVAL;
+    }
+    if (cfg->world > 0) {
+        for (i = 0; i < m->num_modules; i++) {
+            const pp_mimo_module *mod = &m->modules[i];
+            if (mod->offset + mod->size > cfg->world)
+                return pp__fail(err, PP_EINVAL, "module %s: %s (offset %d + tp*cp*dp*pp %d) go past world=%d", mod->name,
+                                pp__mimo_ranks(a, sizeof a, mod->offset, mod->size), mod->offset, mod->size,
+                                cfg->world);
+        }
+        m->world = cfg->world;
+    } else {
+        m->world = end;
+    }
+    /* Two grids: the same ranks, or none in common. */
+    for (i = 0; i < m->num_modules; i++)
+        for (j = i + 1; j < m->num_modules; j++) {
+            const pp_mimo_module *x = &m->modules[i], *y = &m->modules[j];
+            int lo = x->offset > y->offset ? x->offset : y->offset;
+            int hi = x->offset + x->size < y->offset + y->size ? x->offset + x->size : y->offset + y->size;
+            if (lo >= hi) { all_coincide = 0; continue; }
+            if (x->offset == y->offset && x->size == y->size) { all_disjoint = 0; continue; }
+            {
+                char c[48];
+                return pp__fail(err, PP_EINVAL, "modules %s (%s) and %s (%s) share %s but do not coincide: two grids "
+                                "must cover the same ranks (colocated) or none in common (non-colocated)", x->name,
+                                pp__mimo_ranks(a, sizeof a, x->offset, x->size), y->name,
+                                pp__mimo_ranks(b, sizeof b, y->offset, y->size), pp__mimo_ranks(c, sizeof c, lo, hi - lo));
+            }
+        }
+    /* Every rank in some grid: walk up from rank 0 over the grids that start at or before it. */
+    for (cover = 0; cover < m->world;) {
+        int next = -1, gap_end = m->world;
+        for (i = 0; i < m->num_modules; i++) {
+            const pp_mimo_module *mod = &m->modules[i];
+            if (mod->offset <= cover && mod->offset + mod->size > cover && mod->offset + mod->size > next)
+                next = mod->offset + mod->size;
+            if (mod->offset > cover && mod->offset < gap_end) gap_end = mod->offset;
+        }
+        if (next < 0) {
+            pp__text t;
+            memset(&t, 0, sizeof t);
+            for (i = 0; i < m->num_modules; i++)
+                pp__text_printf(&t, "%s%s: %s", i ? ", " : "", m->modules[i].name,
+                                pp__mimo_ranks(a, sizeof a, m->modules[i].offset, m->modules[i].size));
+            pp__fail(err, PP_EINVAL, "%s of world=%d belong%s to no module grid (%s): every rank must run at least one "
+                     "module", pp__mimo_ranks(b, sizeof b, cover, gap_end - cover), m->world,
+                     gap_end - cover == 1 ? "s" : "", t.data ? t.data : "");
+            pp__text_free(&t);
+            return PP_EINVAL;
+        }
+        cover = next;
+    }
+    m->layout = all_coincide ? PP_MIMO_COLOCATED : all_disjoint ? PP_MIMO_NON_COLOCATED : PP_MIMO_MIXED;
+    return pp__ok(err);
+}
+
+pp_status pp_mimo_module_parse(const char *text, pp_mimo_module_config *out, pp_error *err)
+{
+    const char *colon, *p;
+    unsigned seen = 0;
+    static const char *const keys[] = { "offset", "tp", "cp", "dp", "pp", "ep", "order" };
+    if (!text || !out) return pp__fail(err, PP_EINVAL, "pp_mimo_module_parse: text and out must not be NULL");
+    memset(out, 0, sizeof *out);
+    colon = strchr(text, ':');
+    if (!colon || colon == text)
+        return pp__fail(err, PP_EINVAL, "'%.80s': expected NAME:key=value,... e.g. vision:offset=0,tp=1,pp=1,dp=2", text);
+    if ((size_t)(colon - text) >= PP_MIMO_NAME_SIZE)
+        return pp__fail(err, PP_EINVAL, "'%.80s': the name is longer than %d characters", text, PP_MIMO_NAME_SIZE - 1);
+    memcpy(out->name, text, (size_t)(colon - text));
+    out->name[colon - text] = '\0';
+    if (!pp__mimo_name_ok(out->name))
+        return pp__fail(err, PP_EINVAL, "'%.80s': name '%s' must be characters of A-Z a-z 0-9 _ .", text, out->name);
+    p = colon + 1;
+    while (*p) {
+        const char *eq = strchr(p, '='), *comma = strchr(p, ',');
+        const char *vend = comma ? comma : p + strlen(p);
+        size_t klen, vlen;
+        int k, nkeys = (int)(sizeof keys / sizeof keys[0]);
+        if (!eq || eq > vend)
+            return pp__fail(err, PP_EINVAL, "'%.80s': '%.*s' is not key=value", text, (int)(vend - p > 24 ? 24 : vend - p), p);
+        klen = (size_t)(eq - p);
+        vlen = (size_t)(vend - eq - 1);
+        for (k = 0; k < nkeys; k++)
+            if (strlen(keys[k]) == klen && strncmp(p, keys[k], klen) == 0) break;
+        if (k == nkeys)
+            return pp__fail(err, PP_EINVAL, "'%.80s': '%.*s' is not a key (offset, tp, cp, dp, pp, ep, order)", text,
+                            (int)(klen > 24 ? 24 : klen), p);
+        if (seen & (1u << k)) return pp__fail(err, PP_EINVAL, "'%.80s': %s appears twice", text, keys[k]);
+        seen |= 1u << k;
+        if (vlen == 0) return pp__fail(err, PP_EINVAL, "'%.80s': %s has no value", text, keys[k]);
+        if (k == 6) {
+            if (vlen >= PP_MIMO_ORDER_SIZE)
+                return pp__fail(err, PP_EINVAL, "'%.80s': order is longer than %d characters", text, PP_MIMO_ORDER_SIZE - 1);
+            memcpy(out->order, eq + 1, vlen);
+            out->order[vlen] = '\0';
+        } else {
+            long v = 0;
+            size_t d;
+            for (d = 0; d < vlen; d++) {
+                char c = eq[1 + d];
+                if (c < '0' || c > '9' || v > (1L << 24))
+                    return pp__fail(err, PP_EINVAL, "'%.80s': %s=%.*s: expected a whole number from %d to %d", text,
+                                    keys[k], (int)(vlen > 16 ? 16 : vlen), eq + 1, k == 0 ? 0 : 1, 1 << 24);
+                v = v * 10 + (c - '0');
+            }
+            if (v > (1L << 24) || (k > 0 && v < 1))
+                return pp__fail(err, PP_EINVAL, "'%.80s': %s=%ld: must be from %d to %d", text, keys[k], v, k == 0 ? 0 : 1,
+                                1 << 24);
+            switch (k) {
+            case 0: out->offset = (int)v; break;
+            case 1: out->tp = (int)v; break;
+            case 2: out->cp = (int)v; break;
+            case 3: out->dp = (int)v; break;
+            case 4: out->pp = (int)v; break;
+            default: out->ep = (int)v; break;
+            }
+        }
+        p = comma ? comma + 1 : vend;
+        if (comma && !*p) return pp__fail(err, PP_EINVAL, "'%.80s': ends with ','", text);
+    }
+    return pp__ok(err);
+}
+
+int pp_mimo_rank(const pp_mimo *m, int module, const int coord[PP_DIM_COUNT])
+{
+    int local;
+    if (!m || module < 0 || module >= m->num_modules) return -1;
+    local = pp_grid_rank(&m->modules[module].grid, coord);
+    return local < 0 ? -1 : local + m->modules[module].offset;
+}
+
+/* The rank's coordinates in a module; 0 when the rank is not in it. */
+static int pp__mimo_coords(const pp_mimo *m, int module, int rank, int coord[PP_DIM_COUNT])
+{
+    const pp_mimo_module *mod = &m->modules[module];
+    if (rank < mod->offset || rank >= mod->offset + mod->size) return 0;
+    pp_grid_coords(&mod->grid, rank - mod->offset, coord, NULL);
+    return 1;
+}
+
+pp_status pp_mimo_rank_role(const pp_mimo *m, int rank, pp_mimo_role *role, pp_error *err)
+{
+    int i;
+    if (!m || !role) return pp__fail(err, PP_EINVAL, "pp_mimo_rank_role: m and role must not be NULL");
+    memset(role, 0, sizeof *role);
+    if (rank < 0 || rank >= m->world)
+        return pp__fail(err, PP_EINVAL, "rank=%d: must be between 0 and world-1 = %d", rank, m->world - 1);
+    role->rank = rank;
+    for (i = 0; i < m->num_modules; i++) {
+        pp_mimo_stage_info *si = &role->modules[role->num_modules];
+        const pp_mimo_module *mod = &m->modules[i];
+        int q;
+        if (!pp__mimo_coords(m, i, rank, si->coord)) continue;
+        si->module = i;
+        si->local_rank = rank - mod->offset;
+        si->stage = si->coord[PP_DIM_PP];
+        si->num_stages = mod->grid.size[PP_DIM_PP];
+        si->is_first_stage = si->stage == 0;
+        si->is_last_stage = si->stage == si->num_stages - 1;
+        q = si->coord[PP_DIM_CP] + mod->grid.size[PP_DIM_CP] * si->coord[PP_DIM_DP];
+        si->ep_rank = q % mod->ep;
+        si->expert_dp_rank = q / mod->ep;
+        role->num_modules++;
+        if (i == m->language) role->has_language = 1; else role->has_encoder = 1;
+    }
+    role->path = role->has_language && role->has_encoder ? PP_MIMO_PATH_BOTH
+               : role->has_language ? PP_MIMO_PATH_LANGUAGE : PP_MIMO_PATH_ENCODER;
+    return pp__ok(err);
+}
+
+const pp_mimo_stage_info *pp_mimo_role_module(const pp_mimo_role *role, int module)
+{
+    int i;
+    if (!role) return NULL;
+    for (i = 0; i < role->num_modules; i++)
+        if (role->modules[i].module == module) return &role->modules[i];
+    return NULL;
+}
+
+/* --- bridges --- */
+
+static pp_status pp__mimo_bridge_check(const pp_mimo *m, int enc, pp_error *err)
+{
+    const pp_mimo_module *e, *l;
+    int a, b;
+    if (enc < 0 || enc >= m->num_modules)
+        return pp__fail(err, PP_EINVAL, "encoder=%d: must be a module index 0..%d", enc, m->num_modules - 1);
+    if (enc == m->language)
+        return pp__fail(err, PP_EINVAL, "encoder=%d: is the language model %s; a bridge runs from an encoder to it", enc,
+                        m->modules[enc].name);
+    e = &m->modules[enc];
+    l = &m->modules[m->language];
+    if (e->grid.size[PP_DIM_CP] != 1 || l->grid.size[PP_DIM_CP] != 1)
+        return pp__fail(err, PP_EUNSUPPORTED, "bridge %s -> %s: cp=%d on %s: the bridge does not split sequences (cp "
+                        "must be 1 on both sides, as in Megatron's BridgeCommunicator)", e->name, l->name,
+                        e->grid.size[PP_DIM_CP] != 1 ? e->grid.size[PP_DIM_CP] : l->grid.size[PP_DIM_CP],
+                        e->grid.size[PP_DIM_CP] != 1 ? e->name : l->name);
+    a = e->grid.size[PP_DIM_DP];
+    b = l->grid.size[PP_DIM_DP];
+    if (a % b != 0 && b % a != 0)
+        return pp__fail(err, PP_EINVAL, "bridge %s -> %s: dp=%d and dp=%d: one must be a multiple of the other (fan-in "
+                        "or fan-out along the batch)", e->name, l->name, a, b);
+    return PP_OK;
+}
+
+/* Fills links[0 .. cap-1] and returns how many links there are (see pp_mimo_bridge_links). */
+static int pp__mimo_links(const pp_mimo *m, int enc, int rank, int op, pp_mimo_link *links, int cap)
+{
+    const pp_mimo_module *e = &m->modules[enc], *l = &m->modules[m->language];
+    int a = e->grid.size[PP_DIM_DP], b = l->grid.size[PP_DIM_DP];
+    int fanin = a >= b, k = fanin ? a / b : b / a;
+    int tpe = e->grid.size[PP_DIM_TP], tpl = l->grid.size[PP_DIM_TP];
+    int laste = e->grid.size[PP_DIM_PP] - 1;
+    int c[PP_DIM_COUNT], pc[PP_DIM_COUNT], n = 0, j, t;
+    memset(pc, 0, sizeof pc);
+#define PP__LINK(peer_, part_, parts_) \
+    do { if (n < cap) { links[n].peer = (peer_); links[n].part = (part_); links[n].parts = (parts_); } n++; } while (0)
+    switch (op) {
+    case PP_OP_SEND_F:      /* encoder's last stage -> language replicas, every matching tp rank */
+    case PP_OP_RECV_B:
+        if (!pp__mimo_coords(m, enc, rank, c) || c[PP_DIM_PP] != laste) return 0;
+        for (j = 0; j < (fanin ? 1 : k); j++) {
+            int dl = fanin ? c[PP_DIM_DP] / k : c[PP_DIM_DP] * k + j;
+            int part = fanin ? 0 : j, parts = fanin ? 1 : k;
+            pc[PP_DIM_DP] = dl; pc[PP_DIM_PP] = 0;
+            if (op == PP_OP_SEND_F) {
+                for (t = 0; t < tpl; t++)
+                    if (t % tpe == c[PP_DIM_TP]) { pc[PP_DIM_TP] = t; PP__LINK(pp_mimo_rank(m, m->language, pc), part, parts); }
+            } else {
+                pc[PP_DIM_TP] = c[PP_DIM_TP] % tpl;
+                PP__LINK(pp_mimo_rank(m, m->language, pc), part, parts);
+            }
+        }
+        break;
+    case PP_OP_RECV_F:      /* language's first stage <- encoder replicas */
+    case PP_OP_SEND_B:
+        if (!pp__mimo_coords(m, m->language, rank, c) || c[PP_DIM_PP] != 0) return 0;
+        for (j = 0; j < (fanin ? k : 1); j++) {
+            int de = fanin ? c[PP_DIM_DP] * k + j : c[PP_DIM_DP] / k;
+            int part = fanin ? j : 0, parts = fanin ? k : 1;
+            pc[PP_DIM_DP] = de; pc[PP_DIM_PP] = laste;
+            if (op == PP_OP_RECV_F) {
+                pc[PP_DIM_TP] = c[PP_DIM_TP] % tpe;
+                PP__LINK(pp_mimo_rank(m, enc, pc), part, parts);
+            } else {
+                for (t = 0; t < tpe; t++)
+                    if (t % tpl == c[PP_DIM_TP]) { pc[PP_DIM_TP] = t; PP__LINK(pp_mimo_rank(m, enc, pc), part, parts); }
+            }
+        }
+        break;
+    default: break;
+    }
+#undef PP__LINK
+    return n;
+}
+
+pp_status pp_mimo_bridge_links(const pp_mimo *m, int encoder, int rank, int op, pp_mimo_link *links, int capacity,
+                               int *count, pp_error *err)
+{
+    pp_status st;
+    int n;
+    if (!m || !count) return pp__fail(err, PP_EINVAL, "pp_mimo_bridge_links: m and count must not be NULL");
+    *count = 0;
+    if ((st = pp__mimo_bridge_check(m, encoder, err)) != PP_OK) return st;
+    if (rank < 0 || rank >= m->world)
+        return pp__fail(err, PP_EINVAL, "rank=%d: must be between 0 and world-1 = %d", rank, m->world - 1);
+    if (op != PP_OP_SEND_F && op != PP_OP_RECV_F && op != PP_OP_SEND_B && op != PP_OP_RECV_B)
+        return pp__fail(err, PP_EINVAL, "op=%d: must be PP_OP_SEND_F, PP_OP_RECV_F, PP_OP_SEND_B or PP_OP_RECV_B", op);
+    if (capacity < 0) return pp__fail(err, PP_EINVAL, "capacity=%d: must be >= 0", capacity);
+    n = pp__mimo_links(m, encoder, rank, op, links, links ? capacity : 0);
+    *count = n;
+    if (links && n > capacity)
+        return pp__fail(err, PP_EINVAL, "capacity=%d: rank %d has %d %s links on the bridge %s -> %s", capacity, rank, n,
+                        pp_op_name((pp_op)op), m->modules[encoder].name, m->modules[m->language].name);
+    return pp__ok(err);
+}
+
+/* --- physical programs and their check --- */
+
+void pp_mimo_programs_free(pp_mimo_programs *p)
+{
+    int r;
+    if (!p) return;
+    if (p->ops) for (r = 0; r < p->world; r++) PIPEPAR_FREE(p->ops[r]);
+    PIPEPAR_FREE(p->ops);
+    PIPEPAR_FREE(p->length);
+    PIPEPAR_FREE(p);
+}
+
+int pp_mimo_op_format(const pp_mimo *m, pp_mimo_op op, char *buf, size_t size)
+{
+    char mod[PP_MIMO_NAME_SIZE + 16];
+    if (m && op.module >= 0 && op.module < m->num_modules) snprintf(mod, sizeof mod, "%s", m->modules[op.module].name);
+    else snprintf(mod, sizeof mod, "module%d", (int)op.module);
+    if (op.peer < 0)
+        return snprintf(buf, size, "%s %s.%d mb%d", pp_op_name((pp_op)op.op), mod, (int)op.stage, (int)op.mb);
+    {
+        int send = op.op == PP_OP_SEND_F || op.op == PP_OP_SEND_B;
+        char part[32] = "";
+        if (op.parts > 1) snprintf(part, sizeof part, " [part %d of %d]", (int)op.part, (int)op.parts);
+        return snprintf(buf, size, "%s %s.%d mb%d %s rank %d%s", pp_op_name((pp_op)op.op), mod, (int)op.stage,
+                        (int)op.mb, send ? "to" : "from", (int)op.peer, part);
+    }
+}
+
+static int pp__mimo_is_comm(int op) { return op >= PP_OP_SEND_F && op <= PP_OP_RECV_B; }
+static int pp__mimo_is_send(int op) { return op == PP_OP_SEND_F || op == PP_OP_SEND_B; }
+
+typedef struct pp__mimo_ref { int src, dst; uint64_t tag; int gi; } pp__mimo_ref;
+
+static int pp__mimo_ref_cmp(const void *pa, const void *pb)
+{
+    const pp__mimo_ref *a = (const pp__mimo_ref *)pa, *b = (const pp__mimo_ref *)pb;
+    if (a->src != b->src) return a->src < b->src ? -1 : 1;
+    if (a->dst != b->dst) return a->dst < b->dst ? -1 : 1;
+    if (a->tag != b->tag) return a->tag < b->tag ? -1 : 1;
+    return a->gi < b->gi ? -1 : a->gi > b->gi;    /* program order: all of one key are on one rank */
+}
+
+pp_status pp_mimo_check(const pp_mimo_programs *p, pp_error *err)
+{
+    int *off = NULL, *partner = NULL, *gstart = NULL, *gend = NULL, *pos = NULL, *owner = NULL;
+    unsigned char *done = NULL;
+    pp__mimo_ref *sends = NULL, *recvs = NULL;
+    int r, i, total = 0, ns = 0, nr = 0, a, b, finished;
+    pp_status st = PP_OK;
+    char txt[160], txt2[160];
+    if (!p || p->world < 1 || !p->length || !p->ops)
+        return pp__fail(err, PP_EINVAL, "pp_mimo_check: programs must not be NULL and world >= 1");
+    for (r = 0; r < p->world; r++) {
+        if (p->length[r] < 0 || (p->length[r] > 0 && !p->ops[r]))
+            return pp__fail(err, PP_EINVAL, "rank %d: length=%d with ops=%p", r, p->length[r], (void *)p->ops[r]);
+        if (total > INT_MAX - p->length[r]) return pp__fail(err, PP_EINVAL, "programs: too many actions");
+        total += p->length[r];
+    }
+    off = (int *)pp__calloc((size_t)p->world + 1, sizeof(int));
+    pos = (int *)pp__calloc((size_t)p->world, sizeof(int));
+    partner = (int *)pp__calloc((size_t)total + 1, sizeof(int));
+    gstart = (int *)pp__calloc((size_t)total + 1, sizeof(int));
+    gend = (int *)pp__calloc((size_t)total + 1, sizeof(int));
+    owner = (int *)pp__calloc((size_t)total + 1, sizeof(int));
+    done = (unsigned char *)pp__calloc((size_t)total + 1, 1);
+    sends = (pp__mimo_ref *)pp__calloc((size_t)total + 1, sizeof(pp__mimo_ref));
+    recvs = (pp__mimo_ref *)pp__calloc((size_t)total + 1, sizeof(pp__mimo_ref));
+    if (!off || !pos || !partner || !gstart || !gend || !owner || !done || !sends || !recvs) {
+        st = pp__fail(err, PP_ENOMEM, "pp_mimo_check: out of memory for %d actions", total);
+        goto out;
+    }
+    for (r = 0; r < p->world; r++) off[r + 1] = off[r] + p->length[r];
+    /* groups and the transfer lists */
+    for (r = 0; r < p->world; r++) {
+        const pp_mimo_op *ops = p->ops[r];
+        for (i = 0; i < p->length[r]; i++) {
+            int gi = off[r] + i;
+            owner[gi] = r;
+            partner[gi] = -1;
+            if (ops[i].op < 0 || ops[i].op >= PP_OP_COUNT) {
+                st = pp__fail(err, PP_EINVAL, "rank %d position %d: op=%d is not a pp_op", r, i, (int)ops[i].op);
+                goto out;
+            }
+            if (!pp__mimo_is_comm(ops[i].op)) { gstart[gi] = gend[gi] = -1; continue; }
+            if (ops[i].peer < 0 || ops[i].peer >= p->world) {
+                pp_mimo_op_format(NULL, ops[i], txt, sizeof txt);
+                st = pp__fail(err, PP_EINVAL, "rank %d position %d (%s): peer=%d is not a rank of world=%d", r, i, txt,
+                              (int)ops[i].peer, p->world);
+                goto out;
+            }
+            gstart[gi] = (i > 0 && pp__mimo_is_comm(ops[i - 1].op) && ops[i - 1].group == ops[i].group)
+                       ? gstart[gi - 1] : i;
+            if (pp__mimo_is_send(ops[i].op)) {
+                sends[ns].src = r; sends[ns].dst = ops[i].peer; sends[ns].tag = ops[i].tag; sends[ns].gi = gi; ns++;
+            } else {
+                recvs[nr].src = ops[i].peer; recvs[nr].dst = r; recvs[nr].tag = ops[i].tag; recvs[nr].gi = gi; nr++;
+            }
+        }
+        for (i = p->length[r] - 1; i >= 0; i--) {
+            int gi = off[r] + i;
+            if (gstart[gi] < 0) continue;
+            gend[gi] = (i + 1 < p->length[r] && gstart[gi + 1] == gstart[gi]) ? gend[gi + 1] : i + 1;
+        }
+    }
+    /* every send meets exactly one receive: the k-th of a (source, destination, tag) the k-th */
+    qsort(sends, (size_t)ns, sizeof *sends, pp__mimo_ref_cmp);
+    qsort(recvs, (size_t)nr, sizeof *recvs, pp__mimo_ref_cmp);
+    for (a = 0, b = 0; a < ns || b < nr;) {
+        int c;
+        /* compare the keys only (not the positions) */
+        if (a < ns && b < nr) {
+            if (sends[a].src != recvs[b].src) c = sends[a].src < recvs[b].src ? -1 : 1;
+            else if (sends[a].dst != recvs[b].dst) c = sends[a].dst < recvs[b].dst ? -1 : 1;
+            else if (sends[a].tag != recvs[b].tag) c = sends[a].tag < recvs[b].tag ? -1 : 1;
+            else c = 0;
+        } else c = a < ns ? -1 : 1;
+        if (c == 0) { partner[sends[a].gi] = recvs[b].gi; partner[recvs[b].gi] = sends[a].gi; a++; b++; continue; }
+        {
+            const pp__mimo_ref *x = c < 0 ? &sends[a] : &recvs[b];
+            int rr = owner[x->gi];
+            pp_mimo_op_format(NULL, p->ops[rr][x->gi - off[rr]], txt, sizeof txt);
+            st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d (%s): no matching %s on rank %d", rr,
+                          x->gi - off[rr], txt, c < 0 ? "receive" : "send", c < 0 ? x->dst : x->src);
+            goto out;
+        }
+    }
+    /* rendezvous: a group finishes once every transfer of it met its partner's posted group */
+    for (;;) {
+        int progress = 0;
+        finished = 0;
+        for (r = 0; r < p->world; r++) {
+            while (pos[r] < p->length[r]) {
+                int gi = off[r] + pos[r], k, all = 1;
+                if (gstart[gi] < 0) { pos[r]++; progress = 1; continue; }
+                for (k = gi; k < off[r] + gend[gi]; k++) {
+                    int q, qi;
+                    if (done[k]) continue;
+                    q = owner[partner[k]];
+                    qi = partner[k] - off[q];
+                    if (pos[q] < p->length[q] && gstart[off[q] + pos[q]] >= 0 && gstart[partner[k]] == pos[q]) {
+                        done[k] = done[partner[k]] = 1;
+                    } else all = 0;
+                    (void)qi;
+                }
+                if (!all) break;
+                pos[r] = gend[gi];
+                progress = 1;
+            }
+            if (pos[r] >= p->length[r]) finished++;
+        }
+        if (finished == p->world) break;
+        if (!progress) {
+            pp__text t;
+            int shown = 0;
+            memset(&t, 0, sizeof t);
+            for (r = 0; r < p->world && shown < 3; r++) {
+                int gi, k;
+                if (pos[r] >= p->length[r]) continue;
+                gi = off[r] + pos[r];
+                for (k = gi; k < off[r] + gend[gi] && done[k]; k++) {}
+                pp_mimo_op_format(NULL, p->ops[r][k - off[r]], txt, sizeof txt);
+                {
+                    int q = owner[partner[k]];
+                    if (pos[q] < p->length[q]) pp_mimo_op_format(NULL, p->ops[q][pos[q]], txt2, sizeof txt2);
+                    else snprintf(txt2, sizeof txt2, "its end");
+                    pp__text_printf(&t, "%srank %d at position %d waits for %s, but rank %d is at position %d (%s)",
+                                    shown ? "; " : "", r, k - off[r], txt, q, pos[q], txt2);
+                }
+                shown++;
+            }
+            st = pp__fail(err, PP_EDEADLOCK, "the programs deadlock: %s", t.data ? t.data : "");
+            pp__text_free(&t);
+            goto out;
+        }
+    }
+    st = pp__ok(err);
+out:
+    PIPEPAR_FREE(off); PIPEPAR_FREE(pos); PIPEPAR_FREE(partner); PIPEPAR_FREE(gstart); PIPEPAR_FREE(gend);
+    PIPEPAR_FREE(owner); PIPEPAR_FREE(done); PIPEPAR_FREE(sends); PIPEPAR_FREE(recvs);
+    return st;
+}
+
+/* --- the pipeline --- */
+
+/* The module a rank plays in the pipeline: the language model (colocated), else its own. */
+static int pp__mimo_pipe_module(const pp_mimo_pipeline *pl, int rank)
+{
+    const pp_mimo *m = &pl->mimo;
+    int i;
+    if (pl->encoder < 0) return m->language;
+    for (i = 0; i < m->num_modules; i++)
+        if (pl->base[i] >= 0 && rank >= m->modules[i].offset && rank < m->modules[i].offset + m->modules[i].size)
+            return i;
+    return -1;
+}
+
+int pp_mimo_pipeline_rank(const pp_mimo_pipeline *pl, int rank)
+{
+    int mod, c[PP_DIM_COUNT];
+    if (!pl || rank < 0 || rank >= pl->mimo.world) return -1;
+    mod = pp__mimo_pipe_module(pl, rank);
+    if (mod < 0 || !pp__mimo_coords(&pl->mimo, mod, rank, c)) return -1;
+    return pl->base[mod] + c[PP_DIM_PP];
+}
+
+pp_status pp_mimo_pipeline_stage(const pp_mimo_pipeline *pl, int stage, int *module, int *module_stage, pp_error *err)
+{
+    int i;
+    if (!pl) return pp__fail(err, PP_EINVAL, "pipeline: must not be NULL");
+    for (i = 0; i < pl->mimo.num_modules; i++) {
+        int b = pl->base[i], n = pl->mimo.modules[i].grid.size[PP_DIM_PP];
+        if (b >= 0 && stage >= b && stage < b + n) {
+            if (module) *module = i;
+            if (module_stage) *module_stage = stage - b;
+            return pp__ok(err);
+        }
+    }
+    return pp__fail(err, PP_EINVAL, "stage=%d: must be between 0 and %d (the pipeline's stages)", stage,
+                    pl->schedule ? pl->schedule->pp - 1 : -1);
+}
+
+/* The physical transfers of one pipeline transfer of `rank` (pipeline peer lpeer): into
+ * links[0..cap-1]; returns the count. */
+static int pp__mimo_expand(const pp_mimo_pipeline *pl, int rank, int is_send, int lpeer, pp_mimo_link *links, int cap)
+{
+    const pp_mimo *m = &pl->mimo;
+    int mod = pp__mimo_pipe_module(pl, rank), pmod = -1, pstage = 0, c[PP_DIM_COUNT];
+    if (mod < 0 || !pp__mimo_coords(m, mod, rank, c)) return 0;
+    if (pp_mimo_pipeline_stage(pl, lpeer, &pmod, &pstage, NULL) != PP_OK) return 0;
+    if (pmod == mod) {
+        c[PP_DIM_PP] = pstage;
+        if (cap > 0) { links[0].peer = pp_mimo_rank(m, mod, c); links[0].part = 0; links[0].parts = 1; }
+        return 1;
+    }
+    if (mod == pl->encoder) return pp__mimo_links(m, mod, rank, is_send ? PP_OP_SEND_F : PP_OP_RECV_B, links, cap);
+    return pp__mimo_links(m, pmod, rank, is_send ? PP_OP_SEND_B : PP_OP_RECV_F, links, cap);
+}
+
+/* One transfer of a colocated bridge exchange. */
+typedef struct pp__mimo_xitem { int op, mb, encoder_side; pp_mimo_link link; } pp__mimo_xitem;
+
+/* Every transfer of the exchange of encoder enc on rank, for all microbatches, in posting
+ * order (per microbatch: sends, then receives). Returns the count or -1 (out of memory). */
+static int pp__mimo_exchange_items(const pp_mimo_pipeline *pl, int enc, int rank, int backward, pp__mimo_xitem **out)
+{
+    const pp_mimo *m = &pl->mimo;
+    int ops[2], side[2], n = 0, cap = 0, mb, s, k, cnt;
+    pp__mimo_xitem *items = NULL;
+    pp_mimo_link *links;
+    ops[0] = backward ? PP_OP_SEND_B : PP_OP_SEND_F;  side[0] = !backward;   /* sends */
+    ops[1] = backward ? PP_OP_RECV_B : PP_OP_RECV_F;  side[1] = backward;    /* receives */
+    cnt = pp__mimo_links(m, enc, rank, ops[0], NULL, 0) + pp__mimo_links(m, enc, rank, ops[1], NULL, 0);
+    *out = NULL;
+    if (cnt == 0) return 0;
+    links = (pp_mimo_link *)pp__calloc((size_t)cnt, sizeof *links);
+    cap = cnt * pl->mb;
+    items = (pp__mimo_xitem *)pp__calloc((size_t)cap, sizeof *items);
+    if (!links || !items) { PIPEPAR_FREE(links); PIPEPAR_FREE(items); return -1; }
+    for (mb = 0; mb < pl->mb; mb++)
+        for (s = 0; s < 2; s++) {
+            int nl = pp__mimo_links(m, enc, rank, ops[s], links, cnt);
+            for (k = 0; k < nl; k++) {
+                items[n].op = ops[s]; items[n].mb = mb; items[n].encoder_side = side[s];
+                items[n].link = links[k];
+                n++;
+            }
+        }
+    PIPEPAR_FREE(links);
+    *out = items;
+    return n;
+}
+
+typedef struct pp__mimo_prog { pp_mimo_op *ops; int len, cap; } pp__mimo_prog;
+
+static int pp__mimo_push(pp__mimo_prog *p, pp_mimo_op op)
+{
+    if (p->len == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 64;
+        pp_mimo_op *n = (pp_mimo_op *)PIPEPAR_REALLOC(p->ops, (size_t)cap * sizeof(pp_mimo_op));
+        if (!n) return 0;
+        p->ops = n; p->cap = cap;
+    }
+    p->ops[p->len++] = op;
+    return 1;
+}
+
+static pp_mimo_op pp__mimo_compute(int op, int module, int stage, int mb)
+{
+    pp_mimo_op o;
+    memset(&o, 0, sizeof o);
+    o.op = op; o.module = module; o.stage = stage; o.mb = mb; o.peer = -1; o.group = -1; o.parts = 1;
+    return o;
+}
+
+/* Appends the rank's pipeline program (compute, and every transfer expanded). */
+static int pp__mimo_prog_pipeline(const pp_mimo_pipeline *pl, int rank, pp__mimo_prog *p, int *group)
+{
+    const pp_schedule *s = pl->schedule;
+    int lr = pp_mimo_pipeline_rank(pl, rank), i, k, cap = 0, mod = -1, mst = 0;
+    pp_mimo_link *links = NULL;
+    int ok = 1;
+    if (lr < 0) return 1;
+    for (i = 0; i < s->length[lr] && ok; i++) {
+        pp_action a = s->actions[lr][i];
+        if (!pp__mimo_is_comm(a.op)) {
+            pp_mimo_pipeline_stage(pl, a.stage, &mod, &mst, NULL);
+            ok = pp__mimo_push(p, pp__mimo_compute(a.op, mod, mst, a.mb));
+            continue;
+        }
+        if (i == 0 || !pp__mimo_is_comm(s->actions[lr][i - 1].op)) (*group)++;
+        {
+            int send = pp__mimo_is_send(a.op);
+            int lpeer = (a.op == PP_OP_SEND_F || a.op == PP_OP_RECV_B) ? a.stage + 1 : a.stage - 1;
+            int n = pp__mimo_expand(pl, rank, send, lpeer, NULL, 0);
+            uint64_t tag = a.op == PP_OP_SEND_F ? pp_transfer_tag(PP_OP_SEND_F, a.stage, a.mb, 0)
+                         : a.op == PP_OP_SEND_B ? pp_transfer_tag(PP_OP_SEND_B, a.stage, a.mb, 0)
+                         : a.op == PP_OP_RECV_F ? pp_transfer_tag(PP_OP_SEND_F, a.stage - 1, a.mb, 0)
+                         : pp_transfer_tag(PP_OP_SEND_B, a.stage + 1, a.mb, 0);
+            if (n > cap) {
+                PIPEPAR_FREE(links);
+                cap = n;
+                links = (pp_mimo_link *)pp__calloc((size_t)cap, sizeof *links);
+                if (!links) return 0;
+            }
+            n = pp__mimo_expand(pl, rank, send, lpeer, links, cap);
+            pp_mimo_pipeline_stage(pl, a.stage, &mod, &mst, NULL);
+            for (k = 0; k < n && ok; k++) {
+                pp_mimo_op o;
+                memset(&o, 0, sizeof o);
+                o.op = a.op; o.module = mod; o.stage = a.stage; o.mb = a.mb;
+                o.peer = links[k].peer; o.part = links[k].part; o.parts = links[k].parts;
+                o.group = *group; o.tag = tag;
+                ok = pp__mimo_push(p, o);
+            }
+        }
+    }
+    PIPEPAR_FREE(links);
+    return ok;
+}
+
+static int pp__mimo_prog_exchange(const pp_mimo_pipeline *pl, int enc, int rank, int backward, pp__mimo_prog *p,
+                                  int *group)
+{
+    pp__mimo_xitem *items = NULL;
+    int n = pp__mimo_exchange_items(pl, enc, rank, backward, &items), k, ok = 1;
+    if (n < 0) return 0;
+    if (n > 0) (*group)++;
+    for (k = 0; k < n && ok; k++) {
+        pp_mimo_op o;
+        int send = pp__mimo_is_send(items[k].op);
+        memset(&o, 0, sizeof o);
+        o.op = items[k].op;
+        o.module = items[k].encoder_side ? enc : pl->mimo.language;
+        o.stage = items[k].encoder_side ? pl->mimo.modules[enc].grid.size[PP_DIM_PP] - 1 : 0;
+        o.mb = items[k].mb;
+        o.peer = items[k].link.peer; o.part = items[k].link.part; o.parts = items[k].link.parts;
+        o.group = *group;
+        o.tag = pp_transfer_tag(backward ? PP_OP_SEND_B : PP_OP_SEND_F, PP__MIMO_BRIDGE_STAGE + enc, items[k].mb, 0);
+        (void)send;
+        ok = pp__mimo_push(p, o);
+    }
+    PIPEPAR_FREE(items);
+    return ok;
+}
+
+static pp_status pp__mimo_build_programs(const pp_mimo_pipeline *pl, pp_mimo_programs **out, pp_error *err)
+{
+    const pp_mimo *m = &pl->mimo;
+    pp_mimo_programs *p;
+    int r, e, mb, ok = 1;
+    p = (pp_mimo_programs *)pp__calloc(1, sizeof *p);
+    if (!p) return pp__fail(err, PP_ENOMEM, "out of memory");
+    p->world = m->world;
+    p->length = (int *)pp__calloc((size_t)m->world, sizeof(int));
+    p->ops = (pp_mimo_op **)pp__calloc((size_t)m->world, sizeof(pp_mimo_op *));
+    if (!p->length || !p->ops) { pp_mimo_programs_free(p); return pp__fail(err, PP_ENOMEM, "out of memory"); }
+    for (r = 0; r < m->world && ok; r++) {
+        pp__mimo_prog prog;
+        int group = -1;
+        memset(&prog, 0, sizeof prog);
+        /* colocated: encoders forward, bridge, the language pipeline, bridge back, encoders backward */
+        for (e = 0; e < pl->num_bridged && ok; e++)
+            for (mb = 0; mb < pl->mb && ok; mb++)
+                ok = pp__mimo_push(&prog, pp__mimo_compute(PP_OP_F, pl->bridged[e], 0, mb));
+        for (e = 0; e < pl->num_bridged && ok; e++) ok = pp__mimo_prog_exchange(pl, pl->bridged[e], r, 0, &prog, &group);
+        if (ok) ok = pp__mimo_prog_pipeline(pl, r, &prog, &group);
+        for (e = 0; e < pl->num_bridged && ok; e++) ok = pp__mimo_prog_exchange(pl, pl->bridged[e], r, 1, &prog, &group);
+        for (e = 0; e < pl->num_bridged && ok; e++)
+            for (mb = 0; mb < pl->mb && ok; mb++)
+                ok = pp__mimo_push(&prog, pp__mimo_compute(PP_OP_B, pl->bridged[e], 0, mb));
+        p->ops[r] = prog.ops;
+        p->length[r] = prog.len;
+    }
+    if (!ok) { pp_mimo_programs_free(p); return pp__fail(err, PP_ENOMEM, "out of memory (physical programs)"); }
+    *out = p;
+    return PP_OK;
+}
+
+void pp_mimo_pipeline_free(pp_mimo_pipeline *pl)
+{
+    if (!pl) return;
+    pp_schedule_free(pl->schedule);
+    pp_mimo_programs_free(pl->programs);
+    PIPEPAR_FREE(pl);
+}
+
+pp_status pp_mimo_pipeline_create(const pp_mimo *m, const pp_mimo_pipeline_config *cfg, pp_mimo_pipeline **out,
+                                  pp_error *err)
+{
+    pp_mimo_pipeline *pl;
+    pp_schedule_config sc;
+    pp_status st;
+    pp_error inner;
+    int i, total = 0;
+    char desc[256];
+    pp__text t;
+    if (!m || !cfg || !out) return pp__fail(err, PP_EINVAL, "pp_mimo_pipeline_create: m, cfg and out must not be NULL");
+    *out = NULL;
+    if (cfg->mb < 1) return pp__fail(err, PP_EINVAL, "mb=%d: must be at least 1", cfg->mb);
+    if (m->layout == PP_MIMO_MIXED)
+        return pp__fail(err, PP_EUNSUPPORTED, "layout mixed: some grids coincide and some are disjoint; a step runs "
+                        "either colocated (all grids the same ranks) or non-colocated (all disjoint)");
+    if (m->layout == PP_MIMO_NON_COLOCATED && m->num_modules != 2) {
+        memset(&t, 0, sizeof t);
+        for (i = 0; i < m->num_modules; i++) pp__text_printf(&t, "%s%s", i ? ", " : "", m->modules[i].name);
+        pp__fail(err, PP_EUNSUPPORTED, "non-colocated with %d modules (%s): a pipeline holds one encoder and the "
+                 "language model", m->num_modules, t.data ? t.data : "");
+        pp__text_free(&t);
+        return PP_EUNSUPPORTED;
+    }
+    pl = (pp_mimo_pipeline *)pp__calloc(1, sizeof *pl);
+    if (!pl) return pp__fail(err, PP_ENOMEM, "out of memory");
+    pl->mimo = *m;
+    pl->mb = cfg->mb;
+    pl->encoder = -1;
+    for (i = 0; i < PP_MIMO_MAX_MODULES; i++) pl->base[i] = -1;
+    for (i = 0; i < m->num_modules; i++) {
+        if (i == m->language) continue;
+        if ((st = pp__mimo_bridge_check(m, i, err)) != PP_OK) { pp_mimo_pipeline_free(pl); return st; }
+        if (m->layout == PP_MIMO_NON_COLOCATED) {
+            pl->encoder = i;
+        } else {
+            if (m->modules[i].grid.size[PP_DIM_PP] != 1) {
+                st = pp__fail(err, PP_EUNSUPPORTED, "module %s: pp=%d: a colocated encoder runs outside the language "
+                              "model's pipeline and needs pp=1 (as in Megatron's colocated schedule)", m->modules[i].name,
+                              m->modules[i].grid.size[PP_DIM_PP]);
+                pp_mimo_pipeline_free(pl);
+                return st;
+            }
+            pl->bridged[pl->num_bridged++] = i;
+        }
+    }
+    if (pl->encoder >= 0) { pl->base[pl->encoder] = 0; total = m->modules[pl->encoder].grid.size[PP_DIM_PP]; }
+    pl->base[m->language] = total;
+    total += m->modules[m->language].grid.size[PP_DIM_PP];
+    if (pl->encoder >= 0)
+        snprintf(desc, sizeof desc, "pipeline of %d stages (%s %d, %s %d)", total, m->modules[pl->encoder].name,
+                 m->modules[pl->encoder].grid.size[PP_DIM_PP], m->modules[m->language].name,
+                 m->modules[m->language].grid.size[PP_DIM_PP]);
+    else
+        snprintf(desc, sizeof desc, "pipeline of %d stages (%s)", total, m->modules[m->language].name);
+    memset(&sc, 0, sizeof sc);
+    sc.kind = cfg->kind ? cfg->kind : PP_1F1B;
+    sc.pp = total;
+    sc.vpp = 1;
+    sc.mb = cfg->mb;
+    if (sc.kind == PP_ZBV || sc.kind == PP_DUALPIPEV) {
+        st = pp__fail(err, PP_EUNSUPPORTED, "kind=%s: a V-shaped schedule puts two stages on a rank; a MIMO pipeline "
+                      "runs one stage per rank (gpipe, 1f1b, zb-h1, zb-h2)", pp_schedule_kind_name(sc.kind));
+        pp_mimo_pipeline_free(pl);
+        return st;
+    }
+    st = pp_schedule_build(&sc, &pl->schedule, &inner);
+    if (st == PP_OK && total > 1) st = pp_schedule_lower(pl->schedule, &inner);
+    if (st == PP_OK) st = pp_schedule_validate(pl->schedule, &inner);
+    if (st != PP_OK) {
+        pp__fail(err, st, "%s: %s", desc, inner.message);
+        pp_mimo_pipeline_free(pl);
+        return st;
+    }
+    st = pp__mimo_build_programs(pl, &pl->programs, err);
+    if (st == PP_OK) {
+        st = pp_mimo_check(pl->programs, &inner);
+        if (st != PP_OK) pp__fail(err, st, "%s, physical programs: %s", desc, inner.message);
+    }
+    if (st != PP_OK) { pp_mimo_pipeline_free(pl); return st; }
+    *out = pl;
+    return pp__ok(err);
+}
+
+/* --- the transport of a pipeline rank --- */
+
+struct pp_mimo_transport {
+    const pp_mimo_pipeline *pl;
+    pp_transport base;
+    int rank;               /* in the job */
+    float scale;            /* copies_lcm / copies of this rank's stage */
+    double denom;           /* copies_lcm */
+    pp_transfer *xf;
+    int cap_xf;
+    pp_mimo_link *links;
+    int cap_links;
+};
+
+static pp_status pp__mimo_t_post(void *user, const pp_transfer *xf, int count, void **handle, pp_error *err)
+{
+    pp_mimo_transport *mt = (pp_mimo_transport *)user;
+    int i, k, n = 0;
+    if (count < 0 || (count > 0 && !xf) || !handle)
+        return pp__fail(err, PP_EINVAL, "rank %d: post: count=%d, transfers and handle must not be NULL", mt->rank, count);
+    for (i = 0; i < count; i++) {
+        int nl;
+        if (xf[i].peer < 0 || xf[i].peer >= mt->pl->schedule->pp)
+            return pp__fail(err, PP_EINVAL, "rank %d: transfer to pipeline stage %d: must be between 0 and %d", mt->rank,
+                            xf[i].peer, mt->pl->schedule->pp - 1);
+        nl = pp__mimo_expand(mt->pl, mt->rank, xf[i].is_send, xf[i].peer, mt->links, mt->cap_links);
+        if (nl > mt->cap_links) {
+            pp_mimo_link *nlk = (pp_mimo_link *)PIPEPAR_REALLOC(mt->links, (size_t)nl * sizeof(pp_mimo_link));
+            if (!nlk) return pp__fail(err, PP_ENOMEM, "rank %d: out of memory (bridge links)", mt->rank);
+            mt->links = nlk; mt->cap_links = nl;
+            nl = pp__mimo_expand(mt->pl, mt->rank, xf[i].is_send, xf[i].peer, mt->links, mt->cap_links);
+        }
+        if (n + nl > mt->cap_xf) {
+            int cap = mt->cap_xf ? mt->cap_xf : 8;
+            pp_transfer *nx;
+            while (cap < n + nl) cap *= 2;
+            nx = (pp_transfer *)PIPEPAR_REALLOC(mt->xf, (size_t)cap * sizeof(pp_transfer));
+            if (!nx) return pp__fail(err, PP_ENOMEM, "rank %d: out of memory (transfers)", mt->rank);
+            mt->xf = nx; mt->cap_xf = cap;
+        }
+        for (k = 0; k < nl; k++) {
+            const pp_mimo_link *l = &mt->links[k];
+            size_t part = xf[i].bytes / (size_t)l->parts;
+            if (xf[i].bytes % (size_t)l->parts != 0) {
+                char tagtxt[64];
+                pp_transfer_tag_format(xf[i].tag, tagtxt, sizeof tagtxt);
+                return pp__fail(err, PP_EINVAL, "rank %d: bridge transfer %s of %zu bytes: does not split into %d equal "
+                                "parts along the batch (the batch must be the outermost dimension and a multiple of "
+                                "%d)", mt->rank, tagtxt, xf[i].bytes, l->parts, l->parts);
+            }
+            mt->xf[n].is_send = xf[i].is_send;
+            mt->xf[n].peer = l->peer;
+            mt->xf[n].tag = xf[i].tag;
+            mt->xf[n].buf = (char *)xf[i].buf + part * (size_t)l->part;
+            mt->xf[n].bytes = part;
+            n++;
+        }
+    }
+    return mt->base.post(mt->base.user, mt->xf, n, handle, err);
+}
+
+static pp_status pp__mimo_t_wait(void *user, void *handle, double timeout_s, pp_error *err)
+{
+    pp_mimo_transport *mt = (pp_mimo_transport *)user;
+    return mt->base.wait(mt->base.user, handle, timeout_s, err);
+}
+
+static pp_status pp__mimo_t_test(void *user, void *handle, int *done, pp_error *err)
+{
+    pp_mimo_transport *mt = (pp_mimo_transport *)user;
+    return mt->base.test(mt->base.user, handle, done, err);
+}
+
+/* Weighted so each pipeline stage counts once: rank r adds value * L / copies(r), then all is
+ * divided by L, where L is the lcm of the copies of every stage. Integers stay exact (the
+ * executor's schedule check compares sums exactly). */
+static pp_status pp__mimo_t_all_reduce(void *user, float *values, int count, double timeout_s, pp_error *err)
+{
+    pp_mimo_transport *mt = (pp_mimo_transport *)user;
+    pp_status st;
+    int i;
+    if (count < 0 || (count > 0 && !values))
+        return pp__fail(err, PP_EINVAL, "rank %d: all_reduce: count=%d with values=%p", mt->rank, count, (void *)values);
+    for (i = 0; i < count; i++) values[i] *= mt->scale;
+    st = mt->base.all_reduce(mt->base.user, values, count, timeout_s, err);
+    if (st != PP_OK) return st;
+    for (i = 0; i < count; i++) values[i] = (float)((double)values[i] / mt->denom);
+    return PP_OK;
+}
+
+static void pp__mimo_t_abort(void *user, pp_status status, const char *reason)
+{
+    pp_mimo_transport *mt = (pp_mimo_transport *)user;
+    mt->base.abort(mt->base.user, status, reason);
+}
+
+static long long pp__mimo_gcd(long long a, long long b) { while (b) { long long t = a % b; a = b; b = t; } return a; }
+
+pp_status pp_mimo_transport_create(const pp_mimo_pipeline *pl, int rank, const pp_transport *base,
+                                   pp_mimo_transport **state, pp_transport *out, pp_error *err)
+{
+    pp_mimo_transport *mt;
+    long long lcm = 1;
+    int i, mod;
+    if (!pl || !base || !state || !out)
+        return pp__fail(err, PP_EINVAL, "pp_mimo_transport_create: pl, base, state and out must not be NULL");
+    *state = NULL;
+    if (base->world != pl->mimo.world)
+        return pp__fail(err, PP_EINVAL, "base.world=%d: must span the whole job (world=%d)", base->world, pl->mimo.world);
+    if (rank < 0 || rank >= pl->mimo.world)
+        return pp__fail(err, PP_EINVAL, "rank=%d: must be between 0 and world-1 = %d", rank, pl->mimo.world - 1);
+    if (base->rank != rank)
+        return pp__fail(err, PP_EINVAL, "base.rank=%d: must be the rank itself (%d)", base->rank, rank);
+    if (!base->post || !base->wait || !base->all_reduce || !base->abort)
+        return pp__fail(err, PP_EINVAL, "base.%s: must not be NULL", !base->post ? "post" : !base->wait ? "wait" :
+                        !base->all_reduce ? "all_reduce" : "abort");
+    mod = pp__mimo_pipe_module(pl, rank);
+    if (mod < 0) return pp__fail(err, PP_EINVAL, "rank %d: runs no stage of the pipeline", rank);
+    for (i = 0; i < pl->mimo.num_modules; i++) {
+        long long copies;
+        if (pl->base[i] < 0) continue;
+        copies = pl->mimo.modules[i].size / pl->mimo.modules[i].grid.size[PP_DIM_PP];
+        lcm = lcm / pp__mimo_gcd(lcm, copies) * copies;
+        if (lcm > (1 << 20))
+            return pp__fail(err, PP_EUNSUPPORTED, "the stages' copies (tp*cp*dp of each module) have a common multiple "
+                            "%lld over 2^20: the weighted all-reduce would lose exactness", lcm);
+    }
+    mt = (pp_mimo_transport *)pp__calloc(1, sizeof *mt);
+    if (!mt) return pp__fail(err, PP_ENOMEM, "out of memory");
+    mt->pl = pl;
+    mt->base = *base;
+    mt->rank = rank;
+    mt->denom = (double)lcm;
+    mt->scale = (float)(lcm / (pl->mimo.modules[mod].size / pl->mimo.modules[mod].grid.size[PP_DIM_PP]));
+    memset(out, 0, sizeof *out);
+    out->user = mt;
+    out->rank = pp_mimo_pipeline_rank(pl, rank);
+    out->world = pl->schedule->pp;
+    out->post = pp__mimo_t_post;
+    out->wait = pp__mimo_t_wait;
+    out->test = base->test ? pp__mimo_t_test : NULL;
+    out->all_reduce = pp__mimo_t_all_reduce;
+    out->abort = pp__mimo_t_abort;
+    *state = mt;
+    return pp__ok(err);
+}
+
+void pp_mimo_transport_free(pp_mimo_transport *state)
+{
+    if (!state) return;
+    PIPEPAR_FREE(state->xf);
+    PIPEPAR_FREE(state->links);
+    PIPEPAR_FREE(state);
+}
+
+pp_status pp_mimo_bridge_exchange(const pp_mimo_pipeline *pl, int encoder, int rank, const pp_transport *world,
+                                  int backward, const pp_mimo_bridge_io *io, int step, double timeout_s, pp_error *err)
+{
+    pp__mimo_xitem *items = NULL;
+    pp_transfer *xf = NULL;
+    void *handle = NULL;
+    pp_status st;
+    int i, n, e;
+    if (!pl || !world || !io) return pp__fail(err, PP_EINVAL, "pp_mimo_bridge_exchange: pl, world and io must not be NULL");
+    for (e = 0; e < pl->num_bridged && pl->bridged[e] != encoder; e++) {}
+    if (e == pl->num_bridged)
+        return pp__fail(err, PP_EINVAL, "encoder=%d: not bridged around the pipeline (only colocated encoders are; a "
+                        "non-colocated pipeline carries its bridge itself)", encoder);
+    if (rank < 0 || rank >= pl->mimo.world || world->rank != rank || world->world != pl->mimo.world)
+        return pp__fail(err, PP_EINVAL, "rank=%d, world.rank=%d, world.world=%d: the transport must span the job (%d "
+                        "ranks) and be this rank's", rank, world->rank, world->world, pl->mimo.world);
+    if (!(timeout_s >= 0)) return pp__fail(err, PP_EINVAL, "timeout_s=%g: must be >= 0 (0 means 60 s)", timeout_s);
+    n = pp__mimo_exchange_items(pl, encoder, rank, backward, &items);
+    if (n < 0) return pp__fail(err, PP_ENOMEM, "out of memory");
+    if (n == 0) return pp__ok(err);
+    xf = (pp_transfer *)pp__calloc((size_t)n, sizeof *xf);
+    if (!xf) { PIPEPAR_FREE(items); return pp__fail(err, PP_ENOMEM, "out of memory"); }
+    for (i = 0; i < n; i++) {
+        const pp__mimo_xitem *it = &items[i];
+        void *const *bufs = it->encoder_side ? io->encoder_out : io->language_in;
+        const size_t *bytes = it->encoder_side ? io->encoder_bytes : io->language_bytes;
+        const char *what = it->encoder_side ? "encoder_out" : "language_in";
+        size_t part;
+        if (!bufs || !bytes || (!bufs[it->mb] && bytes[it->mb] > 0)) {
+            st = pp__fail(err, PP_EINVAL, "rank %d: io.%s%s: NULL, but this rank %s %s's %s of microbatch %d", rank, what,
+                          !bufs || !bytes ? "" : "[mb]", pp__mimo_is_send(it->op) ? "sends" : "receives",
+                          pl->mimo.modules[encoder].name, backward ? "gradient" : "output", it->mb);
+            goto out;
+        }
+        if (bytes[it->mb] % (size_t)it->link.parts != 0) {
+            st = pp__fail(err, PP_EINVAL, "rank %d: io.%s_bytes[%d]=%zu: does not split into %d equal parts along the "
+                          "batch", rank, it->encoder_side ? "encoder" : "language", it->mb, bytes[it->mb], it->link.parts);
+            goto out;
+        }
+        part = bytes[it->mb] / (size_t)it->link.parts;
+        xf[i].is_send = pp__mimo_is_send(it->op);
+        xf[i].peer = it->link.peer;
+        xf[i].tag = pp_transfer_tag(backward ? PP_OP_SEND_B : PP_OP_SEND_F, PP__MIMO_BRIDGE_STAGE + encoder, it->mb, step);
+        xf[i].buf = (char *)bufs[it->mb] + part * (size_t)it->link.part;
+        xf[i].bytes = part;
+    }
+    st = world->post(world->user, xf, n, &handle, err);
+    if (st == PP_OK) st = world->wait(world->user, handle, timeout_s > 0 ? timeout_s : 60.0, err);
+    if (st == PP_OK) st = pp__ok(err);
+out:
+    PIPEPAR_FREE(items);
+    PIPEPAR_FREE(xf);
+    return st;
+}
+
+/* --- gradients --- */
+
+int pp_mimo_grad_counted(const pp_mimo *m, int module, int rank, unsigned flags)
+{
+    int c[PP_DIM_COUNT], q;
+    const pp_mimo_module *mod;
+    if (!m || module < 0 || module >= m->num_modules || !pp__mimo_coords(m, module, rank, c)) return -1;
+    mod = &m->modules[module];
+    if (flags & PP_MIMO_GRAD_SHARED) return 0;
+    if ((flags & PP_MIMO_GRAD_TP_REPLICATED) && c[PP_DIM_TP] != 0) return 0;
+    q = c[PP_DIM_CP] + mod->grid.size[PP_DIM_CP] * c[PP_DIM_DP];
+    if (flags & PP_MIMO_GRAD_EXPERT) return q / mod->ep == 0;
+    return q == 0;
+}
+
+pp_status pp_mimo_grad_sumsq(const pp_mimo *m, int rank, const pp_mimo_grad *grads, int count,
+                             double sumsq[PP_MIMO_MAX_MODULES], pp_error *err)
+{
+    int i;
+    char a[48];
+    if (!m || !sumsq || (count > 0 && !grads))
+        return pp__fail(err, PP_EINVAL, "pp_mimo_grad_sumsq: m, sumsq and grads must not be NULL");
+    if (count < 0) return pp__fail(err, PP_EINVAL, "count=%d: must be >= 0", count);
+    for (i = 0; i < count; i++) {
+        const pp_mimo_grad *g = &grads[i];
+        int counted;
+        size_t k;
+        double s = 0;
+        if (g->module < 0 || g->module >= m->num_modules)
+            return pp__fail(err, PP_EINVAL, "grads[%d].module=%d: must be a module index 0..%d", i, g->module,
+                            m->num_modules - 1);
+        if (g->flags & ~(PP_MIMO_GRAD_TP_REPLICATED | PP_MIMO_GRAD_EXPERT | PP_MIMO_GRAD_SHARED))
+            return pp__fail(err, PP_EINVAL, "grads[%d].flags=0x%x: unknown bits (PP_MIMO_GRAD_TP_REPLICATED, _EXPERT, "
+                            "_SHARED)", i, g->flags);
+        if (g->count > 0 && !g->grad) return pp__fail(err, PP_EINVAL, "grads[%d].grad: NULL for %zu values", i, g->count);
+        counted = pp_mimo_grad_counted(m, g->module, rank, g->flags);
+        if (counted < 0)
+            return pp__fail(err, PP_EINVAL, "grads[%d]: rank %d does not run module %s (%s)", i, rank,
+                            m->modules[g->module].name,
+                            pp__mimo_ranks(a, sizeof a, m->modules[g->module].offset, m->modules[g->module].size));
+        if (!counted) continue;
+        for (k = 0; k < g->count; k++) s += (double)g->grad[k] * (double)g->grad[k];
+        sumsq[g->module] += s;
+    }
+    return pp__ok(err);
+}
+
+pp_status pp_mimo_grad_norm(const pp_mimo *m, const pp_transport *world, const double sumsq[PP_MIMO_MAX_MODULES],
+                            double max_norm, double timeout_s, pp_mimo_norm *out, pp_error *err)
+{
+    float v[PP_MIMO_MAX_MODULES];
+    double total = 0;
+    pp_status st;
+    int i;
+    if (!m || !world || !sumsq || !out)
+        return pp__fail(err, PP_EINVAL, "pp_mimo_grad_norm: m, world, sumsq and out must not be NULL");
+    memset(out, 0, sizeof *out);
+    if (world->world != m->world || !world->all_reduce)
+        return pp__fail(err, PP_EINVAL, "world.world=%d: the transport must span the job (%d ranks) and have all_reduce",
+                        world->world, m->world);
+    if (!(timeout_s >= 0)) return pp__fail(err, PP_EINVAL, "timeout_s=%g: must be >= 0 (0 means 60 s)", timeout_s);
+    if (max_norm != max_norm) return pp__fail(err, PP_EINVAL, "max_norm=nan: must be a number (<= 0: no clipping)");
+    for (i = 0; i < m->num_modules; i++) v[i] = (float)sumsq[i];
+    st = world->all_reduce(world->user, v, m->num_modules, timeout_s > 0 ? timeout_s : 60.0, err);
+    if (st != PP_OK) return st;
+    out->finite = 1;
+    for (i = 0; i < m->num_modules; i++) {
+        double s = (double)v[i];
+        if (!(s <= DBL_MAX) || s < 0) out->finite = 0;
+        out->module_norm[i] = s >= 0 ? sqrt(s) : s;
+        total += s;
+    }
+    out->norm = out->finite ? sqrt(total) : (double)INFINITY;
+    if (!(out->norm <= DBL_MAX)) out->finite = 0;
+    out->clip = 1.0;
+    if (out->finite && max_norm > 0) {
+        double c = max_norm / (out->norm + 1e-6);
+        if (c < 1.0) out->clip = c;
+    }
+    return pp__ok(err);
+}
+
+pp_status pp_mimo_group_sum(const pp_transport *world, const int *members, int n, float *values, int count, int id,
+                            double timeout_s, pp_error *err)
+{
+    float *all = NULL;
+    pp_transfer *xf = NULL;
+    void *handle = NULL;
+    pp_status st;
+    int i, j, me = -1, k = 0;
+    uint64_t tag;
+    if (!world || !members || (count > 0 && !values))
+        return pp__fail(err, PP_EINVAL, "pp_mimo_group_sum: world, members and values must not be NULL");
+    if (n < 1 || count < 0) return pp__fail(err, PP_EINVAL, "n=%d, count=%d: n must be >= 1 and count >= 0", n, count);
+    if (id < 0 || id > 15) return pp__fail(err, PP_EINVAL, "id=%d: must be between 0 and 15", id);
+    if (!(timeout_s >= 0)) return pp__fail(err, PP_EINVAL, "timeout_s=%g: must be >= 0 (0 means 60 s)", timeout_s);
+    for (i = 0; i < n; i++) {
+        if (members[i] < 0 || members[i] >= world->world)
+            return pp__fail(err, PP_EINVAL, "members[%d]=%d: must be a rank 0..%d", i, members[i], world->world - 1);
+        for (j = 0; j < i; j++)
+            if (members[j] == members[i]) return pp__fail(err, PP_EINVAL, "members[%d]=%d: appears twice", i, members[i]);
+        if (members[i] == world->rank) me = i;
+    }
+    if (me < 0) return pp__fail(err, PP_EINVAL, "members: this rank (%d) is not among them", world->rank);
+    if (n == 1 || count == 0) return pp__ok(err);
+    all = (float *)pp__calloc((size_t)n * (size_t)count, sizeof(float));
+    xf = (pp_transfer *)pp__calloc((size_t)(2 * (n - 1)), sizeof *xf);
+    if (!all || !xf) { PIPEPAR_FREE(all); PIPEPAR_FREE(xf); return pp__fail(err, PP_ENOMEM, "out of memory"); }
+    memcpy(all + (size_t)me * (size_t)count, values, (size_t)count * sizeof(float));
+    tag = pp_transfer_tag(PP_OP_SEND_F, PP__MIMO_SUM_STAGE + id, 0, 0);
+    for (i = 0; i < n; i++) {
+        if (i == me) continue;
+        xf[k].is_send = 1; xf[k].peer = members[i]; xf[k].tag = tag;
+        xf[k].buf = all + (size_t)me * (size_t)count; xf[k].bytes = (size_t)count * sizeof(float); k++;
+        xf[k].is_send = 0; xf[k].peer = members[i]; xf[k].tag = tag;
+        xf[k].buf = all + (size_t)i * (size_t)count; xf[k].bytes = (size_t)count * sizeof(float); k++;
+    }
+    st = world->post(world->user, xf, k, &handle, err);
+    if (st == PP_OK) st = world->wait(world->user, handle, timeout_s > 0 ? timeout_s : 60.0, err);
+    if (st == PP_OK) {
+        for (j = 0; j < count; j++) {
+            float s = 0.0f;
+            for (i = 0; i < n; i++) s += all[(size_t)i * (size_t)count + (size_t)j];
+            values[j] = s;
+        }
+        st = pp__ok(err);
+    }
+    PIPEPAR_FREE(all);
+    PIPEPAR_FREE(xf);
+    return st;
 }
 #endif /* PIPEPAR_IMPLEMENTATION_DONE */
 #endif /* PIPEPAR_IMPLEMENTATION */
