@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# bench/gpu_pipeline.sh — pipepar against PyTorch's torch.distributed.pipelining, same model,
+# same GPUs, one run: the residual MLP x + W2·gelu(W1·x), H=4096, L=16 blocks, 8192 tokens per
+# microbatch, 8 microbatches, bf16, on 2 GPUs (nvidia-h200-x2).
+#
+#     bash bench/gpu_pipeline.sh [OUTDIR]          (OUTDIR defaults to $OUT, else bench/out)
+#
+# In order: build; NCCL point-to-point bandwidth (raw and through pipepar's transport);
+# pipepar single-GPU baseline; pipepar's schedules on 2 GPUs (gradient check on three); the
+# best schedules again with NCCL forced onto sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, a
+# stand-in for two nodes); the failure test; PyTorch's bench (GELU=tanh: the same model); the
+# summary table. Logs of every run land in OUTDIR. Env: H, L, T, M override the model size;
+# SKIP_TORCH=1, SKIP_SOCKET=1 skip parts.
+set -u
+cd "$(dirname "$0")/.."
+OUTDIR=${1:-${OUT:-bench/out}}
+mkdir -p "$OUTDIR"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+H=${H:-4096}; L=${L:-16}; T=${T:-8192}; M=${M:-8}
+MODEL="--hidden $H --layers $L --tokens $T --mb $M"
+LOG=$OUTDIR/pipepar.log
+: > "$LOG"
+say() { echo "$@" | tee -a "$LOG"; }
+
+say "== $(date -u +%Y-%m-%dT%H:%MZ)  $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n 1) x $(nvidia-smi -L | wc -l)"
+say "== build"
+t0=$(date +%s)
+make -s -j16 build/mlp_gpu build/bench_nccl_bw build/gpu/test_nccl >"$OUTDIR/build.log" 2>&1 || { cat "$OUTDIR/build.log"; exit 1; }
+say "built in $(( $(date +%s) - t0 )) s"
+
+# launch2 NAME ARGS...: two processes, one per GPU, torchrun's variables, a fresh id file.
+launch2() {
+    local name=$1; shift
+    local id=/tmp/pipepar_bench_$$_$RANDOM.id pids=() rc=0
+    for r in 0 1; do
+        env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r PIPEPAR_NCCL_ID_FILE=$id timeout 300 "$@" >"$OUTDIR/$name.rank$r.log" 2>&1 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+    cat "$OUTDIR/$name.rank0.log" >>"$LOG"
+    grep -h "mlp_gpu:" "$OUTDIR/$name.rank1.log" >>"$LOG" 2>/dev/null
+    return $rc
+}
+
+say "== NCCL point-to-point bandwidth"
+launch2 nccl_bw build/bench_nccl_bw || say "nccl_bw failed ($?)"
+cat "$OUTDIR/nccl_bw.rank0.log"
+
+say "== pipepar single GPU"
+build/mlp_gpu --single $MODEL 2>&1 | tee "$OUTDIR/single.log" >>"$LOG"
+SINGLE_MS=$(sed -n 's/^single-gpu *step *\([0-9.]*\) ms.*/\1/p' "$OUTDIR/single.log")
+say "single-GPU step: ${SINGLE_MS:-?} ms"
+[ -n "$SINGLE_MS" ] || SINGLE_MS=0
+
+run_pp() {   # run_pp NAME ARGS...: a 2-GPU pipepar run
+    local name=$1; shift
+    say "-- $name"
+    launch2 "$name" build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet "$@" || say "$name: exit $?"
+}
+say "== pipepar on 2 GPUs"
+run_pp gpipe          --schedule gpipe
+run_pp 1f1b           --schedule 1f1b --check
+run_pp interleaved2   --schedule interleaved --vpp 2
+run_pp interleaved4   --schedule interleaved --vpp 4 --check --trace "$OUTDIR/trace_interleaved4.json"
+run_pp looped-bfs2    --schedule looped-bfs --vpp 2
+run_pp interleaved-zb2 --schedule interleaved-zb --vpp 2
+run_pp zbv            --schedule zbv --check
+run_pp dualpipev      --schedule dualpipev
+say "-- 1f1b-threads (one process, a thread per GPU)"
+timeout 300 build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --schedule 1f1b --threads 2 >"$OUTDIR/1f1b-threads.log" 2>&1 \
+    || say "1f1b-threads: exit $?"
+cat "$OUTDIR/1f1b-threads.log" >>"$LOG"
+
+if [ "${SKIP_SOCKET:-0}" != 1 ]; then
+    say "== NCCL over sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)"
+    export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+    run_pp socket-1f1b         --schedule 1f1b
+    run_pp socket-interleaved4 --schedule interleaved --vpp 4
+    run_pp socket-zbv          --schedule zbv
+    launch2 socket-nccl_bw build/bench_nccl_bw || say "socket nccl_bw failed"
+    cat "$OUTDIR/socket-nccl_bw.rank0.log" | tee -a "$LOG"
+    unset NCCL_P2P_DISABLE NCCL_SHM_DISABLE
+fi
+
+say "== failure test"
+bash tests/gpu/nccl_failure.sh build 2>&1 | tee -a "$LOG" | tail -n 3
+
+if [ "${SKIP_TORCH:-0}" != 1 ]; then
+    say "== PyTorch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null), torch.distributed.pipelining"
+    H=$H L=$L T=$T M=$M GELU=tanh PYTHONUNBUFFERED=1 timeout 600 python3 -m torch.distributed.run --nproc_per_node=2 \
+        bench/torch_pp_bench.py >"$OUTDIR/torch.log" 2>&1 || say "torch bench exit $?"
+    grep -vE "^(W|I)[0-9]{4}|warn|Warning" "$OUTDIR/torch.log" | tee -a "$LOG"
+fi
+
+say "== summary (step ms, efficiency = single / 2 / step)"
+grep -E "^(single-gpu|pipeline|  efficiency|  simulator|  rank 0|  peak|gradient check)" "$LOG" | tee "$OUTDIR/summary.txt"

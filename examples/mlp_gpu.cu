@@ -1,0 +1,1222 @@
+/* mlp_gpu.cu — train a residual MLP pipeline-parallel on GPUs with pipepar and NCCL.
+ *
+ * The model: L blocks, each  x <- x + W2 · gelu(W1 · x)  with hidden H and inner width F = 4H,
+ * bf16 weights and activations, fp32 accumulation, the mean-squared error against a random
+ * target as the loss. It is the model of ../bench/torch_pp_bench.py, so the two can be timed side
+ * by side (GELU is the tanh form, cuBLASLt's epilogue; the bench runs PyTorch with
+ * gelu(approximate="tanh") to match).
+ *
+ *     build/mlp_gpu --single                                   whole model on one GPU (baseline)
+ *     RANK=0 WORLD_SIZE=2 ... build/mlp_gpu --schedule 1f1b    one process per GPU (torchrun,
+ *     torchrun --nproc-per-node 2 --no-python build/mlp_gpu    mpirun, srun, or by hand)
+ *     build/mlp_gpu --threads 2 --schedule interleaved --vpp 4 one process, one thread per GPU
+ *
+ * What a rank does, top to bottom (search for the step names):
+ *   1. set-up      NCCL communicators (pp_nccl_init, then ncclCommSplit by the rank grid), the
+ *                  schedule (build, lower, validate), this rank's blocks, cuBLASLt plans
+ *   2. callbacks   forward / loss / backward (or the I and W halves) of a stage, called by the
+ *                  executor pp_run_step as it walks this rank's program; every GEMM is one
+ *                  cuBLASLt call with its epilogue fused (GELU_AUX forward, DGELU backward,
+ *                  the residual add as beta = 1, gradient accumulation in fp32 as beta = 1)
+ *   3. timing      warm-up, then timed steps (fwd + bwd of every microbatch, as PyTorch's bench
+ *                  times): step time, TFLOP/s per GPU, pipeline efficiency against the single-
+ *                  GPU step, exposed (not hidden) transfer time, peak memory
+ *   4. check       (--check) the pipelined gradients against a single-GPU run of the whole
+ *                  model on the same GPU, relative error per weight
+ *   5. trace       (--trace FILE) the measured timeline of the last timed step as Perfetto JSON
+ *   6. training    (--train N) N steps of SGD or AdamW with the gradient norm clipped over all
+ *                  pipeline ranks (pp_cuda_l2norm + pp_nccl_grad_norm), printing the loss
+ *
+ * Shapes (row-major, as PyTorch stores them; cuBLASLt sees the same bytes column-major):
+ *   x, y, dy        [T, H]     a microbatch's activation and its gradient
+ *   h, g, dh        [T, F]     pre-activation (kept for GELU's backward), gelu(h), dL/dh
+ *   W1 [F, H], W2 [H, F]  bf16;  dW1, dW2 same shapes, fp32 (summed over microbatches)        */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cublasLt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <algorithm>
+#include <vector>
+#include "../pipepar.h"
+
+typedef __nv_bfloat16 bf16;
+
+#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+    fprintf(stderr, "mlp_gpu: %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(1); } } while (0)
+#define CKLT(call) do { cublasStatus_t s_ = (call); if (s_ != CUBLAS_STATUS_SUCCESS) { \
+    fprintf(stderr, "mlp_gpu: %s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #call, (int)s_); exit(1); } } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* ============================================================================================
+ * Options
+ * ============================================================================================ */
+struct Options {
+    int single = 0, threads = 0;
+    int pp = 0, vpp = 0, mb = 8, tokens = 8192, hidden = 4096, layers = 16;
+    const char *schedule = "1f1b";
+    int steps = 5, warmup = 2, check = 0, train = 0;
+    const char *optimizer = "sgd";
+    float lr = 1e-3f, clip = 1.0f;
+    const char *trace = NULL;
+    double timeout = 60, single_ms = 0;
+    int kill_rank = -1, kill_step = -1;
+    int sm_margin = 0, max_ctas = 0, tune = 1, quiet = 0;
+};
+
+static const char usage[] =
+    "usage: mlp_gpu [--single | --threads N] [--schedule 1f1b] [--pp P] [--vpp V] [--mb M] [--tokens T]\n"
+    "               [--hidden H] [--layers L] [--steps N] [--warmup N] [--check] [--train N]\n"
+    "               [--optimizer sgd|adamw] [--lr X] [--clip X] [--trace FILE] [--timeout S]\n"
+    "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--no-tune] [--quiet]\n"
+    "               [--kill-rank R --kill-step K]\n"
+    "  --single        the whole model on one GPU: the baseline of the pipeline efficiency\n"
+    "  --threads N     one process driving N GPUs, one thread each (else one process per GPU,\n"
+    "                  rank and world from RANK/WORLD_SIZE/LOCAL_RANK, MPI or Slurm variables)\n"
+    "  --schedule K    gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zbv, interleaved-zb, ...\n"
+    "  --pp P          pipeline ranks (default: the world size); --vpp V chunks per rank\n"
+    "  --mb M          microbatches per step (8); --tokens T tokens per microbatch (8192)\n"
+    "  --check         compare the pipelined gradients with a single-GPU run (bf16 tolerance)\n"
+    "  --single-ms X   the single-GPU step time for the efficiency (else measured with --check)\n"
+    "  --train N       N training steps (SGD/AdamW, gradient norm clipped to --clip), loss printed\n"
+    "  --trace FILE    the last timed step as Perfetto / Chrome trace JSON (ui.perfetto.dev)\n"
+    "  --timeout S     deadline of every wait (60): a dead peer gives PP_ETIMEOUT, not a hang\n"
+    "  --sm-margin N   cuBLASLt plans for N fewer SMs (room for NCCL's kernels); --max-ctas N caps NCCL's\n"
+    "  --kill-rank R --kill-step K   failure test: rank R kills itself in the middle of step K\n";
+
+static int parse_args(int argc, char **argv, Options *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        char flag[64];
+        const char *eq = strchr(a, '=');
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(usage, stdout); exit(0); }
+        if (strncmp(a, "--", 2) != 0) { fprintf(stderr, "mlp_gpu: %s: not a flag (try --help)\n", a); return 2; }
+        snprintf(flag, sizeof flag, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+        static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", NULL };
+        static const char *const valued[] = { "--threads", "--pp", "--vpp", "--mb", "--tokens", "--hidden", "--layers",
+            "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
+            "--single-ms", "--sm-margin", "--max-ctas", "--kill-rank", "--kill-step", NULL };
+        bool is_bool = false, known = false;
+        for (int b = 0; bools[b]; b++) if (!strcmp(flag, bools[b])) is_bool = known = true;
+        for (int b = 0; valued[b]; b++) if (!strcmp(flag, valued[b])) known = true;
+        if (!known) { fprintf(stderr, "mlp_gpu: %s: unknown flag (try --help)\n", flag); return 2; }
+        if (is_bool && eq) { fprintf(stderr, "mlp_gpu: %s: takes no value\n", flag); return 2; }
+        if (!is_bool) {
+            v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!v) { fprintf(stderr, "mlp_gpu: %s: needs a value\n", flag); return 2; }
+        }
+        auto num = [&](double lo, double hi, double *out) -> bool {
+            char *end;
+            double x = strtod(v, &end);
+            if (end == v || *end || !(x >= lo && x <= hi)) {
+                fprintf(stderr, "mlp_gpu: %s=%s: must be a number between %g and %g\n", flag, v, lo, hi);
+                return false;
+            }
+            *out = x;
+            return true;
+        };
+        auto integer = [&](int lo, int hi, int *out) -> bool {
+            double x;
+            if (!num(lo, hi, &x)) return false;
+            if (x != (int)x) { fprintf(stderr, "mlp_gpu: %s=%s: must be a whole number\n", flag, v); return false; }
+            *out = (int)x;
+            return true;
+        };
+        double d;
+        bool ok = true;
+        if (!strcmp(flag, "--single")) o->single = 1;
+        else if (!strcmp(flag, "--check")) o->check = 1;
+        else if (!strcmp(flag, "--no-tune")) o->tune = 0;
+        else if (!strcmp(flag, "--quiet")) o->quiet = 1;
+        else if (!strcmp(flag, "--threads")) ok = integer(1, 64, &o->threads);
+        else if (!strcmp(flag, "--pp")) ok = integer(1, 1024, &o->pp);
+        else if (!strcmp(flag, "--vpp")) ok = integer(1, 64, &o->vpp);
+        else if (!strcmp(flag, "--mb")) ok = integer(1, 4096, &o->mb);
+        else if (!strcmp(flag, "--tokens")) ok = integer(8, 1 << 20, &o->tokens);
+        else if (!strcmp(flag, "--hidden")) ok = integer(64, 65536, &o->hidden);
+        else if (!strcmp(flag, "--layers")) ok = integer(1, 4096, &o->layers);
+        else if (!strcmp(flag, "--steps")) ok = integer(1, 100000, &o->steps);
+        else if (!strcmp(flag, "--warmup")) ok = integer(0, 100000, &o->warmup);
+        else if (!strcmp(flag, "--train")) ok = integer(0, 1000000, &o->train);
+        else if (!strcmp(flag, "--schedule")) o->schedule = v;
+        else if (!strcmp(flag, "--optimizer")) {
+            o->optimizer = v;
+            if (strcmp(v, "sgd") && strcmp(v, "adamw")) { fprintf(stderr, "mlp_gpu: --optimizer=%s: sgd or adamw\n", v); ok = false; }
+        }
+        else if (!strcmp(flag, "--lr")) { ok = num(0, 10, &d); o->lr = (float)d; }
+        else if (!strcmp(flag, "--clip")) { ok = num(1e-6, 1e9, &d); o->clip = (float)d; }
+        else if (!strcmp(flag, "--trace")) o->trace = v;
+        else if (!strcmp(flag, "--timeout")) ok = num(0.1, 1e6, &o->timeout);
+        else if (!strcmp(flag, "--single-ms")) ok = num(0, 1e9, &o->single_ms);
+        else if (!strcmp(flag, "--sm-margin")) ok = integer(0, 128, &o->sm_margin);
+        else if (!strcmp(flag, "--max-ctas")) ok = integer(0, 64, &o->max_ctas);
+        else if (!strcmp(flag, "--kill-rank")) ok = integer(0, 1 << 20, &o->kill_rank);
+        else if (!strcmp(flag, "--kill-step")) ok = integer(0, 1 << 20, &o->kill_step);
+        else { fprintf(stderr, "mlp_gpu: %s: unknown flag (try --help)\n", flag); return 2; }
+        if (!ok) return 2;
+    }
+    if (o->hidden % 64) { fprintf(stderr, "mlp_gpu: --hidden=%d: must be a multiple of 64\n", o->hidden); return 2; }
+    if (o->tokens % 8) { fprintf(stderr, "mlp_gpu: --tokens=%d: must be a multiple of 8\n", o->tokens); return 2; }
+    if (o->single && o->threads) { fprintf(stderr, "mlp_gpu: --single and --threads: choose one\n"); return 2; }
+    return 0;
+}
+
+/* ============================================================================================
+ * Kernels: deterministic random init, the loss, optimizers, comparison
+ * ============================================================================================ */
+
+/* Counter-based random numbers (splitmix64): element i of a tensor is the same on every rank
+ * and every run, so the pipeline stages and the single-GPU reference hold identical weights. */
+__device__ __forceinline__ uint64_t mix64(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+__device__ __forceinline__ float uniform01(uint64_t seed, uint64_t i)
+{
+    return ((mix64(seed * 0x632be59bd9b4e019ull ^ i) >> 40) + 0.5f) * (1.0f / 16777216.0f);
+}
+
+/* bound > 0: uniform(-bound, bound) (nn.Linear's init); bound == 0: standard normal. */
+__global__ void init_kernel(bf16 *p, size_t n, uint64_t seed, float bound)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float v;
+        if (bound > 0) v = (2.0f * uniform01(seed, i) - 1.0f) * bound;
+        else {
+            float u1 = uniform01(seed, 2 * i), u2 = uniform01(seed, 2 * i + 1);
+            v = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+        }
+        p[i] = __float2bfloat16(v);
+    }
+}
+
+/* dy = scale * (o - t), 8 elements per thread (16-byte loads); *loss += sum((o - t)^2) * inv.
+ * scale = 2 / (T*H*M): the loss is the mean over microbatches of each microbatch's MSE. */
+__global__ void mse_kernel(const bf16 *__restrict__ o, const bf16 *__restrict__ t, bf16 *__restrict__ dy,
+                           size_t n8, float scale, float inv, float *loss)
+{
+    float acc = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += (size_t)gridDim.x * blockDim.x) {
+        uint4 ov = ((const uint4 *)o)[i], tv = ((const uint4 *)t)[i], dv;
+        const __nv_bfloat162 *o2 = (const __nv_bfloat162 *)&ov, *t2 = (const __nv_bfloat162 *)&tv;
+        __nv_bfloat162 *d2 = (__nv_bfloat162 *)&dv;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 a = __bfloat1622float2(o2[k]), b = __bfloat1622float2(t2[k]);
+            float e0 = a.x - b.x, e1 = a.y - b.y;
+            acc += e0 * e0 + e1 * e1;
+            d2[k] = __floats2bfloat162_rn(scale * e0, scale * e1);
+        }
+        ((uint4 *)dy)[i] = dv;
+    }
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    __shared__ float part[32];
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        acc = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0;
+        for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+        if (threadIdx.x == 0) atomicAdd(loss, acc * inv);
+    }
+}
+
+/* w -= lr * clip * g (weights bf16, gradients fp32). */
+__global__ void sgd_kernel(bf16 *w, const float *g, size_t n, float lr, const float *clip)
+{
+    float s = lr * (clip ? *clip : 1.0f);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        w[i] = __float2bfloat16(__bfloat162float(w[i]) - s * g[i]);
+}
+
+/* AdamW (Loshchilov & Hutter) with PyTorch's defaults betas (0.9, 0.999), eps 1e-8, wd 0.01. */
+__global__ void adamw_kernel(bf16 *w, const float *g, float *m, float *v, size_t n, float lr, int t, const float *clip)
+{
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f;
+    float c = clip ? *clip : 1.0f, bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float gi = g[i] * c, wi = __bfloat162float(w[i]);
+        float mi = b1 * m[i] + (1 - b1) * gi, vi = b2 * v[i] + (1 - b2) * gi * gi;
+        m[i] = mi; v[i] = vi;
+        wi -= lr * (wd * wi + (mi / bc1) / (sqrtf(vi / bc2) + eps));
+        w[i] = __float2bfloat16(wi);
+    }
+}
+
+/* out[0] += sum (a - b)^2, out[1] += sum b^2 (fp64). */
+__global__ void diff_kernel(const float *a, const float *b, size_t n, double *out)
+{
+    double d2 = 0, b2 = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        double d = (double)a[i] - (double)b[i];
+        d2 += d * d;
+        b2 += (double)b[i] * (double)b[i];
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        d2 += __shfl_xor_sync(0xffffffffu, d2, off);
+        b2 += __shfl_xor_sync(0xffffffffu, b2, off);
+    }
+    if ((threadIdx.x & 31) == 0) { atomicAdd(&out[0], d2); atomicAdd(&out[1], b2); }
+}
+
+static int grid_for(size_t n) { size_t b = (n + 255) / 256; return (int)(b > 132 * 16 ? 132 * 16 : (b ? b : 1)); }
+
+/* ============================================================================================
+ * cuBLASLt GEMMs. Row-major [rows, cols] is column-major [cols, rows], so with T tokens:
+ *   forward   g  = gelu(x W1^T), h kept   D[F,T] = op_T(W1 as [H,F]) · x[H,T]      GELU_AUX
+ *             y  = x + g W2^T            D[H,T] = op_T(W2 as [F,H]) · g[F,T] + x   beta 1
+ *   backward  dW2 += dy^T g              D[F,H] = g[F,T] · op_T(dy[H,T])          fp32, beta 0/1
+ *             dh = (dy W2) * gelu'(h)    D[F,T] = W2 as [F,H] · dy[H,T]           DGELU
+ *             dW1 += dh^T x              D[H,F] = x[H,T] · op_T(dh[F,T])          fp32, beta 0/1
+ *             dx = dy + dh W1            D[H,T] = W1 as [H,F] · dh[F,T] + dy      beta 1
+ * ============================================================================================ */
+enum { G_FWD1, G_FWD2, G_DW2, G_DH, G_DW1, G_DX, G_COUNT };
+static const char *const gemm_names[G_COUNT] = { "fwd1 gelu_aux", "fwd2 +residual", "dW2", "dh dgelu", "dW1",
+                                                 "dx +residual" };
+
+struct Gemm {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo;
+    bool aux = false;
+    double flops = 0;
+    int m = 0, n = 0, k = 0;
+};
+
+struct Gemms {
+    cublasLtHandle_t lt = nullptr;
+    void *workspace = nullptr;
+    size_t workspace_bytes = 64u << 20;
+    Gemm g[G_COUNT];
+};
+
+static void gemm_plan(Gemm &g, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda, int ldb,
+                      int ldc, cudaDataType_t ctype, cublasLtEpilogue_t epi, int sm_target)
+{
+    CKLT(cublasLtMatmulDescCreate(&g.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CKLT(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CKLT(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    CKLT(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_DGELU) {
+        int64_t ld = m;
+        cudaDataType_t at = CUDA_R_16BF;
+        g.aux = true;
+        CKLT(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+        CKLT(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof at));
+    }
+    if (sm_target > 0)
+        CKLT(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target, sizeof sm_target));
+    CKLT(cublasLtMatrixLayoutCreate(&g.a, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
+    CKLT(cublasLtMatrixLayoutCreate(&g.b, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
+    CKLT(cublasLtMatrixLayoutCreate(&g.c, ctype, m, n, ldc));
+    g.flops = 2.0 * m * n * k;
+    g.m = m; g.n = n; g.k = k;
+}
+
+static void gemm_run(Gemms &G, int id, const void *A, const void *B, const void *C, void *D, float beta, void *aux,
+                     cudaStream_t s)
+{
+    Gemm &g = G.g[id];
+    float alpha = 1.0f;
+    if (g.aux) CKLT(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    CKLT(cublasLtMatmul(G.lt, g.desc, &alpha, A, g.a, B, g.b, &beta, C, g.c, D, g.c, &g.algo, G.workspace,
+                        G.workspace_bytes, s));
+}
+
+/* Plans the six GEMMs; with tune, times the heuristic's top candidates on real-size buffers and
+ * keeps the fastest of each (cuBLASLt's first choice is not always its best). */
+static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, cudaStream_t s, int verbose)
+{
+    const int F = 4 * H;
+    CKLT(cublasLtCreate(&G.lt));
+    CK(cudaMalloc(&G.workspace, G.workspace_bytes));
+    const cublasOperation_t N = CUBLAS_OP_N, Tr = CUBLAS_OP_T;
+    gemm_plan(G.g[G_FWD1], Tr, N, F, T, H, H, H, F, CUDA_R_16BF, CUBLASLT_EPILOGUE_GELU_AUX, sm_target);
+    gemm_plan(G.g[G_FWD2], Tr, N, H, T, F, F, F, H, CUDA_R_16BF, CUBLASLT_EPILOGUE_DEFAULT, sm_target);
+    gemm_plan(G.g[G_DW2], N, Tr, F, H, T, F, H, F, CUDA_R_32F, CUBLASLT_EPILOGUE_DEFAULT, sm_target);
+    gemm_plan(G.g[G_DH], N, N, F, T, H, F, H, F, CUDA_R_16BF, CUBLASLT_EPILOGUE_DGELU, sm_target);
+    gemm_plan(G.g[G_DW1], N, Tr, H, F, T, H, F, H, CUDA_R_32F, CUBLASLT_EPILOGUE_DEFAULT, sm_target);
+    gemm_plan(G.g[G_DX], N, N, H, T, F, H, F, H, CUDA_R_16BF, CUBLASLT_EPILOGUE_DEFAULT, sm_target);
+
+    /* buffers for tuning: every operand of every GEMM fits in these */
+    size_t big = (size_t)F * std::max(T, H);
+    bf16 *A, *B, *C, *aux;
+    float *C32;
+    CK(cudaMalloc(&A, big * 2)); CK(cudaMalloc(&B, big * 2)); CK(cudaMalloc(&C, big * 2));
+    CK(cudaMalloc(&aux, big * 2)); CK(cudaMalloc(&C32, (size_t)F * H * 4));
+    init_kernel<<<grid_for(big), 256, 0, s>>>(A, big, 1, 0.02f);
+    init_kernel<<<grid_for(big), 256, 0, s>>>(B, big, 2, 0.02f);
+    init_kernel<<<grid_for(big), 256, 0, s>>>(C, big, 3, 0.02f);
+    init_kernel<<<grid_for(big), 256, 0, s>>>(aux, big, 4, 1.0f);
+    CK(cudaMemsetAsync(C32, 0, (size_t)F * H * 4, s));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    cublasLtMatmulPreference_t pref;
+    CKLT(cublasLtMatmulPreferenceCreate(&pref));
+    CKLT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &G.workspace_bytes,
+                                              sizeof G.workspace_bytes));
+    for (int id = 0; id < G_COUNT; id++) {
+        Gemm &g = G.g[id];
+        cublasLtMatmulHeuristicResult_t res[8];
+        int found = 0;
+        CKLT(cublasLtMatmulAlgoGetHeuristic(G.lt, g.desc, g.a, g.b, g.c, g.c, pref, tune ? 8 : 1, res, &found));
+        if (found < 1) { fprintf(stderr, "mlp_gpu: cuBLASLt has no algorithm for GEMM %s\n", gemm_names[id]); exit(1); }
+        bool f32 = id == G_DW1 || id == G_DW2;
+        float best = 1e30f;
+        int best_i = 0;
+        for (int i = 0; i < found && tune; i++) {
+            if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+            g.algo = res[i].algo;
+            float ms = 0, beta = (id == G_FWD2 || id == G_DX || f32) ? 1.0f : 0.0f;
+            gemm_run(G, id, A, B, f32 ? (void *)C32 : (void *)C, f32 ? (void *)C32 : (void *)C, beta, aux, s);
+            CK(cudaEventRecord(e0, s));
+            for (int r = 0; r < 3; r++)
+                gemm_run(G, id, A, B, f32 ? (void *)C32 : (void *)C, f32 ? (void *)C32 : (void *)C, beta, aux, s);
+            CK(cudaEventRecord(e1, s));
+            CK(cudaEventSynchronize(e1));
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            if (ms < best) { best = ms; best_i = i; }
+        }
+        g.algo = res[best_i].algo;
+        if (verbose && tune)
+            printf("  gemm %-15s %5d x %5d x %5d  %7.3f ms  %6.1f TFLOP/s  (candidate %d of %d)\n", gemm_names[id],
+                   g.m, g.n, g.k, best / 3, g.flops / (best / 3 * 1e-3) / 1e12, best_i, found);
+    }
+    CKLT(cublasLtMatmulPreferenceDestroy(pref));
+    CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
+    CK(cudaFree(A)); CK(cudaFree(B)); CK(cudaFree(C)); CK(cudaFree(aux)); CK(cudaFree(C32));
+}
+
+static void gemms_free(Gemms &G)
+{
+    for (int id = 0; id < G_COUNT; id++) {
+        Gemm &g = G.g[id];
+        if (g.desc) cublasLtMatmulDescDestroy(g.desc);
+        if (g.a) cublasLtMatrixLayoutDestroy(g.a);
+        if (g.b) cublasLtMatrixLayoutDestroy(g.b);
+        if (g.c) cublasLtMatrixLayoutDestroy(g.c);
+    }
+    if (G.workspace) cudaFree(G.workspace);
+    if (G.lt) cublasLtDestroy(G.lt);
+}
+
+/* ============================================================================================
+ * The model on one rank: its blocks, the activations it keeps for backward, the GEMM calls
+ * ============================================================================================ */
+struct Model {
+    int H, F, T, L, M, S, nb;       /* nb = blocks per stage = L / S */
+    int split;                      /* the schedule has I/W: keep dh and dy per block for W */
+    cudaStream_t stream;
+    Gemms G;
+    std::vector<bf16 *> W1, W2;     /* [L], NULL where another rank holds the block */
+    std::vector<float *> dW1, dW2;  /* [L] */
+    std::vector<float *> m1, v1, m2, v2;   /* AdamW state */
+    std::vector<char> fresh;        /* [L] the block's gradient was not written yet this step */
+    /* Saved activations of one (stage, microbatch), in one slot of `slot_bytes`:
+     *   h[j], g[j]  [T, F] for j < nb;  x[j] [T, H] for 1 <= j < nb (x[0] is the stage input);
+     *   split only: dh[j] [T, F], dy[j] [T, H] for j < nb - 1 (dy[nb-1] is the grad_out).   */
+    size_t slot_bytes = 0;
+    std::vector<char *> slots;
+    std::vector<int> free_slots;
+    std::vector<int> saved;         /* [num_chunks * M] slot of (chunk, mb), or -1 */
+    bf16 *dh = nullptr, *work[2] = { nullptr, nullptr };
+    bf16 *inputs = nullptr, *targets = nullptr;  /* [M, T, H] on the first / last stage's rank */
+    float *d_loss = nullptr;
+    size_t bytes = 0, peak_bytes = 0;            /* what this program allocated */
+    int kill_step = -1, step_no = 0;             /* failure test */
+};
+
+static void *dev_alloc(Model &m, size_t bytes)
+{
+    void *p = nullptr;
+    CK(cudaMalloc(&p, bytes ? bytes : 1));
+    m.bytes += bytes;
+    m.peak_bytes = std::max(m.peak_bytes, m.bytes);
+    return p;
+}
+
+static bf16 *sub(char *slot, size_t offset_elems) { return (bf16 *)slot + offset_elems; }
+
+/* Slot layout offsets, in bf16 elements. */
+static size_t off_h(const Model &m, int j) { return (size_t)j * 2 * m.T * m.F; }
+static size_t off_g(const Model &m, int j) { return off_h(m, j) + (size_t)m.T * m.F; }
+static size_t off_x(const Model &m, int j) { return (size_t)m.nb * 2 * m.T * m.F + (size_t)(j - 1) * m.T * m.H; }
+static size_t off_dh(const Model &m, int j)
+{
+    return off_x(m, m.nb) + (size_t)j * m.T * m.F;
+}
+static size_t off_dy(const Model &m, int j) { return off_dh(m, m.nb) + (size_t)j * m.T * m.H; }
+
+static int slot_get(Model &m)
+{
+    if (m.free_slots.empty()) {
+        m.slots.push_back((char *)dev_alloc(m, m.slot_bytes));
+        return (int)m.slots.size() - 1;
+    }
+    int s = m.free_slots.back();
+    m.free_slots.pop_back();
+    return s;
+}
+
+static void model_init_blocks(Model &m, const std::vector<int> &blocks, bool adamw)
+{
+    size_t wn = (size_t)m.F * m.H;
+    for (int b : blocks) {
+        m.W1[b] = (bf16 *)dev_alloc(m, wn * 2);
+        m.W2[b] = (bf16 *)dev_alloc(m, wn * 2);
+        m.dW1[b] = (float *)dev_alloc(m, wn * 4);
+        m.dW2[b] = (float *)dev_alloc(m, wn * 4);
+        /* nn.Linear's default init: uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
+        init_kernel<<<grid_for(wn), 256, 0, m.stream>>>(m.W1[b], wn, 1000 + 2 * b, 1.0f / sqrtf((float)m.H));
+        init_kernel<<<grid_for(wn), 256, 0, m.stream>>>(m.W2[b], wn, 1001 + 2 * b, 1.0f / sqrtf((float)m.F));
+        if (adamw) {
+            m.m1[b] = (float *)dev_alloc(m, wn * 4); m.v1[b] = (float *)dev_alloc(m, wn * 4);
+            m.m2[b] = (float *)dev_alloc(m, wn * 4); m.v2[b] = (float *)dev_alloc(m, wn * 4);
+            CK(cudaMemsetAsync(m.m1[b], 0, wn * 4, m.stream)); CK(cudaMemsetAsync(m.v1[b], 0, wn * 4, m.stream));
+            CK(cudaMemsetAsync(m.m2[b], 0, wn * 4, m.stream)); CK(cudaMemsetAsync(m.v2[b], 0, wn * 4, m.stream));
+        }
+    }
+    CK(cudaGetLastError());
+}
+
+static void model_setup(Model &m, const Options &o, int S, int split, cudaStream_t stream, int sm_target, int verbose)
+{
+    m.H = o.hidden; m.F = 4 * o.hidden; m.T = o.tokens; m.L = o.layers; m.M = o.mb; m.S = S;
+    m.nb = m.L / S;
+    m.split = split;
+    m.stream = stream;
+    m.W1.assign(m.L, nullptr); m.W2.assign(m.L, nullptr);
+    m.dW1.assign(m.L, nullptr); m.dW2.assign(m.L, nullptr);
+    m.m1.assign(m.L, nullptr); m.v1.assign(m.L, nullptr); m.m2.assign(m.L, nullptr); m.v2.assign(m.L, nullptr);
+    m.fresh.assign(m.L, 1);
+    m.slot_bytes = 2 * off_x(m, m.nb);
+    if (split) m.slot_bytes = 2 * off_dy(m, m.nb - 1);
+    size_t th = (size_t)m.T * m.H;
+    m.dh = (bf16 *)dev_alloc(m, (size_t)m.T * m.F * 2);
+    m.work[0] = (bf16 *)dev_alloc(m, th * 2);
+    m.work[1] = (bf16 *)dev_alloc(m, th * 2);
+    m.d_loss = (float *)dev_alloc(m, sizeof(float));
+    gemms_create(m.G, m.H, m.T, sm_target, o.tune, stream, verbose);
+}
+
+static void model_data(Model &m, bool first, bool last)
+{
+    size_t n = (size_t)m.M * m.T * m.H;
+    if (first) {
+        m.inputs = (bf16 *)dev_alloc(m, n * 2);
+        init_kernel<<<grid_for(n), 256, 0, m.stream>>>(m.inputs, n, 7, 0.0f);
+    }
+    if (last) {
+        m.targets = (bf16 *)dev_alloc(m, n * 2);
+        init_kernel<<<grid_for(n), 256, 0, m.stream>>>(m.targets, n, 8, 0.0f);
+    }
+    CK(cudaGetLastError());
+}
+
+static float grad_beta(Model &m, int b)
+{
+    float beta = m.fresh[b] ? 0.0f : 1.0f;
+    m.fresh[b] = 0;
+    return beta;
+}
+
+/* Forward of blocks [b0, b0 + nb) for one microbatch: in -> out, keeping h, g, x in the slot. */
+static void forward_blocks(Model &m, int b0, const bf16 *in, bf16 *out, char *slot)
+{
+    const bf16 *x = in;
+    for (int j = 0; j < m.nb; j++) {
+        int b = b0 + j;
+        bf16 *h = sub(slot, off_h(m, j)), *g = sub(slot, off_g(m, j));
+        bf16 *y = j + 1 < m.nb ? sub(slot, off_x(m, j + 1)) : out;
+        gemm_run(m.G, G_FWD1, m.W1[b], x, g, g, 0.0f, h, m.stream);           /* g = gelu(x W1^T), h kept */
+        gemm_run(m.G, G_FWD2, m.W2[b], g, x, y, 1.0f, nullptr, m.stream);    /* y = x + g W2^T */
+        x = y;
+    }
+}
+
+/* Full backward of the blocks (B): weight gradients accumulated, grad_in = dL/d(stage input)
+ * (not computed when grad_in is NULL: the first stage's input needs none). */
+static void backward_blocks(Model &m, int b0, const bf16 *in, const bf16 *grad_out, bf16 *grad_in, char *slot)
+{
+    const bf16 *dy = grad_out;
+    for (int j = m.nb - 1; j >= 0; j--) {
+        int b = b0 + j;
+        const bf16 *x = j > 0 ? sub(slot, off_x(m, j)) : in;
+        bf16 *h = sub(slot, off_h(m, j)), *g = sub(slot, off_g(m, j));
+        float beta = grad_beta(m, b);
+        gemm_run(m.G, G_DW2, g, dy, m.dW2[b], m.dW2[b], beta, nullptr, m.stream);    /* dW2 += dy^T g */
+        gemm_run(m.G, G_DH, m.W2[b], dy, m.dh, m.dh, 0.0f, h, m.stream);             /* dh = dy W2 * gelu'(h) */
+        gemm_run(m.G, G_DW1, x, m.dh, m.dW1[b], m.dW1[b], beta, nullptr, m.stream);  /* dW1 += dh^T x */
+        if (j == 0 && !grad_in) break;
+        bf16 *dx = j > 0 ? m.work[j & 1] : grad_in;
+        gemm_run(m.G, G_DX, m.W1[b], m.dh, dy, dx, 1.0f, nullptr, m.stream);         /* dx = dy + dh W1 */
+        dy = dx;
+    }
+}
+
+/* The input-gradient half (I): dh and dy of every block are kept in the slot for W. */
+static void backward_input_blocks(Model &m, const bf16 *grad_out, bf16 *grad_in, int b0, char *slot)
+{
+    const bf16 *dy = grad_out;
+    for (int j = m.nb - 1; j >= 0; j--) {
+        int b = b0 + j;
+        bf16 *h = sub(slot, off_h(m, j)), *dh = sub(slot, off_dh(m, j));
+        gemm_run(m.G, G_DH, m.W2[b], dy, dh, dh, 0.0f, h, m.stream);
+        if (j == 0 && !grad_in) break;
+        bf16 *dx = j > 0 ? sub(slot, off_dy(m, j - 1)) : grad_in;
+        gemm_run(m.G, G_DX, m.W1[b], dh, dy, dx, 1.0f, nullptr, m.stream);
+        dy = dx;
+    }
+}
+
+/* The weight-gradient half (W). */
+static void backward_weight_blocks(Model &m, const bf16 *in, const bf16 *grad_out, int b0, char *slot)
+{
+    for (int j = m.nb - 1; j >= 0; j--) {
+        int b = b0 + j;
+        const bf16 *x = j > 0 ? sub(slot, off_x(m, j)) : in;
+        const bf16 *dy = j == m.nb - 1 ? grad_out : sub(slot, off_dy(m, j));
+        float beta = grad_beta(m, b);
+        gemm_run(m.G, G_DW2, sub(slot, off_g(m, j)), dy, m.dW2[b], m.dW2[b], beta, nullptr, m.stream);
+        gemm_run(m.G, G_DW1, x, sub(slot, off_dh(m, j)), m.dW1[b], m.dW1[b], beta, nullptr, m.stream);
+    }
+}
+
+static void loss_grad(Model &m, const bf16 *out, int mb, bf16 *grad_out)
+{
+    size_t n = (size_t)m.T * m.H;
+    float inv = 1.0f / ((float)n * (float)m.M);
+    mse_kernel<<<grid_for(n / 8), 256, 0, m.stream>>>(out, m.targets + (size_t)mb * n, grad_out, n / 8, 2.0f * inv, inv,
+                                                      m.d_loss);
+}
+
+static void model_begin_step(Model &m)
+{
+    std::fill(m.fresh.begin(), m.fresh.end(), 1);
+    CK(cudaMemsetAsync(m.d_loss, 0, sizeof(float), m.stream));
+}
+
+/* ============================================================================================
+ * The single-GPU step: every microbatch forward through all L blocks, loss, backward
+ * (exactly what the PyTorch bench's single() does).
+ * ============================================================================================ */
+struct Single {
+    Model m;
+    bf16 *out = nullptr, *dy = nullptr;
+    char *slot = nullptr;
+};
+
+static void single_setup(Single &s, const Options &o, cudaStream_t stream, bool adamw, int verbose)
+{
+    model_setup(s.m, o, 1, 0, stream, 0, verbose);
+    std::vector<int> all(o.layers);
+    for (int b = 0; b < o.layers; b++) all[b] = b;
+    model_init_blocks(s.m, all, adamw);
+    model_data(s.m, true, true);
+    size_t th = (size_t)s.m.T * s.m.H;
+    s.out = (bf16 *)dev_alloc(s.m, th * 2);
+    s.dy = (bf16 *)dev_alloc(s.m, th * 2);
+    s.slot = (char *)dev_alloc(s.m, s.m.slot_bytes);
+}
+
+static void single_step(Single &s)
+{
+    Model &m = s.m;
+    size_t th = (size_t)m.T * m.H;
+    model_begin_step(m);
+    for (int mb = 0; mb < m.M; mb++) {
+        const bf16 *x = m.inputs + (size_t)mb * th;
+        forward_blocks(m, 0, x, s.out, s.slot);
+        loss_grad(m, s.out, mb, s.dy);
+        backward_blocks(m, 0, x, s.dy, nullptr, s.slot);
+    }
+}
+
+static void single_free(Single &s)
+{
+    /* the process exits right after; the driver frees device memory */
+    gemms_free(s.m.G);
+}
+
+/* ============================================================================================
+ * Pipeline rank: callbacks for the executor
+ * ============================================================================================ */
+struct Rank {
+    const Options *o;
+    int rank, world;
+    Model m;
+    pp_schedule *sched = nullptr;
+    pp_nccl *world_comm = nullptr, *pipe = nullptr;
+    pp_transport tp;
+    pp_executor *ex = nullptr;
+    pp_timer timer;
+    cudaStream_t stream;
+    int chunks;
+};
+
+static size_t cb_tensor_bytes(void *user, int boundary, const pp_mb_info *info)
+{
+    (void)boundary; (void)info;
+    Rank *r = (Rank *)user;
+    return (size_t)r->m.T * r->m.H * sizeof(bf16);
+}
+
+static int cb_input(void *user, const pp_mb_info *info, void *x)
+{
+    Rank *r = (Rank *)user;
+    size_t th = (size_t)r->m.T * r->m.H;
+    return cudaMemcpyAsync(x, r->m.inputs + (size_t)info->mb * th, th * 2, cudaMemcpyDeviceToDevice, r->stream) != cudaSuccess;
+}
+
+static void maybe_die(Rank *r, const pp_mb_info *info)
+{
+    /* failure test: die in the middle of a step, with transfers in flight on both sides */
+    if (r->o->kill_rank == r->rank && r->m.step_no == r->o->kill_step && info->mb == r->m.M / 2) {
+        fprintf(stderr, "mlp_gpu: rank %d: killing itself in step %d (failure test)\n", r->rank, r->m.step_no);
+        fflush(stderr);
+        kill(getpid(), SIGKILL);
+    }
+}
+
+static int cb_forward(void *user, const pp_mb_info *info, const void *in, void *out)
+{
+    Rank *r = (Rank *)user;
+    Model &m = r->m;
+    maybe_die(r, info);
+    int k = info->chunk * m.M + info->mb;
+    if (m.saved[k] >= 0) return 2;   /* a forward twice without its backward */
+    m.saved[k] = slot_get(m);
+    forward_blocks(m, info->stage * m.nb, (const bf16 *)in, (bf16 *)out, m.slots[m.saved[k]]);
+    return cudaGetLastError() != cudaSuccess;
+}
+
+static int cb_loss(void *user, const pp_mb_info *info, const void *out, void *grad_out, pp_loss *loss)
+{
+    Rank *r = (Rank *)user;
+    loss_grad(r->m, (const bf16 *)out, info->mb, (bf16 *)grad_out);
+    /* The loss stays on the device (reading it here would stall the host every microbatch);
+     * weight 0 tells the executor there is nothing to average. The trainer reads d_loss. */
+    loss->loss = 0;
+    loss->weight = 0;
+    return cudaGetLastError() != cudaSuccess;
+}
+
+static int take_slot(Model &m, const pp_mb_info *info, char **slot, int release)
+{
+    int k = info->chunk * m.M + info->mb;
+    if (m.saved[k] < 0) return 0;
+    *slot = m.slots[m.saved[k]];
+    if (release) { m.free_slots.push_back(m.saved[k]); m.saved[k] = -1; }   /* reuse is stream-ordered */
+    return 1;
+}
+
+static int cb_backward(void *user, const pp_mb_info *info, const void *in, const void *grad_out, void *grad_in)
+{
+    Rank *r = (Rank *)user;
+    char *slot;
+    if (!take_slot(r->m, info, &slot, 1)) return 3;
+    backward_blocks(r->m, info->stage * r->m.nb, (const bf16 *)in, (const bf16 *)grad_out, (bf16 *)grad_in, slot);
+    return cudaGetLastError() != cudaSuccess;
+}
+
+static int cb_backward_input(void *user, const pp_mb_info *info, const void *in, const void *grad_out, void *grad_in)
+{
+    Rank *r = (Rank *)user;
+    char *slot;
+    (void)in;
+    if (!take_slot(r->m, info, &slot, 0)) return 3;
+    backward_input_blocks(r->m, (const bf16 *)grad_out, (bf16 *)grad_in, info->stage * r->m.nb, slot);
+    return cudaGetLastError() != cudaSuccess;
+}
+
+static int cb_backward_weight(void *user, const pp_mb_info *info, const void *in, const void *grad_out)
+{
+    Rank *r = (Rank *)user;
+    char *slot;
+    if (!take_slot(r->m, info, &slot, 1)) return 3;
+    backward_weight_blocks(r->m, (const bf16 *)in, (const bf16 *)grad_out, info->stage * r->m.nb, slot);
+    return cudaGetLastError() != cudaSuccess;
+}
+
+static void *cb_alloc(void *user, size_t bytes) { return dev_alloc(((Rank *)user)->m, bytes); }
+static void cb_free(void *user, void *ptr, size_t bytes)
+{
+    Rank *r = (Rank *)user;
+    cudaStreamSynchronize(r->stream);
+    cudaFree(ptr);
+    r->m.bytes -= bytes;
+}
+
+/* ============================================================================================
+ * Driving a rank
+ * ============================================================================================ */
+struct Shared {                 /* --threads: what the rank threads share */
+    const Options *o;
+    pp_nccl_id id;
+    int world;
+    int status[64];
+};
+
+static double median(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+#define PPCK(call) do { pp_error e_; pp_status s_ = (call); if (s_ != PP_OK) { \
+    fprintf(stderr, "mlp_gpu: rank %d: %s: %s\n", rank, pp_status_name(s_), e_.message); return fail(s_); } } while (0)
+
+/* The single-GPU baseline: set up, time, report. Returns the median step time (s). */
+static double run_single(const Options &o, int device, bool print, Single *keep)
+{
+    CK(cudaSetDevice(device));
+    cudaStream_t stream;
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    Single local, &s = keep ? *keep : local;
+    single_setup(s, o, stream, false, print && !o.quiet);
+    std::vector<double> times;
+    for (int i = 0; i < o.warmup + o.steps; i++) {
+        CK(cudaStreamSynchronize(stream));
+        double t0 = now_s();
+        single_step(s);
+        CK(cudaStreamSynchronize(stream));
+        if (i >= o.warmup) times.push_back(now_s() - t0);
+    }
+    CK(cudaGetLastError());
+    double med = median(times), mn = *std::min_element(times.begin(), times.end());
+    float loss = 0;
+    CK(cudaMemcpy(&loss, s.m.d_loss, sizeof loss, cudaMemcpyDeviceToHost));
+    double flop = 6.0 * 2.0 * o.tokens * (double)o.hidden * 4.0 * o.hidden * o.layers * o.mb;
+    if (print) {
+        size_t free_b, total_b;
+        CK(cudaMemGetInfo(&free_b, &total_b));
+        printf("single-gpu   step %8.1f ms (min %8.1f)  %6.1f TFLOP/s  loss %.5f  peak %.1f GiB allocated\n",
+               med * 1e3, mn * 1e3, flop / med / 1e12, loss, s.m.peak_bytes / 1073741824.0);
+        fflush(stdout);
+    }
+    if (!keep) { single_free(s); CK(cudaStreamDestroy(stream)); }
+    return med;
+}
+
+/* Gradient check: the same step on one GPU, whole model, and the relative error of every
+ * weight gradient this rank holds. Returns the worst relative error. */
+static double check_gradients(Rank &R, double *ref_step_s)
+{
+    const Options &o = *R.o;
+    Single ref;
+    Options quiet = o;
+    quiet.warmup = 1; quiet.steps = 3;
+    *ref_step_s = run_single(quiet, pp_nccl_device(R.pipe), false, &ref);
+    CK(cudaSetDevice(pp_nccl_device(R.pipe)));
+    double *d;
+    CK(cudaMalloc(&d, 2 * sizeof(double)));
+    double worst = 0;
+    size_t wn = (size_t)R.m.F * R.m.H;
+    for (int b = 0; b < o.layers; b++) {
+        if (!R.m.W1[b]) continue;
+        for (int w = 0; w < 2; w++) {
+            double h[2];
+            CK(cudaMemset(d, 0, 2 * sizeof(double)));
+            diff_kernel<<<grid_for(wn), 256>>>(w ? R.m.dW2[b] : R.m.dW1[b], w ? ref.m.dW2[b] : ref.m.dW1[b], wn, d);
+            CK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+            double rel = h[1] > 0 ? sqrt(h[0] / h[1]) : (h[0] > 0 ? INFINITY : 0);
+            if (!(rel <= worst)) worst = rel;   /* NaN propagates */
+        }
+    }
+    CK(cudaFree(d));
+    single_free(ref);
+    return worst;
+}
+
+static int run_rank(const Options &o, Shared *sh, int thread_rank)
+{
+    Rank R;
+    R.o = &o;
+    int rank = sh ? thread_rank : -1, world = 0;
+    pp_error e0;
+    auto fail = [&](pp_status s) -> int {
+        if (R.ex) { pp_executor_free(R.ex); R.ex = nullptr; }
+        return s == PP_ETIMEOUT ? 3 : 1;
+    };
+    double t_start = now_s();
+
+    /* 1. set-up: communicators. Rank, world and device come from the launcher's environment
+     *    (or, with --threads, from the thread). */
+    pp_nccl_config nc;
+    memset(&nc, 0, sizeof nc);
+    if (sh) { nc.world = sh->world; nc.rank = thread_rank; nc.device = thread_rank; nc.bootstrap = PP_NCCL_BOOTSTRAP_ID; nc.id = &sh->id; }
+    nc.timeout_s = o.timeout;
+    nc.max_ctas = o.max_ctas;
+    if (pp_nccl_init(&nc, &R.world_comm, &e0) != PP_OK) {
+        fprintf(stderr, "mlp_gpu: rank %d: %s: %s\n", rank, pp_status_name(e0.status), e0.message);
+        return e0.status == PP_ETIMEOUT ? 3 : 1;
+    }
+    rank = pp_nccl_rank(R.world_comm);
+    world = pp_nccl_world(R.world_comm);
+    R.rank = rank; R.world = world;
+    bool lead = rank == 0;
+    int pp = o.pp ? o.pp : world;
+    if (pp != world) {
+        fprintf(stderr, "mlp_gpu: --pp=%d: this example runs one pipeline, so pp must equal the world size (%d)\n", pp, world);
+        return 2;
+    }
+    pp_grid grid;
+    pp_grid_config gc;
+    memset(&gc, 0, sizeof gc);
+    gc.world = world; gc.pp = pp;
+    PPCK(pp_grid_init(&gc, &grid, &e_));
+    PPCK(pp_nccl_split(R.world_comm, &grid, PP_GROUP_PP, &R.pipe, &e_));   /* the pipeline's communicator */
+    if (lead && !o.quiet) printf("%s\n", pp_nccl_describe(R.pipe));
+
+    /* the schedule: build the compute order, add the transfers, prove it */
+    pp_schedule_config sc;
+    memset(&sc, 0, sizeof sc);
+    PPCK(pp_schedule_kind_parse(o.schedule, &sc.kind, &e_));
+    sc.pp = pp; sc.vpp = o.vpp; sc.mb = o.mb;
+    PPCK(pp_schedule_build(&sc, &R.sched, &e_));
+    PPCK(pp_schedule_lower(R.sched, &e_));
+    PPCK(pp_schedule_validate(R.sched, &e_));
+    int S = R.sched->num_stages, vpp = R.sched->vpp;
+    if (o.layers % S) {
+        fprintf(stderr, "mlp_gpu: --layers=%d: must be a multiple of pp*vpp = %d stages\n", o.layers, S);
+        return 2;
+    }
+    int split = 0, maxlen = 0;
+    for (int r = 0; r < pp; r++) {
+        maxlen = std::max(maxlen, R.sched->length[r]);
+        for (int i = 0; i < R.sched->length[r]; i++) split |= R.sched->actions[r][i].op == PP_OP_I;
+    }
+
+    /* this rank's blocks: stage s holds blocks [s*nb, (s+1)*nb), placed by the schedule */
+    CK(cudaSetDevice(pp_nccl_device(R.pipe)));
+    CK(cudaStreamCreateWithFlags(&R.stream, cudaStreamNonBlocking));
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, pp_nccl_device(R.pipe)));
+    model_setup(R.m, o, S, split, R.stream, o.sm_margin ? sms - o.sm_margin : 0, lead && !o.quiet);
+    std::vector<int> blocks;
+    bool first = false, last = false;
+    for (int c = 0; c < vpp; c++) {
+        int s = pp_rank_chunk_stage(R.sched, rank, c);
+        first |= s == 0;
+        last |= s == S - 1;
+        for (int j = 0; j < R.m.nb; j++) blocks.push_back(s * R.m.nb + j);
+    }
+    bool adamw = !strcmp(o.optimizer, "adamw") && o.train > 0;
+    model_init_blocks(R.m, blocks, adamw);
+    model_data(R.m, first, last);
+    R.m.saved.assign((size_t)vpp * o.mb, -1);
+
+    /* the executor over the NCCL transport, timing every action with CUDA events */
+    PPCK(pp_nccl_transport(R.pipe, R.stream, &R.tp, &e_));
+    PPCK(pp_nccl_event_timer(R.stream, 3 * maxlen + 3, &R.timer, &e_));
+    pp_executor_config ec;
+    memset(&ec, 0, sizeof ec);
+    ec.schedule = R.sched;
+    ec.transport = R.tp;
+    ec.callbacks.user = &R;
+    ec.callbacks.tensor_bytes = cb_tensor_bytes;
+    ec.callbacks.input = cb_input;
+    ec.callbacks.forward = cb_forward;
+    ec.callbacks.loss = cb_loss;
+    ec.callbacks.backward = cb_backward;
+    ec.callbacks.backward_input = cb_backward_input;
+    ec.callbacks.backward_weight = cb_backward_weight;
+    ec.allocator.user = &R;
+    ec.allocator.alloc = cb_alloc;
+    ec.allocator.free = cb_free;
+    ec.timeout_s = o.timeout;
+    ec.record_timeline = 1;
+    ec.timer = R.timer;
+    PPCK(pp_executor_create(&ec, &R.ex, &e_));
+    CK(cudaStreamSynchronize(R.stream));
+    if (lead && !o.quiet) {
+        printf("schedule %s pp %d vpp %d mb %d: %d stages of %d blocks, H %d, %d tokens per microbatch; set-up %.1f s\n",
+               pp_schedule_kind_name(R.sched->kind), pp, vpp, o.mb, S, R.m.nb, o.hidden, o.tokens, now_s() - t_start);
+        fflush(stdout);
+    }
+
+    /* 3. timing: each step between a device sync and a barrier on both ends, as the PyTorch bench */
+    std::vector<double> times;
+    std::vector<pp_nccl_group_time> groups(4096);
+    int ngroups = 0;
+    double step_t0 = 0, last_t0 = 0;
+    for (int i = 0; i < o.warmup + o.steps; i++) {
+        pp_step_result res;
+        bool final_step = i == o.warmup + o.steps - 1;
+        PPCK(pp_nccl_sync(R.pipe, R.stream, 0, &e_));
+        PPCK(pp_nccl_barrier(R.pipe, 0, &e_));
+        if (final_step) PPCK(pp_nccl_transport_record(&R.tp, 1, &e_));
+        step_t0 = now_s();
+        cudaEvent_t base;
+        CK(cudaEventCreate(&base));
+        CK(cudaEventRecord(base, R.stream));
+        model_begin_step(R.m);
+        R.m.step_no = i;
+        {
+            pp_error e_;
+            pp_status s_ = pp_run_step(R.ex, NULL, &res, &e_);
+            if (s_ != PP_OK) {
+                fprintf(stderr, "mlp_gpu: rank %d: %s after %.2f s in step %d: %s\n", rank, pp_status_name(s_),
+                        now_s() - step_t0, i, e_.message);
+                return fail(s_);
+            }
+        }
+        PPCK(pp_nccl_sync(R.pipe, R.stream, 0, &e_));
+        PPCK(pp_nccl_barrier(R.pipe, 0, &e_));
+        if (i >= o.warmup) times.push_back(now_s() - step_t0);
+        if (final_step) {
+            PPCK(pp_nccl_transport_times(&R.tp, base, groups.data(), (int)groups.size(), &ngroups, &e_));
+            PPCK(pp_nccl_transport_record(&R.tp, 0, &e_));
+            last_t0 = step_t0;
+        }
+        CK(cudaEventDestroy(base));
+    }
+    double step = median(times), step_min = *std::min_element(times.begin(), times.end());
+    float h_loss = 0;
+    CK(cudaMemcpy(&h_loss, R.m.d_loss, sizeof h_loss, cudaMemcpyDeviceToHost));
+    float lossv = last ? h_loss : 0;
+    PPCK(pp_nccl_all_reduce_host(R.pipe, &lossv, 1, 0, &e_));
+
+    /* the measured timeline of the last step: per-stage compute times -> the simulator's
+     * prediction with free communication; what the measured step exceeds it by is exposed
+     * transfer and launch overhead. */
+    pp_timeline tl;
+    PPCK(pp_executor_timeline(R.ex, &tl, &e_));
+    std::vector<float> stage_cost(4 * S, 0.0f);     /* F, B, I, W per stage: summed durations */
+    std::vector<float> stage_n(4 * S, 0.0f);
+    double busy = 0, first_ready = 1e300, last_end = -1e300;
+    for (int i = 0; i < tl.length; i++) {
+        int op = tl.actions[i].op;
+        if (op > PP_OP_W || tl.ready[i] < 0) continue;
+        double d = tl.end[i] - tl.ready[i];
+        busy += d;
+        first_ready = std::min(first_ready, tl.ready[i]);
+        last_end = std::max(last_end, tl.end[i]);
+        int col = op == PP_OP_F ? 0 : op == PP_OP_B ? 1 : op == PP_OP_I ? 2 : 3;
+        stage_cost[4 * tl.actions[i].stage + col] += (float)d;
+        stage_n[4 * tl.actions[i].stage + col] += 1;
+    }
+    std::vector<float> red(8 * S + 4, 0.0f);
+    for (int k = 0; k < 4 * S; k++) { red[k] = stage_cost[k]; red[4 * S + k] = stage_n[k]; }
+    red[8 * S] = (float)(last_end - last_t0);          /* this rank's compute span end, from the step start */
+    red[8 * S + 1] = (float)busy;
+    red[8 * S + 2] = (float)(R.m.peak_bytes / 1073741824.0);
+    {
+        size_t free_b, total_b;
+        CK(cudaMemGetInfo(&free_b, &total_b));
+        red[8 * S + 3] = (float)((total_b - free_b) / 1073741824.0);
+    }
+    std::vector<float> mine = red;
+    PPCK(pp_nccl_all_reduce_host(R.pipe, red.data(), (int)red.size(), 0, &e_));
+    std::vector<double> fst(S), bst(S), ist(S), wst(S);
+    for (int s = 0; s < S; s++) {
+        auto avg = [&](int col) { return red[4 * S + 4 * s + col] > 0 ? red[4 * s + col] / red[4 * S + 4 * s + col] : 0.0; };
+        fst[s] = avg(0); bst[s] = avg(1); ist[s] = avg(2); wst[s] = avg(3);
+        if (split) bst[s] = ist[s] + wst[s];
+    }
+    pp_sim_costs costs;
+    memset(&costs, 0, sizeof costs);
+    costs.f = fst[0] > 0 ? fst[0] : 1e-3;
+    costs.f_stage = fst.data();
+    costs.b_stage = bst.data();
+    if (split) { costs.i_stage = ist.data(); costs.w_stage = wst.data(); }
+    pp_sim_result *sim = NULL;
+    PPCK(pp_simulate(R.sched, &costs, &sim, &e_));
+    double sim_step = sim->makespan;
+    pp_sim_result_free(sim);
+
+    /* transfers of the last step: bytes and device time of every group (its begin is when the
+     * communication stream may start it: the compute that produced its data is done) */
+    double bytes_moved = 0, best_bw = 0, xfer_time = 0;
+    for (int g = 0; g < ngroups; g++) {
+        double dt = groups[g].end - groups[g].begin, b = (double)std::max(groups[g].bytes_sent, groups[g].bytes_received);
+        bytes_moved += (double)(groups[g].bytes_sent + groups[g].bytes_received);
+        xfer_time += dt;
+        if (dt > 0 && b / dt > best_bw) best_bw = b / dt;
+    }
+
+    /* 4. check: the pipelined gradients against the single-GPU run of the whole model */
+    double single_s = o.single_ms > 0 ? o.single_ms * 1e-3 : 0;
+    int check_failed = 0;
+    if (o.check) {
+        double ref_s = 0;
+        double worst = check_gradients(R, &ref_s);
+        float v[2] = { (float)worst, lead ? (float)ref_s : 0.0f };
+        float wmax[64] = { 0 };
+        wmax[rank] = (float)worst;
+        PPCK(pp_nccl_all_reduce_host(R.pipe, v, 2, 0, &e_));
+        PPCK(pp_nccl_all_reduce_host(R.pipe, wmax, world, 0, &e_));
+        double w = 0;
+        for (int r = 0; r < world; r++) if (!(wmax[r] <= w)) w = wmax[r];
+        check_failed = !(w <= 2e-2);
+        if (single_s <= 0) single_s = v[1];
+        if (lead) {
+            printf("gradient check vs single GPU: worst relative error %.3g over %d weight tensors (tolerance 2e-2): %s\n",
+                   w, 2 * o.layers, check_failed ? "FAIL" : "ok, gradients match");
+            fflush(stdout);
+        }
+    }
+
+    double flop = 6.0 * 2.0 * o.tokens * (double)o.hidden * 4.0 * o.hidden * o.layers * o.mb;
+    if (lead) {
+        double ideal = (double)o.mb * vpp / ((double)o.mb * vpp + pp - 1);
+        printf("pipeline %-14s pp %d vpp %d mb %d  step %8.1f ms (min %8.1f)  %6.1f TFLOP/s/gpu  loss %.5f\n",
+               pp_schedule_kind_name(R.sched->kind), pp, vpp, o.mb, step * 1e3, step_min * 1e3, flop / step / world / 1e12,
+               (double)lossv);
+        if (single_s > 0)
+            printf("  efficiency %.1f%% (single %.1f ms / pp / step)   textbook mb*vpp/(mb*vpp+pp-1) %.1f%%\n",
+                   100.0 * single_s / pp / step, single_s * 1e3, 100.0 * ideal);
+        printf("  simulator with measured compute (free transfers): %.1f ms; measured compute span %.1f ms; "
+               "exposed transfer + overhead %.2f%% of the step\n",
+               sim_step * 1e3, (double)mine[8 * S] * 1e3, 100.0 * std::max(0.0, (double)mine[8 * S] - sim_step) / step);
+        printf("  rank 0: busy %.1f ms of %.1f ms; transfers: %d groups, %.0f MiB, best %.1f GB/s per group, %.1f ms on "
+               "the comm stream\n", busy * 1e3, step * 1e3, ngroups, bytes_moved / 1048576.0, best_bw / 1e9, xfer_time * 1e3);
+        printf("  peak memory (max over ranks): %.1f GiB allocated by the program, %.1f GiB in use on the device\n",
+               (double)mine[8 * S + 2], (double)mine[8 * S + 3]);
+        fflush(stdout);
+    }
+
+    /* 5. trace: every rank's timeline of the last timed step (times from that step's start) to
+     *    rank 0, through the pipeline communicator, written as one Perfetto file */
+    if (o.trace) {
+        int total = 0;
+        std::vector<int> off(pp + 1, 0);
+        for (int r = 0; r < pp; r++) { off[r] = total; total += 3 * R.sched->length[r]; }
+        std::vector<float> all(total, 0.0f);
+        for (int i = 0; i < tl.length; i++) {
+            const double *src[3] = { tl.start, tl.ready, tl.end };
+            for (int k = 0; k < 3; k++)
+                all[off[rank] + 3 * i + k] = src[k][i] < 0 ? -1e9f : (float)(src[k][i] - last_t0);
+        }
+        PPCK(pp_nccl_all_reduce_host(R.pipe, all.data(), total, 0, &e_));
+        if (lead) {
+            std::vector<pp_timeline> tls(pp);   /* zeroed: fields not set here stay 0 */
+            std::vector<std::vector<double>> buf(3 * pp);
+            for (int r = 0; r < pp; r++) {
+                int len = R.sched->length[r];
+                for (int k = 0; k < 3; k++) {
+                    buf[3 * r + k].resize(len);
+                    for (int i = 0; i < len; i++) {
+                        float v = all[off[r] + 3 * i + k];
+                        buf[3 * r + k][i] = v < -1e8f ? -1.0 : (double)v;
+                    }
+                }
+                tls[r].rank = r; tls[r].length = len; tls[r].actions = R.sched->actions[r];
+                tls[r].start = buf[3 * r].data(); tls[r].ready = buf[3 * r + 1].data(); tls[r].end = buf[3 * r + 2].data();
+            }
+            FILE *f = fopen(o.trace, "w");
+            if (!f) { fprintf(stderr, "mlp_gpu: --trace=%s: cannot create the file\n", o.trace); return 1; }
+            pp_status st = pp_timeline_write_chrome_trace(tls.data(), pp, f, &e0);
+            fclose(f);
+            if (st != PP_OK) { fprintf(stderr, "mlp_gpu: trace: %s\n", e0.message); return 1; }
+            printf("trace of the last step written to %s (open in ui.perfetto.dev)\n", o.trace);
+            pp_timeline_draw_ascii(tls.data(), pp, 100, stdout, NULL);
+        }
+    }
+
+    /* 6. training: clip the global gradient norm (all pipeline ranks' sums of squares), step */
+    if (o.train > 0) {
+        std::vector<pp_cuda_tensor> tens;
+        size_t wn = (size_t)R.m.F * R.m.H;
+        for (int b : blocks) {
+            pp_cuda_tensor t1 = { R.m.dW1[b], (int64_t)wn, PP_CUDA_F32 }, t2 = { R.m.dW2[b], (int64_t)wn, PP_CUDA_F32 };
+            tens.push_back(t1); tens.push_back(t2);
+        }
+        pp_cuda_l2norm *plan = NULL;
+        PPCK(pp_cuda_l2norm_create(tens.data(), (int)tens.size(), &plan, &e_));
+        float *d_norm;
+        CK(cudaMalloc(&d_norm, 2 * sizeof(float)));
+        for (int t = 1; t <= o.train; t++) {
+            model_begin_step(R.m);
+            R.m.step_no = o.warmup + o.steps + t;
+            PPCK(pp_run_step(R.ex, NULL, NULL, &e_));
+            PPCK(pp_cuda_l2norm_sumsq(plan, d_norm, 0, NULL, R.stream, &e_));
+            PPCK(pp_nccl_grad_norm(R.pipe, d_norm, o.clip, d_norm + 1, R.stream, &e_));
+            for (int b : blocks) {
+                if (adamw) {
+                    adamw_kernel<<<grid_for(wn), 256, 0, R.stream>>>(R.m.W1[b], R.m.dW1[b], R.m.m1[b], R.m.v1[b], wn, o.lr, t, d_norm + 1);
+                    adamw_kernel<<<grid_for(wn), 256, 0, R.stream>>>(R.m.W2[b], R.m.dW2[b], R.m.m2[b], R.m.v2[b], wn, o.lr, t, d_norm + 1);
+                } else {
+                    sgd_kernel<<<grid_for(wn), 256, 0, R.stream>>>(R.m.W1[b], R.m.dW1[b], wn, o.lr, d_norm + 1);
+                    sgd_kernel<<<grid_for(wn), 256, 0, R.stream>>>(R.m.W2[b], R.m.dW2[b], wn, o.lr, d_norm + 1);
+                }
+            }
+            CK(cudaGetLastError());
+            PPCK(pp_nccl_sync(R.pipe, R.stream, 0, &e_));
+            float hv[3] = { 0, 0, 0 };
+            CK(cudaMemcpy(hv, d_norm, 2 * sizeof(float), cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(&hv[2], R.m.d_loss, sizeof(float), cudaMemcpyDeviceToHost));
+            float lv = last ? hv[2] : 0;
+            PPCK(pp_nccl_all_reduce_host(R.pipe, &lv, 1, 0, &e_));
+            if (lead) printf("train step %3d  loss %.6f  grad norm %.4f  clip scale %.4f\n", t, (double)lv, sqrt((double)hv[0]), (double)hv[1]);
+        }
+        if (lead) fflush(stdout);
+        pp_cuda_l2norm_free(plan);
+        CK(cudaFree(d_norm));
+    }
+
+    pp_executor_free(R.ex);
+    pp_nccl_timer_free(&R.timer);
+    pp_nccl_transport_free(&R.tp);
+    pp_schedule_free(R.sched);
+    pp_nccl_free(R.pipe);
+    pp_nccl_free(R.world_comm);
+    gemms_free(R.m.G);
+    return check_failed ? 4 : 0;
+}
+
+static void *rank_thread(void *arg)
+{
+    Shared *sh = ((std::pair<Shared *, int> *)arg)->first;
+    int r = ((std::pair<Shared *, int> *)arg)->second;
+    sh->status[r] = run_rank(*sh->o, sh, r);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    Options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc) return rc;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (o.single) {
+        const char *lr = getenv("LOCAL_RANK");
+        int device = lr ? atoi(lr) : 0;
+        run_single(o, device, true, NULL);
+        return 0;
+    }
+    if (o.threads) {
+        /* one process, one thread per GPU: the unique id is passed in memory */
+        Shared sh;
+        pp_error err;
+        sh.o = &o;
+        sh.world = o.threads;
+        if (pp_nccl_unique_id(&sh.id, &err) != PP_OK) { fprintf(stderr, "mlp_gpu: %s\n", err.message); return 1; }
+        std::vector<pthread_t> th(o.threads);
+        std::vector<std::pair<Shared *, int>> args(o.threads);
+        for (int r = 0; r < o.threads; r++) {
+            args[r] = std::make_pair(&sh, r);
+            pthread_create(&th[r], NULL, rank_thread, &args[r]);
+        }
+        rc = 0;
+        for (int r = 0; r < o.threads; r++) { pthread_join(th[r], NULL); if (sh.status[r] > rc) rc = sh.status[r]; }
+        return rc;
+    }
+    return run_rank(o, NULL, 0);
+}

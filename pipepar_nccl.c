@@ -1,0 +1,1110 @@
+/* pipepar_nccl.c — the NCCL companion of pipepar.h: communicator set-up, the runtime's
+ * transport over NCCL, and the cross-rank half of the gradient norm. Declarations and the
+ * user's guide are in pipepar.h (search ">>nccl").
+ *
+ * Build:  cc -std=c99 -O2 -I$CUDA_HOME/include [-I$NCCL_HOME/include] -c pipepar_nccl.c
+ *         [-DPIPEPAR_NCCL_MPI with mpicc, to share the unique id through MPI]
+ * Link:   -lnccl -lcudart, next to the translation unit that defines PIPEPAR_IMPLEMENTATION
+ *         and pipepar_cuda.o (pp_nccl_grad_norm uses pp_cuda_clip_scale).
+ *
+ * Reading order: errors and clocks; finding rank, world and device in the environment; the
+ * unique id (file, MPI, given); init, split, free; host-side waits with deadlines (the
+ * watchdog); the transport; the event timer; the gradient norm.                            */
+/* CUDA's headers use anonymous unions, which -std=c99 -Wpedantic flags; they are not ours. */
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
+#endif
+#include <cuda_runtime.h>
+#include <nccl.h>
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+#include <errno.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef PIPEPAR_NCCL_MPI
+#include <mpi.h>
+#endif
+#include "pipepar.h"
+
+#if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
+#error "pipepar_nccl.c needs NCCL 2.18 or newer (non-blocking communicators, ncclCommSplit)"
+#endif
+
+typedef char pp__nccl_id_size_check[sizeof(pp_nccl_id) == sizeof(ncclUniqueId) ? 1 : -1];
+
+#define PP__NCCL_DEFAULT_TIMEOUT 300.0
+
+struct pp_nccl {
+    ncclComm_t comm;
+    cudaStream_t stream;        /* communication stream, highest priority */
+    cudaEvent_t host_wait;      /* for all-reduces the host waits on */
+    int rank, world, device;
+    double timeout_s;
+    int max_ctas, blocking;     /* passed on to ncclCommSplit's children */
+    int aborted;
+    pp_status abort_status;
+    char abort_reason[PP_ERROR_MESSAGE_SIZE];
+    int owns_mpi;               /* MPI_Init was ours: MPI_Finalize in pp_nccl_free */
+    float *d_buf, *h_buf;       /* all-reduce scratch, device and pinned host */
+    int buf_cap;
+    char describe[384];
+};
+
+/* --- errors and clocks -------------------------------------------------------------------- */
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static pp_status pp__nccl_fail(pp_error *err, pp_status status, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        err->status = status;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+static pp_status pp__nccl_ok(pp_error *err)
+{
+    if (err) { err->status = PP_OK; err->message[0] = '\0'; }
+    return PP_OK;
+}
+
+static double pp__nccl_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Polling back-off: spin-yield for the first ~2000 polls (transfers that are about to finish),
+ * then sleep 50 us between polls so a long wait does not burn a core. */
+static void pp__nccl_pause(int *polls)
+{
+    if (++*polls < 2000) { sched_yield(); return; }
+    {
+        struct timespec ts = { 0, 50000 };
+        nanosleep(&ts, NULL);
+    }
+}
+
+static pp_status pp__nccl_cuda_fail(pp_error *err, cudaError_t e, const char *what)
+{
+    return pp__nccl_fail(err, e == cudaErrorMemoryAllocation ? PP_ENOMEM : PP_EIO, "%s: CUDA error %s (%s)",
+                         what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+static pp_status pp__nccl_aborted(const pp_nccl *nc, pp_error *err, const char *what)
+{
+    return pp__nccl_fail(err, PP_EABORTED, "%s: communicator of rank %d was aborted: %s", what, nc->rank,
+                         nc->abort_reason);
+}
+
+static double pp__nccl_timeout(const pp_nccl *nc, double timeout_s)
+{
+    return timeout_s > 0 ? timeout_s : nc->timeout_s;
+}
+
+void pp_nccl_abort(pp_nccl *nc, pp_status status, const char *reason)
+{
+    if (!nc || nc->aborted) return;
+    nc->aborted = 1;
+    nc->abort_status = status;
+    snprintf(nc->abort_reason, sizeof nc->abort_reason, "%s", reason ? reason : "aborted");
+    if (nc->comm) {
+        /* Sets NCCL's abort flag, which its kernels poll, so work stuck on a dead peer ends and
+         * the streams that wait on it drain; then releases the communicator. */
+        ncclCommAbort(nc->comm);
+        nc->comm = NULL;
+    }
+}
+
+/* An NCCL call's result: ncclInProgress is fine (non-blocking), anything else fails and aborts
+ * the communicator (NCCL's state after an error is unusable). */
+static pp_status pp__nccl_check(pp_nccl *nc, ncclResult_t r, const char *what, pp_error *err)
+{
+    char reason[PP_ERROR_MESSAGE_SIZE];
+    const char *last;
+    if (r == ncclSuccess || r == ncclInProgress) return PP_OK;
+    last = nc && nc->comm ? ncclGetLastError(nc->comm) : ncclGetLastError(NULL);
+    snprintf(reason, sizeof reason, "%s: NCCL error %d (%s)%s%s", what, (int)r, ncclGetErrorString(r),
+             last && *last ? ": " : "", last && *last ? last : "");
+    if (nc) pp_nccl_abort(nc, PP_ETRANSPORT, reason);
+    return pp__nccl_fail(err, PP_ETRANSPORT, "%s", reason);
+}
+
+/* The watchdog's one question, asked in every poll loop: did NCCL report an asynchronous error
+ * (a peer's connection closed, a network failure)? */
+static pp_status pp__nccl_health(pp_nccl *nc, const char *what, pp_error *err)
+{
+    ncclResult_t state = ncclSuccess, r;
+    if (nc->aborted) return pp__nccl_aborted(nc, err, what);
+    r = ncclCommGetAsyncError(nc->comm, &state);
+    if (r != ncclSuccess) return pp__nccl_check(nc, r, what, err);
+    if (state != ncclSuccess && state != ncclInProgress) return pp__nccl_check(nc, state, what, err);
+    return PP_OK;
+}
+
+/* Waits until the communicator's pending non-blocking call has finished enqueueing (its state
+ * leaves ncclInProgress), within the deadline. */
+static pp_status pp__nccl_settle(pp_nccl *nc, ncclComm_t comm, double deadline, const char *what, pp_error *err)
+{
+    int polls = 0;
+    for (;;) {
+        ncclResult_t state = ncclSuccess, r = ncclCommGetAsyncError(comm, &state);
+        if (r != ncclSuccess) return pp__nccl_check(nc, r, what, err);
+        if (state == ncclSuccess) return PP_OK;
+        if (state != ncclInProgress) return pp__nccl_check(nc, state, what, err);
+        if (pp__nccl_now() > deadline) {
+            char reason[PP_ERROR_MESSAGE_SIZE];
+            snprintf(reason, sizeof reason, "%s: rank %d timed out after %.1f s (a peer is missing or hangs)",
+                     what, nc->rank, nc->timeout_s);
+            pp_nccl_abort(nc, PP_ETIMEOUT, reason);
+            return pp__nccl_fail(err, PP_ETIMEOUT, "%s", reason);
+        }
+        pp__nccl_pause(&polls);
+    }
+}
+
+/* Waits for an event or a stream within the deadline, checking NCCL's health as it goes. On
+ * timeout the communicator is aborted (so its kernels end) and PP_ETIMEOUT returned. */
+static pp_status pp__nccl_wait_device(pp_nccl *nc, cudaEvent_t event, cudaStream_t stream, double timeout_s,
+                                      const char *what, pp_error *err)
+{
+    double deadline = pp__nccl_now() + timeout_s;
+    int polls = 0;
+    for (;;) {
+        cudaError_t e = event ? cudaEventQuery(event) : cudaStreamQuery(stream);
+        pp_status st;
+        if (e == cudaSuccess) return PP_OK;
+        if (e != cudaErrorNotReady) return pp__nccl_cuda_fail(err, e, what);
+        st = pp__nccl_health(nc, what, err);
+        if (st != PP_OK) return st;
+        if (pp__nccl_now() > deadline) {
+            char reason[PP_ERROR_MESSAGE_SIZE];
+            snprintf(reason, sizeof reason, "%s: rank %d timed out after %.1f s waiting for the device "
+                     "(a peer is missing or hangs)", what, nc->rank, timeout_s);
+            pp_nccl_abort(nc, PP_ETIMEOUT, reason);
+            return pp__nccl_fail(err, PP_ETIMEOUT, "%s", reason);
+        }
+        pp__nccl_pause(&polls);
+    }
+}
+
+/* --- rank, world and device from the environment ----------------------------------------- */
+
+/* The first of the variables that is set, as an integer; 0 when none is set, -1 when one is
+ * set but not a whole non-negative number (its name in *bad). */
+static int pp__nccl_env_int(const char *const *names, int *value, const char **found)
+{
+    int i;
+    for (i = 0; names[i]; i++) {
+        const char *s = getenv(names[i]);
+        char *end;
+        long v;
+        if (!s || !*s) continue;
+        *found = names[i];
+        errno = 0;
+        v = strtol(s, &end, 10);
+        if (*end != '\0' || errno || v < 0 || v > 1 << 24) return -1;
+        *value = (int)v;
+        return 1;
+    }
+    return 0;
+}
+
+static pp_status pp__nccl_from_env(int *rank, int *world, int *device, pp_error *err)
+{
+    /* torchrun / torch.distributed.run, Open MPI, MPICH / Intel MPI (PMI), PMIx, Slurm. */
+    static const char *const rank_vars[] = { "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
+                                             "SLURM_PROCID", NULL };
+    static const char *const world_vars[] = { "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                              "SLURM_NTASKS", NULL };
+    static const char *const local_vars[] = { "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                              "MV2_COMM_WORLD_LOCAL_RANK", "PALS_LOCAL_RANKID",
+                                              "SLURM_LOCALID", NULL };
+    const char *name = "";
+    int r, w, local = -1, have, devices = 0;
+    cudaError_t e;
+    have = pp__nccl_env_int(rank_vars, &r, &name);
+    if (have < 0) return pp__nccl_fail(err, PP_EINVAL, "%s='%s': must be a whole number >= 0", name, getenv(name));
+    if (have == 0)
+        return pp__nccl_fail(err, PP_EINVAL, "rank: not given (config.world = 0) and none of RANK, "
+                             "OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID is set");
+    have = pp__nccl_env_int(world_vars, &w, &name);
+    if (have < 0) return pp__nccl_fail(err, PP_EINVAL, "%s='%s': must be a whole number >= 1", name, getenv(name));
+    if (have == 0)
+        return pp__nccl_fail(err, PP_EINVAL, "world: not given and none of WORLD_SIZE, OMPI_COMM_WORLD_SIZE, "
+                             "PMI_SIZE, SLURM_NTASKS is set");
+    if (w < 1 || r >= w) return pp__nccl_fail(err, PP_EINVAL, "rank=%d: must be below world=%d", r, w);
+    have = pp__nccl_env_int(local_vars, &local, &name);
+    if (have < 0) return pp__nccl_fail(err, PP_EINVAL, "%s='%s': must be a whole number >= 0", name, getenv(name));
+    e = cudaGetDeviceCount(&devices);
+    if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "cudaGetDeviceCount");
+    if (devices < 1) return pp__nccl_fail(err, PP_EINVAL, "device: this process sees no CUDA device");
+    if (have == 0) local = r % devices;  /* one node, one process per GPU, in rank order */
+    if (local >= devices)
+        return pp__nccl_fail(err, PP_EINVAL, "%s=%d: this process sees only %d CUDA device%s", name, local,
+                             devices, devices == 1 ? "" : "s");
+    *rank = r; *world = w; *device = local;
+    return PP_OK;
+}
+
+/* --- the unique id ------------------------------------------------------------------------ */
+
+#define PP__NCCL_ID_MAGIC "pipepar-nccl-id-1"
+
+static pp_status pp__nccl_id_path(const pp_nccl_config *cfg, char *path, size_t size, pp_error *err)
+{
+    static const char *const job_vars[] = { "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "MASTER_PORT", NULL };
+    const char *p = cfg->id_file && *cfg->id_file ? cfg->id_file : getenv("PIPEPAR_NCCL_ID_FILE");
+    int i;
+    if (p && *p) {
+        if (strlen(p) + 32 >= size) return pp__nccl_fail(err, PP_EINVAL, "id_file='%.64s...': path too long", p);
+        snprintf(path, size, "%s", p);
+        return PP_OK;
+    }
+    for (i = 0; job_vars[i]; i++) {
+        const char *job = getenv(job_vars[i]);
+        if (job && *job && strlen(job) < 128 && !strchr(job, '/')) {
+            const char *step = getenv("SLURM_STEP_ID");
+            snprintf(path, size, "/tmp/pipepar_nccl_%s%s%s.id", job, i == 1 && step ? "." : "", i == 1 && step ? step : "");
+            return PP_OK;
+        }
+    }
+    return pp__nccl_fail(err, PP_EINVAL, "id_file: not given; set PIPEPAR_NCCL_ID_FILE to a path every rank "
+                         "sees (one per job), or run under torchrun / Slurm (TORCHELASTIC_RUN_ID, SLURM_JOB_ID or "
+                         "MASTER_PORT names the job)");
+}
+
+/* Rank 0: write the id and the world size to path, atomically (a reader never sees half a file). */
+static pp_status pp__nccl_id_write(const char *path, const ncclUniqueId *id, int world, pp_error *err)
+{
+    char tmp[600];
+    FILE *f;
+    int ok;
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    f = fopen(tmp, "wb");
+    if (!f) return pp__nccl_fail(err, PP_EIO, "id_file='%s': cannot create '%s': %s", path, tmp, strerror(errno));
+    ok = fprintf(f, "%s world=%d\n", PP__NCCL_ID_MAGIC, world) > 0 && fwrite(id, sizeof *id, 1, f) == 1;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        remove(tmp);
+        return pp__nccl_fail(err, PP_EIO, "id_file='%s': cannot write: %s", path, strerror(e));
+    }
+    return PP_OK;
+}
+
+/* Other ranks: wait (within the deadline) for rank 0's file, then read and check it. */
+static pp_status pp__nccl_id_read(const char *path, ncclUniqueId *id, int world, double timeout_s, pp_error *err)
+{
+    double deadline = pp__nccl_now() + timeout_s;
+    int polls = 0;
+    for (;;) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            char header[64];
+            int file_world = -1;
+            size_t n = 0;
+            if (fgets(header, sizeof header, f) && strncmp(header, PP__NCCL_ID_MAGIC " world=", strlen(PP__NCCL_ID_MAGIC) + 7) == 0) {
+                file_world = atoi(header + strlen(PP__NCCL_ID_MAGIC) + 7);
+                n = fread(id, sizeof *id, 1, f);
+            }
+            fclose(f);
+            if (n == 1 && file_world != world)
+                return pp__nccl_fail(err, PP_EINVAL, "id_file='%s': written for world=%d, this rank has world=%d "
+                                     "(a stale file of another job?)", path, file_world, world);
+            if (n == 1) return PP_OK;
+            return pp__nccl_fail(err, PP_EIO, "id_file='%s': not a pipepar NCCL id file", path);
+        }
+        if (pp__nccl_now() > deadline)
+            return pp__nccl_fail(err, PP_ETIMEOUT, "id_file='%s': rank 0 did not write it within %.1f s", path,
+                                 timeout_s);
+        pp__nccl_pause(&polls);
+    }
+}
+
+static int pp__nccl_launched_by_mpi(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+pp_status pp_nccl_unique_id(pp_nccl_id *id, pp_error *err)
+{
+    ncclResult_t r;
+    if (!id) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_unique_id: id must not be NULL");
+    r = ncclGetUniqueId((ncclUniqueId *)(void *)id);
+    if (r != ncclSuccess) return pp__nccl_check(NULL, r, "ncclGetUniqueId", err);
+    return pp__nccl_ok(err);
+}
+
+/* --- init, split, free -------------------------------------------------------------------- */
+
+static ncclConfig_t pp__nccl_comm_config(int blocking, int max_ctas)
+{
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = blocking ? 1 : 0;
+    if (max_ctas > 0) { config.minCTAs = 1; config.maxCTAs = max_ctas; }
+    return config;
+}
+
+/* Stream, event and description of a communicator that NCCL has just created. */
+static pp_status pp__nccl_finish_setup(pp_nccl *nc, const char *how, pp_error *err)
+{
+    int lo = 0, hi = 0, version = 0;
+    struct cudaDeviceProp prop;
+    cudaError_t e = cudaDeviceGetStreamPriorityRange(&lo, &hi);
+    if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&nc->stream, cudaStreamNonBlocking, hi);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&nc->host_wait, cudaEventDisableTiming);
+    if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "pp_nccl_init: stream");
+    ncclGetVersion(&version);
+    if (cudaGetDeviceProperties(&prop, nc->device) != cudaSuccess) snprintf(prop.name, sizeof prop.name, "?");
+    snprintf(nc->describe, sizeof nc->describe, "nccl %d.%d.%d, rank %d of %d, device %d (%s), %s",
+             version / 10000, version / 100 % 100, version % 100, nc->rank, nc->world, nc->device, prop.name, how);
+    return PP_OK;
+}
+
+pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_error *err)
+{
+    pp_nccl *nc;
+    ncclUniqueId id;
+    ncclConfig_t config;
+    ncclResult_t r;
+    pp_status st = PP_OK;
+    pp_nccl_bootstrap how;
+    char path[600] = "", desc[700];
+    const char *env_timeout = getenv("PIPEPAR_NCCL_TIMEOUT");
+    double deadline;
+    cudaError_t e;
+    int devices = 0;
+    if (!cfg || !out) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_init: cfg and out must not be NULL");
+    *out = NULL;
+    if (cfg->timeout_s < 0) return pp__nccl_fail(err, PP_EINVAL, "timeout_s=%g: must be >= 0 (0 means 300 s)", cfg->timeout_s);
+    if (cfg->max_ctas < 0) return pp__nccl_fail(err, PP_EINVAL, "max_ctas=%d: must be >= 0", cfg->max_ctas);
+    if ((int)cfg->bootstrap < 0 || cfg->bootstrap > PP_NCCL_BOOTSTRAP_ID)
+        return pp__nccl_fail(err, PP_EINVAL, "bootstrap=%d: not a pp_nccl_bootstrap", (int)cfg->bootstrap);
+    nc = (pp_nccl *)calloc(1, sizeof *nc);
+    if (!nc) return pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_init: out of memory");
+    nc->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : PP__NCCL_DEFAULT_TIMEOUT;
+    nc->max_ctas = cfg->max_ctas;
+    nc->blocking = cfg->blocking;
+    if (cfg->timeout_s <= 0 && env_timeout && atof(env_timeout) > 0) nc->timeout_s = atof(env_timeout);
+    how = cfg->bootstrap;
+    if (how == PP_NCCL_BOOTSTRAP_AUTO) {
+#ifdef PIPEPAR_NCCL_MPI
+        how = pp__nccl_launched_by_mpi() ? PP_NCCL_BOOTSTRAP_MPI : PP_NCCL_BOOTSTRAP_FILE;
+#else
+        how = PP_NCCL_BOOTSTRAP_FILE;
+#endif
+    }
+#ifndef PIPEPAR_NCCL_MPI
+    if (how == PP_NCCL_BOOTSTRAP_MPI) {
+        free(nc);
+        return pp__nccl_fail(err, PP_EUNSUPPORTED, "bootstrap=MPI: pipepar_nccl.c was built without "
+                             "-DPIPEPAR_NCCL_MPI%s", pp__nccl_launched_by_mpi() ? "" : " (and no MPI launcher is seen)");
+    }
+#endif
+    if (how == PP_NCCL_BOOTSTRAP_ID && !cfg->id) {
+        free(nc);
+        return pp__nccl_fail(err, PP_EINVAL, "id: bootstrap=ID needs the id made by pp_nccl_unique_id");
+    }
+
+    /* Who am I: given, or from MPI, or from the launcher's environment. */
+    if (cfg->world > 0) {
+        if (cfg->rank < 0 || cfg->rank >= cfg->world)
+            st = pp__nccl_fail(err, PP_EINVAL, "rank=%d: must be between 0 and world-1 = %d", cfg->rank, cfg->world - 1);
+        nc->rank = cfg->rank; nc->world = cfg->world; nc->device = cfg->device;
+        e = cudaGetDeviceCount(&devices);
+        if (st == PP_OK && e != cudaSuccess) st = pp__nccl_cuda_fail(err, e, "cudaGetDeviceCount");
+        if (st == PP_OK && (cfg->device < 0 || cfg->device >= devices))
+            st = pp__nccl_fail(err, PP_EINVAL, "device=%d: must be between 0 and %d (CUDA devices seen)",
+                               cfg->device, devices - 1);
+    } else if (cfg->world < 0) {
+        st = pp__nccl_fail(err, PP_EINVAL, "world=%d: must be >= 1, or 0 to read the environment", cfg->world);
+    }
+#ifdef PIPEPAR_NCCL_MPI
+    if (st == PP_OK && how == PP_NCCL_BOOTSTRAP_MPI) {
+        int inited = 0, mr = 0, mw = 0;
+        MPI_Initialized(&inited);
+        if (!inited) { MPI_Init(NULL, NULL); nc->owns_mpi = 1; }
+        MPI_Comm_rank(MPI_COMM_WORLD, &mr);
+        MPI_Comm_size(MPI_COMM_WORLD, &mw);
+        if (cfg->world == 0) {
+            int r2, w2, d2;
+            nc->rank = mr; nc->world = mw;
+            if (pp__nccl_from_env(&r2, &w2, &d2, NULL) == PP_OK) nc->device = d2;
+            else { cudaGetDeviceCount(&devices); nc->device = devices > 0 ? mr % devices : 0; }
+        } else if (mw != cfg->world || mr != cfg->rank) {
+            st = pp__nccl_fail(err, PP_EINVAL, "rank=%d, world=%d: MPI says rank %d of %d", cfg->rank, cfg->world, mr, mw);
+        }
+    }
+#endif
+    if (st == PP_OK && cfg->world == 0 && how != PP_NCCL_BOOTSTRAP_MPI)
+        st = pp__nccl_from_env(&nc->rank, &nc->world, &nc->device, err);
+    if (st == PP_OK) {
+        e = cudaSetDevice(nc->device);
+        if (e != cudaSuccess) st = pp__nccl_cuda_fail(err, e, "cudaSetDevice");
+    }
+
+    /* The unique id reaches every rank. */
+    deadline = pp__nccl_now() + nc->timeout_s;
+    if (st == PP_OK) {
+        switch (how) {
+        case PP_NCCL_BOOTSTRAP_ID:
+            memcpy(&id, cfg->id, sizeof id);
+            snprintf(desc, sizeof desc, "bootstrap id (threads of one process)");
+            break;
+        case PP_NCCL_BOOTSTRAP_MPI:
+#ifdef PIPEPAR_NCCL_MPI
+            if (nc->rank == 0 && (r = ncclGetUniqueId(&id)) != ncclSuccess) {
+                st = pp__nccl_check(NULL, r, "ncclGetUniqueId", err);
+                memset(&id, 0, sizeof id);   /* the others still take part in the broadcast */
+            }
+            MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+            snprintf(desc, sizeof desc, "bootstrap MPI");
+#endif
+            break;
+        default:
+            st = pp__nccl_id_path(cfg, path, sizeof path, err);
+            if (st == PP_OK && nc->rank == 0) {
+                r = ncclGetUniqueId(&id);
+                st = r == ncclSuccess ? pp__nccl_id_write(path, &id, nc->world, err)
+                                      : pp__nccl_check(NULL, r, "ncclGetUniqueId", err);
+            } else if (st == PP_OK) {
+                st = pp__nccl_id_read(path, &id, nc->world, nc->timeout_s, err);
+            }
+            snprintf(desc, sizeof desc, "bootstrap file %s", path);
+            break;
+        }
+    }
+
+    /* The communicator, non-blocking so that a missing peer turns into a timeout here too. */
+    if (st == PP_OK) {
+        config = pp__nccl_comm_config(cfg->blocking, cfg->max_ctas);
+        r = ncclCommInitRankConfig(&nc->comm, nc->world, id, nc->rank, &config);
+        if (r != ncclSuccess && r != ncclInProgress) {
+            nc->comm = NULL;
+            st = pp__nccl_check(NULL, r, "ncclCommInitRankConfig", err);
+        } else {
+            st = pp__nccl_settle(nc, nc->comm, deadline, "ncclCommInitRankConfig", err);
+        }
+        /* Every rank has joined, so every rank has read the file: it can go. */
+        if (st == PP_OK && how == PP_NCCL_BOOTSTRAP_FILE && nc->rank == 0) remove(path);
+    }
+    if (st == PP_OK) st = pp__nccl_finish_setup(nc, desc, err);
+    if (st != PP_OK) {
+        if (how == PP_NCCL_BOOTSTRAP_FILE && nc->rank == 0 && path[0]) remove(path);
+        pp_nccl_free(nc);
+        return st;
+    }
+    *out = nc;
+    return pp__nccl_ok(err);
+}
+
+pp_status pp_nccl_split(pp_nccl *parent, const pp_grid *grid, unsigned dims, pp_nccl **out, pp_error *err)
+{
+    pp_grid_group_info info;
+    pp_nccl *nc;
+    ncclConfig_t config;
+    ncclResult_t r;
+    pp_status st;
+    char desc[64], name[32];
+    if (!parent || !grid || !out) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_split: parent, grid and out must not be NULL");
+    *out = NULL;
+    if (parent->aborted) return pp__nccl_aborted(parent, err, "pp_nccl_split");
+    if (grid->world != parent->world)
+        return pp__nccl_fail(err, PP_EINVAL, "grid world=%d: must equal the communicator's size %d", grid->world,
+                             parent->world);
+    st = pp_grid_group(grid, parent->rank, dims, &info, err);
+    if (st != PP_OK) return st;
+    nc = (pp_nccl *)calloc(1, sizeof *nc);
+    if (!nc) return pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_split: out of memory");
+    nc->rank = info.index;
+    nc->world = info.size;
+    nc->device = parent->device;
+    nc->timeout_s = parent->timeout_s;
+    nc->max_ctas = parent->max_ctas;
+    nc->blocking = parent->blocking;
+    config = pp__nccl_comm_config(parent->blocking, parent->max_ctas);
+    r = ncclCommSplit(parent->comm, info.color, info.index, &nc->comm, &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        nc->comm = NULL;
+        st = pp__nccl_check(parent, r, "ncclCommSplit", err);
+    } else {
+        st = pp__nccl_settle(parent, parent->comm, pp__nccl_now() + parent->timeout_s, "ncclCommSplit", err);
+        if (st == PP_OK && nc->comm)
+            st = pp__nccl_settle(nc, nc->comm, pp__nccl_now() + parent->timeout_s, "ncclCommSplit", err);
+    }
+    pp_grid_dims_format(dims, name, sizeof name);
+    snprintf(desc, sizeof desc, "%s group %d", name, info.color);
+    if (st == PP_OK) st = pp__nccl_finish_setup(nc, desc, err);
+    if (st != PP_OK) { pp_nccl_free(nc); return st; }
+    *out = nc;
+    return pp__nccl_ok(err);
+}
+
+void pp_nccl_free(pp_nccl *nc)
+{
+    if (!nc) return;
+    if (nc->comm && !nc->aborted) {
+        /* Flush what was issued, then destroy; a finalise that cannot finish (a dead peer) is
+         * turned into an abort by the deadline. */
+        ncclResult_t r = ncclCommFinalize(nc->comm);
+        if ((r == ncclSuccess || r == ncclInProgress) &&
+            pp__nccl_settle(nc, nc->comm, pp__nccl_now() + nc->timeout_s, "ncclCommFinalize", NULL) == PP_OK)
+            ncclCommDestroy(nc->comm);
+        else if (!nc->aborted)
+            pp_nccl_abort(nc, PP_ETRANSPORT, "ncclCommFinalize failed");
+        nc->comm = NULL;
+    }
+    if (nc->stream) cudaStreamDestroy(nc->stream);
+    if (nc->host_wait) cudaEventDestroy(nc->host_wait);
+    if (nc->d_buf) cudaFree(nc->d_buf);
+    if (nc->h_buf) cudaFreeHost(nc->h_buf);
+#ifdef PIPEPAR_NCCL_MPI
+    if (nc->owns_mpi) {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized) MPI_Finalize();
+    }
+#endif
+    free(nc);
+}
+
+int pp_nccl_rank(const pp_nccl *nc) { return nc ? nc->rank : -1; }
+int pp_nccl_world(const pp_nccl *nc) { return nc ? nc->world : 0; }
+int pp_nccl_device(const pp_nccl *nc) { return nc ? nc->device : -1; }
+void *pp_nccl_comm(const pp_nccl *nc) { return nc ? (void *)nc->comm : NULL; }
+void *pp_nccl_stream(const pp_nccl *nc) { return nc ? (void *)nc->stream : NULL; }
+const char *pp_nccl_describe(const pp_nccl *nc) { return nc ? nc->describe : "(null)"; }
+
+/* --- host-side waits: sync, barrier, all-reduce -------------------------------------------- */
+
+pp_status pp_nccl_sync(pp_nccl *nc, void *stream, double timeout_s, pp_error *err)
+{
+    if (!nc) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_sync: nc must not be NULL");
+    if (nc->aborted) return pp__nccl_aborted(nc, err, "pp_nccl_sync");
+    if (cudaSetDevice(nc->device) != cudaSuccess) return pp__nccl_fail(err, PP_EIO, "pp_nccl_sync: cudaSetDevice");
+    {
+        pp_status st = pp__nccl_wait_device(nc, NULL, stream ? (cudaStream_t)stream : nc->stream,
+                                            pp__nccl_timeout(nc, timeout_s), "pp_nccl_sync", err);
+        return st == PP_OK ? pp__nccl_ok(err) : st;
+    }
+}
+
+pp_status pp_nccl_all_reduce_host(pp_nccl *nc, float *values, int count, double timeout_s, pp_error *err)
+{
+    const char *what = "pp_nccl_all_reduce_host";
+    ncclResult_t r;
+    cudaError_t e;
+    pp_status st;
+    if (!nc || (!values && count > 0)) return pp__nccl_fail(err, PP_EINVAL, "%s: nc and values must not be NULL", what);
+    if (count < 0) return pp__nccl_fail(err, PP_EINVAL, "count=%d: must be >= 0", count);
+    if (nc->aborted) return pp__nccl_aborted(nc, err, what);
+    if (count == 0) return pp__nccl_ok(err);
+    if (count > nc->buf_cap) {
+        int cap = count < 256 ? 256 : count;
+        if (nc->d_buf) cudaFree(nc->d_buf);
+        if (nc->h_buf) cudaFreeHost(nc->h_buf);
+        nc->d_buf = NULL; nc->h_buf = NULL; nc->buf_cap = 0;
+        e = cudaMalloc((void **)&nc->d_buf, sizeof(float) * (size_t)cap);
+        if (e == cudaSuccess) e = cudaMallocHost((void **)&nc->h_buf, sizeof(float) * (size_t)cap);
+        if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, what);
+        nc->buf_cap = cap;
+    }
+    memcpy(nc->h_buf, values, sizeof(float) * (size_t)count);
+    e = cudaMemcpyAsync(nc->d_buf, nc->h_buf, sizeof(float) * (size_t)count, cudaMemcpyHostToDevice, nc->stream);
+    if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, what);
+    r = ncclAllReduce(nc->d_buf, nc->d_buf, (size_t)count, ncclFloat, ncclSum, nc->comm, nc->stream);
+    if ((st = pp__nccl_check(nc, r, "ncclAllReduce", err)) != PP_OK) return st;
+    if (r == ncclInProgress &&
+        (st = pp__nccl_settle(nc, nc->comm, pp__nccl_now() + pp__nccl_timeout(nc, timeout_s), "ncclAllReduce", err)) != PP_OK)
+        return st;
+    e = cudaMemcpyAsync(nc->h_buf, nc->d_buf, sizeof(float) * (size_t)count, cudaMemcpyDeviceToHost, nc->stream);
+    if (e == cudaSuccess) e = cudaEventRecord(nc->host_wait, nc->stream);
+    if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, what);
+    st = pp__nccl_wait_device(nc, nc->host_wait, NULL, pp__nccl_timeout(nc, timeout_s), "all-reduce", err);
+    if (st != PP_OK) return st;
+    memcpy(values, nc->h_buf, sizeof(float) * (size_t)count);
+    return pp__nccl_ok(err);
+}
+
+pp_status pp_nccl_barrier(pp_nccl *nc, double timeout_s, pp_error *err)
+{
+    float one = 1.0f;
+    pp_status st = pp_nccl_all_reduce_host(nc, &one, 1, timeout_s, err);
+    if (st != PP_OK) return st;
+    if (one != (float)nc->world)
+        return pp__nccl_fail(err, PP_ETRANSPORT, "barrier: %g of %d ranks answered", (double)one, nc->world);
+    return PP_OK;
+}
+
+/* --- the transport ------------------------------------------------------------------------ */
+
+typedef struct pp__nccl_handle {
+    cudaEvent_t done;       /* recorded on the communication stream after the group */
+    int in_use;
+} pp__nccl_handle;
+
+typedef struct pp__nccl_record {   /* one posted group, when recording */
+    cudaEvent_t begin, end;
+    size_t sent, received;
+    int transfers, peer;
+} pp__nccl_record;
+
+typedef struct pp__nccl_stage {    /* a send to this rank, parked until its receive is posted */
+    uint64_t tag;
+    void *data;
+    size_t bytes, cap;
+    int full;
+} pp__nccl_stage;
+
+typedef struct pp__nccl_transport {
+    pp_nccl *nc;
+    cudaStream_t compute;
+    cudaEvent_t ready;          /* recorded on the compute stream at each post */
+    pp__nccl_handle *handles;
+    int num_handles;
+    int recording;
+    pp__nccl_record *records;
+    int num_records, cap_records, used_records;
+    pp__nccl_stage *stages;
+    int num_stages;
+} pp__nccl_transport;
+
+/* Handles are pointers into a pool made up front (see pp_nccl_transport): running out means
+ * the executor holds an unreasonable number of groups at once. */
+static pp_status pp__nccl_handle_get(pp__nccl_transport *t, pp__nccl_handle **out, pp_error *err)
+{
+    int i;
+    for (i = 0; i < t->num_handles; i++)
+        if (!t->handles[i].in_use) { t->handles[i].in_use = 1; *out = &t->handles[i]; return PP_OK; }
+    return pp__nccl_fail(err, PP_ENOMEM, "post: more than %d groups in flight on rank %d", t->num_handles, t->nc->rank);
+}
+
+static pp_status pp__nccl_record_get(pp__nccl_transport *t, pp__nccl_record **out, pp_error *err)
+{
+    pp__nccl_record *rec;
+    if (t->used_records == t->num_records) {
+        if (t->num_records == t->cap_records) {
+            int cap = t->cap_records ? 2 * t->cap_records : 64;
+            pp__nccl_record *r = (pp__nccl_record *)realloc(t->records, sizeof *r * (size_t)cap);
+            if (!r) return pp__nccl_fail(err, PP_ENOMEM, "post: out of memory for group records");
+            t->records = r;
+            t->cap_records = cap;
+        }
+        rec = &t->records[t->num_records];
+        memset(rec, 0, sizeof *rec);
+        if (cudaEventCreate(&rec->begin) != cudaSuccess || cudaEventCreate(&rec->end) != cudaSuccess)
+            return pp__nccl_fail(err, PP_EIO, "post: cannot create timing events");
+        t->num_records++;
+    }
+    rec = &t->records[t->used_records++];
+    rec->sent = rec->received = 0;
+    rec->transfers = 0;
+    rec->peer = -1;
+    *out = rec;
+    return PP_OK;
+}
+
+/* A send to this rank: copy its bytes into a staging buffer on the communication stream. */
+static pp_status pp__nccl_self_send(pp__nccl_transport *t, const pp_transfer *x, pp_error *err)
+{
+    int i, slot = -1;
+    cudaError_t e;
+    for (i = 0; i < t->num_stages; i++)
+        if (!t->stages[i].full && t->stages[i].cap >= x->bytes) { slot = i; break; }
+    if (slot < 0) {
+        for (i = 0; i < t->num_stages; i++) if (!t->stages[i].full) { slot = i; break; }
+        if (slot < 0) {
+            pp__nccl_stage *s = (pp__nccl_stage *)realloc(t->stages, sizeof *s * (size_t)(t->num_stages + 1));
+            if (!s) return pp__nccl_fail(err, PP_ENOMEM, "post: out of memory");
+            t->stages = s;
+            slot = t->num_stages++;
+            memset(&t->stages[slot], 0, sizeof t->stages[slot]);
+        }
+        if (t->stages[slot].cap < x->bytes) {
+            /* The stream may still read the old buffer: free it in stream order. */
+            if (t->stages[slot].data) {
+                cudaStreamSynchronize(t->nc->stream);
+                cudaFree(t->stages[slot].data);
+                t->stages[slot].data = NULL;
+            }
+            e = cudaMalloc(&t->stages[slot].data, x->bytes ? x->bytes : 1);
+            if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "post: staging buffer of a same-rank send");
+            t->stages[slot].cap = x->bytes;
+        }
+    }
+    if (x->bytes) {
+        e = cudaMemcpyAsync(t->stages[slot].data, x->buf, x->bytes, cudaMemcpyDeviceToDevice, t->nc->stream);
+        if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "post: same-rank send");
+    }
+    t->stages[slot].tag = x->tag;
+    t->stages[slot].bytes = x->bytes;
+    t->stages[slot].full = 1;
+    return PP_OK;
+}
+
+static pp_status pp__nccl_self_recv(pp__nccl_transport *t, const pp_transfer *x, pp_error *err)
+{
+    int i;
+    char tag[64];
+    for (i = 0; i < t->num_stages; i++) {
+        pp__nccl_stage *s = &t->stages[i];
+        if (!s->full || s->tag != x->tag) continue;
+        if (s->bytes != x->bytes)
+            return pp__nccl_fail(err, PP_ETRANSPORT, "receive on rank %d from itself: %zu bytes sent, %zu expected",
+                                 t->nc->rank, s->bytes, x->bytes);
+        if (x->bytes) {
+            cudaError_t e = cudaMemcpyAsync(x->buf, s->data, x->bytes, cudaMemcpyDeviceToDevice, t->nc->stream);
+            if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "post: same-rank receive");
+        }
+        s->full = 0;   /* later copies into it are ordered after this one on the same stream */
+        return PP_OK;
+    }
+    pp_transfer_tag_format(x->tag, tag, sizeof tag);
+    return pp__nccl_fail(err, PP_EUNSUPPORTED, "receive %s on rank %d from itself: posted before its send "
+                         "(same-rank neighbours are passed in place by the executor)", tag, t->nc->rank);
+}
+
+static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int count, void **handle, pp_error *err)
+{
+    pp__nccl_transport *t = (pp__nccl_transport *)user;
+    pp_nccl *nc = t->nc;
+    pp__nccl_handle *h = NULL;
+    pp__nccl_record *rec = NULL;
+    pp_status st;
+    ncclResult_t r = ncclSuccess, r2;
+    cudaError_t e;
+    int i, nccl_ops = 0;
+    if (!handle || (count > 0 && !transfers)) return pp__nccl_fail(err, PP_EINVAL, "post: transfers and handle must not be NULL");
+    *handle = NULL;
+    if (nc->aborted) return pp__nccl_aborted(nc, err, "post");
+    for (i = 0; i < count; i++) {
+        const pp_transfer *x = &transfers[i];
+        if (x->peer < 0 || x->peer >= nc->world)
+            return pp__nccl_fail(err, PP_EINVAL, "post: transfer %d: peer=%d: must be between 0 and %d", i, x->peer,
+                                 nc->world - 1);
+        if (!x->buf && x->bytes)
+            return pp__nccl_fail(err, PP_EINVAL, "post: transfer %d: buf is NULL for %zu bytes", i, x->bytes);
+        if (x->peer != nc->rank) nccl_ops++;
+    }
+    if ((st = pp__nccl_health(nc, "post", err)) != PP_OK) return st;
+    if ((st = pp__nccl_handle_get(t, &h, err)) != PP_OK) return st;
+    if (t->recording && (st = pp__nccl_record_get(t, &rec, err)) != PP_OK) { h->in_use = 0; return st; }
+
+    /* The group may start once the compute stream has reached this point: what it sends is
+     * written, what it receives into is no longer read. */
+    e = cudaEventRecord(t->ready, t->compute);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(nc->stream, t->ready, 0);
+    if (e == cudaSuccess && rec) e = cudaEventRecord(rec->begin, nc->stream);
+    if (e != cudaSuccess) { h->in_use = 0; return pp__nccl_cuda_fail(err, e, "post"); }
+
+    /* Same-rank transfers first (sends before receives, so a pair in one group meets). */
+    for (i = 0; i < count; i++)
+        if (transfers[i].peer == nc->rank && transfers[i].is_send && (st = pp__nccl_self_send(t, &transfers[i], err)) != PP_OK) {
+            h->in_use = 0; return st;
+        }
+    for (i = 0; i < count; i++)
+        if (transfers[i].peer == nc->rank && !transfers[i].is_send && (st = pp__nccl_self_recv(t, &transfers[i], err)) != PP_OK) {
+            h->in_use = 0; return st;
+        }
+    if (nccl_ops > 0) {
+        r = ncclGroupStart();
+        for (i = 0; i < count && (r == ncclSuccess || r == ncclInProgress); i++) {
+            const pp_transfer *x = &transfers[i];
+            if (x->peer == nc->rank) continue;
+            if (x->is_send) r = ncclSend(x->buf, x->bytes, ncclUint8, x->peer, nc->comm, nc->stream);
+            else            r = ncclRecv(x->buf, x->bytes, ncclUint8, x->peer, nc->comm, nc->stream);
+        }
+        r2 = ncclGroupEnd();   /* always close the group, even after a failed call */
+        if (r == ncclSuccess || r == ncclInProgress) r = r2;
+        if ((st = pp__nccl_check(nc, r, "post: ncclGroupEnd", err)) != PP_OK) { h->in_use = 0; return st; }
+        /* Non-blocking: the kernels may still be on their way to the stream (e.g. the first
+         * transfer to a peer connects first); the done-event must come after them. */
+        if (r == ncclInProgress &&
+            (st = pp__nccl_settle(nc, nc->comm, pp__nccl_now() + nc->timeout_s, "post: ncclGroupEnd", err)) != PP_OK) {
+            h->in_use = 0; return st;
+        }
+    }
+    e = cudaEventRecord(h->done, nc->stream);
+    if (e == cudaSuccess && rec) e = cudaEventRecord(rec->end, nc->stream);
+    if (e != cudaSuccess) { h->in_use = 0; return pp__nccl_cuda_fail(err, e, "post"); }
+    if (rec) {
+        for (i = 0; i < count; i++) {
+            if (transfers[i].is_send) rec->sent += transfers[i].bytes; else rec->received += transfers[i].bytes;
+            if (rec->peer < 0) rec->peer = transfers[i].peer;
+        }
+        rec->transfers = count;
+    }
+    *handle = h;
+    return pp__nccl_ok(err);
+}
+
+/* Stream-ordered: the compute stream waits for the group; the host goes on at once. */
+static pp_status pp__nccl_wait(void *user, void *handle, double timeout_s, pp_error *err)
+{
+    pp__nccl_transport *t = (pp__nccl_transport *)user;
+    pp__nccl_handle *h = (pp__nccl_handle *)handle;
+    pp_status st;
+    cudaError_t e;
+    (void)timeout_s;
+    if (!h) return pp__nccl_fail(err, PP_EINVAL, "wait: handle must not be NULL");
+    if (t->nc->aborted) { h->in_use = 0; return pp__nccl_aborted(t->nc, err, "wait"); }
+    e = cudaStreamWaitEvent(t->compute, h->done, 0);   /* captures the event now: reuse is safe */
+    h->in_use = 0;
+    if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "wait");
+    if ((st = pp__nccl_health(t->nc, "wait", err)) != PP_OK) return st;
+    return pp__nccl_ok(err);
+}
+
+static pp_status pp__nccl_test(void *user, void *handle, int *done, pp_error *err)
+{
+    pp__nccl_transport *t = (pp__nccl_transport *)user;
+    pp__nccl_handle *h = (pp__nccl_handle *)handle;
+    cudaError_t e;
+    if (!h || !done) return pp__nccl_fail(err, PP_EINVAL, "test: handle and done must not be NULL");
+    *done = 0;
+    if (t->nc->aborted) { h->in_use = 0; *done = 1; return pp__nccl_aborted(t->nc, err, "test"); }
+    e = cudaEventQuery(h->done);
+    if (e == cudaErrorNotReady) return pp__nccl_health(t->nc, "test", err) == PP_OK ? pp__nccl_ok(err) : PP_ETRANSPORT;
+    if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "test");
+    *done = 1;
+    h->in_use = 0;
+    return pp__nccl_ok(err);
+}
+
+static pp_status pp__nccl_tp_all_reduce(void *user, float *values, int count, double timeout_s, pp_error *err)
+{
+    pp__nccl_transport *t = (pp__nccl_transport *)user;
+    return pp_nccl_all_reduce_host(t->nc, values, count, timeout_s, err);
+}
+
+static void pp__nccl_tp_abort(void *user, pp_status status, const char *reason)
+{
+    pp__nccl_transport *t = (pp__nccl_transport *)user;
+    pp_nccl_abort(t->nc, status, reason);
+}
+
+pp_status pp_nccl_transport(pp_nccl *nc, void *compute_stream, pp_transport *out, pp_error *err)
+{
+    pp__nccl_transport *t;
+    cudaError_t e;
+    int i;
+    if (!nc || !out) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport: nc and out must not be NULL");
+    if (nc->aborted) return pp__nccl_aborted(nc, err, "pp_nccl_transport");
+    t = (pp__nccl_transport *)calloc(1, sizeof *t);
+    if (!t) return pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_transport: out of memory");
+    t->nc = nc;
+    t->compute = (cudaStream_t)compute_stream;
+    /* Groups in flight at once: a rank's program holds at most one pending group per
+     * microbatch and direction; 1024 is far above any schedule's need. */
+    t->num_handles = 1024;
+    t->handles = (pp__nccl_handle *)calloc((size_t)t->num_handles, sizeof *t->handles);
+    e = t->handles ? cudaSetDevice(nc->device) : cudaErrorMemoryAllocation;
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&t->ready, cudaEventDisableTiming);
+    for (i = 0; e == cudaSuccess && i < t->num_handles; i++)
+        e = cudaEventCreateWithFlags(&t->handles[i].done, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        pp_transport tmp;
+        memset(&tmp, 0, sizeof tmp);
+        tmp.user = t;
+        if (t->handles) t->num_handles = i;
+        pp_nccl_transport_free(&tmp);
+        return pp__nccl_cuda_fail(err, e, "pp_nccl_transport");
+    }
+    memset(out, 0, sizeof *out);
+    out->user = t;
+    out->rank = nc->rank;
+    out->world = nc->world;
+    out->post = pp__nccl_post;
+    out->wait = pp__nccl_wait;
+    out->test = pp__nccl_test;
+    out->all_reduce = pp__nccl_tp_all_reduce;
+    out->abort = pp__nccl_tp_abort;
+    return pp__nccl_ok(err);
+}
+
+void pp_nccl_transport_free(pp_transport *tp)
+{
+    pp__nccl_transport *t;
+    int i;
+    if (!tp || !tp->user) return;
+    t = (pp__nccl_transport *)tp->user;
+    if (t->nc && !t->nc->aborted && t->nc->stream) cudaStreamSynchronize(t->nc->stream);
+    for (i = 0; t->handles && i < t->num_handles; i++) if (t->handles[i].done) cudaEventDestroy(t->handles[i].done);
+    for (i = 0; i < t->num_records; i++) { cudaEventDestroy(t->records[i].begin); cudaEventDestroy(t->records[i].end); }
+    for (i = 0; i < t->num_stages; i++) if (t->stages[i].data) cudaFree(t->stages[i].data);
+    if (t->ready) cudaEventDestroy(t->ready);
+    free(t->handles);
+    free(t->records);
+    free(t->stages);
+    free(t);
+    tp->user = NULL;
+}
+
+static pp__nccl_transport *pp__nccl_of(pp_transport *tp, pp_error *err, const char *what)
+{
+    if (!tp || !tp->user || tp->post != pp__nccl_post) {
+        pp__nccl_fail(err, PP_EINVAL, "%s: not a transport made by pp_nccl_transport", what);
+        return NULL;
+    }
+    return (pp__nccl_transport *)tp->user;
+}
+
+pp_status pp_nccl_transport_record(pp_transport *tp, int on, pp_error *err)
+{
+    pp__nccl_transport *t = pp__nccl_of(tp, err, "pp_nccl_transport_record");
+    if (!t) return PP_EINVAL;
+    t->recording = on ? 1 : 0;
+    t->used_records = 0;
+    return pp__nccl_ok(err);
+}
+
+pp_status pp_nccl_transport_times(pp_transport *tp, void *base_event, pp_nccl_group_time *times, int capacity,
+                                  int *count, pp_error *err)
+{
+    pp__nccl_transport *t = pp__nccl_of(tp, err, "pp_nccl_transport_times");
+    int i;
+    pp_status st;
+    if (!t) return PP_EINVAL;
+    if (!base_event || !count || (capacity > 0 && !times))
+        return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_times: base_event, times and count must not be NULL");
+    *count = t->used_records;
+    if (t->used_records > capacity)
+        return pp__nccl_fail(err, PP_EINVAL, "capacity=%d: %d groups were recorded", capacity, t->used_records);
+    if (t->used_records > 0) {
+        st = pp__nccl_wait_device(t->nc, t->records[t->used_records - 1].end, NULL, t->nc->timeout_s,
+                                  "pp_nccl_transport_times", err);
+        if (st != PP_OK) return st;
+    }
+    for (i = 0; i < t->used_records; i++) {
+        float b = 0, e = 0;
+        cudaError_t ce = cudaEventElapsedTime(&b, (cudaEvent_t)base_event, t->records[i].begin);
+        if (ce == cudaSuccess) ce = cudaEventElapsedTime(&e, (cudaEvent_t)base_event, t->records[i].end);
+        if (ce != cudaSuccess) return pp__nccl_cuda_fail(err, ce, "pp_nccl_transport_times");
+        times[i].begin = 1e-3 * b;
+        times[i].end = 1e-3 * e;
+        times[i].bytes_sent = t->records[i].sent;
+        times[i].bytes_received = t->records[i].received;
+        times[i].transfers = t->records[i].transfers;
+        times[i].peer = t->records[i].peer;
+    }
+    t->used_records = 0;
+    return pp__nccl_ok(err);
+}
+
+/* --- the event timer ------------------------------------------------------------------------ */
+
+typedef struct pp__nccl_timer {
+    cudaStream_t stream;
+    cudaEvent_t *events;
+    unsigned char *marked;
+    int capacity;
+    int first;              /* index of the step's first mark, -1 before it */
+    double first_host;      /* host clock when it was recorded */
+} pp__nccl_timer;
+
+static void pp__nccl_timer_mark(void *user, int index)
+{
+    pp__nccl_timer *t = (pp__nccl_timer *)user;
+    if (index < 0 || index >= t->capacity) return;
+    if (cudaEventRecord(t->events[index], t->stream) != cudaSuccess) return;
+    t->marked[index] = 1;
+    if (t->first < 0) { t->first = index; t->first_host = pp__nccl_now(); }
+}
+
+static pp_status pp__nccl_timer_resolve(void *user, double *seconds, int count, pp_error *err)
+{
+    pp__nccl_timer *t = (pp__nccl_timer *)user;
+    int i, polls = 0;
+    double deadline = pp__nccl_now() + PP__NCCL_DEFAULT_TIMEOUT;
+    if (t->first < 0) return pp__nccl_ok(err);
+    for (i = 0; i < count && i < t->capacity; i++) {
+        float ms = 0;
+        cudaError_t e;
+        if (!t->marked[i]) continue;
+        while ((e = cudaEventQuery(t->events[i])) == cudaErrorNotReady) {
+            if (pp__nccl_now() > deadline)
+                return pp__nccl_fail(err, PP_ETIMEOUT, "timer: event %d not reached within %.0f s", i, PP__NCCL_DEFAULT_TIMEOUT);
+            pp__nccl_pause(&polls);
+        }
+        if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, t->events[t->first], t->events[i]);
+        if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "timer");
+        seconds[i] = t->first_host + 1e-3 * ms;
+    }
+    memset(t->marked, 0, (size_t)t->capacity);
+    t->first = -1;
+    return pp__nccl_ok(err);
+}
+
+pp_status pp_nccl_event_timer(void *stream, int capacity, pp_timer *out, pp_error *err)
+{
+    pp__nccl_timer *t;
+    int i;
+    cudaError_t e = cudaSuccess;
+    if (!out || capacity < 1) return pp__nccl_fail(err, PP_EINVAL, "capacity=%d: must be >= 1 (out not NULL)", capacity);
+    t = (pp__nccl_timer *)calloc(1, sizeof *t);
+    if (!t) return pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_event_timer: out of memory");
+    t->stream = (cudaStream_t)stream;
+    t->capacity = capacity;
+    t->first = -1;
+    t->events = (cudaEvent_t *)calloc((size_t)capacity, sizeof *t->events);
+    t->marked = (unsigned char *)calloc((size_t)capacity, 1);
+    if (!t->events || !t->marked) e = cudaErrorMemoryAllocation;
+    for (i = 0; e == cudaSuccess && i < capacity; i++) e = cudaEventCreate(&t->events[i]);
+    memset(out, 0, sizeof *out);
+    out->user = t;
+    out->mark = pp__nccl_timer_mark;
+    out->resolve = pp__nccl_timer_resolve;
+    if (e != cudaSuccess) {
+        t->capacity = i;
+        pp_nccl_timer_free(out);
+        return pp__nccl_cuda_fail(err, e, "pp_nccl_event_timer");
+    }
+    return pp__nccl_ok(err);
+}
+
+void pp_nccl_timer_free(pp_timer *timer)
+{
+    pp__nccl_timer *t;
+    int i;
+    if (!timer || !timer->user || timer->mark != pp__nccl_timer_mark) return;
+    t = (pp__nccl_timer *)timer->user;
+    for (i = 0; t->events && i < t->capacity; i++) if (t->events[i]) cudaEventDestroy(t->events[i]);
+    free(t->events);
+    free(t->marked);
+    free(t);
+    timer->user = NULL;
+}
+
+/* --- gradient norm ------------------------------------------------------------------------- */
+
+pp_status pp_nccl_grad_norm(pp_nccl *nc, float *d_sumsq, float max_norm, float *d_scale, void *stream,
+                            pp_error *err)
+{
+    ncclResult_t r;
+    pp_status st;
+    if (!nc || !d_sumsq) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_grad_norm: nc and d_sumsq must not be NULL");
+    if (d_scale && !(max_norm > 0)) return pp__nccl_fail(err, PP_EINVAL, "max_norm=%g: must be > 0 to clip", (double)max_norm);
+    if (nc->aborted) return pp__nccl_aborted(nc, err, "pp_nccl_grad_norm");
+    r = ncclAllReduce(d_sumsq, d_sumsq, 1, ncclFloat, ncclSum, nc->comm, (cudaStream_t)stream);
+    if ((st = pp__nccl_check(nc, r, "pp_nccl_grad_norm: ncclAllReduce", err)) != PP_OK) return st;
+    if (r == ncclInProgress &&
+        (st = pp__nccl_settle(nc, nc->comm, pp__nccl_now() + nc->timeout_s, "pp_nccl_grad_norm", err)) != PP_OK)
+        return st;
+    if (d_scale) return pp_cuda_clip_scale(d_sumsq, max_norm, d_scale, stream, err);
+    return pp__nccl_ok(err);
+}

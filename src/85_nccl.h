@@ -1,0 +1,151 @@
+
+/* ============================================================================================
+ * >>nccl
+ * Declarations of pipepar_nccl.c, the NCCL companion: communicator set-up that fits how jobs
+ * are launched, the runtime's transport over NCCL, and the cross-rank half of the gradient norm.
+ * Build it with a C compiler against CUDA's and NCCL's headers and link -lnccl -lcudart. This
+ * header needs neither: communicators are the opaque pp_nccl, CUDA streams and events are
+ * passed as void * (a cudaStream_t / cudaEvent_t; NULL is the legacy default stream), and the
+ * unique id is a plain 128-byte struct.
+ *
+ * START-UP. One process per GPU (mpirun, srun, torchrun, or any launcher that sets RANK,
+ * WORLD_SIZE, LOCAL_RANK), or one process with one thread per GPU:
+ *     pp_nccl_config cfg = {0};                 // rank, world, device from the environment
+ *     pp_nccl *world;  pp_nccl_init(&cfg, &world, &err);
+ *     pp_nccl *pipe;   pp_nccl_split(world, &grid, PP_GROUP_PP, &pipe, &err);
+ *     pp_transport t;  pp_nccl_transport(pipe, compute_stream, &t, &err);
+ *     ... pp_executor_config.transport = t; pp_run_step(...); pp_nccl_sync(pipe, compute_stream, ...)
+ *     pp_nccl_transport_free(&t); pp_nccl_free(pipe); pp_nccl_free(world);
+ * The unique id that every rank needs reaches them, chosen at run time (PP_NCCL_BOOTSTRAP_AUTO):
+ *     MPI   MPI_Bcast from rank 0, when pipepar_nccl.c is built with -DPIPEPAR_NCCL_MPI and the
+ *           process was started by an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK
+ *           set); MPI is initialised if the program did not;
+ *     FILE  otherwise: rank 0 writes it to a file on a filesystem every rank sees (llm.c's way),
+ *           atomically (write, then rename), and removes it once every rank has joined. The path
+ *           is cfg.id_file, else $PIPEPAR_NCCL_ID_FILE, else /tmp/pipepar_nccl_<job>.id where
+ *           <job> is TORCHELASTIC_RUN_ID, SLURM_JOB_ID or MASTER_PORT (one must be set).
+ *           Give every job its own path: a stale file from a crashed job is read as a wrong id,
+ *           and init then times out.
+ *     ID    threads of one process: pp_nccl_unique_id once, then every thread passes it.
+ * Several nodes work through NCCL's own network transports (IB, sockets): nothing here opens a
+ * socket of its own.
+ *
+ * TRANSPORT. pp_nccl_transport wraps a (pipeline) communicator as a pp_transport for the
+ * executor. post() makes the communication stream wait for an event recorded on the compute
+ * stream (the bytes to send are ready, buffers to receive into are free), issues the group's
+ * sends and receives between one ncclGroupStart/End, and records a done-event; wait() makes the
+ * compute stream wait for that event and returns at once: the host runs ahead, transfers
+ * overlap compute, and nothing blocks until the step's closing all-reduce or pp_nccl_sync. A
+ * transfer whose peer is this rank is copied on the device (cudaMemcpyAsync through a staging
+ * buffer), never through NCCL. Tags are not sent: NCCL matches by order, which the validated
+ * schedule makes identical on both ends.
+ *
+ * FAILURE. Communicators are non-blocking (ncclConfig_t.blocking = 0) and every wait has a
+ * deadline: a peer that died or hangs makes the waiting rank call ncclCommAbort and return
+ * PP_ETIMEOUT (within timeout_s) instead of hanging; an error NCCL reports (ncclRemoteError,
+ * a network failure) returns PP_ETRANSPORT with NCCL's message. After an abort every call on
+ * that communicator returns PP_EABORTED; free it and exit (or build a new one).
+ * ============================================================================================ */
+
+typedef struct pp_nccl pp_nccl;
+
+typedef enum pp_nccl_bootstrap {
+    PP_NCCL_BOOTSTRAP_AUTO = 0,     /* MPI when built with it and launched by MPI, else FILE */
+    PP_NCCL_BOOTSTRAP_FILE,
+    PP_NCCL_BOOTSTRAP_MPI,
+    PP_NCCL_BOOTSTRAP_ID
+} pp_nccl_bootstrap;
+
+/* An ncclUniqueId by value (NCCL_UNIQUE_ID_BYTES = 128). */
+typedef struct pp_nccl_id { char bytes[128]; } pp_nccl_id;
+
+typedef struct pp_nccl_config {
+    int world;              /* 0: rank, world and device come from the environment (RANK /
+                               WORLD_SIZE / LOCAL_RANK, OMPI_COMM_WORLD_*, PMI_*, SLURM_*; the
+                               device is the local rank, else rank % device count); > 0: rank,
+                               world and device below are used as given */
+    int rank;
+    int device;
+    pp_nccl_bootstrap bootstrap;
+    const char *id_file;    /* FILE: see above */
+    const pp_nccl_id *id;   /* ID: the same id on every rank */
+    double timeout_s;       /* deadline of set-up and of every wait; 0 means 300 s, or
+                               $PIPEPAR_NCCL_TIMEOUT seconds when set */
+    int blocking;           /* 1: blocking communicators (NCCL calls may then hang on a dead peer) */
+    int max_ctas;           /* NCCL's maxCTAs: the SMs its kernels may take at once; 0: NCCL's default */
+} pp_nccl_config;
+
+/* A fresh unique id (for PP_NCCL_BOOTSTRAP_ID). */
+PIPEPAR_API pp_status pp_nccl_unique_id(pp_nccl_id *id, pp_error *err);
+/* Selects the device (cudaSetDevice) and creates the world communicator and its stream. */
+PIPEPAR_API pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_error *err);
+/* The communicator of rank's group of mask dims (ncclCommSplit with the grid's color and index;
+ * every rank of parent must call it, with the same grid and dims). grid->world must equal the
+ * parent's size. */
+PIPEPAR_API pp_status pp_nccl_split(pp_nccl *parent, const pp_grid *grid, unsigned dims, pp_nccl **out,
+                                    pp_error *err);
+/* Finalises (or, after an abort, only releases) and frees. NULL is allowed. */
+PIPEPAR_API void pp_nccl_free(pp_nccl *nc);
+
+PIPEPAR_API int pp_nccl_rank(const pp_nccl *nc);
+PIPEPAR_API int pp_nccl_world(const pp_nccl *nc);
+PIPEPAR_API int pp_nccl_device(const pp_nccl *nc);
+PIPEPAR_API void *pp_nccl_comm(const pp_nccl *nc);      /* the ncclComm_t */
+PIPEPAR_API void *pp_nccl_stream(const pp_nccl *nc);    /* its communication stream (cudaStream_t) */
+/* "nccl 2.28.9, rank 0 of 2, device 0 (NVIDIA H200), bootstrap file /tmp/x.id" */
+PIPEPAR_API const char *pp_nccl_describe(const pp_nccl *nc);
+
+/* Ends every operation of the communicator now (ncclCommAbort); later calls return PP_EABORTED
+ * naming reason. Idempotent; the first reason is kept. */
+PIPEPAR_API void pp_nccl_abort(pp_nccl *nc, pp_status status, const char *reason);
+/* Waits for `stream` (a cudaStream_t; NULL: the communication stream) with the deadline: on
+ * timeout it aborts the communicator and returns PP_ETIMEOUT. Use it instead of
+ * cudaStreamSynchronize wherever the stream may wait on a peer. */
+PIPEPAR_API pp_status pp_nccl_sync(pp_nccl *nc, void *stream, double timeout_s, pp_error *err);
+/* All ranks meet (a one-float all-reduce) within the deadline. */
+PIPEPAR_API pp_status pp_nccl_barrier(pp_nccl *nc, double timeout_s, pp_error *err);
+/* In place sum over the communicator of `count` floats on the host, within the deadline. */
+PIPEPAR_API pp_status pp_nccl_all_reduce_host(pp_nccl *nc, float *values, int count, double timeout_s,
+                                              pp_error *err);
+
+/* --- transport ------------------------------------------------------------------------------ */
+
+/* Fills *out with a transport over nc (rank and world as nc's) whose waits order
+ * `compute_stream` (a cudaStream_t of nc's device). Free with pp_nccl_transport_free after the
+ * executor that uses it. */
+PIPEPAR_API pp_status pp_nccl_transport(pp_nccl *nc, void *compute_stream, pp_transport *out, pp_error *err);
+PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
+
+/* Per-group device times, for timelines and bandwidth figures. With recording on, every
+ * group posted gets a begin event (after the communication stream waited for the compute
+ * stream: the transfer may start) and an end event. times[] gets, for the groups posted since
+ * the last reset, seconds from base_event (a cudaEvent_t recorded on the same device before
+ * them) to the begin and to the end. */
+typedef struct pp_nccl_group_time {
+    double begin, end;
+    size_t bytes_sent, bytes_received;
+    int transfers;
+    int peer;               /* the peer of the group's first transfer */
+} pp_nccl_group_time;
+
+PIPEPAR_API pp_status pp_nccl_transport_record(pp_transport *t, int on, pp_error *err);
+PIPEPAR_API pp_status pp_nccl_transport_times(pp_transport *t, void *base_event, pp_nccl_group_time *times,
+                                              int capacity, int *count, pp_error *err);
+
+/* A pp_timer of CUDA events on `stream` (the compute stream), for pp_executor_config.timer:
+ * mark(i) records event i there, resolve() returns host-clock seconds (the step's first mark is
+ * taken as the host time at which it was recorded: the stream is idle when a step starts after
+ * a sync). capacity: 3 * (longest program) events. Free with pp_nccl_timer_free. */
+PIPEPAR_API pp_status pp_nccl_event_timer(void *stream, int capacity, pp_timer *out, pp_error *err);
+PIPEPAR_API void pp_nccl_timer_free(pp_timer *timer);
+
+/* --- gradient norm over model-parallel ranks -------------------------------------------------- */
+
+/* d_sumsq (device, one float: this rank's sum of squares of its gradients, e.g. from
+ * pp_cuda_l2norm_sumsq) is summed in place over nc's ranks on `stream`; if d_scale is given,
+ * *d_scale = min(1, max_norm / (sqrt(total) + 1e-6)) follows on the device (pp_cuda_clip_scale),
+ * so the gradients can be scaled without a host round trip. Pass the communicator of
+ * PP_GROUP_TP | PP_GROUP_PP (| PP_GROUP_CP when CP shards gradients differently), as Megatron-LM
+ * reduces its norm over the model-parallel group. Never synchronises. */
+PIPEPAR_API pp_status pp_nccl_grad_norm(pp_nccl *nc, float *d_sumsq, float max_norm, float *d_scale,
+                                        void *stream, pp_error *err);

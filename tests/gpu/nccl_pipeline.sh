@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# tests/gpu/nccl_pipeline.sh — examples/mlp_gpu.cu trains pipeline-parallel on 2 GPUs with every
+# schedule family and its gradients match a single-GPU run of the whole model (bf16 tolerance):
+# one process per GPU (torchrun's variables, file bootstrap), one process with a thread per GPU,
+# NCCL forced onto sockets, and a short training run whose loss falls. Small model (seconds per
+# run). Needs 2 GPUs. Ends with "N passed, N failed".
+set -u
+cd "$(dirname "$0")/../.."
+BUILD=${1:-build}
+export NCCL_NVLS_ENABLE=0
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -lt 2 ]; then echo "needs 2 GPUs"; echo "0 passed, 1 failed"; exit 1; fi
+[ -x "$BUILD/mlp_gpu" ] || make -s "$BUILD/mlp_gpu" || { echo "0 passed, 1 failed"; exit 1; }
+SMALL="--hidden 512 --layers 8 --tokens 1024 --mb 8 --warmup 1 --steps 2 --timeout 60"
+log=$(mktemp -d)
+
+run2() {   # run2 NAME ARGS...: two processes; output of rank 0 in $log/NAME
+    local name=$1; shift
+    local id=/tmp/pipepar_test_$$_$RANDOM.id rc=0 p0 p1
+    env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 PIPEPAR_NCCL_ID_FILE=$id timeout 180 "$BUILD/mlp_gpu" "$@" >"$log/$name" 2>&1 & p0=$!
+    env RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 PIPEPAR_NCCL_ID_FILE=$id timeout 180 "$BUILD/mlp_gpu" "$@" >"$log/$name.1" 2>&1 & p1=$!
+    wait $p0 || rc=$?
+    wait $p1 || rc=$?
+    return $rc
+}
+expect_match() {   # expect_match NAME: exit 0 and "gradients match"
+    local name=$1 rc=$2
+    if [ "$rc" -eq 0 ] && grep -q "ok, gradients match" "$log/$name"; then ok "$name: $(grep -o 'worst relative error [^ ]*' "$log/$name")"
+    else bad "$name (exit $rc)"; sed 's/^/    /' "$log/$name"; sed 's/^/    rank 1: /' "$log/$name.1" 2>/dev/null | tail -n 5; fi
+}
+
+for cfg in "gpipe 1" "1f1b 1" "interleaved 2" "interleaved 4" "looped-bfs 2" "zb-h1 1" "zbv 2" "interleaved-zb 2" "dualpipev 2"; do
+    set -- $cfg
+    run2 "$1-vpp$2" $SMALL --schedule "$1" --vpp "$2" --check; expect_match "$1-vpp$2" $?
+done
+
+# one process, one thread per GPU (in-memory unique id)
+timeout 180 "$BUILD/mlp_gpu" $SMALL --schedule interleaved --vpp 2 --threads 2 --check >"$log/threads" 2>&1
+expect_match threads $?
+
+# NCCL over its socket transport (a stand-in for two nodes)
+NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 run2 sockets $SMALL --schedule 1f1b --check; expect_match sockets $?
+
+# training: the loss falls over 8 SGD steps with the clipped global gradient norm, and a trace
+run2 train $SMALL --schedule zbv --train 8 --lr 0.05 --trace "$log/trace.json"; rc=$?
+first=$(sed -n 's/^train step *1 *loss \([0-9.]*\).*/\1/p' "$log/train")
+lastl=$(sed -n 's/^train step *8 *loss \([0-9.]*\).*/\1/p' "$log/train")
+if [ "$rc" -eq 0 ] && [ -n "$first" ] && [ -n "$lastl" ] && awk -v a="$first" -v b="$lastl" 'BEGIN { exit !(b < a) }'; then
+    ok "training: loss $first -> $lastl"
+else
+    bad "training (exit $rc): loss '$first' -> '$lastl'"; sed 's/^/    /' "$log/train"
+fi
+if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); ev=d['traceEvents'] if isinstance(d,dict) else d; assert len(ev) > 10" "$log/trace.json" 2>/dev/null; then
+    ok "trace: valid Perfetto JSON"
+else
+    bad "trace: $log/trace.json is not valid trace JSON"
+fi
+
+# bad flags: exit 2 with a message
+"$BUILD/mlp_gpu" --pp 0 >/dev/null 2>"$log/bad"; rc=$?
+[ "$rc" -eq 2 ] && grep -q -- "--pp=0: must be" "$log/bad" && ok "bad flag exits 2" || bad "bad flag: exit $rc: $(cat "$log/bad")"
+rm -rf "$log"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

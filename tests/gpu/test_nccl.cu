@@ -1,0 +1,353 @@
+/* tests/gpu/test_nccl.cu — pipepar_nccl.c on real GPUs: set-up errors, the transport (cross-rank
+ * and same-rank transfers, stream ordering, many groups in flight), all-reduce, barrier,
+ * ncclCommSplit by the rank grid, the gradient norm, the event timer, group times, and the
+ * watchdog (an unmatched send ends in PP_ETIMEOUT within the deadline, then PP_EABORTED).
+ * Ranks are threads of this process, one GPU each (the file bootstrap and the in-memory id);
+ * with one GPU only the one-rank tests run. Ends with "N passed, N failed".
+ * (C code; a .cu so that nvcc links it with the C++ runtime pipepar_cuda.o needs.)         */
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
+#endif
+#include <cuda_runtime.h>
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "../../pipepar.h"
+
+static pthread_mutex_t count_mu = PTHREAD_MUTEX_INITIALIZER;
+static int passed, failed;
+
+#define CHECK(cond) check_((cond) != 0, __FILE__, __LINE__, #cond, "")
+#define CHECK_MSG(cond, msg) check_((cond) != 0, __FILE__, __LINE__, #cond, (msg))
+#define CHECK_OK(call, e) do { pp_status s_ = (call); check_(s_ == PP_OK, __FILE__, __LINE__, #call, (e)->message); } while (0)
+#define CHECK_FAILS(call, e, status, needle) do { pp_status s_ = (call); \
+    check_(s_ == (status) && strstr((e)->message, (needle)) != NULL, __FILE__, __LINE__, #call, (e)->message); } while (0)
+
+static void check_(int ok, const char *file, int line, const char *what, const char *msg)
+{
+    pthread_mutex_lock(&count_mu);
+    if (ok) passed++;
+    else { failed++; printf("FAIL %s:%d: %s %s\n", file, line, what, msg ? msg : ""); fflush(stdout); }
+    pthread_mutex_unlock(&count_mu);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* --- set-up errors (host-checkable) -------------------------------------------------------- */
+
+static void setup_errors_name_the_parameter(void)
+{
+    pp_nccl_config c;
+    pp_nccl *nc = NULL;
+    pp_error e;
+    memset(&c, 0, sizeof c);
+    unsetenv("RANK"); unsetenv("OMPI_COMM_WORLD_RANK"); unsetenv("PMI_RANK"); unsetenv("PMIX_RANK"); unsetenv("SLURM_PROCID");
+    CHECK_FAILS(pp_nccl_init(&c, &nc, &e), &e, PP_EINVAL, "none of RANK");
+    setenv("RANK", "abc", 1);
+    CHECK_FAILS(pp_nccl_init(&c, &nc, &e), &e, PP_EINVAL, "RANK='abc'");
+    setenv("RANK", "3", 1); setenv("WORLD_SIZE", "2", 1);
+    CHECK_FAILS(pp_nccl_init(&c, &nc, &e), &e, PP_EINVAL, "rank=3: must be below world=2");
+    unsetenv("RANK"); unsetenv("WORLD_SIZE");
+    c.world = 2; c.rank = 2;
+    CHECK_FAILS(pp_nccl_init(&c, &nc, &e), &e, PP_EINVAL, "rank=2: must be between 0 and world-1 = 1");
+    c.rank = 0; c.device = 99;
+    CHECK_FAILS(pp_nccl_init(&c, &nc, &e), &e, PP_EINVAL, "device=99");
+    c.device = 0; c.bootstrap = PP_NCCL_BOOTSTRAP_ID;
+    CHECK_FAILS(pp_nccl_init(&c, &nc, &e), &e, PP_EINVAL, "bootstrap=ID needs the id");
+    c.bootstrap = PP_NCCL_BOOTSTRAP_MPI;
+#ifndef PIPEPAR_NCCL_MPI
+    CHECK_FAILS(pp_nccl_init(&c, &nc, &e), &e, PP_EUNSUPPORTED, "built without -DPIPEPAR_NCCL_MPI");
+#endif
+    c.bootstrap = PP_NCCL_BOOTSTRAP_FILE; c.timeout_s = -1;
+    CHECK_FAILS(pp_nccl_init(&c, &nc, &e), &e, PP_EINVAL, "timeout_s=-1");
+    c.timeout_s = 0;
+    unsetenv("PIPEPAR_NCCL_ID_FILE"); unsetenv("TORCHELASTIC_RUN_ID"); unsetenv("SLURM_JOB_ID"); unsetenv("MASTER_PORT");
+    CHECK_FAILS(pp_nccl_init(&c, &nc, &e), &e, PP_EINVAL, "set PIPEPAR_NCCL_ID_FILE");
+    /* rank 1 waiting for a file nobody writes: a timeout, not a hang */
+    c.rank = 1; c.id_file = "/tmp/pipepar_test_no_such_id_file"; c.timeout_s = 0.5;
+    remove(c.id_file);
+    CHECK_FAILS(pp_nccl_init(&c, &nc, &e), &e, PP_ETIMEOUT, "did not write it within");
+    CHECK(nc == NULL);
+}
+
+/* --- one rank -------------------------------------------------------------------------------- */
+
+static void one_rank_transport_all_reduce_and_grad_norm(void)
+{
+    pp_nccl_config c;
+    pp_nccl_id id;
+    pp_nccl *nc = NULL;
+    pp_transport t;
+    pp_error e;
+    cudaStream_t s;
+    unsigned char *a, *b, host[1024];
+    void *h = NULL;
+    float v[3] = { 1.5f, -2.0f, 3.0f }, *d;
+    int i, ok = 1;
+    memset(&c, 0, sizeof c);
+    CHECK_OK(pp_nccl_unique_id(&id, &e), &e);
+    c.world = 1; c.rank = 0; c.device = 0; c.bootstrap = PP_NCCL_BOOTSTRAP_ID; c.id = &id; c.timeout_s = 20;
+    CHECK_OK(pp_nccl_init(&c, &nc, &e), &e);
+    if (!nc) return;
+    CHECK(pp_nccl_rank(nc) == 0 && pp_nccl_world(nc) == 1 && pp_nccl_comm(nc) && pp_nccl_stream(nc));
+    CHECK(strstr(pp_nccl_describe(nc), "rank 0 of 1") != NULL);
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaMalloc((void **)&a, 1024); cudaMalloc((void **)&b, 1024);
+    CHECK_OK(pp_nccl_transport(nc, s, &t, &e), &e);
+    /* a same-rank send and its receive in one group: copied on the device, no NCCL */
+    cudaMemsetAsync(a, 0x5a, 1024, s);
+    cudaMemsetAsync(b, 0, 1024, s);
+    {
+        pp_transfer x[2];
+        memset(x, 0, sizeof x);
+        x[0].is_send = 1; x[0].peer = 0; x[0].tag = pp_transfer_tag(PP_OP_SEND_F, 0, 3, 0); x[0].buf = a; x[0].bytes = 1024;
+        x[1].is_send = 0; x[1].peer = 0; x[1].tag = x[0].tag; x[1].buf = b; x[1].bytes = 1024;
+        CHECK_OK(t.post(t.user, x, 2, &h, &e), &e);
+        CHECK_OK(t.wait(t.user, h, 5, &e), &e);
+        cudaMemcpyAsync(host, b, 1024, cudaMemcpyDeviceToHost, s);
+        CHECK_OK(pp_nccl_sync(nc, s, 5, &e), &e);
+        for (i = 0; i < 1024; i++) ok &= host[i] == 0x5a;
+        CHECK_MSG(ok, "same-rank transfer delivered the bytes");
+        /* a receive with no send before it */
+        x[1].tag = pp_transfer_tag(PP_OP_SEND_F, 0, 4, 0);
+        CHECK_FAILS(t.post(t.user, &x[1], 1, &h, &e), &e, PP_EUNSUPPORTED, "posted before its send");
+        x[1].peer = 1;
+        CHECK_FAILS(t.post(t.user, &x[1], 1, &h, &e), &e, PP_EINVAL, "peer=1: must be between 0 and 0");
+    }
+    CHECK_OK(pp_nccl_all_reduce_host(nc, v, 3, 5, &e), &e);
+    CHECK(v[0] == 1.5f && v[1] == -2.0f && v[2] == 3.0f);
+    CHECK_OK(pp_nccl_barrier(nc, 5, &e), &e);
+    /* grad norm: sum of squares 16 -> norm 4 -> scale min(1, 2 / 4) */
+    cudaMalloc((void **)&d, 2 * sizeof(float));
+    v[0] = 16.0f;
+    cudaMemcpy(d, v, sizeof(float), cudaMemcpyHostToDevice);
+    CHECK_OK(pp_nccl_grad_norm(nc, d, 2.0f, d + 1, s, &e), &e);
+    cudaStreamSynchronize(s);
+    cudaMemcpy(v, d, 2 * sizeof(float), cudaMemcpyDeviceToHost);
+    CHECK(v[0] == 16.0f && v[1] > 0.4999f && v[1] < 0.5001f);
+    CHECK_FAILS(pp_nccl_grad_norm(nc, d, 0.0f, d + 1, s, &e), &e, PP_EINVAL, "max_norm=0");
+    /* the event timer: marks come back as increasing host-clock seconds */
+    {
+        pp_timer tm;
+        double sec[4] = { -1, -1, -1, -1 }, t0 = now_s();
+        CHECK_OK(pp_nccl_event_timer(s, 4, &tm, &e), &e);
+        tm.mark(tm.user, 0);
+        cudaMemsetAsync(a, 1, 1024, s);
+        tm.mark(tm.user, 2);
+        CHECK_OK(tm.resolve(tm.user, sec, 4, &e), &e);
+        CHECK(sec[0] >= t0 - 1 && sec[2] >= sec[0] && sec[1] == -1 && sec[3] == -1);
+        pp_nccl_timer_free(&tm);
+    }
+    pp_nccl_transport_free(&t);
+    cudaFree(a); cudaFree(b); cudaFree(d);
+    cudaStreamDestroy(s);
+    pp_nccl_free(nc);
+}
+
+/* --- two ranks as two threads -------------------------------------------------------------- */
+
+typedef struct two_ranks {
+    pp_nccl_id id;
+    const char *id_file;
+    pthread_barrier_t bar;
+} two_ranks;
+
+typedef struct rank_arg { two_ranks *tr; int rank; } rank_arg;
+
+#define NBIG (64u << 20)   /* 64 MiB: more than NCCL buffers, so a send needs its receive */
+
+static void *rank_main(void *argp)
+{
+    rank_arg *arg = (rank_arg *)argp;
+    two_ranks *tr = arg->tr;
+    int rank = arg->rank, peer = 1 - rank, i, g;
+    pp_nccl_config c;
+    pp_nccl *world = NULL, *tpc = NULL, *ppc = NULL;
+    pp_transport t;
+    pp_error e;
+    cudaStream_t s;
+    unsigned char *sendb[20], *recvb[20], host[256];
+    void *h[20];
+    pp_grid grid;
+    pp_grid_config gc;
+
+    memset(&c, 0, sizeof c);
+    c.world = 2; c.rank = rank; c.device = rank; c.timeout_s = 30;
+    if (tr->id_file) { c.bootstrap = PP_NCCL_BOOTSTRAP_FILE; c.id_file = tr->id_file; }
+    else { c.bootstrap = PP_NCCL_BOOTSTRAP_ID; c.id = &tr->id; }
+    CHECK_OK(pp_nccl_init(&c, &world, &e), &e);
+    if (!world) return NULL;
+    if (tr->id_file && rank == 0) CHECK_MSG(access(tr->id_file, F_OK) != 0, "rank 0 removed the id file after init");
+
+    /* split by the grid: tp 2 -> both ranks in one group, index = rank; pp groups of one */
+    memset(&gc, 0, sizeof gc);
+    gc.world = 2; gc.tp = 2;
+    CHECK_OK(pp_grid_init(&gc, &grid, &e), &e);
+    CHECK_OK(pp_nccl_split(world, &grid, PP_GROUP_TP, &tpc, &e), &e);
+    CHECK_OK(pp_nccl_split(world, &grid, PP_GROUP_PP, &ppc, &e), &e);
+    CHECK(tpc && pp_nccl_world(tpc) == 2 && pp_nccl_rank(tpc) == rank);
+    CHECK(ppc && pp_nccl_world(ppc) == 1 && pp_nccl_rank(ppc) == 0);
+    {
+        float v[2] = { (float)(rank + 1), 10.0f };
+        CHECK_OK(pp_nccl_all_reduce_host(tpc, v, 2, 10, &e), &e);
+        CHECK(v[0] == 3.0f && v[1] == 20.0f);
+        v[0] = 7.0f;
+        CHECK_OK(pp_nccl_all_reduce_host(ppc, v, 1, 10, &e), &e);
+        CHECK(v[0] == 7.0f);
+    }
+    pp_nccl_free(ppc);
+
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    CHECK_OK(pp_nccl_transport(tpc, s, &t, &e), &e);
+    CHECK(t.rank == rank && t.world == 2);
+    for (g = 0; g < 20; g++) { cudaMalloc((void **)&sendb[g], NBIG); cudaMalloc((void **)&recvb[g], NBIG); }
+
+    /* 20 groups in flight, each a send and a receive; every buffer is written on the compute
+     * stream right before its post, so a transport that did not order the communication stream
+     * after the compute stream would send stale bytes. */
+    CHECK_OK(pp_nccl_transport_record(&t, 1, &e), &e);
+    {
+        cudaEvent_t base;
+        pp_nccl_group_time times[32];
+        int count = 0;
+        cudaEventCreate(&base);
+        cudaEventRecord(base, s);
+        for (g = 0; g < 20; g++) {
+            pp_transfer x[2];
+            cudaMemsetAsync(recvb[g], 0, NBIG, s);
+            cudaMemsetAsync(sendb[g], 16 * rank + g, NBIG, s);
+            memset(x, 0, sizeof x);
+            x[0].is_send = 1; x[0].peer = peer; x[0].buf = sendb[g]; x[0].bytes = NBIG;
+            x[1].is_send = 0; x[1].peer = peer; x[1].buf = recvb[g]; x[1].bytes = NBIG;
+            if (rank == 1) { pp_transfer tmp = x[0]; x[0] = x[1]; x[1] = tmp; }   /* order within a group is free */
+            CHECK_OK(t.post(t.user, x, 2, &h[g], &e), &e);
+        }
+        for (g = 0; g < 20; g++) CHECK_OK(t.wait(t.user, h[g], 10, &e), &e);
+        CHECK_OK(pp_nccl_sync(tpc, s, 20, &e), &e);
+        for (g = 0; g < 20; g++) {
+            int ok = 1;
+            cudaMemcpy(host, recvb[g] + NBIG - 256, 256, cudaMemcpyDeviceToHost);
+            for (i = 0; i < 256; i++) ok &= host[i] == (unsigned char)(16 * peer + g);
+            CHECK_MSG(ok, "group received the bytes written right before the peer's post");
+        }
+        CHECK_OK(pp_nccl_transport_times(&t, base, times, 32, &count, &e), &e);
+        CHECK(count == 20);
+        for (g = 0; g < count && g < 20; g++)
+            CHECK(times[g].end >= times[g].begin && times[g].begin >= 0 && times[g].bytes_sent == NBIG &&
+                  times[g].bytes_received == NBIG && times[g].peer == peer && times[g].transfers == 2);
+        if (rank == 0 && count > 1)
+            printf("  2 ranks, 20 groups of 64 MiB each way: %.1f GB/s per direction (group %d)\n",
+                   (double)NBIG / (times[count - 1].end - times[count - 2].end) / 1e9, count - 1);
+        cudaEventDestroy(base);
+    }
+    /* test(): a finished group reports done */
+    {
+        pp_transfer x;
+        void *hh = NULL;
+        int done = 0, polls = 0;
+        memset(&x, 0, sizeof x);
+        x.is_send = rank == 0; x.peer = peer; x.buf = rank == 0 ? sendb[0] : recvb[0]; x.bytes = 4096;
+        CHECK_OK(t.post(t.user, &x, 1, &hh, &e), &e);
+        while (!done && polls++ < 100000) { CHECK_OK(t.test(t.user, hh, &done, &e), &e); if (!done) { struct timespec ts = { 0, 100000 }; nanosleep(&ts, NULL); } }
+        CHECK(done);
+    }
+    CHECK_OK(pp_nccl_barrier(tpc, 10, &e), &e);
+
+    /* grad norm over both ranks: 9 + 16 = 25 -> norm 5 -> scale min(1, 1 / 5) */
+    {
+        float *d, v[2];
+        cudaMalloc((void **)&d, 2 * sizeof(float));
+        v[0] = rank == 0 ? 9.0f : 16.0f;
+        cudaMemcpy(d, v, sizeof(float), cudaMemcpyHostToDevice);
+        CHECK_OK(pp_nccl_grad_norm(tpc, d, 1.0f, d + 1, s, &e), &e);
+        CHECK_OK(pp_nccl_sync(tpc, s, 10, &e), &e);
+        cudaMemcpy(v, d, 2 * sizeof(float), cudaMemcpyDeviceToHost);
+        CHECK(v[0] == 25.0f && v[1] > 0.1999f && v[1] < 0.2001f);
+        cudaFree(d);
+    }
+
+    /* the watchdog: rank 0 sends 64 MiB that rank 1 never receives. Rank 0's wait on the
+     * compute stream must end in PP_ETIMEOUT within its deadline (2 s), not hang; afterwards
+     * every call says PP_EABORTED. Rank 1 aborts its side once rank 0 is done. */
+    pthread_barrier_wait(&tr->bar);
+    if (rank == 0) {
+        pp_transfer x;
+        void *hh = NULL;
+        double t0;
+        pp_status st;
+        memset(&x, 0, sizeof x);
+        x.is_send = 1; x.peer = 1; x.buf = sendb[0]; x.bytes = NBIG;
+        t0 = now_s();
+        st = t.post(t.user, &x, 1, &hh, &e);
+        if (st == PP_OK) {
+            CHECK_OK(t.wait(t.user, hh, 2, &e), &e);
+            st = pp_nccl_sync(tpc, s, 2.0, &e);
+        }
+        CHECK_MSG(st == PP_ETIMEOUT, e.message);
+        CHECK_MSG(now_s() - t0 < 2.0 + 5.0, "the timeout came within the deadline");
+        CHECK(strstr(e.message, "timed out") != NULL);
+        CHECK_FAILS(pp_nccl_barrier(tpc, 1, &e), &e, PP_EABORTED, "was aborted");
+        CHECK_FAILS(t.post(t.user, &x, 1, &hh, &e), &e, PP_EABORTED, "was aborted");
+        printf("  watchdog: unmatched send -> %s after %.2f s (deadline 2 s)\n", pp_status_name(st), now_s() - t0);
+    }
+    pthread_barrier_wait(&tr->bar);
+    if (rank == 1) pp_nccl_abort(tpc, PP_EABORTED, "test over: the peer aborted");
+    pp_nccl_sync(tpc, s, 1, &e);   /* aborted: returns at once */
+    cudaStreamSynchronize(s);       /* the aborted NCCL kernel has ended, so this returns */
+    pp_nccl_transport_free(&t);
+    for (g = 0; g < 20; g++) { cudaFree(sendb[g]); cudaFree(recvb[g]); }
+    cudaStreamDestroy(s);
+    pp_nccl_free(tpc);
+    pp_nccl_free(world);
+    return NULL;
+}
+
+static void two_ranks_run(const char *id_file)
+{
+    two_ranks tr;
+    pthread_t th[2];
+    rank_arg args[2];
+    pp_error e;
+    int r;
+    memset(&tr, 0, sizeof tr);
+    tr.id_file = id_file;
+    if (!id_file) CHECK_OK(pp_nccl_unique_id(&tr.id, &e), &e);
+    pthread_barrier_init(&tr.bar, NULL, 2);
+    for (r = 0; r < 2; r++) { args[r].tr = &tr; args[r].rank = r; pthread_create(&th[r], NULL, rank_main, &args[r]); }
+    for (r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    pthread_barrier_destroy(&tr.bar);
+}
+
+int main(void)
+{
+    int devices = 0;
+    char path[128];
+    double t0 = now_s();
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) {
+        printf("no CUDA device\n0 passed, 1 failed\n");
+        return 1;
+    }
+    setup_errors_name_the_parameter();
+    one_rank_transport_all_reduce_and_grad_norm();
+    if (devices >= 2) {
+        snprintf(path, sizeof path, "/tmp/pipepar_test_nccl_%ld.id", (long)getpid());
+        two_ranks_run(path);   /* file bootstrap */
+        two_ranks_run(NULL);   /* in-memory id */
+    } else {
+        printf("  one GPU: the two-rank tests need two\n");
+    }
+    printf("(%.1f s)\n%d passed, %d failed\n", now_s() - t0, passed, failed);
+    return failed != 0;
+}
