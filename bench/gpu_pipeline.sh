@@ -10,7 +10,8 @@
 # best schedules again with NCCL forced onto sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, a
 # stand-in for two nodes); the failure test; PyTorch's bench (GELU=tanh: the same model); the
 # summary table. Logs of every run land in OUTDIR. Env: H, L, T, M override the model size;
-# SKIP_TORCH=1, SKIP_SOCKET=1 skip parts.
+# SKIP_TORCH=1, SKIP_SOCKET=1 skip parts;
+# SKIP_BUILD=1 uses binaries already in build/ when they run.
 set -u
 cd "$(dirname "$0")/.."
 OUTDIR=${1:-${OUT:-bench/out}}
@@ -25,15 +26,19 @@ say() { echo "$@" | tee -a "$LOG"; }
 say "== $(date -u +%Y-%m-%dT%H:%MZ)  $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n 1) x $(nvidia-smi -L | wc -l)"
 say "== build"
 t0=$(date +%s)
-make -s -j16 build/mlp_gpu build/bench_nccl_bw build/gpu/test_nccl >"$OUTDIR/build.log" 2>&1 || { cat "$OUTDIR/build.log"; exit 1; }
-say "built in $(( $(date +%s) - t0 )) s"
+if [ "${SKIP_BUILD:-0}" = 1 ] && build/mlp_gpu --help >/dev/null 2>&1 && ! ldd build/bench_nccl_bw build/gpu/test_nccl | grep -q "not found"; then
+    say "using the binaries in build/ (SKIP_BUILD=1)"
+else
+    make -s -j16 build/mlp_gpu build/bench_nccl_bw build/gpu/test_nccl >"$OUTDIR/build.log" 2>&1 || { cat "$OUTDIR/build.log"; exit 1; }
+    say "built in $(( $(date +%s) - t0 )) s"
+fi
 
 # launch2 NAME ARGS...: two processes, one per GPU, torchrun's variables, a fresh id file.
 launch2() {
     local name=$1; shift
     local id=/tmp/pipepar_bench_$$_$RANDOM.id pids=() rc=0
     for r in 0 1; do
-        env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r PIPEPAR_NCCL_ID_FILE=$id timeout 300 "$@" >"$OUTDIR/$name.rank$r.log" 2>&1 &
+        env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r PIPEPAR_NCCL_ID_FILE=$id timeout 150 "$@" >"$OUTDIR/$name.rank$r.log" 2>&1 &
         pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p" || rc=$?; done

@@ -328,14 +328,23 @@ static void gemm_plan(Gemm &g, cublasOperation_t ta, cublasOperation_t tb, int m
     g.m = m; g.n = n; g.k = k;
 }
 
-static void gemm_run(Gemms &G, int id, const void *A, const void *B, const void *C, void *D, float beta, void *aux,
-                     cudaStream_t s)
+static cublasStatus_t gemm_try(Gemms &G, int id, const void *A, const void *B, const void *C, void *D, float beta,
+                               void *aux, cudaStream_t s)
 {
     Gemm &g = G.g[id];
     float alpha = 1.0f;
-    if (g.aux) CKLT(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
-    CKLT(cublasLtMatmul(G.lt, g.desc, &alpha, A, g.a, B, g.b, &beta, C, g.c, D, g.c, &g.algo, G.workspace,
-                        G.workspace_bytes, s));
+    if (g.aux) {
+        cublasStatus_t st = cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
+    return cublasLtMatmul(G.lt, g.desc, &alpha, A, g.a, B, g.b, &beta, C, g.c, D, g.c, &g.algo, G.workspace,
+                          G.workspace_bytes, s);
+}
+
+static void gemm_run(Gemms &G, int id, const void *A, const void *B, const void *C, void *D, float beta, void *aux,
+                     cudaStream_t s)
+{
+    CKLT(gemm_try(G, id, A, B, C, D, beta, aux, s));
 }
 
 /* Plans the six GEMMs; with tune, times the heuristic's top candidates on real-size buffers and
@@ -383,14 +392,14 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, cudaSt
             if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
             g.algo = res[i].algo;
             float ms = 0, beta = (id == G_FWD2 || id == G_DX || f32) ? 1.0f : 0.0f;
-            gemm_run(G, id, A, B, f32 ? (void *)C32 : (void *)C, f32 ? (void *)C32 : (void *)C, beta, aux, s);
+            void *cd = f32 ? (void *)C32 : (void *)C;
+            bool ok = gemm_try(G, id, A, B, cd, cd, beta, aux, s) == CUBLAS_STATUS_SUCCESS;
             CK(cudaEventRecord(e0, s));
-            for (int r = 0; r < 3; r++)
-                gemm_run(G, id, A, B, f32 ? (void *)C32 : (void *)C, f32 ? (void *)C32 : (void *)C, beta, aux, s);
+            for (int r = 0; r < 3 && ok; r++) ok = gemm_try(G, id, A, B, cd, cd, beta, aux, s) == CUBLAS_STATUS_SUCCESS;
             CK(cudaEventRecord(e1, s));
             CK(cudaEventSynchronize(e1));
             CK(cudaEventElapsedTime(&ms, e0, e1));
-            if (ms < best) { best = ms; best_i = i; }
+            if (ok && ms < best) { best = ms; best_i = i; }
         }
         g.algo = res[best_i].algo;
         if (verbose && tune)
