@@ -1,0 +1,93 @@
+
+/* ============================================================================================
+ * >>search
+ * Which schedule is fastest for my model? Given per-action costs (F, I, W per stage, p2p time)
+ * and a cap on activation memory, pp_search builds every schedule kind with every parameter
+ * worth trying (vpp, microbatch group, zb-h2's cap), plus greedy zero-bubble schedules of its
+ * own, proves each one (pp_schedule_validate), times it (pp_simulate) and ranks them: those
+ * within the cap first, then by step time (makespan), mean bubble and peak memory.
+ *
+ *     pp_search_config cfg = { .pp = 4, .mb = 16, .max_memory = 4 };   // 1F1B's memory
+ *     cfg.costs.f = 1; cfg.costs.i = 1; cfg.costs.w = 0.8; cfg.costs.p2p_latency = 0.05;
+ *     pp_search_result *res;
+ *     if (pp_search(&cfg, &res, &err) != PP_OK) ...
+ *     printf("%s: %.2f\n", res->entries[0].name, res->entries[0].makespan);
+ *     pp_schedule_write_csv(res->best, stdout, &err);               // the winner, lowered
+ *     pp_search_result_free(res);
+ *
+ * Memory is counted as pp_simulate counts it: a rank's peak of live (stage, microbatch)
+ * activations divided by vpp, i.e. in microbatches through the rank's whole layer set. 1F1B's
+ * first rank peaks at pp, ZB-V at pp, ZB-H2 at 2*pp-1, DualPipeV at pp + 1/2.
+ *
+ * Greedy schedules (pp_schedule_build_greedy). The paper's automatic scheduler (Qi et al., ICLR
+ * 2024, section 3.1) in our words: play the pipeline forward in time with the given costs; when
+ * a rank is free, run the most urgent ready work: an I (another rank waits for it) or an F if
+ * the cap allows (both ready: alternate, as 1F1B does), else a pending W, which fills idle gaps
+ * and frees memory (the cap forces one before an F when the rank is full). It handles looped
+ * placements with any vpp and the V placement, and cannot deadlock: a rank admits a new
+ * microbatch (its F on the rank's first chunk) only while its live plus reserved activations
+ * leave room for all vpp chunks of that microbatch, so the oldest unfinished microbatch can
+ * always move. (With vpp = 2, PP_GREEDY_EAGER_ADMIT keeps just one spare slot, which is enough:
+ * a chunk's F's run in microbatch order, so the spare goes to the oldest one's second chunk.) The policy switches
+ * below are the paper's grid-searched hyperparameters in spirit; pp_search tries them all.
+ * ============================================================================================ */
+
+typedef struct pp_greedy_config {
+    int pp;                    /* pipeline ranks, >= 1 */
+    int mb;                    /* microbatches, >= 1 */
+    int vpp;                   /* chunks per rank; 0 means 1 (2 for the V placement) */
+    pp_placement placement;    /* looped (any vpp) or V (vpp = 2) */
+    int max_live;              /* cap on live (stage, microbatch) activations per rank, >= vpp;
+                                  0 means pp*vpp (1F1B's peak) */
+    const pp_sim_costs *costs; /* what pp_simulate takes; NULL means F=1, I=W=1, no p2p time */
+    unsigned flags;            /* PP_GREEDY_* or'ed; 0 = the defaults */
+} pp_greedy_config;
+
+#define PP_GREEDY_FILL_ANY_GAP  1u /* run a pending W in any idle gap (default: only where it ends
+                                      before the next input known to arrive) */
+#define PP_GREEDY_SHALLOW_FIRST 2u /* among ready F's take the lowest stage (default: deepest) */
+#define PP_GREEDY_LAZY_W        4u /* hold W's while memory allows; run them when the cap or the
+                                      end of the rank's F and I work forces them */
+#define PP_GREEDY_I_FIRST       8u /* an I before a ready F, always (default: alternate, the other
+                                      kind than the rank's last F or I, as 1F1B does) */
+#define PP_GREEDY_READY_ORDER  16u /* of a ready I and F, the one ready first (I_FIRST wins) */
+#define PP_GREEDY_EAGER_ADMIT  32u /* vpp = 2: admit a new microbatch while one slot stays free for
+                                      the oldest one's second chunk (default: while room for both
+                                      chunks of every admitted microbatch stays free) */
+#define PP_GREEDY_FLAG_LIMIT   64u /* every combination of flags is < this */
+
+/* A compute order (kind PP_CUSTOM, backward split into I and W), not lowered. */
+PIPEPAR_API pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_schedule **out, pp_error *err);
+
+typedef struct pp_search_config {
+    int pp;                 /* pipeline ranks, >= 1 */
+    int mb;                 /* microbatches per step, >= 1 */
+    pp_sim_costs costs;     /* as pp_simulate takes them. Per-stage arrays hold pp*vpp entries,
+                               so they need vpp below */
+    double max_memory;      /* cap on every rank's peak memory in the units above; 0 = none */
+    int vpp;                /* 0: try 1..max_vpp (and 2 for V kinds); else only this vpp */
+    int max_vpp;            /* largest vpp tried; 0 means 4 */
+} pp_search_config;
+
+typedef struct pp_search_entry {
+    char name[128];         /* e.g. "zb-h2 max_live=7", "interleaved vpp=2 group=4", "greedy V ..." */
+    pp_schedule_kind kind;  /* PP_CUSTOM for the greedy schedules */
+    pp_placement placement;
+    int vpp, group, max_live; /* the parameters used (0 where the kind takes none) */
+    unsigned greedy_flags;
+    double makespan;        /* simulated step time */
+    double bubble;          /* mean over ranks of 1 - busy / makespan */
+    double peak_memory;     /* largest over ranks, units above */
+    int peak_live;          /* largest over ranks, (stage, microbatch) activations */
+    int fits;               /* 1 when peak_memory <= max_memory (or no cap) */
+} pp_search_entry;
+
+typedef struct pp_search_result {
+    int count;                /* schedules built, proven and timed */
+    pp_search_entry *entries; /* [count], ranked: fitting first; then makespan, bubble, memory */
+    pp_schedule *best;        /* entries[0] when it fits, lowered (ready for CSV or the runtime);
+                                 NULL when nothing fits the cap */
+} pp_search_result;
+
+PIPEPAR_API pp_status pp_search(const pp_search_config *cfg, pp_search_result **out, pp_error *err);
+PIPEPAR_API void pp_search_result_free(pp_search_result *r);
