@@ -1129,6 +1129,7 @@ PIPEPAR_API void pp_executor_get_stats(const pp_executor *ex, pp_executor_stats 
 typedef struct pp_timeline {
     int rank;
     int length;
+    const pp_schedule *schedule;  /* the schedule run (for stage -> chunk); may be NULL */
     const pp_action *actions;   /* [length] the rank's program */
     const double *start, *ready, *end;
 } pp_timeline;
@@ -1143,9 +1144,9 @@ PIPEPAR_API pp_status pp_timeline_write_chrome_trace(const pp_timeline *ranks, i
                                                      pp_error *err);
 /* The measured timeline as text, `width` columns wide (0 means 96), in the layout of
  * pp_schedule_draw_ascii: per rank a line of forwards, a line of backwards (B or I) and, when
- * there are any, a line of W; a cell shows the microbatch (0-9, a-z, A-Z) of the action that
- * ran at that column's middle, blank when none did; then the step time and each rank's busy
- * share. */
+ * there are any, a line of W, and with several chunks per rank a line of the chunk at work;
+ * a cell shows the microbatch (0-9, a-z, A-Z) of the action that ran in that column, blank when
+ * none did; then the step time and each rank's busy share. */
 PIPEPAR_API pp_status pp_timeline_draw_ascii(const pp_timeline *ranks, int count, int width, FILE *out,
                                              pp_error *err);
 
@@ -6745,11 +6746,14 @@ struct pp_threads_world {
     int cv_ready, mu_ready, reduce_ready;
 };
 
-/* A posted group: its receives, matched when waited or tested. */
+/* A posted group: its receives, matched when waited or tested. A matched message is taken out
+ * of the mailbox under the lock and copied into the receive buffer after unlocking, so a large
+ * copy never holds up the other ranks. */
 typedef struct pp__threads_group {
     int nrecv, matched;
     pp_transfer *recv;              /* [nrecv] */
     unsigned char *done;            /* [nrecv] */
+    pp__msg **msg;                  /* [nrecv] matched, not yet copied */
 } pp__threads_group;
 
 static void pp__deadline(double timeout_s, struct timespec *ts)
@@ -6790,6 +6794,27 @@ static void pp__threads_abort(void *user, pp_status status, const char *reason)
     pthread_mutex_unlock(&me->w->mu);
 }
 
+/* Copies the matched messages into their receive buffers (without the lock) and frees them. */
+static void pp__threads_copy_out(pp__threads_group *g)
+{
+    int i;
+    for (i = 0; i < g->nrecv; i++) {
+        pp__msg *m = g->msg[i];
+        if (!m) continue;
+        if (m->bytes) memcpy(g->recv[i].buf, m + 1, m->bytes);
+        PIPEPAR_FREE(m);
+        g->msg[i] = NULL;
+    }
+}
+
+static void pp__threads_group_free(pp__threads_group *g)
+{
+    int i;
+    if (!g) return;
+    if (g->msg) for (i = 0; i < g->nrecv; i++) PIPEPAR_FREE(g->msg[i]);
+    PIPEPAR_FREE(g->recv); PIPEPAR_FREE(g->done); PIPEPAR_FREE(g->msg); PIPEPAR_FREE(g);
+}
+
 static pp_status pp__threads_post(void *user, const pp_transfer *xf, int count, void **handle, pp_error *err)
 {
     pp__threads_rank *me = (pp__threads_rank *)user;
@@ -6816,8 +6841,9 @@ static pp_status pp__threads_post(void *user, const pp_transfer *xf, int count, 
     if (g) {
         g->recv = (pp_transfer *)pp__calloc((size_t)(nrecv > 0 ? nrecv : 1), sizeof(pp_transfer));
         g->done = (unsigned char *)pp__calloc((size_t)(nrecv > 0 ? nrecv : 1), 1);
+        g->msg = (pp__msg **)pp__calloc((size_t)(nrecv > 0 ? nrecv : 1), sizeof(pp__msg *));
     }
-    if (!g || !msgs || !g->recv || !g->done) goto oom;
+    if (!g || !msgs || !g->recv || !g->done || !g->msg) goto oom;
     for (i = 0, k = 0; i < count; i++) {
         if (!xf[i].is_send) { g->recv[g->nrecv++] = xf[i]; continue; }
         if (xf[i].bytes > SIZE_MAX - sizeof(pp__msg)) goto oom;
@@ -6836,7 +6862,8 @@ static pp_status pp__threads_post(void *user, const pp_transfer *xf, int count, 
         pp_status st = pp__threads_aborted(w, me->rank, err);
         pthread_mutex_unlock(&w->mu);
         for (k = 0; k < nsend; k++) PIPEPAR_FREE(msgs[k]);
-        PIPEPAR_FREE(msgs); PIPEPAR_FREE(g->recv); PIPEPAR_FREE(g->done); PIPEPAR_FREE(g);
+        PIPEPAR_FREE(msgs);
+        pp__threads_group_free(g);
         return st;
     }
     for (i = 0, k = 0; i < count; i++) {
@@ -6855,19 +6882,14 @@ static pp_status pp__threads_post(void *user, const pp_transfer *xf, int count, 
 oom:
     if (msgs) for (k = 0; k < nsend; k++) PIPEPAR_FREE(msgs[k]);
     PIPEPAR_FREE(msgs);
-    if (g) { PIPEPAR_FREE(g->recv); PIPEPAR_FREE(g->done); }
-    PIPEPAR_FREE(g);
+    pp__threads_group_free(g);
     return pp__fail(err, PP_ENOMEM, "rank %d: out of memory posting %d transfers", me->rank, count);
 }
 
-static void pp__threads_group_free(pp__threads_group *g)
-{
-    if (!g) return;
-    PIPEPAR_FREE(g->recv); PIPEPAR_FREE(g->done); PIPEPAR_FREE(g);
-}
 
-/* Matches what can be matched of g's receives (mutex held). PP_OK, or PP_ETRANSPORT when a
- * message with the right tag has the wrong size. */
+/* Matches what can be matched of g's receives (mutex held): takes the messages out of the
+ * mailbox into g->msg. PP_OK, or PP_ETRANSPORT when a message with the right tag has the wrong
+ * size. */
 static pp_status pp__threads_match(pp_threads_world *w, int rank, pp__threads_group *g, pp_error *err)
 {
     int i;
@@ -6890,8 +6912,7 @@ static pp_status pp__threads_match(pp_threads_world *w, int rank, pp__threads_gr
             PIPEPAR_FREE(m);
             return st;
         }
-        if (m->bytes) memcpy(g->recv[i].buf, m + 1, m->bytes);
-        PIPEPAR_FREE(m);
+        g->msg[i] = m;
         g->done[i] = 1;
         g->matched++;
     }
@@ -6937,6 +6958,7 @@ static pp_status pp__threads_wait(void *user, void *handle, double timeout_s, pp
         }
     }
     pthread_mutex_unlock(&w->mu);
+    if (st == PP_OK) pp__threads_copy_out(g);
     pp__threads_group_free(g);
     return st == PP_OK ? pp__ok(err) : st;
 }
@@ -6957,6 +6979,7 @@ static pp_status pp__threads_test(void *user, void *handle, int *done, pp_error 
     }
     pthread_mutex_unlock(&w->mu);
     if (st != PP_OK) { pp__threads_group_free(g); *done = 1; return st; }
+    pp__threads_copy_out(g);   /* what matched so far; the rest arrives later */
     if (g->matched == g->nrecv) { pp__threads_group_free(g); *done = 1; }
     return pp__ok(err);
 }
@@ -7254,8 +7277,6 @@ static void *pp__alloc(pp_executor *ex, size_t bytes)
     return ex->al.alloc ? ex->al.alloc(ex->al.user, bytes) : PIPEPAR_MALLOC(bytes);
 }
 
-static pp_status pp__try_reclaim(pp_executor *ex, pp_error *err);
-
 /* A slot holding `bytes` bytes: the smallest free slot that fits, else a free slot without
  * memory, else the largest free slot regrown, else a new slot (only past the planned peak).
  * Returns the slot index, or -1 with *st set. */
@@ -7273,12 +7294,6 @@ static int pp__acquire(pp_executor *ex, size_t bytes, pp_status *st, pp_error *e
         if (sl->ptr && (big < 0 || sl->cap > ex->slots[big].cap)) big = i;
     }
     if (fit < 0 && bytes == 0 && (empty >= 0 || big >= 0)) fit = empty >= 0 ? empty : big;
-    if (fit < 0 && empty < 0 && big < 0 && !ex->planning && ex->next_wait < ex->ngroups) {
-        /* every slot is in use: finished sends may free some */
-        *st = pp__try_reclaim(ex, err);
-        if (*st != PP_OK) return -1;
-        return pp__acquire(ex, bytes, st, err);
-    }
     if (fit < 0) fit = empty >= 0 ? empty : big;
     if (fit < 0) {
         if (ex->nslots == ex->cap_slots) {
@@ -7380,11 +7395,12 @@ static pp_status pp__wait_upto(pp_executor *ex, int g, int pos, pp_error *err)
     return PP_OK;
 }
 
-/* Collects groups that finished on their own (transport->test), oldest first. */
+/* Collects the groups that finished on their own (transport->test), in any order, so the
+ * buffers their sends read go back to the pool early. */
 static pp_status pp__try_reclaim(pp_executor *ex, pp_error *err)
 {
     int g;
-    if (!ex->tp.test) return pp__wait_upto(ex, ex->next_wait, -1, err);
+    if (!ex->tp.test) return PP_OK;
     for (g = ex->next_wait; g < ex->ngroups; g++) {
         int done = 0;
         pp_status st;
@@ -7395,8 +7411,7 @@ static pp_status pp__try_reclaim(pp_executor *ex, pp_error *err)
             ex->groups[g].done = 1;
             return pp__at(ex, ex->groups[g].first, st, err, "testing its group");
         }
-        if (!done) break;
-        pp__group_finished(ex, g);
+        if (done) pp__group_finished(ex, g);
     }
     while (ex->next_wait < ex->ngroups && ex->groups[ex->next_wait].done) ex->next_wait++;
     return PP_OK;
@@ -7749,6 +7764,10 @@ static pp_status pp__walk(pp_executor *ex, pp_error *err)
         }
         if (ex->forward_only && (a.op == PP_OP_B || a.op == PP_OP_I || a.op == PP_OP_W)) { i++; continue; }
         pp__mark(ex, 3 * i);
+        if (!ex->planning && ex->next_wait < ex->ngroups) {
+            st = pp__try_reclaim(ex, err);   /* sends that finished give their buffers back */
+            if (st != PP_OK) break;
+        }
         switch (a.op) {
         case PP_OP_F: st = pp__run_f(ex, i, a.stage, a.mb, err); break;
         case PP_OP_B: case PP_OP_I: st = pp__run_b(ex, i, a.op, a.stage, a.mb, err); break;
@@ -8117,6 +8136,7 @@ pp_status pp_executor_timeline(const pp_executor *ex, pp_timeline *out, pp_error
     if (!ex->timeline_valid) return pp__fail(err, PP_EINVAL, "rank %d: no step has completed yet", ex->rank);
     out->rank = ex->rank;
     out->length = ex->len;
+    out->schedule = ex->sched;
     out->actions = ex->prog;
     out->start = ex->t_start;
     out->ready = ex->t_ready;
@@ -8232,8 +8252,11 @@ pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FIL
     if (!line) return pp__fail(err, PP_ENOMEM, "out of memory");
     pp__text_printf(&x, "measured  (one column = %.3g ms; cells show the microbatch)\n", 1e3 * unit);
     for (r = 0; r < count; r++) {
-        for (row = 0; row < 2 + has_w; row++) {
-            memset(line, ' ', (size_t)width);
+        const pp_schedule *sc = t[r].schedule;
+        int nrows = 2 + has_w + (sc && sc->vpp > 1);
+        for (row = 0; row < nrows; row++) {
+            int want_chunk = sc && sc->vpp > 1 && row == nrows - 1;
+            memset(line, want_chunk ? '.' : ' ', (size_t)width);
             line[width] = '\0';
             for (i = 0; i < t[r].length; i++) {
                 pp_action a = t[r].actions[i];
@@ -8247,14 +8270,17 @@ pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FIL
                 if (from < 0) from = 0;
                 if (to > width) to = width;
                 for (h = 0; h < nh; h++) {
-                    int show = row == 0 ? ops[h] == PP_OP_F : row == 1 ? (ops[h] == PP_OP_B || ops[h] == PP_OP_I)
-                                                                      : ops[h] == PP_OP_W;
+                    int show = want_chunk || (row == 0 ? ops[h] == PP_OP_F
+                                              : row == 1 ? (ops[h] == PP_OP_B || ops[h] == PP_OP_I)
+                                                         : ops[h] == PP_OP_W);
                     if (!show) continue;
-                    for (c = from; c < to; c++) line[c] = pp__mb_digit(mbs[h]);
+                    for (c = from; c < to; c++)
+                        line[c] = want_chunk ? (char)('0' + pp_stage_chunk(sc, stg[h]) % 10) : pp__mb_digit(mbs[h]);
                 }
             }
             if (row == 0) pp__text_printf(&x, "rank %-3d %5s |%s|\n", t[r].rank, "F", line);
-            else pp__text_printf(&x, "         %5s |%s|\n", row == 1 ? (has_i ? "B/I" : "B") : "W", line);
+            else pp__text_printf(&x, "         %5s |%s|\n",
+                                 want_chunk ? "chunk" : row == 1 ? (has_i ? "B/I" : "B") : "W", line);
         }
     }
     pp__text_printf(&x, "step %.3f ms; busy per rank:", 1e3 * (t1 - t0));

@@ -273,6 +273,7 @@ PIPEPAR_API void pp_executor_get_stats(const pp_executor *ex, pp_executor_stats 
 typedef struct pp_timeline {
     int rank;
     int length;
+    const pp_schedule *schedule;  /* the schedule run (for stage -> chunk); may be NULL */
     const pp_action *actions;   /* [length] the rank's program */
     const double *start, *ready, *end;
 } pp_timeline;
@@ -287,8 +288,8 @@ PIPEPAR_API pp_status pp_timeline_write_chrome_trace(const pp_timeline *ranks, i
                                                      pp_error *err);
 /* The measured timeline as text, `width` columns wide (0 means 96), in the layout of
  * pp_schedule_draw_ascii: per rank a line of forwards, a line of backwards (B or I) and, when
- * there are any, a line of W; a cell shows the microbatch (0-9, a-z, A-Z) of the action that
- * ran at that column's middle, blank when none did; then the step time and each rank's busy
- * share. */
+ * there are any, a line of W, and with several chunks per rank a line of the chunk at work;
+ * a cell shows the microbatch (0-9, a-z, A-Z) of the action that ran in that column, blank when
+ * none did; then the step time and each rank's busy share. */
 PIPEPAR_API pp_status pp_timeline_draw_ascii(const pp_timeline *ranks, int count, int width, FILE *out,
                                              pp_error *err);

@@ -1,0 +1,1141 @@
+/* test_runtime.c — the runtime: threads transport, executor, timeline.
+ *
+ * The model under test is a stack of residual blocks y = x + W2 gelu(W1 x + b1) + b2 (width D,
+ * hidden H), one block per virtual stage, trained on a squared error. Every pipeline run is
+ * compared with the same model run as one stage by plain loops here (tm_reference): same loss,
+ * same gradients (relative error < 1e-5; only the order in which microbatches add into a weight
+ * gradient differs between schedules), same outputs. Ranks are threads (pp_threads_run). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+#include "pp_test.h"
+
+#define TM_D 4
+#define TM_H 6
+#define TM_MAX_ROWS 8
+#define TM_MAX_STAGES 16
+#define TM_MAX_MB 16
+#define TM_MAX_STEPS 3
+#define TM_MAX_BATCH 64
+
+/* --- the model ------------------------------------------------------------------------------ */
+
+typedef struct tm_mb {       /* one microbatch's data: the metadata every callback receives */
+    int rows;
+    float x[TM_MAX_ROWS * TM_D];
+    float t[TM_MAX_ROWS * TM_D];
+} tm_mb;
+
+typedef struct tm_params {
+    float w1[TM_MAX_STAGES][TM_H * TM_D], b1[TM_MAX_STAGES][TM_H];
+    float w2[TM_MAX_STAGES][TM_D * TM_H], b2[TM_MAX_STAGES][TM_D];
+} tm_params;
+
+static float tm_gelu(float x)
+{
+    const float a = 0.7978845608f;
+    return 0.5f * x * (1.0f + tanhf(a * (x + 0.044715f * x * x * x)));
+}
+
+static float tm_gelu_grad(float x)
+{
+    const float a = 0.7978845608f;
+    float th = tanhf(a * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * a * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+static void tm_init_params(tm_params *p, int stages)
+{
+    unsigned s = 12345u;
+    int st, i;
+    memset(p, 0, sizeof *p);
+    for (st = 0; st < stages; st++) {
+#define TM_RND() ((s = s * 1103515245u + 12345u), ((float)((s >> 8) & 0xffff) / 65536.0f - 0.5f))
+        for (i = 0; i < TM_H * TM_D; i++) p->w1[st][i] = TM_RND();
+        for (i = 0; i < TM_H; i++) p->b1[st][i] = 0.1f * TM_RND();
+        for (i = 0; i < TM_D * TM_H; i++) p->w2[st][i] = TM_RND();
+        for (i = 0; i < TM_D; i++) p->b2[st][i] = 0.1f * TM_RND();
+    }
+}
+
+static void tm_make_mb(tm_mb *mb, int rows, int seed)
+{
+    int i;
+    unsigned s = 777u + 31u * (unsigned)seed;
+    memset(mb, 0, sizeof *mb);
+    mb->rows = rows;
+    for (i = 0; i < rows * TM_D; i++) { mb->x[i] = TM_RND(); mb->t[i] = TM_RND(); }
+}
+#undef TM_RND
+
+/* block forward on `rows` rows; pre [rows*H] saved for backward */
+static void tm_block_forward(const tm_params *p, int s, int rows, const float *x, float *pre, float *y)
+{
+    int r, i, j;
+    for (r = 0; r < rows; r++) {
+        float h[TM_H];
+        for (i = 0; i < TM_H; i++) {
+            float a = p->b1[s][i];
+            for (j = 0; j < TM_D; j++) a += p->w1[s][i * TM_D + j] * x[r * TM_D + j];
+            pre[r * TM_H + i] = a;
+            h[i] = tm_gelu(a);
+        }
+        for (i = 0; i < TM_D; i++) {
+            float a = x[r * TM_D + i] + p->b2[s][i];
+            for (j = 0; j < TM_H; j++) a += p->w2[s][i * TM_H + j] * h[j];
+            y[r * TM_D + i] = a;
+        }
+    }
+}
+
+/* input-gradient half: dpre (saved for the weight half) and gx (may be NULL) */
+static void tm_block_backward_input(const tm_params *p, int s, int rows, const float *pre, const float *gy,
+                                    float *dpre, float *gx)
+{
+    int r, i, j;
+    for (r = 0; r < rows; r++) {
+        for (j = 0; j < TM_H; j++) {
+            float a = 0;
+            for (i = 0; i < TM_D; i++) a += p->w2[s][i * TM_H + j] * gy[r * TM_D + i];
+            dpre[r * TM_H + j] = a * tm_gelu_grad(pre[r * TM_H + j]);
+        }
+        if (gx)
+            for (i = 0; i < TM_D; i++) {
+                float a = gy[r * TM_D + i];
+                for (j = 0; j < TM_H; j++) a += p->w1[s][j * TM_D + i] * dpre[r * TM_H + j];
+                gx[r * TM_D + i] = a;
+            }
+    }
+}
+
+/* weight-gradient half: adds into g */
+static void tm_block_backward_weight(tm_params *g, int s, int rows, const float *x, const float *pre,
+                                     const float *dpre, const float *gy)
+{
+    int r, i, j;
+    for (r = 0; r < rows; r++) {
+        for (i = 0; i < TM_D; i++) {
+            g->b2[s][i] += gy[r * TM_D + i];
+            for (j = 0; j < TM_H; j++) g->w2[s][i * TM_H + j] += gy[r * TM_D + i] * tm_gelu(pre[r * TM_H + j]);
+        }
+        for (j = 0; j < TM_H; j++) {
+            g->b1[s][j] += dpre[r * TM_H + j];
+            for (i = 0; i < TM_D; i++) g->w1[s][j * TM_D + i] += dpre[r * TM_H + j] * x[r * TM_D + i];
+        }
+    }
+}
+
+/* loss of `rows` rows (the first `valid` real), sum of 0.5*(y-t)^2; grad = (y-t)*scale, 0 on padding */
+static float tm_loss(int rows, int valid, const float *y, const float *t, float scale, float *gy)
+{
+    float l = 0;
+    int i;
+    for (i = 0; i < rows * TM_D; i++) {
+        float d = y[i] - t[i];
+        if (i < valid * TM_D) { l += 0.5f * d * d; if (gy) gy[i] = d * scale; }
+        else if (gy) gy[i] = 0;
+    }
+    return l;
+}
+
+/* --- the single-stage reference ------------------------------------------------------------- */
+
+/* Runs mbs[0..n) through all stages one after the other; loss = sum over mbs of the mb's sum of
+ * squares times scale (the objective's gradient); adds gradients into g; outputs into out[m]. */
+static double tm_reference(const tm_params *p, int stages, const tm_mb *mbs, int n, float scale, tm_params *g,
+                           float (*out)[TM_MAX_ROWS * TM_D])
+{
+    double loss = 0;
+    int m, s;
+    for (m = 0; m < n; m++) {
+        float act[TM_MAX_STAGES + 1][TM_MAX_ROWS * TM_D], pre[TM_MAX_STAGES][TM_MAX_ROWS * TM_H];
+        float gy[TM_MAX_ROWS * TM_D], gx[TM_MAX_ROWS * TM_D], dpre[TM_MAX_ROWS * TM_H];
+        int rows = mbs[m].rows;
+        memcpy(act[0], mbs[m].x, sizeof act[0]);
+        for (s = 0; s < stages; s++) tm_block_forward(p, s, rows, act[s], pre[s], act[s + 1]);
+        if (out) memcpy(out[m], act[stages], sizeof out[m]);
+        loss += tm_loss(rows, rows, act[stages], mbs[m].t, scale, gy);
+        if (!g) continue;
+        for (s = stages - 1; s >= 0; s--) {
+            tm_block_backward_input(p, s, rows, pre[s], gy, dpre, gx);
+            tm_block_backward_weight(g, s, rows, act[s], pre[s], dpre, gy);
+            memcpy(gy, gx, sizeof gy);
+        }
+    }
+    return loss;
+}
+
+/* max |a-b| / max |b| over one stage's parameters */
+static double tm_rel_err(const tm_params *a, const tm_params *b, int s)
+{
+    double num = 0, den = 1e-30;
+    const float *pa[4] = { a->w1[s], a->b1[s], a->w2[s], a->b2[s] };
+    const float *pb[4] = { b->w1[s], b->b1[s], b->w2[s], b->b2[s] };
+    int n[4] = { TM_H * TM_D, TM_H, TM_D * TM_H, TM_D }, k, i;
+    for (k = 0; k < 4; k++)
+        for (i = 0; i < n[k]; i++) {
+            double d = fabs((double)pa[k][i] - (double)pb[k][i]);
+            if (d > num) num = d;
+            if (fabs((double)pb[k][i]) > den) den = fabs((double)pb[k][i]);
+        }
+    return num / den;
+}
+
+/* --- the pipeline run: callbacks and harness ------------------------------------------------ */
+
+typedef struct tm_run {
+    /* given */
+    const pp_schedule *sched;               /* every rank's schedule ... */
+    const pp_schedule *rank_sched[TM_MAX_STAGES];   /* ... or one per rank (mismatch tests) */
+    int steps;
+    tm_mb mbs[TM_MAX_STEPS][TM_MAX_MB];     /* data of each step's microbatches */
+    float batch_x[TM_MAX_BATCH * TM_D], batch_t[TM_MAX_BATCH * TM_D];   /* with batch_rows: the batch */
+    int batch_rows, forward_only, use_fb_callback, record, num_metrics;
+    double timeout;
+    int fail_rank, fail_mode, fail_stage, fail_mb;   /* fail_mode 1: callback error, 2: hang */
+    int wrong_bytes_rank;                   /* >= 0: this rank's tensor_bytes says 4 more */
+    /* model state: params read by all, grads and stashes written by the stage's owner */
+    tm_params params, grads;
+    float pre[TM_MAX_STAGES][TM_MAX_MB][TM_MAX_ROWS * TM_H];
+    float dpre[TM_MAX_STAGES][TM_MAX_MB][TM_MAX_ROWS * TM_H];
+    const void *f_out_ptr[TM_MAX_STAGES][TM_MAX_MB], *f_in_ptr[TM_MAX_STAGES][TM_MAX_MB];
+    const void *b_gin_ptr[TM_MAX_STAGES][TM_MAX_MB], *b_gout_ptr[TM_MAX_STAGES][TM_MAX_MB];
+    int fb_calls[TM_MAX_STAGES];
+    /* results per rank */
+    pp_step_result result[TM_MAX_STAGES][TM_MAX_STEPS];
+    float outputs[TM_MAX_MB][TM_MAX_ROWS * TM_D];
+    int outputs_seen;
+    pp_executor_stats stats[TM_MAX_STAGES];
+    double seconds[TM_MAX_STAGES];
+    pp_status status[TM_MAX_STAGES];
+    pp_error errors[TM_MAX_STAGES];
+    /* the hang: released once every other rank returned */
+    pthread_mutex_t mu;
+    int returned;
+    int current_step[TM_MAX_STAGES];
+    int keep;                               /* 1: leave the executors in ex[] for the test to read */
+    pp_executor *ex[TM_MAX_STAGES];
+} tm_run;
+
+static const tm_mb *tm_meta(const pp_mb_info *info) { return (const tm_mb *)info->meta; }
+static int tm_rows(const pp_mb_info *info) { return info->batch_rows > 0 ? info->rows : tm_meta(info)->rows; }
+
+static size_t tm_bytes(void *user, int boundary, const pp_mb_info *info)
+{
+    tm_run *run = (tm_run *)user;
+    (void)boundary;
+    return (size_t)tm_rows(info) * TM_D * sizeof(float) + (info->rank == run->wrong_bytes_rank ? 4 : 0);
+}
+
+static int tm_rows_of(tm_run *run, int m)
+{
+    if (run->batch_rows > 0) return (run->batch_rows + run->sched->mb - 1) / run->sched->mb;
+    return run->mbs[0][m].rows;
+}
+
+static int tm_maybe_fail(tm_run *run, const pp_mb_info *info)
+{
+    if (info->rank != run->fail_rank || info->stage != run->fail_stage || info->mb != run->fail_mb) return 0;
+    if (run->fail_mode == 1) return 7;
+    if (run->fail_mode == 2) {   /* hang until every other rank has given up */
+        for (;;) {
+            struct timespec ts = { 0, 2000000 };
+            int done;
+            pthread_mutex_lock(&run->mu);
+            done = run->returned >= run->sched->pp - 1;
+            pthread_mutex_unlock(&run->mu);
+            if (done) return 0;
+            nanosleep(&ts, NULL);
+        }
+    }
+    return 0;
+}
+
+/* x (which = 0) or t (1) of the microbatch: with batch_rows, rows [first_row, first_row + rows)
+ * of the step's batch (batch_x, batch_t); otherwise the microbatch's own data (its metadata). */
+static const float *tm_data(tm_run *run, const pp_mb_info *info, int which)
+{
+    if (info->batch_rows > 0) return (which ? run->batch_t : run->batch_x) + (size_t)info->first_row * TM_D;
+    return which ? tm_meta(info)->t : tm_meta(info)->x;
+}
+
+static int tm_input(void *user, const pp_mb_info *info, void *x)
+{
+    tm_run *run = (tm_run *)user;
+    int rows = tm_rows(info), valid = info->batch_rows > 0 ? info->valid_rows : rows;
+    memset(x, 0, (size_t)rows * TM_D * sizeof(float));
+    memcpy(x, tm_data(run, info, 0), (size_t)valid * TM_D * sizeof(float));
+    return 0;
+}
+
+static int tm_forward(void *user, const pp_mb_info *info, const void *in, void *out)
+{
+    tm_run *run = (tm_run *)user;
+    int rc = tm_maybe_fail(run, info);
+    if (rc) return rc;
+    run->f_in_ptr[info->stage][info->mb] = in;
+    run->f_out_ptr[info->stage][info->mb] = out;
+    tm_block_forward(&run->params, info->stage, tm_rows(info), (const float *)in, run->pre[info->stage][info->mb],
+                     (float *)out);
+    return 0;
+}
+
+static int tm_loss_cb(void *user, const pp_mb_info *info, const void *out, void *grad_out, pp_loss *l)
+{
+    tm_run *run = (tm_run *)user;
+    int rows = tm_rows(info), valid = info->batch_rows > 0 ? info->valid_rows : rows;
+    float t[TM_MAX_ROWS * TM_D];
+    float scale = info->batch_rows > 0 ? 1.0f / (float)info->batch_rows : 1.0f / (float)info->num_mb;
+    memset(t, 0, sizeof t);
+    memcpy(t, tm_data(run, info, 1), (size_t)valid * TM_D * sizeof(float));
+    l->loss = tm_loss(rows, valid, (const float *)out, t, scale, (float *)grad_out);
+    if (run->num_metrics) { l->metrics[0] = (float)valid; l->metrics[1] = 1.0f; }
+    if (info->forward_only && info->mb < TM_MAX_MB) {
+        memcpy(run->outputs[info->mb], out, (size_t)rows * TM_D * sizeof(float));
+    }
+    return 0;
+}
+
+static int tm_backward_input(void *user, const pp_mb_info *info, const void *in, const void *gout, void *gin)
+{
+    tm_run *run = (tm_run *)user;
+    int s = info->stage, m = info->mb;
+    (void)in;
+    run->b_gin_ptr[s][m] = gin;
+    run->b_gout_ptr[s][m] = gout;
+    tm_block_backward_input(&run->params, s, tm_rows(info), run->pre[s][m], (const float *)gout, run->dpre[s][m],
+                            (float *)gin);
+    return 0;
+}
+
+static int tm_backward_weight(void *user, const pp_mb_info *info, const void *in, const void *gout)
+{
+    tm_run *run = (tm_run *)user;
+    int s = info->stage, m = info->mb;
+    tm_block_backward_weight(&run->grads, s, tm_rows(info), (const float *)in, run->pre[s][m], run->dpre[s][m],
+                             (const float *)gout);
+    return 0;
+}
+
+static int tm_backward(void *user, const pp_mb_info *info, const void *in, const void *gout, void *gin)
+{
+    int rc = tm_maybe_fail((tm_run *)user, info);
+    if (rc) return rc;
+    tm_backward_input(user, info, in, gout, gin);
+    return tm_backward_weight(user, info, in, gout);
+}
+
+static int tm_forward_backward(void *user, const pp_mb_info *f, const void *f_in, void *f_out, const pp_mb_info *b,
+                               const void *b_in, const void *b_gout, void *b_gin)
+{
+    tm_run *run = (tm_run *)user;
+    int rc = tm_forward(user, f, f_in, f_out);
+    run->fb_calls[f->rank]++;
+    return rc ? rc : tm_backward(user, b, b_in, b_gout, b_gin);
+}
+
+static pp_status tm_rank(void *user, int rank, pp_transport *t, pp_error *err)
+{
+    tm_run *run = (tm_run *)user;
+    pp_executor_config cfg;
+    pp_executor *ex = NULL;
+    pp_status st;
+    int step;
+    double t0 = 0;
+    struct timespec ts;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.schedule = run->rank_sched[rank] ? run->rank_sched[rank] : run->sched;
+    cfg.transport = *t;
+    cfg.callbacks.user = run;
+    cfg.callbacks.tensor_bytes = tm_bytes;
+    cfg.callbacks.input = tm_input;
+    cfg.callbacks.forward = tm_forward;
+    cfg.callbacks.loss = tm_loss_cb;
+    cfg.callbacks.backward = tm_backward;
+    cfg.callbacks.backward_input = tm_backward_input;
+    cfg.callbacks.backward_weight = tm_backward_weight;
+    if (run->use_fb_callback) cfg.callbacks.forward_backward = tm_forward_backward;
+    cfg.timeout_s = run->timeout > 0 ? run->timeout : 10.0;
+    cfg.num_metrics = run->num_metrics;
+    cfg.record_timeline = run->record;
+    st = pp_executor_create(&cfg, &ex, err);
+    if (st == PP_OK) {
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        t0 = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+        for (step = 0; step < run->steps && st == PP_OK; step++) {
+            pp_step sp;
+            void *meta[TM_MAX_MB];
+            int m;
+            for (m = 0; m < TM_MAX_MB; m++) meta[m] = &run->mbs[step][m];
+            memset(&sp, 0, sizeof sp);
+            sp.mb_meta = meta;
+            sp.batch_rows = run->batch_rows;
+            sp.forward_only = run->forward_only;
+            run->current_step[rank] = step;
+            st = pp_run_step(ex, &sp, &run->result[rank][step], err);
+            if (st == PP_OK && run->result[rank][step].outputs) {
+                /* forward-only outputs handed back in microbatch order: compare with what loss saw */
+                const pp_step_result *r = &run->result[rank][step];
+                for (m = 0; m < r->num_outputs && m < TM_MAX_MB; m++)
+                    if (r->output_bytes[m] == (size_t)tm_rows_of(run, m) * TM_D * sizeof(float) &&
+                        memcmp(r->outputs[m], run->outputs[m], r->output_bytes[m]) == 0)
+                        run->outputs_seen++;
+            }
+        }
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        run->seconds[rank] = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - t0;
+        pp_executor_get_stats(ex, &run->stats[rank]);
+        if (run->keep) run->ex[rank] = ex; else pp_executor_free(ex);
+    }
+    pthread_mutex_lock(&run->mu);
+    run->returned++;
+    pthread_mutex_unlock(&run->mu);
+    return st;
+}
+
+static tm_run *tm_new(const pp_schedule *s, int rows)
+{
+    tm_run *run = (tm_run *)calloc(1, sizeof *run);
+    int step, m;
+    run->sched = s;
+    run->steps = 1;
+    run->fail_rank = -1;
+    run->wrong_bytes_rank = -1;
+    tm_init_params(&run->params, s->num_stages);
+    for (step = 0; step < TM_MAX_STEPS; step++)
+        for (m = 0; m < TM_MAX_MB; m++) tm_make_mb(&run->mbs[step][m], rows, 100 * step + m);
+    for (m = 0; m < TM_MAX_BATCH * TM_D; m++) {
+        run->batch_x[m] = (float)((m * 37) % 101) / 101.0f - 0.5f;
+        run->batch_t[m] = (float)((m * 53) % 97) / 97.0f - 0.5f;
+    }
+    pthread_mutex_init(&run->mu, NULL);
+    return run;
+}
+
+static void tm_free(tm_run *run)
+{
+    pthread_mutex_destroy(&run->mu);
+    free(run);
+}
+
+static pp_status tm_go(tm_run *run, pp_error *err)
+{
+    return pp_threads_run(run->sched->pp, tm_rank, run, run->status, run->errors, err);
+}
+
+static pp_schedule *tm_schedule(pp_schedule_kind kind, int pp, int vpp, int mb)
+{
+    pp_schedule_config c;
+    pp_schedule *s = NULL;
+    pp_error err;
+    memset(&c, 0, sizeof c);
+    c.kind = kind; c.pp = pp; c.vpp = vpp; c.mb = mb;
+    if (pp_schedule_build(&c, &s, &err) != PP_OK || pp_schedule_lower(s, &err) != PP_OK) {
+        pp_test_fail(__FILE__, __LINE__, "%s pp=%d vpp=%d mb=%d: %s", pp_schedule_kind_name(kind), pp, vpp, mb, err.message);
+        pp_schedule_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* Runs one step and checks loss on every rank and every stage's gradients against the reference. */
+static int tm_check_against_reference(tm_run *run, const char *what)
+{
+    const pp_schedule *s = run->sched;
+    tm_params ref;
+    pp_error err;
+    pp_status st;
+    double loss, worst = 0;
+    int r, stg, ok = 1;
+    memset(&ref, 0, sizeof ref);
+    st = tm_go(run, &err);
+    if (st != PP_OK) { pp_test_fail(__FILE__, __LINE__, "%s: %s", what, err.message); return 0; }
+    loss = tm_reference(&run->params, s->num_stages, run->mbs[0], s->mb, 1.0f / (float)s->mb, &ref, NULL) / s->mb;
+    for (r = 0; r < s->pp; r++)
+        if (fabs(run->result[r][0].loss - loss) > 1e-5 * fabs(loss)) {
+            pp_test_fail(__FILE__, __LINE__, "%s: rank %d loss %.9g, single stage %.9g", what, r,
+                         (double)run->result[r][0].loss, loss);
+            ok = 0;
+        }
+    for (stg = 0; stg < s->num_stages; stg++) {
+        double e = tm_rel_err(&run->grads, &ref, stg);
+        if (e > worst) worst = e;
+    }
+    if (!(worst < 1e-5)) {
+        pp_test_fail(__FILE__, __LINE__, "%s: gradients differ from single stage, max relative error %g", what, worst);
+        ok = 0;
+    }
+    for (r = 0; r < s->pp; r++)
+        if (run->stats[r].peak_slots > run->stats[r].planned_slots) {
+            pp_test_fail(__FILE__, __LINE__, "%s: rank %d used %d slots, planned %d", what, r, run->stats[r].peak_slots,
+                         run->stats[r].planned_slots);
+            ok = 0;
+        }
+    return ok;
+}
+
+/* --- tests: gradients ------------------------------------------------------------------------ */
+
+/* Every kind pp_schedule_build knows (the zero-bubble family included: I, W and FB actions) on a
+ * grid of (pp, vpp, mb); combinations a kind refuses (e.g. vpp != 2 for V-shaped kinds) are
+ * skipped, but every kind must run on some of them. */
+static void every_schedule_kind_gives_single_stage_loss_and_gradients(void)
+{
+    static const int pps[] = { 1, 2, 3, 4 }, mbs[] = { 1, 3, 4, 8 };
+    size_t a, c;
+    int kind, vpp, configs = 0;
+    for (kind = PP_KIND_NONE + 1; kind < PP_CUSTOM; kind++) {
+        int runs = 0;
+        for (a = 0; a < sizeof pps / sizeof pps[0]; a++)
+            for (vpp = 1; vpp <= 3; vpp++)
+                for (c = 0; c < sizeof mbs / sizeof mbs[0]; c++) {
+                    char what[96];
+                    pp_schedule_config cfg;
+                    pp_schedule *s = NULL;
+                    pp_error err;
+                    tm_run *run;
+                    memset(&cfg, 0, sizeof cfg);
+                    cfg.kind = (pp_schedule_kind)kind; cfg.pp = pps[a]; cfg.vpp = vpp; cfg.mb = mbs[c];
+                    if (pp_schedule_build(&cfg, &s, &err) != PP_OK) continue;   /* a combination the kind refuses */
+                    snprintf(what, sizeof what, "%s pp=%d vpp=%d mb=%d", pp_schedule_kind_name(cfg.kind), pps[a], vpp,
+                             mbs[c]);
+                    if (pp_schedule_lower(s, &err) != PP_OK) {
+                        pp_test_fail(__FILE__, __LINE__, "%s: %s", what, err.message);
+                        pp_schedule_free(s);
+                        continue;
+                    }
+                    run = tm_new(s, 1 + (configs % 3));
+                    tm_check_against_reference(run, what);
+                    tm_free(run);
+                    pp_schedule_free(s);
+                    configs++;
+                    runs++;
+                }
+        PP_CHECK_MSG(runs > 0, "kind %s: no (pp, vpp, mb) of the grid could be built",
+                     pp_schedule_kind_name((pp_schedule_kind)kind));
+    }
+    PP_CHECK(configs >= 100);
+}
+
+/* A zero-bubble-style program made by hand: every B split into I then W, and the W's of each
+ * rank deferred to the end of its program (ZB-H2's trick of filling the drain with W). */
+static pp_schedule *tm_split_schedule(pp_schedule_kind kind, int pp, int vpp, int mb, int defer_w)
+{
+    pp_schedule *base = tm_schedule(kind, pp, vpp, mb), *s = NULL;
+    pp_error err;
+    int r, i;
+    if (!base) return NULL;
+    PP_CHECK_OK(pp_schedule_create(pp, vpp, mb, base->placement, &s, &err), &err);
+    for (r = 0; r < pp && s; r++) {
+        for (i = 0; i < base->length[r]; i++) {
+            pp_action a = base->actions[r][i];
+            if (a.op >= PP_OP_SEND_F) continue;
+            if (a.op == PP_OP_B) {
+                a.op = PP_OP_I;
+                pp_schedule_append(s, r, a, &err);
+                if (!defer_w) { a.op = PP_OP_W; pp_schedule_append(s, r, a, &err); }
+            } else {
+                pp_schedule_append(s, r, a, &err);
+            }
+        }
+        if (defer_w)
+            for (i = 0; i < base->length[r]; i++) {
+                pp_action a = base->actions[r][i];
+                if (a.op != PP_OP_B) continue;
+                a.op = PP_OP_W;
+                pp_schedule_append(s, r, a, &err);
+            }
+    }
+    pp_schedule_free(base);
+    if (s) PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+    return s;
+}
+
+static void split_backward_i_then_w_gives_single_stage_gradients(void)
+{
+    int defer, pp, configs = 0;
+    for (defer = 0; defer <= 1; defer++)
+        for (pp = 1; pp <= 4; pp++) {
+            pp_schedule *s1 = tm_split_schedule(PP_1F1B, pp, 1, 6, defer);
+            pp_schedule *s2 = tm_split_schedule(PP_INTERLEAVED_1F1B, pp, 2, 4, defer);
+            pp_schedule *v[2];
+            int k;
+            v[0] = s1; v[1] = s2;
+            for (k = 0; k < 2; k++) {
+                tm_run *run;
+                char what[64];
+                if (!v[k]) continue;
+                snprintf(what, sizeof what, "split %s pp=%d defer_w=%d", k ? "interleaved" : "1f1b", pp, defer);
+                run = tm_new(v[k], 2);
+                tm_check_against_reference(run, what);
+                tm_free(run);
+                configs++;
+            }
+            pp_schedule_free(s1);
+            pp_schedule_free(s2);
+        }
+    PP_CHECK_INT(configs, 16);
+}
+
+/* Neighbouring F and B of different microbatches in the last rank's 1F1B program are independent:
+ * fuse each such pair into one FB action (what DualPipe overlaps). (Fusing on every rank would
+ * make each rank's FB wait for the other's: a cycle the lowering pass reports.) */
+static pp_schedule *tm_fb_schedule(int pp, int mb)
+{
+    pp_schedule *base = tm_schedule(PP_1F1B, pp, 1, mb), *s = NULL;
+    pp_error err;
+    int r, i;
+    if (!base) return NULL;
+    pp_schedule_strip_comm(base);
+    PP_CHECK_OK(pp_schedule_create(pp, 1, mb, PP_PLACEMENT_LOOPED, &s, &err), &err);
+    for (r = 0; r < pp; r++)
+        for (i = 0; i < base->length[r]; i++) {
+            pp_action a = base->actions[r][i], b;
+            if (r == pp - 1 && i + 1 < base->length[r]) {
+                b = base->actions[r][i + 1];
+                if (a.op != b.op && (a.op == PP_OP_F || a.op == PP_OP_B) && (b.op == PP_OP_F || b.op == PP_OP_B) &&
+                    a.mb != b.mb) {
+                    pp_action f = a.op == PP_OP_F ? a : b, bw = a.op == PP_OP_B ? a : b;
+                    a = f;
+                    a.op = PP_OP_FB;
+                    a.stage2 = bw.stage;
+                    a.mb2 = bw.mb;
+                    i++;
+                }
+            }
+            pp_schedule_append(s, r, a, &err);
+        }
+    pp_schedule_free(base);
+    PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+    PP_CHECK_OK(pp_schedule_validate(s, &err), &err);
+    return s;
+}
+
+static void overlapped_fb_actions_give_single_stage_gradients(void)
+{
+    int pp, cb;
+    for (pp = 1; pp <= 4; pp++)
+        for (cb = 0; cb <= 1; cb++) {
+            pp_schedule *s = tm_fb_schedule(pp, 6);
+            tm_run *run;
+            char what[64];
+            int r, n = 0, calls = 0;
+            if (!s) continue;
+            snprintf(what, sizeof what, "FB pp=%d forward_backward callback=%d", pp, cb);
+            run = tm_new(s, 2);
+            run->use_fb_callback = cb;
+            tm_check_against_reference(run, what);
+            for (r = 0; r < pp; r++) {
+                int i;
+                for (i = 0; i < s->length[r]; i++) n += s->actions[r][i].op == PP_OP_FB;
+                calls += run->fb_calls[r];
+            }
+            PP_CHECK(n > 0);
+            PP_CHECK_INT(calls, cb ? n : 0);
+            tm_free(run);
+            pp_schedule_free(s);
+        }
+}
+
+/* V placement: rank pp-1 holds stages pp-1 and pp, which pass tensors in place. */
+static pp_schedule *tm_v_schedule(int pp, int mb)
+{
+    pp_schedule *s = NULL;
+    pp_error err;
+    int r, m;
+    PP_CHECK_OK(pp_schedule_create(pp, 2, mb, PP_PLACEMENT_V, &s, &err), &err);
+    for (r = 0; r < pp; r++) {
+        pp_action a;
+        a.stage2 = a.mb2 = -1;
+        for (m = 0; m < mb; m++) { a.op = PP_OP_F; a.stage = r; a.mb = m; pp_schedule_append(s, r, a, &err); }
+        for (m = 0; m < mb; m++) { a.op = PP_OP_F; a.stage = 2 * pp - 1 - r; a.mb = m; pp_schedule_append(s, r, a, &err); }
+        for (m = 0; m < mb; m++) { a.op = PP_OP_B; a.stage = 2 * pp - 1 - r; a.mb = m; pp_schedule_append(s, r, a, &err); }
+        for (m = 0; m < mb; m++) { a.op = PP_OP_B; a.stage = r; a.mb = m; pp_schedule_append(s, r, a, &err); }
+    }
+    PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+    return s;
+}
+
+static void same_rank_neighbours_pass_tensors_in_place(void)
+{
+    int pp;
+    for (pp = 1; pp <= 3; pp++) {
+        pp_schedule *s = tm_v_schedule(pp, 3);
+        tm_run *run = tm_new(s, 2);
+        int m;
+        tm_check_against_reference(run, "V placement");
+        for (m = 0; m < 3; m++) {
+            /* F(pp-1)'s output buffer is F(pp)'s input; B(pp)'s input-gradient is B(pp-1)'s output-gradient */
+            PP_CHECK(run->f_out_ptr[pp - 1][m] == run->f_in_ptr[pp][m]);
+            PP_CHECK(run->b_gin_ptr[pp][m] == run->b_gout_ptr[pp - 1][m]);
+            PP_CHECK(run->b_gin_ptr[0][m] == NULL);   /* stage 0 computes no input-gradient */
+        }
+        tm_free(run);
+        pp_schedule_free(s);
+    }
+}
+
+static void pp_1_runs_through_the_same_calls(void)
+{
+    pp_schedule *s = tm_schedule(PP_INTERLEAVED_1F1B, 1, 3, 4);
+    tm_run *run = tm_new(s, 3);
+    tm_check_against_reference(run, "pp=1 vpp=3");
+    PP_CHECK_INT(run->stats[0].transfers, 0);
+    tm_free(run);
+    pp_schedule_free(s);
+}
+
+/* --- tests: around a step ------------------------------------------------------------------ */
+
+static void loss_and_metrics_reach_every_rank(void)
+{
+    pp_schedule *s = tm_schedule(PP_1F1B, 4, 1, 5);
+    tm_run *run = tm_new(s, 2);
+    pp_error err;
+    int r;
+    run->num_metrics = 2;
+    PP_CHECK_OK(tm_go(run, &err), &err);
+    for (r = 0; r < 4; r++) {
+        PP_CHECK_NEAR(run->result[r][0].loss, run->result[3][0].loss, 0);
+        PP_CHECK(run->result[r][0].loss > 0);
+        PP_CHECK_NEAR(run->result[r][0].weight, 5, 0);        /* weight 1 per microbatch */
+        PP_CHECK_NEAR(run->result[r][0].metrics[0], 10, 0);   /* 2 rows in each of 5 microbatches */
+        PP_CHECK_NEAR(run->result[r][0].metrics[1], 5, 0);
+    }
+    tm_free(run);
+    pp_schedule_free(s);
+}
+
+static void forward_only_outputs_equal_single_stage_outputs_in_microbatch_order(void)
+{
+    static const pp_schedule_kind kinds[] = { PP_GPIPE, PP_1F1B, PP_INTERLEAVED_1F1B, PP_LOOPED_BFS };
+    size_t k;
+    for (k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        int vpp = (kinds[k] == PP_GPIPE || kinds[k] == PP_1F1B) ? 1 : 2, r, m, last;
+        pp_schedule *s = tm_schedule(kinds[k], 3, vpp, 6);
+        tm_run *run = tm_new(s, 3);
+        float ref[TM_MAX_MB][TM_MAX_ROWS * TM_D];
+        tm_params zero;
+        pp_error err;
+        double loss;
+        run->forward_only = 1;
+        PP_CHECK_OK(tm_go(run, &err), &err);
+        loss = tm_reference(&run->params, s->num_stages, run->mbs[0], 6, 1.0f, NULL, ref) / 6;
+        last = pp_stage_rank(s, s->num_stages - 1);
+        for (r = 0; r < 3; r++) {
+            PP_CHECK_NEAR(run->result[r][0].loss, loss, 1e-5 * loss);
+            PP_CHECK_INT(run->result[r][0].num_outputs, r == last ? 6 : 0);
+        }
+        PP_CHECK_INT(run->outputs_seen, 6);
+        for (m = 0; m < 6; m++) PP_CHECK(memcmp(run->outputs[m], ref[m], 3 * TM_D * sizeof(float)) == 0);
+        /* no backward ran: no gradient */
+        memset(&zero, 0, sizeof zero);
+        PP_CHECK(memcmp(&run->grads, &zero, sizeof zero) == 0);
+        tm_free(run);
+        pp_schedule_free(s);
+    }
+}
+
+/* 13 rows over 4 microbatches: ceil(13/4) = 4 rows each, so the last microbatch holds 1 real row
+ * and 3 rows of padding. The step must give the loss and gradients of the 13 real rows alone. */
+static void padded_batch_gives_the_loss_and_gradients_of_its_real_rows(void)
+{
+    pp_schedule *s = tm_schedule(PP_INTERLEAVED_1F1B, 2, 2, 4);
+    tm_run *run = tm_new(s, 4);
+    tm_params ref;
+    tm_mb real[2];
+    pp_error err;
+    double loss;
+    int r, stg;
+    run->batch_rows = 13;
+    PP_CHECK_OK(tm_go(run, &err), &err);
+    /* the reference: the same 13 rows (batch_x) in two plain microbatches of 8 and 5, no padding */
+    memset(&ref, 0, sizeof ref);
+    memset(real, 0, sizeof real);
+    real[0].rows = 8; real[1].rows = 5;
+    memcpy(real[0].x, run->batch_x, 8 * TM_D * sizeof(float));
+    memcpy(real[0].t, run->batch_t, 8 * TM_D * sizeof(float));
+    memcpy(real[1].x, run->batch_x + 8 * TM_D, 5 * TM_D * sizeof(float));
+    memcpy(real[1].t, run->batch_t + 8 * TM_D, 5 * TM_D * sizeof(float));
+    loss = tm_reference(&run->params, s->num_stages, real, 2, 1.0f / 13, &ref, NULL) / 13;
+    for (r = 0; r < 2; r++) {
+        PP_CHECK_NEAR(run->result[r][0].loss, loss, 1e-5 * loss);
+        PP_CHECK_NEAR(run->result[r][0].weight, 13, 0);   /* valid rows 4 + 4 + 4 + 1 */
+    }
+    for (stg = 0; stg < s->num_stages; stg++) PP_CHECK(tm_rel_err(&run->grads, &ref, stg) < 1e-5);
+    tm_free(run);
+    pp_schedule_free(s);
+}
+
+static void shapes_may_change_between_steps_and_microbatches(void)
+{
+    pp_schedule *s = tm_schedule(PP_INTERLEAVED_1F1B, 2, 2, 4);
+    tm_run *run = tm_new(s, 1);
+    tm_params ref;
+    pp_error err;
+    int step, m, r, stg;
+    run->steps = 3;
+    for (step = 0; step < 3; step++)
+        for (m = 0; m < 4; m++) tm_make_mb(&run->mbs[step][m], 1 + (step * 3 + m * 5) % TM_MAX_ROWS, 10 * step + m);
+    PP_CHECK_OK(tm_go(run, &err), &err);
+    memset(&ref, 0, sizeof ref);
+    for (step = 0; step < 3; step++) {
+        double loss = tm_reference(&run->params, s->num_stages, run->mbs[step], 4, 0.25f, &ref, NULL) / 4;
+        for (r = 0; r < 2; r++) PP_CHECK_NEAR(run->result[r][step].loss, loss, 1e-5 * loss);
+    }
+    /* gradients add up over the three steps (the test never steps the optimizer) */
+    for (stg = 0; stg < s->num_stages; stg++) PP_CHECK(tm_rel_err(&run->grads, &ref, stg) < 1e-5);
+    tm_free(run);
+    pp_schedule_free(s);
+}
+
+static void the_pool_stays_within_the_planned_slots_and_a_steady_step_allocates_nothing(void)
+{
+    pp_schedule *s = tm_schedule(PP_1F1B, 4, 1, 8);
+    long long alloc1[4];
+    int r, steps;
+    for (steps = 1; steps <= 3; steps += 2) {
+        tm_run *run = tm_new(s, 3);
+        pp_error err;
+        run->steps = steps;
+        PP_CHECK_OK(tm_go(run, &err), &err);
+        for (r = 0; r < 4; r++) {
+            PP_CHECK(run->stats[r].peak_slots <= run->stats[r].planned_slots);
+            /* 1F1B keeps at most pp - r microbatches' inputs on rank r, plus a few tensors in
+             * transit (a send, a received gradient, the gradient being made) */
+            PP_CHECK(run->stats[r].peak_slots <= (4 - r) + 3);
+            PP_CHECK_INT(run->stats[r].slots, run->stats[r].allocations);
+            if (steps == 1) alloc1[r] = run->stats[r].allocations;
+            else PP_CHECK_INT(run->stats[r].allocations, alloc1[r]);
+        }
+        tm_free(run);
+    }
+    pp_schedule_free(s);
+}
+
+/* --- tests: failures ------------------------------------------------------------------------- */
+
+static double tm_max_seconds(const tm_run *run, int skip)
+{
+    double m = 0;
+    int r;
+    for (r = 0; r < run->sched->pp; r++) if (r != skip && run->seconds[r] > m) m = run->seconds[r];
+    return m;
+}
+
+static void a_failing_callback_stops_every_rank_at_once(void)
+{
+    pp_schedule *s = tm_schedule(PP_1F1B, 4, 1, 8);
+    tm_run *run = tm_new(s, 2);
+    pp_error err;
+    int r;
+    run->timeout = 30;
+    run->fail_mode = 1; run->fail_rank = 2; run->fail_stage = 2; run->fail_mb = 3;
+    PP_CHECK_FAILS(tm_go(run, &err), &err, PP_ECALLBACK, "rank 2: rank 2 position");
+    PP_CHECK_CONTAINS(err.message, "(2F3): the forward callback returned 7");
+    for (r = 0; r < 4; r++) {
+        PP_CHECK_INT(run->status[r], r == 2 ? PP_ECALLBACK : PP_EABORTED);
+        if (r != 2) PP_CHECK_CONTAINS(run->errors[r].message, "because rank 2 failed");
+    }
+    PP_CHECK(tm_max_seconds(run, -1) < 5);   /* far below the 30 s deadline: nobody waited it out */
+    tm_free(run);
+    pp_schedule_free(s);
+}
+
+static void a_rank_that_stops_mid_step_makes_the_others_time_out(void)
+{
+    pp_schedule *s = tm_schedule(PP_1F1B, 4, 1, 8);
+    tm_run *run = tm_new(s, 2);
+    pp_error err;
+    pp_status st;
+    int r, timeouts = 0;
+    run->timeout = 0.3;
+    run->fail_mode = 2; run->fail_rank = 1; run->fail_stage = 1; run->fail_mb = 4;
+    st = tm_go(run, &err);
+    PP_CHECK_INT(st, PP_ETIMEOUT);
+    /* the root cause is the first rank whose deadline passed: a neighbour of rank 1, or a rank
+     * further down that waited on a neighbour (its wait began earlier) */
+    PP_CHECK_CONTAINS(err.message, "timed out after 0.3 s waiting for rank ");
+    for (r = 0; r < 4; r++) {
+        if (r == 1) { PP_CHECK_INT(run->status[r], PP_EABORTED); continue; }
+        PP_CHECK(run->status[r] == PP_ETIMEOUT || run->status[r] == PP_EABORTED);
+        if (run->status[r] == PP_ETIMEOUT) {
+            timeouts++;
+            /* names this rank, the action it was at, and the peer */
+            PP_CHECK_CONTAINS(run->errors[r].message, "position");
+            PP_CHECK_CONTAINS(run->errors[r].message, "waiting for rank");
+        }
+    }
+    PP_CHECK(timeouts >= 1);
+    PP_CHECK(tm_max_seconds(run, 1) < 0.3 + 2.0);
+    tm_free(run);
+    pp_schedule_free(s);
+}
+
+static void mismatched_schedules_are_reported_before_any_tensor_moves(void)
+{
+    pp_schedule *a = tm_schedule(PP_1F1B, 3, 1, 8), *b = tm_schedule(PP_1F1B, 3, 1, 4);
+    pp_schedule *g = tm_schedule(PP_GPIPE, 3, 1, 8), *disguised = NULL;
+    pp_error err;
+    int r, k;
+    for (k = 0; k < 3; k++) {
+        tm_run *run = tm_new(a, 2);
+        run->timeout = 20;
+        if (k == 0) run->rank_sched[1] = b;          /* different mb */
+        if (k == 1) run->rank_sched[0] = g;          /* different kind */
+        if (k == 2) {                                /* same header, different programs */
+            PP_CHECK_OK(pp_schedule_copy(g, &disguised, &err), &err);
+            disguised->kind = PP_1F1B;
+            run->rank_sched[2] = disguised;
+        }
+        PP_CHECK_FAILS(tm_go(run, &err), &err, PP_EINVALID_SCHEDULE, "the pipeline ranks run different schedules");
+        PP_CHECK_CONTAINS(err.message, k == 0 ? "mb differs" : k == 1 ? "schedule kind differs" : "the programs differ");
+        for (r = 0; r < 3; r++) PP_CHECK(run->status[r] == PP_EINVALID_SCHEDULE || run->status[r] == PP_EABORTED);
+        PP_CHECK(tm_max_seconds(run, -1) < 5);
+        tm_free(run);
+    }
+    pp_schedule_free(a); pp_schedule_free(b); pp_schedule_free(g); pp_schedule_free(disguised);
+}
+
+static void ranks_that_disagree_on_a_tensor_size_are_reported(void)
+{
+    pp_schedule *s = tm_schedule(PP_GPIPE, 3, 1, 2);
+    tm_run *run = tm_new(s, 2);
+    pp_error err;
+    run->wrong_bytes_rank = 1;
+    run->timeout = 20;
+    PP_CHECK_FAILS(tm_go(run, &err), &err, PP_ETRANSPORT, "tensor_bytes differs between the ranks");
+    PP_CHECK(tm_max_seconds(run, -1) < 5);
+    tm_free(run);
+    pp_schedule_free(s);
+}
+
+/* The executor on one thread (pp = 1): a failed step leaves it refusing further steps. */
+static void a_failed_step_leaves_the_executor_refusing_more(void)
+{
+    pp_schedule *s = tm_schedule(PP_1F1B, 1, 1, 3);
+    tm_run *run = tm_new(s, 2);
+    pp_threads_world *w = NULL;
+    pp_executor_config cfg;
+    pp_executor *ex = NULL;
+    pp_step step;
+    void *meta[TM_MAX_MB];
+    pp_error err;
+    int m;
+    for (m = 0; m < TM_MAX_MB; m++) meta[m] = &run->mbs[0][m];
+    memset(&step, 0, sizeof step);
+    step.mb_meta = meta;
+    PP_CHECK_OK(pp_threads_world_create(1, &w, &err), &err);
+    memset(&cfg, 0, sizeof cfg);
+    cfg.schedule = s;
+    PP_CHECK_OK(pp_threads_transport(w, 0, &cfg.transport, &err), &err);
+    cfg.callbacks.user = run;
+    cfg.callbacks.tensor_bytes = tm_bytes;
+    cfg.callbacks.input = tm_input;
+    cfg.callbacks.forward = tm_forward;
+    cfg.callbacks.loss = tm_loss_cb;
+    cfg.callbacks.backward = tm_backward;
+    PP_CHECK_OK(pp_executor_create(&cfg, &ex, &err), &err);
+    run->fail_mode = 1; run->fail_rank = 0; run->fail_stage = 0; run->fail_mb = 1;
+    PP_CHECK_FAILS(pp_run_step(ex, &step, NULL, &err), &err, PP_ECALLBACK, "rank 0 position 2 (0F1): the forward callback returned 7");
+    run->fail_mode = 0;
+    PP_CHECK_FAILS(pp_run_step(ex, &step, NULL, &err), &err, PP_EINVAL, "an earlier step failed");
+    pp_executor_free(ex);
+    pp_threads_world_free(w);
+    tm_free(run);
+    pp_schedule_free(s);
+}
+
+static void bad_executor_configs_name_the_field(void)
+{
+    pp_schedule *s = tm_schedule(PP_1F1B, 2, 1, 2), *split = tm_split_schedule(PP_1F1B, 2, 1, 2, 0);
+    pp_schedule *raw = NULL;
+    pp_schedule_config c;
+    pp_threads_world *w = NULL;
+    pp_executor_config cfg;
+    pp_executor *ex = NULL;
+    pp_error err;
+    memset(&c, 0, sizeof c);
+    c.kind = PP_1F1B; c.pp = 2; c.mb = 2;
+    PP_CHECK_OK(pp_schedule_build(&c, &raw, &err), &err);
+    PP_CHECK_OK(pp_threads_world_create(2, &w, &err), &err);
+    memset(&cfg, 0, sizeof cfg);
+    cfg.schedule = s;
+    PP_CHECK_OK(pp_threads_transport(w, 1, &cfg.transport, &err), &err);
+    cfg.callbacks.tensor_bytes = tm_bytes;
+    cfg.callbacks.input = tm_input;
+    PP_CHECK_FAILS(pp_executor_create(&cfg, &ex, &err), &err, PP_EINVAL, "callbacks.forward: must not be NULL");
+    cfg.callbacks.forward = tm_forward;
+    cfg.timeout_s = -1;
+    PP_CHECK_FAILS(pp_executor_create(&cfg, &ex, &err), &err, PP_EINVAL, "timeout_s=-1: must be >= 0");
+    cfg.timeout_s = 0;
+    cfg.schedule = raw;
+    PP_CHECK_FAILS(pp_executor_create(&cfg, &ex, &err), &err, PP_EINVAL, "schedule: not lowered");
+    cfg.schedule = split;
+    PP_CHECK_FAILS(pp_executor_create(&cfg, &ex, &err), &err, PP_EINVAL, "callbacks.backward_input: must not be NULL");
+    cfg.schedule = s;
+    cfg.transport.world = 3;
+    PP_CHECK_FAILS(pp_executor_create(&cfg, &ex, &err), &err, PP_EINVAL, "transport.world=3: must equal the schedule's pp (2)");
+    cfg.transport.world = 2;
+    cfg.transport.all_reduce = NULL;
+    PP_CHECK_FAILS(pp_executor_create(&cfg, &ex, &err), &err, PP_EINVAL, "transport.all_reduce: must not be NULL");
+    PP_CHECK(ex == NULL);
+    pp_threads_world_free(w);
+    pp_schedule_free(s); pp_schedule_free(split); pp_schedule_free(raw);
+}
+
+/* --- tests: the threads transport ------------------------------------------------------------ */
+
+static void threads_transport_matches_messages_by_source_and_tag(void)
+{
+    pp_threads_world *w = NULL;
+    pp_transport t0, t1;
+    pp_transfer x[2];
+    void *h = NULL, *h2 = NULL;
+    float a = 1.5f, b = 2.5f, ra = 0, rb = 0;
+    pp_error err;
+    int done = 0;
+    PP_CHECK_OK(pp_threads_world_create(2, &w, &err), &err);
+    PP_CHECK_OK(pp_threads_transport(w, 0, &t0, &err), &err);
+    PP_CHECK_OK(pp_threads_transport(w, 1, &t1, &err), &err);
+    memset(x, 0, sizeof x);
+    x[0].is_send = 1; x[0].peer = 1; x[0].tag = pp_transfer_tag(PP_OP_SEND_F, 0, 0, 0); x[0].buf = &a; x[0].bytes = 4;
+    x[1].is_send = 1; x[1].peer = 1; x[1].tag = pp_transfer_tag(PP_OP_SEND_F, 0, 1, 0); x[1].buf = &b; x[1].bytes = 4;
+    PP_CHECK_OK(t0.post(t0.user, x, 2, &h, &err), &err);
+    PP_CHECK_OK(t0.wait(t0.user, h, 1.0, &err), &err);   /* sends are buffered: done at once */
+    /* receive in the other order: matched by tag, not by arrival */
+    memset(x, 0, sizeof x);
+    x[0].peer = 0; x[0].tag = pp_transfer_tag(PP_OP_SEND_F, 0, 1, 0); x[0].buf = &rb; x[0].bytes = 4;
+    PP_CHECK_OK(t1.post(t1.user, x, 1, &h, &err), &err);
+    x[0].tag = pp_transfer_tag(PP_OP_SEND_F, 0, 0, 0); x[0].buf = &ra;
+    PP_CHECK_OK(t1.post(t1.user, x, 1, &h2, &err), &err);
+    PP_CHECK_OK(t1.test(t1.user, h, &done, &err), &err);
+    PP_CHECK_INT(done, 1);
+    PP_CHECK_OK(t1.wait(t1.user, h2, 1.0, &err), &err);
+    PP_CHECK(ra == 1.5f && rb == 2.5f);
+    /* a receive nobody sends: the deadline names the peer and the tag */
+    x[0].tag = pp_transfer_tag(PP_OP_SEND_F, 0, 2, 0);
+    PP_CHECK_OK(t1.post(t1.user, x, 1, &h, &err), &err);
+    PP_CHECK_FAILS(t1.wait(t1.user, h, 0.05, &err), &err, PP_ETIMEOUT,
+                   "rank 1: timed out after 0.05 s waiting for rank 0 to send 0SEND_F2 (step 0)");
+    /* abort: the other side stops at once with the reason */
+    t0.abort(t0.user, PP_ECALLBACK, "the model blew up");
+    PP_CHECK_FAILS(t1.post(t1.user, x, 1, &h, &err), &err, PP_EABORTED,
+                   "rank 1: stopped because rank 0 failed (PP_ECALLBACK): the model blew up");
+    pp_threads_world_free(w);
+}
+
+static pp_status tm_reduce_rank(void *user, int rank, pp_transport *t, pp_error *err)
+{
+    float v[3];
+    int round;
+    (void)user;
+    for (round = 0; round < 50; round++) {
+        pp_status st;
+        v[0] = (float)rank; v[1] = 1.0f; v[2] = (float)round;
+        st = t->all_reduce(t->user, v, 3, 5.0, err);
+        if (st != PP_OK) return st;
+        if (v[0] != 0 + 1 + 2 + 3 + 4 || v[1] != 5 || v[2] != 5.0f * (float)round) {
+            snprintf(err->message, sizeof err->message, "round %d: got %g %g %g", round, v[0], v[1], v[2]);
+            return PP_EINVAL;
+        }
+    }
+    return PP_OK;
+}
+
+static void threads_all_reduce_sums_over_ranks_round_after_round(void)
+{
+    pp_error err;
+    PP_CHECK_OK(pp_threads_run(5, tm_reduce_rank, NULL, NULL, NULL, &err), &err);
+}
+
+static void transfer_tags_name_direction_stage_microbatch_and_step(void)
+{
+    char buf[64];
+    uint64_t t = pp_transfer_tag(PP_OP_SEND_B, 1000, 70000, 300);
+    pp_transfer_tag_format(t, buf, sizeof buf);
+    PP_CHECK_STR(buf, "1000SEND_B70000 (step 44)");
+    PP_CHECK(pp_transfer_tag(PP_OP_SEND_F, 1, 2, 0) != pp_transfer_tag(PP_OP_SEND_B, 1, 2, 0));
+    PP_CHECK(pp_transfer_tag(PP_OP_SEND_F, 1, 2, 0) != pp_transfer_tag(PP_OP_SEND_F, 2, 1, 0));
+    PP_CHECK(pp_transfer_tag(PP_OP_SEND_F, 1, 2, 0) != pp_transfer_tag(PP_OP_SEND_F, 1, 2, 1));
+}
+
+/* --- tests: timeline -------------------------------------------------------------------------- */
+
+static void the_timeline_orders_each_rank_and_exports_a_chrome_trace(void)
+{
+    pp_schedule *s = tm_schedule(PP_INTERLEAVED_1F1B, 2, 2, 4);
+    tm_run *run = tm_new(s, 2);
+    pp_timeline tl[2];
+    pp_error err;
+    FILE *f;
+    char *text;
+    long n;
+    int r, i, computes = 0, events = 0;
+    const char *p;
+    run->record = 1;
+    run->keep = 1;
+    PP_CHECK_OK(tm_go(run, &err), &err);
+    for (r = 0; r < 2; r++) {
+        double last = -1;
+        PP_CHECK_OK(pp_executor_timeline(run->ex[r], &tl[r], &err), &err);
+        PP_CHECK_INT(tl[r].length, s->length[r]);
+        for (i = 0; i < tl[r].length; i++) {
+            PP_CHECK(tl[r].start[i] >= 0);
+            PP_CHECK(tl[r].start[i] <= tl[r].ready[i] && tl[r].ready[i] <= tl[r].end[i]);
+            if (tl[r].actions[i].op < PP_OP_SEND_F) { PP_CHECK(tl[r].start[i] >= last); last = tl[r].end[i]; computes++; }
+        }
+    }
+    f = tmpfile();
+    PP_CHECK(f != NULL);
+    if (!f) return;
+    PP_CHECK_OK(pp_timeline_write_chrome_trace(tl, 2, f, &err), &err);
+    n = ftell(f);
+    rewind(f);
+    text = (char *)calloc(1, (size_t)n + 1);
+    PP_CHECK(fread(text, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    PP_CHECK(strncmp(text, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", 38) == 0);
+    for (p = text; (p = strstr(p, "\"cat\":\"F\"")) != NULL; p++) events++;
+    for (p = text; (p = strstr(p, "\"cat\":\"B\"")) != NULL; p++) events++;
+    PP_CHECK_INT(events, computes);
+    PP_CHECK_CONTAINS(text, "\"name\":\"rank 1\"");
+    free(text);
+    f = tmpfile();
+    if (f) {
+        char line[512];
+        int rows = 0;
+        PP_CHECK_OK(pp_timeline_draw_ascii(tl, 2, 40, f, &err), &err);
+        rewind(f);
+        while (fgets(line, sizeof line, f)) rows += strncmp(line, "rank ", 5) == 0;
+        PP_CHECK_INT(rows, 2);
+        fclose(f);
+    }
+    for (r = 0; r < 2; r++) pp_executor_free(run->ex[r]);
+    tm_free(run);
+    pp_schedule_free(s);
+}
+
+const pp_test_case pp_suite_runtime[] = {
+    PP_TEST(every_schedule_kind_gives_single_stage_loss_and_gradients),
+    PP_TEST(split_backward_i_then_w_gives_single_stage_gradients),
+    PP_TEST(overlapped_fb_actions_give_single_stage_gradients),
+    PP_TEST(same_rank_neighbours_pass_tensors_in_place),
+    PP_TEST(pp_1_runs_through_the_same_calls),
+    PP_TEST(loss_and_metrics_reach_every_rank),
+    PP_TEST(forward_only_outputs_equal_single_stage_outputs_in_microbatch_order),
+    PP_TEST(padded_batch_gives_the_loss_and_gradients_of_its_real_rows),
+    PP_TEST(shapes_may_change_between_steps_and_microbatches),
+    PP_TEST(the_pool_stays_within_the_planned_slots_and_a_steady_step_allocates_nothing),
+    PP_TEST(a_failing_callback_stops_every_rank_at_once),
+    PP_TEST(a_rank_that_stops_mid_step_makes_the_others_time_out),
+    PP_TEST(mismatched_schedules_are_reported_before_any_tensor_moves),
+    PP_TEST(ranks_that_disagree_on_a_tensor_size_are_reported),
+    PP_TEST(a_failed_step_leaves_the_executor_refusing_more),
+    PP_TEST(bad_executor_configs_name_the_field),
+    PP_TEST(threads_transport_matches_messages_by_source_and_tag),
+    PP_TEST(threads_all_reduce_sums_over_ranks_round_after_round),
+    PP_TEST(transfer_tags_name_direction_stage_microbatch_and_step),
+    PP_TEST(the_timeline_orders_each_rank_and_exports_a_chrome_trace),
+    { 0, 0 }
+};
