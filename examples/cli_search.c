@@ -1,0 +1,193 @@
+/* pipepar search — which schedule is fastest for these costs under this memory cap?
+ *
+ *   pipepar search --pp 4 --mb 16 --f 1 --i 1 --w 0.8 --p2p 0.05 --max-mem 4 --csv best.csv
+ *
+ * Builds every schedule kind with the parameters worth trying (vpp, microbatch group, zb-h2's
+ * cap) plus greedy zero-bubble schedules (pp_search in pipepar.h), proves and simulates each,
+ * prints the ranking and writes the winner as PyTorch's pipeline-order CSV, which
+ * `pipepar schedule --from-csv` and the runtime read back.                                   */
+#include "cli.h"
+
+const char pp_cli_search_summary[] = "rank every schedule by simulated step time under a memory cap; emit the best";
+
+static void search_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: pipepar search --pp P --mb M [costs] [--max-mem X] [--vpp V | --max-vpp V] [--top N]\n"
+            "                      [--csv FILE] [--json]\n"
+            "  costs, in time units for one rank's share of the model (a chunk costs 1/vpp of it):\n"
+            "  --f F          forward (default 1)\n"
+            "  --i I --w W    input-gradient and weight-gradient halves of the backward (default B/2 each)\n"
+            "  --b B          full backward, when --i/--w are not given (default 2F)\n"
+            "  --f-stage LIST per-stage costs instead, comma-separated, pp*vpp values (needs --vpp);\n"
+            "  --i-stage, --w-stage, --b-stage likewise\n"
+            "  --p2p L        latency per transfer; --bytes N --bandwidth GBPS add N bytes at GBPS\n"
+            "  --max-mem X    cap on every rank's peak activations, in microbatches through the rank's\n"
+            "                 layers (1F1B's first rank needs pp); default: no cap\n"
+            "  --vpp V        try only this vpp (default: 1..max-vpp); --max-vpp V (default 4)\n"
+            "  --top N        rows to print (default 15; 0 = all)\n"
+            "  --csv FILE     write the winner (with its sends and receives) as PyTorch's CSV\n"
+            "  --json         the ranking as JSON instead of a table\n");
+}
+
+/* Parses "1,1.5,2" into exactly `want` non-negative numbers. */
+static int parse_list(const char *flag, const char *text, int want, double *out)
+{
+    int n = 0;
+    const char *p = text;
+    for (;;) {
+        char *end, buf[64];
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        double v;
+        if (len == 0 || len >= sizeof buf) {
+            cli_usage_error("%s: '%s': expected comma-separated numbers", flag, text);
+            return 0;
+        }
+        memcpy(buf, p, len); buf[len] = '\0';
+        v = strtod(buf, &end);
+        if (end == buf || *end != '\0' || v != v || v < 0 || v > 1e300) {
+            cli_usage_error("%s: '%s' is not a number >= 0", flag, buf);
+            return 0;
+        }
+        if (n < want) out[n] = v;
+        n++;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    if (n != want) {
+        cli_usage_error("%s: %d values, expected pp*vpp = %d", flag, n, want);
+        return 0;
+    }
+    return 1;
+}
+
+int pp_cli_search(int argc, char **argv)
+{
+    pp_search_config cfg;
+    pp_search_result *res = NULL;
+    pp_error err;
+    const char *csv = NULL, *stage_text[4] = { NULL, NULL, NULL, NULL };
+    static const char *const stage_flag[4] = { "--f-stage", "--i-stage", "--w-stage", "--b-stage" };
+    double *stage[4] = { NULL, NULL, NULL, NULL }, bytes = 0, gbps = 0;
+    long v, top = 15;
+    int i, k, json = 0, have_pp = 0, have_mb = 0, rc = 0;
+    memset(&cfg, 0, sizeof cfg);
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { search_usage(stdout); return 0; }
+        if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (!val) return cli_usage_error("%s: needs a value (or unknown flag; see --help)", a);
+        i++;
+        if (!strcmp(a, "--pp")) {
+            if (!cli_parse_int("--pp", val, 1, 4096, &v)) return 2;
+            cfg.pp = (int)v; have_pp = 1;
+        } else if (!strcmp(a, "--mb")) {
+            if (!cli_parse_int("--mb", val, 1, 1 << 20, &v)) return 2;
+            cfg.mb = (int)v; have_mb = 1;
+        } else if (!strcmp(a, "--vpp")) {
+            if (!cli_parse_int("--vpp", val, 1, 64, &v)) return 2;
+            cfg.vpp = (int)v;
+        } else if (!strcmp(a, "--max-vpp")) {
+            if (!cli_parse_int("--max-vpp", val, 1, 64, &v)) return 2;
+            cfg.max_vpp = (int)v;
+        } else if (!strcmp(a, "--top")) {
+            if (!cli_parse_int("--top", val, 0, 1 << 20, &top)) return 2;
+        } else if (!strcmp(a, "--f")) {
+            if (!cli_parse_double("--f", val, 1e-12, &cfg.costs.f)) return 2;
+        } else if (!strcmp(a, "--b")) {
+            if (!cli_parse_double("--b", val, 1e-12, &cfg.costs.b)) return 2;
+        } else if (!strcmp(a, "--i")) {
+            if (!cli_parse_double("--i", val, 0, &cfg.costs.i)) return 2;
+        } else if (!strcmp(a, "--w")) {
+            if (!cli_parse_double("--w", val, 0, &cfg.costs.w)) return 2;
+        } else if (!strcmp(a, "--p2p")) {
+            if (!cli_parse_double("--p2p", val, 0, &cfg.costs.p2p_latency)) return 2;
+        } else if (!strcmp(a, "--bytes")) {
+            if (!cli_parse_double("--bytes", val, 0, &bytes)) return 2;
+        } else if (!strcmp(a, "--bandwidth")) {
+            if (!cli_parse_double("--bandwidth", val, 1e-9, &gbps)) return 2;
+        } else if (!strcmp(a, "--max-mem")) {
+            if (!cli_parse_double("--max-mem", val, 0, &cfg.max_memory)) return 2;
+        } else if (!strcmp(a, "--csv")) {
+            csv = val;
+        } else {
+            for (k = 0; k < 4 && strcmp(a, stage_flag[k]); k++) {}
+            if (k == 4) return cli_usage_error("unknown flag '%s' (see pipepar search --help)", a);
+            stage_text[k] = val;
+        }
+    }
+    if (!have_pp) return cli_usage_error("--pp: required (pipeline ranks, >= 1)");
+    if (!have_mb) return cli_usage_error("--mb: required (microbatches per step, >= 1)");
+    if ((cfg.costs.i > 0) != (cfg.costs.w > 0))
+        return cli_usage_error("%s given without %s: give both halves of the split backward",
+                               cfg.costs.i > 0 ? "--i" : "--w", cfg.costs.i > 0 ? "--w" : "--i");
+    if (cfg.costs.i > 0 && cfg.costs.b > 0 && cfg.costs.b != cfg.costs.i + cfg.costs.w)
+        return cli_usage_error("--b=%g: with --i and --w it must be their sum (%g), or leave it out", cfg.costs.b,
+                               cfg.costs.i + cfg.costs.w);
+    if (cfg.vpp && cfg.max_vpp) return cli_usage_error("--vpp and --max-vpp: give one (--vpp tries only that vpp)");
+    if (bytes > 0) {
+        if (gbps <= 0) return cli_usage_error("--bytes: needs --bandwidth (GB/s) too");
+        cfg.costs.activation_bytes = bytes;
+        cfg.costs.p2p_seconds_per_byte = 1.0 / (gbps * 1e9);
+    }
+    for (k = 0; k < 4; k++) {
+        if (!stage_text[k]) continue;
+        if (!cfg.vpp) return cli_usage_error("%s: per-stage costs need --vpp (they hold pp*vpp values)", stage_flag[k]);
+        stage[k] = (double *)calloc((size_t)cfg.pp * (size_t)cfg.vpp, sizeof(double));
+        if (!stage[k]) { rc = cli_usage_error("out of memory"); goto done; }
+        if (!parse_list(stage_flag[k], stage_text[k], cfg.pp * cfg.vpp, stage[k])) { rc = 2; goto done; }
+    }
+    cfg.costs.f_stage = stage[0]; cfg.costs.i_stage = stage[1]; cfg.costs.w_stage = stage[2]; cfg.costs.b_stage = stage[3];
+
+    if (pp_search(&cfg, &res, &err) != PP_OK) { rc = cli_report(&err); goto done; }
+    if (json) {
+        printf("{\"pp\": %d, \"mb\": %d, \"max_memory\": %.9g, \"entries\": [", cfg.pp, cfg.mb, cfg.max_memory);
+        for (k = 0; k < res->count; k++) {
+            const pp_search_entry *e = &res->entries[k];
+            printf("%s\n  {\"name\": \"%s\", \"kind\": \"%s\", \"vpp\": %d, \"group\": %d, \"max_live\": %d, "
+                   "\"makespan\": %.9g, \"bubble\": %.9g, \"peak_memory\": %.9g, \"peak_live\": %d, \"fits\": %s}",
+                   k ? "," : "", e->name, e->kind == PP_CUSTOM ? "greedy" : pp_schedule_kind_name(e->kind), e->vpp,
+                   e->group, e->max_live, e->makespan, e->bubble, e->peak_memory, e->peak_live, e->fits ? "true" : "false");
+        }
+        printf("\n]}\n");
+    } else {
+        const pp_search_entry *base = NULL;
+        for (k = 0; k < res->count; k++)
+            if (res->entries[k].kind == PP_1F1B) base = &res->entries[k];
+        printf("pipepar search  pp=%d mb=%d  %d schedules proven and simulated", cfg.pp, cfg.mb, res->count);
+        if (cfg.max_memory > 0) printf("; memory cap %g (1F1B needs %d)", cfg.max_memory, cfg.pp);
+        printf("\n\n  #  %-54s %12s %8s %9s  %s\n", "schedule", "step time", "bubble", "peak mem", "");
+        for (k = 0; k < res->count && (top == 0 || k < top); k++) {
+            const pp_search_entry *e = &res->entries[k];
+            printf("%3d  %-54s %12.6g %7.2f%% %9.3f  %s\n", k + 1, e->name, e->makespan, 100.0 * e->bubble,
+                   e->peak_memory, e->fits ? "" : "over the cap");
+        }
+        if (top && res->count > top) printf("  ... %d more (--top 0 shows all)\n", res->count - (int)top);
+        if (res->best) {
+            printf("\nbest: %s, step time %.6g", res->entries[0].name, res->entries[0].makespan);
+            if (base) printf(" (1f1b %.6g: %.3fx)", base->makespan, base->makespan / res->entries[0].makespan);
+            printf("\n");
+        }
+    }
+    if (!res->best) {
+        const pp_search_entry *least = NULL;
+        for (k = 0; k < res->count; k++)
+            if (!least || res->entries[k].peak_memory < least->peak_memory) least = &res->entries[k];
+        fprintf(stderr, "pipepar: --max-mem=%g: no schedule fits; the least memory is %.3f (%s)\n", cfg.max_memory,
+                least ? least->peak_memory : 0.0, least ? least->name : "none");
+        rc = 1;
+        goto done;
+    }
+    if (csv) {
+        FILE *f = fopen(csv, "w");
+        if (!f) { rc = cli_usage_error("--csv '%s': cannot open for writing", csv); goto done; }
+        if (pp_schedule_write_csv(res->best, f, &err) != PP_OK) rc = cli_report(&err);
+        if (fclose(f) != 0 && rc == 0) rc = cli_usage_error("--csv '%s': write failed", csv);
+        if (rc == 0 && !json) printf("wrote %s (PyTorch's pipeline-order CSV, sends and receives included)\n", csv);
+    }
+done:
+    pp_search_result_free(res);
+    for (k = 0; k < 4; k++) free(stage[k]);
+    return rc;
+}

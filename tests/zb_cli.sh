@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# CLI checks of `pipepar search` and of the zero-bubble kinds in `pipepar schedule | simulate`.
+cd "$(dirname "$0")/.."
+P=build/pipepar
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+# expect_error CODE SUBSTRING ARGS...: exits CODE with one stderr line containing SUBSTRING
+expect_error() {
+    local code=$1 want=$2; shift 2
+    local err; err=$($P "$@" 2>&1 >/dev/null); local rc=$?
+    if [ $rc -ne "$code" ]; then bad "pipepar $*: exit $rc, expected $code ($err)"; return; fi
+    if [ "$(printf '%s\n' "$err" | wc -l)" -ne 1 ]; then bad "pipepar $*: expected one line, got: $err"; return; fi
+    case "$err" in *"$want"*) ok ;; *) bad "pipepar $*: '$err' lacks '$want'";; esac
+}
+
+# search: a ranking, a winner, its CSV; the CSV reads back as a valid schedule
+out=$($P search --pp 4 --mb 12 --f 1 --i 1 --w 0.8 --p2p 0.05 --max-mem 4 --csv "$T/best.csv") && ok || bad "search exit $?"
+echo "$out" | grep -q '^best: ' && ok || bad "search prints no best line"
+echo "$out" | grep -q '  1  ' && ok || bad "search prints no ranking"
+[ -s "$T/best.csv" ] && ok || bad "search --csv wrote nothing"
+grep -q 'SEND_F' "$T/best.csv" && ok || bad "the CSV lacks the communication"
+$P schedule --from-csv "$T/best.csv" --format text | grep -q 'valid' && ok || bad "winner CSV does not read back valid"
+best=$(echo "$out" | sed -n 's/^best: \([^,]*\),.*/\1/p')
+echo "$out" | grep -q "^  1  $best " && ok || bad "best '$best' is not row 1"
+
+# --json: ranked, the first fits, every fitting entry within the cap
+$P search --pp 4 --mb 12 --max-mem 4 --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin); e = d["entries"]
+assert e[0]["fits"] and all(x["peak_memory"] <= 4 + 1e-9 for x in e if x["fits"])
+fit = [x["makespan"] for x in e if x["fits"]]
+assert fit == sorted(fit)
+names = {x["kind"] for x in e}
+assert {"1f1b", "zb-h1", "zb-h2", "zbv", "dualpipev", "interleaved-zb", "greedy"} <= names, names
+' && ok || bad "search --json"
+
+# below 1F1B's memory only a greedy schedule fits
+$P search --pp 4 --mb 12 --max-mem 2 --json | python3 -c '
+import json, sys
+e = json.load(sys.stdin)["entries"][0]
+assert e["fits"] and e["kind"] == "greedy" and e["peak_memory"] <= 2, e
+' && ok || bad "search under a cap below 1F1B"
+
+# per-stage costs (last stage heavier: the loss)
+$P search --pp 2 --mb 8 --vpp 2 --f-stage 1,1,1,1.5 --i-stage 1,1,1,1.5 --w-stage .5,.5,.5,.7 --top 3 | grep -q '^best: ' && ok || bad "per-stage search"
+
+# nothing fits: exit 1, one line naming the flag and the least memory found
+expect_error 1 "--max-mem=0.5: no schedule fits; the least memory is" search --pp 4 --mb 8 --max-mem 0.5 --max-vpp 2
+
+# bad flags
+expect_error 2 "--pp=0: must be between 1" search --pp 0 --mb 4
+expect_error 2 "--mb: required" search --pp 2
+expect_error 2 "--i given without --w" search --pp 2 --mb 4 --i 1
+expect_error 2 "--b=3: with --i and --w it must be their sum (2)" search --pp 2 --mb 4 --i 1 --w 1 --b 3
+expect_error 2 "--f-stage: per-stage costs need --vpp" search --pp 2 --mb 4 --f-stage 1,1
+expect_error 2 "--f-stage: 3 values, expected pp*vpp = 4" search --pp 2 --mb 4 --vpp 2 --f-stage 1,1,1
+expect_error 2 "--w-stage: 'x' is not a number" search --pp 2 --mb 4 --vpp 1 --w-stage 1,x
+expect_error 2 "--vpp and --max-vpp: give one" search --pp 2 --mb 4 --vpp 2 --max-vpp 3
+expect_error 2 "--max-mem=-1: must be at least 0" search --pp 2 --mb 4 --max-mem -1
+expect_error 2 "--bytes: needs --bandwidth" search --pp 2 --mb 4 --bytes 1000
+expect_error 2 "unknown flag '--kind'" search --pp 2 --mb 4 --kind zbv
+expect_error 2 "--csv '$T/no/such/dir.csv': cannot open" search --pp 2 --mb 4 --csv "$T/no/such/dir.csv"
+$P search --help | grep -q -- '--max-mem' && ok || bad "search --help"
+
+# the zero-bubble kinds through schedule and simulate
+o=$($P schedule --kind zb-h2 --pp 4 --mb 8 --format torch)
+[ "$(echo "$o" | head -1)" = "rank0: 0F0 0F1 0F2 0F3 0F4 0F5 0F6 0I0 0W0 0F7 0I1 0W1 0I2 0W2 0I3 0W3 0I4 0W4 0I5 0W5 0I6 0W6 0I7 0W7" ] && ok || bad "zb-h2 rank0: $(echo "$o" | head -1)"
+$P schedule --kind dualpipev --pp 2 --mb 4 --format torch | head -1 | grep -q '(0F3;3B1)OVERLAP_F_B' && ok || bad "dualpipev FB text"
+$P schedule --kind zb-h2 --pp 4 --mb 8 --max-live 5 --format text | grep -q 'valid' && ok || bad "zb-h2 --max-live"
+for k in zb-h1 zb-h2 zbv dualpipev interleaved-zb; do
+    $P simulate --kind $k --pp 4 --mb 8 --f 1 --i 1 --w 1 --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["makespan"] > 0' && ok || bad "simulate $k"
+done
+$P simulate --kind zbv --pp 4 --mb 8 --f 2 --i 2 --w 2 --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert max(d["peak_memory"]) == 4' && ok || bad "zbv memory = pp"
+expect_error 1 "max_live=3: zb-h2 needs at least pp=4" schedule --kind zb-h2 --pp 4 --mb 8 --max-live 3
+expect_error 1 "max_live=6: zbv has a fixed memory profile" schedule --kind zbv --pp 4 --mb 8 --max-live 6
+expect_error 1 "vpp=3: zbv uses a V-shaped placement" schedule --kind zbv --pp 4 --vpp 3 --mb 8
+expect_error 1 "group=1: interleaved-zb needs rounds of at least pp=4" schedule --kind interleaved-zb --pp 4 --vpp 2 --mb 8 --group 1
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
