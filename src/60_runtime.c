@@ -40,6 +40,9 @@ static double pp__now(void)
 #ifndef PIPEPAR_NO_THREADS
 #include <pthread.h>
 #include <errno.h>
+#if !defined(CLOCK_MONOTONIC)
+#error "pipepar: the threads transport needs POSIX clocks: compile with -D_POSIX_C_SOURCE=200809L (or -std=gnu99), or define PIPEPAR_NO_THREADS"
+#endif
 
 typedef struct pp__msg {
     struct pp__msg *next;
@@ -1381,7 +1384,7 @@ pp_status pp_run_step(pp_executor *ex, const pp_step *step, pp_step_result *resu
         st = pp__fail(err, PP_EINVAL, "rank %d: callbacks.backward: must not be NULL for a training step", ex->rank);
         return pp__step_failed(ex, st, err);
     }
-    if (ex->record && !ex->timer.mark) for (i = 0; i < 3 * ex->len; i++) ex->times[i] = -1;
+    if (ex->record) for (i = 0; i < 3 * ex->len; i++) ex->times[i] = -1;   /* -1: not run */
     st = pp__check_ranks_agree(ex, step, err);
     if (st != PP_OK) return pp__step_failed(ex, st, err);
     st = pp__walk(ex, err);
