@@ -661,8 +661,9 @@ PIPEPAR_API pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_s
 typedef struct pp_search_config {
     int pp;                 /* pipeline ranks, >= 1 */
     int mb;                 /* microbatches per step, >= 1 */
-    pp_sim_costs costs;     /* as pp_simulate takes them. Per-stage arrays hold pp*vpp entries,
-                               so they need vpp below */
+    pp_sim_costs costs;     /* as pp_simulate takes them, except that a full backward B costs
+                               i + w when only the halves are given (per stage too). Per-stage
+                               arrays hold pp*vpp entries, so they need vpp below */
     double max_memory;      /* cap on every rank's peak memory in the units above; 0 = none */
     int vpp;                /* 0: try 1..max_vpp (and 2 for V kinds); else only this vpp */
     int max_vpp;            /* largest vpp tried; 0 means 4 */
@@ -877,9 +878,9 @@ PIPEPAR_API pp_status pp_pack_plan_gather(const pp_pack_plan *plan, int bin, con
  * its size (it may change from step to step and between microbatches: dynamic shapes need no
  * new schedule). A gradient has the size of its activation.
  *
- *     input(m) -> x0 -> F(0,m) -> x1 -> F(1,m) -> ... -> F(S-1,m) -> out -> loss(m)
- *                                                                          |
- *       B(0,m) <- g1 <- B(1,m) <- ... <- g(S-1) <------- B(S-1,m) <- grad_out
+ *     input(m)  ─► x0 ─► F(0,m) ─► x1 ─► F(1,m) ─► ... ─► F(S-1,m) ─► out ─► loss(m)
+ *                                                                            │
+ *       B(0,m) ◄─ g1 ◄─ B(1,m) ◄─ ... ◄─ gS-1 ◄──────────── B(S-1,m) ◄─ g_out ┘
  *
  *   forward(stage, m, in, out)                   in = x_s, out = x_{s+1} (to fill)
  *   loss(m, out, grad_out, &l)                   last stage, right after its forward: the loss of
@@ -905,9 +906,6 @@ PIPEPAR_API pp_status pp_pack_plan_gather(const pp_pack_plan *plan, int bin, con
  *     pp_mb_info (rows, valid_rows) so the loss masks it; the step's loss is
  *     sum(loss) / sum(weight), and weight defaults to valid_rows;
  *   - pp = 1 runs through the same calls (a one-rank transport, no transfers).
- *
- * Per step the executor makes two all-reduces of a few floats (the check below, the loss) and
- * no allocation once its pool has grown to the step's shapes.
  *
  * Failure. Every wait has a deadline (pp_executor_config.timeout_s). A rank that fails (a
  * callback error, a timeout, a transport error) aborts the transport with its reason, so every
@@ -974,9 +972,7 @@ PIPEPAR_API int pp_transfer_tag_format(uint64_t tag, char *buf, size_t size);
 /* --- >>threads: N ranks as N threads of one process ------------------------------------------
  * Messages go through per-rank mailboxes in shared memory and are matched by (source,
  * destination, tag), oldest first; a send copies its bytes (buffered), so a send never blocks.
- * Every wait uses a condition variable with a deadline. Needs POSIX threads and clocks (compile
- * with -D_POSIX_C_SOURCE=200809L under a strict -std=c99); define PIPEPAR_NO_THREADS to leave it
- * out.
+ * Every wait uses a condition variable with a deadline. Not available with PIPEPAR_NO_THREADS.
  *
  *     pp_threads_world *w;  pp_threads_world_create(4, &w, &err);
  *     // on the thread of rank r:  pp_transport t;  pp_threads_transport(w, r, &t, &err);
@@ -992,8 +988,8 @@ PIPEPAR_API pp_status pp_threads_transport(pp_threads_world *w, int rank, pp_tra
 
 /* Runs fn(user, rank, transport, err) on `world` new threads (one per rank) and joins them all.
  * status[world] and errors[world] (both optional) receive each rank's result. Returns PP_OK when
- * every rank did; otherwise the status and message of the root cause, prefixed with "rank R: ":
- * the rank that aborted the world first, else the first rank whose failure was not PP_EABORTED. */
+ * every rank did; otherwise the status of the root cause (the first failure that was not
+ * PP_EABORTED) and its message, prefixed with "rank R: ". */
 typedef pp_status (*pp_rank_fn)(void *user, int rank, pp_transport *transport, pp_error *err);
 PIPEPAR_API pp_status pp_threads_run(int world, pp_rank_fn fn, void *user, pp_status *status,
                                      pp_error *errors, pp_error *err);
@@ -1036,8 +1032,7 @@ typedef struct pp_loss {
  * only mode. Callbacks of one rank run on the thread that called pp_run_step. */
 typedef struct pp_callbacks {
     void *user;
-    /* bytes of boundary tensor `boundary` (0..num_stages) for info->mb (info->stage == boundary,
-     * info->chunk == -1). Both ranks of a transfer ask for its size; their answers must agree. */
+    /* bytes of boundary tensor `boundary` (0..num_stages) for info->mb; info->stage == boundary */
     size_t (*tensor_bytes)(void *user, int boundary, const pp_mb_info *info);
     /* first stage: fill x (tensor_bytes(0) bytes) with microbatch info->mb's input */
     int (*input)(void *user, const pp_mb_info *info, void *x);
@@ -5790,15 +5785,19 @@ void pp_search_result_free(pp_search_result *r)
     PIPEPAR_FREE(r);
 }
 
-pp_status pp_search(const pp_search_config *cfg, pp_search_result **out, pp_error *err)
+pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp_error *err)
 {
     pp__search S;
     pp__candidate c;
+    pp_search_config cfg_copy;
+    const pp_search_config *cfg = &cfg_copy;
     pp_search_result *res = NULL;
     pp_status st = PP_OK;
+    double *b_stage = NULL;
     int vpp, vlo, vhi, max_vpp, has_stage_costs, k;
-    if (!cfg || !out) return pp__fail(err, PP_EINVAL, "cfg and out: must not be NULL");
+    if (!user_cfg || !out) return pp__fail(err, PP_EINVAL, "cfg and out: must not be NULL");
     *out = NULL;
+    cfg_copy = *user_cfg;
     if (cfg->pp < 1) return pp__fail(err, PP_EINVAL, "pp=%d: must be at least 1", cfg->pp);
     if (cfg->mb < 1) return pp__fail(err, PP_EINVAL, "mb=%d: must be at least 1", cfg->mb);
     if (cfg->vpp < 0) return pp__fail(err, PP_EINVAL, "vpp=%d: must be at least 1 (0 tries 1..max_vpp)", cfg->vpp);
@@ -5809,6 +5808,20 @@ pp_status pp_search(const pp_search_config *cfg, pp_search_result **out, pp_erro
     if (has_stage_costs && !cfg->vpp)
         return pp__fail(err, PP_EINVAL, "vpp=0: per-stage costs hold pp*vpp entries, so the search needs the vpp "
                         "they describe");
+    if (cfg->costs.f < 0 || cfg->costs.b < 0 || cfg->costs.i < 0 || cfg->costs.w < 0)
+        return pp__fail(err, PP_EINVAL, "costs: every cost must be >= 0 (f=%g b=%g i=%g w=%g)", cfg->costs.f,
+                        cfg->costs.b, cfg->costs.i, cfg->costs.w);
+    /* Kinds mix full B's with split I/W (DualPipeV does both): when only the halves are given, a
+     * full backward costs their sum, not pp_simulate's default of 2F. */
+    if (cfg_copy.costs.b == 0 && cfg_copy.costs.i + cfg_copy.costs.w > 0)
+        cfg_copy.costs.b = cfg_copy.costs.i + cfg_copy.costs.w;
+    if (!cfg->costs.b_stage && cfg->costs.i_stage && cfg->costs.w_stage && cfg->vpp > 0) {
+        int n = cfg->pp * cfg->vpp;
+        b_stage = (double *)pp__calloc((size_t)n, sizeof(double));
+        if (!b_stage) return pp__fail(err, PP_ENOMEM, "out of memory");
+        for (k = 0; k < n; k++) b_stage[k] = cfg->costs.i_stage[k] + cfg->costs.w_stage[k];
+        cfg_copy.costs.b_stage = b_stage;
+    }
     max_vpp = cfg->max_vpp ? cfg->max_vpp : 4;
     vlo = cfg->vpp ? cfg->vpp : 1;
     vhi = cfg->vpp ? cfg->vpp : max_vpp;
@@ -5890,6 +5903,7 @@ pp_status pp_search(const pp_search_config *cfg, pp_search_result **out, pp_erro
     st = pp__ok(err);
 done:
     PIPEPAR_FREE(S.entries);
+    PIPEPAR_FREE(b_stage);
     pp_search_result_free(res);
     return st;
 }
@@ -7034,9 +7048,6 @@ static double pp__now(void)
 #ifndef PIPEPAR_NO_THREADS
 #include <pthread.h>
 #include <errno.h>
-#if !defined(CLOCK_MONOTONIC)
-#error "pipepar: the threads transport needs POSIX clocks: compile with -D_POSIX_C_SOURCE=200809L (or -std=gnu99), or define PIPEPAR_NO_THREADS"
-#endif
 
 typedef struct pp__msg {
     struct pp__msg *next;
@@ -8378,7 +8389,7 @@ pp_status pp_run_step(pp_executor *ex, const pp_step *step, pp_step_result *resu
         st = pp__fail(err, PP_EINVAL, "rank %d: callbacks.backward: must not be NULL for a training step", ex->rank);
         return pp__step_failed(ex, st, err);
     }
-    if (ex->record) for (i = 0; i < 3 * ex->len; i++) ex->times[i] = -1;   /* -1: not run */
+    if (ex->record && !ex->timer.mark) for (i = 0; i < 3 * ex->len; i++) ex->times[i] = -1;
     st = pp__check_ranks_agree(ex, step, err);
     if (st != PP_OK) return pp__step_failed(ex, st, err);
     st = pp__walk(ex, err);

@@ -390,15 +390,19 @@ void pp_search_result_free(pp_search_result *r)
     PIPEPAR_FREE(r);
 }
 
-pp_status pp_search(const pp_search_config *cfg, pp_search_result **out, pp_error *err)
+pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp_error *err)
 {
     pp__search S;
     pp__candidate c;
+    pp_search_config cfg_copy;
+    const pp_search_config *cfg = &cfg_copy;
     pp_search_result *res = NULL;
     pp_status st = PP_OK;
+    double *b_stage = NULL;
     int vpp, vlo, vhi, max_vpp, has_stage_costs, k;
-    if (!cfg || !out) return pp__fail(err, PP_EINVAL, "cfg and out: must not be NULL");
+    if (!user_cfg || !out) return pp__fail(err, PP_EINVAL, "cfg and out: must not be NULL");
     *out = NULL;
+    cfg_copy = *user_cfg;
     if (cfg->pp < 1) return pp__fail(err, PP_EINVAL, "pp=%d: must be at least 1", cfg->pp);
     if (cfg->mb < 1) return pp__fail(err, PP_EINVAL, "mb=%d: must be at least 1", cfg->mb);
     if (cfg->vpp < 0) return pp__fail(err, PP_EINVAL, "vpp=%d: must be at least 1 (0 tries 1..max_vpp)", cfg->vpp);
@@ -409,6 +413,20 @@ pp_status pp_search(const pp_search_config *cfg, pp_search_result **out, pp_erro
     if (has_stage_costs && !cfg->vpp)
         return pp__fail(err, PP_EINVAL, "vpp=0: per-stage costs hold pp*vpp entries, so the search needs the vpp "
                         "they describe");
+    if (cfg->costs.f < 0 || cfg->costs.b < 0 || cfg->costs.i < 0 || cfg->costs.w < 0)
+        return pp__fail(err, PP_EINVAL, "costs: every cost must be >= 0 (f=%g b=%g i=%g w=%g)", cfg->costs.f,
+                        cfg->costs.b, cfg->costs.i, cfg->costs.w);
+    /* Kinds mix full B's with split I/W (DualPipeV does both): when only the halves are given, a
+     * full backward costs their sum, not pp_simulate's default of 2F. */
+    if (cfg_copy.costs.b == 0 && cfg_copy.costs.i + cfg_copy.costs.w > 0)
+        cfg_copy.costs.b = cfg_copy.costs.i + cfg_copy.costs.w;
+    if (!cfg->costs.b_stage && cfg->costs.i_stage && cfg->costs.w_stage && cfg->vpp > 0) {
+        int n = cfg->pp * cfg->vpp;
+        b_stage = (double *)pp__calloc((size_t)n, sizeof(double));
+        if (!b_stage) return pp__fail(err, PP_ENOMEM, "out of memory");
+        for (k = 0; k < n; k++) b_stage[k] = cfg->costs.i_stage[k] + cfg->costs.w_stage[k];
+        cfg_copy.costs.b_stage = b_stage;
+    }
     max_vpp = cfg->max_vpp ? cfg->max_vpp : 4;
     vlo = cfg->vpp ? cfg->vpp : 1;
     vhi = cfg->vpp ? cfg->vpp : max_vpp;
@@ -490,6 +508,7 @@ pp_status pp_search(const pp_search_config *cfg, pp_search_result **out, pp_erro
     st = pp__ok(err);
 done:
     PIPEPAR_FREE(S.entries);
+    PIPEPAR_FREE(b_stage);
     pp_search_result_free(res);
     return st;
 }

@@ -62,8 +62,9 @@ PIPEPAR_API pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_s
 typedef struct pp_search_config {
     int pp;                 /* pipeline ranks, >= 1 */
     int mb;                 /* microbatches per step, >= 1 */
-    pp_sim_costs costs;     /* as pp_simulate takes them. Per-stage arrays hold pp*vpp entries,
-                               so they need vpp below */
+    pp_sim_costs costs;     /* as pp_simulate takes them, except that a full backward B costs
+                               i + w when only the halves are given (per stage too). Per-stage
+                               arrays hold pp*vpp entries, so they need vpp below */
     double max_memory;      /* cap on every rank's peak memory in the units above; 0 = none */
     int vpp;                /* 0: try 1..max_vpp (and 2 for V kinds); else only this vpp */
     int max_vpp;            /* largest vpp tried; 0 means 4 */

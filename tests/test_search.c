@@ -445,6 +445,26 @@ static void search_names_the_parameter_it_refuses(void)
     PP_CHECK(res == NULL);
 }
 
+/* DualPipeV runs full B's next to I/W pairs: given only the halves, the search prices a B as
+ * I + W (pp_simulate alone would take its default 2F). */
+static void search_prices_a_full_backward_as_i_plus_w(void)
+{
+    pp_search_config cfg;
+    pp_search_result *res = NULL;
+    pp_error err;
+    const pp_search_entry *e;
+    sr_run d;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.pp = 4; cfg.mb = 8; cfg.costs.f = 1; cfg.costs.i = 1.1; cfg.costs.w = 0.5; cfg.vpp = 2;
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    if (!res) return;
+    e = sr_find(res, "dualpipev");
+    d = sr_kind(PP_DUALPIPEV, 4, 8, 1, 1.1, 0.5, 0);   /* b = i + w */
+    PP_CHECK(e != NULL);
+    if (e) PP_CHECK_NEAR(e->makespan, d.makespan, 1e-9);
+    pp_search_result_free(res);
+}
+
 /* The winner's CSV reads back as the same programs (what `pipepar search --csv` writes). */
 static void search_winner_csv_reads_back_identical(void)
 {
@@ -491,6 +511,7 @@ const pp_test_case pp_suite_search[] = {
     PP_TEST(search_with_a_cap_nothing_meets_returns_no_winner),
     PP_TEST(search_with_per_stage_costs_tries_only_their_vpp),
     PP_TEST(search_names_the_parameter_it_refuses),
+    PP_TEST(search_prices_a_full_backward_as_i_plus_w),
     PP_TEST(search_winner_csv_reads_back_identical),
     {0}
 };
