@@ -878,9 +878,9 @@ PIPEPAR_API pp_status pp_pack_plan_gather(const pp_pack_plan *plan, int bin, con
  * its size (it may change from step to step and between microbatches: dynamic shapes need no
  * new schedule). A gradient has the size of its activation.
  *
- *     input(m)  ─► x0 ─► F(0,m) ─► x1 ─► F(1,m) ─► ... ─► F(S-1,m) ─► out ─► loss(m)
- *                                                                            │
- *       B(0,m) ◄─ g1 ◄─ B(1,m) ◄─ ... ◄─ gS-1 ◄──────────── B(S-1,m) ◄─ g_out ┘
+ *     input(m) -> x0 -> F(0,m) -> x1 -> F(1,m) -> ... -> F(S-1,m) -> out -> loss(m)
+ *                                                                          |
+ *       B(0,m) <- g1 <- B(1,m) <- ... <- g(S-1) <------- B(S-1,m) <- grad_out
  *
  *   forward(stage, m, in, out)                   in = x_s, out = x_{s+1} (to fill)
  *   loss(m, out, grad_out, &l)                   last stage, right after its forward: the loss of
@@ -906,6 +906,9 @@ PIPEPAR_API pp_status pp_pack_plan_gather(const pp_pack_plan *plan, int bin, con
  *     pp_mb_info (rows, valid_rows) so the loss masks it; the step's loss is
  *     sum(loss) / sum(weight), and weight defaults to valid_rows;
  *   - pp = 1 runs through the same calls (a one-rank transport, no transfers).
+ *
+ * Per step the executor makes two all-reduces of a few floats (the check below, the loss) and
+ * no allocation once its pool has grown to the step's shapes.
  *
  * Failure. Every wait has a deadline (pp_executor_config.timeout_s). A rank that fails (a
  * callback error, a timeout, a transport error) aborts the transport with its reason, so every
@@ -972,7 +975,9 @@ PIPEPAR_API int pp_transfer_tag_format(uint64_t tag, char *buf, size_t size);
 /* --- >>threads: N ranks as N threads of one process ------------------------------------------
  * Messages go through per-rank mailboxes in shared memory and are matched by (source,
  * destination, tag), oldest first; a send copies its bytes (buffered), so a send never blocks.
- * Every wait uses a condition variable with a deadline. Not available with PIPEPAR_NO_THREADS.
+ * Every wait uses a condition variable with a deadline. Needs POSIX threads and clocks (compile
+ * with -D_POSIX_C_SOURCE=200809L under a strict -std=c99); define PIPEPAR_NO_THREADS to leave it
+ * out.
  *
  *     pp_threads_world *w;  pp_threads_world_create(4, &w, &err);
  *     // on the thread of rank r:  pp_transport t;  pp_threads_transport(w, r, &t, &err);
@@ -988,8 +993,8 @@ PIPEPAR_API pp_status pp_threads_transport(pp_threads_world *w, int rank, pp_tra
 
 /* Runs fn(user, rank, transport, err) on `world` new threads (one per rank) and joins them all.
  * status[world] and errors[world] (both optional) receive each rank's result. Returns PP_OK when
- * every rank did; otherwise the status of the root cause (the first failure that was not
- * PP_EABORTED) and its message, prefixed with "rank R: ". */
+ * every rank did; otherwise the status and message of the root cause, prefixed with "rank R: ":
+ * the rank that aborted the world first, else the first rank whose failure was not PP_EABORTED. */
 typedef pp_status (*pp_rank_fn)(void *user, int rank, pp_transport *transport, pp_error *err);
 PIPEPAR_API pp_status pp_threads_run(int world, pp_rank_fn fn, void *user, pp_status *status,
                                      pp_error *errors, pp_error *err);
@@ -1032,7 +1037,8 @@ typedef struct pp_loss {
  * only mode. Callbacks of one rank run on the thread that called pp_run_step. */
 typedef struct pp_callbacks {
     void *user;
-    /* bytes of boundary tensor `boundary` (0..num_stages) for info->mb; info->stage == boundary */
+    /* bytes of boundary tensor `boundary` (0..num_stages) for info->mb (info->stage == boundary,
+     * info->chunk == -1). Both ranks of a transfer ask for its size; their answers must agree. */
     size_t (*tensor_bytes)(void *user, int boundary, const pp_mb_info *info);
     /* first stage: fill x (tensor_bytes(0) bytes) with microbatch info->mb's input */
     int (*input)(void *user, const pp_mb_info *info, void *x);
@@ -7048,6 +7054,9 @@ static double pp__now(void)
 #ifndef PIPEPAR_NO_THREADS
 #include <pthread.h>
 #include <errno.h>
+#if !defined(CLOCK_MONOTONIC)
+#error "pipepar: the threads transport needs POSIX clocks: compile with -D_POSIX_C_SOURCE=200809L (or -std=gnu99), or define PIPEPAR_NO_THREADS"
+#endif
 
 typedef struct pp__msg {
     struct pp__msg *next;
@@ -8389,7 +8398,7 @@ pp_status pp_run_step(pp_executor *ex, const pp_step *step, pp_step_result *resu
         st = pp__fail(err, PP_EINVAL, "rank %d: callbacks.backward: must not be NULL for a training step", ex->rank);
         return pp__step_failed(ex, st, err);
     }
-    if (ex->record && !ex->timer.mark) for (i = 0; i < 3 * ex->len; i++) ex->times[i] = -1;
+    if (ex->record) for (i = 0; i < 3 * ex->len; i++) ex->times[i] = -1;   /* -1: not run */
     st = pp__check_ranks_agree(ex, step, err);
     if (st != PP_OK) return pp__step_failed(ex, st, err);
     st = pp__walk(ex, err);
