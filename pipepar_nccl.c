@@ -21,6 +21,7 @@
 #pragma GCC diagnostic pop
 #endif
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -35,7 +36,7 @@
 #include "pipepar.h"
 
 #if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
-#error "pipepar_nccl.c needs NCCL 2.18 or newer (non-blocking communicators, ncclCommSplit)"
+#error "pipepar_nccl.c needs NCCL 2.18 or newer (ncclCommSplit, non-blocking communicators)"
 #endif
 
 typedef char pp__nccl_id_size_check[sizeof(pp_nccl_id) == sizeof(ncclUniqueId) ? 1 : -1];
@@ -48,7 +49,7 @@ struct pp_nccl {
     cudaEvent_t host_wait;      /* for all-reduces the host waits on */
     int rank, world, device;
     double timeout_s;
-    int max_ctas, blocking;     /* passed on to ncclCommSplit's children */
+    int max_ctas, nonblocking;  /* passed on to ncclCommSplit's children */
     int aborted;
     pp_status abort_status;
     char abort_reason[PP_ERROR_MESSAGE_SIZE];
@@ -56,6 +57,16 @@ struct pp_nccl {
     float *d_buf, *h_buf;       /* all-reduce scratch, device and pinned host */
     int buf_cap;
     char describe[384];
+    /* The watchdog: a thread that aborts the communicator when a blocking NCCL call (armed
+     * around it) outlives its deadline, as PyTorch's ProcessGroupNCCL watchdog does. */
+    pthread_t wd_thread;
+    int wd_started, wd_stop, wd_fired, wd_abort_done;
+    pthread_mutex_t wd_mu;
+    pthread_cond_t wd_cv;
+    unsigned long wd_gen;       /* bumped by every arm and disarm */
+    double wd_deadline;         /* 0: disarmed */
+    double wd_timeout;
+    char wd_what[96];
 };
 
 /* --- errors and clocks -------------------------------------------------------------------- */
@@ -130,7 +141,7 @@ void pp_nccl_abort(pp_nccl *nc, pp_status status, const char *reason)
     }
 }
 
-/* An NCCL call's result: ncclInProgress is fine (non-blocking), anything else fails and aborts
+/* An NCCL call's result: ncclInProgress is fine (non-blocking mode), anything else fails and aborts
  * the communicator (NCCL's state after an error is unusable). */
 static pp_status pp__nccl_check(pp_nccl *nc, ncclResult_t r, const char *what, pp_error *err)
 {
@@ -200,6 +211,110 @@ static pp_status pp__nccl_wait_device(pp_nccl *nc, cudaEvent_t event, cudaStream
         }
         pp__nccl_pause(&polls);
     }
+}
+
+/* --- the watchdog ----------------------------------------------------------------------- */
+
+/* Blocking NCCL calls (init, ncclGroupEnd, a collective's enqueue, finalize) can wait on a peer
+ * forever: for a connection, for room in a queue the peer's progress frees. Each is armed with a
+ * deadline; if it has not returned by then, the watchdog thread calls ncclCommAbort (safe from
+ * another thread, and what makes the blocked call return), and the caller turns the call's
+ * result into PP_ETIMEOUT. */
+static void *pp__nccl_watchdog(void *arg)
+{
+    pp_nccl *nc = (pp_nccl *)arg;
+    pthread_mutex_lock(&nc->wd_mu);
+    while (!nc->wd_stop) {
+        double dl = nc->wd_deadline;
+        unsigned long gen = nc->wd_gen;
+        struct timespec ts;
+        if (dl <= 0) { pthread_cond_wait(&nc->wd_cv, &nc->wd_mu); continue; }
+        ts.tv_sec = (time_t)dl;
+        ts.tv_nsec = (long)((dl - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&nc->wd_cv, &nc->wd_mu, &ts);
+        if (!nc->wd_stop && nc->wd_gen == gen && nc->wd_deadline > 0 && pp__nccl_now() >= dl) {
+            ncclComm_t comm = nc->comm;
+            nc->wd_fired = 1;
+            nc->wd_deadline = 0;
+            pthread_mutex_unlock(&nc->wd_mu);
+            if (comm) ncclCommAbort(comm);
+            pthread_mutex_lock(&nc->wd_mu);
+            nc->wd_abort_done = 1;
+            pthread_cond_broadcast(&nc->wd_cv);
+        }
+    }
+    pthread_mutex_unlock(&nc->wd_mu);
+    return NULL;
+}
+
+static pp_status pp__nccl_watchdog_start(pp_nccl *nc, pp_error *err)
+{
+    pthread_condattr_t ca;
+    if (pthread_mutex_init(&nc->wd_mu, NULL) != 0) return pp__nccl_fail(err, PP_ENOMEM, "watchdog: mutex");
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (pthread_cond_init(&nc->wd_cv, &ca) != 0) {
+        pthread_condattr_destroy(&ca);
+        pthread_mutex_destroy(&nc->wd_mu);
+        return pp__nccl_fail(err, PP_ENOMEM, "watchdog: condition variable");
+    }
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&nc->wd_thread, NULL, pp__nccl_watchdog, nc) != 0) {
+        pthread_cond_destroy(&nc->wd_cv);
+        pthread_mutex_destroy(&nc->wd_mu);
+        return pp__nccl_fail(err, PP_ENOMEM, "watchdog: cannot start its thread");
+    }
+    nc->wd_started = 1;
+    return PP_OK;
+}
+
+static void pp__nccl_watchdog_stop(pp_nccl *nc)
+{
+    if (!nc->wd_started) return;
+    pthread_mutex_lock(&nc->wd_mu);
+    nc->wd_stop = 1;
+    pthread_cond_broadcast(&nc->wd_cv);
+    pthread_mutex_unlock(&nc->wd_mu);
+    pthread_join(nc->wd_thread, NULL);
+    pthread_cond_destroy(&nc->wd_cv);
+    pthread_mutex_destroy(&nc->wd_mu);
+    nc->wd_started = 0;
+}
+
+static void pp__nccl_arm(pp_nccl *nc, double timeout_s, const char *what)
+{
+    if (!nc->wd_started) return;
+    pthread_mutex_lock(&nc->wd_mu);
+    nc->wd_gen++;
+    nc->wd_timeout = timeout_s;
+    nc->wd_deadline = pp__nccl_now() + timeout_s;
+    snprintf(nc->wd_what, sizeof nc->wd_what, "%s", what);
+    pthread_cond_broadcast(&nc->wd_cv);
+    pthread_mutex_unlock(&nc->wd_mu);
+}
+
+/* Returns 1 when the watchdog fired during the armed call: the communicator is then aborted and
+ * *err says PP_ETIMEOUT. */
+static int pp__nccl_disarm(pp_nccl *nc, pp_error *err)
+{
+    int fired;
+    if (!nc->wd_started) return 0;
+    pthread_mutex_lock(&nc->wd_mu);
+    nc->wd_gen++;
+    nc->wd_deadline = 0;
+    fired = nc->wd_fired;
+    while (fired && !nc->wd_abort_done) pthread_cond_wait(&nc->wd_cv, &nc->wd_mu);
+    pthread_mutex_unlock(&nc->wd_mu);
+    if (!fired) return 0;
+    if (!nc->aborted) {
+        nc->aborted = 1;
+        nc->abort_status = PP_ETIMEOUT;
+        snprintf(nc->abort_reason, sizeof nc->abort_reason, "%s: rank %d timed out after %.1f s (a peer is missing "
+                 "or hangs); the watchdog aborted the communicator", nc->wd_what, nc->rank, nc->wd_timeout);
+    }
+    nc->comm = NULL;   /* released by ncclCommAbort */
+    pp__nccl_fail(err, PP_ETIMEOUT, "%s", nc->abort_reason);
+    return 1;
 }
 
 /* --- rank, world and device from the environment ----------------------------------------- */
@@ -352,10 +467,10 @@ pp_status pp_nccl_unique_id(pp_nccl_id *id, pp_error *err)
 
 /* --- init, split, free -------------------------------------------------------------------- */
 
-static ncclConfig_t pp__nccl_comm_config(int blocking, int max_ctas)
+static ncclConfig_t pp__nccl_comm_config(int nonblocking, int max_ctas)
 {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = blocking ? 1 : 0;
+    config.blocking = nonblocking ? 0 : 1;
     if (max_ctas > 0) { config.minCTAs = 1; config.maxCTAs = max_ctas; }
     return config;
 }
@@ -397,9 +512,10 @@ pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_error *err)
         return pp__nccl_fail(err, PP_EINVAL, "bootstrap=%d: not a pp_nccl_bootstrap", (int)cfg->bootstrap);
     nc = (pp_nccl *)calloc(1, sizeof *nc);
     if (!nc) return pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_init: out of memory");
+    if ((st = pp__nccl_watchdog_start(nc, err)) != PP_OK) { free(nc); return st; }
     nc->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : PP__NCCL_DEFAULT_TIMEOUT;
     nc->max_ctas = cfg->max_ctas;
-    nc->blocking = cfg->blocking;
+    nc->nonblocking = cfg->nonblocking;
     if (cfg->timeout_s <= 0 && env_timeout && atof(env_timeout) > 0) nc->timeout_s = atof(env_timeout);
     how = cfg->bootstrap;
     if (how == PP_NCCL_BOOTSTRAP_AUTO) {
@@ -411,13 +527,13 @@ pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_error *err)
     }
 #ifndef PIPEPAR_NCCL_MPI
     if (how == PP_NCCL_BOOTSTRAP_MPI) {
-        free(nc);
+        pp_nccl_free(nc);
         return pp__nccl_fail(err, PP_EUNSUPPORTED, "bootstrap=MPI: pipepar_nccl.c was built without "
                              "-DPIPEPAR_NCCL_MPI%s", pp__nccl_launched_by_mpi() ? "" : " (and no MPI launcher is seen)");
     }
 #endif
     if (how == PP_NCCL_BOOTSTRAP_ID && !cfg->id) {
-        free(nc);
+        pp_nccl_free(nc);
         return pp__nccl_fail(err, PP_EINVAL, "id: bootstrap=ID needs the id made by pp_nccl_unique_id");
     }
 
@@ -490,11 +606,14 @@ pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_error *err)
         }
     }
 
-    /* The communicator, non-blocking so that a missing peer turns into a timeout here too. */
+    /* The communicator; the watchdog turns a missing peer into a timeout here too. */
     if (st == PP_OK) {
-        config = pp__nccl_comm_config(cfg->blocking, cfg->max_ctas);
+        config = pp__nccl_comm_config(cfg->nonblocking, cfg->max_ctas);
+        pp__nccl_arm(nc, nc->timeout_s, "ncclCommInitRankConfig");
         r = ncclCommInitRankConfig(&nc->comm, nc->world, id, nc->rank, &config);
-        if (r != ncclSuccess && r != ncclInProgress) {
+        if (pp__nccl_disarm(nc, err)) {
+            st = PP_ETIMEOUT;
+        } else if (r != ncclSuccess && r != ncclInProgress) {
             nc->comm = NULL;
             st = pp__nccl_check(NULL, r, "ncclCommInitRankConfig", err);
         } else {
@@ -531,15 +650,20 @@ pp_status pp_nccl_split(pp_nccl *parent, const pp_grid *grid, unsigned dims, pp_
     if (st != PP_OK) return st;
     nc = (pp_nccl *)calloc(1, sizeof *nc);
     if (!nc) return pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_split: out of memory");
+    if ((st = pp__nccl_watchdog_start(nc, err)) != PP_OK) { free(nc); return st; }
     nc->rank = info.index;
     nc->world = info.size;
     nc->device = parent->device;
     nc->timeout_s = parent->timeout_s;
     nc->max_ctas = parent->max_ctas;
-    nc->blocking = parent->blocking;
-    config = pp__nccl_comm_config(parent->blocking, parent->max_ctas);
+    nc->nonblocking = parent->nonblocking;
+    config = pp__nccl_comm_config(parent->nonblocking, parent->max_ctas);
+    pp__nccl_arm(parent, parent->timeout_s, "ncclCommSplit");
     r = ncclCommSplit(parent->comm, info.color, info.index, &nc->comm, &config);
-    if (r != ncclSuccess && r != ncclInProgress) {
+    if (pp__nccl_disarm(parent, err)) {
+        nc->comm = NULL;
+        st = PP_ETIMEOUT;
+    } else if (r != ncclSuccess && r != ncclInProgress) {
         nc->comm = NULL;
         st = pp__nccl_check(parent, r, "ncclCommSplit", err);
     } else {
@@ -561,14 +685,19 @@ void pp_nccl_free(pp_nccl *nc)
     if (nc->comm && !nc->aborted) {
         /* Flush what was issued, then destroy; a finalise that cannot finish (a dead peer) is
          * turned into an abort by the deadline. */
-        ncclResult_t r = ncclCommFinalize(nc->comm);
-        if ((r == ncclSuccess || r == ncclInProgress) &&
-            pp__nccl_settle(nc, nc->comm, pp__nccl_now() + nc->timeout_s, "ncclCommFinalize", NULL) == PP_OK)
-            ncclCommDestroy(nc->comm);
-        else if (!nc->aborted)
-            pp_nccl_abort(nc, PP_ETRANSPORT, "ncclCommFinalize failed");
+        ncclResult_t r;
+        pp__nccl_arm(nc, nc->timeout_s, "ncclCommFinalize");
+        r = ncclCommFinalize(nc->comm);
+        if (!pp__nccl_disarm(nc, NULL)) {
+            if ((r == ncclSuccess || r == ncclInProgress) &&
+                pp__nccl_settle(nc, nc->comm, pp__nccl_now() + nc->timeout_s, "ncclCommFinalize", NULL) == PP_OK)
+                ncclCommDestroy(nc->comm);
+            else if (!nc->aborted)
+                pp_nccl_abort(nc, PP_ETRANSPORT, "ncclCommFinalize failed");
+        }
         nc->comm = NULL;
     }
+    pp__nccl_watchdog_stop(nc);
     if (nc->stream) cudaStreamDestroy(nc->stream);
     if (nc->host_wait) cudaEventDestroy(nc->host_wait);
     if (nc->d_buf) cudaFree(nc->d_buf);
@@ -627,7 +756,9 @@ pp_status pp_nccl_all_reduce_host(pp_nccl *nc, float *values, int count, double 
     memcpy(nc->h_buf, values, sizeof(float) * (size_t)count);
     e = cudaMemcpyAsync(nc->d_buf, nc->h_buf, sizeof(float) * (size_t)count, cudaMemcpyHostToDevice, nc->stream);
     if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, what);
+    pp__nccl_arm(nc, pp__nccl_timeout(nc, timeout_s), "all-reduce: ncclAllReduce");
     r = ncclAllReduce(nc->d_buf, nc->d_buf, (size_t)count, ncclFloat, ncclSum, nc->comm, nc->stream);
+    if (pp__nccl_disarm(nc, err)) return PP_ETIMEOUT;
     if ((st = pp__nccl_check(nc, r, "ncclAllReduce", err)) != PP_OK) return st;
     if (r == ncclInProgress &&
         (st = pp__nccl_settle(nc, nc->comm, pp__nccl_now() + pp__nccl_timeout(nc, timeout_s), "ncclAllReduce", err)) != PP_OK)
@@ -822,6 +953,7 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
             h->in_use = 0; return st;
         }
     if (nccl_ops > 0) {
+        pp__nccl_arm(nc, nc->timeout_s, "post: ncclGroupEnd");
         r = ncclGroupStart();
         for (i = 0; i < count && (r == ncclSuccess || r == ncclInProgress); i++) {
             const pp_transfer *x = &transfers[i];
@@ -830,9 +962,10 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
             else            r = ncclRecv(x->buf, x->bytes, ncclUint8, x->peer, nc->comm, nc->stream);
         }
         r2 = ncclGroupEnd();   /* always close the group, even after a failed call */
+        if (pp__nccl_disarm(nc, err)) { h->in_use = 0; return PP_ETIMEOUT; }
         if (r == ncclSuccess || r == ncclInProgress) r = r2;
         if ((st = pp__nccl_check(nc, r, "post: ncclGroupEnd", err)) != PP_OK) { h->in_use = 0; return st; }
-        /* Non-blocking: the kernels may still be on their way to the stream (e.g. the first
+        /* Non-blocking mode: the kernels may still be on their way to the stream (e.g. the first
          * transfer to a peer connects first); the done-event must come after them. */
         if (r == ncclInProgress &&
             (st = pp__nccl_settle(nc, nc->comm, pp__nccl_now() + nc->timeout_s, "post: ncclGroupEnd", err)) != PP_OK) {
@@ -1100,7 +1233,9 @@ pp_status pp_nccl_grad_norm(pp_nccl *nc, float *d_sumsq, float max_norm, float *
     if (!nc || !d_sumsq) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_grad_norm: nc and d_sumsq must not be NULL");
     if (d_scale && !(max_norm > 0)) return pp__nccl_fail(err, PP_EINVAL, "max_norm=%g: must be > 0 to clip", (double)max_norm);
     if (nc->aborted) return pp__nccl_aborted(nc, err, "pp_nccl_grad_norm");
+    pp__nccl_arm(nc, nc->timeout_s, "pp_nccl_grad_norm: ncclAllReduce");
     r = ncclAllReduce(d_sumsq, d_sumsq, 1, ncclFloat, ncclSum, nc->comm, (cudaStream_t)stream);
+    if (pp__nccl_disarm(nc, err)) return PP_ETIMEOUT;
     if ((st = pp__nccl_check(nc, r, "pp_nccl_grad_norm: ncclAllReduce", err)) != PP_OK) return st;
     if (r == ncclInProgress &&
         (st = pp__nccl_settle(nc, nc->comm, pp__nccl_now() + nc->timeout_s, "pp_nccl_grad_norm", err)) != PP_OK)

@@ -10,7 +10,8 @@
 # best schedules again with NCCL forced onto sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, a
 # stand-in for two nodes); the failure test; PyTorch's bench (GELU=tanh: the same model); the
 # summary table. Logs of every run land in OUTDIR. Env: H, L, T, M override the model size;
-# SKIP_TORCH=1, SKIP_SOCKET=1 skip parts;
+# SKIP_TORCH=1, SKIP_SOCKET=1 skip parts; FULL=1 adds more schedules (interleaved vpp 2,
+# looped-BFS, interleaved ZB, DualPipeV); TORCH_CONFIGS picks PyTorch's schedules;
 # SKIP_BUILD=1 uses binaries already in build/ when they run.
 set -u
 cd "$(dirname "$0")/.."
@@ -63,27 +64,28 @@ run_pp() {   # run_pp NAME ARGS...: a 2-GPU pipepar run
     launch2 "$name" build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet "$@" || say "$name: exit $?"
 }
 say "== pipepar on 2 GPUs"
-run_pp gpipe          --schedule gpipe
-run_pp 1f1b           --schedule 1f1b --check
-run_pp interleaved2   --schedule interleaved --vpp 2
-run_pp interleaved4   --schedule interleaved --vpp 4 --check --trace "$OUTDIR/trace_interleaved4.json"
-run_pp looped-bfs2    --schedule looped-bfs --vpp 2
-run_pp interleaved-zb2 --schedule interleaved-zb --vpp 2
-run_pp zbv            --schedule zbv --check
-run_pp dualpipev      --schedule dualpipev
+run_pp gpipe            --schedule gpipe
+run_pp 1f1b             --schedule 1f1b --check
+run_pp interleaved4     --schedule interleaved --vpp 4 --check --trace "$OUTDIR/trace_interleaved4.json"
+run_pp interleaved4-cta2 --schedule interleaved --vpp 4 --max-ctas 2
+run_pp zbv              --schedule zbv --check
+run_pp zbv-cta2         --schedule zbv --max-ctas 2
+if [ "${FULL:-0}" = 1 ]; then
+    run_pp interleaved2    --schedule interleaved --vpp 2
+    run_pp looped-bfs2     --schedule looped-bfs --vpp 2
+    run_pp interleaved-zb2 --schedule interleaved-zb --vpp 2
+    run_pp dualpipev       --schedule dualpipev
+fi
 say "-- 1f1b-threads (one process, a thread per GPU)"
-timeout 300 build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --schedule 1f1b --threads 2 >"$OUTDIR/1f1b-threads.log" 2>&1 \
-    || say "1f1b-threads: exit $?"
+timeout 150 build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --schedule 1f1b --threads 2 --warmup 1 --steps 3 \
+    >"$OUTDIR/1f1b-threads.log" 2>&1 || say "1f1b-threads: exit $?"
 cat "$OUTDIR/1f1b-threads.log" >>"$LOG"
 
 if [ "${SKIP_SOCKET:-0}" != 1 ]; then
     say "== NCCL over sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)"
     export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
-    run_pp socket-1f1b         --schedule 1f1b
-    run_pp socket-interleaved4 --schedule interleaved --vpp 4
-    run_pp socket-zbv          --schedule zbv
-    launch2 socket-nccl_bw build/bench_nccl_bw || say "socket nccl_bw failed"
-    cat "$OUTDIR/socket-nccl_bw.rank0.log" | tee -a "$LOG"
+    run_pp socket-1f1b --schedule 1f1b
+    run_pp socket-zbv  --schedule zbv
     unset NCCL_P2P_DISABLE NCCL_SHM_DISABLE
 fi
 
@@ -92,7 +94,7 @@ bash tests/gpu/nccl_failure.sh build 2>&1 | tee -a "$LOG" | tail -n 3
 
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
     say "== PyTorch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null), torch.distributed.pipelining"
-    H=$H L=$L T=$T M=$M GELU=tanh PYTHONUNBUFFERED=1 timeout 600 python3 -m torch.distributed.run --nproc_per_node=2 \
+    H=$H L=$L T=$T M=$M GELU=tanh PYTHONUNBUFFERED=1 CONFIGS=${TORCH_CONFIGS:-GPipe:1,1F1B:1,Interleaved1F1B:2,Interleaved1F1B:4,InterleavedZeroBubble:2,ZBVZeroBubble:2} timeout 600 python3 -m torch.distributed.run --nproc_per_node=2 \
         bench/torch_pp_bench.py >"$OUTDIR/torch.log" 2>&1 || say "torch bench exit $?"
     grep -vE "^(W|I)[0-9]{4}|warn|Warning" "$OUTDIR/torch.log" | tee -a "$LOG"
 fi

@@ -3,7 +3,8 @@
 # Run: python3 -m torch.distributed.run --nproc_per_node=2 bench/torch_pp_bench.py
 # (pipepar's copy of ../shared/bench/torch_pp_bench.py; one addition: GELU=tanh selects
 #  gelu(approximate="tanh"), the GELU of cuBLASLt's epilogue that examples/mlp_gpu.cu uses, so
-#  both sides time the same model; unset, PyTorch's exact erf GELU as in the original.)
+#  both sides time the same model; unset, PyTorch's exact erf GELU as in the original; and
+#  CONFIGS=Name:v,... runs a subset of the schedules.)
 import os, sys, time, statistics, traceback
 import torch, torch.nn as nn, torch.nn.functional as Fn, torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
@@ -86,6 +87,9 @@ def placement(name, v):
 
 configs = [("GPipe", 1), ("1F1B", 1), ("Interleaved1F1B", 2), ("Interleaved1F1B", 4), ("LoopedBFS", 2),
            ("InterleavedZeroBubble", 2), ("ZBVZeroBubble", 2), ("DualPipeV", 2)]
+if os.environ.get("CONFIGS"):   # pipepar addition: e.g. CONFIGS=GPipe:1,1F1B:1,ZBVZeroBubble:2
+    want = [(c.split(":")[0], int(c.split(":")[1])) for c in os.environ["CONFIGS"].split(",")]
+    configs = [c for c in configs if c in want]
 for name, v in configs:
     try:
         cls = getattr(S, "Schedule" + name)

@@ -859,10 +859,9 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     R.o = &o;
     int rank = sh ? thread_rank : -1, world = 0;
     pp_error e0;
-    auto fail = [&](pp_status s) -> int {
-        if (R.ex) { pp_executor_free(R.ex); R.ex = nullptr; }
-        return s == PP_ETIMEOUT ? 3 : 1;
-    };
+    /* After a failure the process only reports and exits: freeing the executor would wait for
+     * streams that may still hold work of the aborted communicator. */
+    auto fail = [&](pp_status s) -> int { return s == PP_ETIMEOUT ? 3 : 1; };
     double t_start = now_s();
 
     /* 1. set-up: communicators. Rank, world and device come from the launcher's environment

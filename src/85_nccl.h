@@ -40,11 +40,16 @@
  * buffer), never through NCCL. Tags are not sent: NCCL matches by order, which the validated
  * schedule makes identical on both ends.
  *
- * FAILURE. Communicators are non-blocking (ncclConfig_t.blocking = 0) and every wait has a
- * deadline: a peer that died or hangs makes the waiting rank call ncclCommAbort and return
- * PP_ETIMEOUT (within timeout_s) instead of hanging; an error NCCL reports (ncclRemoteError,
- * a network failure) returns PP_ETRANSPORT with NCCL's message. After an abort every call on
- * that communicator returns PP_EABORTED; free it and exit (or build a new one).
+ * FAILURE. Every wait has a deadline: a peer that died or hangs makes the waiting rank call
+ * ncclCommAbort and return PP_ETIMEOUT (within timeout_s) instead of hanging. Host waits poll
+ * (the stream, NCCL's asynchronous error) until the deadline; NCCL calls that may block inside
+ * NCCL (init, split, ncclGroupEnd, a collective's enqueue, finalise) are guarded by a watchdog
+ * thread per communicator that aborts it when the call outlives the deadline, as PyTorch's
+ * ProcessGroupNCCL watchdog does. An error NCCL reports (ncclRemoteError, a network failure)
+ * returns PP_ETRANSPORT with NCCL's message. After an abort every call on that communicator
+ * returns PP_EABORTED; free it and exit (or build a new one). Communicators are NCCL's blocking
+ * kind by default (config.nonblocking = 1 selects ncclConfig_t.blocking = 0; seen on NCCL 2.28.3
+ * to stall p2p groups of 1F1B and GPipe, so it is not the default).
  * ============================================================================================ */
 
 typedef struct pp_nccl pp_nccl;
@@ -71,7 +76,7 @@ typedef struct pp_nccl_config {
     const pp_nccl_id *id;   /* ID: the same id on every rank */
     double timeout_s;       /* deadline of set-up and of every wait; 0 means 300 s, or
                                $PIPEPAR_NCCL_TIMEOUT seconds when set */
-    int blocking;           /* 1: blocking communicators (NCCL calls may then hang on a dead peer) */
+    int nonblocking;        /* 1: NCCL's non-blocking communicators (see FAILURE) */
     int max_ctas;           /* NCCL's maxCTAs: the SMs its kernels may take at once; 0: NCCL's default */
 } pp_nccl_config;
 
