@@ -66,7 +66,7 @@ typedef struct pp_search_config {
                                i + w when only the halves are given (per stage too). Per-stage
                                arrays hold pp*vpp entries, so they need vpp below */
     double max_memory;      /* cap on every rank's peak memory in the units above; 0 = none */
-    int vpp;                /* 0: try 1..max_vpp (and 2 for V kinds); else only this vpp */
+    int vpp;                /* 0: try 1..max_vpp (V kinds when 2 is among them); else only this vpp */
     int max_vpp;            /* largest vpp tried; 0 means 4 */
 } pp_search_config;
 
