@@ -1707,11 +1707,16 @@ PIPEPAR_API int64_t pp_cuda_l2norm_bytes(const pp_cuda_l2norm *plan);
  * buffer), never through NCCL. Tags are not sent: NCCL matches by order, which the validated
  * schedule makes identical on both ends.
  *
- * FAILURE. Communicators are non-blocking (ncclConfig_t.blocking = 0) and every wait has a
- * deadline: a peer that died or hangs makes the waiting rank call ncclCommAbort and return
- * PP_ETIMEOUT (within timeout_s) instead of hanging; an error NCCL reports (ncclRemoteError,
- * a network failure) returns PP_ETRANSPORT with NCCL's message. After an abort every call on
- * that communicator returns PP_EABORTED; free it and exit (or build a new one).
+ * FAILURE. Every wait has a deadline: a peer that died or hangs makes the waiting rank call
+ * ncclCommAbort and return PP_ETIMEOUT (within timeout_s) instead of hanging. Host waits poll
+ * (the stream, NCCL's asynchronous error) until the deadline; NCCL calls that may block inside
+ * NCCL (init, split, ncclGroupEnd, a collective's enqueue, finalise) are guarded by a watchdog
+ * thread per communicator that aborts it when the call outlives the deadline, as PyTorch's
+ * ProcessGroupNCCL watchdog does. An error NCCL reports (ncclRemoteError, a network failure)
+ * returns PP_ETRANSPORT with NCCL's message. After an abort every call on that communicator
+ * returns PP_EABORTED; free it and exit (or build a new one). Communicators are NCCL's blocking
+ * kind by default (config.nonblocking = 1 selects ncclConfig_t.blocking = 0; seen on NCCL 2.28.3
+ * to stall p2p groups of 1F1B and GPipe, so it is not the default).
  * ============================================================================================ */
 
 typedef struct pp_nccl pp_nccl;
@@ -1738,7 +1743,7 @@ typedef struct pp_nccl_config {
     const pp_nccl_id *id;   /* ID: the same id on every rank */
     double timeout_s;       /* deadline of set-up and of every wait; 0 means 300 s, or
                                $PIPEPAR_NCCL_TIMEOUT seconds when set */
-    int blocking;           /* 1: blocking communicators (NCCL calls may then hang on a dead peer) */
+    int nonblocking;        /* 1: NCCL's non-blocking communicators (see FAILURE) */
     int max_ctas;           /* NCCL's maxCTAs: the SMs its kernels may take at once; 0: NCCL's default */
 } pp_nccl_config;
 
@@ -6003,12 +6008,25 @@ static pp_status pp__pack_check(const int32_t *lengths, int n, const pp_pack_con
     return PP_OK;
 }
 
-/* Stable sort of idx[0..n) by lengths[idx[k]] ascending: LSD radix, 11 bits a pass, so lengths
- * up to 2^22 take two passes. tmp has room for n entries. */
-static void pp__sort_by_length(int32_t *idx, int32_t *tmp, int n, const int32_t *lengths, int32_t max_len)
+/* Stable sort of idx[0..n) by lengths[idx[k]] ascending. Lengths up to 8n (token counts of a
+ * batch usually are) take one counting pass over a histogram of every length; longer ones an
+ * LSD radix sort, 11 bits a pass. tmp has room for n entries. */
+static pp_status pp__sort_by_length(int32_t *idx, int32_t *tmp, int n, const int32_t *lengths, int32_t max_len,
+                                    pp_error *err)
 {
     int shift, i, passes = 0;
     int32_t *src = idx, *dst = tmp;
+    if (n < 2) return PP_OK;
+    if ((int64_t)max_len <= 8 * (int64_t)n + 4096) {
+        int32_t *count = (int32_t *)pp__calloc((size_t)max_len + 2, sizeof(int32_t));
+        if (!count) return pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+        for (i = 0; i < n; i++) count[lengths[idx[i]] + 1]++;
+        for (i = 0; i <= max_len; i++) count[i + 1] += count[i];
+        for (i = 0; i < n; i++) tmp[count[lengths[idx[i]]]++] = idx[i];
+        memcpy(idx, tmp, sizeof(int32_t) * (size_t)n);
+        PIPEPAR_FREE(count);
+        return PP_OK;
+    }
     for (shift = 0; shift < 31 && (max_len >> shift) > 0; shift += 11) {
         int count[2049];
         memset(count, 0, sizeof count);
@@ -6019,6 +6037,7 @@ static void pp__sort_by_length(int32_t *idx, int32_t *tmp, int n, const int32_t 
         passes++;
     }
     if (passes & 1) memcpy(idx, tmp, sizeof(int32_t) * (size_t)n);
+    return PP_OK;
 }
 
 static void pp__reverse(int32_t *a, int n)
@@ -6040,13 +6059,39 @@ static int32_t pp__max_length(const int32_t *lengths, const int32_t *idx, int n)
  * `pairs.sort(reverse=True)`. descending=1, ties_low_index_first=1: length descending, index
  * ascending, Python's stable `sort(key=length, reverse=True)`. idx must come in ascending index
  * order. */
-static void pp__order_by_length(int32_t *idx, int32_t *tmp, int n, const int32_t *lengths, int descending,
-                                int ties_low_index_first)
+static pp_status pp__order_by_length(int32_t *idx, int32_t *tmp, int n, const int32_t *lengths, int descending,
+                                     int ties_low_index_first, pp_error *err)
 {
     int32_t m = pp__max_length(lengths, idx, n);
+    pp_status st;
     if (descending && ties_low_index_first) pp__reverse(idx, n);   /* stable ascending of index-descending input */
-    pp__sort_by_length(idx, tmp, n, lengths, m);
+    if ((st = pp__sort_by_length(idx, tmp, n, lengths, m, err)) != PP_OK) return st;
     if (descending) pp__reverse(idx, n);
+    return PP_OK;
+}
+
+/* First fit decreasing's order of all n sequences, built directly: length descending, index
+ * descending on ties (Python's `sorted(((l, i) ...), reverse=True)`). With lengths up to 8n a
+ * single counting pass writes each index straight to its place; otherwise the general sort. */
+static pp_status pp__decreasing_order(int32_t *order, int32_t *tmp, int n, const int32_t *lengths, int32_t max_len,
+                                      pp_error *err)
+{
+    int32_t *start;
+    int i;
+    if ((int64_t)max_len > 8 * (int64_t)n + 4096) {
+        for (i = 0; i < n; i++) order[i] = i;
+        return pp__order_by_length(order, tmp, n, lengths, 1, 0, err);
+    }
+    start = (int32_t *)pp__calloc((size_t)max_len + 2, sizeof(int32_t));
+    if (!start) return pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+    for (i = 0; i < n; i++) start[lengths[i]]++;
+    {   /* start[l] = first slot of length l: the longest lengths first */
+        int32_t acc = 0, l;
+        for (l = max_len; l >= 0; l--) { int32_t c = start[l]; start[l] = acc; acc += c; }
+    }
+    for (i = n - 1; i >= 0; i--) order[start[lengths[i]]++] = i;
+    PIPEPAR_FREE(start);
+    return PP_OK;
 }
 
 /* A binary min-heap on (a, b) with a payload, for "least-filled bin, earliest on ties". */
@@ -6096,81 +6141,132 @@ static pp__heap_item pp__heap_pop(pp__heap *h)
     return top;
 }
 
-/* --- first fit: a tournament tree over the open bins' room ---------------------------------
- * Leaf b holds bin b's room (-1 once it may take nothing more: closed or never opened); each
- * inner node the maximum of its two children. The first bin with room >= need is found by
- * walking down from the root, always left when the left subtree has a bin with enough room:
- * O(log bins) per sequence instead of NeMo RL's scan over every open bin. */
-typedef struct pp__fit_tree {
-    int32_t *node;      /* [2 * leaves]; node[1] is the root, leaf b is node[leaves + b] */
-    int32_t *count;     /* [leaves] sequences in each bin */
-    int leaves, bins;
-} pp__fit_tree;
+/* --- first fit: a tournament tree over blocks of open bins' room ---------------------------
+ * room[b] is bin b's room (-1 once it may take nothing more: closed, or not opened yet). Bins
+ * come in blocks of 32; a tournament tree holds each block's largest room at its leaves and the
+ * maximum of its two children at each inner node. The first bin with room >= need is the first
+ * block whose maximum is >= need (walk down the tree, left whenever the left subtree has
+ * enough), then the first such bin in that block (a short scan of one 128-byte block). That is
+ * O(log bins) per placement instead of NeMo RL's scan over every open bin; the blocks keep the
+ * tree small and the scans cache-friendly. */
+#define PP__FIT_BLOCK 32
 
-static int pp__fit_tree_grow(pp__fit_tree *t)
+typedef struct pp__fit {
+    int32_t *room;      /* [leaves * PP__FIT_BLOCK] */
+    int32_t *count;     /* [leaves * PP__FIT_BLOCK] sequences in each bin */
+    int32_t *node;      /* [2 * leaves]; node[1] is the root, block k's maximum is node[leaves + k] */
+    int leaves, bins;
+} pp__fit;
+
+static int32_t pp__fit_block_max(const pp__fit *f, int blk)
 {
-    int leaves = t->leaves ? t->leaves * 2 : 1024, i;
-    int32_t *node = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * 2 * (size_t)leaves);
-    int32_t *count = (int32_t *)pp__calloc((size_t)leaves, sizeof(int32_t));
-    if (!node || !count) { PIPEPAR_FREE(node); PIPEPAR_FREE(count); return 0; }
-    for (i = 0; i < leaves; i++) node[leaves + i] = i < t->bins ? t->node[t->leaves + i] : -1;
+    const int32_t *r = f->room + (size_t)blk * PP__FIT_BLOCK;
+    int32_t m = -1;
+    int i;
+    for (i = 0; i < PP__FIT_BLOCK; i++) m = r[i] > m ? r[i] : m;
+    return m;
+}
+
+static int pp__fit_grow(pp__fit *f)
+{
+    int leaves = f->leaves ? f->leaves * 2 : 64, i;
+    size_t old = (size_t)f->leaves * PP__FIT_BLOCK, cap = (size_t)leaves * PP__FIT_BLOCK;
+    int32_t *room = (int32_t *)PIPEPAR_REALLOC(f->room, sizeof(int32_t) * cap);
+    int32_t *count, *node;
+    if (!room) return 0;
+    f->room = room;
+    count = (int32_t *)PIPEPAR_REALLOC(f->count, sizeof(int32_t) * cap);
+    if (!count) return 0;
+    f->count = count;
+    node = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * 2 * (size_t)leaves);
+    if (!node) return 0;
+    for (i = (int)old; i < (int)cap; i++) { room[i] = -1; count[i] = 0; }
+    PIPEPAR_FREE(f->node);
+    f->node = node;
+    f->leaves = leaves;
+    for (i = 0; i < leaves; i++) node[leaves + i] = pp__fit_block_max(f, i);
     for (i = leaves - 1; i >= 1; i--) node[i] = node[2 * i] > node[2 * i + 1] ? node[2 * i] : node[2 * i + 1];
-    if (t->bins) memcpy(count, t->count, sizeof(int32_t) * (size_t)t->bins);
-    PIPEPAR_FREE(t->node);
-    PIPEPAR_FREE(t->count);
-    t->node = node; t->count = count; t->leaves = leaves;
     return 1;
 }
 
-static void pp__fit_tree_set(pp__fit_tree *t, int bin, int32_t room)
+static void pp__fit_set(pp__fit *f, int bin, int32_t room)
 {
-    int i = t->leaves + bin;
-    t->node[i] = room;
+    int32_t old = f->room[bin], m;
+    int i = f->leaves + bin / PP__FIT_BLOCK;
+    f->room[bin] = room;
+    if (room > f->node[i]) m = room;                                   /* a new bin raised its block */
+    else if (old == f->node[i] && room < old) m = pp__fit_block_max(f, bin / PP__FIT_BLOCK);
+    else return;                                                       /* the block's maximum stands */
+    f->node[i] = m;
     for (i /= 2; i >= 1; i /= 2) {
-        int32_t m = t->node[2 * i] > t->node[2 * i + 1] ? t->node[2 * i] : t->node[2 * i + 1];
-        if (t->node[i] == m) break;
-        t->node[i] = m;
+        m = f->node[2 * i] > f->node[2 * i + 1] ? f->node[2 * i] : f->node[2 * i + 1];
+        if (f->node[i] == m) break;
+        f->node[i] = m;
     }
 }
 
-static int pp__fit_tree_first(const pp__fit_tree *t, int32_t need)
+/* The first bin at index >= from with room >= need, or -1. Scan the rest of from's block; else
+ * climb the tree from that block until a right sibling holds enough room, walk down to its
+ * leftmost such block and scan it. */
+static int pp__fit_first_from(const pp__fit *f, int from, int32_t need)
 {
-    int i = 1;
-    if (t->bins == 0 || t->node[1] < need) return -1;
-    while (i < t->leaves) i = t->node[2 * i] >= need ? 2 * i : 2 * i + 1;
-    return i - t->leaves;
+    int b, i, blk = from / PP__FIT_BLOCK;
+    if (from >= f->bins || f->node[1] < need) return -1;
+    i = f->leaves + blk;
+    if (f->node[i] >= need)
+        for (b = from; b < (blk + 1) * PP__FIT_BLOCK; b++) if (f->room[b] >= need) return b;
+    for (;;) {
+        if (i == 1) return -1;
+        if (!(i & 1) && f->node[i + 1] >= need) { i++; break; }
+        i /= 2;
+    }
+    while (i < f->leaves) i = f->node[2 * i] >= need ? 2 * i : 2 * i + 1;
+    for (b = (i - f->leaves) * PP__FIT_BLOCK; f->room[b] < need; b++) {}
+    return b;
 }
 
-/* First fit over sequences in `order`: ev_bin[k] receives the bin of order[k]. */
+/* First fit over sequences in `order`: ev_bin[k] receives the bin of order[k]. A run of equal
+ * lengths is placed a bin at a time: once a bin takes as many of the run as fit, the run's next
+ * sequence can only go to a later bin (every earlier one already had too little room), so the
+ * search resumes after it, and a new bin takes capacity/length of them at once. The bins are
+ * exactly those of placing the sequences one by one. */
 static pp_status pp__first_fit(const int32_t *order, int n, const int32_t *lengths, int32_t capacity,
                                int max_seqs, int32_t *ev_bin, int *num_bins, pp_error *err)
 {
-    pp__fit_tree t;
-    int k;
-    memset(&t, 0, sizeof t);
-    if (!pp__fit_tree_grow(&t)) return pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
-    for (k = 0; k < n; k++) {
+    pp__fit f;
+    int k = 0;
+    memset(&f, 0, sizeof f);
+    if (!pp__fit_grow(&f)) goto oom;
+    while (k < n) {
         int32_t len = lengths[order[k]];
-        int b = pp__fit_tree_first(&t, len);
-        if (b < 0) {
-            if (t.bins == t.leaves && !pp__fit_tree_grow(&t)) {
-                PIPEPAR_FREE(t.node); PIPEPAR_FREE(t.count);
-                return pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+        int end = k + 1, from = 0;
+        while (end < n && lengths[order[end]] == len) end++;
+        while (k < end) {
+            int b = pp__fit_first_from(&f, from, len), take;
+            int32_t room;
+            if (b < 0) {
+                if (f.bins == f.leaves * PP__FIT_BLOCK && !pp__fit_grow(&f)) goto oom;
+                b = f.bins++;
+                room = capacity;
+            } else {
+                room = f.room[b];
             }
-            b = t.bins++;
-            t.count[b] = 1;
-            pp__fit_tree_set(&t, b, max_seqs == 1 ? -1 : capacity - len);
-        } else {
-            int32_t room = t.node[t.leaves + b] - len;
-            t.count[b]++;
-            pp__fit_tree_set(&t, b, (max_seqs && t.count[b] >= max_seqs) ? -1 : room);
+            take = (int)(room / len);
+            if (take > end - k) take = end - k;
+            if (max_seqs && take > max_seqs - f.count[b]) take = max_seqs - f.count[b];
+            room -= (int32_t)take * len;
+            f.count[b] += take;
+            while (take-- > 0) ev_bin[k++] = b;
+            pp__fit_set(&f, b, (max_seqs && f.count[b] >= max_seqs) ? -1 : room);
+            from = b + 1;
         }
-        ev_bin[k] = b;
     }
-    *num_bins = t.bins;
-    PIPEPAR_FREE(t.node);
-    PIPEPAR_FREE(t.count);
+    *num_bins = f.bins;
+    PIPEPAR_FREE(f.room); PIPEPAR_FREE(f.count); PIPEPAR_FREE(f.node);
     return PP_OK;
+oom:
+    PIPEPAR_FREE(f.room); PIPEPAR_FREE(f.count); PIPEPAR_FREE(f.node);
+    return pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
 }
 
 /* --- best fit: a treap of open bins keyed by (room, bin) -----------------------------------
@@ -6404,10 +6500,10 @@ static pp_status pp__mffd(const int32_t *lengths, int n, int32_t capacity, pp__e
         else if (6 * s > capacity) small[ns++] = i;
         else tiny[nt++] = i;
     }
-    pp__order_by_length(large, tmp, nl, lengths, 1, 1);    /* size descending, stable */
-    pp__order_by_length(medium, tmp, nm, lengths, 1, 1);
-    pp__order_by_length(small, tmp, ns, lengths, 0, 0);    /* size ascending, stable */
-    pp__order_by_length(tiny, tmp, nt, lengths, 0, 0);
+    if ((st = pp__order_by_length(large, tmp, nl, lengths, 1, 1, err)) != PP_OK ||   /* size descending, stable */
+        (st = pp__order_by_length(medium, tmp, nm, lengths, 1, 1, err)) != PP_OK ||
+        (st = pp__order_by_length(small, tmp, ns, lengths, 0, 0, err)) != PP_OK ||    /* size ascending, stable */
+        (st = pp__order_by_length(tiny, tmp, nt, lengths, 0, 0, err)) != PP_OK) goto done;
     /* Phase 1: one bin per large item. */
     for (b = 0; b < nl; b++) { first3[3 * b] = large[b]; nfirst[b] = 1; load[b] = lengths[large[b]]; }
     /* Phase 2: each large bin, in order, takes the first (largest) medium that fits. */
@@ -6449,7 +6545,7 @@ static pp_status pp__mffd(const int32_t *lengths, int n, int32_t capacity, pp__e
     for (i = 0; i < ns; i++) if (pp__next_present(next_s, i) == i) in_rest[small[i]] = 1;
     for (i = 0; i < nt; i++) in_rest[tiny[i]] = 1;
     for (i = 0; i < n; i++) if (in_rest[i]) rest[nr++] = i;
-    pp__order_by_length(rest, tmp, nr, lengths, 1, 1);
+    if ((st = pp__order_by_length(rest, tmp, nr, lengths, 1, 1, err)) != PP_OK) goto done;
     for (i = 0; i <= nr; i++) next_r[i] = i;
     for (b = 0; b < nl; b++) {
         int k;
@@ -6530,7 +6626,10 @@ static pp_status pp__greedy_knapsack(const int32_t *lengths, int n, int32_t capa
         return pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
     }
     for (i = 0; i < n; i++) a[i] = i;
-    pp__order_by_length(a, tmp, n, lengths, 0, 0);
+    if (pp__order_by_length(a, tmp, n, lengths, 0, 0, err) != PP_OK) {
+        PIPEPAR_FREE(a); PIPEPAR_FREE(tmp); PIPEPAR_FREE(prev);
+        return PP_ENOMEM;
+    }
     for (i = 0; i <= n; i++) prev[i] = i;
     while (left > 0) {
         int64_t room = capacity;
@@ -6571,7 +6670,7 @@ static pp_status pp__balanced_knapsack(const int32_t *lengths, int n, int32_t ca
     memset(&heap, 0, sizeof heap);
     if (!a || !tmp || !count || !used) { st = pp__fail(err, PP_ENOMEM, "pp_pack: out of memory"); goto done; }
     for (i = 0; i < n; i++) { a[i] = i; total += lengths[i]; }
-    pp__order_by_length(a, tmp, n, lengths, 1, 1);
+    if ((st = pp__order_by_length(a, tmp, n, lengths, 1, 1, err)) != PP_OK) goto done;
     start = (total + capacity - 1) / capacity + delta;
     bins = (int)(start < n ? start : n);
     for (i = 0; i < bins; i++)
@@ -6698,39 +6797,52 @@ static pp_status pp__adjust_bins(pp_packing *p, const int32_t *lengths, int min_
 pp_status pp_pack(const int32_t *lengths, int n, const pp_pack_config *cfg, pp_packing **out, pp_error *err)
 {
     pp__events ev;
-    int32_t *order = NULL, *tmp = NULL;
+    int32_t *order = NULL, *tmp = NULL, *seq_buf = NULL, max_len = 0;
     pp_packing *p = NULL;
     pp_status st;
     size_t sz = (size_t)(n > 0 ? n : 1);
-    int i;
+    int i, ordered = 0;
     if (!out) return pp__fail(err, PP_EINVAL, "pp_pack: out must not be NULL");
     *out = NULL;
     if ((st = pp__pack_check(lengths, n, cfg, err)) != PP_OK) return st;
+    for (i = 0; i < n; i++) if (lengths[i] > max_len) max_len = lengths[i];
     memset(&ev, 0, sizeof ev);
-    ev.seq = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
     ev.bin = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
     order = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
-    tmp = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
-    if (!ev.seq || !ev.bin || !order || !tmp) { st = pp__fail(err, PP_ENOMEM, "pp_pack: out of memory"); goto done; }
-    for (i = 0; i < n; i++) order[i] = i;
+    if (!ev.bin || !order) { st = pp__fail(err, PP_ENOMEM, "pp_pack: out of memory"); goto done; }
+    /* The placing orders that need no scratch space are built in `order`, which then doubles
+     * as the event sequence list; the others get their own event and scratch arrays. */
+    if (cfg->algo == PP_PACK_FFD || cfg->algo == PP_PACK_BFD ||
+        (cfg->algo == PP_PACK_MFFD && cfg->max_sequences_per_bin)) {
+        if ((int64_t)max_len > 8 * (int64_t)n + 4096 &&
+            !(tmp = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz))) {
+            st = pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+            goto done;
+        }
+        if ((st = pp__decreasing_order(order, tmp, n, lengths, max_len, err)) != PP_OK) goto done;
+        ordered = 1;
+    } else if (cfg->algo == PP_PACK_FIRST_FIT_SHUFFLE) {
+        for (i = 0; i < n; i++) order[i] = i;
+        pp__python_shuffle(order, n, cfg->seed);
+        ordered = 1;
+    } else {
+        seq_buf = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+        if (!seq_buf) { st = pp__fail(err, PP_ENOMEM, "pp_pack: out of memory"); goto done; }
+    }
+    ev.seq = ordered ? order : seq_buf;
     switch (cfg->algo) {
     case PP_PACK_FFD:
-    case PP_PACK_BFD:
     case PP_PACK_FIRST_FIT_SHUFFLE:
-        if (cfg->algo == PP_PACK_FIRST_FIT_SHUFFLE) pp__python_shuffle(order, n, cfg->seed);
-        else pp__order_by_length(order, tmp, n, lengths, 1, 0);
-        if (cfg->algo == PP_PACK_BFD)
-            st = pp__best_fit(order, n, lengths, cfg->capacity, cfg->max_sequences_per_bin, ev.bin, &ev.num_bins, err);
-        else
-            st = pp__first_fit(order, n, lengths, cfg->capacity, cfg->max_sequences_per_bin, ev.bin, &ev.num_bins, err);
-        memcpy(ev.seq, order, sizeof(int32_t) * (size_t)n);
+        st = pp__first_fit(order, n, lengths, cfg->capacity, cfg->max_sequences_per_bin, ev.bin, &ev.num_bins, err);
+        ev.count = n;
+        break;
+    case PP_PACK_BFD:
+        st = pp__best_fit(order, n, lengths, cfg->capacity, cfg->max_sequences_per_bin, ev.bin, &ev.num_bins, err);
         ev.count = n;
         break;
     case PP_PACK_MFFD:
         if (cfg->max_sequences_per_bin) {   /* NeMo RL: with a sequence cap MFFD runs capped FFD */
-            pp__order_by_length(order, tmp, n, lengths, 1, 0);
             st = pp__first_fit(order, n, lengths, cfg->capacity, cfg->max_sequences_per_bin, ev.bin, &ev.num_bins, err);
-            memcpy(ev.seq, order, sizeof(int32_t) * (size_t)n);
             ev.count = n;
         } else {
             st = pp__mffd(lengths, n, cfg->capacity, &ev, err);
@@ -6771,7 +6883,7 @@ pp_status pp_pack(const int32_t *lengths, int n, const pp_pack_config *cfg, pp_p
     *out = p;
     st = pp__ok(err);
 done:
-    PIPEPAR_FREE(ev.seq); PIPEPAR_FREE(ev.bin); PIPEPAR_FREE(order); PIPEPAR_FREE(tmp);
+    PIPEPAR_FREE(seq_buf); PIPEPAR_FREE(ev.bin); PIPEPAR_FREE(order); PIPEPAR_FREE(tmp);
     return st;
 }
 
