@@ -343,7 +343,10 @@ pp_status pp_schedule_build(const pp_schedule_config *cfg, pp_schedule **out, pp
                             c.vpp, kn);
     }
     if (c.vpp == 0) c.vpp = 1;
-    if (c.group == 0) c.group = c.pp;
+    /* interleaved-zb defaults to PyTorch's round size, mb / max(1, mb / pp), so that its order is
+     * PyTorch's; interleaved 1F1B defaults to Megatron's microbatch_group_size_per_vp_stage = pp. */
+    if (c.group == 0)
+        c.group = c.kind == PP_INTERLEAVED_ZB ? c.mb / (c.mb / c.pp > 1 ? c.mb / c.pp : 1) : c.pp;
     switch (c.kind) {
     case PP_GPIPE: case PP_1F1B: case PP_ZB_H1: case PP_ZB_H2:
         if (c.vpp != 1)

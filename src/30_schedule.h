@@ -128,7 +128,7 @@ PIPEPAR_API pp_status pp_action_parse(const char *text, pp_action *out, pp_error
 
 typedef struct pp_sim_costs {
     double f;                   /* forward of one stage; 0 means 1 */
-    double b;                   /* unsplit backward; 0 means 2 * f */
+    double b;                   /* unsplit backward; 0 means i + w if either is given, else 2 * f */
     double i, w;                /* split backward halves; both 0 means b/2 each */
     const double *f_stage;      /* optional [num_stages] overrides of f, b, i, w per stage */
     const double *b_stage;

@@ -19,7 +19,9 @@ void pp_sim_result_free(pp_sim_result *r)
  * so a chunk of a vpp-chunk rank costs 1/vpp of them; per-stage arrays are taken as they are. */
 static double pp__half_cost(const pp_schedule *s, const pp_sim_costs *c, int op, int stage)
 {
-    double f = c->f > 0 ? c->f : 1.0, b = c->b > 0 ? c->b : 2.0 * f, i = c->i, w = c->w;
+    /* a full backward is its two halves when only those were given, else twice the forward */
+    double f = c->f > 0 ? c->f : 1.0, i = c->i, w = c->w;
+    double b = c->b > 0 ? c->b : (i > 0 || w > 0 ? i + w : 2.0 * f);
     double v = (double)s->vpp;
     if (i <= 0 && w <= 0) { i = b / 2; w = b / 2; }
     switch (op) {
