@@ -507,7 +507,7 @@ PIPEPAR_API pp_status pp_action_parse(const char *text, pp_action *out, pp_error
 
 typedef struct pp_sim_costs {
     double f;                   /* forward of one stage; 0 means 1 */
-    double b;                   /* unsplit backward; 0 means i + w if either is given, else 2 * f */
+    double b;                   /* unsplit backward; 0 means 2 * f */
     double i, w;                /* split backward halves; both 0 means b/2 each */
     const double *f_stage;      /* optional [num_stages] overrides of f, b, i, w per stage */
     const double *b_stage;
@@ -3826,10 +3826,7 @@ pp_status pp_schedule_build(const pp_schedule_config *cfg, pp_schedule **out, pp
                             c.vpp, kn);
     }
     if (c.vpp == 0) c.vpp = 1;
-    /* interleaved-zb defaults to PyTorch's round size, mb / max(1, mb / pp), so that its order is
-     * PyTorch's; interleaved 1F1B defaults to Megatron's microbatch_group_size_per_vp_stage = pp. */
-    if (c.group == 0)
-        c.group = c.kind == PP_INTERLEAVED_ZB ? c.mb / (c.mb / c.pp > 1 ? c.mb / c.pp : 1) : c.pp;
+    if (c.group == 0) c.group = c.pp;
     switch (c.kind) {
     case PP_GPIPE: case PP_1F1B: case PP_ZB_H1: case PP_ZB_H2:
         if (c.vpp != 1)
@@ -4820,9 +4817,7 @@ void pp_sim_result_free(pp_sim_result *r)
  * so a chunk of a vpp-chunk rank costs 1/vpp of them; per-stage arrays are taken as they are. */
 static double pp__half_cost(const pp_schedule *s, const pp_sim_costs *c, int op, int stage)
 {
-    /* a full backward is its two halves when only those were given, else twice the forward */
-    double f = c->f > 0 ? c->f : 1.0, i = c->i, w = c->w;
-    double b = c->b > 0 ? c->b : (i > 0 || w > 0 ? i + w : 2.0 * f);
+    double f = c->f > 0 ? c->f : 1.0, b = c->b > 0 ? c->b : 2.0 * f, i = c->i, w = c->w;
     double v = (double)s->vpp;
     if (i <= 0 && w <= 0) { i = b / 2; w = b / 2; }
     switch (op) {
@@ -8707,7 +8702,8 @@ pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FIL
         }
     line = (char *)PIPEPAR_MALLOC((size_t)width + 1);
     if (!line) return pp__fail(err, PP_ENOMEM, "out of memory");
-    pp__text_printf(&x, "measured  (one column = %.3g ms; cells show the microbatch)\n", 1e3 * unit);
+    pp__text_printf(&x, "measured  (one column = %.3g %s; cells show the microbatch)\n", unit < 1e-3 ? 1e6 * unit : 1e3 * unit,
+                    unit < 1e-3 ? "us" : "ms");
     for (r = 0; r < count; r++) {
         const pp_schedule *sc = t[r].schedule;
         int nrows = 2 + has_w + (sc && sc->vpp > 1);
@@ -8740,7 +8736,7 @@ pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FIL
                                  want_chunk ? "chunk" : row == 1 ? (has_i ? "B/I" : "B") : "W", line);
         }
     }
-    pp__text_printf(&x, "step %.3f ms; busy per rank:", 1e3 * (t1 - t0));
+    pp__text_printf(&x, "step %.3g ms; busy per rank:", 1e3 * (t1 - t0));
     for (r = 0; r < count; r++) {
         double busy = 0;
         for (i = 0; i < t[r].length; i++)

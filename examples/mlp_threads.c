@@ -396,7 +396,8 @@ static pp_status rank_main(void *user, int rank, pp_transport *t, pp_error *err)
         pp_executor_timeline(ex, &rn->timelines[rank], NULL);
         st = barrier(t, rn->timeout, err);                                /* every timeline is in */
         if (st == PP_OK && rank == 0) {
-            printf("\nthe last step as it ran (measured; %d threads share this machine's cores)\n", rn->schedule->pp);
+            printf("\nthe last step as it ran (measured; %d thread%s on this machine's cores)\n", rn->schedule->pp,
+                   rn->schedule->pp > 1 ? "s" : "");
             pp_timeline_draw_ascii(rn->timelines, rn->schedule->pp, 0, stdout, NULL);
             if (rn->trace) {
                 FILE *f = fopen(rn->trace, "w");
@@ -404,6 +405,8 @@ static pp_status rank_main(void *user, int rank, pp_transport *t, pp_error *err)
                     fprintf(stderr, "mlp_threads: --trace %s: could not write it\n", rn->trace);
                 else printf("trace written to %s (open it in ui.perfetto.dev)\n", rn->trace);
                 if (f) fclose(f);
+            } else {
+                printf("(--trace FILE writes this step as a Chrome/Perfetto trace)\n");
             }
         }
         if (st == PP_OK) st = barrier(t, rn->timeout, err);               /* drawn: free */

@@ -1576,7 +1576,8 @@ pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FIL
         }
     line = (char *)PIPEPAR_MALLOC((size_t)width + 1);
     if (!line) return pp__fail(err, PP_ENOMEM, "out of memory");
-    pp__text_printf(&x, "measured  (one column = %.3g ms; cells show the microbatch)\n", 1e3 * unit);
+    pp__text_printf(&x, "measured  (one column = %.3g %s; cells show the microbatch)\n", unit < 1e-3 ? 1e6 * unit : 1e3 * unit,
+                    unit < 1e-3 ? "us" : "ms");
     for (r = 0; r < count; r++) {
         const pp_schedule *sc = t[r].schedule;
         int nrows = 2 + has_w + (sc && sc->vpp > 1);
@@ -1609,7 +1610,7 @@ pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FIL
                                  want_chunk ? "chunk" : row == 1 ? (has_i ? "B/I" : "B") : "W", line);
         }
     }
-    pp__text_printf(&x, "step %.3f ms; busy per rank:", 1e3 * (t1 - t0));
+    pp__text_printf(&x, "step %.3g ms; busy per rank:", 1e3 * (t1 - t0));
     for (r = 0; r < count; r++) {
         double busy = 0;
         for (i = 0; i < t[r].length; i++)
