@@ -507,7 +507,7 @@ PIPEPAR_API pp_status pp_action_parse(const char *text, pp_action *out, pp_error
 
 typedef struct pp_sim_costs {
     double f;                   /* forward of one stage; 0 means 1 */
-    double b;                   /* unsplit backward; 0 means 2 * f */
+    double b;                   /* unsplit backward; 0 means i + w if either is given, else 2 * f */
     double i, w;                /* split backward halves; both 0 means b/2 each */
     const double *f_stage;      /* optional [num_stages] overrides of f, b, i, w per stage */
     const double *b_stage;
@@ -1600,7 +1600,9 @@ PIPEPAR_API pp_status pp_cuda_pack(const int64_t *rows, const int *cu_seqlens_pa
  *     token_major = 1:  dst [tokens, layer_count, topk]  (Megatron's static replay buffer)
  * Integers are converted: 1- and 2-byte recordings are unsigned (uint8 when experts <= 256),
  * 4 and 8 bytes signed; dst_bytes 8 gives the int64 torch's topk produces. Padding tokens get
- * experts 0, 1, ..., topk-1 (distinct, so the dispatcher still sees topk experts per token). */
+ * experts 0, 1, ..., topk-1 (distinct, so the dispatcher still sees topk experts per token).
+ * One token's output, layer_count * topk * dst_bytes, must fit 32 KiB (58 layers x 8 x int64 is
+ * 3.7 KiB). rows entries must be -1 or rows of `recorded`; they are not bounds-checked. */
 typedef struct pp_cuda_replay {
     const void *recorded;   /* device [?, moe_layers, topk] of recorded_bytes each */
     int recorded_bytes;     /* 1, 2, 4 or 8; 0 means 4 */
@@ -3826,7 +3828,10 @@ pp_status pp_schedule_build(const pp_schedule_config *cfg, pp_schedule **out, pp
                             c.vpp, kn);
     }
     if (c.vpp == 0) c.vpp = 1;
-    if (c.group == 0) c.group = c.pp;
+    /* interleaved-zb defaults to PyTorch's round size, mb / max(1, mb / pp), so that its order is
+     * PyTorch's; interleaved 1F1B defaults to Megatron's microbatch_group_size_per_vp_stage = pp. */
+    if (c.group == 0)
+        c.group = c.kind == PP_INTERLEAVED_ZB ? c.mb / (c.mb / c.pp > 1 ? c.mb / c.pp : 1) : c.pp;
     switch (c.kind) {
     case PP_GPIPE: case PP_1F1B: case PP_ZB_H1: case PP_ZB_H2:
         if (c.vpp != 1)
@@ -4817,7 +4822,9 @@ void pp_sim_result_free(pp_sim_result *r)
  * so a chunk of a vpp-chunk rank costs 1/vpp of them; per-stage arrays are taken as they are. */
 static double pp__half_cost(const pp_schedule *s, const pp_sim_costs *c, int op, int stage)
 {
-    double f = c->f > 0 ? c->f : 1.0, b = c->b > 0 ? c->b : 2.0 * f, i = c->i, w = c->w;
+    /* a full backward is its two halves when only those were given, else twice the forward */
+    double f = c->f > 0 ? c->f : 1.0, i = c->i, w = c->w;
+    double b = c->b > 0 ? c->b : (i > 0 || w > 0 ? i + w : 2.0 * f);
     double v = (double)s->vpp;
     if (i <= 0 && w <= 0) { i = b / 2; w = b / 2; }
     switch (op) {

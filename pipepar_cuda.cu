@@ -733,28 +733,75 @@ extern "C" pp_status pp_cuda_pack(const int64_t *rows, const int *cu_seqlens_pad
  * ..., topk-1: distinct, so a dispatcher still sees exactly topk per token.
  * ============================================================================================ */
 
-#define PP__REPLAY_THREADS 256
+#ifndef PP__REPLAY_THREADS          /* tuning knobs; bench/kernels.cu measured 512/2/64 and */
+#define PP__REPLAY_THREADS 256      /* 256/6/32 slower than these on an H100 (RESULTS_kernels.md) */
+#endif
+#ifndef PP__REPLAY_MINB
+#define PP__REPLAY_MINB 4           /* blocks per SM the register budget must allow */
+#endif
+#ifndef PP__REPLAY_WIDE
+#define PP__REPLAY_WIDE 32          /* longest run (bytes) read with wide loads into registers */
+#endif
 #define PP__REPLAY_SMEM 32768       /* bytes of shared memory for one block's tile */
 
-/* A block takes `tile` local tokens and all local layers: a transpose through shared memory,
- * where layer l's [token][k] block starts at l * lstride elements (lstride: the tile's run of
- * one layer padded to an odd number of 16-byte units, so that threads on consecutive layers hit
- * different banks).
- *   1. read, in (token, layer) pairs of topk values (one division per pair): pair p is token
- *      p / layer_count, layer p % layer_count; the recorded values of consecutive pairs are
- *      contiguous (a token's layer range is one run of the recording), so consecutive threads
- *      read consecutive runs; converted, they go to shared memory, 16 bytes at a time (vec);
- *   2. write: layer-major output is, per layer, one contiguous run of the tile's tokens, which is
- *      also contiguous in shared memory: a flat copy, 16 bytes per thread (vec); token-major
- *      output is the tile in token order: pairs again, one run per thread. */
+/* One (token, layer) run: topk recorded values at r (s < 0: padding) -> topk outputs at o.
+ * vec: o is 16-byte aligned and topk outputs are whole 16-byte vectors, stored as such.
+ * wide (8 or 16): the run, at most PP__REPLAY_WIDE bytes, is read with loads of that width into
+ * registers. */
 template <typename IN, typename OUT>
-__global__ void __launch_bounds__(PP__REPLAY_THREADS)
+__device__ __forceinline__ void pp__replay_run(const IN *__restrict__ r, long long s, int topk,
+                                               OUT *__restrict__ o, int vec, int wide)
+{
+    enum { V = 16 / sizeof(OUT), NI = PP__REPLAY_WIDE / sizeof(IN) };
+    typedef union { uint4 u; OUT v[V]; } pack16;
+    if (vec && wide && s >= 0) {
+        union { uint4 q[PP__REPLAY_WIDE / 16]; uint2 d[PP__REPLAY_WIDE / 8]; IN v[NI]; } b;
+        const int bytes = topk * (int)sizeof(IN);
+        if (wide == 16) {
+#pragma unroll
+            for (int i = 0; i < PP__REPLAY_WIDE / 16; i++) if (i * 16 < bytes) b.q[i] = __ldg((const uint4 *)r + i);
+        } else {
+#pragma unroll
+            for (int i = 0; i < PP__REPLAY_WIDE / 8; i++) if (i * 8 < bytes) b.d[i] = __ldg((const uint2 *)r + i);
+        }
+#pragma unroll
+        for (int c = 0; c < (NI + V - 1) / V; c++) {
+            if (c * V >= topk) break;
+            pack16 x;
+#pragma unroll
+            for (int v = 0; v < V; v++) x.v[v] = c * V + v < NI ? (OUT)(long long)b.v[c * V + v < NI ? c * V + v : 0] : (OUT)0;
+            ((uint4 *)o)[c] = x.u;
+        }
+    } else if (vec) {
+        for (int k0 = 0; k0 < topk; k0 += V) {
+            pack16 x;
+#pragma unroll
+            for (int v = 0; v < V; v++) x.v[v] = s >= 0 ? (OUT)(long long)__ldg(r + k0 + v) : (OUT)(k0 + v);
+            *(uint4 *)(o + k0) = x.u;
+        }
+    } else {
+#pragma unroll 4
+        for (int k = 0; k < topk; k++) o[k] = s >= 0 ? (OUT)(long long)__ldg(r + k) : (OUT)k;
+    }
+}
+
+/* A block takes `tile` local tokens and all local layers.
+ *   token-major output: the tile is one contiguous block of dst, each token's part of it one
+ *     contiguous run of the recording: a flat copy, 16 bytes per thread step when vec.
+ *   layer-major output: in (token, layer) pairs, pair p = token p / layer_count, layer p %
+ *     layer_count, so consecutive threads read consecutive runs of the recording; a transpose
+ *     through shared memory, where layer l's [token][k] block
+ *     starts at l * lstride elements (the tile's run of one layer padded to an odd number of
+ *     16-byte units, so threads on consecutive layers hit different banks); then per layer one
+ *     contiguous run of the tile's tokens, also contiguous in shared memory: a flat copy, 16
+ *     bytes per thread when vec. */
+template <typename IN, typename OUT>
+__global__ void __launch_bounds__(PP__REPLAY_THREADS, PP__REPLAY_MINB)
 pp__replay_kernel(const IN *__restrict__ rec, const void *__restrict__ rows, int index_bytes,
                   OUT *__restrict__ dst, long long tokens, int moe_layers, int topk, int layer_begin,
-                  int layer_count, int token_major, int tile, int lstride, int vec)
+                  int layer_count, int token_major, int tile, int lstride, int vec, int wide)
 {
     enum { V = 16 / sizeof(OUT) };
-    typedef union { uint4 u; OUT v[V]; } pack16;
     extern __shared__ __align__(16) unsigned char pp__replay_smem[];
     __shared__ long long src[PP__REPLAY_THREADS];
     OUT *t = (OUT *)pp__replay_smem;
@@ -764,60 +811,62 @@ pp__replay_kernel(const IN *__restrict__ rec, const void *__restrict__ rows, int
         src[j] = index_bytes == 4 ? (long long)__ldg((const int *)rows + t0 + j) : __ldg((const long long *)rows + t0 + j);
     __syncthreads();
     const unsigned lc = (unsigned)layer_count, pairs = (unsigned)nt * lc;
+    if (token_major) {
+        /* the tile is one contiguous block of dst, and each token's part of it comes from one
+         * contiguous run of the recording: a flat copy, V outputs (16 bytes) per thread step */
+        typedef union { uint4 u; OUT v[V]; } pack16;
+        const unsigned row = lc * (unsigned)topk, n = (unsigned)nt * row;
+        OUT *o = dst + t0 * (long long)row;
+        if (vec) {
+            for (unsigned e = threadIdx.x * V; e < n; e += PP__REPLAY_THREADS * V) {
+                unsigned j = e / row, r = e - j * row;      /* row % V == 0: one token per vector */
+                long long s = src[j];
+                const IN *from = rec + (s * moe_layers + layer_begin) * topk + r;
+                pack16 x;
+#pragma unroll
+                for (int v = 0; v < V; v++)
+                    x.v[v] = s >= 0 ? (OUT)(long long)__ldg(from + v) : (OUT)((r + v) % (unsigned)topk);
+                *(uint4 *)(o + e) = x.u;
+            }
+        } else {
+            for (unsigned e = threadIdx.x; e < n; e += PP__REPLAY_THREADS) {
+                unsigned j = e / row, r = e - j * row;
+                long long s = src[j];
+                o[e] = s >= 0 ? (OUT)(long long)__ldg(rec + (s * moe_layers + layer_begin) * topk + r)
+                              : (OUT)(r % (unsigned)topk);
+            }
+        }
+        return;
+    }
     for (unsigned p = threadIdx.x; p < pairs; p += PP__REPLAY_THREADS) {
         unsigned j = p / lc, l = p - j * lc;
         long long s = src[j];
         OUT *o = t + (long long)l * lstride + (long long)j * topk;
-        const IN *r = rec + (s * moe_layers + layer_begin + l) * topk;
-        if (vec) {
-            for (int k0 = 0; k0 < topk; k0 += V) {
-                pack16 x;
-#pragma unroll
-                for (int v = 0; v < V; v++) x.v[v] = s >= 0 ? (OUT)(long long)__ldg(r + k0 + v) : (OUT)(k0 + v);
-                *(uint4 *)(o + k0) = x.u;
-            }
-        } else {
-#pragma unroll 4
-            for (int k = 0; k < topk; k++) o[k] = s >= 0 ? (OUT)(long long)__ldg(r + k) : (OUT)k;
-        }
+        pp__replay_run<IN, OUT>(rec + (s * moe_layers + layer_begin + l) * topk, s, topk, o, vec, wide);
     }
     __syncthreads();
-    if (!token_major) {
-        const unsigned run = (unsigned)nt * (unsigned)topk;      /* elements of one layer's block */
-        if (vec) {
-            const unsigned nv = run / V, sv = (unsigned)lstride / V;
-            for (unsigned e = threadIdx.x; e < lc * nv; e += PP__REPLAY_THREADS) {
-                unsigned l = e / nv, q = e - l * nv;
-                ((uint4 *)(dst + ((long long)l * tokens + t0) * topk))[q] = ((const uint4 *)t)[(long long)l * sv + q];
-            }
-        } else {
-            for (unsigned e = threadIdx.x; e < lc * run; e += PP__REPLAY_THREADS) {
-                unsigned l = e / run, q = e - l * run;
-                dst[((long long)l * tokens + t0) * topk + q] = t[(long long)l * lstride + q];
-            }
+    const unsigned run = (unsigned)nt * (unsigned)topk;      /* elements of one layer's block */
+    if (vec) {
+        const unsigned nv = run / V, sv = (unsigned)lstride / V;
+        for (unsigned e = threadIdx.x; e < lc * nv; e += PP__REPLAY_THREADS) {
+            unsigned l = e / nv, q = e - l * nv;
+            ((uint4 *)(dst + ((long long)l * tokens + t0) * topk))[q] = ((const uint4 *)t)[(long long)l * sv + q];
         }
     } else {
-        for (unsigned p = threadIdx.x; p < pairs; p += PP__REPLAY_THREADS) {
-            unsigned j = p / lc, l = p - j * lc;
-            const OUT *from = t + (long long)l * lstride + (long long)j * topk;
-            OUT *to = dst + ((t0 + j) * layer_count + l) * topk;
-            if (vec) {
-                for (int k0 = 0; k0 < topk; k0 += V) *(uint4 *)(to + k0) = *(const uint4 *)(from + k0);
-            } else {
-#pragma unroll 4
-                for (int k = 0; k < topk; k++) to[k] = from[k];
-            }
+        for (unsigned e = threadIdx.x; e < lc * run; e += PP__REPLAY_THREADS) {
+            unsigned l = e / run, q = e - l * run;
+            dst[((long long)l * tokens + t0) * topk + q] = t[(long long)l * lstride + q];
         }
     }
 }
 
 template <typename IN>
 static void pp__replay_launch_in(const pp_cuda_replay *d, int out_bytes, unsigned blocks, int tile, int lstride,
-                                 int vec, cudaStream_t st)
+                                 int vec, int wide, cudaStream_t st)
 {
-    size_t smem = (size_t)lstride * d->layer_count * out_bytes;
+    size_t smem = d->token_major ? 0 : (size_t)lstride * d->layer_count * out_bytes;
 #define PP__REPLAY_ARGS (const IN *)d->recorded, d->rows, d->index_bytes, (OUT *)d->dst, d->tokens, d->moe_layers, \
-                        d->topk, d->layer_begin, d->layer_count, d->token_major, tile, lstride, vec
+                        d->topk, d->layer_begin, d->layer_count, d->token_major, tile, lstride, vec, wide
     switch (out_bytes) {
     case 1: { typedef uint8_t OUT; pp__replay_kernel<IN, OUT><<<blocks, PP__REPLAY_THREADS, smem, st>>>(PP__REPLAY_ARGS); break; }
     case 2: { typedef uint16_t OUT; pp__replay_kernel<IN, OUT><<<blocks, PP__REPLAY_THREADS, smem, st>>>(PP__REPLAY_ARGS); break; }
@@ -872,15 +921,20 @@ extern "C" pp_status pp_cuda_replay_gather(const pp_cuda_replay *d, void *stream
         return pp__cuda_fail(err, PP_EINVAL, "%s: layer_count=%d x topk=%d x dst_bytes=%d: one token's output, "
                              "padded per layer, must fit 48 KiB", fn, d->layer_count, d->topk, out_bytes);
     int lstride = (int)(lbytes / out_bytes);
+    /* wide loads: a run of at most 64 bytes, in whole 16- or 8-byte pieces, from an aligned base */
+    long long run_in = (long long)d->topk * in_bytes;
+    int wide = run_in > PP__REPLAY_WIDE ? 0
+             : run_in % 16 == 0 && (uintptr_t)d->recorded % 16 == 0 ? 16
+             : run_in % 8 == 0 && (uintptr_t)d->recorded % 8 == 0 ? 8 : 0;
     long long blocks = (d->tokens + tile - 1) / tile;
     if (blocks > 0x7FFFFFFFll)
         return pp__cuda_fail(err, PP_EINVAL, "%s: tokens=%lld: too many for one launch", fn, (long long)d->tokens);
     cudaStream_t st = pp__stream(stream);
     switch (in_bytes) {
-    case 1: pp__replay_launch_in<uint8_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, st); break;
-    case 2: pp__replay_launch_in<uint16_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, st); break;
-    case 4: pp__replay_launch_in<int32_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, st); break;
-    default: pp__replay_launch_in<int64_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, st); break;
+    case 1: pp__replay_launch_in<uint8_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, st); break;
+    case 2: pp__replay_launch_in<uint16_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, st); break;
+    case 4: pp__replay_launch_in<int32_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, st); break;
+    default: pp__replay_launch_in<int64_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, st); break;
     }
     return pp__cuda_launched(err, fn);
 }

@@ -130,7 +130,9 @@ PIPEPAR_API pp_status pp_cuda_pack(const int64_t *rows, const int *cu_seqlens_pa
  *     token_major = 1:  dst [tokens, layer_count, topk]  (Megatron's static replay buffer)
  * Integers are converted: 1- and 2-byte recordings are unsigned (uint8 when experts <= 256),
  * 4 and 8 bytes signed; dst_bytes 8 gives the int64 torch's topk produces. Padding tokens get
- * experts 0, 1, ..., topk-1 (distinct, so the dispatcher still sees topk experts per token). */
+ * experts 0, 1, ..., topk-1 (distinct, so the dispatcher still sees topk experts per token).
+ * One token's output, layer_count * topk * dst_bytes, must fit 32 KiB (58 layers x 8 x int64 is
+ * 3.7 KiB). rows entries must be -1 or rows of `recorded`; they are not bounds-checked. */
 typedef struct pp_cuda_replay {
     const void *recorded;   /* device [?, moe_layers, topk] of recorded_bytes each */
     int recorded_bytes;     /* 1, 2, 4 or 8; 0 means 4 */

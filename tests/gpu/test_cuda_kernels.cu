@@ -635,6 +635,25 @@ static void replay_gathers_this_stages_layers_in_local_token_order(void)
     }
 }
 
+/* topk 8 and 4 make whole 16-byte output runs (the vector stores) and 8..64-byte recorded runs
+ * (the wide loads); every type pair, both layouts, padding included. */
+static void replay_vector_and_wide_load_paths_match_the_scalar_reference(void)
+{
+    int sizes[] = {1, 2, 4, 8};
+    int topks[] = {8, 4, 16};
+    for (int topk : topks)
+        for (int in_b : sizes)
+            for (int out_b : sizes)
+                for (int major = 0; major < 2; major++) {
+                    if (g_quick && (topk == 16 || out_b == 2)) continue;
+                    long long R = rndi(1, 200), T = rndi(1, 300);
+                    int L = rndi(1, 30), lb = rndi(0, L - 1), lc = rndi(1, L - lb);
+                    std::vector<int64_t> rows((size_t)T);
+                    for (auto &r : rows) r = rnd() % 7 == 0 ? -1 : (int64_t)(rnd() % (uint64_t)R);
+                    replay_one<int64_t>(R, L, topk, in_b, out_b, rows, lb, lc, major);
+                }
+}
+
 /* The data path end to end on the device: the pack map of a bin (int64 rows) split for CP rank r
  * with the THD kernel (rows are 8-byte rows), then the replay gather by the local rows. The
  * reference composes TE's THD partition with the map on the CPU. */
@@ -883,6 +902,7 @@ static const test_case tests[] = {
     { "pack_fills_fields_positions_and_padding", pack_fills_fields_positions_and_padding },
     { "pack_runs_every_bin_of_a_pp_pack_plan", pack_runs_every_bin_of_a_pp_pack_plan },
     { "replay_gathers_this_stages_layers_in_local_token_order", replay_gathers_this_stages_layers_in_local_token_order },
+    { "replay_vector_and_wide_load_paths_match_the_scalar_reference", replay_vector_and_wide_load_paths_match_the_scalar_reference },
     { "replay_follows_pack_then_cp_split_maps", replay_follows_pack_then_cp_split_maps },
     { "l2norm_sums_squares_of_mixed_tensors_in_one_launch", l2norm_sums_squares_of_mixed_tensors_in_one_launch },
     { "l2norm_of_no_tensors_is_zero", l2norm_of_no_tensors_is_zero },
