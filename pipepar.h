@@ -507,7 +507,7 @@ PIPEPAR_API pp_status pp_action_parse(const char *text, pp_action *out, pp_error
 
 typedef struct pp_sim_costs {
     double f;                   /* forward of one stage; 0 means 1 */
-    double b;                   /* unsplit backward; 0 means i + w if either is given, else 2 * f */
+    double b;                   /* unsplit backward; 0 means 2 * f */
     double i, w;                /* split backward halves; both 0 means b/2 each */
     const double *f_stage;      /* optional [num_stages] overrides of f, b, i, w per stage */
     const double *b_stage;
@@ -1334,7 +1334,7 @@ PIPEPAR_API pp_status pp_mimo_bridge_links(const pp_mimo *m, int encoder, int ra
 typedef struct pp_mimo_op {
     int32_t op;         /* pp_op */
     int32_t module;     /* compute: the module; comm: the module of this side */
-    int32_t stage;      /* compute: the module's own stage; comm: as in the lowered action */
+    int32_t stage;      /* the module's own stage (of this side, for a transfer) */
     int32_t mb;
     int32_t peer;       /* comm: the other rank; -1 for compute */
     int32_t part, parts;/* comm: the part of this side's tensor carried */
@@ -1600,9 +1600,7 @@ PIPEPAR_API pp_status pp_cuda_pack(const int64_t *rows, const int *cu_seqlens_pa
  *     token_major = 1:  dst [tokens, layer_count, topk]  (Megatron's static replay buffer)
  * Integers are converted: 1- and 2-byte recordings are unsigned (uint8 when experts <= 256),
  * 4 and 8 bytes signed; dst_bytes 8 gives the int64 torch's topk produces. Padding tokens get
- * experts 0, 1, ..., topk-1 (distinct, so the dispatcher still sees topk experts per token).
- * One token's output, layer_count * topk * dst_bytes, must fit 32 KiB (58 layers x 8 x int64 is
- * 3.7 KiB). rows entries must be -1 or rows of `recorded`; they are not bounds-checked. */
+ * experts 0, 1, ..., topk-1 (distinct, so the dispatcher still sees topk experts per token). */
 typedef struct pp_cuda_replay {
     const void *recorded;   /* device [?, moe_layers, topk] of recorded_bytes each */
     int recorded_bytes;     /* 1, 2, 4 or 8; 0 means 4 */
@@ -3828,10 +3826,7 @@ pp_status pp_schedule_build(const pp_schedule_config *cfg, pp_schedule **out, pp
                             c.vpp, kn);
     }
     if (c.vpp == 0) c.vpp = 1;
-    /* interleaved-zb defaults to PyTorch's round size, mb / max(1, mb / pp), so that its order is
-     * PyTorch's; interleaved 1F1B defaults to Megatron's microbatch_group_size_per_vp_stage = pp. */
-    if (c.group == 0)
-        c.group = c.kind == PP_INTERLEAVED_ZB ? c.mb / (c.mb / c.pp > 1 ? c.mb / c.pp : 1) : c.pp;
+    if (c.group == 0) c.group = c.pp;
     switch (c.kind) {
     case PP_GPIPE: case PP_1F1B: case PP_ZB_H1: case PP_ZB_H2:
         if (c.vpp != 1)
@@ -4822,9 +4817,7 @@ void pp_sim_result_free(pp_sim_result *r)
  * so a chunk of a vpp-chunk rank costs 1/vpp of them; per-stage arrays are taken as they are. */
 static double pp__half_cost(const pp_schedule *s, const pp_sim_costs *c, int op, int stage)
 {
-    /* a full backward is its two halves when only those were given, else twice the forward */
-    double f = c->f > 0 ? c->f : 1.0, i = c->i, w = c->w;
-    double b = c->b > 0 ? c->b : (i > 0 || w > 0 ? i + w : 2.0 * f);
+    double f = c->f > 0 ? c->f : 1.0, b = c->b > 0 ? c->b : 2.0 * f, i = c->i, w = c->w;
     double v = (double)s->vpp;
     if (i <= 0 && w <= 0) { i = b / 2; w = b / 2; }
     switch (op) {
@@ -8709,8 +8702,7 @@ pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FIL
         }
     line = (char *)PIPEPAR_MALLOC((size_t)width + 1);
     if (!line) return pp__fail(err, PP_ENOMEM, "out of memory");
-    pp__text_printf(&x, "measured  (one column = %.3g %s; cells show the microbatch)\n", unit < 1e-3 ? 1e6 * unit : 1e3 * unit,
-                    unit < 1e-3 ? "us" : "ms");
+    pp__text_printf(&x, "measured  (one column = %.3g ms; cells show the microbatch)\n", 1e3 * unit);
     for (r = 0; r < count; r++) {
         const pp_schedule *sc = t[r].schedule;
         int nrows = 2 + has_w + (sc && sc->vpp > 1);
@@ -8743,7 +8735,7 @@ pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FIL
                                  want_chunk ? "chunk" : row == 1 ? (has_i ? "B/I" : "B") : "W", line);
         }
     }
-    pp__text_printf(&x, "step %.3g ms; busy per rank:", 1e3 * (t1 - t0));
+    pp__text_printf(&x, "step %.3f ms; busy per rank:", 1e3 * (t1 - t0));
     for (r = 0; r < count; r++) {
         double busy = 0;
         for (i = 0; i < t[r].length; i++)
@@ -9481,7 +9473,7 @@ static int pp__mimo_prog_pipeline(const pp_mimo_pipeline *pl, int rank, pp__mimo
             for (k = 0; k < n && ok; k++) {
                 pp_mimo_op o;
                 memset(&o, 0, sizeof o);
-                o.op = a.op; o.module = mod; o.stage = a.stage; o.mb = a.mb;
+                o.op = a.op; o.module = mod; o.stage = mst; o.mb = a.mb;
                 o.peer = links[k].peer; o.part = links[k].part; o.parts = links[k].parts;
                 o.group = *group; o.tag = tag;
                 ok = pp__mimo_push(p, o);

@@ -721,7 +721,7 @@ static int pp__mimo_prog_pipeline(const pp_mimo_pipeline *pl, int rank, pp__mimo
             for (k = 0; k < n && ok; k++) {
                 pp_mimo_op o;
                 memset(&o, 0, sizeof o);
-                o.op = a.op; o.module = mod; o.stage = a.stage; o.mb = a.mb;
+                o.op = a.op; o.module = mod; o.stage = mst; o.mb = a.mb;
                 o.peer = links[k].peer; o.part = links[k].part; o.parts = links[k].parts;
                 o.group = *group; o.tag = tag;
                 ok = pp__mimo_push(p, o);

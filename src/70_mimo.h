@@ -175,7 +175,7 @@ PIPEPAR_API pp_status pp_mimo_bridge_links(const pp_mimo *m, int encoder, int ra
 typedef struct pp_mimo_op {
     int32_t op;         /* pp_op */
     int32_t module;     /* compute: the module; comm: the module of this side */
-    int32_t stage;      /* compute: the module's own stage; comm: as in the lowered action */
+    int32_t stage;      /* the module's own stage (of this side, for a transfer) */
     int32_t mb;
     int32_t peer;       /* comm: the other rank; -1 for compute */
     int32_t part, parts;/* comm: the part of this side's tensor carried */

@@ -371,7 +371,7 @@ static void mimo_non_colocated_pipeline_puts_the_encoder_before_the_language_mod
         char txt[128];
         pp_mimo_op o = pl->programs->ops[2][0];
         pp_mimo_op_format(&m, o, txt, sizeof txt);
-        PP_CHECK_STR(txt, "RECV_F language.1 mb0 from rank 0 [part 0 of 2]");
+        PP_CHECK_STR(txt, "RECV_F language.0 mb0 from rank 0 [part 0 of 2]");
     }
     pp_mimo_pipeline_free(pl);
 }
