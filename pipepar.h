@@ -507,7 +507,7 @@ PIPEPAR_API pp_status pp_action_parse(const char *text, pp_action *out, pp_error
 
 typedef struct pp_sim_costs {
     double f;                   /* forward of one stage; 0 means 1 */
-    double b;                   /* unsplit backward; 0 means 2 * f */
+    double b;                   /* unsplit backward; 0 means i + w if either is given, else 2 * f */
     double i, w;                /* split backward halves; both 0 means b/2 each */
     const double *f_stage;      /* optional [num_stages] overrides of f, b, i, w per stage */
     const double *b_stage;
@@ -854,6 +854,143 @@ PIPEPAR_API const int32_t *pp_pack_plan_cu_seqlens_padded(const pp_pack_plan *pl
  * prefix sums of the unpadded lengths); for a padded [batch, seq_len] tensor pass s * seq_len. */
 PIPEPAR_API pp_status pp_pack_plan_gather(const pp_pack_plan *plan, int bin, const int64_t *seq_offsets,
                                           int64_t *rows, pp_error *err);
+
+
+/* ============================================================================================
+ * >>cp
+ * Context parallelism splits every sequence along its length over cp ranks. Under causal
+ * attention a later token attends to more tokens, so cutting a sequence into cp contiguous
+ * pieces would load the last rank most. The load-balanced split cuts it into 2*cp equal chunks
+ * and gives rank r chunks r and 2*cp-1-r, an early cheap chunk with a late costly one:
+ *
+ *     cp = 2, 8 tokens:   chunks [0 1] [2 3] [4 5] [6 7]
+ *                         rank 0 holds chunks 0 and 3: positions 0 1 6 7
+ *                         rank 1 holds chunks 1 and 2: positions 2 3 4 5
+ *
+ *   BSHD  a padded batch, every row seq_len tokens (seq_len % (2*cp) == 0): each row split alike,
+ *         as Megatron-LM's get_batch_on_this_cp_rank does.
+ *   THD   packed sequences described by cu_seqlens_padded (every padded length % (2*cp) == 0):
+ *         each sequence split on its own; rank r's local buffer holds its two chunks of sequence
+ *         0, then its two of sequence 1, ..., so sequence i starts at cu_seqlens_padded[i] / cp
+ *         locally. This is TransformerEngine's thd_get_partitioned_indices, position for position.
+ *         Packed with 5 and 11 tokens padded to 8 and 12 (cu_seqlens_padded 0 8 20), cp = 2:
+ *             rank 0: 0 1 6 7 | 8 9 10 17 18 19       (chunk size 2 in sequence 0, 3 in sequence 1)
+ *             rank 1: 2 3 4 5 | 11 12 13 14 15 16
+ *
+ * Two int32 index maps per split, positions within one microbatch (what pipepar_cuda.cu's
+ * gather kernels read):
+ *   index  [total / cp]  index[j] = global position of rank r's local token j; the rank's input is
+ *                        input[index[j]] for j = 0 .. total/cp - 1.
+ *   source [total]       source[g] = r * (total / cp) + j for the rank r and local slot j holding
+ *                        global position g; with every rank's output all-gathered rank by rank
+ *                        into one [cp, total / cp] buffer, output[g] = gathered[source[g]]
+ *                        restores the sequence order. The index maps of all ranks, concatenated,
+ *                        form a permutation of 0 .. total-1 and source is its inverse.
+ * ============================================================================================ */
+
+/* BSHD: rank's local positions of one row of seq_len tokens. index has room for seq_len / cp. */
+PIPEPAR_API pp_status pp_cp_bshd_indices(int32_t seq_len, int cp, int rank, int32_t *index, pp_error *err);
+/* BSHD: the inverse for gathering outputs back. source has room for seq_len. */
+PIPEPAR_API pp_status pp_cp_bshd_gather(int32_t seq_len, int cp, int32_t *source, pp_error *err);
+
+/* THD: cu_seqlens_padded has num_seqs + 1 entries, from 0, nondecreasing, every difference a
+ * multiple of 2*cp when cp > 1; total = cu_seqlens_padded[num_seqs]. index has room for
+ * total / cp. (cp = 1 is the identity and takes any lengths.) */
+PIPEPAR_API pp_status pp_cp_thd_indices(const int32_t *cu_seqlens_padded, int num_seqs, int cp, int rank,
+                                        int32_t *index, pp_error *err);
+/* THD: the inverse for gathering outputs back. source has room for total. */
+PIPEPAR_API pp_status pp_cp_thd_gather(const int32_t *cu_seqlens_padded, int num_seqs, int cp, int32_t *source,
+                                       pp_error *err);
+/* THD: the rank-local boundaries, cu_seqlens_padded[i] / cp (num_seqs + 1 entries). */
+PIPEPAR_API pp_status pp_cp_thd_local_cu_seqlens(const int32_t *cu_seqlens_padded, int num_seqs, int cp,
+                                                 int32_t *local, pp_error *err);
+
+/* A microbatch of a pack plan, split with the plan's cp: pp_cp_thd_indices over the bin's
+ * cu_seqlens_padded. index has room for plan->bin_padded_tokens[bin] / plan->cp. */
+PIPEPAR_API pp_status pp_cp_plan_indices(const pp_pack_plan *plan, int bin, int cp_rank, int32_t *index,
+                                         pp_error *err);
+
+
+/* ============================================================================================
+ * >>replay
+ * Router replay ("R3", rollout routing replay): an RL trainer makes its MoE routers pick the
+ * experts the inference engine picked when it generated the samples, so training follows the
+ * routes the samples were drawn with (Megatron-LM's RouterReplay, NeMo RL's and verl's router
+ * replay, slime's routing replay). The rollout records, for every token, the top-k expert ids of
+ * every MoE layer: a tensor [recorded_tokens, payload_layers, topk] in the rollout's token order
+ * (all of sequence 0, then sequence 1, ...). Training runs the tokens packed, CP-split and, with
+ * sequence parallelism, TP-split, and each pipeline stage holds only some layers. So the router
+ * of a local MoE layer on (pp rank, virtual stage, microbatch, cp rank) needs the rows of the
+ * recording for its local tokens, in local order, at that layer's slot. This section computes
+ * both: which recorded row each local token takes and which slot each local MoE layer reads.
+ *
+ * Which layers are MoE (pp_moe_layout), Megatron-LM's rules: with an integer moe_layer_freq N,
+ * decoder layer i (0-based) is MoE when i % N == 0; DeepSeek's first_k_dense_replace makes layers
+ * 0 .. k-1 dense; a pattern (Megatron's list form, e.g. [0]*3+[1]*58) says it layer by layer.
+ * The recording's layer axis is either compressed, one slot per MoE layer in layer order, or
+ * full, one slot per decoder layer (vLLM's layout; slot = layer index), as NeMo RL accepts both.
+ *
+ * The map of one (stage, microbatch, cp rank):
+ *     layers[l], payload[l]   for the stage's MoE layers in [first_layer, last_layer), in order:
+ *                             the 0-based decoder layer (Megatron's layer_number - 1) and its slot;
+ *                             dense layers get none, and a stage with no MoE layer gets an empty map.
+ *     rows[t]                 for each local token t (the rank's THD order, pp_cp_plan_indices):
+ *                             the recorded row, or -1 for padding. The replay tensor of layer l is
+ *                             replay[l][t][k] = rows[t] >= 0 ? recording[rows[t]][payload[l]][k] : -1,
+ *                             -1 being the missing-route sentinel NeMo RL's RouterReplay patch
+ *                             routes normally (pp_replay_gather does this on the host; the CUDA
+ *                             kernel of pipepar_cuda.cu does it on the device).
+ * With sequence_parallel and tp > 1 the local tokens are split further into tp contiguous
+ * pieces and the map keeps this tp rank's piece (NeMo RL's _split_for_sequence_parallel).
+ * ============================================================================================ */
+
+typedef struct pp_moe_layout {
+    int num_layers;                 /* decoder layers of the whole model, >= 1 */
+    int first_k_dense;              /* layers 0 .. first_k_dense-1 are dense */
+    int moe_freq;                   /* 0 means 1: a layer i >= first_k_dense is MoE when
+                                       i % moe_freq == 0 (Megatron's integer moe_layer_freq) */
+    const unsigned char *pattern;   /* optional [num_layers], nonzero = MoE; overrides the two above */
+    int payload_layers;             /* the recording's layer axis: 0 means compressed (one slot per
+                                       MoE layer); num_layers means one slot per decoder layer */
+} pp_moe_layout;
+
+/* 1 when decoder layer `layer` (0-based) is MoE, 0 when dense, -1 for a bad layout or layer. */
+PIPEPAR_API int pp_moe_is_moe(const pp_moe_layout *m, int layer);
+/* MoE layers of the model; -1 for a bad layout. */
+PIPEPAR_API int pp_moe_count(const pp_moe_layout *m);
+/* The MoE layers among decoder layers [first_layer, last_layer): *count of them, their layer
+ * indices and their recording slots (either array may be NULL; each needs room for
+ * last_layer - first_layer). */
+PIPEPAR_API pp_status pp_moe_stage_layers(const pp_moe_layout *m, int first_layer, int last_layer, int32_t *layers,
+                                          int32_t *payload, int *count, pp_error *err);
+
+typedef struct pp_replay_config {
+    pp_moe_layout model;
+    int first_layer, last_layer;    /* this (pp rank, virtual stage)'s decoder layers [first, last) */
+    int cp_rank;                    /* which of the plan's cp ranks */
+    int tp, tp_rank;                /* 0 means 1, 0 */
+    int sequence_parallel;          /* nonzero: the local tokens are split over the tp ranks */
+    const int64_t *record_offsets;  /* optional [plan->num_seqs]: the recorded row of each sequence's
+                                       first token; NULL: the sequences lie back to back in index
+                                       order (plan->seq_starts) */
+} pp_replay_config;
+
+typedef struct pp_replay_map {
+    int num_layers;         /* MoE layers on the stage */
+    int32_t *layers;        /* [num_layers] 0-based decoder layer of each */
+    int32_t *payload;       /* [num_layers] its slot on the recording's layer axis */
+    int32_t num_tokens;     /* local tokens (0 when num_layers is 0: nothing to replay) */
+    int64_t *rows;          /* [num_tokens] recorded row of each local token in local order, -1 = padding */
+} pp_replay_map;
+
+/* The map of microbatch `bin` of a pack plan (the plan's cp splits it) for one stage and rank. */
+PIPEPAR_API pp_status pp_replay_map_build(const pp_pack_plan *plan, int bin, const pp_replay_config *cfg,
+                                          pp_replay_map **out, pp_error *err);
+PIPEPAR_API void pp_replay_map_free(pp_replay_map *m);
+/* Host reference of the replay gather: recording is [recorded_rows, payload_layers, topk] int32;
+ * dst is [map->num_layers, map->num_tokens, topk]. Fails when a row or slot is out of range. */
+PIPEPAR_API pp_status pp_replay_gather(const pp_replay_map *map, const int32_t *recording, int64_t recorded_rows,
+                                       int payload_layers, int topk, int32_t *dst, pp_error *err);
 
 
 /* ============================================================================================
@@ -1600,7 +1737,9 @@ PIPEPAR_API pp_status pp_cuda_pack(const int64_t *rows, const int *cu_seqlens_pa
  *     token_major = 1:  dst [tokens, layer_count, topk]  (Megatron's static replay buffer)
  * Integers are converted: 1- and 2-byte recordings are unsigned (uint8 when experts <= 256),
  * 4 and 8 bytes signed; dst_bytes 8 gives the int64 torch's topk produces. Padding tokens get
- * experts 0, 1, ..., topk-1 (distinct, so the dispatcher still sees topk experts per token). */
+ * experts 0, 1, ..., topk-1 (distinct, so the dispatcher still sees topk experts per token).
+ * One token's output, layer_count * topk * dst_bytes, must fit 32 KiB (58 layers x 8 x int64 is
+ * 3.7 KiB). rows entries must be -1 or rows of `recorded`; they are not bounds-checked. */
 typedef struct pp_cuda_replay {
     const void *recorded;   /* device [?, moe_layers, topk] of recorded_bytes each */
     int recorded_bytes;     /* 1, 2, 4 or 8; 0 means 4 */
@@ -3826,7 +3965,10 @@ pp_status pp_schedule_build(const pp_schedule_config *cfg, pp_schedule **out, pp
                             c.vpp, kn);
     }
     if (c.vpp == 0) c.vpp = 1;
-    if (c.group == 0) c.group = c.pp;
+    /* interleaved-zb defaults to PyTorch's round size, mb / max(1, mb / pp), so that its order is
+     * PyTorch's; interleaved 1F1B defaults to Megatron's microbatch_group_size_per_vp_stage = pp. */
+    if (c.group == 0)
+        c.group = c.kind == PP_INTERLEAVED_ZB ? c.mb / (c.mb / c.pp > 1 ? c.mb / c.pp : 1) : c.pp;
     switch (c.kind) {
     case PP_GPIPE: case PP_1F1B: case PP_ZB_H1: case PP_ZB_H2:
         if (c.vpp != 1)
@@ -4817,7 +4959,9 @@ void pp_sim_result_free(pp_sim_result *r)
  * so a chunk of a vpp-chunk rank costs 1/vpp of them; per-stage arrays are taken as they are. */
 static double pp__half_cost(const pp_schedule *s, const pp_sim_costs *c, int op, int stage)
 {
-    double f = c->f > 0 ? c->f : 1.0, b = c->b > 0 ? c->b : 2.0 * f, i = c->i, w = c->w;
+    /* a full backward is its two halves when only those were given, else twice the forward */
+    double f = c->f > 0 ? c->f : 1.0, i = c->i, w = c->w;
+    double b = c->b > 0 ? c->b : (i > 0 || w > 0 ? i + w : 2.0 * f);
     double v = (double)s->vpp;
     if (i <= 0 && w <= 0) { i = b / 2; w = b / 2; }
     switch (op) {
@@ -7125,6 +7269,285 @@ pp_status pp_pack_plan_gather(const pp_pack_plan *plan, int bin, const int64_t *
 }
 
 
+/* --- >>cp (implementation) ---------------------------------------------------------------- */
+
+static pp_status pp__cp_check(const int32_t *cu, int num_seqs, int cp, int rank, int need_rank, pp_error *err)
+{
+    int i;
+    if (cp < 1) return pp__fail(err, PP_EINVAL, "cp=%d: must be at least 1", cp);
+    if (need_rank && (rank < 0 || rank >= cp))
+        return pp__fail(err, PP_EINVAL, "rank=%d: must be in 0 .. cp-1 = %d", rank, cp - 1);
+    if (num_seqs < 0) return pp__fail(err, PP_EINVAL, "num_seqs=%d: must be at least 0", num_seqs);
+    if (!cu) return pp__fail(err, PP_EINVAL, "cu_seqlens_padded: must not be NULL");
+    if (cu[0] != 0) return pp__fail(err, PP_EINVAL, "cu_seqlens_padded[0]=%d: must be 0", (int)cu[0]);
+    for (i = 0; i < num_seqs; i++) {
+        int64_t len = (int64_t)cu[i + 1] - cu[i];
+        if (len < 0)
+            return pp__fail(err, PP_EINVAL, "cu_seqlens_padded[%d]=%d: smaller than the entry before it (%d)", i + 1,
+                            (int)cu[i + 1], (int)cu[i]);
+        if (cp > 1 && len % (2 * (int64_t)cp))
+            return pp__fail(err, PP_EINVAL, "sequence %d: padded length %lld is not a multiple of 2*cp=%d (pad each "
+                            "sequence to a multiple of 2*cp before splitting)", i, (long long)len, 2 * cp);
+    }
+    return PP_OK;
+}
+
+/* Rank r's positions, sequence by sequence: chunk r, then chunk 2*cp-1-r. cp = 1 keeps every
+ * position in order (no split, so no length rule either). */
+static void pp__cp_fill(const int32_t *cu, int num_seqs, int cp, int rank, int32_t *index)
+{
+    int i, j = 0;
+    if (cp == 1) {
+        for (j = 0; j < cu[num_seqs]; j++) index[j] = j;
+        return;
+    }
+    for (i = 0; i < num_seqs; i++) {
+        int32_t half = (cu[i + 1] - cu[i]) / (2 * cp), t;
+        int32_t a = cu[i] + rank * half, b = cu[i] + (2 * cp - 1 - rank) * half;
+        for (t = 0; t < half; t++) index[j++] = a + t;
+        for (t = 0; t < half; t++) index[j++] = b + t;
+    }
+}
+
+pp_status pp_cp_thd_indices(const int32_t *cu_seqlens_padded, int num_seqs, int cp, int rank, int32_t *index,
+                            pp_error *err)
+{
+    pp_status st = pp__cp_check(cu_seqlens_padded, num_seqs, cp, rank, 1, err);
+    if (st != PP_OK) return st;
+    if (!index) return pp__fail(err, PP_EINVAL, "index: must not be NULL");
+    pp__cp_fill(cu_seqlens_padded, num_seqs, cp, rank, index);
+    return pp__ok(err);
+}
+
+pp_status pp_cp_thd_gather(const int32_t *cu_seqlens_padded, int num_seqs, int cp, int32_t *source, pp_error *err)
+{
+    pp_status st = pp__cp_check(cu_seqlens_padded, num_seqs, cp, 0, 0, err);
+    int32_t local;
+    int r, i;
+    if (st != PP_OK) return st;
+    if (!source) return pp__fail(err, PP_EINVAL, "source: must not be NULL");
+    local = cu_seqlens_padded[num_seqs] / cp;
+    if (cp == 1) {
+        for (i = 0; i < local; i++) source[i] = i;
+        return pp__ok(err);
+    }
+    for (r = 0; r < cp; r++) {
+        int32_t j = 0;
+        for (i = 0; i < num_seqs; i++) {
+            const int32_t *cu = cu_seqlens_padded;
+            int32_t half = (cu[i + 1] - cu[i]) / (2 * cp), t;
+            int32_t a = cu[i] + r * half, b = cu[i] + (2 * cp - 1 - r) * half;
+            for (t = 0; t < half; t++) source[a + t] = r * local + j++;
+            for (t = 0; t < half; t++) source[b + t] = r * local + j++;
+        }
+    }
+    return pp__ok(err);
+}
+
+pp_status pp_cp_thd_local_cu_seqlens(const int32_t *cu_seqlens_padded, int num_seqs, int cp, int32_t *local,
+                                     pp_error *err)
+{
+    pp_status st = pp__cp_check(cu_seqlens_padded, num_seqs, cp, 0, 0, err);
+    int i;
+    if (st != PP_OK) return st;
+    if (!local) return pp__fail(err, PP_EINVAL, "local: must not be NULL");
+    for (i = 0; i <= num_seqs; i++) local[i] = cu_seqlens_padded[i] / cp;
+    return pp__ok(err);
+}
+
+pp_status pp_cp_bshd_indices(int32_t seq_len, int cp, int rank, int32_t *index, pp_error *err)
+{
+    int32_t cu[2];
+    pp_status st;
+    if (seq_len < 0) return pp__fail(err, PP_EINVAL, "seq_len=%d: must be at least 0", (int)seq_len);
+    cu[0] = 0; cu[1] = seq_len;
+    if (cp > 1 && seq_len % (2 * (int64_t)cp))
+        return pp__fail(err, PP_EINVAL, "seq_len=%d: must be a multiple of 2*cp=%d", (int)seq_len, 2 * cp);
+    if ((st = pp__cp_check(cu, 1, cp, rank, 1, err)) != PP_OK) return st;
+    if (!index) return pp__fail(err, PP_EINVAL, "index: must not be NULL");
+    pp__cp_fill(cu, 1, cp, rank, index);
+    return pp__ok(err);
+}
+
+pp_status pp_cp_bshd_gather(int32_t seq_len, int cp, int32_t *source, pp_error *err)
+{
+    int32_t cu[2];
+    if (seq_len < 0) return pp__fail(err, PP_EINVAL, "seq_len=%d: must be at least 0", (int)seq_len);
+    if (cp > 1 && seq_len % (2 * (int64_t)cp))
+        return pp__fail(err, PP_EINVAL, "seq_len=%d: must be a multiple of 2*cp=%d", (int)seq_len, 2 * cp);
+    cu[0] = 0; cu[1] = seq_len;
+    return pp_cp_thd_gather(cu, 1, cp, source, err);
+}
+
+pp_status pp_cp_plan_indices(const pp_pack_plan *plan, int bin, int cp_rank, int32_t *index, pp_error *err)
+{
+    if (!plan) return pp__fail(err, PP_EINVAL, "pp_cp_plan_indices: plan must not be NULL");
+    if (bin < 0 || bin >= plan->num_bins)
+        return pp__fail(err, PP_EINVAL, "bin=%d: must be in 0 .. %d", bin, plan->num_bins - 1);
+    return pp_cp_thd_indices(pp_pack_plan_cu_seqlens_padded(plan, bin), pp_pack_plan_bin_size(plan, bin), plan->cp,
+                             cp_rank, index, err);
+}
+
+
+/* --- >>replay (implementation) ------------------------------------------------------------ */
+
+static pp_status pp__moe_check(const pp_moe_layout *m, pp_error *err)
+{
+    int moe, i;
+    if (!m) return pp__fail(err, PP_EINVAL, "model: must not be NULL");
+    if (m->num_layers < 1) return pp__fail(err, PP_EINVAL, "num_layers=%d: must be at least 1", m->num_layers);
+    if (m->first_k_dense < 0 || m->first_k_dense > m->num_layers)
+        return pp__fail(err, PP_EINVAL, "first_k_dense=%d: must be in 0 .. num_layers (%d)", m->first_k_dense,
+                        m->num_layers);
+    if (m->moe_freq < 0) return pp__fail(err, PP_EINVAL, "moe_freq=%d: must be positive (0 means 1)", m->moe_freq);
+    for (moe = 0, i = 0; i < m->num_layers; i++) moe += pp_moe_is_moe(m, i) == 1;
+    if (m->payload_layers != 0 && m->payload_layers != moe && m->payload_layers != m->num_layers)
+        return pp__fail(err, PP_EINVAL, "payload_layers=%d: the recording's layer axis must hold one slot per MoE "
+                        "layer (%d) or per decoder layer (%d)", m->payload_layers, moe, m->num_layers);
+    return PP_OK;
+}
+
+int pp_moe_is_moe(const pp_moe_layout *m, int layer)
+{
+    int freq;
+    if (!m || m->num_layers < 1 || layer < 0 || layer >= m->num_layers) return -1;
+    if (m->pattern) return m->pattern[layer] != 0;
+    freq = m->moe_freq > 0 ? m->moe_freq : 1;
+    return layer >= m->first_k_dense && layer % freq == 0;
+}
+
+int pp_moe_count(const pp_moe_layout *m)
+{
+    int i, n = 0;
+    if (pp__moe_check(m, NULL) != PP_OK) return -1;
+    for (i = 0; i < m->num_layers; i++) n += pp_moe_is_moe(m, i) == 1;
+    return n;
+}
+
+pp_status pp_moe_stage_layers(const pp_moe_layout *m, int first_layer, int last_layer, int32_t *layers,
+                              int32_t *payload, int *count, pp_error *err)
+{
+    pp_status st = pp__moe_check(m, err);
+    int i, k = 0, ordinal = 0, full;
+    if (st != PP_OK) return st;
+    if (!count) return pp__fail(err, PP_EINVAL, "count: must not be NULL");
+    if (first_layer < 0 || last_layer > m->num_layers || first_layer > last_layer)
+        return pp__fail(err, PP_EINVAL, "layers [%d, %d): must lie within [0, num_layers=%d) with first <= last",
+                        first_layer, last_layer, m->num_layers);
+    full = m->payload_layers == m->num_layers && m->payload_layers != pp_moe_count(m);
+    for (i = 0; i < last_layer; i++) {
+        if (pp_moe_is_moe(m, i) != 1) continue;
+        if (i >= first_layer) {
+            if (layers) layers[k] = i;
+            if (payload) payload[k] = full ? i : ordinal;
+            k++;
+        }
+        ordinal++;
+    }
+    *count = k;
+    return pp__ok(err);
+}
+
+void pp_replay_map_free(pp_replay_map *m)
+{
+    if (!m) return;
+    PIPEPAR_FREE(m->layers);
+    PIPEPAR_FREE(m->payload);
+    PIPEPAR_FREE(m->rows);
+    PIPEPAR_FREE(m);
+}
+
+pp_status pp_replay_map_build(const pp_pack_plan *plan, int bin, const pp_replay_config *cfg, pp_replay_map **out,
+                              pp_error *err)
+{
+    pp_replay_map *m;
+    int32_t *index = NULL;
+    int64_t *packed = NULL;
+    int tp, span, count, j, first_tok;
+    pp_status st;
+    if (!out) return pp__fail(err, PP_EINVAL, "pp_replay_map_build: out must not be NULL");
+    *out = NULL;
+    if (!plan || !cfg) return pp__fail(err, PP_EINVAL, "pp_replay_map_build: plan and cfg must not be NULL");
+    if (bin < 0 || bin >= plan->num_bins)
+        return pp__fail(err, PP_EINVAL, "bin=%d: must be in 0 .. %d", bin, plan->num_bins - 1);
+    if (cfg->cp_rank < 0 || cfg->cp_rank >= plan->cp)
+        return pp__fail(err, PP_EINVAL, "cp_rank=%d: must be in 0 .. cp-1 = %d", cfg->cp_rank, plan->cp - 1);
+    tp = cfg->tp ? cfg->tp : 1;
+    if (tp < 1) return pp__fail(err, PP_EINVAL, "tp=%d: must be at least 1 (0 means 1)", cfg->tp);
+    if (cfg->tp_rank < 0 || cfg->tp_rank >= tp)
+        return pp__fail(err, PP_EINVAL, "tp_rank=%d: must be in 0 .. tp-1 = %d", cfg->tp_rank, tp - 1);
+    if ((st = pp_moe_stage_layers(&cfg->model, cfg->first_layer, cfg->last_layer, NULL, NULL, &count, err)) != PP_OK)
+        return st;
+    m = (pp_replay_map *)pp__calloc(1, sizeof(pp_replay_map));
+    if (!m) return pp__fail(err, PP_ENOMEM, "pp_replay_map_build: out of memory");
+    span = cfg->last_layer - cfg->first_layer;
+    m->layers = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)(span > 0 ? span : 1));
+    m->payload = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)(span > 0 ? span : 1));
+    if (!m->layers || !m->payload) goto oom;
+    pp_moe_stage_layers(&cfg->model, cfg->first_layer, cfg->last_layer, m->layers, m->payload, &m->num_layers, NULL);
+    if (m->num_layers > 0) {
+        int32_t total = plan->bin_padded_tokens[bin], local = total / plan->cp;
+        if (cfg->sequence_parallel && tp > 1 && local % tp) {
+            st = pp__fail(err, PP_EINVAL, "sequence_parallel: the %d tokens of cp rank %d do not split evenly over tp=%d "
+                          "(pad sequences to a multiple of tp*cp*2)", (int)local, cfg->cp_rank, tp);
+            pp_replay_map_free(m);
+            return st;
+        }
+        index = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)(local > 0 ? local : 1));
+        packed = (int64_t *)PIPEPAR_MALLOC(sizeof(int64_t) * (size_t)(total > 0 ? total : 1));
+        if (!index || !packed) goto oom;
+        if ((st = pp_pack_plan_gather(plan, bin, cfg->record_offsets, packed, err)) != PP_OK ||
+            (st = pp_cp_plan_indices(plan, bin, cfg->cp_rank, index, err)) != PP_OK) {
+            PIPEPAR_FREE(index); PIPEPAR_FREE(packed);
+            pp_replay_map_free(m);
+            return st;
+        }
+        m->num_tokens = cfg->sequence_parallel && tp > 1 ? local / tp : local;
+        first_tok = cfg->sequence_parallel && tp > 1 ? cfg->tp_rank * m->num_tokens : 0;
+        m->rows = (int64_t *)PIPEPAR_MALLOC(sizeof(int64_t) * (size_t)(m->num_tokens > 0 ? m->num_tokens : 1));
+        if (!m->rows) goto oom;
+        for (j = 0; j < m->num_tokens; j++) m->rows[j] = packed[index[first_tok + j]];
+    }
+    PIPEPAR_FREE(index);
+    PIPEPAR_FREE(packed);
+    *out = m;
+    return pp__ok(err);
+oom:
+    PIPEPAR_FREE(index);
+    PIPEPAR_FREE(packed);
+    pp_replay_map_free(m);
+    return pp__fail(err, PP_ENOMEM, "pp_replay_map_build: out of memory");
+}
+
+pp_status pp_replay_gather(const pp_replay_map *map, const int32_t *recording, int64_t recorded_rows, int payload_layers,
+                           int topk, int32_t *dst, pp_error *err)
+{
+    int l, k;
+    int32_t t;
+    if (!map || !dst || (!recording && recorded_rows > 0))
+        return pp__fail(err, PP_EINVAL, "pp_replay_gather: map, recording and dst must not be NULL");
+    if (topk < 1) return pp__fail(err, PP_EINVAL, "topk=%d: must be at least 1", topk);
+    if (payload_layers < 1) return pp__fail(err, PP_EINVAL, "payload_layers=%d: must be at least 1", payload_layers);
+    for (l = 0; l < map->num_layers; l++)
+        if (map->payload[l] < 0 || map->payload[l] >= payload_layers)
+            return pp__fail(err, PP_EINVAL, "layer %d: slot %d is outside the recording's %d layer slots",
+                            (int)map->layers[l], (int)map->payload[l], payload_layers);
+    for (t = 0; t < map->num_tokens; t++)
+        if (map->rows[t] >= recorded_rows)
+            return pp__fail(err, PP_EINVAL, "local token %d: recorded row %lld is past the recording's %lld rows",
+                            (int)t, (long long)map->rows[t], (long long)recorded_rows);
+    for (l = 0; l < map->num_layers; l++)
+        for (t = 0; t < map->num_tokens; t++) {
+            int32_t *d = dst + ((size_t)l * (size_t)map->num_tokens + (size_t)t) * (size_t)topk;
+            int64_t row = map->rows[t];
+            const int32_t *s = row >= 0 ? recording + ((size_t)row * (size_t)payload_layers + (size_t)map->payload[l]) *
+                                                          (size_t)topk : NULL;
+            for (k = 0; k < topk; k++) d[k] = s ? s[k] : -1;
+        }
+    return pp__ok(err);
+}
+
+
 /* ============================================================================================
  * >>runtime (implementation)
  * ============================================================================================ */
@@ -8702,7 +9125,8 @@ pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FIL
         }
     line = (char *)PIPEPAR_MALLOC((size_t)width + 1);
     if (!line) return pp__fail(err, PP_ENOMEM, "out of memory");
-    pp__text_printf(&x, "measured  (one column = %.3g ms; cells show the microbatch)\n", 1e3 * unit);
+    pp__text_printf(&x, "measured  (one column = %.3g %s; cells show the microbatch)\n", unit < 1e-3 ? 1e6 * unit : 1e3 * unit,
+                    unit < 1e-3 ? "us" : "ms");
     for (r = 0; r < count; r++) {
         const pp_schedule *sc = t[r].schedule;
         int nrows = 2 + has_w + (sc && sc->vpp > 1);
@@ -8735,7 +9159,7 @@ pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FIL
                                  want_chunk ? "chunk" : row == 1 ? (has_i ? "B/I" : "B") : "W", line);
         }
     }
-    pp__text_printf(&x, "step %.3f ms; busy per rank:", 1e3 * (t1 - t0));
+    pp__text_printf(&x, "step %.3g ms; busy per rank:", 1e3 * (t1 - t0));
     for (r = 0; r < count; r++) {
         double busy = 0;
         for (i = 0; i < t[r].length; i++)
