@@ -8,35 +8,51 @@
  * own forward and backward code; pipepar calls it.
  *
  * QUICK START
- *     #define PIPEPAR_IMPLEMENTATION          // in exactly one C file
+ *     #define PIPEPAR_IMPLEMENTATION          // in exactly one C (or C++/CUDA) file
  *     #include "pipepar.h"
  *
  *     pp_error err;
  *     pp_schedule *s = NULL;
  *     pp_schedule_config cfg = { .kind = PP_INTERLEAVED_1F1B, .pp = 4, .vpp = 2, .mb = 8 };
- *     if (pp_schedule_build(&cfg, &s, &err) != PP_OK) { fprintf(stderr, "%s\n", err.message); return 1; }
- *     pp_schedule_lower(s, &err);             // adds SEND/RECV actions between ranks
- *     pp_schedule_validate(s, &err);          // proves dependencies and freedom from deadlock
- *     pp_schedule_draw_ascii(s, stdout);      // see it
- *     ... pp_run_step(...) on every rank, see the RUNTIME section ...
+ *     if (pp_schedule_build(&cfg, &s, &err) != PP_OK ||   // compute order of every rank
+ *         pp_schedule_lower(s, &err) != PP_OK ||          // + matched SEND/RECV between ranks
+ *         pp_schedule_validate(s, &err) != PP_OK) {       // proof: dependencies hold, no deadlock
+ *         fprintf(stderr, "%s\n", err.message);           // names the parameter and the rule
+ *         return 1;
+ *     }
+ *     pp_schedule_draw_ascii(s, NULL, stdout, &err);     // see it
+ *
+ *     // on each rank (a thread, or a process with the NCCL transport):
+ *     pp_executor *ex = NULL;
+ *     pp_executor_config ec = { .schedule = s, .transport = t, .callbacks = my_model_callbacks };
+ *     pp_executor_create(&ec, &ex, &err);
+ *     pp_step_result res;
+ *     pp_run_step(ex, NULL, &res, &err);                  // calls your forward/backward per action
+ *     pp_executor_free(ex);
  *     pp_schedule_free(s);
  *
  * The GPU companions are separate objects, declared here:
  *     pipepar_cuda.cu  (pp_cuda_*)  kernels for packing, CP split/gather, replay gather, grad norm
  *     pipepar_nccl.c   (pp_nccl_*)  the NCCL transport, communicator setup, grad-norm reduce
  * Integration into a trainer: include this header, link pipepar_cuda.o and pipepar_nccl.o.
+ * The implementation needs POSIX (pthreads, clock_gettime): compile with -std=gnu99, or
+ * -std=c99 -D_POSIX_C_SOURCE=200809L. It also compiles as C++.
  *
- * TABLE OF CONTENTS (search for the marker, e.g. ">>schedule")
+ * TABLE OF CONTENTS (search for the marker, e.g. ">>schedule"); sections follow the data's path
  *     >>errors      pp_status, pp_error: every call that can fail says which parameter and rule
  *     >>grid        rank grids: a rank's (tp, cp, dp, pp) coordinates and its groups
  *     >>layers      which layers each (pipeline rank, virtual stage) builds; layout strings
- *     >>schedule    the schedule IR, generators, lowering, validator
+ *     >>schedule    the schedule IR, generators (GPipe, 1F1B, interleaved, looped BFS), lowering,
+ *                   validator
  *     >>simulate    per-action costs -> timeline, bubble, peak activations
- *     >>draw        ASCII and SVG timelines, PyTorch text and CSV forms
- *     >>pack        sequence packing into bins for DP x PP
- *     >>cp          context-parallel partitions (load-balanced 2*cp chunks)
+ *     >>draw        ASCII and SVG timelines, PyTorch text and CSV forms, JSON
+ *     >>zerobubble  ZB-H1, ZB-H2, ZB-V, DualPipeV, interleaved zero bubble
+ *     >>search      greedy zero-bubble schedules; the best schedule under a memory cap
+ *     >>pack        sequence packing into bins for DP x PP, padding, cu_seqlens
+ *     >>cp          context-parallel partitions (load-balanced 2*cp chunks, BSHD and THD)
  *     >>replay      router-replay index maps for MoE
- *     >>runtime     transport interface, threads transport, executor
+ *     >>runtime     >>transport interface, >>threads transport, >>executor, >>timeline
+ *     >>mimo        heterogeneous modules: grids per module, rank roles, bridges, global norm
  *     >>cuda        declarations of pipepar_cuda.cu
  *     >>nccl        declarations of pipepar_nccl.c
  *
