@@ -8,35 +8,51 @@
  * own forward and backward code; pipepar calls it.
  *
  * QUICK START
- *     #define PIPEPAR_IMPLEMENTATION          // in exactly one C file
+ *     #define PIPEPAR_IMPLEMENTATION          // in exactly one C (or C++/CUDA) file
  *     #include "pipepar.h"
  *
  *     pp_error err;
  *     pp_schedule *s = NULL;
  *     pp_schedule_config cfg = { .kind = PP_INTERLEAVED_1F1B, .pp = 4, .vpp = 2, .mb = 8 };
- *     if (pp_schedule_build(&cfg, &s, &err) != PP_OK) { fprintf(stderr, "%s\n", err.message); return 1; }
- *     pp_schedule_lower(s, &err);             // adds SEND/RECV actions between ranks
- *     pp_schedule_validate(s, &err);          // proves dependencies and freedom from deadlock
- *     pp_schedule_draw_ascii(s, stdout);      // see it
- *     ... pp_run_step(...) on every rank, see the RUNTIME section ...
+ *     if (pp_schedule_build(&cfg, &s, &err) != PP_OK ||   // compute order of every rank
+ *         pp_schedule_lower(s, &err) != PP_OK ||          // + matched SEND/RECV between ranks
+ *         pp_schedule_validate(s, &err) != PP_OK) {       // proof: dependencies hold, no deadlock
+ *         fprintf(stderr, "%s\n", err.message);           // names the parameter and the rule
+ *         return 1;
+ *     }
+ *     pp_schedule_draw_ascii(s, NULL, stdout, &err);     // see it
+ *
+ *     // on each rank (a thread, or a process with the NCCL transport):
+ *     pp_executor *ex = NULL;
+ *     pp_executor_config ec = { .schedule = s, .transport = t, .callbacks = my_model_callbacks };
+ *     pp_executor_create(&ec, &ex, &err);
+ *     pp_step_result res;
+ *     pp_run_step(ex, NULL, &res, &err);                  // calls your forward/backward per action
+ *     pp_executor_free(ex);
  *     pp_schedule_free(s);
  *
  * The GPU companions are separate objects, declared here:
  *     pipepar_cuda.cu  (pp_cuda_*)  kernels for packing, CP split/gather, replay gather, grad norm
  *     pipepar_nccl.c   (pp_nccl_*)  the NCCL transport, communicator setup, grad-norm reduce
  * Integration into a trainer: include this header, link pipepar_cuda.o and pipepar_nccl.o.
+ * The implementation needs POSIX (pthreads, clock_gettime): compile with -std=gnu99, or
+ * -std=c99 -D_POSIX_C_SOURCE=200809L. It also compiles as C++.
  *
- * TABLE OF CONTENTS (search for the marker, e.g. ">>schedule")
+ * TABLE OF CONTENTS (search for the marker, e.g. ">>schedule"); sections follow the data's path
  *     >>errors      pp_status, pp_error: every call that can fail says which parameter and rule
  *     >>grid        rank grids: a rank's (tp, cp, dp, pp) coordinates and its groups
  *     >>layers      which layers each (pipeline rank, virtual stage) builds; layout strings
- *     >>schedule    the schedule IR, generators, lowering, validator
+ *     >>schedule    the schedule IR, generators (GPipe, 1F1B, interleaved, looped BFS), lowering,
+ *                   validator
  *     >>simulate    per-action costs -> timeline, bubble, peak activations
- *     >>draw        ASCII and SVG timelines, PyTorch text and CSV forms
- *     >>pack        sequence packing into bins for DP x PP
- *     >>cp          context-parallel partitions (load-balanced 2*cp chunks)
+ *     >>draw        ASCII and SVG timelines, PyTorch text and CSV forms, JSON
+ *     >>zerobubble  ZB-H1, ZB-H2, ZB-V, DualPipeV, interleaved zero bubble
+ *     >>search      greedy zero-bubble schedules; the best schedule under a memory cap
+ *     >>pack        sequence packing into bins for DP x PP, padding, cu_seqlens
+ *     >>cp          context-parallel partitions (load-balanced 2*cp chunks, BSHD and THD)
  *     >>replay      router-replay index maps for MoE
- *     >>runtime     transport interface, threads transport, executor
+ *     >>runtime     >>transport interface, >>threads transport, >>executor, >>timeline
+ *     >>mimo        heterogeneous modules: grids per module, rank roles, bridges, global norm
  *     >>cuda        declarations of pipepar_cuda.cu
  *     >>nccl        declarations of pipepar_nccl.c
  *
@@ -1410,6 +1426,14 @@ PIPEPAR_API pp_status pp_mimo_module_parse(const char *text, pp_mimo_module_conf
 PIPEPAR_API const char *pp_mimo_layout_name(pp_mimo_layout layout);   /* "colocated" */
 /* The global rank of a module's coordinates (by pp_dim), -1 when out of range. */
 PIPEPAR_API int pp_mimo_rank(const pp_mimo *m, int module, const int coord[PP_DIM_COUNT]);
+
+/* A module's groups across the whole job, for ncclCommSplit on the world communicator (every
+ * rank calls it): the rank's group of mask dims in module `module` gets a color unique in the
+ * job (module * world + the grid's color) and key = its index in the group; a rank outside the
+ * module gets color -1 (NCCL_SPLIT_NOCOLOR) and key 0. E.g. the vision encoder's dp group for its
+ * gradient all-reduce: pp_mimo_group_color(m, vision, rank, PP_GROUP_DP, &color, &key). */
+PIPEPAR_API pp_status pp_mimo_group_color(const pp_mimo *m, int module, int rank, unsigned dims, int *color, int *key,
+                                          pp_error *err);
 
 /* --- rank roles ------------------------------------------------------------------------------ */
 
@@ -9420,6 +9444,34 @@ int pp_mimo_rank(const pp_mimo *m, int module, const int coord[PP_DIM_COUNT])
     if (!m || module < 0 || module >= m->num_modules) return -1;
     local = pp_grid_rank(&m->modules[module].grid, coord);
     return local < 0 ? -1 : local + m->modules[module].offset;
+}
+
+pp_status pp_mimo_group_color(const pp_mimo *m, int module, int rank, unsigned dims, int *color, int *key,
+                              pp_error *err)
+{
+    const pp_mimo_module *mod;
+    pp_grid_group_info info;
+    pp_status st;
+    if (!m || !color || !key) return pp__fail(err, PP_EINVAL, "pp_mimo_group_color: m, color and key must not be NULL");
+    *color = -1;
+    *key = 0;
+    if (module < 0 || module >= m->num_modules)
+        return pp__fail(err, PP_EINVAL, "module=%d: must be a module index 0..%d", module, m->num_modules - 1);
+    if (rank < 0 || rank >= m->world)
+        return pp__fail(err, PP_EINVAL, "rank=%d: must be between 0 and world-1 = %d", rank, m->world - 1);
+    if ((long long)m->num_modules * m->world > INT_MAX)
+        return pp__fail(err, PP_EINVAL, "world=%d: too large for unique colors", m->world);
+    mod = &m->modules[module];
+    if (rank < mod->offset || rank >= mod->offset + mod->size) {
+        if (dims == 0 || (dims & ~PP_GROUP_ALL))
+            return pp__fail(err, PP_EINVAL, "dims=0x%x: must be a non-empty subset of PP_GROUP_ALL", dims);
+        return pp__ok(err);
+    }
+    st = pp_grid_group(&mod->grid, rank - mod->offset, dims, &info, err);
+    if (st != PP_OK) return st;
+    *color = module * m->world + info.color;
+    *key = info.index;
+    return pp__ok(err);
 }
 
 /* The rank's coordinates in a module; 0 when the rank is not in it. */
