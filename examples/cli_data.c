@@ -404,7 +404,8 @@ done:
 
 static const char replay_usage[] =
     "usage: pipepar replay --layers N [--first-k-dense K] [--moe-freq F] [--payload compressed|full]\n"
-    "                      --stage-layers A:B --capacity C [plan flags] [--bin B] [--cp-rank R]\n"
+    "                      (--stage-layers A:B | --pp-rank R [--chunk C] [--first-stage-layers N]\n"
+    "                      [--last-stage-layers N]) --capacity C [plan flags] [--bin B] [--cp-rank R]\n"
     "                      [--tp-rank R --sequence-parallel] [--json] [--lengths a,b,c | FILE]\n"
     "For one pipeline stage (decoder layers [A, B)), every microbatch of the pack plan and every cp\n"
     "rank (or the ones asked for): the stage's MoE layers and their slots in the recording, and for\n"
@@ -414,7 +415,10 @@ static const char replay_usage[] =
     "  --first-k-dense K    layers 0 .. K-1 are dense\n"
     "  --moe-freq F         layer i >= K is MoE when i %% F == 0 (default 1)\n"
     "  --payload P          compressed: one recording slot per MoE layer (default); full: one per layer\n"
-    "  --stage-layers A:B   this stage's decoder layers (required)\n"
+    "  --stage-layers A:B   this stage's decoder layers\n"
+    "  --pp-rank R          or: the layers of pipeline rank R, chunk C (default 0) in the split of\n"
+    "                       --layers over --pp ranks and --vpp chunks (>>layers), optionally uneven:\n"
+    "                       --first-stage-layers / --last-stage-layers N on the first / last rank\n"
     "  --bin B, --cp-rank R only that microbatch / cp rank\n"
     "  --sequence-parallel  with --tp T: the local tokens split over T ranks; --tp-rank R picks one\n"
     DATA_PLAN_USAGE
@@ -429,6 +433,7 @@ int pp_cli_replay(int argc, char **argv)
     const char *inline_list = NULL, *path = NULL, *payload = "compressed";
     int32_t *lengths = NULL, *layers = NULL, *slots = NULL;
     int i, n, json = 0, bin = -1, cp_rank = -1, tp_rank = -1, sp = 0, have_stage = 0, code = 0, count, b, r, first = 1;
+    int pp_rank = -1, chunk = 0, first_stage = 0, last_stage = 0;
     memset(&cfg, 0, sizeof cfg);
     memset(&rc, 0, sizeof rc);
     for (i = 1; i < argc; i++) {
@@ -454,7 +459,11 @@ int pp_cli_replay(int argc, char **argv)
             if (end == val || *end || errno || a < 0 || z < a || z > (1 << 20))
                 return cli_usage_error("--stage-layers=%ld:%s: expected A:B with 0 <= A <= B", a, val);
             rc.first_layer = (int)a; rc.last_layer = (int)z; have_stage = 1;
-        } else if ((val = data_flag(argc, argv, &i, "--bin"))) { if (!data_int("--bin", val, 0, INT_MAX, &bin)) return 2; }
+        } else if ((val = data_flag(argc, argv, &i, "--pp-rank"))) { if (!data_int("--pp-rank", val, 0, 1 << 20, &pp_rank)) return 2; }
+        else if ((val = data_flag(argc, argv, &i, "--chunk"))) { if (!data_int("--chunk", val, 0, 1 << 20, &chunk)) return 2; }
+        else if ((val = data_flag(argc, argv, &i, "--first-stage-layers"))) { if (!data_int("--first-stage-layers", val, 1, 1 << 20, &first_stage)) return 2; }
+        else if ((val = data_flag(argc, argv, &i, "--last-stage-layers"))) { if (!data_int("--last-stage-layers", val, 1, 1 << 20, &last_stage)) return 2; }
+        else if ((val = data_flag(argc, argv, &i, "--bin"))) { if (!data_int("--bin", val, 0, INT_MAX, &bin)) return 2; }
         else if ((val = data_flag(argc, argv, &i, "--cp-rank"))) { if (!data_int("--cp-rank", val, 0, 1 << 20, &cp_rank)) return 2; }
         else if ((val = data_flag(argc, argv, &i, "--tp-rank"))) { if (!data_int("--tp-rank", val, 0, 1 << 20, &tp_rank)) return 2; }
         else if (!strcmp(argv[i], "--sequence-parallel")) sp = 1;
@@ -465,7 +474,27 @@ int pp_cli_replay(int argc, char **argv)
         else path = argv[i];
     }
     if (rc.model.num_layers == 0) return cli_usage_error("--layers: required (decoder layers of the model)");
-    if (!have_stage) return cli_usage_error("--stage-layers: required, e.g. --stage-layers 0:13");
+    if (have_stage && pp_rank >= 0) return cli_usage_error("--stage-layers, --pp-rank: give one of them, not both");
+    if (!have_stage && pp_rank < 0) return cli_usage_error("--stage-layers: required, e.g. --stage-layers 0:13 (or --pp-rank R)");
+    if (pp_rank < 0 && (first_stage || last_stage || chunk))
+        return cli_usage_error("--first-stage-layers, --last-stage-layers, --chunk: only with --pp-rank");
+    if (pp_rank >= 0) {   /* the stage's layers from the split (>>layers) */
+        pp_layers_config lc;
+        pp_layers *split = NULL;
+        int stage, lfirst, lcount;
+        memset(&lc, 0, sizeof lc);
+        lc.num_layers = rc.model.num_layers; lc.pp = cfg.pp; lc.vpp = cfg.vpp; lc.first = first_stage; lc.last = last_stage;
+        if (pp_layers_build(&lc, &split, &err) != PP_OK) return cli_report(&err);
+        stage = pp_layers_stage(split, pp_rank, chunk);
+        if (stage < 0) {
+            pp_layers_free(split);
+            return cli_usage_error("--pp-rank=%d, --chunk=%d: the split has --pp=%d ranks of --vpp=%d chunks", pp_rank, chunk,
+                                   cfg.pp ? cfg.pp : 1, cfg.vpp ? cfg.vpp : 1);
+        }
+        if (pp_layers_stage_range(split, stage, &lfirst, &lcount, &err) != PP_OK) { pp_layers_free(split); return cli_report(&err); }
+        rc.first_layer = lfirst; rc.last_layer = lfirst + lcount;
+        pp_layers_free(split);
+    }
     if (cfg.pack.capacity == 0) return cli_usage_error("--capacity: required (tokens per microbatch)");
     if (tp_rank >= 0 && !sp) return cli_usage_error("--tp-rank=%d: only with --sequence-parallel", tp_rank);
     if (inline_list && path) return cli_usage_error("--lengths: give the lengths either inline or as a file, not both");

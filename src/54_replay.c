@@ -58,6 +58,25 @@ pp_status pp_moe_stage_layers(const pp_moe_layout *m, int first_layer, int last_
     return pp__ok(err);
 }
 
+pp_status pp_replay_config_from_layers(const pp_layers *l, int pp_rank, int chunk, pp_replay_config *cfg, pp_error *err)
+{
+    int stage, first, count;
+    pp_status st;
+    if (!l || !cfg) return pp__fail(err, PP_EINVAL, "pp_replay_config_from_layers: l and cfg must not be NULL");
+    stage = pp_layers_stage(l, pp_rank, chunk);
+    if (stage < 0)
+        return pp__fail(err, PP_EINVAL, "pp_rank=%d, chunk=%d: the split has pp=%d ranks of vpp=%d chunks", pp_rank, chunk,
+                        l->pp, l->vpp);
+    if ((st = pp_layers_stage_range(l, stage, &first, &count, err)) != PP_OK) return st;
+    cfg->model.num_layers = l->num_layers;
+    cfg->model.first_k_dense = 0;
+    cfg->model.moe_freq = 0;
+    cfg->model.pattern = l->is_moe;
+    cfg->first_layer = first;
+    cfg->last_layer = first + count;
+    return pp__ok(err);
+}
+
 void pp_replay_map_free(pp_replay_map *m)
 {
     if (!m) return;

@@ -71,6 +71,12 @@ typedef struct pp_replay_map {
     int64_t *rows;          /* [num_tokens] recorded row of each local token in local order, -1 = padding */
 } pp_replay_map;
 
+/* From a layer split (>>layers): the stage of (pp_rank, chunk) gives cfg->first_layer and
+ * cfg->last_layer, and cfg->model takes the split's decoder: num_layers, and the MoE layers it
+ * marks (from its moe_layer_freq or a hybrid pattern's 'E'; model.pattern points into
+ * l->is_moe, so l must outlive cfg's use). cfg->model.payload_layers and the rest stay. */
+PIPEPAR_API pp_status pp_replay_config_from_layers(const pp_layers *l, int pp_rank, int chunk, pp_replay_config *cfg,
+                                                   pp_error *err);
 /* The map of microbatch `bin` of a pack plan (the plan's cp splits it) for one stage and rank. */
 PIPEPAR_API pp_status pp_replay_map_build(const pp_pack_plan *plan, int bin, const pp_replay_config *cfg,
                                           pp_replay_map **out, pp_error *err);

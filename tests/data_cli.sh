@@ -84,6 +84,11 @@ expect_out "rows cp rank 0" "cp rank 0: 10 tokens  rows [0 1 -1 -1 5 6 7 14 15 -
 expect_out "rows cp rank 1" "cp rank 1: 10 tokens  rows [2 3 4 -1 8 9 10 11 12 13]" $R --stage-layers 0:13
 expect_out "sequence parallel" "cp rank 1 tp rank 1: 5 tokens  rows [9 10 11 12 13]" $R --stage-layers 0:13 --tp 2 --sequence-parallel \
     --seq-multiple 4
+expect_out "uneven split rank 0" "stage layers [0, 13): 12 MoE layers" $R --pp 2 --first-stage-layers 13 --pp-rank 0
+expect_out "uneven split rank 1" "stage layers [13, 27): 14 MoE layers" $R --pp 2 --first-stage-layers 13 --pp-rank 1
+expect_fail "uneven split rule" 1 "does not divide evenly over pp=2" $R --pp 2 --pp-rank 1
+expect_fail "rank outside the split" 2 "--pp-rank=2, --chunk=0: the split has --pp=2 ranks" $R --pp 2 --first-stage-layers 13 --pp-rank 2
+expect_fail "stage twice" 2 "give one of them, not both" $R --pp 2 --pp-rank 0 --stage-layers 0:13
 expect_out "dense stage" "no MoE layer on this stage: nothing to replay" $R --stage-layers 0:1
 expect_json "replay json" $R --stage-layers 0:13 --json
 expect_fail "layers required" 2 "--layers: required" replay --stage-layers 0:1 --capacity 9 --lengths 4

@@ -240,6 +240,39 @@ static void every_recorded_row_is_replayed_once_across_all_ranks(void)
     }
 }
 
+/* The same 27-layer model through the layers section: Megatron's moe_layer_freq "[0]+[1]*26",
+ * pp 2, 13 layers on the first stage. Rank 1 builds layers [13, 27); its MoE slots 12 .. 25
+ * equal the layers section's own MoE indices (pp_layers_type_range). */
+static void replay_config_from_a_layer_split(void)
+{
+    pp_layers_config lc;
+    pp_layers *l = NULL;
+    pp_replay_config rc;
+    pp_error err;
+    int32_t layers[27], payload[27];
+    int count, first, cnt, i;
+    memset(&lc, 0, sizeof lc);
+    lc.num_layers = 27; lc.pp = 2; lc.first = 13; lc.moe_layer_freq = "[0]+[1]*26";
+    PP_CHECK_OK(pp_layers_build(&lc, &l, &err), &err);
+    if (!l) return;
+    memset(&rc, 0, sizeof rc);
+    PP_CHECK_OK(pp_replay_config_from_layers(l, 1, 0, &rc, &err), &err);
+    PP_CHECK_INT(rc.first_layer, 13);
+    PP_CHECK_INT(rc.last_layer, 27);
+    PP_CHECK_INT(pp_moe_count(&rc.model), 26);
+    PP_CHECK_OK(pp_moe_stage_layers(&rc.model, rc.first_layer, rc.last_layer, layers, payload, &count, &err), &err);
+    PP_CHECK_OK(pp_layers_type_range(l, 1, PP_LAYER_MOE, &first, &cnt, &err), &err);
+    PP_CHECK_INT(count, cnt);
+    for (i = 0; i < count; i++) {
+        PP_CHECK_INT(payload[i], first + i);
+        PP_CHECK_INT(payload[i], pp_layers_type_index(l, layers[i], PP_LAYER_MOE));
+    }
+    PP_CHECK_OK(pp_replay_config_from_layers(l, 0, 0, &rc, &err), &err);
+    PP_CHECK(rc.first_layer == 0 && rc.last_layer == 13);
+    PP_CHECK_FAILS(pp_replay_config_from_layers(l, 2, 0, &rc, &err), &err, PP_EINVAL, "pp_rank=2, chunk=0");
+    pp_layers_free(l);
+}
+
 const pp_test_case pp_suite_replay[] = {
     PP_TEST(moe_layout_follows_megatron_freq_and_first_k_dense),
     PP_TEST(uneven_27_layer_split_lines_up_with_the_recording),
@@ -247,5 +280,6 @@ const pp_test_case pp_suite_replay[] = {
     PP_TEST(rows_of_two_packed_sequences_under_cp2),
     PP_TEST(replay_gather_copies_rows_at_the_layer_slot_and_marks_padding),
     PP_TEST(every_recorded_row_is_replayed_once_across_all_ranks),
+    PP_TEST(replay_config_from_a_layer_split),
     {0}
 };
