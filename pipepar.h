@@ -999,12 +999,6 @@ typedef struct pp_replay_map {
     int64_t *rows;          /* [num_tokens] recorded row of each local token in local order, -1 = padding */
 } pp_replay_map;
 
-/* From a layer split (>>layers): the stage of (pp_rank, chunk) gives cfg->first_layer and
- * cfg->last_layer, and cfg->model takes the split's decoder: num_layers, and the MoE layers it
- * marks (from its moe_layer_freq or a hybrid pattern's 'E'; model.pattern points into
- * l->is_moe, so l must outlive cfg's use). cfg->model.payload_layers and the rest stay. */
-PIPEPAR_API pp_status pp_replay_config_from_layers(const pp_layers *l, int pp_rank, int chunk, pp_replay_config *cfg,
-                                                   pp_error *err);
 /* The map of microbatch `bin` of a pack plan (the plan's cp splits it) for one stage and rank. */
 PIPEPAR_API pp_status pp_replay_map_build(const pp_pack_plan *plan, int bin, const pp_replay_config *cfg,
                                           pp_replay_map **out, pp_error *err);
@@ -7475,25 +7469,6 @@ pp_status pp_moe_stage_layers(const pp_moe_layout *m, int first_layer, int last_
         ordinal++;
     }
     *count = k;
-    return pp__ok(err);
-}
-
-pp_status pp_replay_config_from_layers(const pp_layers *l, int pp_rank, int chunk, pp_replay_config *cfg, pp_error *err)
-{
-    int stage, first, count;
-    pp_status st;
-    if (!l || !cfg) return pp__fail(err, PP_EINVAL, "pp_replay_config_from_layers: l and cfg must not be NULL");
-    stage = pp_layers_stage(l, pp_rank, chunk);
-    if (stage < 0)
-        return pp__fail(err, PP_EINVAL, "pp_rank=%d, chunk=%d: the split has pp=%d ranks of vpp=%d chunks", pp_rank, chunk,
-                        l->pp, l->vpp);
-    if ((st = pp_layers_stage_range(l, stage, &first, &count, err)) != PP_OK) return st;
-    cfg->model.num_layers = l->num_layers;
-    cfg->model.first_k_dense = 0;
-    cfg->model.moe_freq = 0;
-    cfg->model.pattern = l->is_moe;
-    cfg->first_layer = first;
-    cfg->last_layer = first + count;
     return pp__ok(err);
 }
 

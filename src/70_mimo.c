@@ -246,6 +246,34 @@ int pp_mimo_rank(const pp_mimo *m, int module, const int coord[PP_DIM_COUNT])
     return local < 0 ? -1 : local + m->modules[module].offset;
 }
 
+pp_status pp_mimo_group_color(const pp_mimo *m, int module, int rank, unsigned dims, int *color, int *key,
+                              pp_error *err)
+{
+    const pp_mimo_module *mod;
+    pp_grid_group_info info;
+    pp_status st;
+    if (!m || !color || !key) return pp__fail(err, PP_EINVAL, "pp_mimo_group_color: m, color and key must not be NULL");
+    *color = -1;
+    *key = 0;
+    if (module < 0 || module >= m->num_modules)
+        return pp__fail(err, PP_EINVAL, "module=%d: must be a module index 0..%d", module, m->num_modules - 1);
+    if (rank < 0 || rank >= m->world)
+        return pp__fail(err, PP_EINVAL, "rank=%d: must be between 0 and world-1 = %d", rank, m->world - 1);
+    if ((long long)m->num_modules * m->world > INT_MAX)
+        return pp__fail(err, PP_EINVAL, "world=%d: too large for unique colors", m->world);
+    mod = &m->modules[module];
+    if (rank < mod->offset || rank >= mod->offset + mod->size) {
+        if (dims == 0 || (dims & ~PP_GROUP_ALL))
+            return pp__fail(err, PP_EINVAL, "dims=0x%x: must be a non-empty subset of PP_GROUP_ALL", dims);
+        return pp__ok(err);
+    }
+    st = pp_grid_group(&mod->grid, rank - mod->offset, dims, &info, err);
+    if (st != PP_OK) return st;
+    *color = module * m->world + info.color;
+    *key = info.index;
+    return pp__ok(err);
+}
+
 /* The rank's coordinates in a module; 0 when the rank is not in it. */
 static int pp__mimo_coords(const pp_mimo *m, int module, int rank, int coord[PP_DIM_COUNT])
 {

@@ -115,6 +115,14 @@ PIPEPAR_API const char *pp_mimo_layout_name(pp_mimo_layout layout);   /* "coloca
 /* The global rank of a module's coordinates (by pp_dim), -1 when out of range. */
 PIPEPAR_API int pp_mimo_rank(const pp_mimo *m, int module, const int coord[PP_DIM_COUNT]);
 
+/* A module's groups across the whole job, for ncclCommSplit on the world communicator (every
+ * rank calls it): the rank's group of mask dims in module `module` gets a color unique in the
+ * job (module * world + the grid's color) and key = its index in the group; a rank outside the
+ * module gets color -1 (NCCL_SPLIT_NOCOLOR) and key 0. E.g. the vision encoder's dp group for its
+ * gradient all-reduce: pp_mimo_group_color(m, vision, rank, PP_GROUP_DP, &color, &key). */
+PIPEPAR_API pp_status pp_mimo_group_color(const pp_mimo *m, int module, int rank, unsigned dims, int *color, int *key,
+                                          pp_error *err);
+
 /* --- rank roles ------------------------------------------------------------------------------ */
 
 typedef enum pp_mimo_path {

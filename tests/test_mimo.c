@@ -199,6 +199,26 @@ static void mimo_grid_text_errors_name_the_part(void)
     PP_CHECK_FAILS(pp_mimo_module_parse("vision:offset=99999999999", &c, &err), &err, PP_EINVAL, "offset=");
 }
 
+static void mimo_group_colors_split_the_world_into_each_modules_groups(void)
+{
+    pp_mimo m;
+    pp_error err;
+    int color, key;
+    /* world 6: vision dp=2 on ranks 0-1; language tp=2 x pp=2 on ranks 2-5 (rank 2 + tp + 2 * pp) */
+    PP_CHECK_OK(init2(&m, mod("vision", 0, 1, 2, 1), mod("language", 2, 2, 1, 2), 0, &err), &err);
+    PP_CHECK_OK(pp_mimo_group_color(&m, 0, 1, PP_GROUP_DP, &color, &key, &err), &err);
+    PP_CHECK_INT(color, 0); PP_CHECK_INT(key, 1);
+    PP_CHECK_OK(pp_mimo_group_color(&m, 0, 4, PP_GROUP_DP, &color, &key, &err), &err);
+    PP_CHECK_INT(color, -1); PP_CHECK_INT(key, 0);
+    /* language pp groups: [2 4] and [3 5] -> colors 6 + 0 and 6 + 1 */
+    PP_CHECK_OK(pp_mimo_group_color(&m, 1, 5, PP_GROUP_PP, &color, &key, &err), &err);
+    PP_CHECK_INT(color, 7); PP_CHECK_INT(key, 1);
+    PP_CHECK_OK(pp_mimo_group_color(&m, 1, 2, PP_GROUP_TP, &color, &key, &err), &err);
+    PP_CHECK_INT(color, 6); PP_CHECK_INT(key, 0);
+    PP_CHECK_FAILS(pp_mimo_group_color(&m, 1, 2, 0, &color, &key, &err), &err, PP_EINVAL, "dims");
+    PP_CHECK_FAILS(pp_mimo_group_color(&m, 2, 2, PP_GROUP_TP, &color, &key, &err), &err, PP_EINVAL, "module=2");
+}
+
 /* --- rank roles ------------------------------------------------------------------------------- */
 
 static void mimo_roles_give_each_rank_its_modules_and_stages(void)
@@ -755,6 +775,7 @@ const pp_test_case pp_suite_mimo[] = {
     PP_TEST(mimo_needs_a_language_model_unless_another_is_named),
     PP_TEST(mimo_rejects_bad_module_configs_naming_the_module),
     PP_TEST(mimo_order_decides_which_rank_holds_which_coordinates),
+    PP_TEST(mimo_group_colors_split_the_world_into_each_modules_groups),
     PP_TEST(mimo_grid_text_parses_every_key),
     PP_TEST(mimo_grid_text_errors_name_the_part),
     PP_TEST(mimo_roles_give_each_rank_its_modules_and_stages),
