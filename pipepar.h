@@ -727,7 +727,8 @@ PIPEPAR_API void pp_search_result_free(pp_search_result *r);
  *                           of n items (a Mersenne Twister identical to CPython's), then first fit.
  *   modified_first_fit_decreasing   Johnson & Garey's MFFD in NeMo RL's five phases, including its
  *                           last phase as written there: each leftover goes into the least-filled
- *                           leftover bin when it fits, else into a new one.
+ *                           leftover bin when it fits, else into a new one (and, as NeMo RL's
+ *                           current version does, no empty bin when nothing is left over).
  *   concatenative           input order, a new bin whenever the next sequence does not fit.
  *   greedy_knapsack         one bin at a time, always adding the largest sequence that still fits
  *                           (ties: the higher index).
@@ -925,6 +926,13 @@ PIPEPAR_API pp_status pp_cp_thd_local_cu_seqlens(const int32_t *cu_seqlens_padde
  * cu_seqlens_padded. index has room for plan->bin_padded_tokens[bin] / plan->cp. */
 PIPEPAR_API pp_status pp_cp_plan_indices(const pp_pack_plan *plan, int bin, int cp_rank, int32_t *index,
                                          pp_error *err);
+/* The rows a cp rank's tokens come from, in one step: rows[j] for j = 0 .. padded/cp - 1 is the
+ * row of the caller's flat token tensor that rank cp_rank's local token j of microbatch `bin`
+ * takes (pp_pack_plan_gather composed with pp_cp_plan_indices), -1 for padding. seq_offsets as
+ * for pp_pack_plan_gather (NULL: the sequences back to back). One gather by these rows builds the
+ * rank's input ids, labels or loss mask straight from the unpacked batch. */
+PIPEPAR_API pp_status pp_cp_plan_rows(const pp_pack_plan *plan, int bin, int cp_rank, const int64_t *seq_offsets,
+                                      int64_t *rows, pp_error *err);
 
 
 /* ============================================================================================
@@ -950,8 +958,9 @@ PIPEPAR_API pp_status pp_cp_plan_indices(const pp_pack_plan *plan, int bin, int 
  *     layers[l], payload[l]   for the stage's MoE layers in [first_layer, last_layer), in order:
  *                             the 0-based decoder layer (Megatron's layer_number - 1) and its slot;
  *                             dense layers get none, and a stage with no MoE layer gets an empty map.
- *     rows[t]                 for each local token t (the rank's THD order, pp_cp_plan_indices):
- *                             the recorded row, or -1 for padding. The replay tensor of layer l is
+ *     rows[t]                 for each local token t (the rank's THD order: pp_cp_plan_rows over
+ *                             the recording, then this tp rank's piece): the recorded row, or -1
+ *                             for padding. The replay tensor of layer l is
  *                             replay[l][t][k] = rows[t] >= 0 ? recording[rows[t]][payload[l]][k] : -1,
  *                             -1 being the missing-route sentinel NeMo RL's RouterReplay patch
  *                             routes normally (pp_replay_gather does this on the host; the CUDA
@@ -999,6 +1008,12 @@ typedef struct pp_replay_map {
     int64_t *rows;          /* [num_tokens] recorded row of each local token in local order, -1 = padding */
 } pp_replay_map;
 
+/* From a layer split (>>layers): the stage of (pp_rank, chunk) gives cfg->first_layer and
+ * cfg->last_layer, and cfg->model takes the split's decoder: num_layers, and the MoE layers it
+ * marks (from its moe_layer_freq or a hybrid pattern's 'E'; model.pattern points into
+ * l->is_moe, so l must outlive cfg's use). cfg->model.payload_layers and the rest stay. */
+PIPEPAR_API pp_status pp_replay_config_from_layers(const pp_layers *l, int pp_rank, int chunk, pp_replay_config *cfg,
+                                                   pp_error *err);
 /* The map of microbatch `bin` of a pack plan (the plan's cp splits it) for one stage and rank. */
 PIPEPAR_API pp_status pp_replay_map_build(const pp_pack_plan *plan, int bin, const pp_replay_config *cfg,
                                           pp_replay_map **out, pp_error *err);
@@ -1369,7 +1384,7 @@ PIPEPAR_API pp_status pp_timeline_draw_ascii(const pp_timeline *ranks, int count
  * Losses and gradients. Normalise each microbatch's loss by the global batch (all dp replicas
  * of the language model), and sum gradients over a module's dp (and cp) replicas: then the
  * result equals the one-process run. pp_step_result.loss over pp_mimo_transport is the global
- * batch's loss (every language replica's loss and weight are added).
+ * batch's loss: the sum of every language replica's losses over the sum of their weights.
  * ============================================================================================ */
 
 #define PP_MIMO_MAX_MODULES 8
@@ -1552,10 +1567,12 @@ PIPEPAR_API pp_status pp_mimo_pipeline_stage(const pp_mimo_pipeline *pl, int sta
  * pipeline's stages; transfers go to the same-coordinate rank of the neighbouring stage, and
  * across the bridge to every link's peer (one group, byte parts of the tensor; a tensor that
  * does not split into equal parts fails the post with PP_EINVAL). all_reduce sums over every
- * rank of the job (base->all_reduce) and weights each rank by 1 / (its stage's copies), so the
- * executor sees each stage once; the loss and the weight come back summed over the language
- * model's dp replicas. base must span the whole job (base->world == the mimo's world). Valid
- * until pp_mimo_transport_free; the pipeline must outlive it. */
+ * rank of the job (base->all_reduce) and weights each rank by 1 / (its stage's copies: tp*cp*dp
+ * ranks run each stage), so the executor sees each stage once. So pp_step_result.loss is the
+ * global batch's (every replica's losses over every replica's weights), while its weight and
+ * metrics are the mean over the last stage's replicas. base must span the whole job
+ * (base->world == the mimo's world). Valid until pp_mimo_transport_free; the pipeline must
+ * outlive it. */
 typedef struct pp_mimo_transport pp_mimo_transport;
 PIPEPAR_API pp_status pp_mimo_transport_create(const pp_mimo_pipeline *pl, int rank, const pp_transport *base,
                                                pp_mimo_transport **state, pp_transport *out, pp_error *err);
@@ -1752,30 +1769,43 @@ PIPEPAR_API pp_status pp_cuda_pack(const int64_t *rows, const int *cu_seqlens_pa
 
 /* --- router replay (>>replay) ---------------------------------------------------------------- */
 
-/* Recorded routed experts, [recorded tokens, moe_layers, topk] in the rollout's token order, to
- * what this rank's routers replay: MoE layers [layer_begin, layer_begin + layer_count) (this
- * stage's, from the replay map) of the local tokens in local order (rows[i] = recorded row of
- * local token i, i.e. the pack map composed with the CP split; -1 for padding). Output layouts:
+/* Recorded routed experts, [recorded rows, moe_layers, topk] in the rollout's token order, to
+ * what this rank's routers replay: for each local MoE layer l its recording slot (slots[l], the
+ * replay map's payload[]; or, with slots NULL, layer_begin + l) and for each local token t its
+ * recorded row (rows[t], the replay map's rows, -1 for padding):
+ *     replay[l][t][k] = rows[t] >= 0 ? recorded[rows[t]][slot(l)][k] : -1
+ * which is exactly pp_replay_gather (>>replay) on the device. Output layouts:
  *     token_major = 0:  dst [layer_count, tokens, topk]  (one contiguous [tokens, topk] per
  *                       router: Megatron-LM's RouterReplay.set_target_indices per layer)
  *     token_major = 1:  dst [tokens, layer_count, topk]  (Megatron's static replay buffer)
  * Integers are converted: 1- and 2-byte recordings are unsigned (uint8 when experts <= 256),
- * 4 and 8 bytes signed; dst_bytes 8 gives the int64 torch's topk produces. Padding tokens get
- * experts 0, 1, ..., topk-1 (distinct, so the dispatcher still sees topk experts per token).
+ * 4 and 8 bytes signed; dst_bytes 8 gives the int64 torch's topk produces. Padding is -1 in the
+ * output type (NeMo RL's missing-route sentinel), or with pad_distinct experts 0, 1, ..., topk-1.
  * One token's output, layer_count * topk * dst_bytes, must fit 32 KiB (58 layers x 8 x int64 is
- * 3.7 KiB). rows entries must be -1 or rows of `recorded`; they are not bounds-checked. */
+ * 3.7 KiB). rows entries must be -1 or rows of `recorded`; they are not bounds-checked. slots is
+ * a HOST array, read during the call (its values travel with the launch).
+ *     pp_replay_map *m;  pp_replay_map_build(plan, mb, &cfg, &m, &err);
+ *     copy m->rows to d_rows (int64, m->num_tokens);
+ *     pp_cuda_replay r = { .recorded = d_rec, .recorded_bytes = 1, .moe_layers = payload_layers,
+ *         .topk = 8, .slots = m->payload, .layer_count = m->num_layers, .rows = d_rows,
+ *         .index_bytes = 8, .tokens = m->num_tokens, .dst = d_out };
+ *     pp_cuda_replay_gather(&r, stream, &err);                                                */
+#define PP_CUDA_REPLAY_MAX_SLOTS 128
 typedef struct pp_cuda_replay {
     const void *recorded;   /* device [?, moe_layers, topk] of recorded_bytes each */
     int recorded_bytes;     /* 1, 2, 4 or 8; 0 means 4 */
-    int moe_layers;         /* MoE layers of the whole model (the recording's middle dimension) */
+    int moe_layers;         /* slots on the recording's layer axis (the map's payload_layers) */
     int topk;
-    int layer_begin, layer_count;   /* this stage's MoE layers, as MoE indices */
+    const int32_t *slots;   /* host [layer_count] recording slot of each local layer, or NULL */
+    int layer_begin;        /* with slots NULL: local layer l reads slot layer_begin + l */
+    int layer_count;        /* local MoE layers; at most PP_CUDA_REPLAY_MAX_SLOTS with slots */
     const void *rows;       /* device [tokens] int32 or int64: recorded row per local token, or -1 */
     int index_bytes;        /* 4 or 8 */
     int64_t tokens;         /* local tokens */
     void *dst;              /* device, layout above */
     int dst_bytes;          /* 1, 2, 4 or 8; 0 means 8 */
     int token_major;
+    int pad_distinct;       /* nonzero: padding tokens get experts 0 .. topk-1 instead of -1 */
 } pp_cuda_replay;
 
 PIPEPAR_API pp_status pp_cuda_replay_gather(const pp_cuda_replay *replay, void *stream,
@@ -1880,6 +1910,8 @@ PIPEPAR_API int64_t pp_cuda_l2norm_bytes(const pp_cuda_l2norm *plan);
  * returns PP_EABORTED; free it and exit (or build a new one). Communicators are NCCL's blocking
  * kind by default (config.nonblocking = 1 selects ncclConfig_t.blocking = 0; seen on NCCL 2.28.3
  * to stall p2p groups of 1F1B and GPipe, so it is not the default).
+ * $PIPEPAR_NCCL_DEBUG=1 prints one line on stderr per posted group (its transfers, and when
+ * ncclGroupEnd returned), per host all-reduce and per watchdog abort: where a rank stalls.
  * ============================================================================================ */
 
 typedef struct pp_nccl pp_nccl;
@@ -6353,7 +6385,7 @@ static int pp__fit_grow(pp__fit *f)
     f->node = node;
     f->leaves = leaves;
     for (i = 0; i < leaves; i++) node[leaves + i] = pp__fit_block_max(f, i);
-    for (i = leaves - 1; i >= 1; i--) node[i] = node[2 * i] > node[2 * i + 1] ? node[2 * i] : node[2 * i + 1];
+    for (i = leaves - 1; i >= 1; i--) { int c = 2 * i; node[i] = node[c] > node[c + 1] ? node[c] : node[c + 1]; }
     return 1;
 }
 
@@ -6367,7 +6399,8 @@ static void pp__fit_set(pp__fit *f, int bin, int32_t room)
     else return;                                                       /* the block's maximum stands */
     f->node[i] = m;
     for (i /= 2; i >= 1; i /= 2) {
-        m = f->node[2 * i] > f->node[2 * i + 1] ? f->node[2 * i] : f->node[2 * i + 1];
+        int c = 2 * i;
+        m = f->node[c] > f->node[c + 1] ? f->node[c] : f->node[c + 1];
         if (f->node[i] == m) break;
         f->node[i] = m;
     }
@@ -6388,7 +6421,7 @@ static int pp__fit_first_from(const pp__fit *f, int from, int32_t need)
         if (!(i & 1) && f->node[i + 1] >= need) { i++; break; }
         i /= 2;
     }
-    while (i < f->leaves) i = f->node[2 * i] >= need ? 2 * i : 2 * i + 1;
+    while (i < f->leaves) { int c = 2 * i; i = f->node[c] >= need ? c : c + 1; }
     for (b = (i - f->leaves) * PP__FIT_BLOCK; f->room[b] < need; b++) {}
     return b;
 }
@@ -6673,14 +6706,14 @@ static pp_status pp__mffd(const int32_t *lengths, int n, int32_t capacity, pp__e
         (st = pp__order_by_length(small, tmp, ns, lengths, 0, 0, err)) != PP_OK ||    /* size ascending, stable */
         (st = pp__order_by_length(tiny, tmp, nt, lengths, 0, 0, err)) != PP_OK) goto done;
     /* Phase 1: one bin per large item. */
-    for (b = 0; b < nl; b++) { first3[3 * b] = large[b]; nfirst[b] = 1; load[b] = lengths[large[b]]; }
+    for (b = 0; b < nl; b++) { first3[(size_t)3 * b] = large[b]; nfirst[b] = 1; load[b] = lengths[large[b]]; }
     /* Phase 2: each large bin, in order, takes the first (largest) medium that fits. */
     for (i = 0; i <= nm; i++) next_m[i] = i;
     for (b = 0; b < nl; b++) {
         int p = pp__first_at_most_desc(medium, nm, lengths, capacity - load[b]);
         int q = pp__next_present(next_m, p);
         if (q < nm) {
-            first3[3 * b + nfirst[b]++] = medium[q];
+            first3[(size_t)3 * b + nfirst[b]++] = medium[q];
             load[b] += lengths[medium[q]];
             has_medium[b] = 1;
             next_m[q] = q + 1;
@@ -6702,8 +6735,8 @@ static pp_status pp__mffd(const int32_t *lengths, int n, int32_t capacity, pp__e
         p = pp__first_above_asc(small, ns, lengths, room - lengths[small[f1]]);
         j = pp__prev_present(prev_s, p - 1);   /* exists: f2 fits */
         next_s[j] = j + 1; prev_s[j + 1] = j;
-        first3[3 * b + nfirst[b]++] = small[f1];
-        first3[3 * b + nfirst[b]++] = small[j];
+        first3[(size_t)3 * b + nfirst[b]++] = small[f1];
+        first3[(size_t)3 * b + nfirst[b]++] = small[j];
         load[b] += (int64_t)lengths[small[f1]] + lengths[small[j]];
         alive_small -= 2;
     }
@@ -6717,7 +6750,7 @@ static pp_status pp__mffd(const int32_t *lengths, int n, int32_t capacity, pp__e
     for (i = 0; i <= nr; i++) next_r[i] = i;
     for (b = 0; b < nl; b++) {
         int k;
-        for (k = 0; k < nfirst[b]; k++) pp__event(ev, first3[3 * b + k], b);
+        for (k = 0; k < nfirst[b]; k++) pp__event(ev, first3[(size_t)3 * b + k], b);
         for (;;) {
             int p = pp__first_at_most_desc(rest, nr, lengths, capacity - load[b]);
             int q = pp__next_present(next_r, p);
@@ -7412,6 +7445,31 @@ pp_status pp_cp_plan_indices(const pp_pack_plan *plan, int bin, int cp_rank, int
                              cp_rank, index, err);
 }
 
+pp_status pp_cp_plan_rows(const pp_pack_plan *plan, int bin, int cp_rank, const int64_t *seq_offsets, int64_t *rows,
+                          pp_error *err)
+{
+    int32_t *index, total, local, j;
+    int64_t *packed;
+    pp_status st;
+    if (!plan || !rows) return pp__fail(err, PP_EINVAL, "pp_cp_plan_rows: plan and rows must not be NULL");
+    if (bin < 0 || bin >= plan->num_bins)
+        return pp__fail(err, PP_EINVAL, "bin=%d: must be in 0 .. %d", bin, plan->num_bins - 1);
+    total = plan->bin_padded_tokens[bin];
+    local = total / plan->cp;
+    index = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)(local > 0 ? local : 1));
+    packed = (int64_t *)PIPEPAR_MALLOC(sizeof(int64_t) * (size_t)(total > 0 ? total : 1));
+    if (!index || !packed) {
+        PIPEPAR_FREE(index); PIPEPAR_FREE(packed);
+        return pp__fail(err, PP_ENOMEM, "pp_cp_plan_rows: out of memory");
+    }
+    if ((st = pp_cp_plan_indices(plan, bin, cp_rank, index, err)) == PP_OK &&
+        (st = pp_pack_plan_gather(plan, bin, seq_offsets, packed, err)) == PP_OK)
+        for (j = 0; j < local; j++) rows[j] = packed[index[j]];
+    PIPEPAR_FREE(index);
+    PIPEPAR_FREE(packed);
+    return st == PP_OK ? pp__ok(err) : st;
+}
+
 
 /* --- >>replay (implementation) ------------------------------------------------------------ */
 
@@ -7472,6 +7530,25 @@ pp_status pp_moe_stage_layers(const pp_moe_layout *m, int first_layer, int last_
     return pp__ok(err);
 }
 
+pp_status pp_replay_config_from_layers(const pp_layers *l, int pp_rank, int chunk, pp_replay_config *cfg, pp_error *err)
+{
+    int stage, first, count;
+    pp_status st;
+    if (!l || !cfg) return pp__fail(err, PP_EINVAL, "pp_replay_config_from_layers: l and cfg must not be NULL");
+    stage = pp_layers_stage(l, pp_rank, chunk);
+    if (stage < 0)
+        return pp__fail(err, PP_EINVAL, "pp_rank=%d, chunk=%d: the split has pp=%d ranks of vpp=%d chunks", pp_rank, chunk,
+                        l->pp, l->vpp);
+    if ((st = pp_layers_stage_range(l, stage, &first, &count, err)) != PP_OK) return st;
+    cfg->model.num_layers = l->num_layers;
+    cfg->model.first_k_dense = 0;
+    cfg->model.moe_freq = 0;
+    cfg->model.pattern = l->is_moe;
+    cfg->first_layer = first;
+    cfg->last_layer = first + count;
+    return pp__ok(err);
+}
+
 void pp_replay_map_free(pp_replay_map *m)
 {
     if (!m) return;
@@ -7485,9 +7562,8 @@ pp_status pp_replay_map_build(const pp_pack_plan *plan, int bin, const pp_replay
                               pp_error *err)
 {
     pp_replay_map *m;
-    int32_t *index = NULL;
-    int64_t *packed = NULL;
-    int tp, span, count, j, first_tok;
+    int64_t *rows = NULL;
+    int tp, span, count;
     pp_status st;
     if (!out) return pp__fail(err, PP_EINVAL, "pp_replay_map_build: out must not be NULL");
     *out = NULL;
@@ -7510,35 +7586,33 @@ pp_status pp_replay_map_build(const pp_pack_plan *plan, int bin, const pp_replay
     if (!m->layers || !m->payload) goto oom;
     pp_moe_stage_layers(&cfg->model, cfg->first_layer, cfg->last_layer, m->layers, m->payload, &m->num_layers, NULL);
     if (m->num_layers > 0) {
-        int32_t total = plan->bin_padded_tokens[bin], local = total / plan->cp;
+        int32_t local = plan->bin_padded_tokens[bin] / plan->cp;
         if (cfg->sequence_parallel && tp > 1 && local % tp) {
             st = pp__fail(err, PP_EINVAL, "sequence_parallel: the %d tokens of cp rank %d do not split evenly over tp=%d "
                           "(pad sequences to a multiple of tp*cp*2)", (int)local, cfg->cp_rank, tp);
             pp_replay_map_free(m);
             return st;
         }
-        index = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)(local > 0 ? local : 1));
-        packed = (int64_t *)PIPEPAR_MALLOC(sizeof(int64_t) * (size_t)(total > 0 ? total : 1));
-        if (!index || !packed) goto oom;
-        if ((st = pp_pack_plan_gather(plan, bin, cfg->record_offsets, packed, err)) != PP_OK ||
-            (st = pp_cp_plan_indices(plan, bin, cfg->cp_rank, index, err)) != PP_OK) {
-            PIPEPAR_FREE(index); PIPEPAR_FREE(packed);
+        rows = (int64_t *)PIPEPAR_MALLOC(sizeof(int64_t) * (size_t)(local > 0 ? local : 1));
+        if (!rows) goto oom;
+        if ((st = pp_cp_plan_rows(plan, bin, cfg->cp_rank, cfg->record_offsets, rows, err)) != PP_OK) {
+            PIPEPAR_FREE(rows);
             pp_replay_map_free(m);
             return st;
         }
-        m->num_tokens = cfg->sequence_parallel && tp > 1 ? local / tp : local;
-        first_tok = cfg->sequence_parallel && tp > 1 ? cfg->tp_rank * m->num_tokens : 0;
-        m->rows = (int64_t *)PIPEPAR_MALLOC(sizeof(int64_t) * (size_t)(m->num_tokens > 0 ? m->num_tokens : 1));
-        if (!m->rows) goto oom;
-        for (j = 0; j < m->num_tokens; j++) m->rows[j] = packed[index[first_tok + j]];
+        if (cfg->sequence_parallel && tp > 1) {   /* keep this tp rank's contiguous piece */
+            m->num_tokens = local / tp;
+            memmove(rows, rows + (size_t)cfg->tp_rank * (size_t)m->num_tokens, sizeof(int64_t) * (size_t)m->num_tokens);
+        } else {
+            m->num_tokens = local;
+        }
+        m->rows = rows;
+        rows = NULL;
     }
-    PIPEPAR_FREE(index);
-    PIPEPAR_FREE(packed);
     *out = m;
     return pp__ok(err);
 oom:
-    PIPEPAR_FREE(index);
-    PIPEPAR_FREE(packed);
+    PIPEPAR_FREE(rows);
     pp_replay_map_free(m);
     return pp__fail(err, PP_ENOMEM, "pp_replay_map_build: out of memory");
 }

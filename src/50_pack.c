@@ -264,7 +264,7 @@ static int pp__fit_grow(pp__fit *f)
     f->node = node;
     f->leaves = leaves;
     for (i = 0; i < leaves; i++) node[leaves + i] = pp__fit_block_max(f, i);
-    for (i = leaves - 1; i >= 1; i--) node[i] = node[2 * i] > node[2 * i + 1] ? node[2 * i] : node[2 * i + 1];
+    for (i = leaves - 1; i >= 1; i--) { int c = 2 * i; node[i] = node[c] > node[c + 1] ? node[c] : node[c + 1]; }
     return 1;
 }
 
@@ -278,7 +278,8 @@ static void pp__fit_set(pp__fit *f, int bin, int32_t room)
     else return;                                                       /* the block's maximum stands */
     f->node[i] = m;
     for (i /= 2; i >= 1; i /= 2) {
-        m = f->node[2 * i] > f->node[2 * i + 1] ? f->node[2 * i] : f->node[2 * i + 1];
+        int c = 2 * i;
+        m = f->node[c] > f->node[c + 1] ? f->node[c] : f->node[c + 1];
         if (f->node[i] == m) break;
         f->node[i] = m;
     }
@@ -299,7 +300,7 @@ static int pp__fit_first_from(const pp__fit *f, int from, int32_t need)
         if (!(i & 1) && f->node[i + 1] >= need) { i++; break; }
         i /= 2;
     }
-    while (i < f->leaves) i = f->node[2 * i] >= need ? 2 * i : 2 * i + 1;
+    while (i < f->leaves) { int c = 2 * i; i = f->node[c] >= need ? c : c + 1; }
     for (b = (i - f->leaves) * PP__FIT_BLOCK; f->room[b] < need; b++) {}
     return b;
 }
@@ -584,14 +585,14 @@ static pp_status pp__mffd(const int32_t *lengths, int n, int32_t capacity, pp__e
         (st = pp__order_by_length(small, tmp, ns, lengths, 0, 0, err)) != PP_OK ||    /* size ascending, stable */
         (st = pp__order_by_length(tiny, tmp, nt, lengths, 0, 0, err)) != PP_OK) goto done;
     /* Phase 1: one bin per large item. */
-    for (b = 0; b < nl; b++) { first3[3 * b] = large[b]; nfirst[b] = 1; load[b] = lengths[large[b]]; }
+    for (b = 0; b < nl; b++) { first3[(size_t)3 * b] = large[b]; nfirst[b] = 1; load[b] = lengths[large[b]]; }
     /* Phase 2: each large bin, in order, takes the first (largest) medium that fits. */
     for (i = 0; i <= nm; i++) next_m[i] = i;
     for (b = 0; b < nl; b++) {
         int p = pp__first_at_most_desc(medium, nm, lengths, capacity - load[b]);
         int q = pp__next_present(next_m, p);
         if (q < nm) {
-            first3[3 * b + nfirst[b]++] = medium[q];
+            first3[(size_t)3 * b + nfirst[b]++] = medium[q];
             load[b] += lengths[medium[q]];
             has_medium[b] = 1;
             next_m[q] = q + 1;
@@ -613,8 +614,8 @@ static pp_status pp__mffd(const int32_t *lengths, int n, int32_t capacity, pp__e
         p = pp__first_above_asc(small, ns, lengths, room - lengths[small[f1]]);
         j = pp__prev_present(prev_s, p - 1);   /* exists: f2 fits */
         next_s[j] = j + 1; prev_s[j + 1] = j;
-        first3[3 * b + nfirst[b]++] = small[f1];
-        first3[3 * b + nfirst[b]++] = small[j];
+        first3[(size_t)3 * b + nfirst[b]++] = small[f1];
+        first3[(size_t)3 * b + nfirst[b]++] = small[j];
         load[b] += (int64_t)lengths[small[f1]] + lengths[small[j]];
         alive_small -= 2;
     }
@@ -628,7 +629,7 @@ static pp_status pp__mffd(const int32_t *lengths, int n, int32_t capacity, pp__e
     for (i = 0; i <= nr; i++) next_r[i] = i;
     for (b = 0; b < nl; b++) {
         int k;
-        for (k = 0; k < nfirst[b]; k++) pp__event(ev, first3[3 * b + k], b);
+        for (k = 0; k < nfirst[b]; k++) pp__event(ev, first3[(size_t)3 * b + k], b);
         for (;;) {
             int p = pp__first_at_most_desc(rest, nr, lengths, capacity - load[b]);
             int q = pp__next_present(next_r, p);

@@ -17,7 +17,8 @@
  *                           of n items (a Mersenne Twister identical to CPython's), then first fit.
  *   modified_first_fit_decreasing   Johnson & Garey's MFFD in NeMo RL's five phases, including its
  *                           last phase as written there: each leftover goes into the least-filled
- *                           leftover bin when it fits, else into a new one.
+ *                           leftover bin when it fits, else into a new one (and, as NeMo RL's
+ *                           current version does, no empty bin when nothing is left over).
  *   concatenative           input order, a new bin whenever the next sequence does not fit.
  *   greedy_knapsack         one bin at a time, always adding the largest sequence that still fits
  *                           (ties: the higher index).

@@ -117,3 +117,28 @@ pp_status pp_cp_plan_indices(const pp_pack_plan *plan, int bin, int cp_rank, int
     return pp_cp_thd_indices(pp_pack_plan_cu_seqlens_padded(plan, bin), pp_pack_plan_bin_size(plan, bin), plan->cp,
                              cp_rank, index, err);
 }
+
+pp_status pp_cp_plan_rows(const pp_pack_plan *plan, int bin, int cp_rank, const int64_t *seq_offsets, int64_t *rows,
+                          pp_error *err)
+{
+    int32_t *index, total, local, j;
+    int64_t *packed;
+    pp_status st;
+    if (!plan || !rows) return pp__fail(err, PP_EINVAL, "pp_cp_plan_rows: plan and rows must not be NULL");
+    if (bin < 0 || bin >= plan->num_bins)
+        return pp__fail(err, PP_EINVAL, "bin=%d: must be in 0 .. %d", bin, plan->num_bins - 1);
+    total = plan->bin_padded_tokens[bin];
+    local = total / plan->cp;
+    index = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)(local > 0 ? local : 1));
+    packed = (int64_t *)PIPEPAR_MALLOC(sizeof(int64_t) * (size_t)(total > 0 ? total : 1));
+    if (!index || !packed) {
+        PIPEPAR_FREE(index); PIPEPAR_FREE(packed);
+        return pp__fail(err, PP_ENOMEM, "pp_cp_plan_rows: out of memory");
+    }
+    if ((st = pp_cp_plan_indices(plan, bin, cp_rank, index, err)) == PP_OK &&
+        (st = pp_pack_plan_gather(plan, bin, seq_offsets, packed, err)) == PP_OK)
+        for (j = 0; j < local; j++) rows[j] = packed[index[j]];
+    PIPEPAR_FREE(index);
+    PIPEPAR_FREE(packed);
+    return st == PP_OK ? pp__ok(err) : st;
+}

@@ -52,3 +52,10 @@ PIPEPAR_API pp_status pp_cp_thd_local_cu_seqlens(const int32_t *cu_seqlens_padde
  * cu_seqlens_padded. index has room for plan->bin_padded_tokens[bin] / plan->cp. */
 PIPEPAR_API pp_status pp_cp_plan_indices(const pp_pack_plan *plan, int bin, int cp_rank, int32_t *index,
                                          pp_error *err);
+/* The rows a cp rank's tokens come from, in one step: rows[j] for j = 0 .. padded/cp - 1 is the
+ * row of the caller's flat token tensor that rank cp_rank's local token j of microbatch `bin`
+ * takes (pp_pack_plan_gather composed with pp_cp_plan_indices), -1 for padding. seq_offsets as
+ * for pp_pack_plan_gather (NULL: the sequences back to back). One gather by these rows builds the
+ * rank's input ids, labels or loss mask straight from the unpacked batch. */
+PIPEPAR_API pp_status pp_cp_plan_rows(const pp_pack_plan *plan, int bin, int cp_rank, const int64_t *seq_offsets,
+                                      int64_t *rows, pp_error *err);

@@ -90,9 +90,8 @@ pp_status pp_replay_map_build(const pp_pack_plan *plan, int bin, const pp_replay
                               pp_error *err)
 {
     pp_replay_map *m;
-    int32_t *index = NULL;
-    int64_t *packed = NULL;
-    int tp, span, count, j, first_tok;
+    int64_t *rows = NULL;
+    int tp, span, count;
     pp_status st;
     if (!out) return pp__fail(err, PP_EINVAL, "pp_replay_map_build: out must not be NULL");
     *out = NULL;
@@ -115,35 +114,33 @@ pp_status pp_replay_map_build(const pp_pack_plan *plan, int bin, const pp_replay
     if (!m->layers || !m->payload) goto oom;
     pp_moe_stage_layers(&cfg->model, cfg->first_layer, cfg->last_layer, m->layers, m->payload, &m->num_layers, NULL);
     if (m->num_layers > 0) {
-        int32_t total = plan->bin_padded_tokens[bin], local = total / plan->cp;
+        int32_t local = plan->bin_padded_tokens[bin] / plan->cp;
         if (cfg->sequence_parallel && tp > 1 && local % tp) {
             st = pp__fail(err, PP_EINVAL, "sequence_parallel: the %d tokens of cp rank %d do not split evenly over tp=%d "
                           "(pad sequences to a multiple of tp*cp*2)", (int)local, cfg->cp_rank, tp);
             pp_replay_map_free(m);
             return st;
         }
-        index = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)(local > 0 ? local : 1));
-        packed = (int64_t *)PIPEPAR_MALLOC(sizeof(int64_t) * (size_t)(total > 0 ? total : 1));
-        if (!index || !packed) goto oom;
-        if ((st = pp_pack_plan_gather(plan, bin, cfg->record_offsets, packed, err)) != PP_OK ||
-            (st = pp_cp_plan_indices(plan, bin, cfg->cp_rank, index, err)) != PP_OK) {
-            PIPEPAR_FREE(index); PIPEPAR_FREE(packed);
+        rows = (int64_t *)PIPEPAR_MALLOC(sizeof(int64_t) * (size_t)(local > 0 ? local : 1));
+        if (!rows) goto oom;
+        if ((st = pp_cp_plan_rows(plan, bin, cfg->cp_rank, cfg->record_offsets, rows, err)) != PP_OK) {
+            PIPEPAR_FREE(rows);
             pp_replay_map_free(m);
             return st;
         }
-        m->num_tokens = cfg->sequence_parallel && tp > 1 ? local / tp : local;
-        first_tok = cfg->sequence_parallel && tp > 1 ? cfg->tp_rank * m->num_tokens : 0;
-        m->rows = (int64_t *)PIPEPAR_MALLOC(sizeof(int64_t) * (size_t)(m->num_tokens > 0 ? m->num_tokens : 1));
-        if (!m->rows) goto oom;
-        for (j = 0; j < m->num_tokens; j++) m->rows[j] = packed[index[first_tok + j]];
+        if (cfg->sequence_parallel && tp > 1) {   /* keep this tp rank's contiguous piece */
+            m->num_tokens = local / tp;
+            memmove(rows, rows + (size_t)cfg->tp_rank * (size_t)m->num_tokens, sizeof(int64_t) * (size_t)m->num_tokens);
+        } else {
+            m->num_tokens = local;
+        }
+        m->rows = rows;
+        rows = NULL;
     }
-    PIPEPAR_FREE(index);
-    PIPEPAR_FREE(packed);
     *out = m;
     return pp__ok(err);
 oom:
-    PIPEPAR_FREE(index);
-    PIPEPAR_FREE(packed);
+    PIPEPAR_FREE(rows);
     pp_replay_map_free(m);
     return pp__fail(err, PP_ENOMEM, "pp_replay_map_build: out of memory");
 }

@@ -22,8 +22,9 @@
  *     layers[l], payload[l]   for the stage's MoE layers in [first_layer, last_layer), in order:
  *                             the 0-based decoder layer (Megatron's layer_number - 1) and its slot;
  *                             dense layers get none, and a stage with no MoE layer gets an empty map.
- *     rows[t]                 for each local token t (the rank's THD order, pp_cp_plan_indices):
- *                             the recorded row, or -1 for padding. The replay tensor of layer l is
+ *     rows[t]                 for each local token t (the rank's THD order: pp_cp_plan_rows over
+ *                             the recording, then this tp rank's piece): the recorded row, or -1
+ *                             for padding. The replay tensor of layer l is
  *                             replay[l][t][k] = rows[t] >= 0 ? recording[rows[t]][payload[l]][k] : -1,
  *                             -1 being the missing-route sentinel NeMo RL's RouterReplay patch
  *                             routes normally (pp_replay_gather does this on the host; the CUDA

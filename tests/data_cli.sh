@@ -20,9 +20,10 @@ expect_fail() {
     if [ $rc -eq "$code" ] && grep -qF -- "$want" <<<"$err" && [ "$(wc -l <<<"$err")" -eq 1 ]; then ok
     else bad "$name: rc=$rc (want $code), stderr: $err"; fi
 }
-# expect_json NAME CMD ARGS...: exit 0 and stdout is valid JSON
+# expect_json NAME CMD ARGS...: exit 0 and stdout is valid JSON (checked where python3 exists)
 expect_json() {
     local name=$1; shift
+    command -v python3 >/dev/null 2>&1 || return 0
     if printf '%s' "${IN:-}" | "$P" "$@" 2>/dev/null | python3 -m json.tool >/dev/null 2>&1; then ok; else bad "$name: not JSON"; fi
 }
 

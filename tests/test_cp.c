@@ -183,6 +183,13 @@ static void tail_padding_of_the_last_sequence_splits_like_any_other(void)
     PP_CHECK(equals(index, want1, 6));
     PP_CHECK_OK(pp_pack_plan_gather(plan, 2, NULL, rows, &err), &err);
     PP_CHECK(rows[0] == 16 && rows[3] == 19 && rows[4] == -1 && rows[11] == -1);
+    /* Rank 0's local tokens 0 1 2 9 10 11 come from rows 16 17 18 and three pads; rank 1's 3 .. 8
+     * from row 19 and five pads. */
+    PP_CHECK_OK(pp_cp_plan_rows(plan, 2, 0, NULL, rows, &err), &err);
+    PP_CHECK(rows[0] == 16 && rows[1] == 17 && rows[2] == 18 && rows[3] == -1 && rows[5] == -1);
+    PP_CHECK_OK(pp_cp_plan_rows(plan, 2, 1, NULL, rows, &err), &err);
+    PP_CHECK(rows[0] == 19 && rows[1] == -1 && rows[5] == -1);
+    PP_CHECK_FAILS(pp_cp_plan_rows(plan, 2, 2, NULL, rows, &err), &err, PP_EINVAL, "rank=2");
     pp_pack_plan_free(plan);
 }
 
