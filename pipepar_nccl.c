@@ -50,6 +50,8 @@ struct pp_nccl {
     int rank, world, device;
     double timeout_s;
     int max_ctas, nonblocking;  /* passed on to ncclCommSplit's children */
+    int debug;                  /* $PIPEPAR_NCCL_DEBUG=1: one line on stderr per NCCL call */
+    long posts;
     int aborted;
     pp_status abort_status;
     char abort_reason[PP_ERROR_MESSAGE_SIZE];
@@ -234,6 +236,8 @@ static void *pp__nccl_watchdog(void *arg)
         pthread_cond_timedwait(&nc->wd_cv, &nc->wd_mu, &ts);
         if (!nc->wd_stop && nc->wd_gen == gen && nc->wd_deadline > 0 && pp__nccl_now() >= dl) {
             ncclComm_t comm = nc->comm;
+            if (nc->debug) fprintf(stderr, "[pipepar_nccl rank %d] watchdog: '%s' outlived %.1f s: ncclCommAbort\n",
+                                   nc->rank, nc->wd_what, nc->wd_timeout);
             nc->wd_fired = 1;
             nc->wd_deadline = 0;
             pthread_mutex_unlock(&nc->wd_mu);
@@ -516,6 +520,7 @@ pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_error *err)
     nc->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : PP__NCCL_DEFAULT_TIMEOUT;
     nc->max_ctas = cfg->max_ctas;
     nc->nonblocking = cfg->nonblocking;
+    nc->debug = getenv("PIPEPAR_NCCL_DEBUG") && atoi(getenv("PIPEPAR_NCCL_DEBUG")) > 0;
     if (cfg->timeout_s <= 0 && env_timeout && atof(env_timeout) > 0) nc->timeout_s = atof(env_timeout);
     how = cfg->bootstrap;
     if (how == PP_NCCL_BOOTSTRAP_AUTO) {
@@ -657,6 +662,7 @@ pp_status pp_nccl_split(pp_nccl *parent, const pp_grid *grid, unsigned dims, pp_
     nc->timeout_s = parent->timeout_s;
     nc->max_ctas = parent->max_ctas;
     nc->nonblocking = parent->nonblocking;
+    nc->debug = parent->debug;
     config = pp__nccl_comm_config(parent->nonblocking, parent->max_ctas);
     pp__nccl_arm(parent, parent->timeout_s, "ncclCommSplit");
     r = ncclCommSplit(parent->comm, info.color, info.index, &nc->comm, &config);
@@ -744,7 +750,7 @@ pp_status pp_nccl_all_reduce_host(pp_nccl *nc, float *values, int count, double 
     if (nc->aborted) return pp__nccl_aborted(nc, err, what);
     if (count == 0) return pp__nccl_ok(err);
     if (count > nc->buf_cap) {
-        int cap = count < 256 ? 256 : count;
+        int cap = count < 4096 ? 4096 : count;   /* grown rarely: an allocation may wait on kernels in flight */
         if (nc->d_buf) cudaFree(nc->d_buf);
         if (nc->h_buf) cudaFreeHost(nc->h_buf);
         nc->d_buf = NULL; nc->h_buf = NULL; nc->buf_cap = 0;
@@ -753,6 +759,7 @@ pp_status pp_nccl_all_reduce_host(pp_nccl *nc, float *values, int count, double 
         if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, what);
         nc->buf_cap = cap;
     }
+    if (nc->debug) fprintf(stderr, "[pipepar_nccl rank %d %.6f] all-reduce of %d floats\n", nc->rank, pp__nccl_now(), count);
     memcpy(nc->h_buf, values, sizeof(float) * (size_t)count);
     e = cudaMemcpyAsync(nc->d_buf, nc->h_buf, sizeof(float) * (size_t)count, cudaMemcpyHostToDevice, nc->stream);
     if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, what);
@@ -952,6 +959,18 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
         if (transfers[i].peer == nc->rank && !transfers[i].is_send && (st = pp__nccl_self_recv(t, &transfers[i], err)) != PP_OK) {
             h->in_use = 0; return st;
         }
+    if (nc->debug) {
+        double t_dbg = pp__nccl_now();
+        fprintf(stderr, "[pipepar_nccl rank %d %.6f] post #%ld:", nc->rank, t_dbg, nc->posts);
+        for (i = 0; i < count; i++) {
+            char tag[48];
+            pp_transfer_tag_format(transfers[i].tag, tag, sizeof tag);
+            fprintf(stderr, " %s %s %d (%zu B)", transfers[i].is_send ? "send" : "recv", tag, transfers[i].peer,
+                    transfers[i].bytes);
+        }
+        fprintf(stderr, "\n");
+    }
+    nc->posts++;
     if (nccl_ops > 0) {
         pp__nccl_arm(nc, nc->timeout_s, "post: ncclGroupEnd");
         r = ncclGroupStart();
@@ -962,6 +981,8 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
             else            r = ncclRecv(x->buf, x->bytes, ncclUint8, x->peer, nc->comm, nc->stream);
         }
         r2 = ncclGroupEnd();   /* always close the group, even after a failed call */
+        if (nc->debug) fprintf(stderr, "[pipepar_nccl rank %d %.6f] post #%ld: ncclGroupEnd returned %d\n", nc->rank,
+                               pp__nccl_now(), nc->posts - 1, (int)r2);
         if (pp__nccl_disarm(nc, err)) { h->in_use = 0; return PP_ETIMEOUT; }
         if (r == ncclSuccess || r == ncclInProgress) r = r2;
         if ((st = pp__nccl_check(nc, r, "post: ncclGroupEnd", err)) != PP_OK) { h->in_use = 0; return st; }

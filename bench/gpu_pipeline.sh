@@ -39,12 +39,12 @@ launch2() {
     local name=$1; shift
     local id=/tmp/pipepar_bench_$$_$RANDOM.id pids=() rc=0
     for r in 0 1; do
-        env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r PIPEPAR_NCCL_ID_FILE=$id timeout 150 "$@" >"$OUTDIR/$name.rank$r.log" 2>&1 &
+        env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r PIPEPAR_NCCL_ID_FILE=$id timeout 100 "$@" >"$OUTDIR/$name.rank$r.log" 2>&1 &
         pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p" || rc=$?; done
     cat "$OUTDIR/$name.rank0.log" >>"$LOG"
-    grep -h "mlp_gpu:" "$OUTDIR/$name.rank1.log" >>"$LOG" 2>/dev/null
+    grep -h "mlp_gpu:" "$OUTDIR/$name.rank1.log" | sed 's/^/rank 1: /' >>"$LOG" 2>/dev/null
     return $rc
 }
 
@@ -61,7 +61,7 @@ say "single-GPU step: ${SINGLE_MS:-?} ms"
 run_pp() {   # run_pp NAME ARGS...: a 2-GPU pipepar run
     local name=$1; shift
     say "-- $name"
-    launch2 "$name" build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet "$@" || say "$name: exit $?"
+    launch2 "$name" build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 "$@" || say "$name: exit $?"
 }
 say "== pipepar on 2 GPUs"
 run_pp gpipe            --schedule gpipe
@@ -77,7 +77,7 @@ if [ "${FULL:-0}" = 1 ]; then
     run_pp dualpipev       --schedule dualpipev
 fi
 say "-- 1f1b-threads (one process, a thread per GPU)"
-timeout 150 build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --schedule 1f1b --threads 2 --warmup 1 --steps 3 \
+timeout 100 build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 --schedule 1f1b --threads 2 --warmup 1 --steps 3 \
     >"$OUTDIR/1f1b-threads.log" 2>&1 || say "1f1b-threads: exit $?"
 cat "$OUTDIR/1f1b-threads.log" >>"$LOG"
 

@@ -60,6 +60,17 @@ static double now_s(void)
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+/* $MLP_GPU_DEBUG=1: a line on stderr at every callback and allocation, with the host clock,
+ * to see where a rank's host stops (with $PIPEPAR_NCCL_DEBUG=1 for the transport's side). */
+static int debug_on(void)
+{
+    static int on = -1;   /* read once; the same in every thread */
+    if (on < 0) on = getenv("MLP_GPU_DEBUG") && atoi(getenv("MLP_GPU_DEBUG")) > 0;
+    return on;
+}
+#define DBG(...) do { if (debug_on()) { fprintf(stderr, "[mlp_gpu %.6f] ", now_s()); fprintf(stderr, __VA_ARGS__); \
+    fputc('\n', stderr); } } while (0)
+
 /* ============================================================================================
  * Options
  * ============================================================================================ */
@@ -402,6 +413,12 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, cudaSt
             if (ok && ms < best) { best = ms; best_i = i; }
         }
         g.algo = res[best_i].algo;
+        /* run the chosen kernel once: CUDA loads modules lazily, and a first load in the middle of
+         * a step would happen while NCCL kernels may be waiting on a peer */
+        {
+            void *cd = f32 ? (void *)C32 : (void *)C;
+            CKLT(gemm_try(G, id, A, B, cd, cd, 1.0f, aux, s));
+        }
         if (verbose && tune)
             printf("  gemm %-15s %5d x %5d x %5d  %7.3f ms  %6.1f TFLOP/s  (candidate %d of %d)\n", gemm_names[id],
                    g.m, g.n, g.k, best / 3, g.flops / (best / 3 * 1e-3) / 1e12, best_i, found);
@@ -453,7 +470,9 @@ struct Model {
 static void *dev_alloc(Model &m, size_t bytes)
 {
     void *p = nullptr;
+    DBG("cudaMalloc %zu bytes", bytes);
     CK(cudaMalloc(&p, bytes ? bytes : 1));
+    DBG("cudaMalloc done");
     m.bytes += bytes;
     m.peak_bytes = std::max(m.peak_bytes, m.bytes);
     return p;
@@ -521,6 +540,12 @@ static void model_setup(Model &m, const Options &o, int S, int split, cudaStream
     m.work[1] = (bf16 *)dev_alloc(m, th * 2);
     m.d_loss = (float *)dev_alloc(m, sizeof(float));
     gemms_create(m.G, m.H, m.T, sm_target, o.tune, stream, verbose);
+    /* Load every kernel of this file now (CUDA loads modules lazily by default): a first launch
+     * in the middle of a step would load it while NCCL kernels may be waiting on a peer. */
+    cudaFuncAttributes fa;
+    CK(cudaFuncGetAttributes(&fa, init_kernel)); CK(cudaFuncGetAttributes(&fa, mse_kernel));
+    CK(cudaFuncGetAttributes(&fa, sgd_kernel));  CK(cudaFuncGetAttributes(&fa, adamw_kernel));
+    CK(cudaFuncGetAttributes(&fa, diff_kernel));
 }
 
 static void model_data(Model &m, bool first, bool last)
@@ -676,6 +701,11 @@ struct Rank {
     pp_timer timer;
     cudaStream_t stream;
     int chunks;
+    /* The executor's boundary tensors come from one arena allocated at set-up: no cudaMalloc
+     * runs while NCCL kernels are in flight (a cudaMalloc then can wait on a kernel that waits on
+     * the peer, whose NCCL connection set-up waits on this rank: a cross-rank deadlock). */
+    char *arena = nullptr;
+    size_t arena_bytes = 0, arena_used = 0;
 };
 
 static size_t cb_tensor_bytes(void *user, int boundary, const pp_mb_info *info)
@@ -706,6 +736,7 @@ static int cb_forward(void *user, const pp_mb_info *info, const void *in, void *
 {
     Rank *r = (Rank *)user;
     Model &m = r->m;
+    DBG("rank %d: F stage %d mb %d", r->rank, info->stage, info->mb);
     maybe_die(r, info);
     int k = info->chunk * m.M + info->mb;
     if (m.saved[k] >= 0) return 2;   /* a forward twice without its backward */
@@ -717,6 +748,7 @@ static int cb_forward(void *user, const pp_mb_info *info, const void *in, void *
 static int cb_loss(void *user, const pp_mb_info *info, const void *out, void *grad_out, pp_loss *loss)
 {
     Rank *r = (Rank *)user;
+    DBG("rank %d: loss mb %d", r->rank, info->mb);
     loss_grad(r->m, (const bf16 *)out, info->mb, (bf16 *)grad_out);
     /* The loss stays on the device (reading it here would stall the host every microbatch);
      * weight 0 tells the executor there is nothing to average. The trainer reads d_loss. */
@@ -738,6 +770,7 @@ static int cb_backward(void *user, const pp_mb_info *info, const void *in, const
 {
     Rank *r = (Rank *)user;
     char *slot;
+    DBG("rank %d: B stage %d mb %d", r->rank, info->stage, info->mb);
     if (!take_slot(r->m, info, &slot, 1)) return 3;
     backward_blocks(r->m, info->stage * r->m.nb, (const bf16 *)in, (const bf16 *)grad_out, (bf16 *)grad_in, slot);
     return cudaGetLastError() != cudaSuccess;
@@ -762,10 +795,22 @@ static int cb_backward_weight(void *user, const pp_mb_info *info, const void *in
     return cudaGetLastError() != cudaSuccess;
 }
 
-static void *cb_alloc(void *user, size_t bytes) { return dev_alloc(((Rank *)user)->m, bytes); }
+static void *cb_alloc(void *user, size_t bytes)
+{
+    Rank *r = (Rank *)user;
+    size_t need = (bytes + 255) & ~(size_t)255;
+    if (r->arena && r->arena_used + need <= r->arena_bytes) {
+        void *p = r->arena + r->arena_used;
+        r->arena_used += need;
+        return p;
+    }
+    DBG("rank %d: arena exhausted, cudaMalloc %zu bytes mid-run", r->rank, bytes);
+    return dev_alloc(r->m, bytes);
+}
 static void cb_free(void *user, void *ptr, size_t bytes)
 {
     Rank *r = (Rank *)user;
+    if (r->arena && (char *)ptr >= r->arena && (char *)ptr < r->arena + r->arena_bytes) return;   /* freed with the arena */
     cudaStreamSynchronize(r->stream);
     cudaFree(ptr);
     r->m.bytes -= bytes;
@@ -952,6 +997,27 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     ec.record_timeline = 1;
     ec.timer = R.timer;
     PPCK(pp_executor_create(&ec, &R.ex, &e_));
+    {
+        /* all memory of a step now, before any transfer: the executor's planned peak of boundary
+         * tensors, and this rank's peak of live (stage, microbatch) activations, from its program */
+        pp_executor_stats stats;
+        pp_executor_get_stats(R.ex, &stats);
+        size_t tb = ((size_t)R.m.T * R.m.H * sizeof(bf16) + 255) & ~(size_t)255;
+        R.arena_bytes = tb * (size_t)(stats.planned_slots > 0 ? stats.planned_slots : 1);
+        R.arena = (char *)dev_alloc(R.m, R.arena_bytes);
+        int live = 0, peak = 0;
+        const pp_action *prog = R.sched->actions[rank];
+        for (int i = 0; i < R.sched->length[rank]; i++) {
+            int op = prog[i].op;
+            if (op == PP_OP_F || op == PP_OP_FB) peak = std::max(peak, ++live);
+            if (op == PP_OP_B || op == PP_OP_W || op == PP_OP_FB) live--;
+        }
+        std::vector<int> held;
+        for (int i = 0; i < peak; i++) held.push_back(slot_get(R.m));
+        for (int i : held) R.m.free_slots.push_back(i);
+        DBG("rank %d: %d boundary tensors in the arena, %d activation slots of %zu bytes", rank, stats.planned_slots, peak,
+            R.m.slot_bytes);
+    }
     CK(cudaStreamSynchronize(R.stream));
     if (lead && !o.quiet) {
         printf("schedule %s pp %d vpp %d mb %d: %d stages of %d blocks, H %d, %d tokens per microbatch; set-up %.1f s\n",
@@ -1203,6 +1269,11 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* NCCL >= 2.22 connects peers lazily, at the first transfer, inside a step; the connection
+     * set-up allocates device memory on both ranks, which can wait behind kernels already in
+     * flight. Connecting everything at init (NCCL's behaviour before 2.22) keeps set-up out of the
+     * step. A value the user set wins. */
+    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     if (o.single) {
         const char *lr = getenv("LOCAL_RANK");
         int device = lr ? atoi(lr) : 0;

@@ -50,6 +50,14 @@
  * returns PP_EABORTED; free it and exit (or build a new one). Communicators are NCCL's blocking
  * kind by default (config.nonblocking = 1 selects ncclConfig_t.blocking = 0; seen on NCCL 2.28.3
  * to stall p2p groups of 1F1B and GPipe, so it is not the default).
+ * Allocate device memory before the first step and set NCCL_RUNTIME_CONNECT=0 (NCCL >= 2.22
+ * otherwise connects peers lazily, inside the step): a cudaMalloc, or NCCL's own allocation for
+ * a new connection, can wait behind kernels in flight that wait on the peer (NVIDIA/nccl#581;
+ * examples/mlp_gpu.cu does both). Seen on the device before it did: 1F1B and GPipe, whose 4.8 GB
+ * per-stage buffers were allocated inside the first step, stalled both ranks (the cause is not
+ * confirmed yet; bench/RESULTS_gpu.md and bench/gpu_diag.sh).
+ * $PIPEPAR_NCCL_DEBUG=1 prints one line on stderr per posted group (its transfers, and when
+ * ncclGroupEnd returned), per host all-reduce and per watchdog abort: where a rank stalls.
  * ============================================================================================ */
 
 typedef struct pp_nccl pp_nccl;

@@ -278,17 +278,19 @@ static void *rank_main(void *argp)
         cudaFree(d);
     }
 
-    /* the watchdog: rank 0 sends 64 MiB that rank 1 never receives. Rank 0's wait on the
+    /* the watchdog: rank 0 sends 1 GiB that rank 1 never receives (NCCL's p2p buffers absorb a
+     * 64 MiB send without its receive: seen on H200s with NCCL 2.28.3). Rank 0's wait on the
      * compute stream must end in PP_ETIMEOUT within its deadline (2 s), not hang; afterwards
      * every call says PP_EABORTED. Rank 1 aborts its side once rank 0 is done. */
     pthread_barrier_wait(&tr->bar);
     if (rank == 0) {
         pp_transfer x;
-        void *hh = NULL;
+        void *hh = NULL, *huge = NULL;
         double t0;
         pp_status st;
+        cudaMalloc(&huge, (size_t)1 << 30);
         memset(&x, 0, sizeof x);
-        x.is_send = 1; x.peer = 1; x.buf = sendb[0]; x.bytes = NBIG;
+        x.is_send = 1; x.peer = 1; x.buf = huge; x.bytes = (size_t)1 << 30;
         t0 = now_s();
         st = t.post(t.user, &x, 1, &hh, &e);
         if (st == PP_OK) {
@@ -301,6 +303,8 @@ static void *rank_main(void *argp)
         CHECK_FAILS(pp_nccl_barrier(tpc, 1, &e), &e, PP_EABORTED, "was aborted");
         CHECK_FAILS(t.post(t.user, &x, 1, &hh, &e), &e, PP_EABORTED, "was aborted");
         printf("  watchdog: unmatched send -> %s after %.2f s (deadline 2 s)\n", pp_status_name(st), now_s() - t0);
+        cudaStreamSynchronize(s);   /* the aborted kernel ended: the buffer is free */
+        cudaFree(huge);
     }
     pthread_barrier_wait(&tr->bar);
     if (rank == 1) pp_nccl_abort(tpc, PP_EABORTED, "test over: the peer aborted");
