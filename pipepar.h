@@ -1769,43 +1769,30 @@ PIPEPAR_API pp_status pp_cuda_pack(const int64_t *rows, const int *cu_seqlens_pa
 
 /* --- router replay (>>replay) ---------------------------------------------------------------- */
 
-/* Recorded routed experts, [recorded rows, moe_layers, topk] in the rollout's token order, to
- * what this rank's routers replay: for each local MoE layer l its recording slot (slots[l], the
- * replay map's payload[]; or, with slots NULL, layer_begin + l) and for each local token t its
- * recorded row (rows[t], the replay map's rows, -1 for padding):
- *     replay[l][t][k] = rows[t] >= 0 ? recorded[rows[t]][slot(l)][k] : -1
- * which is exactly pp_replay_gather (>>replay) on the device. Output layouts:
+/* Recorded routed experts, [recorded tokens, moe_layers, topk] in the rollout's token order, to
+ * what this rank's routers replay: MoE layers [layer_begin, layer_begin + layer_count) (this
+ * stage's, from the replay map) of the local tokens in local order (rows[i] = recorded row of
+ * local token i, i.e. the pack map composed with the CP split; -1 for padding). Output layouts:
  *     token_major = 0:  dst [layer_count, tokens, topk]  (one contiguous [tokens, topk] per
  *                       router: Megatron-LM's RouterReplay.set_target_indices per layer)
  *     token_major = 1:  dst [tokens, layer_count, topk]  (Megatron's static replay buffer)
  * Integers are converted: 1- and 2-byte recordings are unsigned (uint8 when experts <= 256),
- * 4 and 8 bytes signed; dst_bytes 8 gives the int64 torch's topk produces. Padding is -1 in the
- * output type (NeMo RL's missing-route sentinel), or with pad_distinct experts 0, 1, ..., topk-1.
+ * 4 and 8 bytes signed; dst_bytes 8 gives the int64 torch's topk produces. Padding tokens get
+ * experts 0, 1, ..., topk-1 (distinct, so the dispatcher still sees topk experts per token).
  * One token's output, layer_count * topk * dst_bytes, must fit 32 KiB (58 layers x 8 x int64 is
- * 3.7 KiB). rows entries must be -1 or rows of `recorded`; they are not bounds-checked. slots is
- * a HOST array, read during the call (its values travel with the launch).
- *     pp_replay_map *m;  pp_replay_map_build(plan, mb, &cfg, &m, &err);
- *     copy m->rows to d_rows (int64, m->num_tokens);
- *     pp_cuda_replay r = { .recorded = d_rec, .recorded_bytes = 1, .moe_layers = payload_layers,
- *         .topk = 8, .slots = m->payload, .layer_count = m->num_layers, .rows = d_rows,
- *         .index_bytes = 8, .tokens = m->num_tokens, .dst = d_out };
- *     pp_cuda_replay_gather(&r, stream, &err);                                                */
-#define PP_CUDA_REPLAY_MAX_SLOTS 128
+ * 3.7 KiB). rows entries must be -1 or rows of `recorded`; they are not bounds-checked. */
 typedef struct pp_cuda_replay {
     const void *recorded;   /* device [?, moe_layers, topk] of recorded_bytes each */
     int recorded_bytes;     /* 1, 2, 4 or 8; 0 means 4 */
-    int moe_layers;         /* slots on the recording's layer axis (the map's payload_layers) */
+    int moe_layers;         /* MoE layers of the whole model (the recording's middle dimension) */
     int topk;
-    const int32_t *slots;   /* host [layer_count] recording slot of each local layer, or NULL */
-    int layer_begin;        /* with slots NULL: local layer l reads slot layer_begin + l */
-    int layer_count;        /* local MoE layers; at most PP_CUDA_REPLAY_MAX_SLOTS with slots */
+    int layer_begin, layer_count;   /* this stage's MoE layers, as MoE indices */
     const void *rows;       /* device [tokens] int32 or int64: recorded row per local token, or -1 */
     int index_bytes;        /* 4 or 8 */
     int64_t tokens;         /* local tokens */
     void *dst;              /* device, layout above */
     int dst_bytes;          /* 1, 2, 4 or 8; 0 means 8 */
     int token_major;
-    int pad_distinct;       /* nonzero: padding tokens get experts 0 .. topk-1 instead of -1 */
 } pp_cuda_replay;
 
 PIPEPAR_API pp_status pp_cuda_replay_gather(const pp_cuda_replay *replay, void *stream,
@@ -1910,6 +1897,12 @@ PIPEPAR_API int64_t pp_cuda_l2norm_bytes(const pp_cuda_l2norm *plan);
  * returns PP_EABORTED; free it and exit (or build a new one). Communicators are NCCL's blocking
  * kind by default (config.nonblocking = 1 selects ncclConfig_t.blocking = 0; seen on NCCL 2.28.3
  * to stall p2p groups of 1F1B and GPipe, so it is not the default).
+ * Allocate device memory before the first step and set NCCL_RUNTIME_CONNECT=0 (NCCL >= 2.22
+ * otherwise connects peers lazily, inside the step): a cudaMalloc, or NCCL's own allocation for
+ * a new connection, can wait behind kernels in flight that wait on the peer (NVIDIA/nccl#581;
+ * examples/mlp_gpu.cu does both). Seen on the device before it did: 1F1B and GPipe, whose 4.8 GB
+ * per-stage buffers were allocated inside the first step, stalled both ranks (the cause is not
+ * confirmed yet; bench/RESULTS_gpu.md and bench/gpu_diag.sh).
  * $PIPEPAR_NCCL_DEBUG=1 prints one line on stderr per posted group (its transfers, and when
  * ncclGroupEnd returned), per host all-reduce and per watchdog abort: where a rank stalls.
  * ============================================================================================ */

@@ -57,7 +57,7 @@
  * Losses and gradients. Normalise each microbatch's loss by the global batch (all dp replicas
  * of the language model), and sum gradients over a module's dp (and cp) replicas: then the
  * result equals the one-process run. pp_step_result.loss over pp_mimo_transport is the global
- * batch's loss (every language replica's loss and weight are added).
+ * batch's loss: the sum of every language replica's losses over the sum of their weights.
  * ============================================================================================ */
 
 #define PP_MIMO_MAX_MODULES 8
@@ -240,10 +240,12 @@ PIPEPAR_API pp_status pp_mimo_pipeline_stage(const pp_mimo_pipeline *pl, int sta
  * pipeline's stages; transfers go to the same-coordinate rank of the neighbouring stage, and
  * across the bridge to every link's peer (one group, byte parts of the tensor; a tensor that
  * does not split into equal parts fails the post with PP_EINVAL). all_reduce sums over every
- * rank of the job (base->all_reduce) and weights each rank by 1 / (its stage's copies), so the
- * executor sees each stage once; the loss and the weight come back summed over the language
- * model's dp replicas. base must span the whole job (base->world == the mimo's world). Valid
- * until pp_mimo_transport_free; the pipeline must outlive it. */
+ * rank of the job (base->all_reduce) and weights each rank by 1 / (its stage's copies: tp*cp*dp
+ * ranks run each stage), so the executor sees each stage once. So pp_step_result.loss is the
+ * global batch's (every replica's losses over every replica's weights), while its weight and
+ * metrics are the mean over the last stage's replicas. base must span the whole job
+ * (base->world == the mimo's world). Valid until pp_mimo_transport_free; the pipeline must
+ * outlive it. */
 typedef struct pp_mimo_transport pp_mimo_transport;
 PIPEPAR_API pp_status pp_mimo_transport_create(const pp_mimo_pipeline *pl, int rank, const pp_transport *base,
                                                pp_mimo_transport **state, pp_transport *out, pp_error *err);
