@@ -728,9 +728,10 @@ extern "C" pp_status pp_cuda_pack(const int64_t *rows, const int *cu_seqlens_pad
  * >>cuda-replay
  * Recorded routed experts [recorded_tokens, moe_layers, topk] -> what this rank's routers replay:
  * the MoE layers [layer_begin, layer_begin + layer_count) of the local tokens, in local order
- * (rows[i] = recorded row of local token i, -1 for padding), converting the integer type
- * (recorded uint8 / uint16 are unsigned, int32 / int64 signed). Padding tokens get experts 0, 1,
- * ..., topk-1: distinct, so a dispatcher still sees exactly topk per token.
+ * (rows[i] = recorded row of local token i, -1 for padding), or the layers of an explicit slot
+ * list, converting the integer type (recorded uint8 / uint16 are unsigned, int32 / int64
+ * signed). Padding tokens get -1 (the missing-route sentinel, as pp_replay_gather on the host),
+ * or with pad_distinct experts 0, 1, ..., topk-1.
  * ============================================================================================ */
 
 #ifndef PP__REPLAY_THREADS          /* tuning knobs; bench/kernels.cu measured 512/2/64 and */
@@ -744,13 +745,23 @@ extern "C" pp_status pp_cuda_pack(const int64_t *rows, const int *cu_seqlens_pad
 #endif
 #define PP__REPLAY_SMEM 32768       /* bytes of shared memory for one block's tile */
 
+/* The recording slot of local layer l: slots.s[l] when the caller gave a list (the replay map's
+ * payload[]), else layer_begin + l. Passed by value: the list lives in the launch's parameters. */
+struct pp__replay_slots { int n; int s[PP_CUDA_REPLAY_MAX_SLOTS]; };
+
 /* One (token, layer) run: topk recorded values at r (s < 0: padding) -> topk outputs at o.
  * vec: o is 16-byte aligned and topk outputs are whole 16-byte vectors, stored as such.
  * wide (8 or 16): the run, at most PP__REPLAY_WIDE bytes, is read with loads of that width into
  * registers. */
 template <typename IN, typename OUT>
+__device__ __forceinline__ OUT pp__replay_pad(int k, int pad_distinct)
+{
+    return pad_distinct ? (OUT)k : (OUT)(long long)-1;
+}
+
+template <typename IN, typename OUT>
 __device__ __forceinline__ void pp__replay_run(const IN *__restrict__ r, long long s, int topk,
-                                               OUT *__restrict__ o, int vec, int wide)
+                                               OUT *__restrict__ o, int vec, int wide, int pad_distinct)
 {
     enum { V = 16 / sizeof(OUT), NI = PP__REPLAY_WIDE / sizeof(IN) };
     typedef union { uint4 u; OUT v[V]; } pack16;
@@ -776,12 +787,13 @@ __device__ __forceinline__ void pp__replay_run(const IN *__restrict__ r, long lo
         for (int k0 = 0; k0 < topk; k0 += V) {
             pack16 x;
 #pragma unroll
-            for (int v = 0; v < V; v++) x.v[v] = s >= 0 ? (OUT)(long long)__ldg(r + k0 + v) : (OUT)(k0 + v);
+            for (int v = 0; v < V; v++)
+                x.v[v] = s >= 0 ? (OUT)(long long)__ldg(r + k0 + v) : pp__replay_pad<IN, OUT>(k0 + v, pad_distinct);
             *(uint4 *)(o + k0) = x.u;
         }
     } else {
 #pragma unroll 4
-        for (int k = 0; k < topk; k++) o[k] = s >= 0 ? (OUT)(long long)__ldg(r + k) : (OUT)k;
+        for (int k = 0; k < topk; k++) o[k] = s >= 0 ? (OUT)(long long)__ldg(r + k) : pp__replay_pad<IN, OUT>(k, pad_distinct);
     }
 }
 
@@ -799,7 +811,8 @@ template <typename IN, typename OUT>
 __global__ void __launch_bounds__(PP__REPLAY_THREADS, PP__REPLAY_MINB)
 pp__replay_kernel(const IN *__restrict__ rec, const void *__restrict__ rows, int index_bytes,
                   OUT *__restrict__ dst, long long tokens, int moe_layers, int topk, int layer_begin,
-                  int layer_count, int token_major, int tile, int lstride, int vec, int wide)
+                  int layer_count, int token_major, int tile, int lstride, int vec, int wide,
+                  int pad_distinct, const __grid_constant__ pp__replay_slots slots)
 {
     enum { V = 16 / sizeof(OUT) };
     extern __shared__ __align__(16) unsigned char pp__replay_smem[];
@@ -819,21 +832,23 @@ pp__replay_kernel(const IN *__restrict__ rec, const void *__restrict__ rows, int
         OUT *o = dst + t0 * (long long)row;
         if (vec) {
             for (unsigned e = threadIdx.x * V; e < n; e += PP__REPLAY_THREADS * V) {
-                unsigned j = e / row, r = e - j * row;      /* row % V == 0: one token per vector */
+                unsigned j = e / row, r = e - j * row;      /* topk % V == 0: one run per vector */
+                unsigned l = r / (unsigned)topk, k = r - l * (unsigned)topk;
                 long long s = src[j];
-                const IN *from = rec + (s * moe_layers + layer_begin) * topk + r;
+                const IN *from = rec + (s * moe_layers + (slots.n ? slots.s[l] : layer_begin + (int)l)) * topk + k;
                 pack16 x;
 #pragma unroll
                 for (int v = 0; v < V; v++)
-                    x.v[v] = s >= 0 ? (OUT)(long long)__ldg(from + v) : (OUT)((r + v) % (unsigned)topk);
+                    x.v[v] = s >= 0 ? (OUT)(long long)__ldg(from + v) : pp__replay_pad<IN, OUT>((int)k + v, pad_distinct);
                 *(uint4 *)(o + e) = x.u;
             }
         } else {
             for (unsigned e = threadIdx.x; e < n; e += PP__REPLAY_THREADS) {
                 unsigned j = e / row, r = e - j * row;
+                unsigned l = r / (unsigned)topk, k = r - l * (unsigned)topk;
                 long long s = src[j];
-                o[e] = s >= 0 ? (OUT)(long long)__ldg(rec + (s * moe_layers + layer_begin) * topk + r)
-                              : (OUT)(r % (unsigned)topk);
+                o[e] = s >= 0 ? (OUT)(long long)__ldg(rec + (s * moe_layers + (slots.n ? slots.s[l] : layer_begin + (int)l)) * topk + k)
+                              : pp__replay_pad<IN, OUT>((int)k, pad_distinct);
             }
         }
         return;
@@ -842,7 +857,8 @@ pp__replay_kernel(const IN *__restrict__ rec, const void *__restrict__ rows, int
         unsigned j = p / lc, l = p - j * lc;
         long long s = src[j];
         OUT *o = t + (long long)l * lstride + (long long)j * topk;
-        pp__replay_run<IN, OUT>(rec + (s * moe_layers + layer_begin + l) * topk, s, topk, o, vec, wide);
+        int slot = slots.n ? slots.s[l] : layer_begin + (int)l;
+        pp__replay_run<IN, OUT>(rec + (s * moe_layers + slot) * topk, s, topk, o, vec, wide, pad_distinct);
     }
     __syncthreads();
     const unsigned run = (unsigned)nt * (unsigned)topk;      /* elements of one layer's block */
@@ -862,11 +878,12 @@ pp__replay_kernel(const IN *__restrict__ rec, const void *__restrict__ rows, int
 
 template <typename IN>
 static void pp__replay_launch_in(const pp_cuda_replay *d, int out_bytes, unsigned blocks, int tile, int lstride,
-                                 int vec, int wide, cudaStream_t st)
+                                 int vec, int wide, const pp__replay_slots *slots, cudaStream_t st)
 {
     size_t smem = d->token_major ? 0 : (size_t)lstride * d->layer_count * out_bytes;
 #define PP__REPLAY_ARGS (const IN *)d->recorded, d->rows, d->index_bytes, (OUT *)d->dst, d->tokens, d->moe_layers, \
-                        d->topk, d->layer_begin, d->layer_count, d->token_major, tile, lstride, vec, wide
+                        d->topk, d->layer_begin, d->layer_count, d->token_major, tile, lstride, vec, wide, \
+                        d->pad_distinct, *slots
     switch (out_bytes) {
     case 1: { typedef uint8_t OUT; pp__replay_kernel<IN, OUT><<<blocks, PP__REPLAY_THREADS, smem, st>>>(PP__REPLAY_ARGS); break; }
     case 2: { typedef uint16_t OUT; pp__replay_kernel<IN, OUT><<<blocks, PP__REPLAY_THREADS, smem, st>>>(PP__REPLAY_ARGS); break; }
@@ -890,10 +907,24 @@ extern "C" pp_status pp_cuda_replay_gather(const pp_cuda_replay *d, void *stream
         return pp__cuda_fail(err, PP_EINVAL, "%s: index_bytes=%d: must be 4 (int32) or 8 (int64)", fn, d->index_bytes);
     if (d->moe_layers < 1) return pp__cuda_fail(err, PP_EINVAL, "%s: moe_layers=%d: must be at least 1", fn, d->moe_layers);
     if (d->topk < 1) return pp__cuda_fail(err, PP_EINVAL, "%s: topk=%d: must be at least 1", fn, d->topk);
-    if (d->layer_begin < 0 || d->layer_count < 0 || d->layer_begin + d->layer_count > d->moe_layers)
+    if (d->layer_count < 0 || (!d->slots && (d->layer_begin < 0 || d->layer_begin + d->layer_count > d->moe_layers)))
         return pp__cuda_fail(err, PP_EINVAL, "%s: layer_begin=%d, layer_count=%d: the range must lie in [0, "
                              "moe_layers=%d)", fn, d->layer_begin, d->layer_count, d->moe_layers);
     if (d->tokens < 0) return pp__cuda_fail(err, PP_EINVAL, "%s: tokens=%lld: must not be negative", fn, (long long)d->tokens);
+    pp__replay_slots slots;
+    memset(&slots, 0, sizeof slots);
+    if (d->slots) {
+        if (d->layer_count > PP_CUDA_REPLAY_MAX_SLOTS)
+            return pp__cuda_fail(err, PP_EINVAL, "%s: layer_count=%d: a slot list holds at most %d layers", fn,
+                                 d->layer_count, PP_CUDA_REPLAY_MAX_SLOTS);
+        for (int l = 0; l < d->layer_count; l++) {
+            if (d->slots[l] < 0 || d->slots[l] >= d->moe_layers)
+                return pp__cuda_fail(err, PP_EINVAL, "%s: slots[%d]=%d: must be in [0, moe_layers=%d)", fn, l,
+                                     (int)d->slots[l], d->moe_layers);
+            slots.s[l] = d->slots[l];
+        }
+        slots.n = d->layer_count;
+    }
     if (d->tokens == 0 || d->layer_count == 0) return pp__cuda_ok(err);
     if (!d->recorded || !d->rows || !d->dst)
         return pp__cuda_fail(err, PP_EINVAL, "%s: %s=NULL: needs a device pointer", fn,
@@ -931,10 +962,10 @@ extern "C" pp_status pp_cuda_replay_gather(const pp_cuda_replay *d, void *stream
         return pp__cuda_fail(err, PP_EINVAL, "%s: tokens=%lld: too many for one launch", fn, (long long)d->tokens);
     cudaStream_t st = pp__stream(stream);
     switch (in_bytes) {
-    case 1: pp__replay_launch_in<uint8_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, st); break;
-    case 2: pp__replay_launch_in<uint16_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, st); break;
-    case 4: pp__replay_launch_in<int32_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, st); break;
-    default: pp__replay_launch_in<int64_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, st); break;
+    case 1: pp__replay_launch_in<uint8_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, &slots, st); break;
+    case 2: pp__replay_launch_in<uint16_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, &slots, st); break;
+    case 4: pp__replay_launch_in<int32_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, &slots, st); break;
+    default: pp__replay_launch_in<int64_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, &slots, st); break;
     }
     return pp__cuda_launched(err, fn);
 }

@@ -121,30 +121,43 @@ PIPEPAR_API pp_status pp_cuda_pack(const int64_t *rows, const int *cu_seqlens_pa
 
 /* --- router replay (>>replay) ---------------------------------------------------------------- */
 
-/* Recorded routed experts, [recorded tokens, moe_layers, topk] in the rollout's token order, to
- * what this rank's routers replay: MoE layers [layer_begin, layer_begin + layer_count) (this
- * stage's, from the replay map) of the local tokens in local order (rows[i] = recorded row of
- * local token i, i.e. the pack map composed with the CP split; -1 for padding). Output layouts:
+/* Recorded routed experts, [recorded rows, moe_layers, topk] in the rollout's token order, to
+ * what this rank's routers replay: for each local MoE layer l its recording slot (slots[l], the
+ * replay map's payload[]; or, with slots NULL, layer_begin + l) and for each local token t its
+ * recorded row (rows[t], the replay map's rows, -1 for padding):
+ *     replay[l][t][k] = rows[t] >= 0 ? recorded[rows[t]][slot(l)][k] : -1
+ * which is exactly pp_replay_gather (>>replay) on the device. Output layouts:
  *     token_major = 0:  dst [layer_count, tokens, topk]  (one contiguous [tokens, topk] per
  *                       router: Megatron-LM's RouterReplay.set_target_indices per layer)
  *     token_major = 1:  dst [tokens, layer_count, topk]  (Megatron's static replay buffer)
  * Integers are converted: 1- and 2-byte recordings are unsigned (uint8 when experts <= 256),
- * 4 and 8 bytes signed; dst_bytes 8 gives the int64 torch's topk produces. Padding tokens get
- * experts 0, 1, ..., topk-1 (distinct, so the dispatcher still sees topk experts per token).
+ * 4 and 8 bytes signed; dst_bytes 8 gives the int64 torch's topk produces. Padding is -1 in the
+ * output type (NeMo RL's missing-route sentinel), or with pad_distinct experts 0, 1, ..., topk-1.
  * One token's output, layer_count * topk * dst_bytes, must fit 32 KiB (58 layers x 8 x int64 is
- * 3.7 KiB). rows entries must be -1 or rows of `recorded`; they are not bounds-checked. */
+ * 3.7 KiB). rows entries must be -1 or rows of `recorded`; they are not bounds-checked. slots is
+ * a HOST array, read during the call (its values travel with the launch).
+ *     pp_replay_map *m;  pp_replay_map_build(plan, mb, &cfg, &m, &err);
+ *     copy m->rows to d_rows (int64, m->num_tokens);
+ *     pp_cuda_replay r = { .recorded = d_rec, .recorded_bytes = 1, .moe_layers = payload_layers,
+ *         .topk = 8, .slots = m->payload, .layer_count = m->num_layers, .rows = d_rows,
+ *         .index_bytes = 8, .tokens = m->num_tokens, .dst = d_out };
+ *     pp_cuda_replay_gather(&r, stream, &err);                                                */
+#define PP_CUDA_REPLAY_MAX_SLOTS 128
 typedef struct pp_cuda_replay {
     const void *recorded;   /* device [?, moe_layers, topk] of recorded_bytes each */
     int recorded_bytes;     /* 1, 2, 4 or 8; 0 means 4 */
-    int moe_layers;         /* MoE layers of the whole model (the recording's middle dimension) */
+    int moe_layers;         /* slots on the recording's layer axis (the map's payload_layers) */
     int topk;
-    int layer_begin, layer_count;   /* this stage's MoE layers, as MoE indices */
+    const int32_t *slots;   /* host [layer_count] recording slot of each local layer, or NULL */
+    int layer_begin;        /* with slots NULL: local layer l reads slot layer_begin + l */
+    int layer_count;        /* local MoE layers; at most PP_CUDA_REPLAY_MAX_SLOTS with slots */
     const void *rows;       /* device [tokens] int32 or int64: recorded row per local token, or -1 */
     int index_bytes;        /* 4 or 8 */
     int64_t tokens;         /* local tokens */
     void *dst;              /* device, layout above */
     int dst_bytes;          /* 1, 2, 4 or 8; 0 means 8 */
     int token_major;
+    int pad_distinct;       /* nonzero: padding tokens get experts 0 .. topk-1 instead of -1 */
 } pp_cuda_replay;
 
 PIPEPAR_API pp_status pp_cuda_replay_gather(const pp_cuda_replay *replay, void *stream,

@@ -578,7 +578,7 @@ static long long truncate_to(long long v, int eb)
 /* rows: recorded row of each local token or -1; checks every output element and the layout */
 template <typename I>
 static void replay_one(long long R, int L, int topk, int in_b, int out_b, const std::vector<I> &rows,
-                       int lb, int lc, int token_major)
+                       int lb, int lc, int token_major, int pad_distinct = 0)
 {
     long long T = (long long)rows.size();
     std::vector<unsigned char> rec((size_t)(R * L * topk * in_b));
@@ -594,7 +594,7 @@ static void replay_one(long long R, int L, int topk, int in_b, int out_b, const 
     memset(&d, 0, sizeof d);
     d.recorded = drec.ptr; d.recorded_bytes = in_b; d.moe_layers = L; d.topk = topk;
     d.layer_begin = lb; d.layer_count = lc; d.rows = drows.ptr; d.index_bytes = (int)sizeof(I);
-    d.tokens = T; d.dst = ddst.ptr; d.dst_bytes = out_b; d.token_major = token_major;
+    d.tokens = T; d.dst = ddst.ptr; d.dst_bytes = out_b; d.token_major = token_major; d.pad_distinct = pad_distinct;
     CHECK_OK(pp_cuda_replay_gather(&d, NULL, E));
     sync_check();
     std::vector<unsigned char> out(ddst.bytes);
@@ -604,7 +604,8 @@ static void replay_one(long long R, int L, int topk, int in_b, int out_b, const 
         for (int l = 0; l < lc; l++)
             for (int k = 0; k < topk; k++) {
                 long long o = token_major ? ((i * lc + l) * topk + k) : (((long long)l * T + i) * topk + k);
-                long long want = rows[i] >= 0 ? rec_value(rec, ((long long)rows[i] * L + lb + l) * topk + k, in_b) : k;
+                long long want = rows[i] >= 0 ? rec_value(rec, ((long long)rows[i] * L + lb + l) * topk + k, in_b)
+                                              : pad_distinct ? k : -1;
                 if (out_value(out, o, out_b) != truncate_to(want, out_b) && bad++ < 3)
                     CHECK(0, "replay token %lld layer %d k %d: got %lld want %lld (in %d out %d major %d)", i, l, k,
                           out_value(out, o, out_b), truncate_to(want, out_b), in_b, out_b, token_major);
@@ -626,11 +627,11 @@ static void replay_gathers_this_stages_layers_in_local_token_order(void)
         if (it % 2) {
             std::vector<int64_t> rows((size_t)T);
             for (auto &r : rows) r = rnd() % 6 == 0 ? -1 : (int64_t)(rnd() % (uint64_t)R);
-            replay_one<int64_t>(R, L, topk, in_b, out_b, rows, lb, lc, it % 3 == 0);
+            replay_one<int64_t>(R, L, topk, in_b, out_b, rows, lb, lc, it % 3 == 0, it % 5 == 0);
         } else {
             std::vector<int32_t> rows((size_t)T);
             for (auto &r : rows) r = rnd() % 6 == 0 ? -1 : (int32_t)(rnd() % (uint64_t)R);
-            replay_one<int32_t>(R, L, topk, in_b, out_b, rows, lb, lc, it % 3 == 0);
+            replay_one<int32_t>(R, L, topk, in_b, out_b, rows, lb, lc, it % 3 == 0, it % 5 == 0);
         }
     }
 }
@@ -650,7 +651,7 @@ static void replay_vector_and_wide_load_paths_match_the_scalar_reference(void)
                     int L = rndi(1, 30), lb = rndi(0, L - 1), lc = rndi(1, L - lb);
                     std::vector<int64_t> rows((size_t)T);
                     for (auto &r : rows) r = rnd() % 7 == 0 ? -1 : (int64_t)(rnd() % (uint64_t)R);
-                    replay_one<int64_t>(R, L, topk, in_b, out_b, rows, lb, lc, major);
+                    replay_one<int64_t>(R, L, topk, in_b, out_b, rows, lb, lc, major, (in_b + out_b) % 3 == 0);
                 }
 }
 
@@ -679,6 +680,152 @@ static void replay_follows_pack_then_cp_split_maps(void)
         CHECK(bad == 0, "local rows of rank %d: %d wrong", r, bad);
         replay_one<int64_t>(b.src_rows, 7, 4, 1, 8, local, 2, 3, 0);
     }
+}
+
+/* --- against the header's own index maps (>>cp, >>replay) ----------------------------------- */
+
+/* pp_cp_*_indices and pp_cp_*_gather are the host's word on which token goes where: the
+ * formula kernels must move exactly what a gather by those maps moves. */
+static void cp_kernels_agree_with_the_headers_index_maps(void)
+{
+    int cps[] = {1, 2, 3, 4, 8};
+    for (int cp : cps) {
+        long long rb = 2 * rndi(1, 300);
+        /* THD */
+        std::vector<int> cu = random_cu(rndi(1, 12), 2 * cp, 6);
+        int nseq = (int)cu.size() - 1;
+        long long total = cu.back(), local = total / cp;
+        std::vector<unsigned char> h((size_t)(total * rb));
+        fill_random(h.data(), h.size());
+        dbuf dsrc(h.size()), dcu(cu.size() * 4), a(local * rb), b(local * rb), dmap(total * 4), full1(h.size()), full2(h.size());
+        dsrc.up(h.data());
+        dcu.up(cu.data());
+        std::vector<int32_t> cu32(cu.begin(), cu.end()), index((size_t)local), source((size_t)total);
+        for (int r = 0; r < cp; r++) {
+            CHECK_OK(pp_cp_thd_indices(cu32.data(), nseq, cp, r, index.data(), E));
+            dmap.up(index.data());
+            a.poison(); b.poison();
+            CHECK_OK(pp_cuda_cp_split_thd(dsrc.ptr, a.ptr, (const int *)dcu.ptr, nseq, total, rb, cp, r, NULL, E));
+            CHECK_OK(pp_cuda_gather_rows(dsrc.ptr, b.ptr, dmap.ptr, 4, local, rb, NULL, E));
+            sync_check();
+            std::vector<unsigned char> x(a.bytes), y(b.bytes);
+            a.down(x.data()); b.down(y.data());
+            CHECK(first_diff(x.data(), y.data(), x.size()) < 0, "thd split cp=%d r=%d differs from pp_cp_thd_indices", cp, r);
+        }
+        /* merge = gather by pp_cp_thd_gather's source map over the all-gathered shards */
+        CHECK_OK(pp_cp_thd_gather(cu32.data(), nseq, cp, source.data(), E));
+        dbuf dsource(total * 4);
+        dsource.up(source.data());
+        full1.poison(); full2.poison();
+        CHECK_OK(pp_cuda_cp_merge_thd(dsrc.ptr, full1.ptr, (const int *)dcu.ptr, nseq, total, rb, cp, NULL, E));
+        CHECK_OK(pp_cuda_gather_rows(dsrc.ptr, full2.ptr, dsource.ptr, 4, total, rb, NULL, E));
+        sync_check();
+        std::vector<unsigned char> x(full1.bytes), y(full2.bytes);
+        full1.down(x.data()); full2.down(y.data());
+        CHECK(first_diff(x.data(), y.data(), x.size()) < 0, "thd merge cp=%d differs from pp_cp_thd_gather", cp);
+
+        /* BSHD, one row of seq tokens */
+        int32_t seq = 2 * cp * rndi(1, 20);
+        std::vector<int32_t> bi((size_t)(seq / cp)), bs((size_t)seq);
+        std::vector<unsigned char> hb((size_t)(seq * rb));
+        fill_random(hb.data(), hb.size());
+        dbuf bsrc(hb.size()), ba(seq / cp * rb), bb(seq / cp * rb), bmap(seq * 4), bf1(hb.size()), bf2(hb.size());
+        bsrc.up(hb.data());
+        for (int r = 0; r < cp; r++) {
+            CHECK_OK(pp_cp_bshd_indices(seq, cp, r, bi.data(), E));
+            bmap.up(bi.data());
+            ba.poison(); bb.poison();
+            CHECK_OK(pp_cuda_cp_split(bsrc.ptr, ba.ptr, 1, seq, rb, cp, r, NULL, E));
+            CHECK_OK(pp_cuda_gather_rows(bsrc.ptr, bb.ptr, bmap.ptr, 4, seq / cp, rb, NULL, E));
+            sync_check();
+            std::vector<unsigned char> p1(ba.bytes), p2(bb.bytes);
+            ba.down(p1.data()); bb.down(p2.data());
+            CHECK(first_diff(p1.data(), p2.data(), p1.size()) < 0, "bshd split cp=%d r=%d differs from pp_cp_bshd_indices", cp, r);
+        }
+        CHECK_OK(pp_cp_bshd_gather(seq, cp, bs.data(), E));
+        bmap.up(bs.data());
+        bf1.poison(); bf2.poison();
+        CHECK_OK(pp_cuda_cp_merge(bsrc.ptr, bf1.ptr, 1, seq, rb, cp, NULL, E));
+        CHECK_OK(pp_cuda_gather_rows(bsrc.ptr, bf2.ptr, bmap.ptr, 4, seq, rb, NULL, E));
+        sync_check();
+        std::vector<unsigned char> p1(bf1.bytes), p2(bf2.bytes);
+        bf1.down(p1.data()); bf2.down(p2.data());
+        CHECK(first_diff(p1.data(), p2.data(), p1.size()) < 0, "bshd merge cp=%d differs from pp_cp_bshd_gather", cp);
+    }
+}
+
+/* A pack plan with cp = 2, a model whose MoE layers are every other layer after 3 dense ones and
+ * a full-layout recording (one slot per decoder layer), so a stage's slots are not contiguous:
+ * pp_cuda_replay_gather with the map's payload and rows must give pp_replay_gather's bytes. */
+static void replay_matches_pp_replay_gather_on_a_plan(void)
+{
+    int n = g_quick ? 30 : 120;
+    std::vector<int32_t> len((size_t)n);
+    for (auto &l : len) l = rndi(1, 900);
+    pp_pack_plan_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.pack.capacity = 4096;
+    pc.dp = 1; pc.pp = 2; pc.cp = 2;
+    pp_pack_plan *plan = NULL;
+    CHECK_OK(pp_pack_plan_build(len.data(), n, &pc, &plan, E));
+    if (!plan) return;
+    long long recorded_rows = 0;
+    for (auto l : len) recorded_rows += l;
+    const int NL = 27, topk = 8;
+    std::vector<int32_t> rec32((size_t)(recorded_rows * NL * topk));
+    for (auto &v : rec32) v = (int32_t)(rnd() % 256);
+    std::vector<uint8_t> rec8(rec32.begin(), rec32.end());
+    dbuf d32(rec32.size() * 4), d8(rec8.size());
+    d32.up(rec32.data());
+    d8.up(rec8.data());
+    int stages[][2] = { {0, 13}, {13, 27}, {4, 5}, {0, 3} };       /* uneven split; one MoE layer; all dense */
+    for (int b = 0; b < plan->num_bins && b < 3; b++)
+        for (auto &st : stages)
+            for (int r = 0; r < 2; r++) {
+                pp_replay_config rc;
+                memset(&rc, 0, sizeof rc);
+                rc.model.num_layers = NL; rc.model.first_k_dense = 3; rc.model.moe_freq = 2;
+                rc.model.payload_layers = NL;
+                rc.first_layer = st[0]; rc.last_layer = st[1]; rc.cp_rank = r;
+                pp_replay_map *m = NULL;
+                CHECK_OK(pp_replay_map_build(plan, b, &rc, &m, E));
+                if (!m) continue;
+                long long T = m->num_tokens, lc = m->num_layers;
+                std::vector<int32_t> want((size_t)(lc * T * topk + 1));
+                CHECK_OK(pp_replay_gather(m, rec32.data(), recorded_rows, NL, topk, want.data(), E));
+                dbuf drows((size_t)T * 8), out32((size_t)(lc * T * topk * 4)), out64((size_t)(lc * T * topk * 8));
+                if (T) drows.up(m->rows);
+                for (int major = 0; major < 2; major++) {
+                    pp_cuda_replay d;
+                    memset(&d, 0, sizeof d);
+                    d.recorded = d32.ptr; d.recorded_bytes = 4; d.moe_layers = NL; d.topk = topk;
+                    d.slots = m->payload; d.layer_count = (int)lc; d.rows = drows.ptr; d.index_bytes = 8;
+                    d.tokens = T; d.dst = out32.ptr; d.dst_bytes = 4; d.token_major = major;
+                    out32.poison();
+                    CHECK_OK(pp_cuda_replay_gather(&d, NULL, E));
+                    d.recorded = d8.ptr; d.recorded_bytes = 1; d.dst = out64.ptr; d.dst_bytes = 8;
+                    out64.poison();
+                    CHECK_OK(pp_cuda_replay_gather(&d, NULL, E));
+                    sync_check();
+                    std::vector<int32_t> g32((size_t)(lc * T * topk + 1));
+                    std::vector<int64_t> g64((size_t)(lc * T * topk + 1));
+                    out32.down(g32.data());
+                    out64.down(g64.data());
+                    int bad = 0;
+                    for (long long l = 0; l < lc; l++)
+                        for (long long t = 0; t < T; t++)
+                            for (int k = 0; k < topk; k++) {
+                                long long o = major ? (t * lc + l) * topk + k : (l * T + t) * topk + k;
+                                int32_t w = want[(size_t)((l * T + t) * topk + k)];
+                                if (g32[o] != w || g64[o] != (int64_t)w) bad++;
+                            }
+                    CHECK(bad == 0 && out32.tail_intact() && out64.tail_intact(),
+                          "bin %d layers [%d, %d) cp rank %d major %d: %d of %lld differ from pp_replay_gather",
+                          b, st[0], st[1], r, major, bad, lc * T * topk);
+                }
+                pp_replay_map_free(m);
+            }
+    pp_pack_plan_free(plan);
 }
 
 /* --- multi-tensor L2 norm --------------------------------------------------------------------- */
@@ -873,6 +1020,9 @@ static void bad_arguments_fail_with_a_message_naming_them(void)
     rp.rows = a.ptr; rp.index_bytes = 4; rp.tokens = 1; rp.dst = b.ptr;
     CHECK(pp_cuda_replay_gather(&rp, NULL, &e) == PP_EINVAL && strstr(e.message, "layer_begin=3, layer_count=2"),
           "replay range: %s", e.message);
+    int32_t bad_slots[2] = { 1, 4 };
+    rp.slots = bad_slots;
+    CHECK(pp_cuda_replay_gather(&rp, NULL, &e) == PP_EINVAL && strstr(e.message, "slots[1]=4"), "replay slots: %s", e.message);
     pp_cuda_tensor t = { a.ptr, 4, (pp_cuda_dtype)7 };
     pp_cuda_l2norm *plan = NULL;
     CHECK(pp_cuda_l2norm_create(&t, 1, &plan, &e) == PP_EINVAL && strstr(e.message, "dtype=7") && !plan,
@@ -904,6 +1054,8 @@ static const test_case tests[] = {
     { "replay_gathers_this_stages_layers_in_local_token_order", replay_gathers_this_stages_layers_in_local_token_order },
     { "replay_vector_and_wide_load_paths_match_the_scalar_reference", replay_vector_and_wide_load_paths_match_the_scalar_reference },
     { "replay_follows_pack_then_cp_split_maps", replay_follows_pack_then_cp_split_maps },
+    { "cp_kernels_agree_with_the_headers_index_maps", cp_kernels_agree_with_the_headers_index_maps },
+    { "replay_matches_pp_replay_gather_on_a_plan", replay_matches_pp_replay_gather_on_a_plan },
     { "l2norm_sums_squares_of_mixed_tensors_in_one_launch", l2norm_sums_squares_of_mixed_tensors_in_one_launch },
     { "l2norm_of_no_tensors_is_zero", l2norm_of_no_tensors_is_zero },
     { "clip_scale_after_a_reduce_and_scale_in_place", clip_scale_after_a_reduce_and_scale_in_place },
