@@ -57,10 +57,10 @@ static pp_status pp__cuda_ok(pp_error *err)
     return PP_OK;
 }
 
-/* A CUDA runtime failure: PP_ENOMEM for allocations, otherwise PP_EIO (the header has no CUDA-specific code). */
+/* A CUDA runtime failure: PP_ENOMEM for allocations, otherwise PP_ECUDA. */
 static pp_status pp__cuda_error(pp_error *err, const char *what, cudaError_t e)
 {
-    pp_status st = e == cudaErrorMemoryAllocation ? PP_ENOMEM : PP_EIO;
+    pp_status st = e == cudaErrorMemoryAllocation ? PP_ENOMEM : PP_ECUDA;
     return pp__cuda_fail(err, st, "%s: CUDA error %s (%s)", what, cudaGetErrorName(e),
                          cudaGetErrorString(e));
 }

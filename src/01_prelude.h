@@ -30,7 +30,8 @@ extern "C" {
     X(PP_EABORTED,     "aborted by another rank")                                           \
     X(PP_ETRANSPORT,   "transport failure")                                                 \
     X(PP_ECALLBACK,    "user callback failed")                                              \
-    X(PP_EIO,          "input/output error")
+    X(PP_EIO,          "input/output error")                                                \
+    X(PP_ECUDA,        "CUDA error")
 
 typedef enum pp_status {
 #define PP__STATUS_ENUM(code, text) code,
