@@ -102,7 +102,8 @@ extern "C" {
     X(PP_EABORTED,     "aborted by another rank")                                           \
     X(PP_ETRANSPORT,   "transport failure")                                                 \
     X(PP_ECALLBACK,    "user callback failed")                                              \
-    X(PP_EIO,          "input/output error")
+    X(PP_EIO,          "input/output error")                                                \
+    X(PP_ECUDA,        "CUDA error")
 
 typedef enum pp_status {
 #define PP__STATUS_ENUM(code, text) code,
@@ -6432,13 +6433,36 @@ static int pp__fit_first_from(const pp__fit *f, int from, int32_t need)
     return b;
 }
 
-/* First fit over sequences in `order`: ev_bin[k] receives the bin of order[k]. A run of equal
- * lengths is placed a bin at a time: once a bin takes as many of the run as fit, the run's next
- * sequence can only go to a later bin (every earlier one already had too little room), so the
- * search resumes after it, and a new bin takes capacity/length of them at once. The bins are
- * exactly those of placing the sequences one by one. */
+/* First fit's output: the placements as chunks. Chunk c puts the next count[c] sequences of
+ * `order` (all of one length) into bin[c], so the bins' contents are copied chunk by chunk
+ * instead of sequence by sequence. */
+typedef struct pp__chunks { int32_t *bin, *count; int size, cap; } pp__chunks;
+
+static int pp__chunk_push(pp__chunks *c, int32_t bin, int32_t count)
+{
+    if (c->size == c->cap) {
+        int cap = c->cap ? c->cap * 2 : 4096;
+        int32_t *b = (int32_t *)PIPEPAR_REALLOC(c->bin, sizeof(int32_t) * (size_t)cap), *n2;
+        if (!b) return 0;
+        c->bin = b;
+        n2 = (int32_t *)PIPEPAR_REALLOC(c->count, sizeof(int32_t) * (size_t)cap);
+        if (!n2) return 0;
+        c->count = n2;
+        c->cap = cap;
+    }
+    c->bin[c->size] = bin;
+    c->count[c->size] = count;
+    c->size++;
+    return 1;
+}
+
+/* First fit over the sequences in `order`. A run of equal lengths is placed a bin at a time:
+ * once a bin takes as many of the run as fit, the run's next sequence can only go to a later
+ * bin (every earlier one already had too little room), so the search resumes after it, and a new
+ * bin takes capacity/length of them at once. The bins are exactly those of placing the
+ * sequences one by one; 1M long-tailed lengths need some 33k tree searches, not 1M. */
 static pp_status pp__first_fit(const int32_t *order, int n, const int32_t *lengths, int32_t capacity,
-                               int max_seqs, int32_t *ev_bin, int *num_bins, pp_error *err)
+                               int max_seqs, pp__chunks *out, int *num_bins, pp_error *err)
 {
     pp__fit f;
     int k = 0;
@@ -6461,9 +6485,10 @@ static pp_status pp__first_fit(const int32_t *order, int n, const int32_t *lengt
             take = (int)(room / len);
             if (take > end - k) take = end - k;
             if (max_seqs && take > max_seqs - f.count[b]) take = max_seqs - f.count[b];
+            if (!pp__chunk_push(out, b, take)) goto oom;
             room -= (int32_t)take * len;
             f.count[b] += take;
-            while (take-- > 0) ev_bin[k++] = b;
+            k += take;
             pp__fit_set(&f, b, (max_seqs && f.count[b] >= max_seqs) ? -1 : room);
             from = b + 1;
         }
@@ -6937,6 +6962,39 @@ static pp_status pp__packing_from_events(const pp__events *ev, int n, const int3
     return PP_OK;
 }
 
+/* Builds the compressed-row bins from first fit's chunks: each chunk is one copy. */
+static pp_status pp__packing_from_chunks(const int32_t *order, const pp__chunks *ch, int num_bins, int n,
+                                         const int32_t *lengths, int32_t capacity, pp_packing **out, pp_error *err)
+{
+    pp_packing *p = (pp_packing *)pp__calloc(1, sizeof(pp_packing));
+    int32_t *fill = NULL;
+    int c, i, k = 0;
+    if (!p) return pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+    p->num_seqs = n; p->num_bins = num_bins; p->capacity = capacity;
+    p->bin_offsets = (int32_t *)pp__calloc((size_t)num_bins + 1, sizeof(int32_t));
+    p->seqs = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    p->bin_tokens = (int32_t *)pp__calloc((size_t)(num_bins > 0 ? num_bins : 1), sizeof(int32_t));
+    fill = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * (size_t)(num_bins > 0 ? num_bins : 1));
+    if (!p->bin_offsets || !p->seqs || !p->bin_tokens || !fill) {
+        PIPEPAR_FREE(fill);
+        pp_packing_free(p);
+        return pp__fail(err, PP_ENOMEM, "pp_pack: out of memory");
+    }
+    for (c = 0; c < ch->size; c++) p->bin_offsets[ch->bin[c] + 1] += ch->count[c];
+    for (i = 0; i < num_bins; i++) { p->bin_offsets[i + 1] += p->bin_offsets[i]; fill[i] = p->bin_offsets[i]; }
+    for (c = 0; c < ch->size; c++) {
+        int32_t b = ch->bin[c], cnt = ch->count[c], len = lengths[order[k]];   /* one length per chunk */
+        memcpy(p->seqs + fill[b], order + k, sizeof(int32_t) * (size_t)cnt);
+        fill[b] += cnt;
+        p->bin_tokens[b] += cnt * len;
+        p->total_tokens += (int64_t)cnt * len;
+        k += cnt;
+    }
+    PIPEPAR_FREE(fill);
+    *out = p;
+    return PP_OK;
+}
+
 typedef struct pp__bin_size { int32_t count, bin; } pp__bin_size;
 
 static int pp__bin_size_cmp(const void *x, const void *y)   /* count descending, then bin descending */
@@ -7004,19 +7062,23 @@ static pp_status pp__adjust_bins(pp_packing *p, const int32_t *lengths, int min_
 pp_status pp_pack(const int32_t *lengths, int n, const pp_pack_config *cfg, pp_packing **out, pp_error *err)
 {
     pp__events ev;
+    pp__chunks chunks;
     int32_t *order = NULL, *tmp = NULL, *seq_buf = NULL, max_len = 0;
     pp_packing *p = NULL;
     pp_status st;
     size_t sz = (size_t)(n > 0 ? n : 1);
-    int i, ordered = 0;
+    int i, ordered = 0, fit = 0;
     if (!out) return pp__fail(err, PP_EINVAL, "pp_pack: out must not be NULL");
     *out = NULL;
     if ((st = pp__pack_check(lengths, n, cfg, err)) != PP_OK) return st;
     for (i = 0; i < n; i++) if (lengths[i] > max_len) max_len = lengths[i];
     memset(&ev, 0, sizeof ev);
-    ev.bin = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+    memset(&chunks, 0, sizeof chunks);
+    fit = cfg->algo == PP_PACK_FFD || cfg->algo == PP_PACK_FIRST_FIT_SHUFFLE ||
+          (cfg->algo == PP_PACK_MFFD && cfg->max_sequences_per_bin);
     order = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
-    if (!ev.bin || !order) { st = pp__fail(err, PP_ENOMEM, "pp_pack: out of memory"); goto done; }
+    if (!fit) ev.bin = (int32_t *)PIPEPAR_MALLOC(sizeof(int32_t) * sz);
+    if (!order || (!fit && !ev.bin)) { st = pp__fail(err, PP_ENOMEM, "pp_pack: out of memory"); goto done; }
     /* The placing orders that need no scratch space are built in `order`, which then doubles
      * as the event sequence list; the others get their own event and scratch arrays. */
     if (cfg->algo == PP_PACK_FFD || cfg->algo == PP_PACK_BFD ||
@@ -7040,20 +7102,17 @@ pp_status pp_pack(const int32_t *lengths, int n, const pp_pack_config *cfg, pp_p
     switch (cfg->algo) {
     case PP_PACK_FFD:
     case PP_PACK_FIRST_FIT_SHUFFLE:
-        st = pp__first_fit(order, n, lengths, cfg->capacity, cfg->max_sequences_per_bin, ev.bin, &ev.num_bins, err);
-        ev.count = n;
+        st = pp__first_fit(order, n, lengths, cfg->capacity, cfg->max_sequences_per_bin, &chunks, &ev.num_bins, err);
         break;
     case PP_PACK_BFD:
         st = pp__best_fit(order, n, lengths, cfg->capacity, cfg->max_sequences_per_bin, ev.bin, &ev.num_bins, err);
         ev.count = n;
         break;
     case PP_PACK_MFFD:
-        if (cfg->max_sequences_per_bin) {   /* NeMo RL: with a sequence cap MFFD runs capped FFD */
-            st = pp__first_fit(order, n, lengths, cfg->capacity, cfg->max_sequences_per_bin, ev.bin, &ev.num_bins, err);
-            ev.count = n;
-        } else {
+        if (cfg->max_sequences_per_bin)   /* NeMo RL: with a sequence cap MFFD runs capped FFD */
+            st = pp__first_fit(order, n, lengths, cfg->capacity, cfg->max_sequences_per_bin, &chunks, &ev.num_bins, err);
+        else
             st = pp__mffd(lengths, n, cfg->capacity, &ev, err);
-        }
         break;
     case PP_PACK_CONCATENATIVE: {
         int64_t used = 0;
@@ -7082,7 +7141,9 @@ pp_status pp_pack(const int32_t *lengths, int n, const pp_pack_config *cfg, pp_p
         break;
     }
     if (st != PP_OK) goto done;
-    if ((st = pp__packing_from_events(&ev, n, lengths, cfg->capacity, &p, err)) != PP_OK) goto done;
+    st = fit ? pp__packing_from_chunks(order, &chunks, ev.num_bins, n, lengths, cfg->capacity, &p, err)
+             : pp__packing_from_events(&ev, n, lengths, cfg->capacity, &p, err);
+    if (st != PP_OK) goto done;
     if ((st = pp__adjust_bins(p, lengths, cfg->min_bin_count, cfg->bin_count_multiple, err)) != PP_OK) {
         pp_packing_free(p);
         goto done;
@@ -7091,6 +7152,7 @@ pp_status pp_pack(const int32_t *lengths, int n, const pp_pack_config *cfg, pp_p
     st = pp__ok(err);
 done:
     PIPEPAR_FREE(seq_buf); PIPEPAR_FREE(ev.bin); PIPEPAR_FREE(order); PIPEPAR_FREE(tmp);
+    PIPEPAR_FREE(chunks.bin); PIPEPAR_FREE(chunks.count);
     return st;
 }
 
