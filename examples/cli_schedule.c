@@ -19,6 +19,7 @@ typedef struct schedule_flags {
     pp_sim_costs costs;
     double bytes, bandwidth_gbps;
     int json;
+    int relower;             /* --relower: drop the CSV's communication and lower it again */
 } schedule_flags;
 
 static void schedule_usage(FILE *out, int simulate)
@@ -29,7 +30,9 @@ static void schedule_usage(FILE *out, int simulate)
             "  --kind      gpipe | 1f1b | interleaved | looped-bfs | zb-h1 | zb-h2 | zbv | dualpipev | interleaved-zb\n"
             "  --pp        pipeline ranks (>= 1)          --vpp   chunks per rank (default 1; 2 for zbv, dualpipev)\n"
             "  --mb        microbatches per step (>= 1)   --group microbatches per chunk round, interleaved only (default pp)\n"
-            "  --from-csv  read PyTorch's pipeline-order CSV instead of building (one row per rank)\n",
+            "  --from-csv  read PyTorch's pipeline-order CSV instead of building (one row per rank)\n"
+            "  --relower   with --from-csv: drop its SEND/RECV actions and place them with pipepar's lowering\n"
+            "              (for CSVs from other tools whose groups do not pair one to one)\n",
             simulate ? "simulate" : "schedule", simulate ? "simulate" : "schedule");
     if (simulate)
         fprintf(out,
@@ -56,6 +59,7 @@ static int parse_schedule_flags(int argc, char **argv, int simulate, schedule_fl
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { schedule_usage(stdout, simulate); return -1; }
         if (!strcmp(a, "--json") && simulate) { fl->json = 1; continue; }
+        if (!strcmp(a, "--relower")) { fl->relower = 1; continue; }
         if (!val) return cli_usage_error("%s: needs a value (or unknown flag; see --help)", a);
         i++;
         if (!strcmp(a, "--kind")) {
@@ -103,6 +107,7 @@ static int parse_schedule_flags(int argc, char **argv, int simulate, schedule_fl
             return cli_usage_error("unknown flag '%s' (see pipepar %s --help)", a, simulate ? "simulate" : "schedule");
         }
     }
+    if (fl->relower && !fl->from_csv) return cli_usage_error("--relower: only with --from-csv");
     if (fl->from_csv) {
         if (have_kind || have_pp || have_mb || fl->cfg.vpp || fl->cfg.group)
             return cli_usage_error("--from-csv: the CSV defines the schedule; drop --kind, --pp, --vpp, --mb, --group");
@@ -134,6 +139,7 @@ static int make_schedule(const schedule_flags *fl, pp_schedule **out)
         st = pp_schedule_read_csv(text, len, &s, &err);
         free(text);
         if (st != PP_OK) return cli_report(&err);
+        if (fl->relower) pp_schedule_strip_comm(s);
     } else if (pp_schedule_build(&fl->cfg, &s, &err) != PP_OK) {
         return cli_report(&err);
     }

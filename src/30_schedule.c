@@ -37,7 +37,7 @@ static int pp__is_comm(int op) { return op >= PP_OP_SEND_F && op <= PP_OP_RECV_B
 static pp_action pp__action(int op, int stage, int mb)
 {
     pp_action a;
-    a.op = op; a.stage = stage; a.mb = mb; a.stage2 = -1; a.mb2 = -1;
+    a.op = op; a.stage = stage; a.mb = mb; a.stage2 = -1; a.mb2 = -1; a.group = 0;
     return a;
 }
 
@@ -124,6 +124,7 @@ pp_status pp_schedule_append(pp_schedule *s, int rank, pp_action action, pp_erro
     } else {
         action.stage2 = -1; action.mb2 = -1;
     }
+    if (!pp__is_comm(action.op)) action.group = 0;
     if (!pp__reserve(s, rank, s->length[rank] + 1)) return pp__fail(err, PP_ENOMEM, "out of memory");
     s->actions[rank][s->length[rank]++] = action;
     if (pp__is_comm(action.op)) s->lowered = 1;
@@ -621,6 +622,16 @@ static int pp__halves(pp_action a, int *ops, int *stages, int *mbs)
 
 /* --- lowering ------------------------------------------------------------------------------- */
 
+int pp_schedule_group_end(const pp_schedule *s, int rank, int i)
+{
+    int j;
+    if (!s || rank < 0 || rank >= s->pp || i < 0 || i >= s->length[rank]) return i + 1;
+    if (!pp__is_comm(s->actions[rank][i].op)) return i + 1;
+    for (j = i + 1; j < s->length[rank]; j++)
+        if (!pp__is_comm(s->actions[rank][j].op) || s->actions[rank][j].group != s->actions[rank][i].group) break;
+    return j;
+}
+
 void pp_schedule_strip_comm(pp_schedule *s)
 {
     int r, i, n;
@@ -636,7 +647,10 @@ void pp_schedule_strip_comm(pp_schedule *s)
 /* Lowering walks the compute orders in lock-step rounds: in each round every rank runs its next
  * compute action if its inputs arrived in an earlier round, then every tensor produced in the
  * round that crosses ranks gets a SEND on its producer and a RECV on its consumer, both placed
- * in that round's communication group. Each pair of ranks therefore sees its transfers in the
+ * in that round's communication group (group = round + 1, so that a rank idle for a round does
+ * not merge two rounds into one group: each group meets exactly one group of each peer, as
+ * Megatron pairs send_forward_recv_backward on one rank with send_backward_recv_forward on the
+ * next). Each pair of ranks therefore sees its transfers in the
  * same round order on both sides, and a group of round k only ever waits for groups of round k:
  * the programs cannot deadlock, even with sends that block until received. (This is the
  * lock-step table PyTorch draws with idle '_' steps; Megatron's batched p2p per step is the same
@@ -749,13 +763,17 @@ static pp_status pp__lower(pp_schedule *s, unsigned char *stuck_on_backward, pp_
             for (h = 0; h < nh; h++) {
                 int sg = stg[h], m = mbs[h], to;
                 if (ops[h] == PP_OP_F && sg + 1 < s->num_stages && (to = pp_stage_rank(s, sg + 1)) != r) {
-                    out[r][newlen[r]++] = pp__action(PP_OP_SEND_F, sg, m);
-                    out[to][newlen[to]++] = pp__action(PP_OP_RECV_F, sg + 1, m);
+                    out[r][newlen[r]] = pp__action(PP_OP_SEND_F, sg, m);
+                    out[r][newlen[r]++].group = round + 1;
+                    out[to][newlen[to]] = pp__action(PP_OP_RECV_F, sg + 1, m);
+                    out[to][newlen[to]++].group = round + 1;
                     arrived_f[PP__SM(s, sg + 1, m)] = 1;
                 }
                 if ((ops[h] == PP_OP_B || ops[h] == PP_OP_I) && sg > 0 && (to = pp_stage_rank(s, sg - 1)) != r) {
-                    out[r][newlen[r]++] = pp__action(PP_OP_SEND_B, sg, m);
-                    out[to][newlen[to]++] = pp__action(PP_OP_RECV_B, sg - 1, m);
+                    out[r][newlen[r]] = pp__action(PP_OP_SEND_B, sg, m);
+                    out[r][newlen[r]++].group = round + 1;
+                    out[to][newlen[to]] = pp__action(PP_OP_RECV_B, sg - 1, m);
+                    out[to][newlen[to]++].group = round + 1;
                     arrived_b[PP__SM(s, sg - 1, m)] = 1;
                 }
             }
@@ -914,9 +932,7 @@ static pp_status pp__validate_lowered(const pp_schedule *s, pp_error *err)
                 }
                 /* a communication group [gstart, gend) */
                 if (gstart[r] != pc[r]) {
-                    int e = pc[r];
-                    while (e < s->length[r] && pp__is_comm(s->actions[r][e].op)) e++;
-                    gstart[r] = pc[r]; gend[r] = e;
+                    gstart[r] = pc[r]; gend[r] = pp_schedule_group_end(s, r, pc[r]);
                     /* posting a send needs the tensor to exist */
                     for (i = gstart[r]; i < gend[r]; i++) {
                         pp_action c = s->actions[r][i];
@@ -981,6 +997,51 @@ static pp_status pp__validate_lowered(const pp_schedule *s, pp_error *err)
             pp__text_free(&t);
             goto done;
         }
+    }
+    /* 3. every group meets exactly one group of each peer it talks to (NCCL's blocking group
+     *    call may wait for the peer to enter the matching call: partners spread over two groups
+     *    of one peer can hang a real run although the send-by-send model above finishes). */
+    {
+        int **gfirst = (int **)pp__calloc((size_t)s->pp, sizeof(int *));
+        if (!gfirst) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+        for (r = 0; r < s->pp && st == PP_OK; r++) {
+            gfirst[r] = (int *)PIPEPAR_MALLOC((size_t)(s->length[r] > 0 ? s->length[r] : 1) * sizeof(int));
+            if (!gfirst[r]) { st = pp__fail(err, PP_ENOMEM, "out of memory"); break; }
+            for (i = 0; i < s->length[r];) {
+                int e = pp_schedule_group_end(s, r, i), j;
+                for (j = i; j < e; j++) gfirst[r][j] = i;
+                i = e;
+            }
+        }
+        for (r = 0; r < s->pp && st == PP_OK; r++) {
+            for (i = 0; i < s->length[r] && st == PP_OK;) {
+                int e = pp_schedule_group_end(s, r, i), j, peers[4], pgroups[4], np = 0;
+                if (!pp__is_comm(s->actions[r][i].op)) { i = e; continue; }
+                for (j = i; j < e; j++) {
+                    pp_action c = s->actions[r][j];
+                    int is_send = c.op == PP_OP_SEND_F || c.op == PP_OP_SEND_B, pr, pq, q;
+                    k = pp__comm_key(s, c);
+                    pr = is_send ? recv_rank[k] : send_rank[k];
+                    pq = is_send ? recv_pos[k] : send_pos[k];
+                    for (q = 0; q < np && peers[q] != pr; q++) {}
+                    if (q == np && np < 4) { peers[np] = pr; pgroups[np++] = gfirst[pr][pq]; continue; }
+                    if (q < np && pgroups[q] != gfirst[pr][pq]) {
+                        pp_action_format(c, txt, sizeof txt);
+                        st = pp__fail(err, PP_EINVALID_SCHEDULE,
+                                      "rank %d position %d: %s is in the group that starts at position %d, but its "
+                                      "partner on rank %d is in that rank's group at position %d while the group's "
+                                      "other partners there are in the group at position %d: each group must meet "
+                                      "exactly one group of each peer (NCCL's group calls can hang otherwise; "
+                                      "pp_schedule_lower builds such pairs)", r, j, txt, i, pr, gfirst[pr][pq], pgroups[q]);
+                        break;
+                    }
+                }
+                i = e;
+            }
+        }
+        for (r = 0; r < s->pp; r++) PIPEPAR_FREE(gfirst[r]);
+        PIPEPAR_FREE(gfirst);
+        if (st != PP_OK) goto done;
     }
     st = PP_OK;
 done:

@@ -14,9 +14,12 @@
  *     communication  SEND_F (stage s sends its output to stage s+1), RECV_F (stage s receives its
  *                    input from s-1), SEND_B (stage s sends its input-gradient to s-1), RECV_B
  *                    (stage s receives its output-gradient from s+1)
- * A maximal run of consecutive communication actions is one batched group: the runtime posts it
- * at once (one ncclGroupStart/End), and the validator proves the programs finish under that rule
- * even when every send waits for its receive (rendezvous, the strictest transport).
+ * A run of consecutive communication actions with the same `group` is one batched group: the
+ * runtime posts it at once (one ncclGroupStart/End). The validator proves the programs finish
+ * under that rule even when every send waits for its receive (rendezvous), and that every group
+ * meets exactly one group of each peer it talks to: NCCL's blocking group call can wait for the
+ * peer to enter the matching call, so a group whose partners sit in two different groups of one
+ * peer can hang a real run even where a send-by-send model finishes.
  *
  * Pipeline of calls: build (compute order) -> lower (adds communication) -> validate -> simulate,
  * draw, or run. A generator emits only the compute order; the one lowering pass serves them all.
@@ -54,6 +57,9 @@ typedef struct pp_action {
     int32_t mb;      /* microbatch */
     int32_t stage2;  /* PP_OP_FB only: the backward half is B(stage2, mb2); -1 otherwise */
     int32_t mb2;
+    int32_t group;   /* communication: its batched group. Consecutive communication actions with the
+                        same group are posted together; pp_schedule_lower numbers them by round, so
+                        group k of a rank meets exactly group k of each neighbour. 0 elsewhere. */
 } pp_action;
 
 typedef struct pp_schedule_config {
@@ -100,6 +106,9 @@ PIPEPAR_API int pp_rank_chunk_stage(const pp_schedule *s, int rank, int chunk);
  * tensors in place, with no communication. Lowering an already lowered schedule first removes the
  * old communication. */
 PIPEPAR_API pp_status pp_schedule_lower(pp_schedule *s, pp_error *err);
+/* The end (one past the last action) of the batched group that starts at position i of a rank's
+ * program: consecutive communication actions with the same group. For a compute action: i + 1. */
+PIPEPAR_API int pp_schedule_group_end(const pp_schedule *s, int rank, int i);
 /* Removes all communication actions (back to the compute order). */
 PIPEPAR_API void pp_schedule_strip_comm(pp_schedule *s);
 
@@ -108,8 +117,8 @@ PIPEPAR_API void pp_schedule_strip_comm(pp_schedule *s);
  *   - F(s,m) after F(s-1,m) arrived; B(s,m) after F(s,m) and after B(s+1,m)'s gradient arrived;
  *     W after its I;
  *   - lowered: every send has exactly one matching receive, every cross-rank input is received
- *     before use, and the programs run to the end when each group of consecutive communication
- *     actions is posted together and every send blocks until its receive is posted.
+ *     before use, the programs run to the end when each group is posted together and every send
+ *     blocks until its receive is posted, and each group meets exactly one group of each peer.
  * An unlowered schedule is checked as if lowered (on a copy). */
 PIPEPAR_API pp_status pp_schedule_validate(const pp_schedule *s, pp_error *err);
 
@@ -161,8 +170,9 @@ PIPEPAR_API void pp_sim_result_free(pp_sim_result *r);
  *   ASCII: one row per rank, one column per time unit of the simulated timeline.
  *   SVG:   one row per rank, one box per action, colour by microbatch, F / B / I / W told apart.
  *   torch: one line per rank, "rankR: " then the compute actions in PyTorch's spelling.
- *   CSV:   PyTorch's pipeline-order CSV, one row per rank (compute and communication actions);
- *          pp_schedule_read_csv reads it back (and PyTorch's compute-only form too).
+ *   CSV:   PyTorch's pipeline-order CSV, one row per rank (compute and communication actions; an
+ *          empty cell separates two communication groups that touch); pp_schedule_read_csv reads
+ *          it back, and PyTorch's compute-only form too.
  * ============================================================================================ */
 PIPEPAR_API pp_status pp_schedule_draw_ascii(const pp_schedule *s, const pp_sim_result *sim, FILE *out,
                                              pp_error *err);

@@ -237,7 +237,11 @@ pp_status pp_schedule_write_csv(const pp_schedule *s, FILE *out, pp_error *err)
     if (!s || !out) return pp__fail(err, PP_EINVAL, "schedule and out: must not be NULL");
     for (r = 0; r < s->pp; r++) {
         for (i = 0; i < s->length[r]; i++) {
-            pp_action_format(s->actions[r][i], buf, sizeof buf);
+            pp_action a = s->actions[r][i];
+            /* an empty cell between two communication groups that touch (PyTorch reads it as None) */
+            if (i && pp__is_comm(a.op) && pp__is_comm(s->actions[r][i - 1].op) && a.group != s->actions[r][i - 1].group)
+                pp__text_printf(&t, ",");
+            pp_action_format(a, buf, sizeof buf);
             pp__text_printf(&t, "%s%s", i ? "," : "", buf);
         }
         pp__text_printf(&t, "\n");
@@ -297,6 +301,7 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
     pp_action *acts = NULL;
     int *row_of = NULL;
     size_t n = 0, cap = 0, pos = 0;
+    int group = 1;
     int rows = 0, max_stage = -1, max_mb = -1, looped = 1, vshape = 1, vpp;
     pp_schedule *s = NULL;
     pp_status st = PP_OK;
@@ -321,6 +326,7 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
                 size_t b = cell, e = ce;
                 while (b < e && (text[b] == ' ' || text[b] == '\t' || text[b] == '\r' || text[b] == '"')) b++;
                 while (e > b && (text[e - 1] == ' ' || text[e - 1] == '\t' || text[e - 1] == '\r' || text[e - 1] == '"')) e--;
+                if (e == b) group++;   /* an empty cell closes a communication group */
                 if (e > b) {
                     if (e - b >= sizeof buf) {
                         st = pp__fail(err, PP_EPARSE, "CSV row %d: cell '%.20s...' is too long for an action", rows, text + b);
@@ -344,6 +350,7 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
                         if (!na || !nr) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
                         cap = nc;
                     }
+                    if (pp__is_comm(a.op)) a.group = group;
                     acts[n] = a;
                     row_of[n] = rows;
                     n++;

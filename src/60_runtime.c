@@ -1083,7 +1083,7 @@ static pp_status pp__walk(pp_executor *ex, pp_error *err)
         pp_action a = ex->prog[i];
         if (pp__is_comm(a.op)) {
             int j = i;
-            while (j < ex->len && pp__is_comm(ex->prog[j].op)) j++;
+            while (j < ex->len && pp__is_comm(ex->prog[j].op) && ex->prog[j].group == a.group) j++;
             st = pp__post_group(ex, i, j, err);
             i = j;
             continue;
@@ -1232,7 +1232,10 @@ pp_status pp_executor_create(const pp_executor_config *cfg, pp_executor **out, p
         int op = ex->prog[i].op;
         if (op == PP_OP_I || op == PP_OP_W) ex->has_split = 1;
         if (op == PP_OP_B || (op == PP_OP_FB)) ex->has_b = 1;
-        if (pp__is_comm(op)) { run++; if (run > maxgroup) maxgroup = run; } else run = 0;
+        if (pp__is_comm(op)) {
+            run = (i > 0 && pp__is_comm(ex->prog[i - 1].op) && ex->prog[i - 1].group == ex->prog[i].group) ? run + 1 : 1;
+            if (run > maxgroup) maxgroup = run;
+        } else run = 0;
     }
     if (ex->has_split && (!ex->cb.backward_input || !ex->cb.backward_weight)) {
         pp_executor_free(ex);
@@ -1514,7 +1517,8 @@ pp_status pp_timeline_write_chrome_trace(const pp_timeline *t, int count, FILE *
             if (pp__is_comm(a.op)) {
                 /* one slice per group: its first action names it, the rest go in args */
                 int j = i, k;
-                while (j + 1 < t[r].length && pp__is_comm(t[r].actions[j + 1].op) && t[r].start[j + 1] >= 0 &&
+                while (j + 1 < t[r].length && pp__is_comm(t[r].actions[j + 1].op) &&
+                       t[r].actions[j + 1].group == a.group && t[r].start[j + 1] >= 0 &&
                        t[r].start[j + 1] == t[r].start[i])
                     j++;
                 PP__SEP();

@@ -729,7 +729,7 @@ static int pp__mimo_prog_pipeline(const pp_mimo_pipeline *pl, int rank, pp__mimo
             ok = pp__mimo_push(p, pp__mimo_compute(a.op, mod, mst, a.mb));
             continue;
         }
-        if (i == 0 || !pp__mimo_is_comm(s->actions[lr][i - 1].op)) (*group)++;
+        if (i == 0 || !pp__mimo_is_comm(s->actions[lr][i - 1].op) || s->actions[lr][i - 1].group != a.group) (*group)++;
         {
             int send = pp__mimo_is_send(a.op);
             int lpeer = (a.op == PP_OP_SEND_F || a.op == PP_OP_RECV_B) ? a.stage + 1 : a.stage - 1;

@@ -25,6 +25,13 @@ $P schedule --kind 1f1b --pp 3 --mb 5 --format csv > /tmp/pp_cli_$$.csv && ok ||
 a=$($P schedule --kind 1f1b --pp 3 --mb 5 --format torch); b=$($P schedule --from-csv /tmp/pp_cli_$$.csv --format torch)
 [ "$a" = "$b" ] && ok || bad "csv round trip: '$a' vs '$b'"
 $P simulate --from-csv /tmp/pp_cli_$$.csv --json | grep -q '"makespan": 21' && ok || bad "simulate --from-csv makespan"
+# groups that touch are written with an empty cell between them, and read back as two groups
+$P schedule --kind 1f1b --pp 2 --mb 3 --format csv | head -1 | grep -q '0SEND_F1,,0RECV_B0' && ok || bad "csv group separator"
+# a CSV whose rank-0 group meets two groups of rank 1 is refused, and --relower repairs it
+printf '0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n' > /tmp/pp_cli_$$.csv
+expect_error 1 "each group must meet exactly one group of each peer" schedule --from-csv /tmp/pp_cli_$$.csv
+$P schedule --from-csv /tmp/pp_cli_$$.csv --relower --format csv | head -1 | grep -q '^0F0,0SEND_F0,,0RECV_B0,0B0$' && ok || bad "--relower"
+expect_error 2 "--relower: only with --from-csv" schedule --kind 1f1b --pp 2 --mb 2 --relower
 rm -f /tmp/pp_cli_$$.csv
 
 # svg and json are well-formed enough for a browser / a parser

@@ -348,7 +348,7 @@ static void same_rank_neighbours_in_v_placement_pass_without_communication(void)
     PP_CHECK_OK(pp_schedule_create(2, 2, 2, PP_PLACEMENT_V, &s, &err), &err);
     if (!s) return;
     for (m = 0; m < 2; m++) {
-        pp_action a = { PP_OP_F, 0, 0, -1, -1 };
+        pp_action a = { PP_OP_F, 0, 0, -1, -1, 0 };
         a.mb = m;
         a.stage = 0; pp_schedule_append(s, 0, a, &err);
         a.stage = 1; pp_schedule_append(s, 1, a, &err);
@@ -403,9 +403,12 @@ static pp_status validate_programs(int pp, int mb, const char *const *programs, 
     for (r = 0; r < pp; r++) {
         char buf[1024], *tok, *p;
         snprintf(buf, sizeof buf, "%s", programs[r]);
+        int group = 1;
         for (p = buf; (tok = strtok(p, " ")) != NULL; p = NULL) {
             pp_action a;
-            if ((st = pp_action_parse(tok, &a, err)) != PP_OK || (st = pp_schedule_append(s, r, a, err)) != PP_OK) {
+            if (!strcmp(tok, "|")) { group++; continue; }   /* "|" closes a communication group */
+            if ((st = pp_action_parse(tok, &a, err)) == PP_OK) a.group = group;
+            if (st != PP_OK || (st = pp_schedule_append(s, r, a, err)) != PP_OK) {
                 pp_schedule_free(s);
                 return st;
             }
@@ -418,9 +421,14 @@ static pp_status validate_programs(int pp, int mb, const char *const *programs, 
 
 static void validator_accepts_a_hand_lowered_1f1b(void)
 {
-    static const char *const ok[] = { "0F0 0SEND_F0 0RECV_B0 0B0", "1RECV_F0 1F0 1B0 1SEND_B0" };
+    static const char *const ok[] = { "0F0 0SEND_F0 | 0RECV_B0 0B0", "1RECV_F0 1F0 1B0 1SEND_B0" };
+    /* the same with rank 0's two transfers in one group: its partners are in two groups of rank 1 */
+    static const char *const merged[] = { "0F0 0SEND_F0 0RECV_B0 0B0", "1RECV_F0 1F0 1B0 1SEND_B0" };
     pp_error err;
     PP_CHECK_OK(validate_programs(2, 1, ok, &err), &err);
+    PP_CHECK_FAILS(validate_programs(2, 1, merged, &err), &err, PP_EINVALID_SCHEDULE,
+                   "rank 0 position 2: 0RECV_B0 is in the group that starts at position 1, but its partner on rank 1 "
+                   "is in that rank's group at position 3");
 }
 
 static void validator_names_a_missing_receive(void)
@@ -454,9 +462,10 @@ static void validator_finds_the_deadlock_of_crossed_sends(void)
     static const char *const bad[] = {
         "0F0 0SEND_F0 0F1 0SEND_F1 0F2 0SEND_F2 0RECV_B0 0B0 0RECV_B1 0B1 0RECV_B2 0B2",
         "1RECV_F0 1F0 1I0 1SEND_B0 1W0 1RECV_F1 1F1 1B1 1SEND_B1 1RECV_F2 1F2 1B2 1SEND_B2" };
-    /* the same programs with rank 1's receive moved into the group of its send: no deadlock */
+    /* paired the way Megatron pairs them: rank 0 sends mb 1 and receives mb 0's gradient in one
+     * group, rank 1 sends that gradient and receives mb 1 in the matching group: no deadlock */
     static const char *const good[] = {
-        "0F0 0SEND_F0 0F1 0SEND_F1 0F2 0SEND_F2 0RECV_B0 0B0 0RECV_B1 0B1 0RECV_B2 0B2",
+        "0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0F2 0SEND_F2 0RECV_B1 0B1 0RECV_B2 0B2",
         "1RECV_F0 1F0 1I0 1SEND_B0 1RECV_F1 1W0 1F1 1B1 1SEND_B1 1RECV_F2 1F2 1B2 1SEND_B2" };
     pp_error err;
     PP_CHECK_FAILS(validate_programs(2, 3, bad, &err), &err, PP_EDEADLOCK,
@@ -563,9 +572,14 @@ static void csv_round_trip_keeps_every_action(void)
         PP_CHECK_INT(back->mb, 8);
         PP_CHECK(back->lowered);
         for (r = 0; r < 4; r++) {
+            int i;
             PP_CHECK_INT(back->length[r], s->length[r]);
-            if (back->length[r] == s->length[r])
-                PP_CHECK(memcmp(back->actions[r], s->actions[r], (size_t)s->length[r] * sizeof(pp_action)) == 0);
+            for (i = 0; i < s->length[r] && back->length[r] == s->length[r]; i++) {
+                pp_action a = s->actions[r][i], b = back->actions[r][i];
+                PP_CHECK(a.op == b.op && a.stage == b.stage && a.mb == b.mb);
+                /* the same group boundaries (the numbering may differ) */
+                PP_CHECK_INT(pp_schedule_group_end(back, r, i), pp_schedule_group_end(s, r, i));
+            }
         }
         PP_CHECK_OK(pp_schedule_validate(back, &err), &err);
     }
