@@ -410,9 +410,12 @@ PIPEPAR_API pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers 
  *     communication  SEND_F (stage s sends its output to stage s+1), RECV_F (stage s receives its
  *                    input from s-1), SEND_B (stage s sends its input-gradient to s-1), RECV_B
  *                    (stage s receives its output-gradient from s+1)
- * A maximal run of consecutive communication actions is one batched group: the runtime posts it
- * at once (one ncclGroupStart/End), and the validator proves the programs finish under that rule
- * even when every send waits for its receive (rendezvous, the strictest transport).
+ * A run of consecutive communication actions with the same `group` is one batched group: the
+ * runtime posts it at once (one ncclGroupStart/End). The validator proves the programs finish
+ * under that rule even when every send waits for its receive (rendezvous), and that every group
+ * meets exactly one group of each peer it talks to: NCCL's blocking group call can wait for the
+ * peer to enter the matching call, so a group whose partners sit in two different groups of one
+ * peer can hang a real run even where a send-by-send model finishes.
  *
  * Pipeline of calls: build (compute order) -> lower (adds communication) -> validate -> simulate,
  * draw, or run. A generator emits only the compute order; the one lowering pass serves them all.
@@ -450,6 +453,9 @@ typedef struct pp_action {
     int32_t mb;      /* microbatch */
     int32_t stage2;  /* PP_OP_FB only: the backward half is B(stage2, mb2); -1 otherwise */
     int32_t mb2;
+    int32_t group;   /* communication: its batched group. Consecutive communication actions with the
+                        same group are posted together; pp_schedule_lower numbers them by round, so
+                        group k of a rank meets exactly group k of each neighbour. 0 elsewhere. */
 } pp_action;
 
 typedef struct pp_schedule_config {
@@ -496,6 +502,9 @@ PIPEPAR_API int pp_rank_chunk_stage(const pp_schedule *s, int rank, int chunk);
  * tensors in place, with no communication. Lowering an already lowered schedule first removes the
  * old communication. */
 PIPEPAR_API pp_status pp_schedule_lower(pp_schedule *s, pp_error *err);
+/* The end (one past the last action) of the batched group that starts at position i of a rank's
+ * program: consecutive communication actions with the same group. For a compute action: i + 1. */
+PIPEPAR_API int pp_schedule_group_end(const pp_schedule *s, int rank, int i);
 /* Removes all communication actions (back to the compute order). */
 PIPEPAR_API void pp_schedule_strip_comm(pp_schedule *s);
 
@@ -504,8 +513,8 @@ PIPEPAR_API void pp_schedule_strip_comm(pp_schedule *s);
  *   - F(s,m) after F(s-1,m) arrived; B(s,m) after F(s,m) and after B(s+1,m)'s gradient arrived;
  *     W after its I;
  *   - lowered: every send has exactly one matching receive, every cross-rank input is received
- *     before use, and the programs run to the end when each group of consecutive communication
- *     actions is posted together and every send blocks until its receive is posted.
+ *     before use, the programs run to the end when each group is posted together and every send
+ *     blocks until its receive is posted, and each group meets exactly one group of each peer.
  * An unlowered schedule is checked as if lowered (on a copy). */
 PIPEPAR_API pp_status pp_schedule_validate(const pp_schedule *s, pp_error *err);
 
@@ -557,8 +566,9 @@ PIPEPAR_API void pp_sim_result_free(pp_sim_result *r);
  *   ASCII: one row per rank, one column per time unit of the simulated timeline.
  *   SVG:   one row per rank, one box per action, colour by microbatch, F / B / I / W told apart.
  *   torch: one line per rank, "rankR: " then the compute actions in PyTorch's spelling.
- *   CSV:   PyTorch's pipeline-order CSV, one row per rank (compute and communication actions);
- *          pp_schedule_read_csv reads it back (and PyTorch's compute-only form too).
+ *   CSV:   PyTorch's pipeline-order CSV, one row per rank (compute and communication actions; an
+ *          empty cell separates two communication groups that touch); pp_schedule_read_csv reads
+ *          it back, and PyTorch's compute-only form too.
  * ============================================================================================ */
 PIPEPAR_API pp_status pp_schedule_draw_ascii(const pp_schedule *s, const pp_sim_result *sim, FILE *out,
                                              pp_error *err);
@@ -3722,7 +3732,7 @@ static int pp__is_comm(int op) { return op >= PP_OP_SEND_F && op <= PP_OP_RECV_B
 static pp_action pp__action(int op, int stage, int mb)
 {
     pp_action a;
-    a.op = op; a.stage = stage; a.mb = mb; a.stage2 = -1; a.mb2 = -1;
+    a.op = op; a.stage = stage; a.mb = mb; a.stage2 = -1; a.mb2 = -1; a.group = 0;
     return a;
 }
 
@@ -3809,6 +3819,7 @@ pp_status pp_schedule_append(pp_schedule *s, int rank, pp_action action, pp_erro
     } else {
         action.stage2 = -1; action.mb2 = -1;
     }
+    if (!pp__is_comm(action.op)) action.group = 0;
     if (!pp__reserve(s, rank, s->length[rank] + 1)) return pp__fail(err, PP_ENOMEM, "out of memory");
     s->actions[rank][s->length[rank]++] = action;
     if (pp__is_comm(action.op)) s->lowered = 1;
@@ -4306,6 +4317,16 @@ static int pp__halves(pp_action a, int *ops, int *stages, int *mbs)
 
 /* --- lowering ------------------------------------------------------------------------------- */
 
+int pp_schedule_group_end(const pp_schedule *s, int rank, int i)
+{
+    int j;
+    if (!s || rank < 0 || rank >= s->pp || i < 0 || i >= s->length[rank]) return i + 1;
+    if (!pp__is_comm(s->actions[rank][i].op)) return i + 1;
+    for (j = i + 1; j < s->length[rank]; j++)
+        if (!pp__is_comm(s->actions[rank][j].op) || s->actions[rank][j].group != s->actions[rank][i].group) break;
+    return j;
+}
+
 void pp_schedule_strip_comm(pp_schedule *s)
 {
     int r, i, n;
@@ -4321,7 +4342,10 @@ void pp_schedule_strip_comm(pp_schedule *s)
 /* Lowering walks the compute orders in lock-step rounds: in each round every rank runs its next
  * compute action if its inputs arrived in an earlier round, then every tensor produced in the
  * round that crosses ranks gets a SEND on its producer and a RECV on its consumer, both placed
- * in that round's communication group. Each pair of ranks therefore sees its transfers in the
+ * in that round's communication group (group = round + 1, so that a rank idle for a round does
+ * not merge two rounds into one group: each group meets exactly one group of each peer, as
+ * Megatron pairs send_forward_recv_backward on one rank with send_backward_recv_forward on the
+ * next). Each pair of ranks therefore sees its transfers in the
  * same round order on both sides, and a group of round k only ever waits for groups of round k:
  * the programs cannot deadlock, even with sends that block until received. (This is the
  * lock-step table PyTorch draws with idle '_' steps; Megatron's batched p2p per step is the same
@@ -4434,13 +4458,17 @@ static pp_status pp__lower(pp_schedule *s, unsigned char *stuck_on_backward, pp_
             for (h = 0; h < nh; h++) {
                 int sg = stg[h], m = mbs[h], to;
                 if (ops[h] == PP_OP_F && sg + 1 < s->num_stages && (to = pp_stage_rank(s, sg + 1)) != r) {
-                    out[r][newlen[r]++] = pp__action(PP_OP_SEND_F, sg, m);
-                    out[to][newlen[to]++] = pp__action(PP_OP_RECV_F, sg + 1, m);
+                    out[r][newlen[r]] = pp__action(PP_OP_SEND_F, sg, m);
+                    out[r][newlen[r]++].group = round + 1;
+                    out[to][newlen[to]] = pp__action(PP_OP_RECV_F, sg + 1, m);
+                    out[to][newlen[to]++].group = round + 1;
                     arrived_f[PP__SM(s, sg + 1, m)] = 1;
                 }
                 if ((ops[h] == PP_OP_B || ops[h] == PP_OP_I) && sg > 0 && (to = pp_stage_rank(s, sg - 1)) != r) {
-                    out[r][newlen[r]++] = pp__action(PP_OP_SEND_B, sg, m);
-                    out[to][newlen[to]++] = pp__action(PP_OP_RECV_B, sg - 1, m);
+                    out[r][newlen[r]] = pp__action(PP_OP_SEND_B, sg, m);
+                    out[r][newlen[r]++].group = round + 1;
+                    out[to][newlen[to]] = pp__action(PP_OP_RECV_B, sg - 1, m);
+                    out[to][newlen[to]++].group = round + 1;
                     arrived_b[PP__SM(s, sg - 1, m)] = 1;
                 }
             }
@@ -4599,9 +4627,7 @@ static pp_status pp__validate_lowered(const pp_schedule *s, pp_error *err)
                 }
                 /* a communication group [gstart, gend) */
                 if (gstart[r] != pc[r]) {
-                    int e = pc[r];
-                    while (e < s->length[r] && pp__is_comm(s->actions[r][e].op)) e++;
-                    gstart[r] = pc[r]; gend[r] = e;
+                    gstart[r] = pc[r]; gend[r] = pp_schedule_group_end(s, r, pc[r]);
                     /* posting a send needs the tensor to exist */
                     for (i = gstart[r]; i < gend[r]; i++) {
                         pp_action c = s->actions[r][i];
@@ -4666,6 +4692,51 @@ static pp_status pp__validate_lowered(const pp_schedule *s, pp_error *err)
             pp__text_free(&t);
             goto done;
         }
+    }
+    /* 3. every group meets exactly one group of each peer it talks to (NCCL's blocking group
+     *    call may wait for the peer to enter the matching call: partners spread over two groups
+     *    of one peer can hang a real run although the send-by-send model above finishes). */
+    {
+        int **gfirst = (int **)pp__calloc((size_t)s->pp, sizeof(int *));
+        if (!gfirst) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+        for (r = 0; r < s->pp && st == PP_OK; r++) {
+            gfirst[r] = (int *)PIPEPAR_MALLOC((size_t)(s->length[r] > 0 ? s->length[r] : 1) * sizeof(int));
+            if (!gfirst[r]) { st = pp__fail(err, PP_ENOMEM, "out of memory"); break; }
+            for (i = 0; i < s->length[r];) {
+                int e = pp_schedule_group_end(s, r, i), j;
+                for (j = i; j < e; j++) gfirst[r][j] = i;
+                i = e;
+            }
+        }
+        for (r = 0; r < s->pp && st == PP_OK; r++) {
+            for (i = 0; i < s->length[r] && st == PP_OK;) {
+                int e = pp_schedule_group_end(s, r, i), j, peers[4], pgroups[4], np = 0;
+                if (!pp__is_comm(s->actions[r][i].op)) { i = e; continue; }
+                for (j = i; j < e; j++) {
+                    pp_action c = s->actions[r][j];
+                    int is_send = c.op == PP_OP_SEND_F || c.op == PP_OP_SEND_B, pr, pq, q;
+                    k = pp__comm_key(s, c);
+                    pr = is_send ? recv_rank[k] : send_rank[k];
+                    pq = is_send ? recv_pos[k] : send_pos[k];
+                    for (q = 0; q < np && peers[q] != pr; q++) {}
+                    if (q == np && np < 4) { peers[np] = pr; pgroups[np++] = gfirst[pr][pq]; continue; }
+                    if (q < np && pgroups[q] != gfirst[pr][pq]) {
+                        pp_action_format(c, txt, sizeof txt);
+                        st = pp__fail(err, PP_EINVALID_SCHEDULE,
+                                      "rank %d position %d: %s is in the group that starts at position %d, but its "
+                                      "partner on rank %d is in that rank's group at position %d while the group's "
+                                      "other partners there are in the group at position %d: each group must meet "
+                                      "exactly one group of each peer (NCCL's group calls can hang otherwise; "
+                                      "pp_schedule_lower builds such pairs)", r, j, txt, i, pr, gfirst[pr][pq], pgroups[q]);
+                        break;
+                    }
+                }
+                i = e;
+            }
+        }
+        for (r = 0; r < s->pp; r++) PIPEPAR_FREE(gfirst[r]);
+        PIPEPAR_FREE(gfirst);
+        if (st != PP_OK) goto done;
     }
     st = PP_OK;
 done:
@@ -5455,7 +5526,11 @@ pp_status pp_schedule_write_csv(const pp_schedule *s, FILE *out, pp_error *err)
     if (!s || !out) return pp__fail(err, PP_EINVAL, "schedule and out: must not be NULL");
     for (r = 0; r < s->pp; r++) {
         for (i = 0; i < s->length[r]; i++) {
-            pp_action_format(s->actions[r][i], buf, sizeof buf);
+            pp_action a = s->actions[r][i];
+            /* an empty cell between two communication groups that touch (PyTorch reads it as None) */
+            if (i && pp__is_comm(a.op) && pp__is_comm(s->actions[r][i - 1].op) && a.group != s->actions[r][i - 1].group)
+                pp__text_printf(&t, ",");
+            pp_action_format(a, buf, sizeof buf);
             pp__text_printf(&t, "%s%s", i ? "," : "", buf);
         }
         pp__text_printf(&t, "\n");
@@ -5515,6 +5590,7 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
     pp_action *acts = NULL;
     int *row_of = NULL;
     size_t n = 0, cap = 0, pos = 0;
+    int group = 1;
     int rows = 0, max_stage = -1, max_mb = -1, looped = 1, vshape = 1, vpp;
     pp_schedule *s = NULL;
     pp_status st = PP_OK;
@@ -5539,6 +5615,7 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
                 size_t b = cell, e = ce;
                 while (b < e && (text[b] == ' ' || text[b] == '\t' || text[b] == '\r' || text[b] == '"')) b++;
                 while (e > b && (text[e - 1] == ' ' || text[e - 1] == '\t' || text[e - 1] == '\r' || text[e - 1] == '"')) e--;
+                if (e == b) group++;   /* an empty cell closes a communication group */
                 if (e > b) {
                     if (e - b >= sizeof buf) {
                         st = pp__fail(err, PP_EPARSE, "CSV row %d: cell '%.20s...' is too long for an action", rows, text + b);
@@ -5562,6 +5639,7 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
                         if (!na || !nr) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
                         cap = nc;
                     }
+                    if (pp__is_comm(a.op)) a.group = group;
                     acts[n] = a;
                     row_of[n] = rows;
                     n++;
@@ -8798,7 +8876,7 @@ static pp_status pp__walk(pp_executor *ex, pp_error *err)
         pp_action a = ex->prog[i];
         if (pp__is_comm(a.op)) {
             int j = i;
-            while (j < ex->len && pp__is_comm(ex->prog[j].op)) j++;
+            while (j < ex->len && pp__is_comm(ex->prog[j].op) && ex->prog[j].group == a.group) j++;
             st = pp__post_group(ex, i, j, err);
             i = j;
             continue;
@@ -8947,7 +9025,10 @@ pp_status pp_executor_create(const pp_executor_config *cfg, pp_executor **out, p
         int op = ex->prog[i].op;
         if (op == PP_OP_I || op == PP_OP_W) ex->has_split = 1;
         if (op == PP_OP_B || (op == PP_OP_FB)) ex->has_b = 1;
-        if (pp__is_comm(op)) { run++; if (run > maxgroup) maxgroup = run; } else run = 0;
+        if (pp__is_comm(op)) {
+            run = (i > 0 && pp__is_comm(ex->prog[i - 1].op) && ex->prog[i - 1].group == ex->prog[i].group) ? run + 1 : 1;
+            if (run > maxgroup) maxgroup = run;
+        } else run = 0;
     }
     if (ex->has_split && (!ex->cb.backward_input || !ex->cb.backward_weight)) {
         pp_executor_free(ex);
@@ -9229,7 +9310,8 @@ pp_status pp_timeline_write_chrome_trace(const pp_timeline *t, int count, FILE *
             if (pp__is_comm(a.op)) {
                 /* one slice per group: its first action names it, the rest go in args */
                 int j = i, k;
-                while (j + 1 < t[r].length && pp__is_comm(t[r].actions[j + 1].op) && t[r].start[j + 1] >= 0 &&
+                while (j + 1 < t[r].length && pp__is_comm(t[r].actions[j + 1].op) &&
+                       t[r].actions[j + 1].group == a.group && t[r].start[j + 1] >= 0 &&
                        t[r].start[j + 1] == t[r].start[i])
                     j++;
                 PP__SEP();
@@ -10071,7 +10153,7 @@ static int pp__mimo_prog_pipeline(const pp_mimo_pipeline *pl, int rank, pp__mimo
             ok = pp__mimo_push(p, pp__mimo_compute(a.op, mod, mst, a.mb));
             continue;
         }
-        if (i == 0 || !pp__mimo_is_comm(s->actions[lr][i - 1].op)) (*group)++;
+        if (i == 0 || !pp__mimo_is_comm(s->actions[lr][i - 1].op) || s->actions[lr][i - 1].group != a.group) (*group)++;
         {
             int send = pp__mimo_is_send(a.op);
             int lpeer = (a.op == PP_OP_SEND_F || a.op == PP_OP_RECV_B) ? a.stage + 1 : a.stage - 1;
