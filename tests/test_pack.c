@@ -327,12 +327,12 @@ static int naive_fit(const int32_t *len, int n, int32_t cap, int best, int max_s
 }
 
 /* The tree-based first fit and treap-based best fit give exactly the bins of the scanning
- * versions, including past 1024 bins (where the tournament tree grows). */
+ * versions, including past 2048 bins (where the tournament tree over blocks of bins grows). */
 static void tree_first_fit_and_best_fit_equal_the_scanning_versions(void)
 {
     int trial;
     for (trial = 0; trial < 24; trial++) {
-        int n = trial < 20 ? (int)(rnd() % 400) + 1 : 3000, i, k, best = trial % 2, ok = 1;
+        int n = trial < 20 ? (int)(rnd() % 400) + 1 : 6000, i, k, best = trial % 2, ok = 1;
         int32_t cap = trial < 20 ? (int32_t)(rnd() % 100) + 1 : 10;
         int max_seqs = trial % 3 == 0 ? (int)(rnd() % 4) + 1 : 0;
         int32_t *len = (int32_t *)malloc(sizeof(int32_t) * (size_t)n), *bin_of = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
@@ -347,7 +347,7 @@ static void tree_first_fit_and_best_fit_equal_the_scanning_versions(void)
         cfg.capacity = cap; cfg.algo = best ? PP_PACK_BFD : PP_PACK_FFD; cfg.max_sequences_per_bin = max_seqs;
         PP_CHECK_OK(pp_pack(len, n, &cfg, &p, &err), &err);
         if (!p) { free(len); free(bin_of); free(order); free(pos); continue; }
-        if (trial >= 20) PP_CHECK(p->num_bins > 1024);
+        if (trial >= 20) PP_CHECK(p->num_bins > 2048);
         PP_CHECK_INT(p->num_bins, bins);
         /* Same bin for every sequence, same order inside each bin. */
         for (i = 0; i < n && ok; i++) {
