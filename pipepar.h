@@ -5473,7 +5473,12 @@ pp_status pp_schedule_write_svg(const pp_schedule *s, const pp_sim_result *sim, 
             if (a.op == PP_OP_FB)
                 pp__text_printf(&t, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"black\" "
                                 "fill-opacity=\"0.35\"/>", x, y + row_h / 2, w, row_h / 2 - 2);
-            if (w >= 7.0 * (double)strlen(label) && a.op != PP_OP_FB)
+            /* the chunk, where a rank holds several: a strip along the top, darker for later chunks */
+            if (s->vpp > 1 && pp_stage_chunk(s, a.stage) > 0)
+                pp__text_printf(&t, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"4\" fill=\"black\" "
+                                "fill-opacity=\"%.2f\"/>", x, y + 2, w > 0.5 ? w : 0.5,
+                                0.25 + 0.6 * (double)pp_stage_chunk(s, a.stage) / (double)(s->vpp - 1));
+            if (w >= 7.0 * (double)strlen(label) + 6.0 && a.op != PP_OP_FB)
                 pp__text_printf(&t, "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"%s\">%s</text>",
                                 x + w / 2, y + row_h / 2 + 4, op == PP_OP_F ? "black" : "white", label);
             pp__text_printf(&t, "</g>\n");
@@ -5493,7 +5498,8 @@ pp_status pp_schedule_write_svg(const pp_schedule *s, const pp_sim_result *sim, 
                                 left + k * 150.0, y);
             pp__text_printf(&t, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", left + k * 150.0 + 24, y + 10, legend_names[k]);
         }
-        pp__text_printf(&t, "<text x=\"%.0f\" y=\"%.0f\">grey = idle (the bubble)</text>\n", left + 600.0, y + 10);
+        pp__text_printf(&t, "<text x=\"%.0f\" y=\"%.0f\">grey = idle (the bubble)%s</text>\n", left + 600.0, y + 10,
+                        s->vpp > 1 ? "; dark strip on top = later chunk (none = chunk 0)" : "");
     }
     pp__text_printf(&t, "</svg>\n");
     pp_sim_result_free(owned);
