@@ -413,7 +413,7 @@ static const char replay_usage[] =
     "payload layers, topk] with the sequences back to back in index order.\n"
     "  --layers N           decoder layers of the model (required)\n"
     "  --first-k-dense K    layers 0 .. K-1 are dense\n"
-    "  --moe-freq F         layer i >= K is MoE when i %% F == 0 (default 1)\n"
+    "  --moe-freq F         layer i >= K is MoE when i % F == 0 (default 1)\n"
     "  --payload P          compressed: one recording slot per MoE layer (default); full: one per layer\n"
     "  --stage-layers A:B   this stage's decoder layers\n"
     "  --pp-rank R          or: the layers of pipeline rank R, chunk C (default 0) in the split of\n"
