@@ -15,6 +15,9 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpedantic"
 #endif
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L   /* clock_gettime, pthreads under -std=c99 */
+#endif
 #include <cuda_runtime.h>
 #include <nccl.h>
 #if defined(__GNUC__)

@@ -98,12 +98,30 @@ static void data_print_rows(const char *prefix, const int64_t *v, int n, int jso
 static int data_read_lengths(const char *inline_list, const char *path, int32_t **out)
 {
     char *text;
+    const char *name = path && strcmp(path, "-") ? path : "stdin";
+    size_t len = 0;
     int n;
-    if (inline_list) return data_parse_ints("--lengths", inline_list, out);
-    text = cli_read_file(path ? path : "-", NULL);
-    if (!text) return -2;
-    n = data_parse_ints(path && strcmp(path, "-") ? path : "stdin", text, out);
-    free(text);
+    if (inline_list) n = data_parse_ints("--lengths", inline_list, out);
+    else {
+        const char *nul;
+        text = cli_read_file(path ? path : "-", &len);
+        if (!text) return -2;
+        /* a NUL would end the text early and silently drop what follows it */
+        if ((nul = (const char *)memchr(text, '\0', len)) != NULL) {
+            fprintf(stderr, "pipepar: %s: byte %ld is a NUL: expected lengths as text\n", name, (long)(nul - text));
+            free(text);
+            return -1;
+        }
+        n = data_parse_ints(name, text, out);
+        free(text);
+    }
+    if (n == 0) {
+        fprintf(stderr, "pipepar: %s: no sequence lengths (give --lengths a,b,..., a file or stdin)\n",
+                inline_list ? "--lengths" : name);
+        free(*out);
+        *out = NULL;
+        return -1;
+    }
     return n;
 }
 
@@ -314,7 +332,7 @@ int pp_cli_cp(int argc, char **argv)
     if (rank >= cp) return cli_usage_error("--rank=%d: must be below --cp=%d", rank, cp);
     if (seq_len_s) {
         long v;
-        if (!cli_parse_int("--seq-len", seq_len_s, 0, INT32_MAX, &v)) return 2;
+        if (!cli_parse_int("--seq-len", seq_len_s, 0, 1 << 24, &v)) return 2;   /* the CLI prints every token */
         cu = (int32_t *)malloc(2 * sizeof(int32_t));
         if (!cu) return cli_usage_error("out of memory");
         cu[0] = 0; cu[1] = (int32_t)v; n = 1;

@@ -30,6 +30,7 @@ static void schedule_usage(FILE *out, int simulate)
             "  --kind      gpipe | 1f1b | interleaved | looped-bfs | zb-h1 | zb-h2 | zbv | dualpipev | interleaved-zb\n"
             "  --pp        pipeline ranks (>= 1)          --vpp   chunks per rank (default 1; 2 for zbv, dualpipev)\n"
             "  --mb        microbatches per step (>= 1)   --group microbatches per chunk round, interleaved only (default pp)\n"
+            "  --max-live  zb-h2: cap on live activations per rank (default 2*pp-1; at least pp)\n"
             "  --from-csv  read PyTorch's pipeline-order CSV instead of building (one row per rank)\n"
             "  --relower   with --from-csv: drop its SEND/RECV actions and place them with pipepar's lowering\n"
             "              (for CSVs from other tools whose groups do not pair one to one)\n",
@@ -60,7 +61,20 @@ static int parse_schedule_flags(int argc, char **argv, int simulate, schedule_fl
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { schedule_usage(stdout, simulate); return -1; }
         if (!strcmp(a, "--json") && simulate) { fl->json = 1; continue; }
         if (!strcmp(a, "--relower")) { fl->relower = 1; continue; }
-        if (!val) return cli_usage_error("%s: needs a value (or unknown flag; see --help)", a);
+        if (a[0] != '-') return cli_usage_error("unexpected argument '%s' (see pipepar %s --help)", a, simulate ? "simulate" : "schedule");
+        {
+            static const char *const common[] = { "--kind", "--pp", "--vpp", "--mb", "--group", "--max-live", "--from-csv" };
+            static const char *const sched_only[] = { "--format", "--out" };
+            static const char *const sim_only[] = { "--f", "--b", "--i", "--w", "--p2p", "--bytes", "--bandwidth" };
+            size_t q;
+            int known = 0;
+            for (q = 0; q < sizeof common / sizeof common[0]; q++) known |= !strcmp(a, common[q]);
+            for (q = 0; !simulate && q < sizeof sched_only / sizeof sched_only[0]; q++) known |= !strcmp(a, sched_only[q]);
+            for (q = 0; simulate && q < sizeof sim_only / sizeof sim_only[0]; q++) known |= !strcmp(a, sim_only[q]);
+            if (!known)
+                return cli_usage_error("unknown flag '%s' (see pipepar %s --help)", a, simulate ? "simulate" : "schedule");
+        }
+        if (!val) return cli_usage_error("%s: needs a value", a);
         i++;
         if (!strcmp(a, "--kind")) {
             pp_error err;

@@ -77,7 +77,8 @@ int pp_cli_search(int argc, char **argv)
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { search_usage(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = 1; continue; }
-        if (!val) return cli_usage_error("%s: needs a value (or unknown flag; see --help)", a);
+        if (a[0] != '-') return cli_usage_error("unexpected argument '%s' (see pipepar search --help)", a);
+        if (!val) return cli_usage_error("%s: needs a value (or unknown flag; see pipepar search --help)", a);
         i++;
         if (!strcmp(a, "--pp")) {
             if (!cli_parse_int("--pp", val, 1, 4096, &v)) return 2;
@@ -119,6 +120,10 @@ int pp_cli_search(int argc, char **argv)
     }
     if (!have_pp) return cli_usage_error("--pp: required (pipeline ranks, >= 1)");
     if (!have_mb) return cli_usage_error("--mb: required (microbatches per step, >= 1)");
+    /* the search proves and simulates some 200 schedules: pp=32 mb=128 takes about 9 s here */
+    if ((long)cfg.pp * cfg.mb > 8192)
+        return cli_usage_error("--pp %d --mb %d: pp*mb=%ld, at most 8192 for a search (it simulates ~200 schedules; "
+                               "time one kind with 'pipepar simulate')", cfg.pp, cfg.mb, (long)cfg.pp * cfg.mb);
     if ((cfg.costs.i > 0) != (cfg.costs.w > 0))
         return cli_usage_error("%s given without %s: give both halves of the split backward",
                                cfg.costs.i > 0 ? "--i" : "--w", cfg.costs.i > 0 ? "--w" : "--i");

@@ -25,9 +25,10 @@
  *     // on each rank (a thread, or a process with the NCCL transport):
  *     pp_executor *ex = NULL;
  *     pp_executor_config ec = { .schedule = s, .transport = t, .callbacks = my_model_callbacks };
- *     pp_executor_create(&ec, &ex, &err);
  *     pp_step_result res;
- *     pp_run_step(ex, NULL, &res, &err);                  // calls your forward/backward per action
+ *     if (pp_executor_create(&ec, &ex, &err) != PP_OK ||
+ *         pp_run_step(ex, NULL, &res, &err) != PP_OK)     // calls your forward/backward per action
+ *         fprintf(stderr, "%s\n", err.message);           // e.g. PP_ETIMEOUT naming rank and peer
  *     pp_executor_free(ex);
  *     pp_schedule_free(s);
  *

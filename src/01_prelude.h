@@ -15,7 +15,7 @@ extern "C" {
  * >>errors
  * Every call that can fail returns a pp_status. Pass a pp_error to get a sentence that names the
  * parameter, its value and the rule it broke, e.g.
- *     "vpp=3: interleaved 1F1B needs mb (5) to be a multiple of the group size (2)".
+ *     "vpp=2: gpipe runs one chunk per rank (use interleaved or looped-bfs for several)".
  * The code list is one X-macro, so the enum and the names cannot drift apart.
  * ============================================================================================ */
 #define PP_STATUS_LIST(X)                                                                   \

@@ -56,6 +56,11 @@ pp_status pp_schedule_create(int pp, int vpp, int mb, pp_placement placement, pp
     if (mb < 1 || mb > (1 << 24)) return pp__fail(err, PP_EINVAL, "mb=%d: must be between 1 and %d", mb, 1 << 24);
     if ((long long)pp * vpp > (1 << 20))
         return pp__fail(err, PP_EINVAL, "pp*vpp=%lld: at most %d stages", (long long)pp * vpp, 1 << 20);
+    /* A schedule holds two compute actions per (stage, microbatch) and about as many transfers;
+     * the cap keeps a schedule and its proof within about half a gigabyte. */
+    if ((long long)pp * vpp * mb > PP_MAX_STAGE_MICROBATCHES)
+        return pp__fail(err, PP_EINVAL, "pp*vpp*mb=%lld: at most %d (stage, microbatch) pairs in one schedule",
+                        (long long)pp * vpp * mb, PP_MAX_STAGE_MICROBATCHES);
     if (placement == PP_PLACEMENT_V && vpp != 2)
         return pp__fail(err, PP_EINVAL, "vpp=%d: a V-shaped placement has exactly 2 chunks per rank", vpp);
     if (placement != PP_PLACEMENT_LOOPED && placement != PP_PLACEMENT_V)

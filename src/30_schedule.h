@@ -62,6 +62,9 @@ typedef struct pp_action {
                         group k of a rank meets exactly group k of each neighbour. 0 elsewhere. */
 } pp_action;
 
+/* Largest pp * vpp * mb a schedule may have (4,194,304: about half a gigabyte with its proof). */
+#define PP_MAX_STAGE_MICROBATCHES (1 << 22)
+
 typedef struct pp_schedule_config {
     pp_schedule_kind kind;
     int pp;         /* pipeline ranks, >= 1 */

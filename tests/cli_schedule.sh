@@ -54,6 +54,13 @@ expect_error 1 "group=2: only interleaved" schedule --kind 1f1b --pp 2 --mb 4 --
 expect_error 2 "cannot open 'nope.csv'" schedule --from-csv nope.csv
 expect_error 2 "--f=-1: must be at least" simulate --kind 1f1b --pp 2 --mb 4 --f -1
 expect_error 2 "unknown command 'shedule'" shedule
+expect_error 1 "pp*vpp*mb=1099511627776: at most 4194304" schedule --kind 1f1b --pp 65536 --mb 16777216
+expect_error 2 "unknown flag '--bogus'" simulate --kind 1f1b --pp 4 --mb 8 --bogus
+expect_error 2 "unexpected argument 'extra'" schedule --kind 1f1b --pp 4 --mb 8 extra
+expect_error 2 "unknown flag '--json'" schedule --kind 1f1b --pp 4 --mb 8 --json
+expect_error 2 "pp*mb=32768, at most 8192 for a search" search --pp 64 --mb 512
+printf '1\n2\n\0\n3\n' > /tmp/pp_nul_$$; expect_error 1 "byte 4 is a NUL" pack --capacity 10 /tmp/pp_nul_$$; rm -f /tmp/pp_nul_$$
+expect_error 1 "no sequence lengths" pack --capacity 10 --lengths ,
 $P schedule --help >/dev/null && ok || bad "--help exits 0"
 
 echo "$pass passed, $fail failed"
