@@ -25,9 +25,10 @@
  *     // on each rank (a thread, or a process with the NCCL transport):
  *     pp_executor *ex = NULL;
  *     pp_executor_config ec = { .schedule = s, .transport = t, .callbacks = my_model_callbacks };
- *     pp_executor_create(&ec, &ex, &err);
  *     pp_step_result res;
- *     pp_run_step(ex, NULL, &res, &err);                  // calls your forward/backward per action
+ *     if (pp_executor_create(&ec, &ex, &err) != PP_OK ||
+ *         pp_run_step(ex, NULL, &res, &err) != PP_OK)     // calls your forward/backward per action
+ *         fprintf(stderr, "%s\n", err.message);           // e.g. PP_ETIMEOUT naming rank and peer
  *     pp_executor_free(ex);
  *     pp_schedule_free(s);
  *
@@ -87,7 +88,7 @@ extern "C" {
  * >>errors
  * Every call that can fail returns a pp_status. Pass a pp_error to get a sentence that names the
  * parameter, its value and the rule it broke, e.g.
- *     "vpp=3: interleaved 1F1B needs mb (5) to be a multiple of the group size (2)".
+ *     "vpp=2: gpipe runs one chunk per rank (use interleaved or looped-bfs for several)".
  * The code list is one X-macro, so the enum and the names cannot drift apart.
  * ============================================================================================ */
 #define PP_STATUS_LIST(X)                                                                   \
@@ -457,6 +458,9 @@ typedef struct pp_action {
                         same group are posted together; pp_schedule_lower numbers them by round, so
                         group k of a rank meets exactly group k of each neighbour. 0 elsewhere. */
 } pp_action;
+
+/* Largest pp * vpp * mb a schedule may have (4,194,304: about half a gigabyte with its proof). */
+#define PP_MAX_STAGE_MICROBATCHES (1 << 22)
 
 typedef struct pp_schedule_config {
     pp_schedule_kind kind;
@@ -3751,6 +3755,11 @@ pp_status pp_schedule_create(int pp, int vpp, int mb, pp_placement placement, pp
     if (mb < 1 || mb > (1 << 24)) return pp__fail(err, PP_EINVAL, "mb=%d: must be between 1 and %d", mb, 1 << 24);
     if ((long long)pp * vpp > (1 << 20))
         return pp__fail(err, PP_EINVAL, "pp*vpp=%lld: at most %d stages", (long long)pp * vpp, 1 << 20);
+    /* A schedule holds two compute actions per (stage, microbatch) and about as many transfers;
+     * the cap keeps a schedule and its proof within about half a gigabyte. */
+    if ((long long)pp * vpp * mb > PP_MAX_STAGE_MICROBATCHES)
+        return pp__fail(err, PP_EINVAL, "pp*vpp*mb=%lld: at most %d (stage, microbatch) pairs in one schedule",
+                        (long long)pp * vpp * mb, PP_MAX_STAGE_MICROBATCHES);
     if (placement == PP_PLACEMENT_V && vpp != 2)
         return pp__fail(err, PP_EINVAL, "vpp=%d: a V-shaped placement has exactly 2 chunks per rank", vpp);
     if (placement != PP_PLACEMENT_LOOPED && placement != PP_PLACEMENT_V)
