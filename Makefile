@@ -99,7 +99,7 @@ $(BUILD)/gpu/%: tests/gpu/%.cu $(GPU_OBJS) tests/pp_test.h
 	$(NVCC) $(NVFLAGS) $(NCCL_INC) -o $@ $< $(GPU_OBJS) $(CUDA_LIBS)
 
 $(BUILD)/gpu/%: tests/gpu/%.c $(GPU_OBJS) tests/pp_test.h
-	$(CC) $(CSTD) $(WARN) -O2 -g -I$(CUDA_HOME)/include $(NCCL_INC) -o $@ $< $(GPU_OBJS) $(CUDA_LIBS)
+	$(CC) $(CSTD) $(WARN) -O2 -g -I$(CUDA_HOME)/include $(NCCL_INC) -o $@ $< $(GPU_OBJS) $(CUDA_LIBS) -lstdc++
 
 $(BUILD)/bench_%: bench/%.cu $(GPU_OBJS)
 	$(NVCC) $(NVFLAGS) $(NCCL_INC) -o $@ $< $(GPU_OBJS) $(CUDA_LIBS)
