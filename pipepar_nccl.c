@@ -76,20 +76,8 @@ struct pp_nccl {
 
 /* --- errors and clocks -------------------------------------------------------------------- */
 
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static pp_status pp__nccl_fail(pp_error *err, pp_status status, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        err->status = status;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
+/* errors are reported the header's way (pp_error_set, from the implementation object) */
+#define pp__nccl_fail pp_error_set
 
 static pp_status pp__nccl_ok(pp_error *err)
 {

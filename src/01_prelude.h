@@ -48,4 +48,12 @@ typedef struct pp_error {
 } pp_error;
 
 PIPEPAR_API const char *pp_status_name(pp_status status);        /* "PP_EINVAL" */
+/* Fills *err (when not NULL) with status and a printf-formatted one-line message, and returns
+ * status: for code beside the header (the GPU companions, a trainer's own wrappers) that reports
+ * errors the pipepar way. */
+PIPEPAR_API pp_status pp_error_set(pp_error *err, pp_status status, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 PIPEPAR_API const char *pp_status_description(pp_status status); /* "invalid argument" */
