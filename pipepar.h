@@ -121,6 +121,14 @@ typedef struct pp_error {
 } pp_error;
 
 PIPEPAR_API const char *pp_status_name(pp_status status);        /* "PP_EINVAL" */
+/* Fills *err (when not NULL) with status and a printf-formatted one-line message, and returns
+ * status: for code beside the header (the GPU companions, a trainer's own wrappers) that reports
+ * errors the pipepar way. */
+PIPEPAR_API pp_status pp_error_set(pp_error *err, pp_status status, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 PIPEPAR_API const char *pp_status_description(pp_status status); /* "invalid argument" */
 
 
@@ -2088,10 +2096,7 @@ const char *pp_status_description(pp_status status)
 
 /* Records a failure in *err (if given) and returns the status, so a check reads as one line:
  *     if (pp < 1) return pp__fail(err, PP_EINVAL, "pp=%d: must be at least 1", pp);         */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static pp_status pp__fail(pp_error *err, pp_status status, const char *fmt, ...)
+pp_status pp_error_set(pp_error *err, pp_status status, const char *fmt, ...)
 {
     if (err) {
         va_list ap;
@@ -2102,6 +2107,7 @@ static pp_status pp__fail(pp_error *err, pp_status status, const char *fmt, ...)
     }
     return status;
 }
+#define pp__fail pp_error_set
 
 static pp_status pp__ok(pp_error *err)
 {
