@@ -1,18 +1,6 @@
 #!/usr/bin/env bash
 # CLI checks of `pipepar schedule` and `pipepar simulate`: output forms and the one-line errors.
-cd "$(dirname "$0")/.."
-P=build/pipepar
-pass=0; fail=0
-ok()   { pass=$((pass + 1)); }
-bad()  { fail=$((fail + 1)); echo "FAIL $*"; }
-# expect_error CODE SUBSTRING ARGS...: exits CODE, one stderr line containing SUBSTRING
-expect_error() {
-    local code=$1 want=$2; shift 2
-    local err; err=$($P "$@" 2>&1 >/dev/null); local rc=$?
-    if [ $rc -ne "$code" ]; then bad "pipepar $*: exit $rc, expected $code ($err)"; return; fi
-    if [ "$(printf '%s\n' "$err" | wc -l)" -ne 1 ]; then bad "pipepar $*: expected one line, got: $err"; return; fi
-    case "$err" in *"$want"*) ok ;; *) bad "pipepar $*: '$err' lacks '$want'";; esac
-}
+. "$(dirname "$0")/cli_lib.sh"
 
 # --format torch: exactly one line per rank, "rankR: " then the compute actions
 out=$($P schedule --kind interleaved --pp 4 --vpp 2 --mb 8 --format torch)

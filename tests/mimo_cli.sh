@@ -1,11 +1,7 @@
 #!/usr/bin/env bash
 # CLI checks of `pipepar mimo`: grids, layouts, bridges, roles, programs; exit codes and messages.
 set -u
-cd "$(dirname "$0")/.."
-P=build/pipepar
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+. "$(dirname "$0")/cli_lib.sh"
 # expect_out NAME EXPECTED_SUBSTRING ARGS...: exit 0 and stdout contains the text
 expect_out() {
     local name=$1 want=$2; shift 2

@@ -1,20 +1,8 @@
 #!/usr/bin/env bash
 # CLI checks of `pipepar search` and of the zero-bubble kinds in `pipepar schedule | simulate`.
-cd "$(dirname "$0")/.."
-P=build/pipepar
+. "$(dirname "$0")/cli_lib.sh"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-# expect_error CODE SUBSTRING ARGS...: exits CODE with one stderr line containing SUBSTRING
-expect_error() {
-    local code=$1 want=$2; shift 2
-    local err; err=$($P "$@" 2>&1 >/dev/null); local rc=$?
-    if [ $rc -ne "$code" ]; then bad "pipepar $*: exit $rc, expected $code ($err)"; return; fi
-    if [ "$(printf '%s\n' "$err" | wc -l)" -ne 1 ]; then bad "pipepar $*: expected one line, got: $err"; return; fi
-    case "$err" in *"$want"*) ok ;; *) bad "pipepar $*: '$err' lacks '$want'";; esac
-}
 
 # search: a ranking, a winner, its CSV; the CSV reads back as a valid schedule
 out=$($P search --pp 4 --mb 12 --f 1 --i 1 --w 0.8 --p2p 0.05 --max-mem 4 --csv "$T/best.csv") && ok || bad "search exit $?"
