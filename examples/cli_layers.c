@@ -26,7 +26,7 @@ static const char layers_usage[] =
     "  --embedding     account_for_embedding_in_pipeline_split\n"
     "  --loss          account_for_loss_in_pipeline_split\n"
     "  --mtp N         MTP depths (mtp_num_layers), on the last stage\n"
-    "  --layout STR    pipeline_model_parallel_layout, e.g. 'Et*3|(tt|)*29,m|L'\n"
+    "  --layout STR    pipeline_model_parallel_layout, e.g. 'Et*3|(tt|)*29,m|L' with --pp 16\n"
     "  --hybrid STR    hybrid layer pattern with '|' between stages, e.g. 'M*-M*-|M*-M*-'\n"
     "  --moe-freq STR  --moe-layer-freq: N (layer i is MoE when i % N == 0) or '[0]*3+[1]*58'\n"
     "  --costs LIST    balanced split: cost of each decoder layer, e.g. '3,1*30,4' (x*N repeats)\n"
