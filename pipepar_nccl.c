@@ -52,7 +52,7 @@ struct pp_nccl {
     cudaEvent_t host_wait;      /* for all-reduces the host waits on */
     int rank, world, device;
     double timeout_s;
-    int max_ctas, nonblocking;  /* passed on to ncclCommSplit's children */
+    int max_ctas, nonblocking, cta_policy;  /* passed on to ncclCommSplit's children */
     int debug;                  /* $PIPEPAR_NCCL_DEBUG=1: one line on stderr per NCCL call */
     long posts;
     int aborted;
@@ -462,11 +462,18 @@ pp_status pp_nccl_unique_id(pp_nccl_id *id, pp_error *err)
 
 /* --- init, split, free -------------------------------------------------------------------- */
 
-static ncclConfig_t pp__nccl_comm_config(int nonblocking, int max_ctas)
+static ncclConfig_t pp__nccl_comm_config(int nonblocking, int max_ctas, int cta_policy)
 {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = nonblocking ? 0 : 1;
     if (max_ctas > 0) { config.minCTAs = 1; config.maxCTAs = max_ctas; }
+#if defined(NCCL_CTA_POLICY_EFFICIENCY)
+    if (cta_policy == 1) config.CTAPolicy = NCCL_CTA_POLICY_EFFICIENCY;
+#endif
+#if defined(NCCL_CTA_POLICY_ZERO)
+    if (cta_policy == 2) config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+#endif
+    (void)cta_policy;
     return config;
 }
 
@@ -475,8 +482,13 @@ static pp_status pp__nccl_finish_setup(pp_nccl *nc, const char *how, pp_error *e
 {
     int lo = 0, hi = 0, version = 0;
     struct cudaDeviceProp prop;
+    /* The communication stream has the highest priority, so that a transfer starts as soon as
+     * SMs free up; PIPEPAR_NCCL_PRIORITY=low gives it the lowest instead (an experiment knob:
+     * transfers then wait for gaps between compute kernels). */
+    const char *prio = getenv("PIPEPAR_NCCL_PRIORITY");
     cudaError_t e = cudaDeviceGetStreamPriorityRange(&lo, &hi);
-    if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&nc->stream, cudaStreamNonBlocking, hi);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithPriority(&nc->stream, cudaStreamNonBlocking, prio && !strcmp(prio, "low") ? lo : hi);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&nc->host_wait, cudaEventDisableTiming);
     if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "pp_nccl_init: stream");
     ncclGetVersion(&version);
@@ -503,6 +515,9 @@ pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_error *err)
     *out = NULL;
     if (cfg->timeout_s < 0) return pp__nccl_fail(err, PP_EINVAL, "timeout_s=%g: must be >= 0 (0 means 300 s)", cfg->timeout_s);
     if (cfg->max_ctas < 0) return pp__nccl_fail(err, PP_EINVAL, "max_ctas=%d: must be >= 0", cfg->max_ctas);
+    if (cfg->cta_policy < 0 || cfg->cta_policy > 2)
+        return pp__nccl_fail(err, PP_EINVAL, "cta_policy=%d: must be 0 (default), 1 (efficiency) or 2 (zero)",
+                             cfg->cta_policy);
     if ((int)cfg->bootstrap < 0 || cfg->bootstrap > PP_NCCL_BOOTSTRAP_ID)
         return pp__nccl_fail(err, PP_EINVAL, "bootstrap=%d: not a pp_nccl_bootstrap", (int)cfg->bootstrap);
     nc = (pp_nccl *)calloc(1, sizeof *nc);
@@ -510,6 +525,7 @@ pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_error *err)
     if ((st = pp__nccl_watchdog_start(nc, err)) != PP_OK) { free(nc); return st; }
     nc->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : PP__NCCL_DEFAULT_TIMEOUT;
     nc->max_ctas = cfg->max_ctas;
+    nc->cta_policy = cfg->cta_policy;
     nc->nonblocking = cfg->nonblocking;
     nc->debug = getenv("PIPEPAR_NCCL_DEBUG") && atoi(getenv("PIPEPAR_NCCL_DEBUG")) > 0;
     if (cfg->timeout_s <= 0 && env_timeout && atof(env_timeout) > 0) nc->timeout_s = atof(env_timeout);
@@ -604,7 +620,7 @@ pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_error *err)
 
     /* The communicator; the watchdog turns a missing peer into a timeout here too. */
     if (st == PP_OK) {
-        config = pp__nccl_comm_config(cfg->nonblocking, cfg->max_ctas);
+        config = pp__nccl_comm_config(cfg->nonblocking, cfg->max_ctas, cfg->cta_policy);
         pp__nccl_arm(nc, nc->timeout_s, "ncclCommInitRankConfig");
         r = ncclCommInitRankConfig(&nc->comm, nc->world, id, nc->rank, &config);
         if (pp__nccl_disarm(nc, err)) {
@@ -652,9 +668,10 @@ pp_status pp_nccl_split(pp_nccl *parent, const pp_grid *grid, unsigned dims, pp_
     nc->device = parent->device;
     nc->timeout_s = parent->timeout_s;
     nc->max_ctas = parent->max_ctas;
+    nc->cta_policy = parent->cta_policy;
     nc->nonblocking = parent->nonblocking;
     nc->debug = parent->debug;
-    config = pp__nccl_comm_config(parent->nonblocking, parent->max_ctas);
+    config = pp__nccl_comm_config(parent->nonblocking, parent->max_ctas, parent->cta_policy);
     pp__nccl_arm(parent, parent->timeout_s, "ncclCommSplit");
     r = ncclCommSplit(parent->comm, info.color, info.index, &nc->comm, &config);
     if (pp__nccl_disarm(parent, err)) {

@@ -6,12 +6,12 @@
 #     bash bench/gpu_pipeline.sh [OUTDIR]          (OUTDIR defaults to $OUT, else bench/out)
 #
 # In order: build; NCCL point-to-point bandwidth (raw and through pipepar's transport);
-# pipepar single-GPU baseline; pipepar's schedules on 2 GPUs (gradient check on three); the
+# pipepar single-GPU baseline; pipepar's schedules on 2 GPUs (gradient check on four); the
 # best schedules again with NCCL forced onto sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, a
 # stand-in for two nodes); the failure test; PyTorch's bench (GELU=tanh: the same model); the
-# summary table. Logs of every run land in OUTDIR. Env: H, L, T, M override the model size;
-# SKIP_TORCH=1, SKIP_SOCKET=1 skip parts; FULL=1 adds more schedules (interleaved vpp 2,
-# looped-BFS, interleaved ZB, DualPipeV); TORCH_CONFIGS picks PyTorch's schedules;
+# summary table (each run under its "-- name" line). Logs of every run land in OUTDIR. Env: H, L, T, M override the model size;
+# SKIP_TORCH=1, SKIP_SOCKET=1 skip parts; FULL=1 adds more runs (interleaved vpp 2,
+# looped-BFS, interleaved ZB vpp 2, ZB-H1, NCCL CTA settings); TORCH_CONFIGS picks PyTorch's schedules;
 # SKIP_BUILD=1 uses binaries already in build/ when they run.
 set -u
 cd "$(dirname "$0")/.."
@@ -64,17 +64,20 @@ run_pp() {   # run_pp NAME ARGS...: a 2-GPU pipepar run
     launch2 "$name" build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 "$@" || say "$name: exit $?"
 }
 say "== pipepar on 2 GPUs"
-run_pp gpipe            --schedule gpipe
-run_pp 1f1b             --schedule 1f1b --check
-run_pp interleaved4     --schedule interleaved --vpp 4 --check --trace "$OUTDIR/trace_interleaved4.json"
-run_pp interleaved4-cta2 --schedule interleaved --vpp 4 --max-ctas 2
-run_pp zbv              --schedule zbv --check
-run_pp zbv-cta2         --schedule zbv --max-ctas 2
+run_pp gpipe             --schedule gpipe
+run_pp 1f1b              --schedule 1f1b --check
+run_pp interleaved4      --schedule interleaved --vpp 4 --check --trace "$OUTDIR/trace_interleaved4.json"
+run_pp zbv               --schedule zbv --check
+run_pp interleaved-zb4   --schedule interleaved-zb --vpp 4 --check
+run_pp dualpipev         --schedule dualpipev
 if [ "${FULL:-0}" = 1 ]; then
-    run_pp interleaved2    --schedule interleaved --vpp 2
-    run_pp looped-bfs2     --schedule looped-bfs --vpp 2
-    run_pp interleaved-zb2 --schedule interleaved-zb --vpp 2
-    run_pp dualpipev       --schedule dualpipev
+    run_pp interleaved2      --schedule interleaved --vpp 2
+    run_pp looped-bfs2       --schedule looped-bfs --vpp 2
+    run_pp interleaved-zb2   --schedule interleaved-zb --vpp 2
+    run_pp zb-h1             --schedule zb-h1
+    run_pp interleaved4-cta2 --schedule interleaved --vpp 4 --max-ctas 2
+    run_pp interleaved4-eff  --schedule interleaved --vpp 4 --cta-policy efficiency
+    run_pp zbv-eff           --schedule zbv --cta-policy efficiency
 fi
 say "-- 1f1b-threads (one process, a thread per GPU)"
 timeout 100 build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 --schedule 1f1b --threads 2 --warmup 1 --steps 3 \
@@ -94,10 +97,10 @@ bash tests/gpu/nccl_failure.sh build 2>&1 | tee -a "$LOG" | tail -n 3
 
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
     say "== PyTorch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null), torch.distributed.pipelining"
-    H=$H L=$L T=$T M=$M GELU=tanh PYTHONUNBUFFERED=1 CONFIGS=${TORCH_CONFIGS:-GPipe:1,1F1B:1,Interleaved1F1B:2,Interleaved1F1B:4,InterleavedZeroBubble:2,ZBVZeroBubble:2} timeout 600 python3 -m torch.distributed.run --nproc_per_node=2 \
+    H=$H L=$L T=$T M=$M GELU=tanh PYTHONUNBUFFERED=1 CONFIGS=${TORCH_CONFIGS:-GPipe:1,1F1B:1,Interleaved1F1B:2,Interleaved1F1B:4,InterleavedZeroBubble:2,ZBVZeroBubble:2,DualPipeV:2} timeout 600 python3 -m torch.distributed.run --nproc_per_node=2 \
         bench/torch_pp_bench.py >"$OUTDIR/torch.log" 2>&1 || say "torch bench exit $?"
     grep -vE "^(W|I)[0-9]{4}|warn|Warning" "$OUTDIR/torch.log" | tee -a "$LOG"
 fi
 
 say "== summary (step ms, efficiency = single / 2 / step)"
-grep -E "^(single-gpu|pipeline|  efficiency|  simulator|  rank 0|  peak|gradient check)" "$LOG" | tee "$OUTDIR/summary.txt"
+grep -E "^(-- |== NCCL over|single-gpu|pipeline|  efficiency|  simulator|  compute busy|  rank 0|  peak|gradient check)" "$LOG" | tee "$OUTDIR/summary.txt"

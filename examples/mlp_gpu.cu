@@ -84,14 +84,14 @@ struct Options {
     const char *trace = NULL;
     double timeout = 60, single_ms = 0;
     int kill_rank = -1, kill_step = -1;
-    int sm_margin = 0, max_ctas = 0, tune = 1, quiet = 0;
+    int sm_margin = 0, max_ctas = 0, cta_policy = 0, tune = 1, quiet = 0;
 };
 
 static const char usage[] =
     "usage: mlp_gpu [--single | --threads N] [--schedule 1f1b] [--pp P] [--vpp V] [--mb M] [--tokens T]\n"
     "               [--hidden H] [--layers L] [--steps N] [--warmup N] [--check] [--train N]\n"
     "               [--optimizer sgd|adamw] [--lr X] [--clip X] [--trace FILE] [--timeout S]\n"
-    "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--no-tune] [--quiet]\n"
+    "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--cta-policy P] [--no-tune] [--quiet]\n"
     "               [--kill-rank R --kill-step K]\n"
     "  --single        the whole model on one GPU: the baseline of the pipeline efficiency\n"
     "  --threads N     one process driving N GPUs, one thread each (else one process per GPU,\n"
@@ -105,6 +105,7 @@ static const char usage[] =
     "  --trace FILE    the last timed step as Perfetto / Chrome trace JSON (ui.perfetto.dev)\n"
     "  --timeout S     deadline of every wait (60): a dead peer gives PP_ETIMEOUT, not a hang\n"
     "  --sm-margin N   cuBLASLt plans for N fewer SMs (room for NCCL's kernels); --max-ctas N caps NCCL's\n"
+    "  --cta-policy P  NCCL's CTA policy: default, efficiency (fewer CTAs) or zero (copy engines)\n"
     "  --kill-rank R --kill-step K   failure test: rank R kills itself in the middle of step K\n";
 
 static int parse_args(int argc, char **argv, Options *o)
@@ -119,7 +120,7 @@ static int parse_args(int argc, char **argv, Options *o)
         static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", NULL };
         static const char *const valued[] = { "--threads", "--pp", "--vpp", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
-            "--single-ms", "--sm-margin", "--max-ctas", "--kill-rank", "--kill-step", NULL };
+            "--single-ms", "--sm-margin", "--max-ctas", "--cta-policy", "--kill-rank", "--kill-step", NULL };
         bool is_bool = false, known = false;
         for (int b = 0; bools[b]; b++) if (!strcmp(flag, bools[b])) is_bool = known = true;
         for (int b = 0; valued[b]; b++) if (!strcmp(flag, valued[b])) known = true;
@@ -174,6 +175,12 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--single-ms")) ok = num(0, 1e9, &o->single_ms);
         else if (!strcmp(flag, "--sm-margin")) ok = integer(0, 128, &o->sm_margin);
         else if (!strcmp(flag, "--max-ctas")) ok = integer(0, 64, &o->max_ctas);
+        else if (!strcmp(flag, "--cta-policy")) {
+            if (!strcmp(v, "default")) o->cta_policy = 0;
+            else if (!strcmp(v, "efficiency")) o->cta_policy = 1;
+            else if (!strcmp(v, "zero")) o->cta_policy = 2;
+            else { fprintf(stderr, "mlp_gpu: --cta-policy=%s: default, efficiency or zero\n", v); ok = false; }
+        }
         else if (!strcmp(flag, "--kill-rank")) ok = integer(0, 1 << 20, &o->kill_rank);
         else if (!strcmp(flag, "--kill-step")) ok = integer(0, 1 << 20, &o->kill_step);
         else { fprintf(stderr, "mlp_gpu: %s: unknown flag (try --help)\n", flag); return 2; }
@@ -916,6 +923,7 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     if (sh) { nc.world = sh->world; nc.rank = thread_rank; nc.device = thread_rank; nc.bootstrap = PP_NCCL_BOOTSTRAP_ID; nc.id = &sh->id; }
     nc.timeout_s = o.timeout;
     nc.max_ctas = o.max_ctas;
+    nc.cta_policy = o.cta_policy;
     if (pp_nccl_init(&nc, &R.world_comm, &e0) != PP_OK) {
         fprintf(stderr, "mlp_gpu: rank %d: %s: %s\n", rank, pp_status_name(e0.status), e0.message);
         return e0.status == PP_ETIMEOUT ? 3 : 1;
@@ -1077,11 +1085,12 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     double busy = 0, first_ready = 1e300, last_end = -1e300;
     for (int i = 0; i < tl.length; i++) {
         int op = tl.actions[i].op;
-        if (op > PP_OP_W || tl.ready[i] < 0) continue;
+        if (op > PP_OP_FB || tl.ready[i] < 0) continue;
         double d = tl.end[i] - tl.ready[i];
         busy += d;
         first_ready = std::min(first_ready, tl.ready[i]);
         last_end = std::max(last_end, tl.end[i]);
+        if (op == PP_OP_FB) continue;   /* an overlapped F&B: the stage costs come from plain F and B */
         int col = op == PP_OP_F ? 0 : op == PP_OP_B ? 1 : op == PP_OP_I ? 2 : 3;
         stage_cost[4 * tl.actions[i].stage + col] += (float)d;
         stage_n[4 * tl.actions[i].stage + col] += 1;
@@ -1098,6 +1107,9 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     }
     std::vector<float> mine = red;
     PPCK(pp_nccl_all_reduce_host(R.pipe, red.data(), (int)red.size(), 0, &e_));
+    std::vector<float> busy_of(world, 0.0f);      /* each rank's compute time: shows a slow rank */
+    busy_of[rank] = (float)busy;
+    PPCK(pp_nccl_all_reduce_host(R.pipe, busy_of.data(), world, 0, &e_));
     std::vector<double> fst(S), bst(S), ist(S), wst(S);
     for (int s = 0; s < S; s++) {
         auto avg = [&](int col) { return red[4 * S + 4 * s + col] > 0 ? red[4 * s + col] / red[4 * S + 4 * s + col] : 0.0; };
@@ -1159,8 +1171,10 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         printf("  simulator with measured compute (free transfers): %.1f ms; measured compute span %.1f ms; "
                "exposed transfer + overhead %.2f%% of the step\n",
                sim_step * 1e3, (double)mine[8 * S] * 1e3, 100.0 * std::max(0.0, (double)mine[8 * S] - sim_step) / step);
-        printf("  rank 0: busy %.1f ms of %.1f ms; transfers: %d groups, %.0f MiB, best %.1f GB/s per group, %.1f ms on "
-               "the comm stream\n", busy * 1e3, step * 1e3, ngroups, bytes_moved / 1048576.0, best_bw / 1e9, xfer_time * 1e3);
+        printf("  compute busy per rank (ms of %.1f):", step * 1e3);
+        for (int r = 0; r < world; r++) printf(" %.1f", busy_of[r] * 1e3);
+        printf("\n  rank 0 transfers: %d groups, %.0f MiB, best %.1f GB/s per group, %.1f ms on the comm stream\n",
+               ngroups, bytes_moved / 1048576.0, best_bw / 1e9, xfer_time * 1e3);
         printf("  peak memory (max over ranks): %.1f GiB allocated by the program, %.1f GiB in use on the device\n",
                (double)mine[8 * S + 2], (double)mine[8 * S + 3]);
         fflush(stdout);

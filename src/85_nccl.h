@@ -86,6 +86,8 @@ typedef struct pp_nccl_config {
                                $PIPEPAR_NCCL_TIMEOUT seconds when set */
     int nonblocking;        /* 1: NCCL's non-blocking communicators (see FAILURE) */
     int max_ctas;           /* NCCL's maxCTAs: the SMs its kernels may take at once; 0: NCCL's default */
+    int cta_policy;         /* NCCL >= 2.27's CTAPolicy: 0 default, 1 efficiency (fewer CTAs, for
+                               overlap with compute), 2 zero (copy engines where NCCL can) */
 } pp_nccl_config;
 
 /* A fresh unique id (for PP_NCCL_BOOTSTRAP_ID). */

@@ -72,7 +72,9 @@ static void setup_errors_name_the_parameter(void)
 #endif
     c.bootstrap = PP_NCCL_BOOTSTRAP_FILE; c.timeout_s = -1;
     CHECK_FAILS(pp_nccl_init(&c, &nc, &e), &e, PP_EINVAL, "timeout_s=-1");
-    c.timeout_s = 0;
+    c.timeout_s = 0; c.cta_policy = 3;
+    CHECK_FAILS(pp_nccl_init(&c, &nc, &e), &e, PP_EINVAL, "cta_policy=3: must be 0 (default), 1 (efficiency) or 2 (zero)");
+    c.cta_policy = 0;
     unsetenv("PIPEPAR_NCCL_ID_FILE"); unsetenv("TORCHELASTIC_RUN_ID"); unsetenv("SLURM_JOB_ID"); unsetenv("MASTER_PORT");
     CHECK_FAILS(pp_nccl_init(&c, &nc, &e), &e, PP_EINVAL, "set PIPEPAR_NCCL_ID_FILE");
     /* rank 1 waiting for a file nobody writes: a timeout, not a hang */
