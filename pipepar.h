@@ -412,6 +412,19 @@ PIPEPAR_API pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers 
  * A placement maps stage s to (rank, chunk):
  *     looped (Megatron, PyTorch's interleaved):  rank = s % pp,  chunk = s / pp
  *     V-shaped (ZB-V, DualPipeV; vpp = 2):       rank r holds stages r and 2*pp-1-r
+ *     bidirectional (DualPipe; vpp = 2, pp even): stages placed as V, but routed in two halves
+ *
+ * Routes. Under the looped and V placements every microbatch crosses every stage, 0 to
+ * num_stages-1. Under the bidirectional placement of DeepSeek's DualPipe (deepseek-ai/DualPipe,
+ * dualpipe.py) the model is cut into pp model stages and run by two pipelines at once:
+ *     microbatches 0 .. mb/2-1   go "down": stages 0 .. pp-1     on ranks 0 .. pp-1
+ *     microbatches mb/2 .. mb-1  go "up":   stages pp .. 2*pp-1  on ranks pp-1 .. 0
+ * Stage s computes model stage s % pp (pp_stage_model_stage): the up pipeline runs the same
+ * layers in the same order, entering at rank pp-1. Every model stage j therefore has two copies
+ * of its weights, on rank j (down, stage j) and on rank pp-1-j (up, stage pp+j): 2x parameters
+ * per rank, and the trainer sums the two copies' gradients before the optimizer step (DualPipe
+ * all-reduces them). pp_mb_first_stage / pp_mb_last_stage give any microbatch's route; the
+ * dependency rules below, lowering, validation, simulation and the executor all follow it.
  *
  * Actions. A rank's program is an array of pp_action, executed in order:
  *     compute        F forward, B full backward, I input-gradient half and W weight-gradient
@@ -441,13 +454,15 @@ typedef enum pp_schedule_kind {
     PP_ZBV,                 /* zero bubble, V placement */
     PP_DUALPIPEV,           /* DeepSeek's DualPipe, V form */
     PP_INTERLEAVED_ZB,      /* PyTorch's ScheduleInterleavedZeroBubble */
+    PP_DUALPIPE,            /* DeepSeek's DualPipe: two pipelines in opposite directions */
     PP_CUSTOM,              /* read from CSV/text or built action by action */
     PP_KIND_COUNT
 } pp_schedule_kind;
 
 typedef enum pp_placement {
     PP_PLACEMENT_LOOPED = 0,
-    PP_PLACEMENT_V = 1
+    PP_PLACEMENT_V = 1,
+    PP_PLACEMENT_DUAL = 2   /* DualPipe: V's stage -> rank map, two routes (see Routes above) */
 } pp_placement;
 
 typedef enum pp_op {
@@ -503,6 +518,14 @@ PIPEPAR_API pp_status pp_schedule_append(pp_schedule *s, int rank, pp_action act
 PIPEPAR_API pp_status pp_schedule_copy(const pp_schedule *s, pp_schedule **out, pp_error *err);
 PIPEPAR_API void pp_schedule_free(pp_schedule *s);
 
+/* The route of microbatch mb: it crosses stages first .. last in order (0 .. num_stages-1 except
+ * under PP_PLACEMENT_DUAL, see Routes). -1 when out of range. */
+PIPEPAR_API int pp_mb_first_stage(const pp_schedule *s, int mb);
+PIPEPAR_API int pp_mb_last_stage(const pp_schedule *s, int mb);
+/* Which model stage (which layers) a stage computes: the stage itself, except under
+ * PP_PLACEMENT_DUAL: stage % pp. -1 when out of range. */
+PIPEPAR_API int pp_stage_model_stage(const pp_schedule *s, int stage);
+
 /* Which rank and chunk hold a stage under the schedule's placement; -1 when out of range. */
 PIPEPAR_API int pp_stage_rank(const pp_schedule *s, int stage);
 PIPEPAR_API int pp_stage_chunk(const pp_schedule *s, int stage);
@@ -523,7 +546,8 @@ PIPEPAR_API void pp_schedule_strip_comm(pp_schedule *s);
 /* Proves a schedule correct, or names its first violation (rank, position, action, rule):
  *   - each (stage, mb) has exactly one F and one B (or one I and one W), on the stage's rank;
  *   - F(s,m) after F(s-1,m) arrived; B(s,m) after F(s,m) and after B(s+1,m)'s gradient arrived;
- *     W after its I;
+ *     W after its I; (s-1 and s+1 taken on m's route: nothing before its first stage, nothing
+ *     after its last, and no action of m on a stage off its route);
  *   - lowered: every send has exactly one matching receive, every cross-rank input is received
  *     before use, the programs run to the end when each group is posted together and every send
  *     blocks until its receive is posted, and each group meets exactly one group of each peer.
@@ -544,7 +568,8 @@ PIPEPAR_API pp_status pp_action_parse(const char *text, pp_action *out, pp_error
  * ============================================================================================ */
 
 typedef struct pp_sim_costs {
-    double f;                   /* forward of one stage; 0 means 1 */
+    double f;                   /* forward of one stage; 0 means 1 (a rank's share of the model:
+                                   a chunk costs f/vpp, but under the dual placement f) */
     double b;                   /* unsplit backward; 0 means i + w if either is given, else 2 * f */
     double i, w;                /* split backward halves; both 0 means b/2 each */
     const double *f_stage;      /* optional [num_stages] overrides of f, b, i, w per stage */
@@ -563,7 +588,8 @@ typedef struct pp_sim_result {
     double *bubble;             /* [pp] 1 - busy / makespan */
     double bubble_mean;         /* mean over ranks */
     int *peak_live;             /* [pp] most (stage, mb) activations held at once on the rank */
-    double *peak_memory;        /* [pp] peak_live in units of a rank's whole layer set: / vpp */
+    double *peak_memory;        /* [pp] peak_live in units of a rank's whole layer set: / vpp (dual
+                                   placement: each chunk is a whole model stage, so = peak_live) */
     double **start, **end;      /* [pp][length] times of each action (comm: transfer start/end) */
     int *length;                /* [pp] copy of the schedule's lengths */
 } pp_sim_result;
@@ -618,10 +644,14 @@ PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
  *   interleaved-zb  looped     any  any pp, mb; for vpp > 1     PyTorch 2.11 ScheduleInterleavedZeroBubble
  *                                   group (microbatches per      (ZB1P over vpp chunks); PyTorch's group is
  *                                   round) >= pp or >= mb        mb / max(1, mb / pp)
+ *   dualpipe        dual       2    pp even, mb even             deepseek-ai/DualPipe dualpipe.py (the
+ *                                                                original, bidirectional DualPipe): mb/2
+ *                                                                microbatches down, mb/2 up, 2x parameters;
+ *                                                                for mb >= 2*pp DeepSeek's order exactly
  *
  * "live" counts (stage, microbatch) activations a rank holds: from the F until the W (or B) that
  * releases them. max_live is only taken by zb-h2 (the others have fixed memory: zb-h1 and zbv
- * hold pp rank-sized activations like 1F1B, dualpipev pp + 1/2).
+ * hold pp rank-sized activations like 1F1B, dualpipev pp + 1/2, dualpipe pp + 1 stages' worth).
  *
  * DualPipeV and small mb. PyTorch and DeepSeek's DualPipeV refuse mb < 2*pp because their
  * executors hard-code each step's sends and receives: step 4 ("F0B1 F1B0" pairs) must run at
@@ -1077,6 +1107,9 @@ PIPEPAR_API pp_status pp_replay_gather(const pp_replay_map *map, const int32_t *
  *   loss(m, out, grad_out, &l)                   last stage, right after its forward: the loss of
  *                                                microbatch m and dLoss/d out (to fill)
  *   backward(stage, m, in, grad_out, grad_in)    grad_in = g_s to fill; NULL on stage 0
+ * (stage 0 and the last stage are those of the microbatch's route, pp_mb_info.first_stage and
+ * last_stage: under DualPipe the up microbatches enter at stage pp on rank pp-1 and leave at
+ * stage 2pp-1 on rank 0, and boundaries pp..2pp carry them.)
  *   backward_input / backward_weight             the two halves of a split backward (I, W);
  *                                                W gets the same in and grad_out as I had
  * x_s stays valid from its forward until the stage's backward (B or W) of that microbatch ends,
@@ -1209,6 +1242,12 @@ typedef struct pp_mb_info {
      * the batch padded to num_mb * rows, rows = ceil(R / num_mb); only the first valid_rows are
      * real. Without: rows = valid_rows = first_row = batch_rows = 0. */
     int rows, valid_rows, first_row, batch_rows;
+    /* the microbatch's route (>>schedule, Routes): it enters at first_stage (input() runs there)
+     * and leaves at last_stage (loss() runs there): 0 and num_stages-1, except under DualPipe
+     * (0 and pp-1 going down, pp and 2pp-1 going up). model_stage = stage - first_stage is the
+     * model stage whose layers this call computes (tensor_bytes: the model boundary), the same
+     * for both of DualPipe's weight copies. */
+    int first_stage, last_stage, model_stage;
 } pp_mb_info;
 
 /* What the loss callback reports for its microbatch. The executor sets weight to valid_rows
@@ -1294,7 +1333,8 @@ typedef struct pp_step_result {
     float metrics[PP_MAX_METRICS];       /* sums over microbatches, on every rank */
     /* forward only, on the rank of the last stage: outputs[m] is microbatch m's last-stage
      * output (output_bytes[m] bytes, in the allocator's memory), valid until the next step or
-     * pp_executor_free. NULL elsewhere. */
+     * pp_executor_free. NULL elsewhere. Under DualPipe ranks pp-1 (down microbatches) and 0 (up)
+     * each get their routes' outputs, outputs[m] NULL for the others. */
     const void *const *outputs;
     const size_t *output_bytes;
     int num_outputs;
@@ -3712,7 +3752,7 @@ done:
 
 static const char *const pp__kind_names[PP_KIND_COUNT] = {
     "none", "gpipe", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zbv",
-    "dualpipev", "interleaved-zb", "custom"
+    "dualpipev", "interleaved-zb", "dualpipe", "custom"
 };
 
 const char *pp_schedule_kind_name(pp_schedule_kind kind)
@@ -3728,7 +3768,7 @@ pp_status pp_schedule_kind_parse(const char *name, pp_schedule_kind *kind, pp_er
         if (strcmp(name, pp__kind_names[k]) == 0) { *kind = (pp_schedule_kind)k; return pp__ok(err); }
     return pp__fail(err, PP_EINVAL,
                     "kind '%s': unknown (one of gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zb-h2, "
-                    "zbv, dualpipev, interleaved-zb)", name);
+                    "zbv, dualpipev, interleaved-zb, dualpipe)", name);
 }
 
 const char *pp_op_name(pp_op op)
@@ -3770,7 +3810,19 @@ pp_status pp_schedule_create(int pp, int vpp, int mb, pp_placement placement, pp
                         (long long)pp * vpp * mb, PP_MAX_STAGE_MICROBATCHES);
     if (placement == PP_PLACEMENT_V && vpp != 2)
         return pp__fail(err, PP_EINVAL, "vpp=%d: a V-shaped placement has exactly 2 chunks per rank", vpp);
-    if (placement != PP_PLACEMENT_LOOPED && placement != PP_PLACEMENT_V)
+    if (placement == PP_PLACEMENT_DUAL) {
+        /* DualPipe: one down and one up stage per rank, half the microbatches each way */
+        if (vpp != 2)
+            return pp__fail(err, PP_EINVAL, "vpp=%d: the bidirectional (DualPipe) placement has exactly 2 chunks "
+                            "per rank", vpp);
+        if (pp % 2 != 0)
+            return pp__fail(err, PP_EINVAL, "pp=%d: the bidirectional (DualPipe) placement needs an even pp (rank r "
+                            "pairs with rank pp-1-r)", pp);
+        if (mb % 2 != 0)
+            return pp__fail(err, PP_EINVAL, "mb=%d: the bidirectional (DualPipe) placement needs an even mb (half "
+                            "the microbatches run each way)", mb);
+    }
+    if (placement != PP_PLACEMENT_LOOPED && placement != PP_PLACEMENT_V && placement != PP_PLACEMENT_DUAL)
         return pp__fail(err, PP_EINVAL, "placement=%d: unknown", (int)placement);
     s = (pp_schedule *)pp__calloc(1, sizeof *s);
     if (!s) return pp__fail(err, PP_ENOMEM, "out of memory");
@@ -3869,22 +3921,55 @@ pp_status pp_schedule_copy(const pp_schedule *s, pp_schedule **out, pp_error *er
 int pp_stage_rank(const pp_schedule *s, int stage)
 {
     if (!s || stage < 0 || stage >= s->num_stages) return -1;
-    if (s->placement == PP_PLACEMENT_V) return stage < s->pp ? stage : 2 * s->pp - 1 - stage;
+    if (s->placement != PP_PLACEMENT_LOOPED) return stage < s->pp ? stage : 2 * s->pp - 1 - stage;
     return stage % s->pp;
 }
 
 int pp_stage_chunk(const pp_schedule *s, int stage)
 {
     if (!s || stage < 0 || stage >= s->num_stages) return -1;
-    if (s->placement == PP_PLACEMENT_V) return stage < s->pp ? 0 : 1;
+    if (s->placement != PP_PLACEMENT_LOOPED) return stage < s->pp ? 0 : 1;
     return stage / s->pp;
 }
 
 int pp_rank_chunk_stage(const pp_schedule *s, int rank, int chunk)
 {
     if (!s || rank < 0 || rank >= s->pp || chunk < 0 || chunk >= s->vpp) return -1;
-    if (s->placement == PP_PLACEMENT_V) return chunk == 0 ? rank : 2 * s->pp - 1 - rank;
+    if (s->placement != PP_PLACEMENT_LOOPED) return chunk == 0 ? rank : 2 * s->pp - 1 - rank;
     return chunk * s->pp + rank;
+}
+
+/* Routes (see >>schedule): unchecked forms for the inner loops, m in range. Under the dual
+ * placement microbatches below mb/2 go down (stages 0..pp-1), the others up (pp..2pp-1). */
+static int pp__first(const pp_schedule *s, int m)
+{
+    return s->placement == PP_PLACEMENT_DUAL && m >= s->mb / 2 ? s->pp : 0;
+}
+
+static int pp__last(const pp_schedule *s, int m)
+{
+    return s->placement == PP_PLACEMENT_DUAL && m < s->mb / 2 ? s->pp - 1 : s->num_stages - 1;
+}
+
+static int pp__on_route(const pp_schedule *s, int stage, int m)
+{
+    return stage >= pp__first(s, m) && stage <= pp__last(s, m);
+}
+
+int pp_mb_first_stage(const pp_schedule *s, int mb)
+{
+    return (!s || mb < 0 || mb >= s->mb) ? -1 : pp__first(s, mb);
+}
+
+int pp_mb_last_stage(const pp_schedule *s, int mb)
+{
+    return (!s || mb < 0 || mb >= s->mb) ? -1 : pp__last(s, mb);
+}
+
+int pp_stage_model_stage(const pp_schedule *s, int stage)
+{
+    if (!s || stage < 0 || stage >= s->num_stages) return -1;
+    return s->placement == PP_PLACEMENT_DUAL ? stage % s->pp : stage;
 }
 
 /* --- generators ---------------------------------------------------------------------------- */
@@ -4048,12 +4133,22 @@ pp_status pp_schedule_build(const pp_schedule_config *cfg, pp_schedule **out, pp
     if (c.vpp < 0) return pp__fail(err, PP_EINVAL, "vpp=%d: must be at least 1 (0 means the default)", c.vpp);
     if (c.group < 0) return pp__fail(err, PP_EINVAL, "group=%d: must be at least 1 (0 means pp)", c.group);
     if (c.max_live < 0) return pp__fail(err, PP_EINVAL, "max_live=%d: must be at least 1 (0 means the kind's own)", c.max_live);
-    if (c.kind == PP_ZBV || c.kind == PP_DUALPIPEV) {
-        placement = PP_PLACEMENT_V;
+    if (c.kind == PP_ZBV || c.kind == PP_DUALPIPEV || c.kind == PP_DUALPIPE) {
+        placement = c.kind == PP_DUALPIPE ? PP_PLACEMENT_DUAL : PP_PLACEMENT_V;
         if (c.vpp == 0) c.vpp = 2;
         if (c.vpp != 2)
             return pp__fail(err, PP_EUNSUPPORTED, "vpp=%d: %s uses a V-shaped placement, exactly 2 chunks per rank",
                             c.vpp, kn);
+    }
+    if (c.kind == PP_DUALPIPE) {
+        /* deepseek-ai/DualPipe asserts num_ranks % 2 == 0 and num_chunks % 2 == 0 (half of the
+         * microbatches enter at each end); see >>zerobubble for why we need no more than that */
+        if (c.pp % 2 != 0)
+            return pp__fail(err, PP_EUNSUPPORTED, "pp=%d: dualpipe needs an even pp (rank r runs the down stage r "
+                            "and the up stage of rank pp-1-r)", c.pp);
+        if (c.mb % 2 != 0)
+            return pp__fail(err, PP_EUNSUPPORTED, "mb=%d: dualpipe needs an even mb (mb/2 microbatches run down from "
+                            "rank 0, mb/2 up from rank pp-1)", c.mb);
     }
     if (c.vpp == 0) c.vpp = 1;
     /* interleaved-zb defaults to PyTorch's round size, mb / max(1, mb / pp), so that its order is
@@ -4229,6 +4324,13 @@ static pp_status pp__check_structure(const pp_schedule *s, pp_error *err)
                 int op = a.op == PP_OP_FB ? (half ? PP_OP_B : PP_OP_F) : a.op;
                 int stg = half ? a.stage2 : a.stage, m = half ? a.mb2 : a.mb;
                 unsigned char *cnt = op == PP_OP_F ? nf : op == PP_OP_B ? nb : op == PP_OP_I ? ni : nw;
+                if (!pp__on_route(s, stg, m)) {
+                    pp_action_format(a, txt, sizeof txt);
+                    st = pp__fail(err, PP_EINVALID_SCHEDULE,
+                                  "rank %d position %d: %s computes stage %d, which is not on microbatch %d's route "
+                                  "(stages %d..%d)", r, i, txt, stg, m, pp__first(s, m), pp__last(s, m));
+                    break;
+                }
                 if (pp_stage_rank(s, stg) != r) {
                     pp_action_format(a, txt, sizeof txt);
                     st = pp__fail(err, PP_EINVALID_SCHEDULE,
@@ -4249,6 +4351,7 @@ static pp_status pp__check_structure(const pp_schedule *s, pp_error *err)
     }
     for (k = 0; k < n && st == PP_OK; k++) {
         int stg = (int)(k / (size_t)s->mb), m = (int)(k % (size_t)s->mb);
+        if (!pp__on_route(s, stg, m)) continue;
         if (!nf[k])
             st = pp__fail(err, PP_EINVALID_SCHEDULE, "stage %d microbatch %d: no F on rank %d", stg, m,
                           pp_stage_rank(s, stg));
@@ -4267,18 +4370,19 @@ done:
     return st;
 }
 
-/* Where a compute half's inputs come from. For F(s,m): the output of F(s-1,m) (none at s=0).
- * For B/I(s,m): its own F(s,m) and the input-gradient of B/I(s+1,m) (none at the last stage).
+/* Where a compute half's inputs come from. For F(s,m): the output of F(s-1,m) (none at the first
+ * stage of m's route). For B/I(s,m): its own F(s,m) and the input-gradient of B/I(s+1,m) (none at
+ * the last stage of m's route).
  * For W(s,m): its own I(s,m). Returns 1 when the input from a *neighbouring stage* comes from
  * another rank, and sets *from_stage. */
-static int pp__cross_input(const pp_schedule *s, int op, int stage, int *from_stage)
+static int pp__cross_input(const pp_schedule *s, int op, int stage, int m, int *from_stage)
 {
     int r = pp_stage_rank(s, stage);
     if (op == PP_OP_F) {
-        if (stage == 0) return 0;
+        if (stage == pp__first(s, m)) return 0;
         *from_stage = stage - 1;
     } else if (op == PP_OP_B || op == PP_OP_I) {
-        if (stage == s->num_stages - 1) return 0;
+        if (stage == pp__last(s, m)) return 0;
         *from_stage = stage + 1;
     } else return 0;
     return pp_stage_rank(s, *from_stage) != r;
@@ -4294,8 +4398,8 @@ static int pp__half_ready(const pp_schedule *s, const pp__progress *p, const uns
     size_t k = PP__SM(s, stage, m);
     int from;
     if (op == PP_OP_F) {
-        if (stage == 0) return 1;
-        if (pp__cross_input(s, op, stage, &from)) return arrived_f[k] ? 1 : 0;
+        if (stage == pp__first(s, m)) return 1;
+        if (pp__cross_input(s, op, stage, m, &from)) return arrived_f[k] ? 1 : 0;
         if (!p->f_done[PP__SM(s, stage - 1, m)]) { *why = "comes before the F of the previous stage on the same rank"; return -1; }
         return 1;
     }
@@ -4305,8 +4409,8 @@ static int pp__half_ready(const pp_schedule *s, const pp__progress *p, const uns
     }
     /* B or I */
     if (!p->f_done[k]) { *why = "comes before its own F"; return -1; }
-    if (stage == s->num_stages - 1) return 1;
-    if (pp__cross_input(s, op, stage, &from)) return arrived_b[k] ? 1 : 0;
+    if (stage == pp__last(s, m)) return 1;
+    if (pp__cross_input(s, op, stage, m, &from)) return arrived_b[k] ? 1 : 0;
     if (!p->b_done[PP__SM(s, stage + 1, m)]) { *why = "comes before the backward of the next stage on the same rank"; return -1; }
     return 1;
 }
@@ -4474,14 +4578,14 @@ static pp_status pp__lower(pp_schedule *s, unsigned char *stuck_on_backward, pp_
             nh = pp__halves(a, ops, stg, mbs);
             for (h = 0; h < nh; h++) {
                 int sg = stg[h], m = mbs[h], to;
-                if (ops[h] == PP_OP_F && sg + 1 < s->num_stages && (to = pp_stage_rank(s, sg + 1)) != r) {
+                if (ops[h] == PP_OP_F && sg < pp__last(s, m) && (to = pp_stage_rank(s, sg + 1)) != r) {
                     out[r][newlen[r]] = pp__action(PP_OP_SEND_F, sg, m);
                     out[r][newlen[r]++].group = round + 1;
                     out[to][newlen[to]] = pp__action(PP_OP_RECV_F, sg + 1, m);
                     out[to][newlen[to]++].group = round + 1;
                     arrived_f[PP__SM(s, sg + 1, m)] = 1;
                 }
-                if ((ops[h] == PP_OP_B || ops[h] == PP_OP_I) && sg > 0 && (to = pp_stage_rank(s, sg - 1)) != r) {
+                if ((ops[h] == PP_OP_B || ops[h] == PP_OP_I) && sg > pp__first(s, m) && (to = pp_stage_rank(s, sg - 1)) != r) {
                     out[r][newlen[r]] = pp__action(PP_OP_SEND_B, sg, m);
                     out[r][newlen[r]++].group = round + 1;
                     out[to][newlen[to]] = pp__action(PP_OP_RECV_B, sg - 1, m);
@@ -4565,7 +4669,14 @@ static pp_status pp__validate_lowered(const pp_schedule *s, pp_error *err)
                 break;
             }
             peer_stage = (a.op == PP_OP_SEND_F || a.op == PP_OP_RECV_B) ? a.stage + 1 : a.stage - 1;
-            if (peer_stage < 0 || peer_stage >= s->num_stages) {
+            if (!pp__on_route(s, a.stage, a.mb)) {
+                pp_action_format(a, txt, sizeof txt);
+                st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s: stage %d is not on microbatch %d's "
+                              "route (stages %d..%d)", r, i, txt, (int)a.stage, (int)a.mb, pp__first(s, a.mb),
+                              pp__last(s, a.mb));
+                break;
+            }
+            if (peer_stage < pp__first(s, a.mb) || peer_stage > pp__last(s, a.mb)) {
                 pp_action_format(a, txt, sizeof txt);
                 st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s: stage %d has no %s stage to talk to",
                               r, i, txt, (int)a.stage, peer_stage < 0 ? "previous" : "next");
@@ -4625,7 +4736,7 @@ static pp_status pp__validate_lowered(const pp_schedule *s, pp_error *err)
                             int from = 0;
                             pp_action_format(a, txt, sizeof txt);
                             if (ready == 0) {
-                                pp__cross_input(s, ops[h], stg[h], &from);
+                                pp__cross_input(s, ops[h], stg[h], mbs[h], &from);
                                 st = pp__fail(err, PP_EINVALID_SCHEDULE,
                                               "rank %d position %d: %s needs the %s of stage %d (rank %d), but no %s "
                                               "before it received it", r, pc[r], txt,
@@ -5049,6 +5160,101 @@ done:
     return st;
 }
 
+/* --- DualPipe -------------------------------------------------------------------------------
+ * deepseek-ai/DualPipe, dualpipe.py DualPipe.step(), compute order only. The model's pp stages
+ * run as two pipelines (placement PP_PLACEMENT_DUAL): microbatches 0..mb/2-1 down from rank 0
+ * (stage r on rank r), microbatches mb/2..mb-1 up from rank pp-1 (stage pp+j on rank pp-1-j). Rank
+ * r's "phase 0" is the direction that starts on its side of the middle (down for r < pp/2, up
+ * for the rest) and "phase 1" the other; h = min(r, pp-1-r) is its distance from the nearer end,
+ * H = pp/2. With n = max(mb/2, pp) microbatches per direction, rank r runs:
+ *     1. 2(H-h-1) x F0             2. h+1 x (F0 F1)            3. H-h-1 x (I1 W F1)
+ *     4. n-pp+h+1 x (FB(F0,B1) FB(F1,B0)); on the two middle ranks (h = H-1) the first pair is
+ *        F0, B1 unoverlapped ("to further reduce bubble size", dualpipe.py)
+ *     5. H-h-1 x (B1 FB(F1,B0))
+ *     6. h+1 x (B1 B0), switching to I from the middle on (for odd h before the B1 of step
+ *        (h+1)/2, for even h before its B0)
+ *     7. H-h-1 x (W I0)            8. h+1 x W
+ * F, B of one direction run its microbatches in order; each W is the oldest pending one (the
+ * WeightGradStore queue). This is DualPipeV's program (>>zerobubble, DualPipeV) with the V's two
+ * chunks replaced by the two directions and the V's last rank by the two middle ranks.
+ *
+ * mb. dualpipe.py asserts num_ranks even, num_chunks even and num_chunks >= 2 * num_ranks: its
+ * step 4 starts by consuming the forward receive that step 2 left posted, so every rank must run
+ * step 4 at least once, n - pp + h + 1 >= 1 at h = 0, i.e. mb/2 >= pp. As for DualPipeV, pipepar
+ * derives the communication from the compute order, so it needs only the even counts: below
+ * 2*pp it builds the order for n = pp per direction and drops the microbatches that do not
+ * exist (an FB losing a half becomes the plain F or B left), which keeps every dependency of
+ * the rest. */
+static pp_status pp__dp_put(pp_schedule *s, int r, pp_action a, pp_error *err)
+{
+    if (a.op == PP_OP_FB) {
+        if (a.mb >= 0 && a.mb2 >= 0) return pp_schedule_append(s, r, a, err);
+        if (a.mb >= 0) return pp_schedule_append(s, r, pp__action(PP_OP_F, a.stage, a.mb), err);
+        if (a.mb2 >= 0) return pp_schedule_append(s, r, pp__action(PP_OP_B, a.stage2, a.mb2), err);
+        return PP_OK;
+    }
+    return a.mb < 0 ? PP_OK : pp_schedule_append(s, r, a, err);
+}
+
+static pp_status pp__build_dualpipe(pp_schedule *s, pp_error *err)
+{
+    pp_status st = PP_OK;
+    int pp = s->pp, H = s->pp / 2, half = s->mb / 2, n = half > pp ? half : pp, r, k;
+    pp__wfifo q = { NULL, NULL, 0, 0, 0 };
+    if (!pp__wfifo_init(&q, 2 * n)) return pp__fail(err, PP_ENOMEM, "out of memory");
+    for (r = 0; r < pp; r++) {
+        /* per phase c: its direction's stage on this rank and first global microbatch */
+        int h = r < pp - 1 - r ? r : pp - 1 - r, second = r >= H, stage[2], base[2];
+        int fwd[2] = { 0, 0 }, bwd[2] = { 0, 0 }, zb = 0, steps4 = n - pp + h + 1;
+        stage[0] = second ? 2 * pp - 1 - r : r;  base[0] = second ? half : 0;
+        stage[1] = second ? r : 2 * pp - 1 - r;  base[1] = second ? 0 : half;
+        q.head = q.tail = 0;
+/* global microbatch of the k-th of phase c, or -1 where it does not exist (k >= mb/2) */
+#define PP__DP_MB(c, k) ((k) < half ? base[c] + (k) : -1)
+#define PP__DP_F(c) \
+        do { st = pp__dp_put(s, r, pp__action(PP_OP_F, stage[c], PP__DP_MB(c, fwd[c])), err); fwd[c]++; \
+             if (st != PP_OK) goto done; } while (0)
+#define PP__DP_B(c, split) \
+        do { int m_ = PP__DP_MB(c, bwd[c]); bwd[c]++; \
+             st = pp__dp_put(s, r, pp__action((split) ? PP_OP_I : PP_OP_B, stage[c], m_), err); \
+             if (st != PP_OK) goto done; \
+             if (split) pp__wfifo_push(&q, stage[c], m_); } while (0)
+#define PP__DP_W() \
+        do { if (q.head < q.tail) { int m_ = q.mb[q.head], s_ = q.stage[q.head]; q.head++; \
+             st = pp__dp_put(s, r, pp__action(PP_OP_W, s_, m_), err); if (st != PP_OK) goto done; } } while (0)
+#define PP__DP_FB(cf, cb) \
+        do { pp_action fb_ = pp__action(PP_OP_FB, stage[cf], PP__DP_MB(cf, fwd[cf])); \
+             fb_.stage2 = stage[cb]; fb_.mb2 = PP__DP_MB(cb, bwd[cb]); fwd[cf]++; bwd[cb]++; \
+             st = pp__dp_put(s, r, fb_, err); if (st != PP_OK) goto done; } while (0)
+        for (k = 0; k < 2 * (H - h - 1); k++) PP__DP_F(0);
+        for (k = 0; k < h + 1; k++) { PP__DP_F(0); PP__DP_F(1); }
+        for (k = 0; k < H - h - 1; k++) { PP__DP_B(1, 1); PP__DP_W(); PP__DP_F(1); }
+        for (k = 0; k < steps4; k++) {
+            if (k == 0 && h == H - 1) { PP__DP_F(0); PP__DP_B(1, 0); }
+            else PP__DP_FB(0, 1);
+            PP__DP_FB(1, 0);
+        }
+        for (k = 0; k < H - h - 1; k++) { PP__DP_B(1, 0); PP__DP_FB(1, 0); }
+        for (k = 0; k < h + 1; k++) {
+            if (k == (h + 1) / 2 && h % 2 == 1) zb = 1;
+            PP__DP_B(1, zb);
+            if (k == (h + 1) / 2 && h % 2 == 0) zb = 1;
+            PP__DP_B(0, zb);
+        }
+        for (k = 0; k < H - h - 1; k++) { PP__DP_W(); PP__DP_B(0, 1); }
+        for (k = 0; k < h + 1; k++) PP__DP_W();
+#undef PP__DP_MB
+#undef PP__DP_F
+#undef PP__DP_B
+#undef PP__DP_W
+#undef PP__DP_FB
+        PIPEPAR_ASSERT(fwd[0] == n && fwd[1] == n && bwd[0] == n && bwd[1] == n && q.head == q.tail);
+    }
+done:
+    pp__wfifo_free(&q);
+    return st;
+}
+
 /* --- dispatch (called by pp_schedule_build, which already checked pp, mb, vpp, group) -------- */
 static pp_status pp__build_zero_bubble(const pp_schedule_config *cfg, pp_schedule *s, pp_error *err)
 {
@@ -5073,6 +5279,8 @@ static pp_status pp__build_zero_bubble(const pp_schedule_config *cfg, pp_schedul
         return pp__build_zbv(s, err);
     case PP_DUALPIPEV:
         return pp__build_dualpipev(s, err);
+    case PP_DUALPIPE:
+        return pp__build_dualpipe(s, err);
     case PP_INTERLEAVED_ZB:
         /* A round smaller than pp (and than mb) lets a rank reach the next chunk, or its first I,
          * before the microbatch it needs went round the ring: the order deadlocks for some pp, vpp,
@@ -5107,13 +5315,15 @@ void pp_sim_result_free(pp_sim_result *r)
 }
 
 /* Cost of one compute half on a stage. Scalar costs are for a rank's whole share of the model,
- * so a chunk of a vpp-chunk rank costs 1/vpp of them; per-stage arrays are taken as they are. */
+ * so a chunk of a vpp-chunk rank costs 1/vpp of them; per-stage arrays are taken as they are.
+ * Under the dual placement (DualPipe) each of a rank's two chunks is a whole model stage (the
+ * rank holds its share twice, once per direction): a chunk costs the full share. */
 static double pp__half_cost(const pp_schedule *s, const pp_sim_costs *c, int op, int stage)
 {
     /* a full backward is its two halves when only those were given, else twice the forward */
     double f = c->f > 0 ? c->f : 1.0, i = c->i, w = c->w;
     double b = c->b > 0 ? c->b : (i > 0 || w > 0 ? i + w : 2.0 * f);
-    double v = (double)s->vpp;
+    double v = s->placement == PP_PLACEMENT_DUAL ? 1.0 : (double)s->vpp;
     if (i <= 0 && w <= 0) { i = b / 2; w = b / 2; }
     switch (op) {
     case PP_OP_F: return c->f_stage ? c->f_stage[stage] : f / v;
@@ -5235,7 +5445,7 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
                             st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s %s", r, pc[r], txt, why);
                             goto done;
                         }
-                        if (ready == 1 && pp__cross_input(s, ops[h], stg[h], &from)) {
+                        if (ready == 1 && pp__cross_input(s, ops[h], stg[h], mbs[h], &from)) {
                             double at = ops[h] == PP_OP_F ? arr_f[PP__SM(s, stg[h], mbs[h])]
                                                           : arr_b[PP__SM(s, stg[h], mbs[h])];
                             if (at > start) start = at;
@@ -5284,7 +5494,8 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
             }
         }
         res->peak_live[r] = peak;
-        res->peak_memory[r] = (double)peak / (double)s->vpp;
+        /* dual: every chunk is a whole model stage, so a live chunk counts as one stage's worth */
+        res->peak_memory[r] = s->placement == PP_PLACEMENT_DUAL ? (double)peak : (double)peak / (double)s->vpp;
     }
     res->bubble_mean = 0;
     for (r = 0; r < s->pp; r++) {
@@ -5577,7 +5788,7 @@ pp_status pp_schedule_write_json(const pp_schedule *s, const pp_sim_result *sim,
     pp__text_printf(&t, "{\"kind\": \"%s\", \"pp\": %d, \"vpp\": %d, \"mb\": %d, \"group\": %d, "
                     "\"placement\": \"%s\", \"num_stages\": %d, \"lowered\": %s,\n \"ranks\": [\n",
                     pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb, s->group,
-                    s->placement == PP_PLACEMENT_V ? "v" : "looped", s->num_stages, s->lowered ? "true" : "false");
+                    s->placement == PP_PLACEMENT_DUAL ? "dual" : s->placement == PP_PLACEMENT_V ? "v" : "looped", s->num_stages, s->lowered ? "true" : "false");
     for (r = 0; r < s->pp; r++) {
         pp__text_printf(&t, "  {\"rank\": %d, \"actions\": [", r);
         for (i = 0; i < s->length[r]; i++) {
@@ -5614,7 +5825,7 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
     int *row_of = NULL;
     size_t n = 0, cap = 0, pos = 0;
     int group = 1;
-    int rows = 0, max_stage = -1, max_mb = -1, looped = 1, vshape = 1, vpp;
+    int rows = 0, max_stage = -1, max_mb = -1, looped = 1, vshape = 1, dual = 1, vpp;
     pp_schedule *s = NULL;
     pp_status st = PP_OK;
     if (!text || !out) return pp__fail(err, PP_EINVAL, "text and out: must not be NULL");
@@ -5689,13 +5900,28 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
         int sg = acts[pos].stage, rr = row_of[pos];
         if (sg % rows != rr) looped = 0;
         if (vpp != 2 || !(sg == rr || sg == 2 * rows - 1 - rr)) vshape = 0;
+        if (acts[pos].op == PP_OP_FB && acts[pos].stage2 != rr && acts[pos].stage2 != 2 * rows - 1 - rr) vshape = 0;
     }
     if (!looped && !vshape) {
         st = pp__fail(err, PP_EPARSE, "CSV: stages are placed neither looped (stage s on rank s %% pp) nor V-shaped "
                       "(rank r holds r and 2pp-1-r)");
         goto done;
     }
-    st = pp_schedule_create(rows, vpp, max_mb + 1, looped ? PP_PLACEMENT_LOOPED : PP_PLACEMENT_V, &s, err);
+    /* V-shaped stages where no microbatch crosses from the first pp stages to the others, the
+     * first half of the microbatches staying in front and the second half behind: DualPipe's two
+     * routes (a V schedule sends every microbatch through all 2pp stages) */
+    if (!looped && vshape && rows % 2 == 0 && (max_mb + 1) % 2 == 0) {
+        int half = (max_mb + 1) / 2;
+        for (pos = 0; pos < n && dual; pos++) {
+            pp_action a = acts[pos];
+            if ((a.stage < rows) != (a.mb < half)) dual = 0;
+            if (a.op == PP_OP_FB && (a.stage2 < rows) != (a.mb2 < half)) dual = 0;
+        }
+    } else {
+        dual = 0;
+    }
+    st = pp_schedule_create(rows, vpp, max_mb + 1,
+                            looped ? PP_PLACEMENT_LOOPED : dual ? PP_PLACEMENT_DUAL : PP_PLACEMENT_V, &s, err);
     if (st != PP_OK) goto done;
     s->kind = PP_CUSTOM;
     for (pos = 0; pos < n; pos++) {
@@ -8570,6 +8796,9 @@ static pp_mb_info pp__info(const pp_executor *ex, int stage, int m)
     in.chunk = stage < ex->S ? pp_stage_chunk(ex->sched, stage) : -1;
     if (stage < ex->S && pp_stage_rank(ex->sched, stage) != ex->rank) in.chunk = -1;
     in.num_stages = ex->S;
+    in.first_stage = pp__first(ex->sched, m);
+    in.last_stage = pp__last(ex->sched, m);
+    in.model_stage = stage - in.first_stage;
     in.mb = m;
     in.num_mb = ex->M;
     in.step = ex->steps;
@@ -8619,6 +8848,14 @@ typedef struct pp__fwd { int s, m, k, in, out; pp_mb_info info; } pp__fwd;
 typedef struct pp__bwd { int s, m, k, in, gout, gin; pp_mb_info info; } pp__bwd;
 
 #define PP__K(ex, s, m) (pp_stage_chunk((ex)->sched, (s)) * (ex)->M + (m))
+
+/* Whether this rank holds the last stage of some microbatch's route (the loss is computed here):
+ * the last stage's rank, or under DualPipe's two routes ranks pp-1 (down) and 0 (up). */
+static int pp__ends_a_route(const pp_executor *ex)
+{
+    return pp_stage_rank(ex->sched, pp__last(ex->sched, 0)) == ex->rank ||
+           pp_stage_rank(ex->sched, pp__last(ex->sched, ex->M - 1)) == ex->rank;
+}
 #define PP__HERE(ex, s) (pp_stage_rank((ex)->sched, (s)) == (ex)->rank)
 
 /* Waits until F(s,m)'s input is here. */
@@ -8626,7 +8863,7 @@ static pp_status pp__f_wait(pp_executor *ex, int i, pp__fwd *f, int s, int m, pp
 {
     f->s = s; f->m = m; f->k = PP__K(ex, s, m); f->in = f->out = -1;
     f->info = pp__info(ex, s, m);
-    if (s > 0) {
+    if (s != f->info.first_stage) {
         if (ex->in_group[f->k] >= 0) {
             pp_status st = pp__wait_upto(ex, ex->in_group[f->k], i, err);
             if (st != PP_OK) return st;
@@ -8641,8 +8878,8 @@ static pp_status pp__f_wait(pp_executor *ex, int i, pp__fwd *f, int s, int m, pp
 static pp_status pp__f_prepare(pp_executor *ex, int i, pp__fwd *f, pp_error *err)
 {
     pp_status st;
-    if (f->s == 0) {
-        f->in = pp__acquire(ex, pp__bytes(ex, 0, f->m), &st, err);
+    if (f->s == f->info.first_stage) {   /* the start of the microbatch's route: stage 0 but for DualPipe */
+        f->in = pp__acquire(ex, pp__bytes(ex, f->s, f->m), &st, err);
         if (f->in < 0) return st;
         ex->in[f->k] = f->in;
         if (!ex->planning) {
@@ -8659,10 +8896,10 @@ static pp_status pp__f_prepare(pp_executor *ex, int i, pp__fwd *f, pp_error *err
 static pp_status pp__f_finish(pp_executor *ex, int i, pp__fwd *f, pp_error *err)
 {
     pp_status st;
-    if (f->s == ex->S - 1) {
+    if (f->s == f->info.last_stage) {
         int g = -1;
         if (!ex->forward_only) {
-            g = pp__acquire(ex, pp__bytes(ex, ex->S, f->m), &st, err);
+            g = pp__acquire(ex, pp__bytes(ex, f->s + 1, f->m), &st, err);
             if (g < 0) return st;
             ex->gout[f->k] = g;
             ex->gout_group[f->k] = -1;
@@ -8711,7 +8948,7 @@ static pp_status pp__b_wait(pp_executor *ex, int i, pp__bwd *b, int s, int m, pp
 static pp_status pp__b_prepare(pp_executor *ex, pp__bwd *b, pp_error *err)
 {
     pp_status st = PP_OK;
-    if (b->s > 0) {
+    if (b->s > b->info.first_stage) {
         b->gin = pp__acquire(ex, pp__bytes(ex, b->s, b->m), &st, err);
         if (b->gin < 0) return st;
     }
@@ -8720,7 +8957,7 @@ static pp_status pp__b_prepare(pp_executor *ex, pp__bwd *b, pp_error *err)
 
 static void pp__b_finish(pp_executor *ex, pp__bwd *b, int full)
 {
-    if (b->s > 0) {
+    if (b->s > b->info.first_stage) {
         if (PP__HERE(ex, b->s - 1)) {
             int k2 = PP__K(ex, b->s - 1, b->m);
             ex->gout[k2] = b->gin;       /* in place */
@@ -9194,7 +9431,7 @@ pp_status pp_run_step(pp_executor *ex, const pp_step *step, pp_step_result *resu
                       step->batch_rows);
         return pp__step_failed(ex, st, err);
     }
-    if (!ex->forward_only && pp_stage_rank(ex->sched, ex->S - 1) == ex->rank && !ex->cb.loss) {
+    if (!ex->forward_only && pp__ends_a_route(ex) && !ex->cb.loss) {
         st = pp__fail(err, PP_EINVAL, "rank %d: callbacks.loss: must not be NULL for a training step on the last "
                       "stage's rank", ex->rank);
         return pp__step_failed(ex, st, err);
@@ -9240,7 +9477,7 @@ pp_status pp_run_step(pp_executor *ex, const pp_step *step, pp_step_result *resu
         result->weight = red[1];
         result->loss = red[1] != 0 ? red[0] / red[1] : 0.0f;
         for (i = 0; i < ex->num_metrics; i++) result->metrics[i] = red[2 + i];
-        if (ex->forward_only && pp_stage_rank(ex->sched, ex->S - 1) == ex->rank) {
+        if (ex->forward_only && pp__ends_a_route(ex)) {
             for (i = 0; i < ex->M; i++) {
                 ex->out_ptr[i] = pp__ptr(ex, ex->out_slot[i]);
                 ex->out_bytes[i] = ex->out_slot[i] >= 0 ? ex->slots[ex->out_slot[i]].bytes : 0;

@@ -5,7 +5,7 @@
 
 static const char *const pp__kind_names[PP_KIND_COUNT] = {
     "none", "gpipe", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zbv",
-    "dualpipev", "interleaved-zb", "custom"
+    "dualpipev", "interleaved-zb", "dualpipe", "custom"
 };
 
 const char *pp_schedule_kind_name(pp_schedule_kind kind)
@@ -21,7 +21,7 @@ pp_status pp_schedule_kind_parse(const char *name, pp_schedule_kind *kind, pp_er
         if (strcmp(name, pp__kind_names[k]) == 0) { *kind = (pp_schedule_kind)k; return pp__ok(err); }
     return pp__fail(err, PP_EINVAL,
                     "kind '%s': unknown (one of gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zb-h2, "
-                    "zbv, dualpipev, interleaved-zb)", name);
+                    "zbv, dualpipev, interleaved-zb, dualpipe)", name);
 }
 
 const char *pp_op_name(pp_op op)
@@ -63,7 +63,19 @@ pp_status pp_schedule_create(int pp, int vpp, int mb, pp_placement placement, pp
                         (long long)pp * vpp * mb, PP_MAX_STAGE_MICROBATCHES);
     if (placement == PP_PLACEMENT_V && vpp != 2)
         return pp__fail(err, PP_EINVAL, "vpp=%d: a V-shaped placement has exactly 2 chunks per rank", vpp);
-    if (placement != PP_PLACEMENT_LOOPED && placement != PP_PLACEMENT_V)
+    if (placement == PP_PLACEMENT_DUAL) {
+        /* DualPipe: one down and one up stage per rank, half the microbatches each way */
+        if (vpp != 2)
+            return pp__fail(err, PP_EINVAL, "vpp=%d: the bidirectional (DualPipe) placement has exactly 2 chunks "
+                            "per rank", vpp);
+        if (pp % 2 != 0)
+            return pp__fail(err, PP_EINVAL, "pp=%d: the bidirectional (DualPipe) placement needs an even pp (rank r "
+                            "pairs with rank pp-1-r)", pp);
+        if (mb % 2 != 0)
+            return pp__fail(err, PP_EINVAL, "mb=%d: the bidirectional (DualPipe) placement needs an even mb (half "
+                            "the microbatches run each way)", mb);
+    }
+    if (placement != PP_PLACEMENT_LOOPED && placement != PP_PLACEMENT_V && placement != PP_PLACEMENT_DUAL)
         return pp__fail(err, PP_EINVAL, "placement=%d: unknown", (int)placement);
     s = (pp_schedule *)pp__calloc(1, sizeof *s);
     if (!s) return pp__fail(err, PP_ENOMEM, "out of memory");
@@ -162,22 +174,55 @@ pp_status pp_schedule_copy(const pp_schedule *s, pp_schedule **out, pp_error *er
 int pp_stage_rank(const pp_schedule *s, int stage)
 {
     if (!s || stage < 0 || stage >= s->num_stages) return -1;
-    if (s->placement == PP_PLACEMENT_V) return stage < s->pp ? stage : 2 * s->pp - 1 - stage;
+    if (s->placement != PP_PLACEMENT_LOOPED) return stage < s->pp ? stage : 2 * s->pp - 1 - stage;
     return stage % s->pp;
 }
 
 int pp_stage_chunk(const pp_schedule *s, int stage)
 {
     if (!s || stage < 0 || stage >= s->num_stages) return -1;
-    if (s->placement == PP_PLACEMENT_V) return stage < s->pp ? 0 : 1;
+    if (s->placement != PP_PLACEMENT_LOOPED) return stage < s->pp ? 0 : 1;
     return stage / s->pp;
 }
 
 int pp_rank_chunk_stage(const pp_schedule *s, int rank, int chunk)
 {
     if (!s || rank < 0 || rank >= s->pp || chunk < 0 || chunk >= s->vpp) return -1;
-    if (s->placement == PP_PLACEMENT_V) return chunk == 0 ? rank : 2 * s->pp - 1 - rank;
+    if (s->placement != PP_PLACEMENT_LOOPED) return chunk == 0 ? rank : 2 * s->pp - 1 - rank;
     return chunk * s->pp + rank;
+}
+
+/* Routes (see >>schedule): unchecked forms for the inner loops, m in range. Under the dual
+ * placement microbatches below mb/2 go down (stages 0..pp-1), the others up (pp..2pp-1). */
+static int pp__first(const pp_schedule *s, int m)
+{
+    return s->placement == PP_PLACEMENT_DUAL && m >= s->mb / 2 ? s->pp : 0;
+}
+
+static int pp__last(const pp_schedule *s, int m)
+{
+    return s->placement == PP_PLACEMENT_DUAL && m < s->mb / 2 ? s->pp - 1 : s->num_stages - 1;
+}
+
+static int pp__on_route(const pp_schedule *s, int stage, int m)
+{
+    return stage >= pp__first(s, m) && stage <= pp__last(s, m);
+}
+
+int pp_mb_first_stage(const pp_schedule *s, int mb)
+{
+    return (!s || mb < 0 || mb >= s->mb) ? -1 : pp__first(s, mb);
+}
+
+int pp_mb_last_stage(const pp_schedule *s, int mb)
+{
+    return (!s || mb < 0 || mb >= s->mb) ? -1 : pp__last(s, mb);
+}
+
+int pp_stage_model_stage(const pp_schedule *s, int stage)
+{
+    if (!s || stage < 0 || stage >= s->num_stages) return -1;
+    return s->placement == PP_PLACEMENT_DUAL ? stage % s->pp : stage;
 }
 
 /* --- generators ---------------------------------------------------------------------------- */
@@ -341,12 +386,22 @@ pp_status pp_schedule_build(const pp_schedule_config *cfg, pp_schedule **out, pp
     if (c.vpp < 0) return pp__fail(err, PP_EINVAL, "vpp=%d: must be at least 1 (0 means the default)", c.vpp);
     if (c.group < 0) return pp__fail(err, PP_EINVAL, "group=%d: must be at least 1 (0 means pp)", c.group);
     if (c.max_live < 0) return pp__fail(err, PP_EINVAL, "max_live=%d: must be at least 1 (0 means the kind's own)", c.max_live);
-    if (c.kind == PP_ZBV || c.kind == PP_DUALPIPEV) {
-        placement = PP_PLACEMENT_V;
+    if (c.kind == PP_ZBV || c.kind == PP_DUALPIPEV || c.kind == PP_DUALPIPE) {
+        placement = c.kind == PP_DUALPIPE ? PP_PLACEMENT_DUAL : PP_PLACEMENT_V;
         if (c.vpp == 0) c.vpp = 2;
         if (c.vpp != 2)
             return pp__fail(err, PP_EUNSUPPORTED, "vpp=%d: %s uses a V-shaped placement, exactly 2 chunks per rank",
                             c.vpp, kn);
+    }
+    if (c.kind == PP_DUALPIPE) {
+        /* deepseek-ai/DualPipe asserts num_ranks % 2 == 0 and num_chunks % 2 == 0 (half of the
+         * microbatches enter at each end); see >>zerobubble for why we need no more than that */
+        if (c.pp % 2 != 0)
+            return pp__fail(err, PP_EUNSUPPORTED, "pp=%d: dualpipe needs an even pp (rank r runs the down stage r "
+                            "and the up stage of rank pp-1-r)", c.pp);
+        if (c.mb % 2 != 0)
+            return pp__fail(err, PP_EUNSUPPORTED, "mb=%d: dualpipe needs an even mb (mb/2 microbatches run down from "
+                            "rank 0, mb/2 up from rank pp-1)", c.mb);
     }
     if (c.vpp == 0) c.vpp = 1;
     /* interleaved-zb defaults to PyTorch's round size, mb / max(1, mb / pp), so that its order is
@@ -522,6 +577,13 @@ static pp_status pp__check_structure(const pp_schedule *s, pp_error *err)
                 int op = a.op == PP_OP_FB ? (half ? PP_OP_B : PP_OP_F) : a.op;
                 int stg = half ? a.stage2 : a.stage, m = half ? a.mb2 : a.mb;
                 unsigned char *cnt = op == PP_OP_F ? nf : op == PP_OP_B ? nb : op == PP_OP_I ? ni : nw;
+                if (!pp__on_route(s, stg, m)) {
+                    pp_action_format(a, txt, sizeof txt);
+                    st = pp__fail(err, PP_EINVALID_SCHEDULE,
+                                  "rank %d position %d: %s computes stage %d, which is not on microbatch %d's route "
+                                  "(stages %d..%d)", r, i, txt, stg, m, pp__first(s, m), pp__last(s, m));
+                    break;
+                }
                 if (pp_stage_rank(s, stg) != r) {
                     pp_action_format(a, txt, sizeof txt);
                     st = pp__fail(err, PP_EINVALID_SCHEDULE,
@@ -542,6 +604,7 @@ static pp_status pp__check_structure(const pp_schedule *s, pp_error *err)
     }
     for (k = 0; k < n && st == PP_OK; k++) {
         int stg = (int)(k / (size_t)s->mb), m = (int)(k % (size_t)s->mb);
+        if (!pp__on_route(s, stg, m)) continue;
         if (!nf[k])
             st = pp__fail(err, PP_EINVALID_SCHEDULE, "stage %d microbatch %d: no F on rank %d", stg, m,
                           pp_stage_rank(s, stg));
@@ -560,18 +623,19 @@ done:
     return st;
 }
 
-/* Where a compute half's inputs come from. For F(s,m): the output of F(s-1,m) (none at s=0).
- * For B/I(s,m): its own F(s,m) and the input-gradient of B/I(s+1,m) (none at the last stage).
+/* Where a compute half's inputs come from. For F(s,m): the output of F(s-1,m) (none at the first
+ * stage of m's route). For B/I(s,m): its own F(s,m) and the input-gradient of B/I(s+1,m) (none at
+ * the last stage of m's route).
  * For W(s,m): its own I(s,m). Returns 1 when the input from a *neighbouring stage* comes from
  * another rank, and sets *from_stage. */
-static int pp__cross_input(const pp_schedule *s, int op, int stage, int *from_stage)
+static int pp__cross_input(const pp_schedule *s, int op, int stage, int m, int *from_stage)
 {
     int r = pp_stage_rank(s, stage);
     if (op == PP_OP_F) {
-        if (stage == 0) return 0;
+        if (stage == pp__first(s, m)) return 0;
         *from_stage = stage - 1;
     } else if (op == PP_OP_B || op == PP_OP_I) {
-        if (stage == s->num_stages - 1) return 0;
+        if (stage == pp__last(s, m)) return 0;
         *from_stage = stage + 1;
     } else return 0;
     return pp_stage_rank(s, *from_stage) != r;
@@ -587,8 +651,8 @@ static int pp__half_ready(const pp_schedule *s, const pp__progress *p, const uns
     size_t k = PP__SM(s, stage, m);
     int from;
     if (op == PP_OP_F) {
-        if (stage == 0) return 1;
-        if (pp__cross_input(s, op, stage, &from)) return arrived_f[k] ? 1 : 0;
+        if (stage == pp__first(s, m)) return 1;
+        if (pp__cross_input(s, op, stage, m, &from)) return arrived_f[k] ? 1 : 0;
         if (!p->f_done[PP__SM(s, stage - 1, m)]) { *why = "comes before the F of the previous stage on the same rank"; return -1; }
         return 1;
     }
@@ -598,8 +662,8 @@ static int pp__half_ready(const pp_schedule *s, const pp__progress *p, const uns
     }
     /* B or I */
     if (!p->f_done[k]) { *why = "comes before its own F"; return -1; }
-    if (stage == s->num_stages - 1) return 1;
-    if (pp__cross_input(s, op, stage, &from)) return arrived_b[k] ? 1 : 0;
+    if (stage == pp__last(s, m)) return 1;
+    if (pp__cross_input(s, op, stage, m, &from)) return arrived_b[k] ? 1 : 0;
     if (!p->b_done[PP__SM(s, stage + 1, m)]) { *why = "comes before the backward of the next stage on the same rank"; return -1; }
     return 1;
 }
@@ -767,14 +831,14 @@ static pp_status pp__lower(pp_schedule *s, unsigned char *stuck_on_backward, pp_
             nh = pp__halves(a, ops, stg, mbs);
             for (h = 0; h < nh; h++) {
                 int sg = stg[h], m = mbs[h], to;
-                if (ops[h] == PP_OP_F && sg + 1 < s->num_stages && (to = pp_stage_rank(s, sg + 1)) != r) {
+                if (ops[h] == PP_OP_F && sg < pp__last(s, m) && (to = pp_stage_rank(s, sg + 1)) != r) {
                     out[r][newlen[r]] = pp__action(PP_OP_SEND_F, sg, m);
                     out[r][newlen[r]++].group = round + 1;
                     out[to][newlen[to]] = pp__action(PP_OP_RECV_F, sg + 1, m);
                     out[to][newlen[to]++].group = round + 1;
                     arrived_f[PP__SM(s, sg + 1, m)] = 1;
                 }
-                if ((ops[h] == PP_OP_B || ops[h] == PP_OP_I) && sg > 0 && (to = pp_stage_rank(s, sg - 1)) != r) {
+                if ((ops[h] == PP_OP_B || ops[h] == PP_OP_I) && sg > pp__first(s, m) && (to = pp_stage_rank(s, sg - 1)) != r) {
                     out[r][newlen[r]] = pp__action(PP_OP_SEND_B, sg, m);
                     out[r][newlen[r]++].group = round + 1;
                     out[to][newlen[to]] = pp__action(PP_OP_RECV_B, sg - 1, m);
@@ -858,7 +922,14 @@ static pp_status pp__validate_lowered(const pp_schedule *s, pp_error *err)
                 break;
             }
             peer_stage = (a.op == PP_OP_SEND_F || a.op == PP_OP_RECV_B) ? a.stage + 1 : a.stage - 1;
-            if (peer_stage < 0 || peer_stage >= s->num_stages) {
+            if (!pp__on_route(s, a.stage, a.mb)) {
+                pp_action_format(a, txt, sizeof txt);
+                st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s: stage %d is not on microbatch %d's "
+                              "route (stages %d..%d)", r, i, txt, (int)a.stage, (int)a.mb, pp__first(s, a.mb),
+                              pp__last(s, a.mb));
+                break;
+            }
+            if (peer_stage < pp__first(s, a.mb) || peer_stage > pp__last(s, a.mb)) {
                 pp_action_format(a, txt, sizeof txt);
                 st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s: stage %d has no %s stage to talk to",
                               r, i, txt, (int)a.stage, peer_stage < 0 ? "previous" : "next");
@@ -918,7 +989,7 @@ static pp_status pp__validate_lowered(const pp_schedule *s, pp_error *err)
                             int from = 0;
                             pp_action_format(a, txt, sizeof txt);
                             if (ready == 0) {
-                                pp__cross_input(s, ops[h], stg[h], &from);
+                                pp__cross_input(s, ops[h], stg[h], mbs[h], &from);
                                 st = pp__fail(err, PP_EINVALID_SCHEDULE,
                                               "rank %d position %d: %s needs the %s of stage %d (rank %d), but no %s "
                                               "before it received it", r, pc[r], txt,

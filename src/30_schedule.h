@@ -7,6 +7,19 @@
  * A placement maps stage s to (rank, chunk):
  *     looped (Megatron, PyTorch's interleaved):  rank = s % pp,  chunk = s / pp
  *     V-shaped (ZB-V, DualPipeV; vpp = 2):       rank r holds stages r and 2*pp-1-r
+ *     bidirectional (DualPipe; vpp = 2, pp even): stages placed as V, but routed in two halves
+ *
+ * Routes. Under the looped and V placements every microbatch crosses every stage, 0 to
+ * num_stages-1. Under the bidirectional placement of DeepSeek's DualPipe (deepseek-ai/DualPipe,
+ * dualpipe.py) the model is cut into pp model stages and run by two pipelines at once:
+ *     microbatches 0 .. mb/2-1   go "down": stages 0 .. pp-1     on ranks 0 .. pp-1
+ *     microbatches mb/2 .. mb-1  go "up":   stages pp .. 2*pp-1  on ranks pp-1 .. 0
+ * Stage s computes model stage s % pp (pp_stage_model_stage): the up pipeline runs the same
+ * layers in the same order, entering at rank pp-1. Every model stage j therefore has two copies
+ * of its weights, on rank j (down, stage j) and on rank pp-1-j (up, stage pp+j): 2x parameters
+ * per rank, and the trainer sums the two copies' gradients before the optimizer step (DualPipe
+ * all-reduces them). pp_mb_first_stage / pp_mb_last_stage give any microbatch's route; the
+ * dependency rules below, lowering, validation, simulation and the executor all follow it.
  *
  * Actions. A rank's program is an array of pp_action, executed in order:
  *     compute        F forward, B full backward, I input-gradient half and W weight-gradient
@@ -36,13 +49,15 @@ typedef enum pp_schedule_kind {
     PP_ZBV,                 /* zero bubble, V placement */
     PP_DUALPIPEV,           /* DeepSeek's DualPipe, V form */
     PP_INTERLEAVED_ZB,      /* PyTorch's ScheduleInterleavedZeroBubble */
+    PP_DUALPIPE,            /* DeepSeek's DualPipe: two pipelines in opposite directions */
     PP_CUSTOM,              /* read from CSV/text or built action by action */
     PP_KIND_COUNT
 } pp_schedule_kind;
 
 typedef enum pp_placement {
     PP_PLACEMENT_LOOPED = 0,
-    PP_PLACEMENT_V = 1
+    PP_PLACEMENT_V = 1,
+    PP_PLACEMENT_DUAL = 2   /* DualPipe: V's stage -> rank map, two routes (see Routes above) */
 } pp_placement;
 
 typedef enum pp_op {
@@ -98,6 +113,14 @@ PIPEPAR_API pp_status pp_schedule_append(pp_schedule *s, int rank, pp_action act
 PIPEPAR_API pp_status pp_schedule_copy(const pp_schedule *s, pp_schedule **out, pp_error *err);
 PIPEPAR_API void pp_schedule_free(pp_schedule *s);
 
+/* The route of microbatch mb: it crosses stages first .. last in order (0 .. num_stages-1 except
+ * under PP_PLACEMENT_DUAL, see Routes). -1 when out of range. */
+PIPEPAR_API int pp_mb_first_stage(const pp_schedule *s, int mb);
+PIPEPAR_API int pp_mb_last_stage(const pp_schedule *s, int mb);
+/* Which model stage (which layers) a stage computes: the stage itself, except under
+ * PP_PLACEMENT_DUAL: stage % pp. -1 when out of range. */
+PIPEPAR_API int pp_stage_model_stage(const pp_schedule *s, int stage);
+
 /* Which rank and chunk hold a stage under the schedule's placement; -1 when out of range. */
 PIPEPAR_API int pp_stage_rank(const pp_schedule *s, int stage);
 PIPEPAR_API int pp_stage_chunk(const pp_schedule *s, int stage);
@@ -118,7 +141,8 @@ PIPEPAR_API void pp_schedule_strip_comm(pp_schedule *s);
 /* Proves a schedule correct, or names its first violation (rank, position, action, rule):
  *   - each (stage, mb) has exactly one F and one B (or one I and one W), on the stage's rank;
  *   - F(s,m) after F(s-1,m) arrived; B(s,m) after F(s,m) and after B(s+1,m)'s gradient arrived;
- *     W after its I;
+ *     W after its I; (s-1 and s+1 taken on m's route: nothing before its first stage, nothing
+ *     after its last, and no action of m on a stage off its route);
  *   - lowered: every send has exactly one matching receive, every cross-rank input is received
  *     before use, the programs run to the end when each group is posted together and every send
  *     blocks until its receive is posted, and each group meets exactly one group of each peer.
@@ -139,7 +163,8 @@ PIPEPAR_API pp_status pp_action_parse(const char *text, pp_action *out, pp_error
  * ============================================================================================ */
 
 typedef struct pp_sim_costs {
-    double f;                   /* forward of one stage; 0 means 1 */
+    double f;                   /* forward of one stage; 0 means 1 (a rank's share of the model:
+                                   a chunk costs f/vpp, but under the dual placement f) */
     double b;                   /* unsplit backward; 0 means i + w if either is given, else 2 * f */
     double i, w;                /* split backward halves; both 0 means b/2 each */
     const double *f_stage;      /* optional [num_stages] overrides of f, b, i, w per stage */
@@ -158,7 +183,8 @@ typedef struct pp_sim_result {
     double *bubble;             /* [pp] 1 - busy / makespan */
     double bubble_mean;         /* mean over ranks */
     int *peak_live;             /* [pp] most (stage, mb) activations held at once on the rank */
-    double *peak_memory;        /* [pp] peak_live in units of a rank's whole layer set: / vpp */
+    double *peak_memory;        /* [pp] peak_live in units of a rank's whole layer set: / vpp (dual
+                                   placement: each chunk is a whole model stage, so = peak_live) */
     double **start, **end;      /* [pp][length] times of each action (comm: transfer start/end) */
     int *length;                /* [pp] copy of the schedule's lengths */
 } pp_sim_result;

@@ -259,6 +259,101 @@ done:
     return st;
 }
 
+/* --- DualPipe -------------------------------------------------------------------------------
+ * deepseek-ai/DualPipe, dualpipe.py DualPipe.step(), compute order only. The model's pp stages
+ * run as two pipelines (placement PP_PLACEMENT_DUAL): microbatches 0..mb/2-1 down from rank 0
+ * (stage r on rank r), microbatches mb/2..mb-1 up from rank pp-1 (stage pp+j on rank pp-1-j). Rank
+ * r's "phase 0" is the direction that starts on its side of the middle (down for r < pp/2, up
+ * for the rest) and "phase 1" the other; h = min(r, pp-1-r) is its distance from the nearer end,
+ * H = pp/2. With n = max(mb/2, pp) microbatches per direction, rank r runs:
+ *     1. 2(H-h-1) x F0             2. h+1 x (F0 F1)            3. H-h-1 x (I1 W F1)
+ *     4. n-pp+h+1 x (FB(F0,B1) FB(F1,B0)); on the two middle ranks (h = H-1) the first pair is
+ *        F0, B1 unoverlapped ("to further reduce bubble size", dualpipe.py)
+ *     5. H-h-1 x (B1 FB(F1,B0))
+ *     6. h+1 x (B1 B0), switching to I from the middle on (for odd h before the B1 of step
+ *        (h+1)/2, for even h before its B0)
+ *     7. H-h-1 x (W I0)            8. h+1 x W
+ * F, B of one direction run its microbatches in order; each W is the oldest pending one (the
+ * WeightGradStore queue). This is DualPipeV's program (>>zerobubble, DualPipeV) with the V's two
+ * chunks replaced by the two directions and the V's last rank by the two middle ranks.
+ *
+ * mb. dualpipe.py asserts num_ranks even, num_chunks even and num_chunks >= 2 * num_ranks: its
+ * step 4 starts by consuming the forward receive that step 2 left posted, so every rank must run
+ * step 4 at least once, n - pp + h + 1 >= 1 at h = 0, i.e. mb/2 >= pp. As for DualPipeV, pipepar
+ * derives the communication from the compute order, so it needs only the even counts: below
+ * 2*pp it builds the order for n = pp per direction and drops the microbatches that do not
+ * exist (an FB losing a half becomes the plain F or B left), which keeps every dependency of
+ * the rest. */
+static pp_status pp__dp_put(pp_schedule *s, int r, pp_action a, pp_error *err)
+{
+    if (a.op == PP_OP_FB) {
+        if (a.mb >= 0 && a.mb2 >= 0) return pp_schedule_append(s, r, a, err);
+        if (a.mb >= 0) return pp_schedule_append(s, r, pp__action(PP_OP_F, a.stage, a.mb), err);
+        if (a.mb2 >= 0) return pp_schedule_append(s, r, pp__action(PP_OP_B, a.stage2, a.mb2), err);
+        return PP_OK;
+    }
+    return a.mb < 0 ? PP_OK : pp_schedule_append(s, r, a, err);
+}
+
+static pp_status pp__build_dualpipe(pp_schedule *s, pp_error *err)
+{
+    pp_status st = PP_OK;
+    int pp = s->pp, H = s->pp / 2, half = s->mb / 2, n = half > pp ? half : pp, r, k;
+    pp__wfifo q = { NULL, NULL, 0, 0, 0 };
+    if (!pp__wfifo_init(&q, 2 * n)) return pp__fail(err, PP_ENOMEM, "out of memory");
+    for (r = 0; r < pp; r++) {
+        /* per phase c: its direction's stage on this rank and first global microbatch */
+        int h = r < pp - 1 - r ? r : pp - 1 - r, second = r >= H, stage[2], base[2];
+        int fwd[2] = { 0, 0 }, bwd[2] = { 0, 0 }, zb = 0, steps4 = n - pp + h + 1;
+        stage[0] = second ? 2 * pp - 1 - r : r;  base[0] = second ? half : 0;
+        stage[1] = second ? r : 2 * pp - 1 - r;  base[1] = second ? 0 : half;
+        q.head = q.tail = 0;
+/* global microbatch of the k-th of phase c, or -1 where it does not exist (k >= mb/2) */
+#define PP__DP_MB(c, k) ((k) < half ? base[c] + (k) : -1)
+#define PP__DP_F(c) \
+        do { st = pp__dp_put(s, r, pp__action(PP_OP_F, stage[c], PP__DP_MB(c, fwd[c])), err); fwd[c]++; \
+             if (st != PP_OK) goto done; } while (0)
+#define PP__DP_B(c, split) \
+        do { int m_ = PP__DP_MB(c, bwd[c]); bwd[c]++; \
+             st = pp__dp_put(s, r, pp__action((split) ? PP_OP_I : PP_OP_B, stage[c], m_), err); \
+             if (st != PP_OK) goto done; \
+             if (split) pp__wfifo_push(&q, stage[c], m_); } while (0)
+#define PP__DP_W() \
+        do { if (q.head < q.tail) { int m_ = q.mb[q.head], s_ = q.stage[q.head]; q.head++; \
+             st = pp__dp_put(s, r, pp__action(PP_OP_W, s_, m_), err); if (st != PP_OK) goto done; } } while (0)
+#define PP__DP_FB(cf, cb) \
+        do { pp_action fb_ = pp__action(PP_OP_FB, stage[cf], PP__DP_MB(cf, fwd[cf])); \
+             fb_.stage2 = stage[cb]; fb_.mb2 = PP__DP_MB(cb, bwd[cb]); fwd[cf]++; bwd[cb]++; \
+             st = pp__dp_put(s, r, fb_, err); if (st != PP_OK) goto done; } while (0)
+        for (k = 0; k < 2 * (H - h - 1); k++) PP__DP_F(0);
+        for (k = 0; k < h + 1; k++) { PP__DP_F(0); PP__DP_F(1); }
+        for (k = 0; k < H - h - 1; k++) { PP__DP_B(1, 1); PP__DP_W(); PP__DP_F(1); }
+        for (k = 0; k < steps4; k++) {
+            if (k == 0 && h == H - 1) { PP__DP_F(0); PP__DP_B(1, 0); }
+            else PP__DP_FB(0, 1);
+            PP__DP_FB(1, 0);
+        }
+        for (k = 0; k < H - h - 1; k++) { PP__DP_B(1, 0); PP__DP_FB(1, 0); }
+        for (k = 0; k < h + 1; k++) {
+            if (k == (h + 1) / 2 && h % 2 == 1) zb = 1;
+            PP__DP_B(1, zb);
+            if (k == (h + 1) / 2 && h % 2 == 0) zb = 1;
+            PP__DP_B(0, zb);
+        }
+        for (k = 0; k < H - h - 1; k++) { PP__DP_W(); PP__DP_B(0, 1); }
+        for (k = 0; k < h + 1; k++) PP__DP_W();
+#undef PP__DP_MB
+#undef PP__DP_F
+#undef PP__DP_B
+#undef PP__DP_W
+#undef PP__DP_FB
+        PIPEPAR_ASSERT(fwd[0] == n && fwd[1] == n && bwd[0] == n && bwd[1] == n && q.head == q.tail);
+    }
+done:
+    pp__wfifo_free(&q);
+    return st;
+}
+
 /* --- dispatch (called by pp_schedule_build, which already checked pp, mb, vpp, group) -------- */
 static pp_status pp__build_zero_bubble(const pp_schedule_config *cfg, pp_schedule *s, pp_error *err)
 {
@@ -283,6 +378,8 @@ static pp_status pp__build_zero_bubble(const pp_schedule_config *cfg, pp_schedul
         return pp__build_zbv(s, err);
     case PP_DUALPIPEV:
         return pp__build_dualpipev(s, err);
+    case PP_DUALPIPE:
+        return pp__build_dualpipe(s, err);
     case PP_INTERLEAVED_ZB:
         /* A round smaller than pp (and than mb) lets a rank reach the next chunk, or its first I,
          * before the microbatch it needs went round the ring: the order deadlocks for some pp, vpp,

@@ -21,10 +21,14 @@
  *   interleaved-zb  looped     any  any pp, mb; for vpp > 1     PyTorch 2.11 ScheduleInterleavedZeroBubble
  *                                   group (microbatches per      (ZB1P over vpp chunks); PyTorch's group is
  *                                   round) >= pp or >= mb        mb / max(1, mb / pp)
+ *   dualpipe        dual       2    pp even, mb even             deepseek-ai/DualPipe dualpipe.py (the
+ *                                                                original, bidirectional DualPipe): mb/2
+ *                                                                microbatches down, mb/2 up, 2x parameters;
+ *                                                                for mb >= 2*pp DeepSeek's order exactly
  *
  * "live" counts (stage, microbatch) activations a rank holds: from the F until the W (or B) that
  * releases them. max_live is only taken by zb-h2 (the others have fixed memory: zb-h1 and zbv
- * hold pp rank-sized activations like 1F1B, dualpipev pp + 1/2).
+ * hold pp rank-sized activations like 1F1B, dualpipev pp + 1/2, dualpipe pp + 1 stages' worth).
  *
  * DualPipeV and small mb. PyTorch and DeepSeek's DualPipeV refuse mb < 2*pp because their
  * executors hard-code each step's sends and receives: step 4 ("F0B1 F1B0" pairs) must run at

@@ -16,13 +16,15 @@ void pp_sim_result_free(pp_sim_result *r)
 }
 
 /* Cost of one compute half on a stage. Scalar costs are for a rank's whole share of the model,
- * so a chunk of a vpp-chunk rank costs 1/vpp of them; per-stage arrays are taken as they are. */
+ * so a chunk of a vpp-chunk rank costs 1/vpp of them; per-stage arrays are taken as they are.
+ * Under the dual placement (DualPipe) each of a rank's two chunks is a whole model stage (the
+ * rank holds its share twice, once per direction): a chunk costs the full share. */
 static double pp__half_cost(const pp_schedule *s, const pp_sim_costs *c, int op, int stage)
 {
     /* a full backward is its two halves when only those were given, else twice the forward */
     double f = c->f > 0 ? c->f : 1.0, i = c->i, w = c->w;
     double b = c->b > 0 ? c->b : (i > 0 || w > 0 ? i + w : 2.0 * f);
-    double v = (double)s->vpp;
+    double v = s->placement == PP_PLACEMENT_DUAL ? 1.0 : (double)s->vpp;
     if (i <= 0 && w <= 0) { i = b / 2; w = b / 2; }
     switch (op) {
     case PP_OP_F: return c->f_stage ? c->f_stage[stage] : f / v;
@@ -144,7 +146,7 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
                             st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s %s", r, pc[r], txt, why);
                             goto done;
                         }
-                        if (ready == 1 && pp__cross_input(s, ops[h], stg[h], &from)) {
+                        if (ready == 1 && pp__cross_input(s, ops[h], stg[h], mbs[h], &from)) {
                             double at = ops[h] == PP_OP_F ? arr_f[PP__SM(s, stg[h], mbs[h])]
                                                           : arr_b[PP__SM(s, stg[h], mbs[h])];
                             if (at > start) start = at;
@@ -193,7 +195,8 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
             }
         }
         res->peak_live[r] = peak;
-        res->peak_memory[r] = (double)peak / (double)s->vpp;
+        /* dual: every chunk is a whole model stage, so a live chunk counts as one stage's worth */
+        res->peak_memory[r] = s->placement == PP_PLACEMENT_DUAL ? (double)peak : (double)peak / (double)s->vpp;
     }
     res->bubble_mean = 0;
     for (r = 0; r < s->pp; r++) {

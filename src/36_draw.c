@@ -271,7 +271,7 @@ pp_status pp_schedule_write_json(const pp_schedule *s, const pp_sim_result *sim,
     pp__text_printf(&t, "{\"kind\": \"%s\", \"pp\": %d, \"vpp\": %d, \"mb\": %d, \"group\": %d, "
                     "\"placement\": \"%s\", \"num_stages\": %d, \"lowered\": %s,\n \"ranks\": [\n",
                     pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb, s->group,
-                    s->placement == PP_PLACEMENT_V ? "v" : "looped", s->num_stages, s->lowered ? "true" : "false");
+                    s->placement == PP_PLACEMENT_DUAL ? "dual" : s->placement == PP_PLACEMENT_V ? "v" : "looped", s->num_stages, s->lowered ? "true" : "false");
     for (r = 0; r < s->pp; r++) {
         pp__text_printf(&t, "  {\"rank\": %d, \"actions\": [", r);
         for (i = 0; i < s->length[r]; i++) {
@@ -308,7 +308,7 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
     int *row_of = NULL;
     size_t n = 0, cap = 0, pos = 0;
     int group = 1;
-    int rows = 0, max_stage = -1, max_mb = -1, looped = 1, vshape = 1, vpp;
+    int rows = 0, max_stage = -1, max_mb = -1, looped = 1, vshape = 1, dual = 1, vpp;
     pp_schedule *s = NULL;
     pp_status st = PP_OK;
     if (!text || !out) return pp__fail(err, PP_EINVAL, "text and out: must not be NULL");
@@ -383,13 +383,28 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
         int sg = acts[pos].stage, rr = row_of[pos];
         if (sg % rows != rr) looped = 0;
         if (vpp != 2 || !(sg == rr || sg == 2 * rows - 1 - rr)) vshape = 0;
+        if (acts[pos].op == PP_OP_FB && acts[pos].stage2 != rr && acts[pos].stage2 != 2 * rows - 1 - rr) vshape = 0;
     }
     if (!looped && !vshape) {
         st = pp__fail(err, PP_EPARSE, "CSV: stages are placed neither looped (stage s on rank s %% pp) nor V-shaped "
                       "(rank r holds r and 2pp-1-r)");
         goto done;
     }
-    st = pp_schedule_create(rows, vpp, max_mb + 1, looped ? PP_PLACEMENT_LOOPED : PP_PLACEMENT_V, &s, err);
+    /* V-shaped stages where no microbatch crosses from the first pp stages to the others, the
+     * first half of the microbatches staying in front and the second half behind: DualPipe's two
+     * routes (a V schedule sends every microbatch through all 2pp stages) */
+    if (!looped && vshape && rows % 2 == 0 && (max_mb + 1) % 2 == 0) {
+        int half = (max_mb + 1) / 2;
+        for (pos = 0; pos < n && dual; pos++) {
+            pp_action a = acts[pos];
+            if ((a.stage < rows) != (a.mb < half)) dual = 0;
+            if (a.op == PP_OP_FB && (a.stage2 < rows) != (a.mb2 < half)) dual = 0;
+        }
+    } else {
+        dual = 0;
+    }
+    st = pp_schedule_create(rows, vpp, max_mb + 1,
+                            looped ? PP_PLACEMENT_LOOPED : dual ? PP_PLACEMENT_DUAL : PP_PLACEMENT_V, &s, err);
     if (st != PP_OK) goto done;
     s->kind = PP_CUSTOM;
     for (pos = 0; pos < n; pos++) {

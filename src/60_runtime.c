@@ -754,6 +754,9 @@ static pp_mb_info pp__info(const pp_executor *ex, int stage, int m)
     in.chunk = stage < ex->S ? pp_stage_chunk(ex->sched, stage) : -1;
     if (stage < ex->S && pp_stage_rank(ex->sched, stage) != ex->rank) in.chunk = -1;
     in.num_stages = ex->S;
+    in.first_stage = pp__first(ex->sched, m);
+    in.last_stage = pp__last(ex->sched, m);
+    in.model_stage = stage - in.first_stage;
     in.mb = m;
     in.num_mb = ex->M;
     in.step = ex->steps;
@@ -803,6 +806,14 @@ typedef struct pp__fwd { int s, m, k, in, out; pp_mb_info info; } pp__fwd;
 typedef struct pp__bwd { int s, m, k, in, gout, gin; pp_mb_info info; } pp__bwd;
 
 #define PP__K(ex, s, m) (pp_stage_chunk((ex)->sched, (s)) * (ex)->M + (m))
+
+/* Whether this rank holds the last stage of some microbatch's route (the loss is computed here):
+ * the last stage's rank, or under DualPipe's two routes ranks pp-1 (down) and 0 (up). */
+static int pp__ends_a_route(const pp_executor *ex)
+{
+    return pp_stage_rank(ex->sched, pp__last(ex->sched, 0)) == ex->rank ||
+           pp_stage_rank(ex->sched, pp__last(ex->sched, ex->M - 1)) == ex->rank;
+}
 #define PP__HERE(ex, s) (pp_stage_rank((ex)->sched, (s)) == (ex)->rank)
 
 /* Waits until F(s,m)'s input is here. */
@@ -810,7 +821,7 @@ static pp_status pp__f_wait(pp_executor *ex, int i, pp__fwd *f, int s, int m, pp
 {
     f->s = s; f->m = m; f->k = PP__K(ex, s, m); f->in = f->out = -1;
     f->info = pp__info(ex, s, m);
-    if (s > 0) {
+    if (s != f->info.first_stage) {
         if (ex->in_group[f->k] >= 0) {
             pp_status st = pp__wait_upto(ex, ex->in_group[f->k], i, err);
             if (st != PP_OK) return st;
@@ -825,8 +836,8 @@ static pp_status pp__f_wait(pp_executor *ex, int i, pp__fwd *f, int s, int m, pp
 static pp_status pp__f_prepare(pp_executor *ex, int i, pp__fwd *f, pp_error *err)
 {
     pp_status st;
-    if (f->s == 0) {
-        f->in = pp__acquire(ex, pp__bytes(ex, 0, f->m), &st, err);
+    if (f->s == f->info.first_stage) {   /* the start of the microbatch's route: stage 0 but for DualPipe */
+        f->in = pp__acquire(ex, pp__bytes(ex, f->s, f->m), &st, err);
         if (f->in < 0) return st;
         ex->in[f->k] = f->in;
         if (!ex->planning) {
@@ -843,10 +854,10 @@ static pp_status pp__f_prepare(pp_executor *ex, int i, pp__fwd *f, pp_error *err
 static pp_status pp__f_finish(pp_executor *ex, int i, pp__fwd *f, pp_error *err)
 {
     pp_status st;
-    if (f->s == ex->S - 1) {
+    if (f->s == f->info.last_stage) {
         int g = -1;
         if (!ex->forward_only) {
-            g = pp__acquire(ex, pp__bytes(ex, ex->S, f->m), &st, err);
+            g = pp__acquire(ex, pp__bytes(ex, f->s + 1, f->m), &st, err);
             if (g < 0) return st;
             ex->gout[f->k] = g;
             ex->gout_group[f->k] = -1;
@@ -895,7 +906,7 @@ static pp_status pp__b_wait(pp_executor *ex, int i, pp__bwd *b, int s, int m, pp
 static pp_status pp__b_prepare(pp_executor *ex, pp__bwd *b, pp_error *err)
 {
     pp_status st = PP_OK;
-    if (b->s > 0) {
+    if (b->s > b->info.first_stage) {
         b->gin = pp__acquire(ex, pp__bytes(ex, b->s, b->m), &st, err);
         if (b->gin < 0) return st;
     }
@@ -904,7 +915,7 @@ static pp_status pp__b_prepare(pp_executor *ex, pp__bwd *b, pp_error *err)
 
 static void pp__b_finish(pp_executor *ex, pp__bwd *b, int full)
 {
-    if (b->s > 0) {
+    if (b->s > b->info.first_stage) {
         if (PP__HERE(ex, b->s - 1)) {
             int k2 = PP__K(ex, b->s - 1, b->m);
             ex->gout[k2] = b->gin;       /* in place */
@@ -1378,7 +1389,7 @@ pp_status pp_run_step(pp_executor *ex, const pp_step *step, pp_step_result *resu
                       step->batch_rows);
         return pp__step_failed(ex, st, err);
     }
-    if (!ex->forward_only && pp_stage_rank(ex->sched, ex->S - 1) == ex->rank && !ex->cb.loss) {
+    if (!ex->forward_only && pp__ends_a_route(ex) && !ex->cb.loss) {
         st = pp__fail(err, PP_EINVAL, "rank %d: callbacks.loss: must not be NULL for a training step on the last "
                       "stage's rank", ex->rank);
         return pp__step_failed(ex, st, err);
@@ -1424,7 +1435,7 @@ pp_status pp_run_step(pp_executor *ex, const pp_step *step, pp_step_result *resu
         result->weight = red[1];
         result->loss = red[1] != 0 ? red[0] / red[1] : 0.0f;
         for (i = 0; i < ex->num_metrics; i++) result->metrics[i] = red[2 + i];
-        if (ex->forward_only && pp_stage_rank(ex->sched, ex->S - 1) == ex->rank) {
+        if (ex->forward_only && pp__ends_a_route(ex)) {
             for (i = 0; i < ex->M; i++) {
                 ex->out_ptr[i] = pp__ptr(ex, ex->out_slot[i]);
                 ex->out_bytes[i] = ex->out_slot[i] >= 0 ? ex->slots[ex->out_slot[i]].bytes : 0;

@@ -29,6 +29,9 @@
  *   loss(m, out, grad_out, &l)                   last stage, right after its forward: the loss of
  *                                                microbatch m and dLoss/d out (to fill)
  *   backward(stage, m, in, grad_out, grad_in)    grad_in = g_s to fill; NULL on stage 0
+ * (stage 0 and the last stage are those of the microbatch's route, pp_mb_info.first_stage and
+ * last_stage: under DualPipe the up microbatches enter at stage pp on rank pp-1 and leave at
+ * stage 2pp-1 on rank 0, and boundaries pp..2pp carry them.)
  *   backward_input / backward_weight             the two halves of a split backward (I, W);
  *                                                W gets the same in and grad_out as I had
  * x_s stays valid from its forward until the stage's backward (B or W) of that microbatch ends,
@@ -161,6 +164,12 @@ typedef struct pp_mb_info {
      * the batch padded to num_mb * rows, rows = ceil(R / num_mb); only the first valid_rows are
      * real. Without: rows = valid_rows = first_row = batch_rows = 0. */
     int rows, valid_rows, first_row, batch_rows;
+    /* the microbatch's route (>>schedule, Routes): it enters at first_stage (input() runs there)
+     * and leaves at last_stage (loss() runs there): 0 and num_stages-1, except under DualPipe
+     * (0 and pp-1 going down, pp and 2pp-1 going up). model_stage = stage - first_stage is the
+     * model stage whose layers this call computes (tensor_bytes: the model boundary), the same
+     * for both of DualPipe's weight copies. */
+    int first_stage, last_stage, model_stage;
 } pp_mb_info;
 
 /* What the loss callback reports for its microbatch. The executor sets weight to valid_rows
@@ -246,7 +255,8 @@ typedef struct pp_step_result {
     float metrics[PP_MAX_METRICS];       /* sums over microbatches, on every rank */
     /* forward only, on the rank of the last stage: outputs[m] is microbatch m's last-stage
      * output (output_bytes[m] bytes, in the allocator's memory), valid until the next step or
-     * pp_executor_free. NULL elsewhere. */
+     * pp_executor_free. NULL elsewhere. Under DualPipe ranks pp-1 (down microbatches) and 0 (up)
+     * each get their routes' outputs, outputs[m] NULL for the others. */
     const void *const *outputs;
     const size_t *output_bytes;
     int num_outputs;

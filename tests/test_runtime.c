@@ -181,6 +181,27 @@ static double tm_rel_err(const tm_params *a, const tm_params *b, int s)
     return num / den;
 }
 
+/* DualPipe keeps two copies of every model stage j (stage j going down, stage pp+j going up),
+ * which read the same weights (params by pp_mb_info.model_stage) and each add into their own
+ * gradient (grads by stage, written only by the stage's rank). The trainer then sums the two
+ * copies (DualPipe all-reduces them); here into g[j]. Elsewhere the model stage is the stage. */
+static int tm_model_stages(const pp_schedule *s)
+{
+    return s->placement == PP_PLACEMENT_DUAL ? s->pp : s->num_stages;
+}
+
+static void tm_sum_copies(const pp_schedule *s, const tm_params *grads, tm_params *g)
+{
+    int stg, i;
+    memset(g, 0, sizeof *g);
+    for (stg = 0; stg < s->num_stages; stg++) {
+        int j = pp_stage_model_stage(s, stg);
+        for (i = 0; i < TM_H * TM_D; i++) { g->w1[j][i] += grads->w1[stg][i]; g->w2[j][i] += grads->w2[stg][i]; }
+        for (i = 0; i < TM_H; i++) g->b1[j][i] += grads->b1[stg][i];
+        for (i = 0; i < TM_D; i++) g->b2[j][i] += grads->b2[stg][i];
+    }
+}
+
 /* --- the pipeline run: callbacks and harness ------------------------------------------------ */
 
 typedef struct tm_run {
@@ -275,7 +296,7 @@ static int tm_forward(void *user, const pp_mb_info *info, const void *in, void *
     if (rc) return rc;
     run->f_in_ptr[info->stage][info->mb] = in;
     run->f_out_ptr[info->stage][info->mb] = out;
-    tm_block_forward(&run->params, info->stage, tm_rows(info), (const float *)in, run->pre[info->stage][info->mb],
+    tm_block_forward(&run->params, info->model_stage, tm_rows(info), (const float *)in, run->pre[info->stage][info->mb],
                      (float *)out);
     return 0;
 }
@@ -303,7 +324,7 @@ static int tm_backward_input(void *user, const pp_mb_info *info, const void *in,
     (void)in;
     run->b_gin_ptr[s][m] = gin;
     run->b_gout_ptr[s][m] = gout;
-    tm_block_backward_input(&run->params, s, tm_rows(info), run->pre[s][m], (const float *)gout, run->dpre[s][m],
+    tm_block_backward_input(&run->params, info->model_stage, tm_rows(info), run->pre[s][m], (const float *)gout, run->dpre[s][m],
                             (float *)gin);
     return 0;
 }
@@ -442,7 +463,7 @@ static pp_schedule *tm_schedule(pp_schedule_kind kind, int pp, int vpp, int mb)
 static int tm_check_against_reference(tm_run *run, const char *what)
 {
     const pp_schedule *s = run->sched;
-    tm_params ref;
+    tm_params ref, got;
     pp_error err;
     pp_status st;
     double loss, worst = 0;
@@ -450,15 +471,16 @@ static int tm_check_against_reference(tm_run *run, const char *what)
     memset(&ref, 0, sizeof ref);
     st = tm_go(run, &err);
     if (st != PP_OK) { pp_test_fail(__FILE__, __LINE__, "%s: %s", what, err.message); return 0; }
-    loss = tm_reference(&run->params, s->num_stages, run->mbs[0], s->mb, 1.0f / (float)s->mb, &ref, NULL) / s->mb;
+    loss = tm_reference(&run->params, tm_model_stages(s), run->mbs[0], s->mb, 1.0f / (float)s->mb, &ref, NULL) / s->mb;
+    tm_sum_copies(s, &run->grads, &got);
     for (r = 0; r < s->pp; r++)
         if (fabs(run->result[r][0].loss - loss) > 1e-5 * fabs(loss)) {
             pp_test_fail(__FILE__, __LINE__, "%s: rank %d loss %.9g, single stage %.9g", what, r,
                          (double)run->result[r][0].loss, loss);
             ok = 0;
         }
-    for (stg = 0; stg < s->num_stages; stg++) {
-        double e = tm_rel_err(&run->grads, &ref, stg);
+    for (stg = 0; stg < tm_model_stages(s); stg++) {
+        double e = tm_rel_err(&got, &ref, stg);
         if (e > worst) worst = e;
     }
     if (!(worst < 1e-5)) {
