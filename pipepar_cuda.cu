@@ -731,7 +731,10 @@ extern "C" pp_status pp_cuda_pack(const int64_t *rows, const int *cu_seqlens_pad
 #ifndef PP__REPLAY_WIDE
 #define PP__REPLAY_WIDE 32          /* longest run (bytes) read with wide loads into registers */
 #endif
-#define PP__REPLAY_SMEM 32768       /* bytes of shared memory for one block's tile */
+#define PP__REPLAY_SMEM 32768
+#ifndef PP__REPLAY_DIRECT
+#define PP__REPLAY_DIRECT 1         /* 0: always the shared-memory transpose (for comparison) */
+#endif       /* bytes of shared memory for one block's tile */
 
 /* The recording slot of local layer l: slots.s[l] when the caller gave a list (the replay map's
  * payload[]), else layer_begin + l. Passed by value: the list lives in the launch's parameters. */
@@ -864,10 +867,99 @@ pp__replay_kernel(const IN *__restrict__ rec, const void *__restrict__ rows, int
     }
 }
 
+/* The direct path: when every token's topk outputs are whole 16-byte vectors and each vector's
+ * V inputs can be read with one aligned load, a block takes `tile` tokens (at most
+ * PP__REPLAY_DIRECT_TILE) and writes their part of dst in dst's own order (per layer one
+ * contiguous run when layer-major, one contiguous block when token-major), so every store
+ * instruction of a warp covers 512 contiguous bytes; the inputs, a few bytes per vector, come
+ * through L1 (the layers of one token share sectors and the block reads them close together in
+ * time). Each thread keeps PP__REPLAY_UNROLL loads in flight before its stores: with one, the
+ * latency of the gather set the speed. Which path and tile run is measured, per layout and
+ * type pair, in pp_cuda_replay_gather. */
+#ifndef PP__REPLAY_DIRECT_TILE
+#define PP__REPLAY_DIRECT_TILE 64
+#endif
+#ifndef PP__REPLAY_UNROLL
+#define PP__REPLAY_UNROLL 8
+#endif
+template <int BYTES> struct pp__replay_word { typedef uint4 T; };   /* > 16: never launched */
+template <> struct pp__replay_word<1> { typedef uint8_t T; };
+template <> struct pp__replay_word<2> { typedef uint16_t T; };
+template <> struct pp__replay_word<4> { typedef uint32_t T; };
+template <> struct pp__replay_word<8> { typedef uint2 T; };
+
+template <typename IN, typename OUT>
+__global__ void __launch_bounds__(PP__REPLAY_THREADS)
+pp__replay_direct_kernel(const IN *__restrict__ rec, const void *__restrict__ rows, int index_bytes,
+                         OUT *__restrict__ dst, long long tokens, int moe_layers, int topk, int layer_begin,
+                         int layer_count, int token_major, int tile, int pad_distinct,
+                         const __grid_constant__ pp__replay_slots slots)
+{
+    enum { V = 16 / sizeof(OUT), INB = V * sizeof(IN) };
+    typedef typename pp__replay_word<INB>::T word;
+    typedef union { word w; IN v[V]; } in_pack;
+    typedef union { uint4 u; OUT v[V]; } out_pack;
+    __shared__ long long src[PP__REPLAY_DIRECT_TILE];
+    const long long t0 = (long long)blockIdx.x * tile;
+    const unsigned nt = (unsigned)(tokens - t0 < tile ? tokens - t0 : tile);
+    for (unsigned j = threadIdx.x; j < nt; j += PP__REPLAY_THREADS)
+        src[j] = index_bytes == 4 ? (long long)__ldg((const int *)rows + t0 + j) : __ldg((const long long *)rows + t0 + j);
+    __syncthreads();
+    const unsigned vpt = (unsigned)topk / V;                 /* vectors per (token, layer) run */
+    const unsigned lc = (unsigned)layer_count, n = nt * lc * vpt;
+    const unsigned per_layer = nt * vpt, per_token = lc * vpt;
+    for (unsigned base = threadIdx.x; base < n; base += PP__REPLAY_THREADS * PP__REPLAY_UNROLL) {
+        in_pack x[PP__REPLAY_UNROLL];
+        long long at[PP__REPLAY_UNROLL];
+        int k0[PP__REPLAY_UNROLL];
+        bool pad[PP__REPLAY_UNROLL];
+#pragma unroll
+        for (int u = 0; u < PP__REPLAY_UNROLL; u++) {
+            unsigned q = base + u * PP__REPLAY_THREADS, j, l, c;
+            at[u] = -1;
+            pad[u] = false;
+            if (q >= n) continue;
+            if (token_major) { j = q / per_token; unsigned r = q - j * per_token; l = r / vpt; c = r - l * vpt; }
+            else { l = q / per_layer; unsigned r = q - l * per_layer; j = r / vpt; c = r - j * vpt; }
+            k0[u] = (int)(c * V);
+            at[u] = token_major ? ((t0 + j) * lc + l) * (long long)topk + k0[u]
+                                : ((long long)l * tokens + t0 + j) * topk + k0[u];
+            long long s = src[j];
+            pad[u] = s < 0;
+            if (s >= 0) {
+                int slot = slots.n ? slots.s[l] : layer_begin + (int)l;
+                x[u].w = __ldg((const word *)(rec + (s * moe_layers + slot) * topk + k0[u]));
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < PP__REPLAY_UNROLL; u++) {
+            if (at[u] < 0) continue;
+            out_pack o;
+#pragma unroll
+            for (int v = 0; v < V; v++)
+                o.v[v] = pad[u] ? pp__replay_pad<IN, OUT>(k0[u] + v, pad_distinct) : (OUT)(long long)x[u].v[v];
+            *(uint4 *)(dst + at[u]) = o.u;
+        }
+    }
+}
+
 template <typename IN>
 static void pp__replay_launch_in(const pp_cuda_replay *d, int out_bytes, unsigned blocks, int tile, int lstride,
-                                 int vec, int wide, const pp__replay_slots *slots, cudaStream_t st)
+                                 int vec, int wide, int direct, const pp__replay_slots *slots, cudaStream_t st)
 {
+    if (direct) {
+        unsigned nblocks = (unsigned)((d->tokens + direct - 1) / direct);
+#define PP__REPLAY_DIRECT_ARGS (const IN *)d->recorded, d->rows, d->index_bytes, (OUT *)d->dst, d->tokens, \
+                               d->moe_layers, d->topk, d->layer_begin, d->layer_count, d->token_major, direct, d->pad_distinct, *slots
+        switch (out_bytes) {
+        case 1: { typedef uint8_t OUT; pp__replay_direct_kernel<IN, OUT><<<nblocks, PP__REPLAY_THREADS, 0, st>>>(PP__REPLAY_DIRECT_ARGS); break; }
+        case 2: { typedef uint16_t OUT; pp__replay_direct_kernel<IN, OUT><<<nblocks, PP__REPLAY_THREADS, 0, st>>>(PP__REPLAY_DIRECT_ARGS); break; }
+        case 4: { typedef int32_t OUT; pp__replay_direct_kernel<IN, OUT><<<nblocks, PP__REPLAY_THREADS, 0, st>>>(PP__REPLAY_DIRECT_ARGS); break; }
+        default: { typedef int64_t OUT; pp__replay_direct_kernel<IN, OUT><<<nblocks, PP__REPLAY_THREADS, 0, st>>>(PP__REPLAY_DIRECT_ARGS); break; }
+        }
+#undef PP__REPLAY_DIRECT_ARGS
+        return;
+    }
     size_t smem = d->token_major ? 0 : (size_t)lstride * d->layer_count * out_bytes;
 #define PP__REPLAY_ARGS (const IN *)d->recorded, d->rows, d->index_bytes, (OUT *)d->dst, d->tokens, d->moe_layers, \
                         d->topk, d->layer_begin, d->layer_count, d->token_major, tile, lstride, vec, wide, \
@@ -945,15 +1037,28 @@ extern "C" pp_status pp_cuda_replay_gather(const pp_cuda_replay *d, void *stream
     int wide = run_in > PP__REPLAY_WIDE ? 0
              : run_in % 16 == 0 && (uintptr_t)d->recorded % 16 == 0 ? 16
              : run_in % 8 == 0 && (uintptr_t)d->recorded % 8 == 0 ? 8 : 0;
+    /* the direct path: whole output vectors whose V inputs are one aligned load of at most 16
+     * bytes (V * in_bytes; the recording's runs start at multiples of topk, a multiple of V) */
+    int in_load = (16 / out_bytes) * in_bytes;
+    int direct = 0;     /* > 0: the direct path with this many tokens per block */
+    if (PP__REPLAY_DIRECT && vec && in_load <= 16 && (uintptr_t)d->recorded % in_load == 0) {
+        /* measured on an H100 (bench/RESULTS.md, 256k tokens x 15 layers x topk 8): token-major
+         * output 84% of copy bandwidth direct (32 tokens a block) against 67% through the
+         * transpose; layer-major uint8 -> int32 72% direct against 68%; the other layer-major
+         * pairs are faster through the transpose (uint8 -> int64 80 vs 78%, int32 -> int64 86 vs
+         * 79%, int32 -> int32 82 vs 78%) */
+        if (d->token_major) direct = PP__REPLAY_DIRECT_TILE / 2;
+        else if (in_bytes == 1 && out_bytes == 4) direct = PP__REPLAY_DIRECT_TILE;
+    }
     long long blocks = (d->tokens + tile - 1) / tile;
-    if (blocks > 0x7FFFFFFFll)
+    if (blocks > 0x7FFFFFFFll || (direct && (d->tokens + direct - 1) / direct > 0x7FFFFFFFll))
         return pp__cuda_fail(err, PP_EINVAL, "%s: tokens=%lld: too many for one launch", fn, (long long)d->tokens);
     cudaStream_t st = pp__stream(stream);
     switch (in_bytes) {
-    case 1: pp__replay_launch_in<uint8_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, &slots, st); break;
-    case 2: pp__replay_launch_in<uint16_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, &slots, st); break;
-    case 4: pp__replay_launch_in<int32_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, &slots, st); break;
-    default: pp__replay_launch_in<int64_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, &slots, st); break;
+    case 1: pp__replay_launch_in<uint8_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, direct, &slots, st); break;
+    case 2: pp__replay_launch_in<uint16_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, direct, &slots, st); break;
+    case 4: pp__replay_launch_in<int32_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, direct, &slots, st); break;
+    default: pp__replay_launch_in<int64_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, direct, &slots, st); break;
     }
     return pp__cuda_launched(err, fn);
 }
