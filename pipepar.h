@@ -685,7 +685,9 @@ PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
  *
  * Memory is counted as pp_simulate counts it: a rank's peak of live (stage, microbatch)
  * activations divided by vpp, i.e. in microbatches through the rank's whole layer set. 1F1B's
- * first rank peaks at pp, ZB-V at pp, ZB-H2 at 2*pp-1, DualPipeV at pp + 1/2.
+ * first rank peaks at pp, ZB-V at pp, ZB-H2 at 2*pp-1, DualPipeV at pp + 1/2, DualPipe at pp + 1
+ * (whose chunks are whole model stages; it also holds 2x parameters, which this cap does not
+ * count). DualPipe is tried with vpp = 2 when pp and mb are even and no per-stage costs are given.
  *
  * Greedy schedules (pp_schedule_build_greedy). The paper's automatic scheduler (Qi et al., ICLR
  * 2024, section 3.1) in our words: play the pipeline forward in time with the given costs; when
@@ -6406,6 +6408,12 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
                 c.placement = PP_PLACEMENT_V;
                 c.kind = PP_ZBV; PP__TRY();
                 c.kind = PP_DUALPIPEV; PP__TRY();
+                /* DualPipe (even pp and mb): its two chunks are whole model stages, so per-stage
+                 * costs written for a vpp = 2 split of the model do not describe it */
+                if (!has_stage_costs && cfg->pp % 2 == 0 && cfg->mb % 2 == 0) {
+                    c.placement = PP_PLACEMENT_DUAL;
+                    c.kind = PP_DUALPIPE; PP__TRY();
+                }
                 c.placement = PP_PLACEMENT_LOOPED;
             }
         }
@@ -10573,6 +10581,13 @@ pp_status pp_mimo_pipeline_create(const pp_mimo *m, const pp_mimo_pipeline_confi
     if (sc.kind == PP_ZBV || sc.kind == PP_DUALPIPEV) {
         st = pp__fail(err, PP_EUNSUPPORTED, "kind=%s: a V-shaped schedule puts two stages on a rank; a MIMO pipeline "
                       "runs one stage per rank (gpipe, 1f1b, zb-h1, zb-h2)", pp_schedule_kind_name(sc.kind));
+        pp_mimo_pipeline_free(pl);
+        return st;
+    }
+    if (sc.kind == PP_DUALPIPE) {
+        st = pp__fail(err, PP_EUNSUPPORTED, "kind=%s: DualPipe runs two copies of every stage, one per direction, "
+                      "two stages on a rank; a MIMO pipeline runs one stage per rank (gpipe, 1f1b, zb-h1, zb-h2)",
+                      pp_schedule_kind_name(sc.kind));
         pp_mimo_pipeline_free(pl);
         return st;
     }

@@ -27,8 +27,11 @@ static void schedule_usage(FILE *out, int simulate)
     fprintf(out,
             "usage: pipepar %s --kind KIND --pp P [--vpp V] --mb M [--group G] [--max-live N]\n"
             "       pipepar %s --from-csv FILE\n"
-            "  --kind      gpipe | 1f1b | interleaved | looped-bfs | zb-h1 | zb-h2 | zbv | dualpipev | interleaved-zb\n"
-            "  --pp        pipeline ranks (>= 1)          --vpp   chunks per rank (default 1; 2 for zbv, dualpipev)\n"
+            "  --kind      gpipe | 1f1b | interleaved | looped-bfs | zb-h1 | zb-h2 | zbv | dualpipev | interleaved-zb |\n"
+            "              dualpipe (bidirectional: even pp and mb, mb/2 microbatches down from rank 0, mb/2 up\n"
+            "              from rank pp-1, each rank holding two copies of the model's stages: 2x parameters)\n"
+            "  --pp        pipeline ranks (>= 1)          --vpp   chunks per rank (default 1; 2 for zbv, dualpipev,\n"
+            "                                                     dualpipe)\n"
             "  --mb        microbatches per step (>= 1)   --group microbatches per chunk round, interleaved only (default pp)\n"
             "  --max-live  zb-h2: cap on live activations per rank (default 2*pp-1; at least pp)\n"
             "  --from-csv  read PyTorch's pipeline-order CSV instead of building (one row per rank)\n"
@@ -37,7 +40,8 @@ static void schedule_usage(FILE *out, int simulate)
             simulate ? "simulate" : "schedule", simulate ? "simulate" : "schedule");
     if (simulate)
         fprintf(out,
-                "  costs, in time units for one rank's share of the model (a chunk costs 1/vpp of it):\n"
+                "  costs, in time units for one rank's share of the model (a chunk costs 1/vpp of it; a dualpipe\n"
+                "  chunk is a whole model stage and costs all of it)\n"
                 "  --f F (default 1)  --b B (full backward, default 2F)  --i I  --w W (split backward; default B/2 each)\n"
                 "  --p2p L (latency per transfer)  --bytes N (per transfer)  --bandwidth GBPS\n"
                 "  --json      machine-readable output\n");
@@ -200,8 +204,13 @@ int pp_cli_schedule(int argc, char **argv)
         fprintf(out, "\ntimeline with F=1, B=2 per rank's share of the model, free communication:\n");
         if (pp_schedule_draw_ascii(s, sim, out, &err) != PP_OK) { rc = cli_report(&err); goto done; }
         for (r = 0, i = 0; r < s->pp; r++) i += s->length[r];
-        fprintf(out, "\n%d actions in all, communication included; textbook bubble (pp-1)/(vpp*mb+pp-1) = %.1f%%\n", i,
-                100.0 * (s->pp - 1) / (double)(s->vpp * s->mb + s->pp - 1));
+        if (s->placement == PP_PLACEMENT_DUAL)   /* deepseek-ai/DualPipe README, with F&B = F + B */
+            fprintf(out, "\n%d actions in all, communication included; DualPipe README bubble (pp/2-1)(F&B+B-3W) = "
+                         "%g time units with F=1, B=2, W=1 (a chunk is a whole model stage)\n", i,
+                    (s->pp / 2 - 1) * (1.0 + 2.0 + 2.0 - 3.0));
+        else
+            fprintf(out, "\n%d actions in all, communication included; textbook bubble (pp-1)/(vpp*mb+pp-1) = %.1f%%\n", i,
+                    100.0 * (s->pp - 1) / (double)(s->vpp * s->mb + s->pp - 1));
     }
 done:
     if (out != stdout) fclose(out);
@@ -233,7 +242,8 @@ int pp_cli_simulate(int argc, char **argv)
         printf("%s  pp=%d vpp=%d mb=%d\n", pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb);
         printf("step time (makespan)  %.6g\n", sim->makespan);
         printf("mean bubble           %.2f%%\n", 100.0 * sim->bubble_mean);
-        printf("rank  bubble   peak live activations (chunks)   peak memory (x one rank's layers)\n");
+        printf("rank  bubble   peak live activations (chunks)   peak memory (x one rank's layers%s)\n",
+               s->placement == PP_PLACEMENT_DUAL ? "; dualpipe: x one model stage, the rank holds two" : "");
         for (r = 0; r < s->pp; r++)
             printf("%4d  %5.2f%%   %6d                           %8.3f\n", r, 100.0 * sim->bubble[r],
                    sim->peak_live[r], sim->peak_memory[r]);

@@ -466,6 +466,12 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
                 c.placement = PP_PLACEMENT_V;
                 c.kind = PP_ZBV; PP__TRY();
                 c.kind = PP_DUALPIPEV; PP__TRY();
+                /* DualPipe (even pp and mb): its two chunks are whole model stages, so per-stage
+                 * costs written for a vpp = 2 split of the model do not describe it */
+                if (!has_stage_costs && cfg->pp % 2 == 0 && cfg->mb % 2 == 0) {
+                    c.placement = PP_PLACEMENT_DUAL;
+                    c.kind = PP_DUALPIPE; PP__TRY();
+                }
                 c.placement = PP_PLACEMENT_LOOPED;
             }
         }

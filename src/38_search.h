@@ -17,7 +17,9 @@
  *
  * Memory is counted as pp_simulate counts it: a rank's peak of live (stage, microbatch)
  * activations divided by vpp, i.e. in microbatches through the rank's whole layer set. 1F1B's
- * first rank peaks at pp, ZB-V at pp, ZB-H2 at 2*pp-1, DualPipeV at pp + 1/2.
+ * first rank peaks at pp, ZB-V at pp, ZB-H2 at 2*pp-1, DualPipeV at pp + 1/2, DualPipe at pp + 1
+ * (whose chunks are whole model stages; it also holds 2x parameters, which this cap does not
+ * count). DualPipe is tried with vpp = 2 when pp and mb are even and no per-stage costs are given.
  *
  * Greedy schedules (pp_schedule_build_greedy). The paper's automatic scheduler (Qi et al., ICLR
  * 2024, section 3.1) in our words: play the pipeline forward in time with the given costs; when

@@ -892,6 +892,13 @@ pp_status pp_mimo_pipeline_create(const pp_mimo *m, const pp_mimo_pipeline_confi
         pp_mimo_pipeline_free(pl);
         return st;
     }
+    if (sc.kind == PP_DUALPIPE) {
+        st = pp__fail(err, PP_EUNSUPPORTED, "kind=%s: DualPipe runs two copies of every stage, one per direction, "
+                      "two stages on a rank; a MIMO pipeline runs one stage per rank (gpipe, 1f1b, zb-h1, zb-h2)",
+                      pp_schedule_kind_name(sc.kind));
+        pp_mimo_pipeline_free(pl);
+        return st;
+    }
     st = pp_schedule_build(&sc, &pl->schedule, &inner);
     if (st == PP_OK && total > 1) st = pp_schedule_lower(pl->schedule, &inner);
     if (st == PP_OK) st = pp_schedule_validate(pl->schedule, &inner);

@@ -8,7 +8,9 @@
  *         section 6 (ZB-V: zero bubble at pM_B when T_F = T_B = T_W).
  *   [DP]  deepseek-ai/DualPipe README, "Pipeline Bubbles and Memory Usage Comparison (based on the
  *         same number of PP stages)": 1F1B (PP-1)(F+B), PP; ZB1P (PP-1)(F+B-2W), PP; DualPipeV
- *         (PP/2-1)(F&B+B-3W), PP+1, 2x parameters; F, B (full backward), W per chunk.
+ *         (PP/2-1)(F&B+B-3W), PP+1, 2x parameters; F, B (full backward), W per chunk. The README
+ *         gives DualPipe (the bidirectional original, deepseek-ai/DualPipe dualpipe.py) the same row
+ *         with PP = ranks: (PP/2-1)(F&B+B-3W), 2x parameters, activation PP+1.
  * [ZB]'s B is the input-gradient pass, our I; the simulator's costs are a rank's whole share of
  * the model, so a chunk of a 2-chunk rank costs half (f = 2 gives F = 1 per chunk). */
 #include <float.h>
@@ -153,6 +155,64 @@ static void zb_paper_zbv_has_zero_bubble_at_1f1b_memory_when_f_i_w_are_equal(voi
 }
 
 /* --- [DP] README table ------------------------------------------------------------------------- */
+
+/* [DP]'s DualPipe row, PP = ranks (each rank holds two whole model stages, one per direction:
+ * the simulator charges a chunk the full per-rank cost under the dual placement). Bubble
+ * (PP/2-1)(F&B+B-3W) with F&B = F + B (the simulator runs an FB's halves back to back); it holds,
+ * as for DualPipeV below, when the input-gradient pass costs what the forward does (B = F + W)
+ * and W <= F. Measured for other ratios: (PP/2-1)(2F+B-2W), as DualPipeV, for W <= I <= 1.3F.
+ * Activation: peak PP+1 live chunks on the busiest rank, each a whole stage's activations (what
+ * the README counts), with mb = 2*PP (dualpipe.py's smallest num_chunks) and beyond. */
+static void dualpipe_bidirectional_readme_row_bubble_and_memory(void)
+{
+    static const double Ws[] = { 0.5, 0.75, 1 };
+    size_t k;
+    int PP, mult;
+    for (PP = 2; PP <= 12; PP += 2)
+        for (k = 0; k < sizeof Ws / sizeof Ws[0]; k++)
+            for (mult = 2; mult <= 3; mult++) {
+                double F = 1, W = Ws[k], B = F + W, FB = F + B;
+                sr_run d = sr_kind(PP_DUALPIPE, PP, mult * PP, F, B - W, W, 0);
+                PP_CHECK_MSG(fabs(d.step_bubble - (PP / 2 - 1) * (FB + B - 3 * W)) < 1e-9,
+                             "DualPipe PP=%d mb=%d W=%g: %g, README %g", PP, mult * PP, W, d.step_bubble,
+                             (PP / 2 - 1) * (FB + B - 3 * W));
+                PP_CHECK_INT(d.peak_live, PP + 1);
+                PP_CHECK_NEAR(d.peak_memory, PP + 1, 1e-12);   /* chunks are whole stages */
+            }
+    {
+        static const double costs[][3] = { { 1, 1, 0.5 }, { 1, 2, 0.8 }, { 1.5, 2, 0.7 }, { 1.2, 1, 0.5 } };   /* F, B, W */
+        for (k = 0; k < sizeof costs / sizeof costs[0]; k++) {
+            double F = costs[k][0], B = costs[k][1], W = costs[k][2];
+            for (PP = 4; PP <= 12; PP += 4) {
+                sr_run d = sr_kind(PP_DUALPIPE, PP, 2 * PP, F, B - W, W, 0);
+                PP_CHECK_MSG(fabs(d.step_bubble - (PP / 2 - 1) * (2 * F + B - 2 * W)) < 1e-9, "DualPipe PP=%d F=%g B=%g W=%g: %g",
+                             PP, F, B, W, d.step_bubble);
+            }
+        }
+    }
+    /* parameters per rank: 2x (rank r holds model stages r and PP-1-r, 1F1B's rank one stage) */
+    {
+        pp_schedule_config c;
+        pp_schedule *s = NULL;
+        pp_error err;
+        int r, held[8][8];
+        memset(&c, 0, sizeof c);
+        memset(held, 0, sizeof held);
+        c.kind = PP_DUALPIPE; c.pp = 8; c.mb = 16;
+        PP_CHECK_OK(pp_schedule_build(&c, &s, &err), &err);
+        if (s) {
+            int st;
+            for (st = 0; st < s->num_stages; st++) held[pp_stage_rank(s, st)][pp_stage_model_stage(s, st)]++;
+            for (r = 0; r < 8; r++) {
+                int j, n = 0;
+                for (j = 0; j < 8; j++) n += held[r][j];
+                PP_CHECK_INT(n, 2);
+                PP_CHECK_INT(held[r][r] + held[r][7 - r], 2);
+            }
+            pp_schedule_free(s);
+        }
+    }
+}
 
 /* PP stages. 1F1B and ZB1P run PP ranks of one stage; DualPipeV PP/2 ranks of two. The bubble is
  * a device's idle time in the step (makespan - busy, the same on every device here). The
@@ -502,6 +562,7 @@ const pp_test_case pp_suite_search[] = {
     PP_TEST(zb_paper_table5_bubble_rates_with_p2p_time),
     PP_TEST(zb_paper_zbv_has_zero_bubble_at_1f1b_memory_when_f_i_w_are_equal),
     PP_TEST(dualpipe_readme_table_bubble_and_memory),
+    PP_TEST(dualpipe_bidirectional_readme_row_bubble_and_memory),
     PP_TEST(greedy_schedules_are_valid_and_within_the_cap),
     PP_TEST(greedy_at_1f1b_memory_matches_zb_h1_with_equal_costs),
     PP_TEST(greedy_names_the_parameter_it_refuses),
