@@ -31,7 +31,9 @@ typedef struct block {
 
 typedef struct model {
     int D, H, L, rows, mb;              /* width, hidden, blocks, rows per microbatch, microbatches */
-    block *blocks;                      /* [L] */
+    int copies;                         /* blocks held by the pipeline: L, or 2L under DualPipe */
+    block *blocks;                      /* [copies]: block l and, under DualPipe, its second copy
+                                           l + L (the up pipeline's), with their own gradients */
     float *teacher;                     /* [D*D]: the task is t = tanh(teacher x) */
     /* saved for backward, per (block, microbatch): the block's input, W1 x + b1, and for the
      * split backward (I then W) the gradients the W half needs */
@@ -59,9 +61,10 @@ static float uniform(unsigned long long *rng)   /* in [-1, 1) */
     return (float)((*rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
 }
 
+/* the saved tensors of block l (either copy: a microbatch passes through one of them) */
 static float *slot(float *base, const model *m, int l, int mb, int width)
 {
-    return base + ((size_t)l * m->mb + (size_t)mb) * (size_t)m->rows * (size_t)width;
+    return base + ((size_t)(l % m->L) * m->mb + (size_t)mb) * (size_t)m->rows * (size_t)width;
 }
 
 /* one block forward: x [rows*D] -> y [rows*D]; saves x and pre for backward */
@@ -151,6 +154,9 @@ static float mse(const model *m, int mb, const float *y, float *gy)
 }
 
 /* --- the callbacks pipepar calls: one stage = blocks [first, first + per) --------------------- */
+/* Stage s holds blocks [s * per, (s + 1) * per) of m->blocks. Under DualPipe the stages pp..2pp-1
+ * are the up pipeline, which runs the same model again: stage pp + j holds the second copy of
+ * model stage j's blocks (index l + L for block l), so the two copies never write one gradient. */
 
 typedef struct run {
     model *m;
@@ -305,6 +311,21 @@ static void new_batch(model *m)
     }
 }
 
+static void add_into(float *a, float *b, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) { a[i] += b[i]; b[i] = a[i]; }
+}
+
+/* the two copies of a block: both get the sum of their gradients */
+static void sum_copies(block *a, block *b, int D, int H)
+{
+    add_into(a->gw1, b->gw1, (size_t)H * D);
+    add_into(a->gb1, b->gb1, (size_t)H);
+    add_into(a->gw2, b->gw2, (size_t)D * H);
+    add_into(a->gb2, b->gb2, (size_t)D);
+}
+
 static void sgd(block *b, int D, int H, float lr)
 {
     int i;
@@ -374,10 +395,33 @@ static pp_status rank_main(void *user, int rank, pp_transport *t, pp_error *err)
         if ((st = barrier(t, rn->timeout, err)) != PP_OK) break;          /* the batch is ready */
         if ((st = pp_run_step(ex, NULL, &res, err)) != PP_OK) break;      /* forward, backward: all of it */
         if ((st = barrier(t, rn->timeout, err)) != PP_OK) break;          /* every gradient is in */
+        if (rn->schedule->placement == PP_PLACEMENT_DUAL) {
+            /* DualPipe: model stage j lives twice, going down on rank j (stage j) and going up on
+             * rank pp-1-j (stage pp+j); its gradient is the sum of both copies' (DualPipe
+             * all-reduces them). Rank j adds the two and gives both copies the sum, so both take
+             * the same SGD step and stay equal. */
+            int k;
+            for (k = 0; k < rn->blocks_per_stage; k++) {
+                int l = rank * rn->blocks_per_stage + k;
+                sum_copies(&m->blocks[l], &m->blocks[l + m->L], m->D, m->H);
+            }
+            if ((st = barrier(t, rn->timeout, err)) != PP_OK) break;      /* every sum is in */
+        }
         if (rank == 0) {
             int ok;
             check_single_stage(m, &ref);
             ok = fabs(res.loss - ref.loss) <= 1e-5 * fabs(ref.loss) && ref.max_rel_err < 1e-5;
+            if (m->copies > m->L) {   /* DualPipe: both copies of every block still hold the same weights */
+                int l;
+                for (l = 0; l < m->L; l++)
+                    if (memcmp(m->blocks[l].w1, m->blocks[l + m->L].w1, sizeof(float) * (size_t)m->H * m->D) ||
+                        memcmp(m->blocks[l].w2, m->blocks[l + m->L].w2, sizeof(float) * (size_t)m->D * m->H) ||
+                        memcmp(m->blocks[l].b1, m->blocks[l + m->L].b1, sizeof(float) * (size_t)m->H) ||
+                        memcmp(m->blocks[l].b2, m->blocks[l + m->L].b2, sizeof(float) * (size_t)m->D)) {
+                        printf("     block %d: its two copies hold different weights\n", l);
+                        ok = 0;
+                    }
+            }
             if (!ok) rn->failures++;
             if (ok && ref.max_rel_err == 0 && res.loss == (float)ref.loss)
                 printf("%4d   %.5f   yes (bit-identical)\n", step + 1, res.loss);
@@ -452,7 +496,7 @@ int main(int argc, char **argv)
     pp_error err;
     pp_status st;
     const char *kind_name = "interleaved", *trace = NULL;
-    int i, l, pp = 4, vpp = 0, mb = 8, steps = 20, D = 64, H = 256, rows = 16, L = 0;
+    int i, l, pp = 4, vpp = 0, mb = 8, steps = 20, D = 64, H = 256, rows = 16, L = 0, model_stages;
     double lr = 4, timeout = 60;
 
     for (i = 1; i < argc; i++) {
@@ -464,7 +508,8 @@ int main(int argc, char **argv)
                    "                   [--timeout S] [--trace FILE]\n"
                    "Trains a residual MLP pipeline-parallel on CPU threads and checks every step\n"
                    "against the same model run as one stage. KIND: gpipe, 1f1b, interleaved,\n"
-                   "looped-bfs, and the zero-bubble kinds this version builds. Defaults: --pp 4\n"
+                   "looped-bfs, the zero-bubble kinds, dualpipe (even pp and mb: two copies of every\n"
+                   "stage, their gradients summed). Defaults: --pp 4\n"
                    "--mb 8 --schedule interleaved (vpp 2) --steps 20 --layers pp*vpp --width 64\n"
                    "--hidden 256 --rows 16 --lr 4.\n");
             return 0;
@@ -502,18 +547,21 @@ int main(int argc, char **argv)
         pp_schedule_free(rn.schedule);
         return st == PP_EINVAL || st == PP_EUNSUPPORTED ? 2 : 1;
     }
-    if (L == 0) L = rn.schedule->num_stages;
-    if (L % rn.schedule->num_stages != 0) {
+    /* the model's stages: pp * vpp, but DualPipe runs pp model stages twice (down and up) */
+    model_stages = rn.schedule->placement == PP_PLACEMENT_DUAL ? pp : rn.schedule->num_stages;
+    if (L == 0) L = model_stages;
+    if (L % model_stages != 0) {
         char v[32];
         snprintf(v, sizeof v, "%d", L);
         pp_schedule_free(rn.schedule);
-        return usage("--layers", v, "must be a multiple of the number of stages (pp * vpp)");
+        return usage("--layers", v, "must be a multiple of the number of model stages (pp * vpp; pp for dualpipe)");
     }
 
     /* the model: small W2 so each block starts close to the identity */
     memset(&m, 0, sizeof m);
     m.D = D; m.H = H; m.L = L; m.rows = rows; m.mb = mb;
-    m.blocks = (block *)calloc((size_t)L, sizeof(block));
+    m.copies = L / model_stages * rn.schedule->num_stages;
+    m.blocks = (block *)calloc((size_t)m.copies, sizeof(block));
     m.teacher = (float *)malloc(sizeof(float) * (size_t)D * D);
     m.x_in = (float *)calloc((size_t)L * mb * rows * D, sizeof(float));
     m.gy = (float *)calloc((size_t)L * mb * rows * D, sizeof(float));
@@ -523,17 +571,22 @@ int main(int argc, char **argv)
     m.data_t = (float *)malloc(sizeof(float) * (size_t)mb * rows * D);
     m.rng = 42;
     for (i = 0; i < D * D; i++) m.teacher[i] = 2.0f * uniform(&m.rng) / sqrtf((float)D);
-    for (l = 0; l < L; l++) {
+    for (l = 0; l < m.copies; l++) {
         block *b = &m.blocks[l];
         b->w1 = (float *)malloc(sizeof(float) * (size_t)H * D); b->gw1 = (float *)calloc((size_t)H * D, sizeof(float));
         b->b1 = (float *)calloc((size_t)H, sizeof(float)); b->gb1 = (float *)calloc((size_t)H, sizeof(float));
         b->w2 = (float *)malloc(sizeof(float) * (size_t)D * H); b->gw2 = (float *)calloc((size_t)D * H, sizeof(float));
         b->b2 = (float *)calloc((size_t)D, sizeof(float)); b->gb2 = (float *)calloc((size_t)D, sizeof(float));
+        if (l >= L) {   /* DualPipe's second copy starts equal to the first */
+            memcpy(b->w1, m.blocks[l - L].w1, sizeof(float) * (size_t)H * D);
+            memcpy(b->w2, m.blocks[l - L].w2, sizeof(float) * (size_t)D * H);
+            continue;
+        }
         for (i = 0; i < H * D; i++) b->w1[i] = uniform(&m.rng) / sqrtf((float)D);
         for (i = 0; i < D * H; i++) b->w2[i] = 0.1f * uniform(&m.rng) / sqrtf((float)H);
     }
     rn.m = &m;
-    rn.blocks_per_stage = L / rn.schedule->num_stages;
+    rn.blocks_per_stage = L / model_stages;
     rn.steps = steps;
     rn.lr = (float)lr;
     rn.timeout = timeout;
@@ -542,6 +595,10 @@ int main(int argc, char **argv)
     printf("  model     %d blocks of x + W2 gelu(W1 x + b1) + b2, width %d, hidden %d (fp32)\n", L, D, H);
     printf("  pipeline  %s, pp=%d vpp=%d mb=%d: %d stages of %d block%s\n", kind_name, pp, rn.schedule->vpp, mb,
            rn.schedule->num_stages, rn.blocks_per_stage, rn.blocks_per_stage > 1 ? "s" : "");
+    if (m.copies > L)
+        printf("  dualpipe  microbatches 0..%d run down stages 0..%d, %d..%d up stages %d..%d (ranks %d..0); stage\n"
+               "            %d+j holds a second copy of stage j's blocks, whose gradients are summed each step\n",
+               mb / 2 - 1, pp - 1, mb / 2, mb - 1, pp, 2 * pp - 1, pp - 1, pp);
     printf("  stages   ");
     for (i = 0; i < pp && i < 8; i++) {
         int c;
@@ -561,7 +618,7 @@ int main(int argc, char **argv)
     if (st != PP_OK) fprintf(stderr, "mlp_threads: %s\n", err.message);
     else if (rn.failures) fprintf(stderr, "mlp_threads: %d step(s) did not match the single-stage run\n", rn.failures);
 
-    for (l = 0; l < L; l++) {
+    for (l = 0; l < m.copies; l++) {
         block *b = &m.blocks[l];
         free(b->w1); free(b->gw1); free(b->b1); free(b->gb1); free(b->w2); free(b->gw2); free(b->b2); free(b->gb2);
     }

@@ -397,10 +397,14 @@ static pp_status tm_rank(void *user, int rank, pp_transport *t, pp_error *err)
             if (st == PP_OK && run->result[rank][step].outputs) {
                 /* forward-only outputs handed back in microbatch order: compare with what loss saw */
                 const pp_step_result *r = &run->result[rank][step];
+                int seen = 0;
                 for (m = 0; m < r->num_outputs && m < TM_MAX_MB; m++)
                     if (r->output_bytes[m] == (size_t)tm_rows_of(run, m) * TM_D * sizeof(float) &&
                         memcmp(r->outputs[m], run->outputs[m], r->output_bytes[m]) == 0)
-                        run->outputs_seen++;
+                        seen++;
+                pthread_mutex_lock(&run->mu);   /* DualPipe: two ranks hand back outputs */
+                run->outputs_seen += seen;
+                pthread_mutex_unlock(&run->mu);
             }
         }
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -726,6 +730,47 @@ static void loss_and_metrics_reach_every_rank(void)
     }
     tm_free(run);
     pp_schedule_free(s);
+}
+
+/* DualPipe: each model stage j runs on two ranks (stage j going down, stage pp+j going up) from
+ * the same weights; the sum of the two copies' gradients is the single-stage gradient, with the
+ * overlapped forward_backward callback too (F of one direction next to B of the other). Forward
+ * only: ranks pp-1 (down) and 0 (up) each hand back their own microbatches' outputs. */
+static void dualpipe_sums_both_weight_copies_to_the_single_stage_gradients(void)
+{
+    static const int cfgs[][2] = { { 2, 2 }, { 2, 6 }, { 4, 4 }, { 4, 8 }, { 4, 10 }, { 6, 12 } };
+    size_t k;
+    for (k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
+        int pp = cfgs[k][0], mb = cfgs[k][1], r, m, fb = 0;
+        pp_schedule *s = tm_schedule(PP_DUALPIPE, pp, 2, mb);
+        tm_run *run;
+        char what[64];
+        float ref[TM_MAX_MB][TM_MAX_ROWS * TM_D];
+        pp_error err;
+        double loss;
+        if (!s) continue;
+        snprintf(what, sizeof what, "dualpipe pp=%d mb=%d", pp, mb);
+        run = tm_new(s, 2);
+        run->use_fb_callback = 1;
+        tm_check_against_reference(run, what);
+        for (r = 0; r < pp; r++) fb += run->fb_calls[r];
+        /* below mb = 2*pp the dropped microbatches can take every FB's partner with them */
+        if (mb >= 2 * pp) PP_CHECK_MSG(fb > 0, "%s: no overlapped forward_backward call", what);
+        tm_free(run);
+        run = tm_new(s, 2);
+        run->forward_only = 1;
+        PP_CHECK_OK(tm_go(run, &err), &err);
+        loss = tm_reference(&run->params, pp, run->mbs[0], mb, 1.0f, NULL, ref) / mb;
+        for (r = 0; r < pp; r++) {
+            PP_CHECK_NEAR(run->result[r][0].loss, loss, 1e-5 * loss);
+            PP_CHECK_INT(run->result[r][0].num_outputs, r == 0 || r == pp - 1 ? mb : 0);
+        }
+        /* each microbatch's output came back once, on one of the two ends, equal to what loss saw */
+        PP_CHECK_INT(run->outputs_seen, mb);
+        for (m = 0; m < mb; m++) PP_CHECK(memcmp(run->outputs[m], ref[m], 2 * TM_D * sizeof(float)) == 0);
+        tm_free(run);
+        pp_schedule_free(s);
+    }
 }
 
 static void forward_only_outputs_equal_single_stage_outputs_in_microbatch_order(void)
@@ -1146,6 +1191,7 @@ const pp_test_case pp_suite_runtime[] = {
     PP_TEST(pp_1_runs_through_the_same_calls),
     PP_TEST(loss_and_metrics_reach_every_rank),
     PP_TEST(forward_only_outputs_equal_single_stage_outputs_in_microbatch_order),
+    PP_TEST(dualpipe_sums_both_weight_copies_to_the_single_stage_gradients),
     PP_TEST(padded_batch_gives_the_loss_and_gradients_of_its_real_rows),
     PP_TEST(shapes_may_change_between_steps_and_microbatches),
     PP_TEST(the_pool_stays_within_the_planned_slots_and_a_steady_step_allocates_nothing),
