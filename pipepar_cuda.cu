@@ -733,7 +733,10 @@ extern "C" pp_status pp_cuda_pack(const int64_t *rows, const int *cu_seqlens_pad
 #endif
 #define PP__REPLAY_SMEM 32768
 #ifndef PP__REPLAY_DIRECT
-#define PP__REPLAY_DIRECT 1         /* 0: always the shared-memory transpose (for comparison) */
+#define PP__REPLAY_DIRECT 1         /* 0: never the direct path (for comparison) */
+#endif
+#ifndef PP__REPLAY_STAGED_ON
+#define PP__REPLAY_STAGED_ON 1      /* 0: never the staged path (for comparison) */
 #endif       /* bytes of shared memory for one block's tile */
 
 /* The recording slot of local layer l: slots.s[l] when the caller gave a list (the replay map's
@@ -943,10 +946,104 @@ pp__replay_direct_kernel(const IN *__restrict__ rec, const void *__restrict__ ro
     }
 }
 
+/* The staged path (layer-major): a block copies its tokens' recorded runs, few bytes each, into
+ * shared memory with coalesced loads of W bytes (the runs of one token lie side by side in the
+ * recording), then writes dst in dst's order from there, 16 bytes per thread and 512 contiguous
+ * bytes per warp instruction. Shared memory holds the input, not the 2-8x wider output, so a
+ * block takes more tokens than the transpose does. Token j's runs start at j * tstride bytes:
+ * an odd number of 16-byte units, so the lanes of a warp, on consecutive tokens, hit different
+ * banks. */
+template <typename IN, typename OUT, int W>
+__global__ void __launch_bounds__(PP__REPLAY_THREADS)
+pp__replay_staged_kernel(const IN *__restrict__ rec, const void *__restrict__ rows, int index_bytes,
+                         OUT *__restrict__ dst, long long tokens, int moe_layers, int topk, int layer_begin,
+                         int layer_count, int tile, int tstride, int pad_distinct,
+                         const __grid_constant__ pp__replay_slots slots)
+{
+    enum { V = 16 / sizeof(OUT), INB = V * sizeof(IN) };
+    typedef typename pp__replay_word<INB>::T word;
+    typedef typename pp__replay_word<W>::T wword;
+    typedef union { word w; IN v[V]; } in_pack;
+    typedef union { uint4 u; OUT v[V]; } out_pack;
+    extern __shared__ __align__(16) unsigned char pp__replay_stage[];
+    __shared__ long long src[PP__REPLAY_DIRECT_TILE];
+    const long long t0 = (long long)blockIdx.x * tile;
+    const unsigned nt = (unsigned)(tokens - t0 < tile ? tokens - t0 : tile);
+    for (unsigned j = threadIdx.x; j < nt; j += PP__REPLAY_THREADS)
+        src[j] = index_bytes == 4 ? (long long)__ldg((const int *)rows + t0 + j) : __ldg((const long long *)rows + t0 + j);
+    __syncthreads();
+    const unsigned lc = (unsigned)layer_count, run = (unsigned)topk * sizeof(IN), wpr = run / W;
+    const unsigned nload = nt * lc * wpr, per_token_w = lc * wpr;
+    for (unsigned base = threadIdx.x; base < nload; base += PP__REPLAY_THREADS * 4) {
+        wword x[4];
+        unsigned to[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            unsigned i = base + u * PP__REPLAY_THREADS;
+            to[u] = 0xFFFFFFFFu;
+            if (i >= nload) continue;
+            unsigned j = i / per_token_w, r = i - j * per_token_w, l = r / wpr, w = r - l * wpr;
+            long long s = src[j];
+            if (s < 0) continue;
+            int slot = slots.n ? slots.s[l] : layer_begin + (int)l;
+            x[u] = __ldg((const wword *)((const unsigned char *)rec + ((s * moe_layers + slot) * topk) * (long long)sizeof(IN)) + w);
+            to[u] = j * (unsigned)tstride + l * run + w * W;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (to[u] != 0xFFFFFFFFu) *(wword *)(pp__replay_stage + to[u]) = x[u];
+    }
+    __syncthreads();
+    const unsigned vpt = (unsigned)topk / V, per_layer = nt * vpt, n = per_layer * lc;
+    for (unsigned q = threadIdx.x; q < n; q += PP__REPLAY_THREADS) {
+        unsigned l = q / per_layer, r = q - l * per_layer, j = r / vpt, c = r - j * vpt;
+        out_pack o;
+        if (src[j] < 0) {
+#pragma unroll
+            for (int v = 0; v < V; v++) o.v[v] = pp__replay_pad<IN, OUT>((int)(c * V) + v, pad_distinct);
+        } else {
+            in_pack x;
+            x.w = *(const word *)(pp__replay_stage + j * (unsigned)tstride + l * run + c * INB);
+#pragma unroll
+            for (int v = 0; v < V; v++) o.v[v] = (OUT)(long long)x.v[v];
+        }
+        *(uint4 *)(dst + ((long long)l * tokens + t0 + j) * topk + c * V) = o.u;
+    }
+}
+
+template <typename IN, typename OUT>
+static void pp__replay_staged_launch(const pp_cuda_replay *d, int staged, int tstride, int wload,
+                                     const pp__replay_slots *slots, cudaStream_t st)
+{
+    unsigned nblocks = (unsigned)((d->tokens + staged - 1) / staged);
+    size_t smem = (size_t)staged * tstride;
+#define PP__REPLAY_STAGED(WB) pp__replay_staged_kernel<IN, OUT, WB><<<nblocks, PP__REPLAY_THREADS, smem, st>>>( \
+        (const IN *)d->recorded, d->rows, d->index_bytes, (OUT *)d->dst, d->tokens, d->moe_layers, d->topk, \
+        d->layer_begin, d->layer_count, staged, tstride, d->pad_distinct, *slots)
+    switch (wload) {
+    case 16: PP__REPLAY_STAGED(16); break;
+    case 8: PP__REPLAY_STAGED(8); break;
+    case 4: PP__REPLAY_STAGED(4); break;
+    case 2: PP__REPLAY_STAGED(2); break;
+    default: PP__REPLAY_STAGED(1); break;
+    }
+#undef PP__REPLAY_STAGED
+}
+
 template <typename IN>
 static void pp__replay_launch_in(const pp_cuda_replay *d, int out_bytes, unsigned blocks, int tile, int lstride,
-                                 int vec, int wide, int direct, const pp__replay_slots *slots, cudaStream_t st)
+                                 int vec, int wide, int direct, int staged, int tstride, int wload,
+                                 const pp__replay_slots *slots, cudaStream_t st)
 {
+    if (staged) {
+        switch (out_bytes) {
+        case 1: pp__replay_staged_launch<IN, uint8_t>(d, staged, tstride, wload, slots, st); break;
+        case 2: pp__replay_staged_launch<IN, uint16_t>(d, staged, tstride, wload, slots, st); break;
+        case 4: pp__replay_staged_launch<IN, int32_t>(d, staged, tstride, wload, slots, st); break;
+        default: pp__replay_staged_launch<IN, int64_t>(d, staged, tstride, wload, slots, st); break;
+        }
+        return;
+    }
     if (direct) {
         unsigned nblocks = (unsigned)((d->tokens + direct - 1) / direct);
 #define PP__REPLAY_DIRECT_ARGS (const IN *)d->recorded, d->rows, d->index_bytes, (OUT *)d->dst, d->tokens, \
@@ -1044,21 +1141,37 @@ extern "C" pp_status pp_cuda_replay_gather(const pp_cuda_replay *d, void *stream
     if (PP__REPLAY_DIRECT && vec && in_load <= 16 && (uintptr_t)d->recorded % in_load == 0) {
         /* measured on an H100 (bench/RESULTS.md, 256k tokens x 15 layers x topk 8): token-major
          * output 84% of copy bandwidth direct (32 tokens a block) against 67% through the
-         * transpose; layer-major uint8 -> int32 72% direct against 68%; the other layer-major
-         * pairs are faster through the transpose (uint8 -> int64 80 vs 78%, int32 -> int64 86 vs
-         * 79%, int32 -> int32 82 vs 78%) */
+         * transpose. Layer-major output takes the staged path below when it can (77 .. 87%
+         * against 68 .. 86% through the transpose and 72 .. 79% direct). */
         if (d->token_major) direct = PP__REPLAY_DIRECT_TILE / 2;
         else if (in_bytes == 1 && out_bytes == 4) direct = PP__REPLAY_DIRECT_TILE;
     }
+    /* the staged path (layer-major): tokens per block so that their runs fill about 16 KiB
+     * (measured: uint8 recordings best at 64 tokens, 9 KiB; int32 at 32 tokens, 16 KiB) */
+    int staged = 0, tstride = 0, wload = 1;
+    if (PP__REPLAY_STAGED_ON && vec && in_load <= 16 && !d->token_major) {
+        long long run = (long long)d->topk * in_bytes, ts = ((long long)d->layer_count * run + 15) / 16;
+        if (ts % 2 == 0) ts++;
+        ts *= 16;
+        long long fit = 16384 / ts;
+        if (fit >= 8) {
+            staged = (int)(fit < PP__REPLAY_DIRECT_TILE ? fit : PP__REPLAY_DIRECT_TILE);
+            tstride = (int)ts;
+            for (wload = 16; wload > 1; wload /= 2)
+                if (run % wload == 0 && (uintptr_t)d->recorded % wload == 0) break;
+            direct = 0;
+        }
+    }
     long long blocks = (d->tokens + tile - 1) / tile;
-    if (blocks > 0x7FFFFFFFll || (direct && (d->tokens + direct - 1) / direct > 0x7FFFFFFFll))
+    if (blocks > 0x7FFFFFFFll || (direct && (d->tokens + direct - 1) / direct > 0x7FFFFFFFll) ||
+        (staged && (d->tokens + staged - 1) / staged > 0x7FFFFFFFll))
         return pp__cuda_fail(err, PP_EINVAL, "%s: tokens=%lld: too many for one launch", fn, (long long)d->tokens);
     cudaStream_t st = pp__stream(stream);
     switch (in_bytes) {
-    case 1: pp__replay_launch_in<uint8_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, direct, &slots, st); break;
-    case 2: pp__replay_launch_in<uint16_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, direct, &slots, st); break;
-    case 4: pp__replay_launch_in<int32_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, direct, &slots, st); break;
-    default: pp__replay_launch_in<int64_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, direct, &slots, st); break;
+    case 1: pp__replay_launch_in<uint8_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, direct, staged, tstride, wload, &slots, st); break;
+    case 2: pp__replay_launch_in<uint16_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, direct, staged, tstride, wload, &slots, st); break;
+    case 4: pp__replay_launch_in<int32_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, direct, staged, tstride, wload, &slots, st); break;
+    default: pp__replay_launch_in<int64_t>(d, out_bytes, (unsigned)blocks, (int)tile, lstride, vec, wide, direct, staged, tstride, wload, &slots, st); break;
     }
     return pp__cuda_launched(err, fn);
 }
