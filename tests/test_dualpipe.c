@@ -279,6 +279,30 @@ static void dualpipe_csv_round_trips(void)
     pp_schedule_free(s);
 }
 
+/* A MIMO pipeline runs one stage per rank; DualPipe's two copies per rank are refused by name. */
+static void mimo_pipeline_refuses_dualpipe(void)
+{
+    pp_mimo m;
+    pp_mimo_module_config mods[2];
+    pp_mimo_config cfg;
+    pp_mimo_pipeline_config pc;
+    pp_mimo_pipeline *pl = NULL;
+    pp_error err;
+    int k;
+    memset(mods, 0, sizeof mods);
+    snprintf(mods[0].name, sizeof mods[0].name, "vision");
+    snprintf(mods[1].name, sizeof mods[1].name, "language");
+    for (k = 0; k < 2; k++) { mods[k].tp = 1; mods[k].dp = 1; mods[k].pp = 2; mods[k].offset = 2 * k; }
+    memset(&cfg, 0, sizeof cfg);
+    cfg.num_modules = 2; cfg.modules = mods;
+    PP_CHECK_OK(pp_mimo_init(&cfg, &m, &err), &err);
+    memset(&pc, 0, sizeof pc);
+    pc.kind = PP_DUALPIPE; pc.mb = 8;
+    PP_CHECK_FAILS(pp_mimo_pipeline_create(&m, &pc, &pl, &err), &err, PP_EUNSUPPORTED,
+                   "kind=dualpipe: DualPipe runs two copies of every stage");
+    PP_CHECK(pl == NULL);
+}
+
 const pp_test_case pp_suite_dualpipe[] = {
     PP_TEST(dualpipe_pp2_mb4_is_deepseeks_order_worked_by_hand),
     PP_TEST(dualpipe_routes_run_half_the_microbatches_each_way_through_the_same_model),
@@ -288,5 +312,6 @@ const pp_test_case pp_suite_dualpipe[] = {
     PP_TEST(dualpipe_names_the_parameter_and_rule_it_refuses),
     PP_TEST(validator_refuses_actions_off_a_microbatchs_route),
     PP_TEST(dualpipe_csv_round_trips),
+    PP_TEST(mimo_pipeline_refuses_dualpipe),
     {0}
 };
