@@ -143,6 +143,9 @@ pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_schedule **ou
     memset(&g, 0, sizeof g);
     if (cfg->pp < 1) return pp__fail(err, PP_EINVAL, "pp=%d: must be at least 1", cfg->pp);
     if (cfg->mb < 1) return pp__fail(err, PP_EINVAL, "mb=%d: must be at least 1", cfg->mb);
+    if (cfg->placement == PP_PLACEMENT_DUAL)
+        return pp__fail(err, PP_EUNSUPPORTED, "placement=dual: the greedy scheduler builds looped and V placements "
+                        "(DualPipe's two routes: build kind dualpipe)");
     if (cfg->placement != PP_PLACEMENT_LOOPED && cfg->placement != PP_PLACEMENT_V)
         return pp__fail(err, PP_EINVAL, "placement=%d: unknown", (int)cfg->placement);
     vpp = cfg->vpp ? cfg->vpp : (cfg->placement == PP_PLACEMENT_V ? 2 : 1);

@@ -55,6 +55,33 @@ static void dualpipe_pp2_mb4_is_deepseeks_order_worked_by_hand(void)
     pp_schedule_free(s);
 }
 
+/* pp=4 mb=8 (n = 4 each way, H = 2), from dualpipe.py by hand. Rank 0 (h = 0): step 1 two F0,
+ * step 2 F0 F1, step 3 I1 W F1, step 4 once FB(F0,B1) FB(F1,B0), step 5 B1 FB(F1,B0), step 6 B1
+ * then I0 (h even: zero bubble from B0 on), step 7 W I0, step 8 W. Rank 1 (h = 1, a middle rank):
+ * step 2 twice F0 F1, step 4 twice with the first pair F0, B1 unoverlapped, step 6 B1 B0 then
+ * (h odd: from B1 on) I1 I0, step 8 two W. Ranks 2 and 3 mirror 1 and 0. */
+static void dualpipe_pp4_mb8_is_deepseeks_order_worked_by_hand(void)
+{
+    static const char *const want[] = {
+        "0F0 0F1 0F2 7F4 7I4 7W4 7F5 (0F3;7B5)OVERLAP_F_B (7F6;0B0)OVERLAP_F_B 7B6 (7F7;0B1)OVERLAP_F_B 7B7 "
+        "0I2 0W2 0I3 0W3",
+        "1F0 6F4 1F1 6F5 1F2 6B4 (6F6;1B0)OVERLAP_F_B (1F3;6B5)OVERLAP_F_B (6F7;1B1)OVERLAP_F_B 6B6 1B2 6I7 1I3 "
+        "6W7 1W3",
+    };
+    char got[4096];
+    pp_error err;
+    pp_schedule *s = dp_build(4, 8, &err);
+    int r;
+    PP_CHECK_MSG(s != NULL, "build: %s", err.message);
+    if (!s) return;
+    for (r = 0; r < 2; r++) {
+        dp_order(s, r, got, sizeof got);
+        PP_CHECK_MSG(strcmp(got, want[r]) == 0, "rank %d:\n       got %s\n  expected %s", r, got, want[r]);
+    }
+    PP_CHECK_OK(pp_schedule_validate(s, &err), &err);
+    pp_schedule_free(s);
+}
+
 /* The routes: microbatches 0..mb/2-1 cross stages 0..pp-1 (ranks 0..pp-1), the others stages
  * pp..2pp-1 (ranks pp-1..0); stage s computes model stage s % pp, so every model stage lives on
  * two ranks (2x parameters) and every rank holds two model stages, j and pp-1-j. */
@@ -206,6 +233,12 @@ static void dualpipe_names_the_parameter_and_rule_it_refuses(void)
     PP_CHECK_FAILS(pp_schedule_create(3, 2, 4, PP_PLACEMENT_DUAL, &s, &err), &err, PP_EINVAL, "pp=3");
     PP_CHECK_FAILS(pp_schedule_create(4, 2, 5, PP_PLACEMENT_DUAL, &s, &err), &err, PP_EINVAL, "mb=5");
     PP_CHECK_FAILS(pp_schedule_create(4, 1, 4, PP_PLACEMENT_DUAL, &s, &err), &err, PP_EINVAL, "vpp=1");
+    {
+        pp_greedy_config g;
+        memset(&g, 0, sizeof g);
+        g.pp = 4; g.mb = 8; g.vpp = 2; g.placement = PP_PLACEMENT_DUAL;
+        PP_CHECK_FAILS(pp_schedule_build_greedy(&g, &s, &err), &err, PP_EUNSUPPORTED, "placement=dual");
+    }
     PP_CHECK_OK(pp_schedule_kind_parse("dualpipe", &k, &err), &err);
     PP_CHECK(k == PP_DUALPIPE);
     PP_CHECK_STR(pp_schedule_kind_name(PP_DUALPIPE), "dualpipe");
@@ -305,6 +338,7 @@ static void mimo_pipeline_refuses_dualpipe(void)
 
 const pp_test_case pp_suite_dualpipe[] = {
     PP_TEST(dualpipe_pp2_mb4_is_deepseeks_order_worked_by_hand),
+    PP_TEST(dualpipe_pp4_mb8_is_deepseeks_order_worked_by_hand),
     PP_TEST(dualpipe_routes_run_half_the_microbatches_each_way_through_the_same_model),
     PP_TEST(dualpipe_ranks_mirror_each_other_with_the_directions_swapped),
     PP_TEST(every_dualpipe_schedule_with_even_pp_2_to_8_and_mb_2_to_32_is_valid),
