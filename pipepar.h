@@ -488,7 +488,7 @@ typedef struct pp_action {
 typedef struct pp_schedule_config {
     pp_schedule_kind kind;
     int pp;         /* pipeline ranks, >= 1 */
-    int vpp;        /* chunks per rank; 0 means 1 (2 for V-shaped kinds) */
+    int vpp;        /* chunks per rank; 0 means 1 (2 for V-shaped kinds and dualpipe) */
     int mb;         /* microbatches per step, >= 1 */
     int group;      /* interleaved: microbatch_group_size_per_vp_stage; 0 means pp */
     int max_live;   /* kinds that take one: cap on live activations per rank; 0 means the kind's own */
@@ -8859,6 +8859,7 @@ typedef struct pp__fwd { int s, m, k, in, out; pp_mb_info info; } pp__fwd;
 typedef struct pp__bwd { int s, m, k, in, gout, gin; pp_mb_info info; } pp__bwd;
 
 #define PP__K(ex, s, m) (pp_stage_chunk((ex)->sched, (s)) * (ex)->M + (m))
+#define PP__HERE(ex, s) (pp_stage_rank((ex)->sched, (s)) == (ex)->rank)
 
 /* Whether this rank holds the last stage of some microbatch's route (the loss is computed here):
  * the last stage's rank, or under DualPipe's two routes ranks pp-1 (down) and 0 (up). */
@@ -8867,7 +8868,6 @@ static int pp__ends_a_route(const pp_executor *ex)
     return pp_stage_rank(ex->sched, pp__last(ex->sched, 0)) == ex->rank ||
            pp_stage_rank(ex->sched, pp__last(ex->sched, ex->M - 1)) == ex->rank;
 }
-#define PP__HERE(ex, s) (pp_stage_rank((ex)->sched, (s)) == (ex)->rank)
 
 /* Waits until F(s,m)'s input is here. */
 static pp_status pp__f_wait(pp_executor *ex, int i, pp__fwd *f, int s, int m, pp_error *err)

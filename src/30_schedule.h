@@ -83,7 +83,7 @@ typedef struct pp_action {
 typedef struct pp_schedule_config {
     pp_schedule_kind kind;
     int pp;         /* pipeline ranks, >= 1 */
-    int vpp;        /* chunks per rank; 0 means 1 (2 for V-shaped kinds) */
+    int vpp;        /* chunks per rank; 0 means 1 (2 for V-shaped kinds and dualpipe) */
     int mb;         /* microbatches per step, >= 1 */
     int group;      /* interleaved: microbatch_group_size_per_vp_stage; 0 means pp */
     int max_live;   /* kinds that take one: cap on live activations per rank; 0 means the kind's own */

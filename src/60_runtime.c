@@ -806,6 +806,7 @@ typedef struct pp__fwd { int s, m, k, in, out; pp_mb_info info; } pp__fwd;
 typedef struct pp__bwd { int s, m, k, in, gout, gin; pp_mb_info info; } pp__bwd;
 
 #define PP__K(ex, s, m) (pp_stage_chunk((ex)->sched, (s)) * (ex)->M + (m))
+#define PP__HERE(ex, s) (pp_stage_rank((ex)->sched, (s)) == (ex)->rank)
 
 /* Whether this rank holds the last stage of some microbatch's route (the loss is computed here):
  * the last stage's rank, or under DualPipe's two routes ranks pp-1 (down) and 0 (up). */
@@ -814,7 +815,6 @@ static int pp__ends_a_route(const pp_executor *ex)
     return pp_stage_rank(ex->sched, pp__last(ex->sched, 0)) == ex->rank ||
            pp_stage_rank(ex->sched, pp__last(ex->sched, ex->M - 1)) == ex->rank;
 }
-#define PP__HERE(ex, s) (pp_stage_rank((ex)->sched, (s)) == (ex)->rank)
 
 /* Waits until F(s,m)'s input is here. */
 static pp_status pp__f_wait(pp_executor *ex, int i, pp__fwd *f, int s, int m, pp_error *err)
