@@ -18,6 +18,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime, pthreads under -std=c99 */
 #endif
+#include <cuda.h>            /* types of the stream memory operations only; no -lcuda */
 #include <cuda_runtime.h>
 #include <nccl.h>
 #if defined(__GNUC__)
@@ -26,6 +27,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -828,6 +830,14 @@ typedef struct pp__nccl_transport {
     int num_records, cap_records, used_records;
     pp__nccl_stage *stages;
     int num_stages;
+    /* the arrival gate (pp_nccl_transport_gate) */
+    int gated;
+    uint32_t *gate_flags;       /* device [world]: gate_flags[p] = groups peer p has reached with us */
+    CUdeviceptr *gate_remote;   /* [world]: address of peer p's gate_flags[rank]; 0: p not gated */
+    void **gate_opened;         /* [world]: IPC mappings to close */
+    uint32_t *gate_count;       /* [world]: groups we have posted with p */
+    CUresult (*wait32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+    CUresult (*write32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 } pp__nccl_transport;
 
 /* Handles are pointers into a pool made up front (see pp_nccl_transport): running out means
@@ -925,6 +935,33 @@ static pp_status pp__nccl_self_recv(pp__nccl_transport *t, const pp_transfer *x,
                          "(same-rank neighbours are passed in place by the executor)", tag, t->nc->rank);
 }
 
+static void pp__nccl_gate_release(pp__nccl_transport *t);
+
+/* The arrival gate: announce this group to each gated peer in it, then wait (on the
+ * communication stream, no SM) until each has announced its matching group. Announcements are
+ * counted per peer: our n-th group with p meets p's n-th group with us. A peer that appears
+ * twice in one group is announced once. */
+static pp_status pp__nccl_gate_pass(pp__nccl_transport *t, const pp_transfer *x, int count, pp_error *err)
+{
+    pp_nccl *nc = t->nc;
+    int i, j;
+    CUresult r = CUDA_SUCCESS;
+    for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
+        int p = x[i].peer, seen = 0;
+        if (p == nc->rank || !t->gate_remote[p]) continue;
+        for (j = 0; j < i; j++) if (x[j].peer == p) seen = 1;
+        if (seen) continue;
+        t->gate_count[p]++;
+        r = t->write32((CUstream)nc->stream, t->gate_remote[p], t->gate_count[p], CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (r == CUDA_SUCCESS)
+            r = t->wait32((CUstream)nc->stream, (CUdeviceptr)(uintptr_t)(t->gate_flags + p), t->gate_count[p],
+                          CU_STREAM_WAIT_VALUE_GEQ);
+    }
+    if (r != CUDA_SUCCESS)
+        return pp__nccl_fail(err, PP_EIO, "post: arrival gate: stream memory operation failed (CUresult %d)", (int)r);
+    return PP_OK;
+}
+
 static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int count, void **handle, pp_error *err)
 {
     pp__nccl_transport *t = (pp__nccl_transport *)user;
@@ -979,6 +1016,9 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
         fprintf(stderr, "\n");
     }
     nc->posts++;
+    if (nccl_ops > 0 && t->gated && (st = pp__nccl_gate_pass(t, transfers, count, err)) != PP_OK) {
+        h->in_use = 0; return st;
+    }
     if (nccl_ops > 0) {
         pp__nccl_arm(nc, nc->timeout_s, "post: ncclGroupEnd");
         r = ncclGroupStart();
@@ -1110,6 +1150,7 @@ void pp_nccl_transport_free(pp_transport *tp)
     for (i = 0; i < t->num_records; i++) { cudaEventDestroy(t->records[i].begin); cudaEventDestroy(t->records[i].end); }
     for (i = 0; i < t->num_stages; i++) if (t->stages[i].data) cudaFree(t->stages[i].data);
     if (t->ready) cudaEventDestroy(t->ready);
+    if (t->gate_remote) pp__nccl_gate_release(t);
     free(t->handles);
     free(t->records);
     free(t->stages);
@@ -1124,6 +1165,154 @@ static pp__nccl_transport *pp__nccl_of(pp_transport *tp, pp_error *err, const ch
         return NULL;
     }
     return (pp__nccl_transport *)tp->user;
+}
+
+/* --- the arrival gate ------------------------------------------------------------------------ */
+
+typedef struct pp__nccl_gate_card {   /* what each rank tells the others */
+    cudaIpcMemHandle_t handle;
+    uint64_t ptr;                     /* the flags' address in its own process */
+    uint64_t host;                    /* FNV-1a of the host name */
+    int64_t pid;
+    int32_t device, ok;
+} pp__nccl_gate_card;
+
+/* An all-gather of `bytes` bytes per rank through the communicator, host to host. */
+static pp_status pp__nccl_all_gather_host(pp_nccl *nc, const void *mine, void *all, size_t bytes, pp_error *err)
+{
+    char *d = NULL;
+    ncclResult_t r;
+    pp_status st;
+    cudaError_t e = cudaMalloc((void **)&d, bytes * (size_t)(nc->world + 1));
+    if (e == cudaSuccess) e = cudaMemcpyAsync(d + bytes * (size_t)nc->world, mine, bytes, cudaMemcpyHostToDevice, nc->stream);
+    if (e != cudaSuccess) { if (d) cudaFree(d); return pp__nccl_cuda_fail(err, e, "arrival gate: all-gather"); }
+    pp__nccl_arm(nc, nc->timeout_s, "arrival gate: ncclAllGather");
+    r = ncclAllGather(d + bytes * (size_t)nc->world, d, bytes, ncclUint8, nc->comm, nc->stream);
+    if (pp__nccl_disarm(nc, err)) { cudaFree(d); return PP_ETIMEOUT; }
+    if ((st = pp__nccl_check(nc, r, "arrival gate: ncclAllGather", err)) != PP_OK) { cudaFree(d); return st; }
+    if (r == ncclInProgress &&
+        (st = pp__nccl_settle(nc, nc->comm, pp__nccl_now() + nc->timeout_s, "arrival gate", err)) != PP_OK) {
+        cudaFree(d); return st;
+    }
+    e = cudaMemcpyAsync(all, d, bytes * (size_t)nc->world, cudaMemcpyDeviceToHost, nc->stream);
+    if (e == cudaSuccess) e = cudaEventRecord(nc->host_wait, nc->stream);
+    if (e != cudaSuccess) { cudaFree(d); return pp__nccl_cuda_fail(err, e, "arrival gate: all-gather"); }
+    st = pp__nccl_wait_device(nc, nc->host_wait, NULL, nc->timeout_s, "arrival gate: all-gather", err);
+    cudaFree(d);
+    return st;
+}
+
+static void pp__nccl_gate_release(pp__nccl_transport *t)
+{
+    int p;
+    for (p = 0; t->gate_opened && p < t->nc->world; p++)
+        if (t->gate_opened[p]) cudaIpcCloseMemHandle(t->gate_opened[p]);
+    if (t->gate_flags) cudaFree(t->gate_flags);
+    free(t->gate_remote); free(t->gate_opened); free(t->gate_count);
+    t->gate_flags = NULL; t->gate_remote = NULL; t->gate_opened = NULL; t->gate_count = NULL;
+    t->gated = 0;
+}
+
+pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *err)
+{
+    pp__nccl_transport *t = pp__nccl_of(tp, err, "pp_nccl_transport_gate");
+    pp_nccl *nc;
+    pp__nccl_gate_card me, *cards = NULL;
+    unsigned char *mapped = NULL, *all_mapped = NULL;
+    char host[256];
+    const char *h;
+    cudaError_t e;
+    pp_status st;
+    int p, n = 0;
+    if (gated_peers) *gated_peers = 0;
+    if (!t) return PP_EINVAL;
+    nc = t->nc;
+    if (nc->aborted) return pp__nccl_aborted(nc, err, "pp_nccl_transport_gate");
+    if (t->gated) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_gate: already gated");
+    if (cudaSetDevice(nc->device) != cudaSuccess) return pp__nccl_fail(err, PP_EIO, "pp_nccl_transport_gate: cudaSetDevice");
+    memset(&me, 0, sizeof me);
+    t->gate_remote = (CUdeviceptr *)calloc((size_t)nc->world, sizeof *t->gate_remote);
+    t->gate_opened = (void **)calloc((size_t)nc->world, sizeof *t->gate_opened);
+    t->gate_count = (uint32_t *)calloc((size_t)nc->world, sizeof *t->gate_count);
+    cards = (pp__nccl_gate_card *)calloc((size_t)nc->world, sizeof *cards);
+    mapped = (unsigned char *)calloc((size_t)nc->world, 1);
+    all_mapped = (unsigned char *)calloc((size_t)nc->world * (size_t)nc->world, 1);
+    if (!t->gate_remote || !t->gate_opened || !t->gate_count || !cards || !mapped || !all_mapped) {
+        st = pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_transport_gate: out of memory");
+        goto fail;
+    }
+    /* This rank can take part when the driver has stream memory operations and the flags exist;
+     * it still joins both all-gathers when it cannot (everyone must). */
+    {
+        enum cudaDriverEntryPointQueryResult q1 = cudaDriverEntryPointSymbolNotFound, q2 = q1;
+        void *w = NULL, *v = NULL;
+        e = cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &w, 12000, cudaEnableDefault, &q1);
+        if (e == cudaSuccess) e = cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &v, 12000, cudaEnableDefault, &q2);
+        me.ok = e == cudaSuccess && q1 == cudaDriverEntryPointSuccess && q2 == cudaDriverEntryPointSuccess && w && v;
+        if (me.ok) {
+            *(void **)&t->wait32 = w;
+            *(void **)&t->write32 = v;
+        }
+    }
+    if (me.ok) {
+        e = cudaMalloc((void **)&t->gate_flags, sizeof(uint32_t) * (size_t)nc->world);
+        if (e == cudaSuccess) e = cudaMemset(t->gate_flags, 0, sizeof(uint32_t) * (size_t)nc->world);
+        if (e == cudaSuccess) e = cudaDeviceSynchronize();
+        if (e == cudaSuccess) e = cudaIpcGetMemHandle(&me.handle, t->gate_flags);
+        me.ok = e == cudaSuccess;
+        (void)cudaGetLastError();
+    }
+    me.ptr = (uint64_t)(uintptr_t)t->gate_flags;
+    me.pid = (int64_t)getpid();
+    me.device = nc->device;
+    host[0] = 0;
+    if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+    host[sizeof host - 1] = 0;
+    me.host = 1469598103934665603ull;
+    for (h = host; *h; h++) me.host = (me.host ^ (unsigned char)*h) * 1099511628211ull;
+    if ((st = pp__nccl_all_gather_host(nc, &me, cards, sizeof me, err)) != PP_OK) goto fail;
+    /* map every peer on this host that can take part */
+    for (p = 0; p < nc->world; p++) {
+        void *ptr = NULL;
+        if (p == nc->rank || !me.ok || !cards[p].ok || cards[p].host != me.host) continue;
+        if (cards[p].pid == me.pid) {      /* threads of one process: the address is ours to use */
+            int can = cards[p].device == nc->device;
+            if (!can && cudaDeviceCanAccessPeer(&can, nc->device, cards[p].device) != cudaSuccess) can = 0;
+            if (can && cards[p].device != nc->device) {
+                e = cudaDeviceEnablePeerAccess(cards[p].device, 0);
+                if (e == cudaErrorPeerAccessAlreadyEnabled) e = cudaSuccess;
+                (void)cudaGetLastError();
+                can = e == cudaSuccess;
+            }
+            if (can) ptr = (void *)(uintptr_t)cards[p].ptr;
+        } else if (cudaIpcOpenMemHandle(&ptr, cards[p].handle, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess) {
+            t->gate_opened[p] = ptr;
+        } else {
+            ptr = NULL;
+            (void)cudaGetLastError();
+        }
+        if (ptr) {
+            t->gate_remote[p] = (CUdeviceptr)(uintptr_t)((uint32_t *)ptr + nc->rank);
+            mapped[p] = 1;
+        }
+    }
+    /* a pair is gated only when both sides mapped each other: a one-sided gate would wait
+     * for announcements that never come */
+    if ((st = pp__nccl_all_gather_host(nc, mapped, all_mapped, (size_t)nc->world, err)) != PP_OK) goto fail;
+    for (p = 0; p < nc->world; p++) {
+        if (mapped[p] && all_mapped[(size_t)p * (size_t)nc->world + (size_t)nc->rank]) n++;
+        else t->gate_remote[p] = 0;
+    }
+    t->gated = n > 0;
+    if (!t->gated) pp__nccl_gate_release(t);
+    free(cards); free(mapped); free(all_mapped);
+    if (gated_peers) *gated_peers = n;
+    if (nc->debug) fprintf(stderr, "[pipepar_nccl rank %d] arrival gate: %d peers\n", nc->rank, n);
+    return pp__nccl_ok(err);
+fail:
+    pp__nccl_gate_release(t);
+    free(cards); free(mapped); free(all_mapped);
+    return st;
 }
 
 pp_status pp_nccl_transport_record(pp_transport *tp, int on, pp_error *err)

@@ -11,7 +11,7 @@
 # stand-in for two nodes); the failure test; PyTorch's bench (GELU=tanh: the same model); the
 # summary table (each run under its "-- name" line). Logs of every run land in OUTDIR. Env: H, L, T, M override the model size;
 # SKIP_TORCH=1, SKIP_SOCKET=1 skip parts; FULL=1 adds more runs (interleaved vpp 2,
-# looped-BFS, interleaved ZB vpp 2, ZB-H1, NCCL CTA settings); TORCH_CONFIGS picks PyTorch's schedules;
+# looped-BFS, interleaved ZB vpp 2, ZB-H1, NCCL CTA settings, runs without the arrival gate); TORCH_CONFIGS picks PyTorch's schedules;
 # SKIP_BUILD=1 uses binaries already in build/ when they run.
 set -u
 cd "$(dirname "$0")/.."
@@ -20,6 +20,7 @@ mkdir -p "$OUTDIR"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 H=${H:-4096}; L=${L:-16}; T=${T:-8192}; M=${M:-8}
 MODEL="--hidden $H --layers $L --tokens $T --mb $M"
+GATE=${GATE---gate}     # pipepar's runs use the arrival gate (GATE= turns it off); the FULL set adds ungated runs
 LOG=$OUTDIR/pipepar.log
 : > "$LOG"
 say() { echo "$@" | tee -a "$LOG"; }
@@ -61,7 +62,7 @@ say "single-GPU step: ${SINGLE_MS:-?} ms"
 run_pp() {   # run_pp NAME ARGS...: a 2-GPU pipepar run
     local name=$1; shift
     say "-- $name"
-    launch2 "$name" build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 "$@" || say "$name: exit $?"
+    launch2 "$name" build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 $GATE "$@" || say "$name: exit $?"
 }
 say "== pipepar on 2 GPUs"
 run_pp gpipe             --schedule gpipe
@@ -78,9 +79,11 @@ if [ "${FULL:-0}" = 1 ]; then
     run_pp interleaved4-cta2 --schedule interleaved --vpp 4 --max-ctas 2
     run_pp interleaved4-eff  --schedule interleaved --vpp 4 --cta-policy efficiency
     run_pp zbv-eff           --schedule zbv --cta-policy efficiency
+    GATE= run_pp interleaved4-nogate --schedule interleaved --vpp 4
+    GATE= run_pp zbv-nogate  --schedule zbv
 fi
 say "-- 1f1b-threads (one process, a thread per GPU)"
-timeout 100 build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 --schedule 1f1b --threads 2 --warmup 1 --steps 3 \
+timeout 100 build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 $GATE --schedule 1f1b --threads 2 --warmup 1 --steps 3 \
     >"$OUTDIR/1f1b-threads.log" 2>&1 || say "1f1b-threads: exit $?"
 cat "$OUTDIR/1f1b-threads.log" >>"$LOG"
 

@@ -84,14 +84,14 @@ struct Options {
     const char *trace = NULL;
     double timeout = 60, single_ms = 0;
     int kill_rank = -1, kill_step = -1;
-    int sm_margin = 0, max_ctas = 0, cta_policy = 0, tune = 1, quiet = 0;
+    int sm_margin = 0, max_ctas = 0, cta_policy = 0, gate = 0, tune = 1, quiet = 0;
 };
 
 static const char usage[] =
     "usage: mlp_gpu [--single | --threads N] [--schedule 1f1b] [--pp P] [--vpp V] [--mb M] [--tokens T]\n"
     "               [--hidden H] [--layers L] [--steps N] [--warmup N] [--check] [--train N]\n"
     "               [--optimizer sgd|adamw] [--lr X] [--clip X] [--trace FILE] [--timeout S]\n"
-    "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--cta-policy P] [--no-tune] [--quiet]\n"
+    "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--cta-policy P] [--gate] [--no-tune] [--quiet]\n"
     "               [--kill-rank R --kill-step K]\n"
     "  --single        the whole model on one GPU: the baseline of the pipeline efficiency\n"
     "  --threads N     one process driving N GPUs, one thread each (else one process per GPU,\n"
@@ -106,6 +106,8 @@ static const char usage[] =
     "  --timeout S     deadline of every wait (60): a dead peer gives PP_ETIMEOUT, not a hang\n"
     "  --sm-margin N   cuBLASLt plans for N fewer SMs (room for NCCL's kernels); --max-ctas N caps NCCL's\n"
     "  --cta-policy P  NCCL's CTA policy: default, efficiency (fewer CTAs) or zero (copy engines)\n"
+    "  --gate          launch each NCCL group only once the peer has reached its matching group too\n"
+    "                  (pp_nccl_transport_gate, one node): faster, but a dead peer hangs this rank\n"
     "  --kill-rank R --kill-step K   failure test: rank R kills itself in the middle of step K\n";
 
 static int parse_args(int argc, char **argv, Options *o)
@@ -117,7 +119,7 @@ static int parse_args(int argc, char **argv, Options *o)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(usage, stdout); exit(0); }
         if (strncmp(a, "--", 2) != 0) { fprintf(stderr, "mlp_gpu: %s: not a flag (try --help)\n", a); return 2; }
         snprintf(flag, sizeof flag, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
-        static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", NULL };
+        static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", "--gate", "--no-gate", NULL };
         static const char *const valued[] = { "--threads", "--pp", "--vpp", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
             "--single-ms", "--sm-margin", "--max-ctas", "--cta-policy", "--kill-rank", "--kill-step", NULL };
@@ -153,6 +155,8 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--check")) o->check = 1;
         else if (!strcmp(flag, "--no-tune")) o->tune = 0;
         else if (!strcmp(flag, "--quiet")) o->quiet = 1;
+        else if (!strcmp(flag, "--gate")) o->gate = 1;
+        else if (!strcmp(flag, "--no-gate")) o->gate = 0;
         else if (!strcmp(flag, "--threads")) ok = integer(1, 64, &o->threads);
         else if (!strcmp(flag, "--pp")) ok = integer(1, 1024, &o->pp);
         else if (!strcmp(flag, "--vpp")) ok = integer(1, 64, &o->vpp);
@@ -949,6 +953,12 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     pp_schedule_config sc;
     memset(&sc, 0, sizeof sc);
     PPCK(pp_schedule_kind_parse(o.schedule, &sc.kind, &e_));
+    if (sc.kind == PP_DUALPIPE) {
+        /* two copies of every stage and their gradients summed: examples/mlp_threads.c shows it on CPU */
+        if (lead) fprintf(stderr, "mlp_gpu: --schedule=dualpipe: not supported by this example (it keeps one copy "
+                          "of each stage's weights); use dualpipev, or examples/mlp_threads.c on CPU\n");
+        return 2;
+    }
     sc.pp = pp; sc.vpp = o.vpp; sc.mb = o.mb;
     PPCK(pp_schedule_build(&sc, &R.sched, &e_));
     PPCK(pp_schedule_lower(R.sched, &e_));
@@ -985,6 +995,11 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
 
     /* the executor over the NCCL transport, timing every action with CUDA events */
     PPCK(pp_nccl_transport(R.pipe, R.stream, &R.tp, &e_));
+    if (o.gate) {
+        int gated = 0;
+        PPCK(pp_nccl_transport_gate(&R.tp, &gated, &e_));
+        if (lead && !o.quiet) printf("arrival gate: %d peer(s) gated\n", gated);
+    }
     PPCK(pp_nccl_event_timer(R.stream, 3 * maxlen + 3, &R.timer, &e_));
     pp_executor_config ec;
     memset(&ec, 0, sizeof ec);

@@ -131,6 +131,22 @@ PIPEPAR_API pp_status pp_nccl_all_reduce_host(pp_nccl *nc, float *values, int co
 PIPEPAR_API pp_status pp_nccl_transport(pp_nccl *nc, void *compute_stream, pp_transport *out, pp_error *err);
 PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
 
+/* Arrival gate (one node): a group is launched only once every peer in it has reached its
+ * matching group. An NCCL point-to-point kernel holds its SMs from launch until the peer's
+ * matching kernel runs; in a pipeline one side of each pair is usually ahead, and its waiting
+ * kernels slow its own GEMMs (bench/RESULTS.md measured rank 1 of 2 computing 4-10% slower).
+ * With the gate, each rank writes "I reached my n-th group with you" into the peer's memory
+ * and its communication stream waits for the peer's n-th arrival before the group: stream
+ * memory operations, which take no SM. The n-th group of a rank with a peer meets the peer's
+ * n-th group with it (pp_schedule_validate proves it). Collective over nc: every rank calls it,
+ * before its first post. Peers that are not on this node, or cannot map this device's memory,
+ * are not gated (their groups run as before); *gated_peers gets how many are (optional).
+ * Measured on 2 H200s (bench/RESULTS.md): interleaved vpp 4 710 -> 699 ms, ZB-V 691 -> 688 ms.
+ * Known limit, not yet fixed: a peer that dies leaves the communication stream waiting on the
+ * gate, and the surviving rank then hangs instead of returning PP_ETIMEOUT (the failure test,
+ * run with the gate, timed out). Off unless called; guard gated jobs with the launcher's timeout. */
+PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, pp_error *err);
+
 /* Per-group device times, for timelines and bandwidth figures. With recording on, every
  * group posted gets a begin event (after the communication stream waited for the compute
  * stream: the transfer may start) and an end event. times[] gets, for the groups posted since

@@ -40,6 +40,11 @@ done
 timeout 180 "$BUILD/mlp_gpu" $SMALL --schedule interleaved --vpp 2 --threads 2 --check >"$log/threads" 2>&1
 expect_match threads $?
 
+# the arrival gate (pp_nccl_transport_gate): processes (IPC-mapped flags) and threads (one process)
+run2 gate $SMALL --schedule interleaved --vpp 4 --gate --check; expect_match gate $?
+timeout 180 "$BUILD/mlp_gpu" $SMALL --schedule zbv --threads 2 --gate --check >"$log/gate-threads" 2>&1
+expect_match gate-threads $?
+
 # NCCL over its socket transport (a stand-in for two nodes)
 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 run2 sockets $SMALL --schedule 1f1b --check; expect_match sockets $?
 
