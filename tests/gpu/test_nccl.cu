@@ -108,6 +108,15 @@ static void one_rank_transport_all_reduce_and_grad_norm(void)
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     cudaMalloc((void **)&a, 1024); cudaMalloc((void **)&b, 1024);
     CHECK_OK(pp_nccl_transport(nc, s, &t, &e), &e);
+    /* the arrival gate: collective; alone there is no peer to gate, and posts run as before */
+    {
+        int gated = -1;
+        pp_transport none;
+        memset(&none, 0, sizeof none);
+        CHECK_FAILS(pp_nccl_transport_gate(&none, &gated, &e), &e, PP_EINVAL, "not a transport made by pp_nccl_transport");
+        CHECK_OK(pp_nccl_transport_gate(&t, &gated, &e), &e);
+        CHECK_MSG(gated == 0, "a rank alone gates no peer");
+    }
     /* a same-rank send and its receive in one group: copied on the device, no NCCL */
     cudaMemsetAsync(a, 0x5a, 1024, s);
     cudaMemsetAsync(b, 0, 1024, s);
