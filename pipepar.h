@@ -47,7 +47,7 @@
  *                   validator
  *     >>simulate    per-action costs -> timeline, bubble, peak activations
  *     >>draw        ASCII and SVG timelines, PyTorch text and CSV forms, JSON
- *     >>zerobubble  ZB-H1, ZB-H2, ZB-V, DualPipeV, interleaved zero bubble
+ *     >>zerobubble  ZB-H1, ZB-H2, ZB-V, DualPipeV, DualPipe, interleaved zero bubble
  *     >>search      greedy zero-bubble schedules; the best schedule under a memory cap
  *     >>pack        sequence packing into bins for DP x PP, padding, cu_seqlens
  *     >>cp          context-parallel partitions (load-balanced 2*cp chunks, BSHD and THD)
