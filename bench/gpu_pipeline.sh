@@ -4,9 +4,11 @@
 # microbatch, 8 microbatches, bf16, on 2 GPUs (nvidia-h200-x2).
 #
 #     bash bench/gpu_pipeline.sh [OUTDIR]          (OUTDIR defaults to $OUT, else bench/out)
+#     NPROC=4 M=16 bash bench/gpu_pipeline.sh      a pipeline of 4 GPUs (nvidia-h200-x4): L defaults
+#                                                  to 4 blocks per GPU, 16 microbatches
 #
 # In order: build; NCCL point-to-point bandwidth (raw and through pipepar's transport);
-# pipepar single-GPU baseline; pipepar's schedules on 2 GPUs (gradient check on four); the
+# pipepar single-GPU baseline; pipepar's schedules on NPROC GPUs (gradient check on four); the
 # best schedules again with NCCL forced onto sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, a
 # stand-in for two nodes); the failure test; PyTorch's bench (GELU=tanh: the same model); the
 # summary table (each run under its "-- name" line). Logs of every run land in OUTDIR. Env: H, L, T, M override the model size;
@@ -18,7 +20,10 @@ cd "$(dirname "$0")/.."
 OUTDIR=${1:-${OUT:-bench/out}}
 mkdir -p "$OUTDIR"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-H=${H:-4096}; L=${L:-16}; T=${T:-8192}; M=${M:-8}
+NPROC=${NPROC:-2}       # pipeline ranks, one process (GPU) each
+if [ "$NPROC" -gt "$(nvidia-smi -L | wc -l)" ]; then echo "NPROC=$NPROC: this machine has $(nvidia-smi -L | wc -l) GPUs"; exit 2; fi
+H=${H:-4096}; T=${T:-8192}; M=${M:-8}
+if [ "$NPROC" -gt 2 ]; then L=${L:-$((4 * NPROC))}; else L=${L:-16}; fi
 MODEL="--hidden $H --layers $L --tokens $T --mb $M"
 GATE=${GATE---gate}     # pipepar's runs use the arrival gate (GATE= turns it off); the FULL set adds ungated runs
 LOG=$OUTDIR/pipepar.log
@@ -35,19 +40,22 @@ else
     say "built in $(( $(date +%s) - t0 )) s"
 fi
 
-# launch2 NAME ARGS...: two processes, one per GPU, torchrun's variables, a fresh id file.
-launch2() {
-    local name=$1; shift
-    local id=/tmp/pipepar_bench_$$_$RANDOM.id pids=() rc=0
-    for r in 0 1; do
-        env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r PIPEPAR_NCCL_ID_FILE=$id timeout 100 "$@" >"$OUTDIR/$name.rank$r.log" 2>&1 &
+# launchn N NAME ARGS...: N processes, one per GPU, torchrun's variables, a fresh id file.
+launchn() {
+    local n=$1 name=$2; shift 2
+    local id=/tmp/pipepar_bench_$$_$RANDOM.id pids=() rc=0 r
+    for ((r = 0; r < n; r++)); do
+        env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r PIPEPAR_NCCL_ID_FILE=$id timeout 100 "$@" >"$OUTDIR/$name.rank$r.log" 2>&1 &
         pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p" || rc=$?; done
     cat "$OUTDIR/$name.rank0.log" >>"$LOG"
-    grep -h "mlp_gpu:" "$OUTDIR/$name.rank1.log" | sed 's/^/rank 1: /' >>"$LOG" 2>/dev/null
+    for ((r = 1; r < n; r++)); do
+        grep -h "mlp_gpu:" "$OUTDIR/$name.rank$r.log" | sed "s/^/rank $r: /" >>"$LOG" 2>/dev/null
+    done
     return $rc
 }
+launch2() { launchn 2 "$@"; }
 
 say "== NCCL point-to-point bandwidth"
 launch2 nccl_bw build/bench_nccl_bw || say "nccl_bw failed ($?)"
@@ -59,12 +67,12 @@ SINGLE_MS=$(sed -n 's/^single-gpu *step *\([0-9.]*\) ms.*/\1/p' "$OUTDIR/single.
 say "single-GPU step: ${SINGLE_MS:-?} ms"
 [ -n "$SINGLE_MS" ] || SINGLE_MS=0
 
-run_pp() {   # run_pp NAME ARGS...: a 2-GPU pipepar run
+run_pp() {   # run_pp NAME ARGS...: a pipepar run on NPROC GPUs
     local name=$1; shift
     say "-- $name"
-    launch2 "$name" build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 $GATE "$@" || say "$name: exit $?"
+    launchn "$NPROC" "$name" build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 $GATE "$@" || say "$name: exit $?"
 }
-say "== pipepar on 2 GPUs"
+say "== pipepar on $NPROC GPUs"
 run_pp gpipe             --schedule gpipe
 run_pp 1f1b              --schedule 1f1b --check
 run_pp interleaved4      --schedule interleaved --vpp 4 --check --trace "$OUTDIR/trace_interleaved4.json"
@@ -83,7 +91,7 @@ if [ "${FULL:-0}" = 1 ]; then
     GATE= run_pp zbv-nogate  --schedule zbv
 fi
 say "-- 1f1b-threads (one process, a thread per GPU)"
-timeout 100 build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 $GATE --schedule 1f1b --threads 2 --warmup 1 --steps 3 \
+timeout 100 build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 $GATE --schedule 1f1b --threads $NPROC --warmup 1 --steps 3 \
     >"$OUTDIR/1f1b-threads.log" 2>&1 || say "1f1b-threads: exit $?"
 cat "$OUTDIR/1f1b-threads.log" >>"$LOG"
 
@@ -100,10 +108,10 @@ bash tests/gpu/nccl_failure.sh build 2>&1 | tee -a "$LOG" | tail -n 3
 
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
     say "== PyTorch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null), torch.distributed.pipelining"
-    H=$H L=$L T=$T M=$M GELU=tanh PYTHONUNBUFFERED=1 CONFIGS=${TORCH_CONFIGS:-GPipe:1,1F1B:1,Interleaved1F1B:2,Interleaved1F1B:4,InterleavedZeroBubble:2,ZBVZeroBubble:2,DualPipeV:2} timeout 600 python3 -m torch.distributed.run --nproc_per_node=2 \
+    H=$H L=$L T=$T M=$M GELU=tanh PYTHONUNBUFFERED=1 CONFIGS=${TORCH_CONFIGS:-GPipe:1,1F1B:1,Interleaved1F1B:2,Interleaved1F1B:4,InterleavedZeroBubble:2,ZBVZeroBubble:2,DualPipeV:2} timeout 600 python3 -m torch.distributed.run --nproc_per_node=$NPROC \
         bench/torch_pp_bench.py >"$OUTDIR/torch.log" 2>&1 || say "torch bench exit $?"
     grep -vE "^(W|I)[0-9]{4}|warn|Warning" "$OUTDIR/torch.log" | tee -a "$LOG"
 fi
 
-say "== summary (step ms, efficiency = single / 2 / step)"
+say "== summary (step ms, efficiency = single / $NPROC / step)"
 grep -E "^(-- |== NCCL over|single-gpu|pipeline|  efficiency|  simulator|  compute busy|  rank 0|  peak|gradient check)" "$LOG" | tee "$OUTDIR/summary.txt"
