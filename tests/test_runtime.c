@@ -235,6 +235,7 @@ typedef struct tm_run {
     int returned;
     int current_step[TM_MAX_STAGES];
     int keep;                               /* 1: leave the executors in ex[] for the test to read */
+    pp_timer timer[TM_MAX_STAGES];          /* a rank's timer when its mark is set */
     pp_executor *ex[TM_MAX_STAGES];
 } tm_run;
 
@@ -379,6 +380,7 @@ static pp_status tm_rank(void *user, int rank, pp_transport *t, pp_error *err)
     cfg.timeout_s = run->timeout > 0 ? run->timeout : 10.0;
     cfg.num_metrics = run->num_metrics;
     cfg.record_timeline = run->record;
+    if (run->timer[rank].mark) cfg.timer = run->timer[rank];
     st = pp_executor_create(&cfg, &ex, err);
     if (st == PP_OK) {
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1129,6 +1131,50 @@ static void transfer_tags_name_direction_stage_microbatch_and_step(void)
 
 /* --- tests: timeline -------------------------------------------------------------------------- */
 
+/* A timer that counts how often each index is marked (pp_timer: at most once per step). */
+typedef struct tm_marks { int count[4096]; int bad; } tm_marks;
+static void tm_marks_mark(void *user, int index)
+{
+    tm_marks *m = (tm_marks *)user;
+    if (index < 0 || index >= 4096 || ++m->count[index] > 1) m->bad++;
+}
+static pp_status tm_marks_resolve(void *user, double *seconds, int count, pp_error *err)
+{
+    tm_marks *m = (tm_marks *)user;
+    int i;
+    (void)err;
+    for (i = 0; i < count && i < 4096; i++) if (m->count[i]) seconds[i] = (double)i;   /* ordered by index */
+    memset(m->count, 0, sizeof m->count);   /* the next step starts afresh */
+    return PP_OK;
+}
+
+static void an_fb_run_as_f_then_b_marks_each_timer_index_once(void)
+{
+    /* DualPipeV without a forward_backward callback runs each FB as F then B; its "inputs ready"
+     * must be the F half's, not re-marked by the B half (that hid the F half's time from
+     * mlp_gpu's busy figure on GPUs) */
+    pp_schedule *s = tm_schedule(PP_DUALPIPEV, 2, 2, 8);
+    tm_run *run = tm_new(s, 2);
+    static tm_marks marks[2];
+    pp_error err;
+    int r, i, fbs = 0;
+    memset(marks, 0, sizeof marks);
+    run->record = 1;
+    run->steps = 1;
+    for (r = 0; r < 2; r++) {
+        run->timer[r].user = &marks[r];
+        run->timer[r].mark = tm_marks_mark;
+        run->timer[r].resolve = tm_marks_resolve;
+    }
+    for (r = 0; r < 2; r++)
+        for (i = 0; i < s->length[r]; i++) fbs += s->actions[r][i].op == PP_OP_FB;
+    PP_CHECK_MSG(fbs > 0, "the schedule has FB actions: %d", fbs);
+    PP_CHECK_OK(tm_go(run, &err), &err);
+    for (r = 0; r < 2; r++) PP_CHECK_INT(marks[r].bad, 0);
+    tm_free(run);
+    pp_schedule_free(s);
+}
+
 static void the_timeline_orders_each_rank_and_exports_a_chrome_trace(void)
 {
     pp_schedule *s = tm_schedule(PP_INTERLEAVED_1F1B, 2, 2, 4);
@@ -1205,5 +1251,6 @@ const pp_test_case pp_suite_runtime[] = {
     PP_TEST(threads_all_reduce_sums_over_ranks_round_after_round),
     PP_TEST(transfer_tags_name_direction_stage_microbatch_and_step),
     PP_TEST(the_timeline_orders_each_rank_and_exports_a_chrome_trace),
+    PP_TEST(an_fb_run_as_f_then_b_marks_each_timer_index_once),
     { 0, 0 }
 };
