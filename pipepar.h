@@ -2061,15 +2061,20 @@ PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
  * matching kernel runs; in a pipeline one side of each pair is usually ahead, and its waiting
  * kernels slow its own GEMMs (bench/RESULTS.md measured rank 1 of 2 computing 4-10% slower).
  * With the gate, each rank writes "I reached my n-th group with you" into the peer's memory
- * and its communication stream waits for the peer's n-th arrival before the group: stream
- * memory operations, which take no SM. The n-th group of a rank with a peer meets the peer's
- * n-th group with it (pp_schedule_validate proves it). Collective over nc: every rank calls it,
- * before its first post. Peers that are not on this node, or cannot map this device's memory,
- * are not gated (their groups run as before); *gated_peers gets how many are (optional).
+ * (CUDA IPC; threads of one process use the pointer) and its communication stream waits for
+ * the peer's n-th arrival before the group: stream memory operations, which take no SM. A
+ * group announces itself to all its peers before it waits on any, so groups with two peers
+ * cannot close a ring of waits. The n-th group of a rank with a peer meets the peer's n-th
+ * group with it (pp_schedule_validate proves it for every schedule it accepts).
+ * Collective over nc: every rank calls it once, before the transport's first post (both are
+ * checked, on every rank alike). Peers on other hosts or in other namespaces, or that cannot
+ * map this device's memory, are not gated (their groups run as before); *gated_peers gets how
+ * many are (optional). Counts are 32-bit: 2^32 groups with one peer wrap (years at pipeline rates).
  * Measured on 2 H200s (bench/RESULTS.md): interleaved vpp 4 710 -> 699 ms, ZB-V 691 -> 688 ms.
  * Known limit, not yet fixed: a peer that dies leaves the communication stream waiting on the
  * gate, and the surviving rank then hangs instead of returning PP_ETIMEOUT (the failure test,
- * run with the gate, timed out). Off unless called; guard gated jobs with the launcher's timeout. */
+ * run with the gate, timed out). Off unless called; guard gated jobs with the launcher's timeout.
+ * Only pp = 2 has run on GPUs so far. */
 PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, pp_error *err);
 
 /* Per-group device times, for timelines and bandwidth figures. With recording on, every

@@ -830,8 +830,9 @@ typedef struct pp__nccl_transport {
     int num_records, cap_records, used_records;
     pp__nccl_stage *stages;
     int num_stages;
+    long long posts;            /* groups posted */
     /* the arrival gate (pp_nccl_transport_gate) */
-    int gated;
+    int gated, gate_called;
     uint32_t *gate_flags;       /* device [world]: gate_flags[p] = groups peer p has reached with us */
     CUdeviceptr *gate_remote;   /* [world]: address of peer p's gate_flags[rank]; 0: p not gated */
     void **gate_opened;         /* [world]: IPC mappings to close */
@@ -937,25 +938,36 @@ static pp_status pp__nccl_self_recv(pp__nccl_transport *t, const pp_transfer *x,
 
 static void pp__nccl_gate_release(pp__nccl_transport *t);
 
-/* The arrival gate: announce this group to each gated peer in it, then wait (on the
- * communication stream, no SM) until each has announced its matching group. Announcements are
- * counted per peer: our n-th group with p meets p's n-th group with us. A peer that appears
- * twice in one group is announced once. */
+/* The arrival gate: announce this group to every gated peer in it first, then wait (on the
+ * communication stream, no SM) until each has announced its matching group. All announcements
+ * go out before any wait: a rank that waited on its first peer before announcing to its second
+ * could close a ring of waits among three ranks (found in review with a valid pp=3 order whose
+ * groups list the receive first), where NCCL's own group, launched whole, never waits so.
+ * Announcements are counted per peer: our n-th group with p meets p's n-th group with us. A
+ * peer that appears twice in one group is announced once. */
+static int pp__nccl_first_of_peer(const pp_transfer *x, int i)
+{
+    int j;
+    for (j = 0; j < i; j++) if (x[j].peer == x[i].peer) return 0;
+    return 1;
+}
+
 static pp_status pp__nccl_gate_pass(pp__nccl_transport *t, const pp_transfer *x, int count, pp_error *err)
 {
     pp_nccl *nc = t->nc;
-    int i, j;
+    int i;
     CUresult r = CUDA_SUCCESS;
     for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
-        int p = x[i].peer, seen = 0;
-        if (p == nc->rank || !t->gate_remote[p]) continue;
-        for (j = 0; j < i; j++) if (x[j].peer == p) seen = 1;
-        if (seen) continue;
-        t->gate_count[p]++;
-        r = t->write32((CUstream)nc->stream, t->gate_remote[p], t->gate_count[p], CU_STREAM_WRITE_VALUE_DEFAULT);
-        if (r == CUDA_SUCCESS)
-            r = t->wait32((CUstream)nc->stream, (CUdeviceptr)(uintptr_t)(t->gate_flags + p), t->gate_count[p],
-                          CU_STREAM_WAIT_VALUE_GEQ);
+        int p = x[i].peer;
+        if (p == nc->rank || !t->gate_remote[p] || !pp__nccl_first_of_peer(x, i)) continue;
+        r = t->write32((CUstream)nc->stream, t->gate_remote[p], t->gate_count[p] + 1, CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (r == CUDA_SUCCESS) t->gate_count[p]++;
+    }
+    for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
+        int p = x[i].peer;
+        if (p == nc->rank || !t->gate_remote[p] || !pp__nccl_first_of_peer(x, i)) continue;
+        r = t->wait32((CUstream)nc->stream, (CUdeviceptr)(uintptr_t)(t->gate_flags + p), t->gate_count[p],
+                      CU_STREAM_WAIT_VALUE_GEQ);
     }
     if (r != CUDA_SUCCESS)
         return pp__nccl_fail(err, PP_EIO, "post: arrival gate: stream memory operation failed (CUresult %d)", (int)r);
@@ -1016,6 +1028,7 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
         fprintf(stderr, "\n");
     }
     nc->posts++;
+    t->posts++;
     if (nccl_ops > 0 && t->gated && (st = pp__nccl_gate_pass(t, transfers, count, err)) != PP_OK) {
         h->in_use = 0; return st;
     }
@@ -1173,41 +1186,89 @@ typedef struct pp__nccl_gate_card {   /* what each rank tells the others */
     cudaIpcMemHandle_t handle;
     uint64_t ptr;                     /* the flags' address in its own process */
     uint64_t host;                    /* FNV-1a of the host name */
+    uint64_t space;                   /* the host, its boot and the PID namespace */
     int64_t pid;
     int32_t device, ok;
+    int64_t posts;                    /* groups this transport has posted so far */
 } pp__nccl_gate_card;
 
-/* An all-gather of `bytes` bytes per rank through the communicator, host to host. */
+/* An all-gather of `bytes` bytes per rank through the communicator, host to host, within the
+ * communicator's deadline. Both host ends are staged through pinned memory: a copy from or to
+ * pageable memory would block the host until the collective is done, past any deadline. After
+ * a failure the buffers are left allocated: freeing them would wait for the collective. */
 static pp_status pp__nccl_all_gather_host(pp_nccl *nc, const void *mine, void *all, size_t bytes, pp_error *err)
 {
-    char *d = NULL;
+    char *d = NULL, *h = NULL;
+    size_t total = bytes * (size_t)(nc->world + 1);
     ncclResult_t r;
     pp_status st;
-    cudaError_t e = cudaMalloc((void **)&d, bytes * (size_t)(nc->world + 1));
-    if (e == cudaSuccess) e = cudaMemcpyAsync(d + bytes * (size_t)nc->world, mine, bytes, cudaMemcpyHostToDevice, nc->stream);
-    if (e != cudaSuccess) { if (d) cudaFree(d); return pp__nccl_cuda_fail(err, e, "arrival gate: all-gather"); }
+    cudaError_t e = cudaMalloc((void **)&d, total);
+    if (e == cudaSuccess) e = cudaMallocHost((void **)&h, total);
+    if (e != cudaSuccess) {
+        if (d) cudaFree(d);
+        return pp__nccl_cuda_fail(err, e, "arrival gate: all-gather buffers");
+    }
+    memcpy(h + bytes * (size_t)nc->world, mine, bytes);
+    e = cudaMemcpyAsync(d + bytes * (size_t)nc->world, h + bytes * (size_t)nc->world, bytes, cudaMemcpyHostToDevice,
+                        nc->stream);
+    if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "arrival gate: all-gather");
     pp__nccl_arm(nc, nc->timeout_s, "arrival gate: ncclAllGather");
     r = ncclAllGather(d + bytes * (size_t)nc->world, d, bytes, ncclUint8, nc->comm, nc->stream);
-    if (pp__nccl_disarm(nc, err)) { cudaFree(d); return PP_ETIMEOUT; }
-    if ((st = pp__nccl_check(nc, r, "arrival gate: ncclAllGather", err)) != PP_OK) { cudaFree(d); return st; }
+    if (pp__nccl_disarm(nc, err)) return PP_ETIMEOUT;
+    if ((st = pp__nccl_check(nc, r, "arrival gate: ncclAllGather", err)) != PP_OK) return st;
     if (r == ncclInProgress &&
-        (st = pp__nccl_settle(nc, nc->comm, pp__nccl_now() + nc->timeout_s, "arrival gate", err)) != PP_OK) {
-        cudaFree(d); return st;
-    }
-    e = cudaMemcpyAsync(all, d, bytes * (size_t)nc->world, cudaMemcpyDeviceToHost, nc->stream);
+        (st = pp__nccl_settle(nc, nc->comm, pp__nccl_now() + nc->timeout_s, "arrival gate", err)) != PP_OK)
+        return st;
+    e = cudaMemcpyAsync(h, d, bytes * (size_t)nc->world, cudaMemcpyDeviceToHost, nc->stream);
     if (e == cudaSuccess) e = cudaEventRecord(nc->host_wait, nc->stream);
-    if (e != cudaSuccess) { cudaFree(d); return pp__nccl_cuda_fail(err, e, "arrival gate: all-gather"); }
+    if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "arrival gate: all-gather");
     st = pp__nccl_wait_device(nc, nc->host_wait, NULL, nc->timeout_s, "arrival gate: all-gather", err);
+    if (st != PP_OK) return st;
+    memcpy(all, h, bytes * (size_t)nc->world);
     cudaFree(d);
-    return st;
+    cudaFreeHost(h);
+    return PP_OK;
 }
 
+/* What makes two ranks one process: the boot, the PID namespace and the pid. (A host name and a
+ * pid alone are not enough: containers on one host can share the name, each with its own pid 1.)
+ * FNV-1a over the host name, /proc/sys/kernel/random/boot_id and the /proc/self/ns/pid link. */
+static uint64_t pp__nccl_fnv(uint64_t h, const char *p, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
+    return h;
+}
+
+static void pp__nccl_identity(uint64_t *host, uint64_t *space)
+{
+    char buf[256];
+    FILE *f;
+    ssize_t n;
+    *host = 1469598103934665603ull;
+    buf[0] = 0;
+    if (gethostname(buf, sizeof buf - 1) != 0) buf[0] = 0;
+    buf[sizeof buf - 1] = 0;
+    *host = pp__nccl_fnv(*host, buf, strlen(buf));
+    *space = *host;
+    f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        size_t got = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        *space = pp__nccl_fnv(*space, buf, got);
+    }
+    n = readlink("/proc/self/ns/pid", buf, sizeof buf);
+    if (n > 0) *space = pp__nccl_fnv(*space, buf, (size_t)n);
+}
+
+/* After an abort the device memory is left as it is: freeing it would wait for a communication
+ * stream that may sit on a gate forever. */
 static void pp__nccl_gate_release(pp__nccl_transport *t)
 {
     int p;
-    for (p = 0; t->gate_opened && p < t->nc->world; p++)
+    for (p = 0; !t->nc->aborted && t->gate_opened && p < t->nc->world; p++)
         if (t->gate_opened[p]) cudaIpcCloseMemHandle(t->gate_opened[p]);
-    if (t->gate_flags) cudaFree(t->gate_flags);
+    if (t->gate_flags && !t->nc->aborted) cudaFree(t->gate_flags);
     free(t->gate_remote); free(t->gate_opened); free(t->gate_count);
     t->gate_flags = NULL; t->gate_remote = NULL; t->gate_opened = NULL; t->gate_count = NULL;
     t->gated = 0;
@@ -1219,8 +1280,6 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
     pp_nccl *nc;
     pp__nccl_gate_card me, *cards = NULL;
     unsigned char *mapped = NULL, *all_mapped = NULL;
-    char host[256];
-    const char *h;
     cudaError_t e;
     pp_status st;
     int p, n = 0;
@@ -1228,7 +1287,9 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
     if (!t) return PP_EINVAL;
     nc = t->nc;
     if (nc->aborted) return pp__nccl_aborted(nc, err, "pp_nccl_transport_gate");
-    if (t->gated) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_gate: already gated");
+    /* every rank refuses a second call alike, before any collective */
+    if (t->gate_called) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_gate: called twice on one transport");
+    t->gate_called = 1;
     if (cudaSetDevice(nc->device) != cudaSuccess) return pp__nccl_fail(err, PP_EIO, "pp_nccl_transport_gate: cudaSetDevice");
     memset(&me, 0, sizeof me);
     t->gate_remote = (CUdeviceptr *)calloc((size_t)nc->world, sizeof *t->gate_remote);
@@ -1238,6 +1299,7 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
     mapped = (unsigned char *)calloc((size_t)nc->world, 1);
     all_mapped = (unsigned char *)calloc((size_t)nc->world * (size_t)nc->world, 1);
     if (!t->gate_remote || !t->gate_opened || !t->gate_count || !cards || !mapped || !all_mapped) {
+        /* cannot join the all-gathers without their buffers: the others time out there */
         st = pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_transport_gate: out of memory");
         goto fail;
     }
@@ -1253,6 +1315,7 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
             *(void **)&t->wait32 = w;
             *(void **)&t->write32 = v;
         }
+        (void)cudaGetLastError();
     }
     if (me.ok) {
         e = cudaMalloc((void **)&t->gate_flags, sizeof(uint32_t) * (size_t)nc->world);
@@ -1265,30 +1328,36 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
     me.ptr = (uint64_t)(uintptr_t)t->gate_flags;
     me.pid = (int64_t)getpid();
     me.device = nc->device;
-    host[0] = 0;
-    if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
-    host[sizeof host - 1] = 0;
-    me.host = 1469598103934665603ull;
-    for (h = host; *h; h++) me.host = (me.host ^ (unsigned char)*h) * 1099511628211ull;
+    me.posts = t->posts;
+    pp__nccl_identity(&me.host, &me.space);
     if ((st = pp__nccl_all_gather_host(nc, &me, cards, sizeof me, err)) != PP_OK) goto fail;
+    /* counts start at zero: every rank refuses alike when any has posted already */
+    for (p = 0; p < nc->world; p++)
+        if (cards[p].posts != 0) {
+            st = pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_gate: must be called before the first post "
+                               "(rank %d has posted %lld groups)", p, (long long)cards[p].posts);
+            goto fail;
+        }
     /* map every peer on this host that can take part */
     for (p = 0; p < nc->world; p++) {
         void *ptr = NULL;
         if (p == nc->rank || !me.ok || !cards[p].ok || cards[p].host != me.host) continue;
-        if (cards[p].pid == me.pid) {      /* threads of one process: the address is ours to use */
+        if (cards[p].space == me.space && cards[p].pid == me.pid) {   /* threads of one process */
             int can = cards[p].device == nc->device;
             if (!can && cudaDeviceCanAccessPeer(&can, nc->device, cards[p].device) != cudaSuccess) can = 0;
             if (can && cards[p].device != nc->device) {
                 e = cudaDeviceEnablePeerAccess(cards[p].device, 0);
                 if (e == cudaErrorPeerAccessAlreadyEnabled) e = cudaSuccess;
-                (void)cudaGetLastError();
                 can = e == cudaSuccess;
             }
+            (void)cudaGetLastError();
             if (can) ptr = (void *)(uintptr_t)cards[p].ptr;
-        } else if (cudaIpcOpenMemHandle(&ptr, cards[p].handle, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess) {
-            t->gate_opened[p] = ptr;
         } else {
-            ptr = NULL;
+            /* another process: CUDA IPC (fails, and the pair stays ungated, where not allowed) */
+            if (cudaIpcOpenMemHandle(&ptr, cards[p].handle, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess)
+                t->gate_opened[p] = ptr;
+            else
+                ptr = NULL;
             (void)cudaGetLastError();
         }
         if (ptr) {
@@ -1310,7 +1379,7 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
     if (nc->debug) fprintf(stderr, "[pipepar_nccl rank %d] arrival gate: %d peers\n", nc->rank, n);
     return pp__nccl_ok(err);
 fail:
-    pp__nccl_gate_release(t);
+    if (st != PP_ETIMEOUT && !nc->aborted) pp__nccl_gate_release(t);   /* else freeing could wait on the device */
     free(cards); free(mapped); free(all_mapped);
     return st;
 }

@@ -116,6 +116,7 @@ static void one_rank_transport_all_reduce_and_grad_norm(void)
         CHECK_FAILS(pp_nccl_transport_gate(&none, &gated, &e), &e, PP_EINVAL, "not a transport made by pp_nccl_transport");
         CHECK_OK(pp_nccl_transport_gate(&t, &gated, &e), &e);
         CHECK_MSG(gated == 0, "a rank alone gates no peer");
+        CHECK_FAILS(pp_nccl_transport_gate(&t, &gated, &e), &e, PP_EINVAL, "called twice on one transport");
     }
     /* a same-rank send and its receive in one group: copied on the device, no NCCL */
     cudaMemsetAsync(a, 0x5a, 1024, s);
@@ -136,6 +137,22 @@ static void one_rank_transport_all_reduce_and_grad_norm(void)
         CHECK_FAILS(t.post(t.user, &x[1], 1, &h, &e), &e, PP_EUNSUPPORTED, "posted before its send");
         x[1].peer = 1;
         CHECK_FAILS(t.post(t.user, &x[1], 1, &h, &e), &e, PP_EINVAL, "peer=1: must be between 0 and 0");
+    }
+    /* the gate after a post: refused (the counts would no longer pair) */
+    {
+        pp_transport t2;
+        pp_transfer x[2];
+        void *h2 = NULL;
+        int gated = -1;
+        CHECK_OK(pp_nccl_transport(nc, s, &t2, &e), &e);
+        memset(x, 0, sizeof x);
+        x[0].is_send = 1; x[0].peer = 0; x[0].tag = pp_transfer_tag(PP_OP_SEND_F, 0, 5, 0); x[0].buf = a; x[0].bytes = 64;
+        x[1].is_send = 0; x[1].peer = 0; x[1].tag = x[0].tag; x[1].buf = b; x[1].bytes = 64;
+        CHECK_OK(t2.post(t2.user, x, 2, &h2, &e), &e);
+        CHECK_OK(t2.wait(t2.user, h2, 5, &e), &e);
+        CHECK_FAILS(pp_nccl_transport_gate(&t2, &gated, &e), &e, PP_EINVAL, "before the first post (rank 0 has posted 1 groups)");
+        CHECK_OK(pp_nccl_sync(nc, s, 5, &e), &e);
+        pp_nccl_transport_free(&t2);
     }
     CHECK_OK(pp_nccl_all_reduce_host(nc, v, 3, 5, &e), &e);
     CHECK(v[0] == 1.5f && v[1] == -2.0f && v[2] == 3.0f);
