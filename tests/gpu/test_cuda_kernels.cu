@@ -578,7 +578,7 @@ static long long truncate_to(long long v, int eb)
 /* rows: recorded row of each local token or -1; checks every output element and the layout */
 template <typename I>
 static void replay_one(long long R, int L, int topk, int in_b, int out_b, const std::vector<I> &rows,
-                       int lb, int lc, int token_major, int pad_distinct = 0)
+                       int lb, int lc, int token_major, int pad_distinct = 0, size_t rec_off = 0, size_t dst_off = 0)
 {
     long long T = (long long)rows.size();
     std::vector<unsigned char> rec((size_t)(R * L * topk * in_b));
@@ -586,7 +586,7 @@ static void replay_one(long long R, int L, int topk, int in_b, int out_b, const 
         long long v = in_b == 1 ? (long long)(rnd() % 256) : (long long)(rnd() % 384);   /* expert ids */
         memcpy(rec.data() + e * in_b, &v, (size_t)in_b);                               /* little-endian */
     }
-    dbuf drec(rec.size()), drows(rows.size() * sizeof(I)), ddst((size_t)(T * lc * topk * out_b));
+    dbuf drec(rec.size(), rec_off), drows(rows.size() * sizeof(I)), ddst((size_t)(T * lc * topk * out_b), dst_off);
     drec.up(rec.data());
     drows.up(rows.data());
     ddst.poison();
@@ -653,6 +653,28 @@ static void replay_vector_and_wide_load_paths_match_the_scalar_reference(void)
                     for (auto &r : rows) r = rnd() % 7 == 0 ? -1 : (int64_t)(rnd() % (uint64_t)R);
                     replay_one<int64_t>(R, L, topk, in_b, out_b, rows, lb, lc, major, (in_b + out_b) % 3 == 0);
                 }
+}
+
+/* The direct and staged paths at their edges, with int32 rows: recordings that are not 16-byte
+ * aligned (the staged path's narrower loads; the direct path refused), destinations that are not
+ * (the transpose instead), and a stage so deep that its runs do not fit the staged tile (uint8 ->
+ * int32 then goes direct, layer-major). */
+static void replay_paths_at_their_edges_match_the_reference(void)
+{
+    struct { int in_b, out_b, topk, L, lc; size_t rec_off, dst_off; int major; } cases[] = {
+        {1, 8, 8, 40, 15, 1, 0, 0}, {1, 8, 8, 40, 15, 2, 0, 1}, {1, 4, 8, 40, 15, 4, 0, 0}, {1, 4, 8, 40, 15, 8, 0, 1},
+        {4, 8, 8, 40, 15, 4, 0, 0}, {4, 4, 8, 40, 15, 8, 0, 0}, {4, 4, 8, 40, 15, 4, 0, 1}, {4, 8, 4, 40, 15, 12, 0, 0},
+        {1, 8, 8, 40, 15, 0, 8, 0}, {4, 4, 8, 40, 15, 0, 4, 1},
+        {1, 4, 8, 320, 300, 0, 0, 0}, {1, 4, 8, 320, 300, 3, 0, 0}, {1, 8, 8, 320, 300, 0, 0, 0},
+    };
+    int n = 0;
+    for (auto &c : cases) {
+        long long R = rndi(1, 60), T = rndi(1, 200);
+        int lb = rndi(0, c.L - c.lc);
+        std::vector<int32_t> rows((size_t)T);
+        for (auto &r : rows) r = rnd() % 6 == 0 ? -1 : (int32_t)(rnd() % (uint64_t)R);
+        replay_one<int32_t>(R, c.L, c.topk, c.in_b, c.out_b, rows, lb, c.lc, c.major, n++ % 2, c.rec_off, c.dst_off);
+    }
 }
 
 /* The data path end to end on the device: the pack map of a bin (int64 rows) split for CP rank r
@@ -1053,6 +1075,7 @@ static const test_case tests[] = {
     { "pack_runs_every_bin_of_a_pp_pack_plan", pack_runs_every_bin_of_a_pp_pack_plan },
     { "replay_gathers_this_stages_layers_in_local_token_order", replay_gathers_this_stages_layers_in_local_token_order },
     { "replay_vector_and_wide_load_paths_match_the_scalar_reference", replay_vector_and_wide_load_paths_match_the_scalar_reference },
+    { "replay_paths_at_their_edges_match_the_reference", replay_paths_at_their_edges_match_the_reference },
     { "replay_follows_pack_then_cp_split_maps", replay_follows_pack_then_cp_split_maps },
     { "cp_kernels_agree_with_the_headers_index_maps", cp_kernels_agree_with_the_headers_index_maps },
     { "replay_matches_pp_replay_gather_on_a_plan", replay_matches_pp_replay_gather_on_a_plan },
