@@ -234,7 +234,10 @@ PIPEPAR_API int pp_grid_order_format(const pp_grid *grid, char *buf, size_t size
  * Stages. The decoder is cut into num_stages = pp * vpp contiguous pieces. As in Megatron-LM,
  * stage s = vpp_rank * pp + pp_rank: it lives on rank s % pp as its chunk s / pp, and stage s
  * holds the decoder layers right after those of stage s - 1. (For a V-shaped schedule, map
- * stage -> rank with pp_stage_rank of the schedule; the layers of a stage stay the same.)
+ * stage -> rank with pp_stage_rank of the schedule; the layers of a stage stay the same. For
+ * DualPipe, cut the model into pp pieces, not 2 * pp: its stage s runs model stage
+ * pp_stage_model_stage(schedule, s), so every rank holds two pieces and each piece lives on
+ * two ranks.)
  * Every form below ends in the same answer, a pp_layers: per stage, the global decoder layers
  * [first, first + count), the items it holds (embedding, decoder layers, MTP, loss), and for
  * each layer type an offset and count in that type's own index space.
@@ -1270,7 +1273,10 @@ typedef struct pp_loss {
 typedef struct pp_callbacks {
     void *user;
     /* bytes of boundary tensor `boundary` (0..num_stages) for info->mb (info->stage == boundary,
-     * info->chunk == -1). Both ranks of a transfer ask for its size; their answers must agree. */
+     * info->chunk == -1). Both ranks of a transfer ask for its size; their answers must agree.
+     * A microbatch's input is boundary info->first_stage and its output info->last_stage + 1:
+     * under DualPipe boundary pp is both the down microbatches' output and the up ones' input,
+     * so tell the ends by those fields, not by 0 and num_stages. */
     size_t (*tensor_bytes)(void *user, int boundary, const pp_mb_info *info);
     /* first stage: fill x (tensor_bytes(0) bytes) with microbatch info->mb's input */
     int (*input)(void *user, const pp_mb_info *info, void *x);
@@ -4160,8 +4166,8 @@ pp_status pp_schedule_build(const pp_schedule_config *cfg, pp_schedule **out, pp
         placement = c.kind == PP_DUALPIPE ? PP_PLACEMENT_DUAL : PP_PLACEMENT_V;
         if (c.vpp == 0) c.vpp = 2;
         if (c.vpp != 2)
-            return pp__fail(err, PP_EUNSUPPORTED, "vpp=%d: %s uses a V-shaped placement, exactly 2 chunks per rank",
-                            c.vpp, kn);
+            return pp__fail(err, PP_EUNSUPPORTED, "vpp=%d: %s uses %s, exactly 2 chunks per rank", c.vpp, kn,
+                            c.kind == PP_DUALPIPE ? "two pipelines in opposite directions" : "a V-shaped placement");
     }
     if (c.kind == PP_DUALPIPE) {
         /* deepseek-ai/DualPipe asserts num_ranks % 2 == 0 and num_chunks % 2 == 0 (half of the
@@ -4702,7 +4708,7 @@ static pp_status pp__validate_lowered(const pp_schedule *s, pp_error *err)
             if (peer_stage < pp__first(s, a.mb) || peer_stage > pp__last(s, a.mb)) {
                 pp_action_format(a, txt, sizeof txt);
                 st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s: stage %d has no %s stage to talk to",
-                              r, i, txt, (int)a.stage, peer_stage < 0 ? "previous" : "next");
+                              r, i, txt, (int)a.stage, peer_stage < pp__first(s, a.mb) ? "previous" : "next");
                 break;
             }
             if (pp_stage_rank(s, peer_stage) == r) {

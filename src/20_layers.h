@@ -5,7 +5,10 @@
  * Stages. The decoder is cut into num_stages = pp * vpp contiguous pieces. As in Megatron-LM,
  * stage s = vpp_rank * pp + pp_rank: it lives on rank s % pp as its chunk s / pp, and stage s
  * holds the decoder layers right after those of stage s - 1. (For a V-shaped schedule, map
- * stage -> rank with pp_stage_rank of the schedule; the layers of a stage stay the same.)
+ * stage -> rank with pp_stage_rank of the schedule; the layers of a stage stay the same. For
+ * DualPipe, cut the model into pp pieces, not 2 * pp: its stage s runs model stage
+ * pp_stage_model_stage(schedule, s), so every rank holds two pieces and each piece lives on
+ * two ranks.)
  * Every form below ends in the same answer, a pp_layers: per stage, the global decoder layers
  * [first, first + count), the items it holds (embedding, decoder layers, MTP, loss), and for
  * each layer type an offset and count in that type's own index space.

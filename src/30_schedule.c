@@ -390,8 +390,8 @@ pp_status pp_schedule_build(const pp_schedule_config *cfg, pp_schedule **out, pp
         placement = c.kind == PP_DUALPIPE ? PP_PLACEMENT_DUAL : PP_PLACEMENT_V;
         if (c.vpp == 0) c.vpp = 2;
         if (c.vpp != 2)
-            return pp__fail(err, PP_EUNSUPPORTED, "vpp=%d: %s uses a V-shaped placement, exactly 2 chunks per rank",
-                            c.vpp, kn);
+            return pp__fail(err, PP_EUNSUPPORTED, "vpp=%d: %s uses %s, exactly 2 chunks per rank", c.vpp, kn,
+                            c.kind == PP_DUALPIPE ? "two pipelines in opposite directions" : "a V-shaped placement");
     }
     if (c.kind == PP_DUALPIPE) {
         /* deepseek-ai/DualPipe asserts num_ranks % 2 == 0 and num_chunks % 2 == 0 (half of the
@@ -932,7 +932,7 @@ static pp_status pp__validate_lowered(const pp_schedule *s, pp_error *err)
             if (peer_stage < pp__first(s, a.mb) || peer_stage > pp__last(s, a.mb)) {
                 pp_action_format(a, txt, sizeof txt);
                 st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s: stage %d has no %s stage to talk to",
-                              r, i, txt, (int)a.stage, peer_stage < 0 ? "previous" : "next");
+                              r, i, txt, (int)a.stage, peer_stage < pp__first(s, a.mb) ? "previous" : "next");
                 break;
             }
             if (pp_stage_rank(s, peer_stage) == r) {

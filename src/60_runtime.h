@@ -190,7 +190,10 @@ typedef struct pp_loss {
 typedef struct pp_callbacks {
     void *user;
     /* bytes of boundary tensor `boundary` (0..num_stages) for info->mb (info->stage == boundary,
-     * info->chunk == -1). Both ranks of a transfer ask for its size; their answers must agree. */
+     * info->chunk == -1). Both ranks of a transfer ask for its size; their answers must agree.
+     * A microbatch's input is boundary info->first_stage and its output info->last_stage + 1:
+     * under DualPipe boundary pp is both the down microbatches' output and the up ones' input,
+     * so tell the ends by those fields, not by 0 and num_stages. */
     size_t (*tensor_bytes)(void *user, int boundary, const pp_mb_info *info);
     /* first stage: fill x (tensor_bytes(0) bytes) with microbatch info->mb's input */
     int (*input)(void *user, const pp_mb_info *info, void *x);

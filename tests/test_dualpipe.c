@@ -85,6 +85,45 @@ static void dualpipe_pp4_mb8_is_deepseeks_order_worked_by_hand(void)
 /* The routes: microbatches 0..mb/2-1 cross stages 0..pp-1 (ranks 0..pp-1), the others stages
  * pp..2pp-1 (ranks pp-1..0); stage s computes model stage s % pp, so every model stage lives on
  * two ranks (2x parameters) and every rank holds two model stages, j and pp-1-j. */
+/* Against tests/data/dualpipe_orders.txt: per-rank orders from tools/dualpipe_reference.py, a
+ * derivation of dualpipe.py's step() written apart from the C generator. Covers mb >= 2pp that
+ * is not 2pp (pp 2..8) and the drop rule below 2pp (pp 4, 6, 8). */
+static void dualpipe_orders_match_an_independent_derivation_of_dualpipe_py(void)
+{
+    char path[1024], line[16384], got[16384];
+    FILE *f;
+    int checked = 0, last_pp = -1, last_mb = -1;
+    pp_schedule *s = NULL;
+    pp_error err;
+    snprintf(path, sizeof path, "%s/dualpipe_orders.txt", pp_test_data_dir());
+    f = fopen(path, "r");
+    PP_CHECK_MSG(f != NULL, "open %s", path);
+    if (!f) return;
+    while (fgets(line, sizeof line, f)) {
+        int pp, mb, r, n = 0;
+        char *want;
+        size_t len = strlen(line);
+        if (line[0] == '#' || len < 2) continue;
+        if (line[len - 1] == '\n') line[--len] = '\0';
+        if (sscanf(line, "%d %d %d:%n", &pp, &mb, &r, &n) != 3 || n == 0) { PP_CHECK_MSG(0, "bad line: %s", line); continue; }
+        want = line + n;
+        while (*want == ' ') want++;
+        if (pp != last_pp || mb != last_mb) {
+            pp_schedule_free(s);
+            s = dp_build(pp, mb, &err);
+            PP_CHECK_MSG(s != NULL, "pp=%d mb=%d: %s", pp, mb, err.message);
+            last_pp = pp; last_mb = mb;
+        }
+        if (!s) continue;
+        dp_order(s, r, got, sizeof got);
+        PP_CHECK_MSG(strcmp(got, want) == 0, "pp=%d mb=%d rank %d:\n       got %s\n  expected %s", pp, mb, r, got, want);
+        checked++;
+    }
+    pp_schedule_free(s);
+    fclose(f);
+    PP_CHECK_MSG(checked >= 50, "checked %d rank orders", checked);
+}
+
 static void dualpipe_routes_run_half_the_microbatches_each_way_through_the_same_model(void)
 {
     pp_error err;
@@ -274,6 +313,15 @@ static void validator_refuses_actions_off_a_microbatchs_route(void)
             PP_CHECK(!(c->actions[1][i].op == PP_OP_SEND_F && c->actions[1][i].stage == 1));
         pp_schedule_free(c);
     }
+    PP_CHECK_OK(pp_schedule_copy(s, &c, &err), &err);
+    if (c) {
+        /* stage 2 starts microbatch 1's up route: a SEND_B from it has no previous stage */
+        a.op = PP_OP_SEND_B; a.stage = 2; a.mb = 1; a.group = 1;
+        pp_schedule_append(c, 1, a, &err);
+        PP_CHECK_FAILS(pp_schedule_validate(c, &err), &err, PP_EINVALID_SCHEDULE, "stage 2 has no previous stage to talk to");
+        pp_schedule_free(c);
+        a.group = 0;
+    }
     a.op = PP_OP_F; a.stage = 3; a.mb = 0;   /* microbatch 0 on the up stage 3 */
     pp_schedule_append(s, 0, a, &err);
     PP_CHECK_FAILS(pp_schedule_validate(s, &err), &err, PP_EINVALID_SCHEDULE, "not on microbatch 0's route (stages 0..1)");
@@ -303,13 +351,37 @@ static void dualpipe_csv_round_trips(void)
             PP_CHECK_INT(back->length[r], s->length[r]);
             for (i = 0; i < s->length[r] && i < back->length[r]; i++)
                 PP_CHECK(back->actions[r][i].op == s->actions[r][i].op && back->actions[r][i].stage == s->actions[r][i].stage &&
-                         back->actions[r][i].mb == s->actions[r][i].mb);
+                         back->actions[r][i].mb == s->actions[r][i].mb && back->actions[r][i].stage2 == s->actions[r][i].stage2 &&
+                         back->actions[r][i].mb2 == s->actions[r][i].mb2);
         }
         PP_CHECK_OK(pp_schedule_validate(back, &err), &err);
         pp_schedule_free(back);
     }
     free(buf);
     pp_schedule_free(s);
+    /* the V kinds still read back as V (the reader tells the routes apart) */
+    {
+        static const pp_schedule_kind kinds[] = { PP_ZBV, PP_DUALPIPEV };
+        int k;
+        for (k = 0; k < 2; k++) {
+            pp_schedule_config c;
+            memset(&c, 0, sizeof c);
+            c.kind = kinds[k]; c.pp = 4; c.mb = 8;
+            s = NULL; back = NULL; buf = NULL; len = 0;
+            PP_CHECK_OK(pp_schedule_build(&c, &s, &err), &err);
+            if (!s) continue;
+            PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+            f = open_memstream(&buf, &len);
+            PP_CHECK_OK(pp_schedule_write_csv(s, f, &err), &err);
+            fclose(f);
+            PP_CHECK_OK(pp_schedule_read_csv(buf, len, &back, &err), &err);
+            if (back) PP_CHECK_MSG(back->placement == PP_PLACEMENT_V, "%s read back with placement %d", pp_schedule_kind_name(kinds[k]),
+                                   (int)back->placement);
+            pp_schedule_free(back);
+            free(buf);
+            pp_schedule_free(s);
+        }
+    }
 }
 
 /* A MIMO pipeline runs one stage per rank; DualPipe's two copies per rank are refused by name. */
@@ -339,6 +411,7 @@ static void mimo_pipeline_refuses_dualpipe(void)
 const pp_test_case pp_suite_dualpipe[] = {
     PP_TEST(dualpipe_pp2_mb4_is_deepseeks_order_worked_by_hand),
     PP_TEST(dualpipe_pp4_mb8_is_deepseeks_order_worked_by_hand),
+    PP_TEST(dualpipe_orders_match_an_independent_derivation_of_dualpipe_py),
     PP_TEST(dualpipe_routes_run_half_the_microbatches_each_way_through_the_same_model),
     PP_TEST(dualpipe_ranks_mirror_each_other_with_the_directions_swapped),
     PP_TEST(every_dualpipe_schedule_with_even_pp_2_to_8_and_mb_2_to_32_is_valid),
