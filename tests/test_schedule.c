@@ -667,7 +667,93 @@ static void svg_and_ascii_show_every_compute_action(void)
     pp_schedule_free(s);
 }
 
+/* --- the n-th group with a peer meets the peer's n-th group (what the NCCL arrival gate counts) */
+
+/* A transfer as both ends name it: direction, the sending stage, microbatch. */
+static long long gp_key(pp_action a)
+{
+    int dir = (a.op == PP_OP_SEND_F || a.op == PP_OP_RECV_F) ? 0 : 1;
+    int from = a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B ? a.stage : a.op == PP_OP_RECV_F ? a.stage - 1 : a.stage + 1;
+    int send = a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B;
+    return (((long long)dir * 4096 + from) * 65536 + a.mb) * 2 + send;
+}
+
+static int gp_peer(const pp_schedule *s, pp_action a)
+{
+    return pp_stage_rank(s, (a.op == PP_OP_SEND_F || a.op == PP_OP_RECV_B) ? a.stage + 1 : a.stage - 1);
+}
+
+static int gp_cmp(const void *x, const void *y)
+{
+    long long a = *(const long long *)x, b = *(const long long *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* Keys of rank r's k-th group that talks to peer p (sends flipped to the receiver's view), sorted;
+ * returns how many, or -1 when r has no k-th group with p. */
+static int gp_group(const pp_schedule *s, int r, int p, int k, long long *keys, int cap, int flip)
+{
+    int i = 0, seen = 0;
+    while (i < s->length[r]) {
+        int j = pp_schedule_group_end(s, r, i), n = 0, q;
+        if (s->actions[r][i].op >= PP_OP_SEND_F) {
+            for (q = i; q < j; q++)
+                if (gp_peer(s, s->actions[r][q]) == p && n < cap) keys[n++] = gp_key(s->actions[r][q]) ^ flip;
+            if (n > 0 && seen++ == k) { qsort(keys, (size_t)n, sizeof *keys, gp_cmp); return n; }
+        }
+        i = j;
+    }
+    return -1;
+}
+
+static void every_kinds_nth_group_with_a_peer_meets_the_peers_nth_group(void)
+{
+    static const struct { pp_schedule_kind kind; int vpp; } kinds[] = {
+        { PP_GPIPE, 1 }, { PP_1F1B, 1 }, { PP_INTERLEAVED_1F1B, 2 }, { PP_INTERLEAVED_1F1B, 3 }, { PP_LOOPED_BFS, 2 },
+        { PP_ZB_H1, 1 }, { PP_ZB_H2, 1 }, { PP_ZBV, 2 }, { PP_DUALPIPEV, 2 }, { PP_INTERLEAVED_ZB, 2 }, { PP_DUALPIPE, 2 },
+    };
+    static const int mbs[] = { 2, 3, 8, 13 };
+    long long a[64], b[64];
+    size_t k;
+    int pp, m, checked = 0;
+    for (k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (pp = 2; pp <= 8; pp++)
+            for (m = 0; m < 4; m++) {
+                pp_schedule_config c;
+                pp_schedule *s = NULL;
+                pp_error err;
+                int r, p, n;
+                memset(&c, 0, sizeof c);
+                c.kind = kinds[k].kind; c.pp = pp; c.vpp = kinds[k].vpp; c.mb = mbs[m];
+                if (c.kind == PP_DUALPIPE && (pp % 2 || c.mb % 2)) continue;
+                if (pp_schedule_build(&c, &s, &err) != PP_OK) continue;   /* configs a kind refuses */
+                if (pp_schedule_lower(s, &err) != PP_OK) {
+                    PP_CHECK_MSG(0, "%s pp=%d mb=%d: lower: %s", pp_schedule_kind_name(c.kind), pp, c.mb, err.message);
+                    pp_schedule_free(s);
+                    continue;
+                }
+                for (r = 0; r < pp; r++)
+                    for (p = 0; p < pp; p++) {
+                        if (p == r) continue;
+                        for (n = 0;; n++) {
+                            int na = gp_group(s, r, p, n, a, 64, 1), nb = gp_group(s, p, r, n, b, 64, 0), i, same = na == nb;
+                            for (i = 0; same && i < na; i++) same = a[i] == b[i];
+                            if (!same) {
+                                PP_CHECK_MSG(0, "%s pp=%d mb=%d: group %d of rank %d with rank %d does not meet group %d "
+                                             "of rank %d with rank %d", pp_schedule_kind_name(c.kind), pp, c.mb, n, r, p, n, p, r);
+                                break;
+                            }
+                            if (na < 0) break;
+                            checked++;
+                        }
+                    }
+                pp_schedule_free(s);
+            }
+    PP_CHECK_MSG(checked > 10000, "group pairs checked: %d", checked);
+}
+
 const pp_test_case pp_suite_schedule[] = {
+    PP_TEST(every_kinds_nth_group_with_a_peer_meets_the_peers_nth_group),
     PP_TEST(looped_placement_puts_stage_s_on_rank_s_mod_pp),
     PP_TEST(v_placement_puts_stages_r_and_2pp_minus_1_minus_r_on_rank_r),
     PP_TEST(gpipe_runs_all_forwards_then_all_backwards),
