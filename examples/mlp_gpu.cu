@@ -119,7 +119,7 @@ static int parse_args(int argc, char **argv, Options *o)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(usage, stdout); exit(0); }
         if (strncmp(a, "--", 2) != 0) { fprintf(stderr, "mlp_gpu: %s: not a flag (try --help)\n", a); return 2; }
         snprintf(flag, sizeof flag, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
-        static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", "--gate", "--no-gate", NULL };
+        static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", "--gate", NULL };
         static const char *const valued[] = { "--threads", "--pp", "--vpp", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
             "--single-ms", "--sm-margin", "--max-ctas", "--cta-policy", "--kill-rank", "--kill-step", NULL };
@@ -156,7 +156,6 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--no-tune")) o->tune = 0;
         else if (!strcmp(flag, "--quiet")) o->quiet = 1;
         else if (!strcmp(flag, "--gate")) o->gate = 1;
-        else if (!strcmp(flag, "--no-gate")) o->gate = 0;
         else if (!strcmp(flag, "--threads")) ok = integer(1, 64, &o->threads);
         else if (!strcmp(flag, "--pp")) ok = integer(1, 1024, &o->pp);
         else if (!strcmp(flag, "--vpp")) ok = integer(1, 64, &o->vpp);
