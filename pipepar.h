@@ -2077,10 +2077,11 @@ PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
  * map this device's memory, are not gated (their groups run as before); *gated_peers gets how
  * many are (optional). Counts are 32-bit: 2^32 groups with one peer wrap (years at pipeline rates).
  * Measured on 2 H200s (bench/RESULTS.md): interleaved vpp 4 710 -> 699 ms, ZB-V 691 -> 688 ms.
- * Known limit, not yet fixed: a peer that dies leaves the communication stream waiting on the
- * gate, and the surviving rank then hangs instead of returning PP_ETIMEOUT (the failure test,
- * run with the gate, timed out). Off unless called; guard gated jobs with the launcher's timeout.
- * Only pp = 2 has run on GPUs so far. */
+ * Failure: when the communicator aborts (a deadline passed, pp_nccl_abort), the gate first opens
+ * every wait of the communication stream from a stream of its own, so the NCCL kernels queued
+ * behind them launch, see NCCL's abort flag and end; a dead peer gives PP_ETIMEOUT within the
+ * deadline, as without the gate (tests/gpu/nccl_failure.sh runs both). Off unless called
+ * (examples/mlp_gpu.cu calls it by default). Only pp = 2 has run on GPUs so far. */
 PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, pp_error *err);
 
 /* Per-group device times, for timelines and bandwidth figures. With recording on, every

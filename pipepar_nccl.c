@@ -74,6 +74,11 @@ struct pp_nccl {
     double wd_deadline;         /* 0: disarmed */
     double wd_timeout;
     char wd_what[96];
+    /* Called once, right before ncclCommAbort: the arrival gate opens its stream waits there,
+     * so the NCCL kernels queued behind them launch and see the abort flag (see the gate). */
+    void (*before_abort)(void *user);
+    void *before_abort_user;
+    int before_abort_done;
 };
 
 /* --- errors and clocks -------------------------------------------------------------------- */
@@ -122,12 +127,24 @@ static double pp__nccl_timeout(const pp_nccl *nc, double timeout_s)
     return timeout_s > 0 ? timeout_s : nc->timeout_s;
 }
 
+/* Runs the before-abort hook at most once, whichever thread aborts first (the watchdog or the
+ * caller's). */
+static void pp__nccl_before_abort(pp_nccl *nc)
+{
+    void (*hook)(void *) = NULL;
+    if (nc->wd_started) pthread_mutex_lock(&nc->wd_mu);
+    if (!nc->before_abort_done && nc->before_abort) { hook = nc->before_abort; nc->before_abort_done = 1; }
+    if (nc->wd_started) pthread_mutex_unlock(&nc->wd_mu);
+    if (hook) hook(nc->before_abort_user);
+}
+
 void pp_nccl_abort(pp_nccl *nc, pp_status status, const char *reason)
 {
     if (!nc || nc->aborted) return;
     nc->aborted = 1;
     nc->abort_status = status;
     snprintf(nc->abort_reason, sizeof nc->abort_reason, "%s", reason ? reason : "aborted");
+    pp__nccl_before_abort(nc);
     if (nc->comm) {
         /* Sets NCCL's abort flag, which its kernels poll, so work stuck on a dead peer ends and
          * the streams that wait on it drain; then releases the communicator. */
@@ -234,6 +251,7 @@ static void *pp__nccl_watchdog(void *arg)
             nc->wd_fired = 1;
             nc->wd_deadline = 0;
             pthread_mutex_unlock(&nc->wd_mu);
+            pp__nccl_before_abort(nc);
             if (comm) ncclCommAbort(comm);
             pthread_mutex_lock(&nc->wd_mu);
             nc->wd_abort_done = 1;
@@ -839,6 +857,8 @@ typedef struct pp__nccl_transport {
     uint32_t *gate_count;       /* [world]: groups we have posted with p */
     CUresult (*wait32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
     CUresult (*write32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+    cudaStream_t gate_opener;   /* opens every gate on abort, beside a communication stream that
+                                   may sit on one */
 } pp__nccl_transport;
 
 /* Handles are pointers into a pool made up front (see pp_nccl_transport): running out means
@@ -1261,6 +1281,23 @@ static void pp__nccl_identity(uint64_t *host, uint64_t *space)
     if (n > 0) *space = pp__nccl_fnv(*space, buf, (size_t)n);
 }
 
+/* On abort: every wait of the communication stream on a gate is opened, from a stream of its
+ * own, so that the NCCL kernels queued behind the waits launch, find NCCL's abort flag set and
+ * end. Without it a wait for a dead peer never passes, and ncclCommAbort, which waits for the
+ * communicator's work, waits for it forever. The flags get count + 2^30: the waits compare
+ * cyclically ((int32_t)(flag - count) >= 0), so an all-ones flag would read as "behind". */
+static void pp__nccl_gate_open_all(void *user)
+{
+    pp__nccl_transport *t = (pp__nccl_transport *)user;
+    int p;
+    if (!t->gated || !t->gate_flags || !t->gate_opener || !t->write32) return;
+    if (cudaSetDevice(t->nc->device) != cudaSuccess) return;
+    for (p = 0; p < t->nc->world; p++)
+        t->write32((CUstream)t->gate_opener, (CUdeviceptr)(uintptr_t)(t->gate_flags + p),
+                   t->gate_count[p] + 0x40000000u, CU_STREAM_WRITE_VALUE_DEFAULT);
+    (void)cudaGetLastError();
+}
+
 /* After an abort the device memory is left as it is: freeing it would wait for a communication
  * stream that may sit on a gate forever. */
 static void pp__nccl_gate_release(pp__nccl_transport *t)
@@ -1269,6 +1306,9 @@ static void pp__nccl_gate_release(pp__nccl_transport *t)
     for (p = 0; !t->nc->aborted && t->gate_opened && p < t->nc->world; p++)
         if (t->gate_opened[p]) cudaIpcCloseMemHandle(t->gate_opened[p]);
     if (t->gate_flags && !t->nc->aborted) cudaFree(t->gate_flags);
+    if (t->nc->before_abort_user == (void *)t) { t->nc->before_abort = NULL; t->nc->before_abort_user = NULL; }
+    if (t->gate_opener && !t->nc->aborted) cudaStreamDestroy(t->gate_opener);
+    t->gate_opener = NULL;
     free(t->gate_remote); free(t->gate_opened); free(t->gate_count);
     t->gate_flags = NULL; t->gate_remote = NULL; t->gate_opened = NULL; t->gate_count = NULL;
     t->gated = 0;
@@ -1322,6 +1362,11 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
         if (e == cudaSuccess) e = cudaMemset(t->gate_flags, 0, sizeof(uint32_t) * (size_t)nc->world);
         if (e == cudaSuccess) e = cudaDeviceSynchronize();
         if (e == cudaSuccess) e = cudaIpcGetMemHandle(&me.handle, t->gate_flags);
+        if (e == cudaSuccess) {
+            int lo = 0, hi = 0;
+            e = cudaDeviceGetStreamPriorityRange(&lo, &hi);
+            if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&t->gate_opener, cudaStreamNonBlocking, hi);
+        }
         me.ok = e == cudaSuccess;
         (void)cudaGetLastError();
     }
@@ -1373,6 +1418,10 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
         else t->gate_remote[p] = 0;
     }
     t->gated = n > 0;
+    if (t->gated) {
+        nc->before_abort = pp__nccl_gate_open_all;
+        nc->before_abort_user = t;
+    }
     if (!t->gated) pp__nccl_gate_release(t);
     free(cards); free(mapped); free(all_mapped);
     if (gated_peers) *gated_peers = n;

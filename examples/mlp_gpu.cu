@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <string>
 #include <time.h>
 #include <algorithm>
 #include <vector>
@@ -84,19 +85,26 @@ struct Options {
     const char *trace = NULL;
     double timeout = 60, single_ms = 0;
     int kill_rank = -1, kill_step = -1;
-    int sm_margin = 0, max_ctas = 0, cta_policy = 0, gate = 0, tune = 1, quiet = 0;
+    int sm_margin = 0, max_ctas = 0, cta_policy = 0, gate = 1, tune = 1, quiet = 0;
+    const char *layout = nullptr;   /* Megatron layout string: blocks per stage */
+    double max_memory = 0;          /* --schedule search: cap on activation memory */
 };
 
 static const char usage[] =
     "usage: mlp_gpu [--single | --threads N] [--schedule 1f1b] [--pp P] [--vpp V] [--mb M] [--tokens T]\n"
     "               [--hidden H] [--layers L] [--steps N] [--warmup N] [--check] [--train N]\n"
     "               [--optimizer sgd|adamw] [--lr X] [--clip X] [--trace FILE] [--timeout S]\n"
-    "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--cta-policy P] [--gate] [--no-tune] [--quiet]\n"
+    "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--cta-policy P] [--no-gate] [--no-tune] [--quiet]\n"
+    "               [--layout STR] [--max-memory X]\n"
     "               [--kill-rank R --kill-step K]\n"
     "  --single        the whole model on one GPU: the baseline of the pipeline efficiency\n"
     "  --threads N     one process driving N GPUs, one thread each (else one process per GPU,\n"
     "                  rank and world from RANK/WORLD_SIZE/LOCAL_RANK, MPI or Slurm variables)\n"
-    "  --schedule K    gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zbv, interleaved-zb, ...\n"
+    "  --schedule K    gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zbv, interleaved-zb, ..., or search:\n"
+    "                  pp_search's fastest for this layout (simulated; --max-memory X caps activations\n"
+    "                  at X times one rank's layers, as pipepar simulate counts them)\n"
+    "  --layout STR    blocks per stage, a Megatron layout in stage order: 'Et*2|t*6|t*2|t*6L' (E input,\n"
+    "                  t block, L loss; '|' between stages); which rank holds stage s is the schedule's\n"
     "  --pp P          pipeline ranks (default: the world size); --vpp V chunks per rank\n"
     "  --mb M          microbatches per step (8); --tokens T tokens per microbatch (8192)\n"
     "  --check         compare the pipelined gradients with a single-GPU run (bf16 tolerance)\n"
@@ -106,8 +114,8 @@ static const char usage[] =
     "  --timeout S     deadline of every wait (60): a dead peer gives PP_ETIMEOUT, not a hang\n"
     "  --sm-margin N   cuBLASLt plans for N fewer SMs (room for NCCL's kernels); --max-ctas N caps NCCL's\n"
     "  --cta-policy P  NCCL's CTA policy: default, efficiency (fewer CTAs) or zero (copy engines)\n"
-    "  --gate          launch each NCCL group only once the peer has reached its matching group too\n"
-    "                  (pp_nccl_transport_gate, one node): faster, but a dead peer hangs this rank\n"
+    "  --no-gate       launch NCCL groups at once (default: the arrival gate, pp_nccl_transport_gate:\n"
+    "                  a group launches only once its peer has reached its matching group; one node)\n"
     "  --kill-rank R --kill-step K   failure test: rank R kills itself in the middle of step K\n";
 
 static int parse_args(int argc, char **argv, Options *o)
@@ -119,10 +127,11 @@ static int parse_args(int argc, char **argv, Options *o)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(usage, stdout); exit(0); }
         if (strncmp(a, "--", 2) != 0) { fprintf(stderr, "mlp_gpu: %s: not a flag (try --help)\n", a); return 2; }
         snprintf(flag, sizeof flag, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
-        static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", "--gate", NULL };
+        static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", "--gate", "--no-gate", NULL };
         static const char *const valued[] = { "--threads", "--pp", "--vpp", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
-            "--single-ms", "--sm-margin", "--max-ctas", "--cta-policy", "--kill-rank", "--kill-step", NULL };
+            "--single-ms", "--sm-margin", "--max-ctas", "--cta-policy", "--kill-rank", "--kill-step", "--layout",
+            "--max-memory", NULL };
         bool is_bool = false, known = false;
         for (int b = 0; bools[b]; b++) if (!strcmp(flag, bools[b])) is_bool = known = true;
         for (int b = 0; valued[b]; b++) if (!strcmp(flag, valued[b])) known = true;
@@ -155,7 +164,8 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--check")) o->check = 1;
         else if (!strcmp(flag, "--no-tune")) o->tune = 0;
         else if (!strcmp(flag, "--quiet")) o->quiet = 1;
-        else if (!strcmp(flag, "--gate")) o->gate = 1;
+        else if (!strcmp(flag, "--gate")) o->gate = 1;      /* the default; kept for older scripts */
+        else if (!strcmp(flag, "--no-gate")) o->gate = 0;
         else if (!strcmp(flag, "--threads")) ok = integer(1, 64, &o->threads);
         else if (!strcmp(flag, "--pp")) ok = integer(1, 1024, &o->pp);
         else if (!strcmp(flag, "--vpp")) ok = integer(1, 64, &o->vpp);
@@ -184,6 +194,8 @@ static int parse_args(int argc, char **argv, Options *o)
             else if (!strcmp(v, "zero")) o->cta_policy = 2;
             else { fprintf(stderr, "mlp_gpu: --cta-policy=%s: default, efficiency or zero\n", v); ok = false; }
         }
+        else if (!strcmp(flag, "--layout")) o->layout = v;
+        else if (!strcmp(flag, "--max-memory")) ok = num(0, 1e6, &o->max_memory);
         else if (!strcmp(flag, "--kill-rank")) ok = integer(0, 1 << 20, &o->kill_rank);
         else if (!strcmp(flag, "--kill-step")) ok = integer(0, 1 << 20, &o->kill_step);
         else { fprintf(stderr, "mlp_gpu: %s: unknown flag (try --help)\n", flag); return 2; }
@@ -455,7 +467,8 @@ static void gemms_free(Gemms &G)
  * The model on one rank: its blocks, the activations it keeps for backward, the GEMM calls
  * ============================================================================================ */
 struct Model {
-    int H, F, T, L, M, S, nb;       /* nb = blocks per stage = L / S */
+    int H, F, T, L, M, S, nb;       /* nb = the most blocks a stage holds (L / S unless --layout) */
+    std::vector<int> first, count;  /* [S] stage s holds blocks [first[s], first[s] + count[s]) */
     int split;                      /* the schedule has I/W: keep dh and dy per block for W */
     cudaStream_t stream;
     Gemms G;
@@ -532,10 +545,19 @@ static void model_init_blocks(Model &m, const std::vector<int> &blocks, bool ada
     CK(cudaGetLastError());
 }
 
-static void model_setup(Model &m, const Options &o, int S, int split, cudaStream_t stream, int sm_target, int verbose)
+/* counts: blocks of each of the S stages (NULL: L / S each) */
+static void model_setup(Model &m, const Options &o, int S, const int *counts, int split, cudaStream_t stream,
+                        int sm_target, int verbose)
 {
     m.H = o.hidden; m.F = 4 * o.hidden; m.T = o.tokens; m.L = o.layers; m.M = o.mb; m.S = S;
-    m.nb = m.L / S;
+    m.first.assign(S, 0); m.count.assign(S, 0);
+    m.nb = 0;
+    for (int s = 0, b = 0; s < S; s++) {
+        m.first[s] = b;
+        m.count[s] = counts ? counts[s] : m.L / S;
+        b += m.count[s];
+        m.nb = std::max(m.nb, m.count[s]);
+    }
     m.split = split;
     m.stream = stream;
     m.W1.assign(m.L, nullptr); m.W2.assign(m.L, nullptr);
@@ -580,13 +602,13 @@ static float grad_beta(Model &m, int b)
 }
 
 /* Forward of blocks [b0, b0 + nb) for one microbatch: in -> out, keeping h, g, x in the slot. */
-static void forward_blocks(Model &m, int b0, const bf16 *in, bf16 *out, char *slot)
+static void forward_blocks(Model &m, int b0, int nb, const bf16 *in, bf16 *out, char *slot)
 {
     const bf16 *x = in;
-    for (int j = 0; j < m.nb; j++) {
+    for (int j = 0; j < nb; j++) {
         int b = b0 + j;
         bf16 *h = sub(slot, off_h(m, j)), *g = sub(slot, off_g(m, j));
-        bf16 *y = j + 1 < m.nb ? sub(slot, off_x(m, j + 1)) : out;
+        bf16 *y = j + 1 < nb ? sub(slot, off_x(m, j + 1)) : out;
         gemm_run(m.G, G_FWD1, m.W1[b], x, g, g, 0.0f, h, m.stream);           /* g = gelu(x W1^T), h kept */
         gemm_run(m.G, G_FWD2, m.W2[b], g, x, y, 1.0f, nullptr, m.stream);    /* y = x + g W2^T */
         x = y;
@@ -595,10 +617,10 @@ static void forward_blocks(Model &m, int b0, const bf16 *in, bf16 *out, char *sl
 
 /* Full backward of the blocks (B): weight gradients accumulated, grad_in = dL/d(stage input)
  * (not computed when grad_in is NULL: the first stage's input needs none). */
-static void backward_blocks(Model &m, int b0, const bf16 *in, const bf16 *grad_out, bf16 *grad_in, char *slot)
+static void backward_blocks(Model &m, int b0, int nb, const bf16 *in, const bf16 *grad_out, bf16 *grad_in, char *slot)
 {
     const bf16 *dy = grad_out;
-    for (int j = m.nb - 1; j >= 0; j--) {
+    for (int j = nb - 1; j >= 0; j--) {
         int b = b0 + j;
         const bf16 *x = j > 0 ? sub(slot, off_x(m, j)) : in;
         bf16 *h = sub(slot, off_h(m, j)), *g = sub(slot, off_g(m, j));
@@ -614,10 +636,10 @@ static void backward_blocks(Model &m, int b0, const bf16 *in, const bf16 *grad_o
 }
 
 /* The input-gradient half (I): dh and dy of every block are kept in the slot for W. */
-static void backward_input_blocks(Model &m, const bf16 *grad_out, bf16 *grad_in, int b0, char *slot)
+static void backward_input_blocks(Model &m, const bf16 *grad_out, bf16 *grad_in, int b0, int nb, char *slot)
 {
     const bf16 *dy = grad_out;
-    for (int j = m.nb - 1; j >= 0; j--) {
+    for (int j = nb - 1; j >= 0; j--) {
         int b = b0 + j;
         bf16 *h = sub(slot, off_h(m, j)), *dh = sub(slot, off_dh(m, j));
         gemm_run(m.G, G_DH, m.W2[b], dy, dh, dh, 0.0f, h, m.stream);
@@ -629,12 +651,12 @@ static void backward_input_blocks(Model &m, const bf16 *grad_out, bf16 *grad_in,
 }
 
 /* The weight-gradient half (W). */
-static void backward_weight_blocks(Model &m, const bf16 *in, const bf16 *grad_out, int b0, char *slot)
+static void backward_weight_blocks(Model &m, const bf16 *in, const bf16 *grad_out, int b0, int nb, char *slot)
 {
-    for (int j = m.nb - 1; j >= 0; j--) {
+    for (int j = nb - 1; j >= 0; j--) {
         int b = b0 + j;
         const bf16 *x = j > 0 ? sub(slot, off_x(m, j)) : in;
-        const bf16 *dy = j == m.nb - 1 ? grad_out : sub(slot, off_dy(m, j));
+        const bf16 *dy = j == nb - 1 ? grad_out : sub(slot, off_dy(m, j));
         float beta = grad_beta(m, b);
         gemm_run(m.G, G_DW2, sub(slot, off_g(m, j)), dy, m.dW2[b], m.dW2[b], beta, nullptr, m.stream);
         gemm_run(m.G, G_DW1, x, sub(slot, off_dh(m, j)), m.dW1[b], m.dW1[b], beta, nullptr, m.stream);
@@ -667,7 +689,7 @@ struct Single {
 
 static void single_setup(Single &s, const Options &o, cudaStream_t stream, bool adamw, int verbose)
 {
-    model_setup(s.m, o, 1, 0, stream, 0, verbose);
+    model_setup(s.m, o, 1, nullptr, 0, stream, 0, verbose);
     std::vector<int> all(o.layers);
     for (int b = 0; b < o.layers; b++) all[b] = b;
     model_init_blocks(s.m, all, adamw);
@@ -685,9 +707,9 @@ static void single_step(Single &s)
     model_begin_step(m);
     for (int mb = 0; mb < m.M; mb++) {
         const bf16 *x = m.inputs + (size_t)mb * th;
-        forward_blocks(m, 0, x, s.out, s.slot);
+        forward_blocks(m, 0, m.L, x, s.out, s.slot);
         loss_grad(m, s.out, mb, s.dy);
-        backward_blocks(m, 0, x, s.dy, nullptr, s.slot);
+        backward_blocks(m, 0, m.L, x, s.dy, nullptr, s.slot);
     }
 }
 
@@ -705,6 +727,7 @@ struct Rank {
     int rank, world;
     Model m;
     pp_schedule *sched = nullptr;
+    char sched_name[128] = "";      /* what --schedule search picked */
     pp_nccl *world_comm = nullptr, *pipe = nullptr;
     pp_transport tp;
     pp_executor *ex = nullptr;
@@ -751,7 +774,7 @@ static int cb_forward(void *user, const pp_mb_info *info, const void *in, void *
     int k = info->chunk * m.M + info->mb;
     if (m.saved[k] >= 0) return 2;   /* a forward twice without its backward */
     m.saved[k] = slot_get(m);
-    forward_blocks(m, info->stage * m.nb, (const bf16 *)in, (bf16 *)out, m.slots[m.saved[k]]);
+    forward_blocks(m, m.first[info->stage], m.count[info->stage], (const bf16 *)in, (bf16 *)out, m.slots[m.saved[k]]);
     return cudaGetLastError() != cudaSuccess;
 }
 
@@ -782,7 +805,7 @@ static int cb_backward(void *user, const pp_mb_info *info, const void *in, const
     char *slot;
     DBG("rank %d: B stage %d mb %d", r->rank, info->stage, info->mb);
     if (!take_slot(r->m, info, &slot, 1)) return 3;
-    backward_blocks(r->m, info->stage * r->m.nb, (const bf16 *)in, (const bf16 *)grad_out, (bf16 *)grad_in, slot);
+    backward_blocks(r->m, r->m.first[info->stage], r->m.count[info->stage], (const bf16 *)in, (const bf16 *)grad_out, (bf16 *)grad_in, slot);
     return cudaGetLastError() != cudaSuccess;
 }
 
@@ -792,7 +815,7 @@ static int cb_backward_input(void *user, const pp_mb_info *info, const void *in,
     char *slot;
     (void)in;
     if (!take_slot(r->m, info, &slot, 0)) return 3;
-    backward_input_blocks(r->m, (const bf16 *)grad_out, (bf16 *)grad_in, info->stage * r->m.nb, slot);
+    backward_input_blocks(r->m, (const bf16 *)grad_out, (bf16 *)grad_in, r->m.first[info->stage], r->m.count[info->stage], slot);
     return cudaGetLastError() != cudaSuccess;
 }
 
@@ -801,7 +824,7 @@ static int cb_backward_weight(void *user, const pp_mb_info *info, const void *in
     Rank *r = (Rank *)user;
     char *slot;
     if (!take_slot(r->m, info, &slot, 1)) return 3;
-    backward_weight_blocks(r->m, (const bf16 *)in, (const bf16 *)grad_out, info->stage * r->m.nb, slot);
+    backward_weight_blocks(r->m, (const bf16 *)in, (const bf16 *)grad_out, r->m.first[info->stage], r->m.count[info->stage], slot);
     return cudaGetLastError() != cudaSuccess;
 }
 
@@ -948,22 +971,85 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     PPCK(pp_nccl_split(R.world_comm, &grid, PP_GROUP_PP, &R.pipe, &e_));   /* the pipeline's communicator */
     if (lead && !o.quiet) printf("%s\n", pp_nccl_describe(R.pipe));
 
-    /* the schedule: build the compute order, add the transfers, prove it */
+    /* the blocks of each stage: --layout, parsed by pp_layers_build (Megatron's rules), or L / S */
+    pp_layers *lay = nullptr;
+    if (o.layout) {
+        pp_layers_config lc;
+        memset(&lc, 0, sizeof lc);
+        lc.num_layers = o.layers;
+        lc.pp = pp;
+        lc.layout = o.layout;
+        pp_error le;
+        if (pp_layers_build(&lc, &lay, &le) != PP_OK) {
+            if (lead) fprintf(stderr, "mlp_gpu: --layout=%s: %s\n", o.layout, le.message);
+            return 2;
+        }
+        for (int st = 0; st < lay->num_stages; st++)
+            if (lay->count[st] < 1) {
+                if (lead) fprintf(stderr, "mlp_gpu: --layout=%s: stage %d holds no block (every stage needs one)\n",
+                                  o.layout, st);
+                return 2;
+            }
+    }
+
+    /* the schedule: build the compute order (or let pp_search pick it), add the transfers, prove it */
     pp_schedule_config sc;
     memset(&sc, 0, sizeof sc);
-    PPCK(pp_schedule_kind_parse(o.schedule, &sc.kind, &e_));
-    if (sc.kind == PP_DUALPIPE) {
-        /* two copies of every stage and their gradients summed: examples/mlp_threads.c shows it on CPU */
-        if (lead) fprintf(stderr, "mlp_gpu: --schedule=dualpipe: not supported by this example (it keeps one copy "
-                          "of each stage's weights); use dualpipev, or examples/mlp_threads.c on CPU\n");
-        return 2;
+    pp_search_result *found = nullptr;
+    if (!strcmp(o.schedule, "search")) {
+        /* costs in units of one block's forward: F = I = W per block (each is two GEMMs of the
+         * same size); a transfer of T x H bf16 at ~300 GB/s against 16 T H^2 flops at ~700
+         * TFLOP/s is about 290 / H of that, plus ~20 us of latency */
+        int vpp = lay ? lay->vpp : (o.vpp ? o.vpp : 2), S0 = pp * vpp;
+        if (!lay && o.layers % S0) {
+            if (lead) fprintf(stderr, "mlp_gpu: --layers=%d: must be a multiple of pp*vpp = %d stages\n", o.layers, S0);
+            return 2;
+        }
+        std::vector<double> fs(S0), bs(S0);
+        for (int st = 0; st < S0; st++) { fs[st] = lay ? lay->count[st] : o.layers / S0; bs[st] = 2 * fs[st]; }
+        pp_search_config q;
+        memset(&q, 0, sizeof q);
+        q.pp = pp; q.mb = o.mb; q.vpp = vpp; q.max_memory = o.max_memory;
+        q.costs.f = fs[0];
+        q.costs.f_stage = fs.data(); q.costs.i_stage = fs.data(); q.costs.w_stage = fs.data(); q.costs.b_stage = bs.data();
+        q.costs.p2p_latency = 290.0 / o.hidden + 0.01;
+        PPCK(pp_search(&q, &found, &e_));
+        if (!found->best) {
+            if (lead) fprintf(stderr, "mlp_gpu: --schedule=search: no schedule fits --max-memory=%g (the leanest "
+                              "needs %.2f)\n", o.max_memory, found->count ? found->entries[0].peak_memory : 0.0);
+            return 2;
+        }
+        if (lead && !o.quiet) {
+            double work = 0;   /* F + I + W of every stage and microbatch, over pp ranks */
+            for (int st = 0; st < S0; st++) work += 3.0 * fs[st] * o.mb;
+            printf("search: %d schedules simulated; the fastest: %s (simulated efficiency %.2f%%, memory %.2f)\n",
+                   found->count, found->entries[0].name, 100.0 * work / pp / found->entries[0].makespan,
+                   found->entries[0].peak_memory);
+        }
+        R.sched = found->best;
+        found->best = nullptr;   /* ours now: freed with the rank */
+        snprintf(R.sched_name, sizeof R.sched_name, "%s", found->entries[0].name);
+        pp_search_result_free(found);
+    } else {
+        PPCK(pp_schedule_kind_parse(o.schedule, &sc.kind, &e_));
+        if (sc.kind == PP_DUALPIPE) {
+            /* two copies of every stage and their gradients summed: examples/mlp_threads.c shows it on CPU */
+            if (lead) fprintf(stderr, "mlp_gpu: --schedule=dualpipe: not supported by this example (it keeps one copy "
+                              "of each stage's weights); use dualpipev, or examples/mlp_threads.c on CPU\n");
+            return 2;
+        }
+        sc.pp = pp; sc.vpp = lay && !o.vpp ? lay->vpp : o.vpp; sc.mb = o.mb;
+        PPCK(pp_schedule_build(&sc, &R.sched, &e_));
+        PPCK(pp_schedule_lower(R.sched, &e_));
     }
-    sc.pp = pp; sc.vpp = o.vpp; sc.mb = o.mb;
-    PPCK(pp_schedule_build(&sc, &R.sched, &e_));
-    PPCK(pp_schedule_lower(R.sched, &e_));
     PPCK(pp_schedule_validate(R.sched, &e_));
     int S = R.sched->num_stages, vpp = R.sched->vpp;
-    if (o.layers % S) {
+    if (lay && lay->num_stages != S) {
+        if (lead) fprintf(stderr, "mlp_gpu: --layout=%s: %d stages, but the schedule has pp*vpp = %d\n", o.layout,
+                          lay->num_stages, S);
+        return 2;
+    }
+    if (!lay && o.layers % S) {
         fprintf(stderr, "mlp_gpu: --layers=%d: must be a multiple of pp*vpp = %d stages\n", o.layers, S);
         return 2;
     }
@@ -973,19 +1059,20 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         for (int i = 0; i < R.sched->length[r]; i++) split |= R.sched->actions[r][i].op == PP_OP_I;
     }
 
-    /* this rank's blocks: stage s holds blocks [s*nb, (s+1)*nb), placed by the schedule */
+    /* this rank's blocks: stage s holds blocks [first[s], first[s] + count[s]), placed by the schedule */
     CK(cudaSetDevice(pp_nccl_device(R.pipe)));
     CK(cudaStreamCreateWithFlags(&R.stream, cudaStreamNonBlocking));
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, pp_nccl_device(R.pipe)));
-    model_setup(R.m, o, S, split, R.stream, o.sm_margin ? sms - o.sm_margin : 0, lead && !o.quiet);
+    model_setup(R.m, o, S, lay ? lay->count : nullptr, split, R.stream, o.sm_margin ? sms - o.sm_margin : 0,
+                lead && !o.quiet);
     std::vector<int> blocks;
     bool first = false, last = false;
     for (int c = 0; c < vpp; c++) {
         int s = pp_rank_chunk_stage(R.sched, rank, c);
         first |= s == 0;
         last |= s == S - 1;
-        for (int j = 0; j < R.m.nb; j++) blocks.push_back(s * R.m.nb + j);
+        for (int j = 0; j < R.m.count[s]; j++) blocks.push_back(R.m.first[s] + j);
     }
     bool adamw = !strcmp(o.optimizer, "adamw") && o.train > 0;
     model_init_blocks(R.m, blocks, adamw);
@@ -1042,8 +1129,10 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     }
     CK(cudaStreamSynchronize(R.stream));
     if (lead && !o.quiet) {
-        printf("schedule %s pp %d vpp %d mb %d: %d stages of %d blocks, H %d, %d tokens per microbatch; set-up %.1f s\n",
-               pp_schedule_kind_name(R.sched->kind), pp, vpp, o.mb, S, R.m.nb, o.hidden, o.tokens, now_s() - t_start);
+        std::string per;
+        for (int st = 0; st < S; st++) per += (st ? "," : "") + std::to_string(R.m.count[st]);
+        printf("schedule %s pp %d vpp %d mb %d: %d stages of %s blocks, H %d, %d tokens per microbatch; set-up %.1f s\n",
+               R.sched_name[0] ? R.sched_name : pp_schedule_kind_name(R.sched->kind), pp, vpp, o.mb, S, per.c_str(), o.hidden, o.tokens, now_s() - t_start);
         fflush(stdout);
     }
 

@@ -40,10 +40,16 @@ done
 timeout 180 "$BUILD/mlp_gpu" $SMALL --schedule interleaved --vpp 2 --threads 2 --check >"$log/threads" 2>&1
 expect_match threads $?
 
-# the arrival gate (pp_nccl_transport_gate): processes (IPC-mapped flags) and threads (one process)
-run2 gate $SMALL --schedule interleaved --vpp 4 --gate --check; expect_match gate $?
-timeout 180 "$BUILD/mlp_gpu" $SMALL --schedule zbv --threads 2 --gate --check >"$log/gate-threads" 2>&1
+# the runs above use the arrival gate (mlp_gpu's default; processes: IPC-mapped flags); without
+# it, and with it in one process (threads: the flags' pointers)
+run2 nogate $SMALL --schedule interleaved --vpp 4 --no-gate --check; expect_match nogate $?
+timeout 180 "$BUILD/mlp_gpu" $SMALL --schedule zbv --threads 2 --check >"$log/gate-threads" 2>&1
 expect_match gate-threads $?
+
+# uneven stages (--layout) and the schedule pp_search picks for them (a greedy V schedule here)
+run2 layout-zbv $SMALL --schedule zbv --layout 'Et*1|t*3|t*1|t*3L' --check; expect_match layout-zbv $?
+run2 layout-search $SMALL --schedule search --layout 'Et*2|t*6|t*2|t*6L' --layers 16 --check; expect_match layout-search $?
+run2 layout-looped $SMALL --schedule interleaved --layout 'Et*3|t|t*2|t*2L' --check; expect_match layout-looped $?
 
 # NCCL over its socket transport (a stand-in for two nodes)
 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 run2 sockets $SMALL --schedule 1f1b --check; expect_match sockets $?

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# bench/gpu_vshape.sh — V-shaped zero-bubble schedules on 2 GPUs, with even and uneven stages.
+#
+#     bash bench/gpu_vshape.sh [OUTDIR]        (OUTDIR defaults to $OUT, else bench/out)
+#
+# The model of bench/gpu_pipeline.sh (H=4096, L=16, 8192 tokens, 8 microbatches, bf16). ZB-V's
+# bubble is rank 1's wait for rank 0's first chunk at the start and the matching tail at the end:
+# with F = I = W its bound at mb = 8 is 97.96%. Stages of unequal size shrink that wait when the
+# first (and last) chunk is small; `--schedule search` lets pp_search pick the order for such a
+# layout (a greedy V schedule). Runs, each against the single-GPU step of the same run:
+# ZB-V, ZB-V with its ranks' GPUs swapped (does a slow rank follow the GPU or the rank?), the
+# search on even and uneven layouts (one with the gradient check), with and without a memory cap.
+# The GPUs' SM clocks and power are logged once a second to OUTDIR/clocks.csv.
+# Env: SKIP_BUILD=1 uses binaries already in build/.
+set -u
+cd "$(dirname "$0")/.."
+OUTDIR=${1:-${OUT:-bench/out}}
+mkdir -p "$OUTDIR"
+export NCCL_NVLS_ENABLE=0
+MODEL="--hidden 4096 --layers 16 --tokens 8192 --mb 8"
+LOG=$OUTDIR/vshape.log
+: > "$LOG"
+say() { echo "$@" | tee -a "$LOG"; }
+say "== $(date -u +%Y-%m-%dT%H:%MZ)  $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n 1) x $(nvidia-smi -L | wc -l)"
+if [ "${SKIP_BUILD:-0}" != 1 ]; then make -s -j16 build/mlp_gpu >"$OUTDIR/build.log" 2>&1 || { cat "$OUTDIR/build.log"; exit 1; }; fi
+
+nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu --format=csv -l 1 >"$OUTDIR/clocks.csv" 2>/dev/null &
+smi=$!
+trap 'kill $smi 2>/dev/null' EXIT
+
+launch2() {   # launch2 NAME ARGS...: two processes, one per GPU
+    local name=$1; shift
+    local id=/tmp/pipepar_vshape_$$_$RANDOM.id pids=() rc=0 r
+    for r in 0 1; do
+        env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r PIPEPAR_NCCL_ID_FILE=$id timeout 120 "$@" >"$OUTDIR/$name.rank$r.log" 2>&1 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+    cat "$OUTDIR/$name.rank0.log" >>"$LOG"
+    grep -h "mlp_gpu:" "$OUTDIR/$name.rank1.log" | sed "s/^/rank 1: /" >>"$LOG" 2>/dev/null
+    return $rc
+}
+
+say "== single GPU"
+build/mlp_gpu --single $MODEL 2>&1 | tee "$OUTDIR/single.log" >>"$LOG"
+SINGLE_MS=$(sed -n 's/^single-gpu *step *\([0-9.]*\) ms.*/\1/p' "$OUTDIR/single.log")
+say "single-GPU step: ${SINGLE_MS:-?} ms"
+[ -n "$SINGLE_MS" ] || SINGLE_MS=0
+
+run() {   # run NAME ARGS...
+    local name=$1; shift
+    say "-- $name"
+    launch2 "$name" build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --timeout 30 "$@" || say "$name: exit $?"
+}
+run zbv                  --schedule zbv
+CUDA_VISIBLE_DEVICES=1,0 run zbv-gpus-swapped --schedule zbv
+run search-even          --schedule search --vpp 2
+run search-2-6-2-6       --schedule search --layout 'Et*2|t*6|t*2|t*6L' --check
+run search-2-6-2-6-cap3  --schedule search --layout 'Et*2|t*6|t*2|t*6L' --max-memory 3
+run search-3-5-3-5       --schedule search --layout 'Et*3|t*5|t*3|t*5L'
+run zbv-2-6-2-6          --schedule zbv --layout 'Et*2|t*6|t*2|t*6L'
+run zbv-again            --schedule zbv
+
+say "== summary (step ms, efficiency = single / 2 / step)"
+grep -E "^(-- |single-gpu|search:|schedule |pipeline|  efficiency|  simulator|  compute busy|  peak|gradient check)" "$LOG" | tee "$OUTDIR/summary.txt"
+say "== SM clock (MHz) and power (W) over the run, per GPU: min / median / max"
+python3 - "$OUTDIR/clocks.csv" <<'EOF' | tee -a "$LOG"
+import sys, statistics as st
+rows = [l.split(",") for l in open(sys.argv[1]).read().splitlines()[1:] if l.count(",") >= 4]
+for g in sorted(set(r[1].strip() for r in rows)):
+    c = [float(r[2].split()[0]) for r in rows if r[1].strip() == g and r[2].split()[0].replace(".", "").isdigit()]
+    p = [float(r[3].split()[0]) for r in rows if r[1].strip() == g and r[3].split()[0].replace(".", "").isdigit()]
+    busy = [x for x, w in zip(c, p) if w > 300]
+    if c: print(f"GPU {g}: clock {min(c):.0f} / {st.median(c):.0f} / {max(c):.0f}; power {min(p):.0f} / {st.median(p):.0f} / {max(p):.0f};"
+                f" clock while above 300 W: median {st.median(busy) if busy else 0:.0f} over {len(busy)} s")
+EOF
