@@ -742,7 +742,7 @@ extern "C" pp_status pp_cuda_pack(const int64_t *rows, const int *cu_seqlens_pad
  * the same bytes): the defaults 84.9 .. 85.3%; 8 loads in flight 84.8 .. 86.3%; streaming
  * stores 84.3 .. 84.9%; 32 KiB staged (128 tokens) 84.5%, and int32 recordings fall to 85%;
  * 8 KiB 84.3 .. 84.7%. What holds uint8 -> int32 there: each token's 120 recorded bytes span
- * 4 or 5 of DRAM's 32-byte sectors (144 bytes on average), 4% of the job's bytes read twice. */
+ * 4 or 5 of DRAM's 32-byte sectors (144 bytes on average): 4% more bytes fetched than counted. */
 #ifndef PP__REPLAY_STAGED_BYTES
 #define PP__REPLAY_STAGED_BYTES 16384   /* staged path: recorded bytes a block stages */
 #endif
