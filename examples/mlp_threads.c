@@ -154,14 +154,16 @@ static float mse(const model *m, int mb, const float *y, float *gy)
 }
 
 /* --- the callbacks pipepar calls: one stage = blocks [first, first + per) --------------------- */
-/* Stage s holds blocks [s * per, (s + 1) * per) of m->blocks. Under DualPipe the stages pp..2pp-1
+/* Stage s holds blocks [stage_first[s], + stage_count[s]) of m->blocks: s * per onwards with
+ * L / stages each, or what --layout says. Under DualPipe the stages pp..2pp-1
  * are the up pipeline, which runs the same model again: stage pp + j holds the second copy of
  * model stage j's blocks (index l + L for block l), so the two copies never write one gradient. */
 
 typedef struct run {
     model *m;
     pp_schedule *schedule;
-    int blocks_per_stage, steps;
+    int *stage_first, *stage_count;   /* [num_stages]: stage s holds blocks [first, first + count) */
+    int steps;
     float lr;
     double timeout;
     const char *trace;
@@ -188,11 +190,11 @@ static int cb_forward(void *user, const pp_mb_info *info, const void *in, void *
 {
     run *rn = (run *)user;
     model *m = rn->m;
-    int k, first = info->stage * rn->blocks_per_stage;
+    int k, first = rn->stage_first[info->stage], count = rn->stage_count[info->stage];
     size_t n = (size_t)m->rows * m->D;
     float *tmp = (float *)malloc(sizeof(float) * n);
     memcpy(out, in, sizeof(float) * n);
-    for (k = 0; k < rn->blocks_per_stage; k++) {
+    for (k = 0; k < count; k++) {
         block_forward(m, first + k, info->mb, (const float *)out, tmp);
         memcpy(out, tmp, sizeof(float) * n);
     }
@@ -210,12 +212,12 @@ static int cb_backward_input(void *user, const pp_mb_info *info, const void *in,
 {
     run *rn = (run *)user;
     model *m = rn->m;
-    int k, first = info->stage * rn->blocks_per_stage;
+    int k, first = rn->stage_first[info->stage], count = rn->stage_count[info->stage];
     size_t n = (size_t)m->rows * m->D;
     float *g = (float *)malloc(sizeof(float) * n), *h = (float *)malloc(sizeof(float) * n);
     (void)in;                               /* the blocks saved their own inputs */
     memcpy(g, grad_out, sizeof(float) * n);
-    for (k = rn->blocks_per_stage - 1; k >= 0; k--) {
+    for (k = count - 1; k >= 0; k--) {
         /* the stage's first block on stage 0 needs no input-gradient (grad_in is NULL there) */
         block_backward_input(m, first + k, info->mb, g, (k == 0 && !grad_in) ? NULL : h);
         memcpy(g, h, sizeof(float) * n);
@@ -228,9 +230,9 @@ static int cb_backward_input(void *user, const pp_mb_info *info, const void *in,
 static int cb_backward_weight(void *user, const pp_mb_info *info, const void *in, const void *grad_out)
 {
     run *rn = (run *)user;
-    int k, first = info->stage * rn->blocks_per_stage;
+    int k, first = rn->stage_first[info->stage], count = rn->stage_count[info->stage];
     (void)in; (void)grad_out;
-    for (k = 0; k < rn->blocks_per_stage; k++) block_backward_weight(rn->m, first + k, info->mb);
+    for (k = 0; k < count; k++) block_backward_weight(rn->m, first + k, info->mb);
     return 0;
 }
 
@@ -401,8 +403,8 @@ static pp_status rank_main(void *user, int rank, pp_transport *t, pp_error *err)
              * all-reduces them). Rank j adds the two and gives both copies the sum, so both take
              * the same SGD step and stay equal. */
             int k;
-            for (k = 0; k < rn->blocks_per_stage; k++) {
-                int l = rank * rn->blocks_per_stage + k;
+            for (k = 0; k < rn->stage_count[rank]; k++) {
+                int l = rn->stage_first[rank] + k;
                 sum_copies(&m->blocks[l], &m->blocks[l + m->L], m->D, m->H);
             }
             if ((st = barrier(t, rn->timeout, err)) != PP_OK) break;      /* every sum is in */
@@ -432,8 +434,8 @@ static pp_status rank_main(void *user, int rank, pp_transport *t, pp_error *err)
         for (chunk = 0; chunk < rn->schedule->vpp; chunk++) {             /* SGD on my own blocks */
             int k;
             stage = pp_rank_chunk_stage(rn->schedule, rank, chunk);
-            for (k = 0; k < rn->blocks_per_stage; k++)
-                sgd(&m->blocks[stage * rn->blocks_per_stage + k], m->D, m->H, rn->lr);
+            for (k = 0; k < rn->stage_count[stage]; k++)
+                sgd(&m->blocks[rn->stage_first[stage] + k], m->D, m->H, rn->lr);
         }
     }
     if (st == PP_OK) {
@@ -495,7 +497,10 @@ int main(int argc, char **argv)
     pp_schedule_kind kind = PP_INTERLEAVED_1F1B;
     pp_error err;
     pp_status st;
-    const char *kind_name = "interleaved", *trace = NULL;
+    const char *kind_name = "interleaved", *trace = NULL, *layout = NULL;
+    pp_layers *lay = NULL;
+    int search = 0;
+    char search_name[192] = "";
     int i, l, pp = 4, vpp = 0, mb = 8, steps = 20, D = 64, H = 256, rows = 16, L = 0, model_stages;
     double lr = 4, timeout = 60;
 
@@ -505,11 +510,14 @@ int main(int argc, char **argv)
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
             printf("usage: mlp_threads [--pp N] [--vpp N] [--mb N] [--schedule KIND] [--steps N]\n"
                    "                   [--layers L] [--width D] [--hidden H] [--rows R] [--lr X]\n"
-                   "                   [--timeout S] [--trace FILE]\n"
+                   "                   [--timeout S] [--trace FILE] [--layout STR]\n"
                    "Trains a residual MLP pipeline-parallel on CPU threads and checks every step\n"
                    "against the same model run as one stage. KIND: gpipe, 1f1b, interleaved,\n"
                    "looped-bfs, the zero-bubble kinds, dualpipe (even pp and mb: two copies of every\n"
-                   "stage, their gradients summed). Defaults: --pp 4\n"
+                   "stage, their gradients summed), or search: the fastest schedule pp_search finds\n"
+                   "for the stages' sizes (F = I = W per block). --layout: blocks per stage as a\n"
+                   "Megatron layout in stage order, e.g. 'Et*1|t*3|t*1|t*3L' for pp 2 (E input,\n"
+                   "t block, L loss). Defaults: --pp 4\n"
                    "--mb 8 --schedule interleaved (vpp 2) --steps 20 --layers pp*vpp --width 64\n"
                    "--hidden 256 --rows 16 --lr 4.\n");
             return 0;
@@ -525,42 +533,109 @@ int main(int argc, char **argv)
         else if (!strcmp(f, "--lr")) ok = v && (lr = atof(v)) > 0;
         else if (!strcmp(f, "--timeout")) ok = v && (timeout = atof(v)) > 0;
         else if (!strcmp(f, "--trace")) ok = v != NULL;
+        else if (!strcmp(f, "--layout")) { ok = v != NULL; layout = v; }
         else if (!strcmp(f, "--schedule")) {
             if (!v) ok = 0;
+            else if (!strcmp(v, "search")) { search = 1; kind_name = v; }
             else if (pp_schedule_kind_parse(v, &kind, &err) != PP_OK) return usage(f, v, err.message);
-            else kind_name = v;
+            else { search = 0; kind_name = v; }
         } else return usage(f, v, "unknown flag (see --help)");
-        if (!ok) return usage(f, v, "expected a positive number in range (see --help)");
+        if (!ok) return usage(f, v, v ? "expected a positive number in range (see --help)" : "needs a value");
         if (!strcmp(f, "--trace")) trace = v;
         i++;
     }
 
-    /* the schedule: build the compute order, lower it (adds the sends and receives), validate */
+    /* the stages' sizes, when --layout gives them (pp_layers_build applies Megatron's rules) */
+    if (layout) {
+        pp_layers_config lc;
+        memset(&lc, 0, sizeof lc);
+        lc.num_layers = L; lc.pp = pp; lc.layout = layout;
+        if ((st = pp_layers_build(&lc, &lay, &err)) != PP_OK) return usage("--layout", layout, err.message);
+        for (i = 0; i < lay->num_stages; i++)
+            if (lay->count[i] < 1) {
+                pp_layers_free(lay);
+                return usage("--layout", layout, "every stage needs at least one block ('t')");
+            }
+        if (vpp && vpp != lay->vpp) {
+            char v[32];
+            snprintf(v, sizeof v, "%d", vpp);
+            pp_layers_free(lay);
+            return usage("--vpp", v, "must match the layout's stages / pp (or be left out)");
+        }
+        vpp = lay->vpp;
+        L = lay->num_layers;
+    }
+
+    /* the schedule: build the compute order, lower it (adds the sends and receives), validate;
+     * or let pp_search time every kind and its own greedy schedules for these stage sizes */
     memset(&sc, 0, sizeof sc);
     sc.kind = kind; sc.pp = pp; sc.vpp = vpp; sc.mb = mb;
     if (vpp == 0 && (kind == PP_INTERLEAVED_1F1B || kind == PP_LOOPED_BFS || kind == PP_INTERLEAVED_ZB)) sc.vpp = 2;
     memset(&rn, 0, sizeof rn);
     rn.trace = trace;
-    if ((st = pp_schedule_build(&sc, &rn.schedule, &err)) != PP_OK ||
-        (st = pp_schedule_lower(rn.schedule, &err)) != PP_OK || (st = pp_schedule_validate(rn.schedule, &err)) != PP_OK) {
+    if (search) {
+        pp_search_config q;
+        pp_search_result *found = NULL;
+        int S0, s0;
+        double *cost;
+        memset(&q, 0, sizeof q);
+        q.pp = pp; q.mb = mb; q.vpp = vpp ? vpp : 2;
+        S0 = pp * q.vpp;
+        cost = (double *)malloc(sizeof(double) * 2 * (size_t)S0);
+        for (s0 = 0; s0 < S0; s0++) {
+            cost[s0] = lay ? lay->count[s0] : 1;      /* F = I = W per block, B = I + W */
+            cost[S0 + s0] = 2 * cost[s0];
+        }
+        q.costs.f = cost[0];
+        q.costs.f_stage = cost; q.costs.i_stage = cost; q.costs.w_stage = cost; q.costs.b_stage = cost + S0;
+        st = pp_search(&q, &found, &err);
+        free(cost);
+        if (st != PP_OK) { fprintf(stderr, "mlp_threads: %s\n", err.message); pp_layers_free(lay); return 1; }
+        rn.schedule = found->best;
+        found->best = NULL;
+        snprintf(search_name, sizeof search_name, "search: %s (of %d simulated)", found->count ? found->entries[0].name : "",
+                 found->count);
+        kind_name = search_name;
+        pp_search_result_free(found);
+        st = rn.schedule ? pp_schedule_validate(rn.schedule, &err) : PP_EINVAL;
+    } else if ((st = pp_schedule_build(&sc, &rn.schedule, &err)) == PP_OK &&
+               (st = pp_schedule_lower(rn.schedule, &err)) == PP_OK) {
+        st = pp_schedule_validate(rn.schedule, &err);
+    }
+    if (st != PP_OK) {
         fprintf(stderr, "mlp_threads: %s\n", err.message);
         pp_schedule_free(rn.schedule);
+        pp_layers_free(lay);
         return st == PP_EINVAL || st == PP_EUNSUPPORTED ? 2 : 1;
     }
     /* the model's stages: pp * vpp, but DualPipe runs pp model stages twice (down and up) */
     model_stages = rn.schedule->placement == PP_PLACEMENT_DUAL ? pp : rn.schedule->num_stages;
+    if (lay && (rn.schedule->placement == PP_PLACEMENT_DUAL || lay->num_stages != model_stages)) {
+        char v[32];
+        snprintf(v, sizeof v, "%d stages", lay->num_stages);
+        pp_schedule_free(rn.schedule);
+        pp_layers_free(lay);
+        return usage("--layout", v, "must have pp * vpp stages, the schedule's (and dualpipe keeps even stages)");
+    }
     if (L == 0) L = model_stages;
-    if (L % model_stages != 0) {
+    if (!lay && L % model_stages != 0) {
         char v[32];
         snprintf(v, sizeof v, "%d", L);
         pp_schedule_free(rn.schedule);
         return usage("--layers", v, "must be a multiple of the number of model stages (pp * vpp; pp for dualpipe)");
     }
+    rn.stage_first = (int *)malloc(sizeof(int) * (size_t)rn.schedule->num_stages);
+    rn.stage_count = (int *)malloc(sizeof(int) * (size_t)rn.schedule->num_stages);
+    for (i = 0; i < rn.schedule->num_stages; i++) {
+        rn.stage_first[i] = lay ? lay->first[i] : i * (L / model_stages);
+        rn.stage_count[i] = lay ? lay->count[i] : L / model_stages;
+    }
+    pp_layers_free(lay);
 
     /* the model: small W2 so each block starts close to the identity */
     memset(&m, 0, sizeof m);
     m.D = D; m.H = H; m.L = L; m.rows = rows; m.mb = mb;
-    m.copies = L / model_stages * rn.schedule->num_stages;
+    m.copies = rn.schedule->placement == PP_PLACEMENT_DUAL ? 2 * L : L;   /* DualPipe: two of each */
     m.blocks = (block *)calloc((size_t)m.copies, sizeof(block));
     m.teacher = (float *)malloc(sizeof(float) * (size_t)D * D);
     m.x_in = (float *)calloc((size_t)L * mb * rows * D, sizeof(float));
@@ -586,15 +661,19 @@ int main(int argc, char **argv)
         for (i = 0; i < D * H; i++) b->w2[i] = 0.1f * uniform(&m.rng) / sqrtf((float)H);
     }
     rn.m = &m;
-    rn.blocks_per_stage = L / model_stages;
     rn.steps = steps;
     rn.lr = (float)lr;
     rn.timeout = timeout;
 
     printf("pipepar demo: a residual MLP trained pipeline-parallel, one CPU thread per rank\n\n");
     printf("  model     %d blocks of x + W2 gelu(W1 x + b1) + b2, width %d, hidden %d (fp32)\n", L, D, H);
-    printf("  pipeline  %s, pp=%d vpp=%d mb=%d: %d stages of %d block%s\n", kind_name, pp, rn.schedule->vpp, mb,
-           rn.schedule->num_stages, rn.blocks_per_stage, rn.blocks_per_stage > 1 ? "s" : "");
+    printf("  pipeline  %s, pp=%d vpp=%d mb=%d: %d stages of ", kind_name, pp, rn.schedule->vpp, mb,
+           rn.schedule->num_stages);
+    for (i = 0; i < rn.schedule->num_stages; i++) {
+        if (i && rn.schedule->num_stages > 16 && i == 8) { printf(",..."); break; }
+        printf("%s%d", i ? "," : "", rn.stage_count[i]);
+    }
+    printf(" block(s)\n");
     if (m.copies > L)
         printf("  dualpipe  microbatches 0..%d run down stages 0..%d, %d..%d up stages %d..%d (ranks %d..0); stage\n"
                "            %d+j holds a second copy of stage j's blocks, whose gradients are summed each step\n",
@@ -624,5 +703,6 @@ int main(int argc, char **argv)
     }
     free(m.blocks); free(m.teacher); free(m.x_in); free(m.gy); free(m.pre); free(m.dpre); free(m.data_x); free(m.data_t);
     pp_schedule_free(rn.schedule);
+    free(rn.stage_first); free(rn.stage_count);
     return st != PP_OK ? 1 : rn.failures ? 1 : 0;
 }

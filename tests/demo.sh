@@ -58,7 +58,25 @@ if "$BIN" --pp 2 --vpp 2 --mb 4 --layers 8 --steps 2 --width 8 --hidden 16 --row
     else bad "--trace: not a Chrome trace" "$tmp/t.json"; fi
 else bad "--trace run" "$tmp/trace.txt"; fi
 
-# 4. bad flags: exit 2 and one line naming the flag and the rule
+# 4. uneven stages (--layout) under fixed kinds and under the schedule pp_search picks for them
+run_ok() {   # run_ok NAME NEEDLE ARGS...: 3 steps, each matching the single-stage run, and NEEDLE printed
+    local name=$1 needle=$2; shift 2
+    local out="$tmp/$name.txt"
+    if "$BIN" "$@" --steps 3 --width 16 --hidden 32 --rows 4 >"$out" 2>&1; then
+        read -r n nbad first last < <(losses "$out")
+        if [ "$n" -eq 3 ] && [ "$nbad" -eq 0 ] && grep -q -- "$needle" "$out"; then ok "$name: gradients match the single-stage run"
+        else bad "$name: $n steps, $nbad not matching, or no '$needle'" "$out"; fi
+    else bad "$name: exit $?" "$out"; fi
+}
+run_ok "zbv, stages 1,3,1,3" "4 stages of 1,3,1,3 block" --pp 2 --mb 8 --schedule zbv --layout 'Et*1|t*3|t*1|t*3L'
+run_ok "search, stages 1,3,1,3" "search: greedy V" --pp 2 --mb 8 --schedule search --layout 'Et*1|t*3|t*1|t*3L'
+run_ok "search, even stages" "search: " --pp 3 --mb 6 --schedule search --layers 6
+run_ok "interleaved pp 3, stages 2,1,1,1,1,2" "6 stages of 2,1,1,1,1,2 block" --pp 3 --mb 6 --schedule interleaved \
+    --layout 'Et*2|t|t|t|t|t*2L'
+run_ok "1f1b pp 4, Megatron's uneven first stage" "4 stages of 3,2,2,1 block" --pp 4 --mb 8 --schedule 1f1b \
+    --layout 'Et*3|t*2|t*2|tL'
+
+# 5. bad flags: exit 2 and one line naming the flag and the rule
 expect_usage() {   # expect_usage NEEDLE ARGS...
     local needle=$1; shift
     "$BIN" "$@" >"$tmp/u.out" 2>"$tmp/u.err"; local rc=$?
@@ -69,6 +87,12 @@ expect_usage "mlp_threads: --pp=0:" --pp 0
 expect_usage "mlp_threads: --schedule=nope: kind 'nope': unknown" --schedule nope
 expect_usage "mlp_threads: --layers=3: must be a multiple" --pp 2 --vpp 2 --schedule interleaved --layers 3
 expect_usage "mlp_threads: --bogus=: unknown flag" --bogus
+expect_usage "mlp_threads: --layout=t|t: layout 't|t': the first layer must be E" --pp 2 --layout 't|t'
+expect_usage "mlp_threads: vpp=2: 1f1b runs one chunk per rank" --pp 2 --schedule 1f1b --layout 'Et|t|t|tL'
+expect_usage "mlp_threads: --layout=4 stages: must have pp \* vpp stages" --pp 2 --schedule dualpipe --layout 'Et|t|t|tL'
+expect_usage "mlp_threads: --layout=Et||tL: every stage needs" --pp 3 --layout 'Et||tL'
+expect_usage "mlp_threads: --vpp=3: must match the layout" --pp 2 --vpp 3 --layout 'Et|t|t|tL'
+expect_usage "mlp_threads: --layout=: needs a value" --layout
 if "$BIN" --help >"$tmp/h.txt" 2>&1 && grep -q '^usage: mlp_threads' "$tmp/h.txt"; then ok "--help"; else bad "--help" "$tmp/h.txt"; fi
 
 echo "$pass passed, $fail failed"
