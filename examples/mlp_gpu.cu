@@ -102,7 +102,7 @@ static const char usage[] =
     "                  rank and world from RANK/WORLD_SIZE/LOCAL_RANK, MPI or Slurm variables)\n"
     "  --schedule K    gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zbv, interleaved-zb, ..., or search:\n"
     "                  pp_search's fastest for this layout (simulated; --max-memory X caps activations\n"
-    "                  at X times one rank's layers, as pipepar simulate counts them)\n"
+    "                  at X microbatches through one rank's blocks)\n"
     "  --layout STR    blocks per stage, a Megatron layout in stage order: 'Et*2|t*6|t*2|t*6L' (E input,\n"
     "                  t block, L loss; '|' between stages); which rank holds stage s is the schedule's\n"
     "  --pp P          pipeline ranks (default: the world size); --vpp V chunks per rank\n"
@@ -1012,6 +1012,7 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         q.pp = pp; q.mb = o.mb; q.vpp = vpp; q.max_memory = o.max_memory;
         q.costs.f = fs[0];
         q.costs.f_stage = fs.data(); q.costs.i_stage = fs.data(); q.costs.w_stage = fs.data(); q.costs.b_stage = bs.data();
+        q.costs.memory_stage = fs.data();   /* a stage's activations grow with its blocks too */
         q.costs.p2p_latency = 290.0 / o.hidden + 0.01;
         PPCK(pp_search(&q, &found, &e_));
         if (!found->best) {

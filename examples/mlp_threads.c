@@ -588,6 +588,7 @@ int main(int argc, char **argv)
         }
         q.costs.f = cost[0];
         q.costs.f_stage = cost; q.costs.i_stage = cost; q.costs.w_stage = cost; q.costs.b_stage = cost + S0;
+        q.costs.memory_stage = cost;           /* activations grow with a stage's blocks too */
         st = pp_search(&q, &found, &err);
         free(cost);
         if (st != PP_OK) { fprintf(stderr, "mlp_threads: %s\n", err.message); pp_layers_free(lay); return 1; }

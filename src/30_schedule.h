@@ -174,6 +174,10 @@ typedef struct pp_sim_costs {
     double p2p_latency;         /* per transfer */
     double p2p_seconds_per_byte;
     double activation_bytes;    /* bytes of one stage boundary tensor */
+    const double *memory_stage; /* optional [num_stages]: activation memory one microbatch keeps in
+                                   stage s (any unit, e.g. its layer count). Given, peak_memory
+                                   weighs each live activation by it, so stages of unequal size
+                                   (a --layout) compare fairly; else every stage weighs the same */
 } pp_sim_costs;
 
 typedef struct pp_sim_result {
@@ -184,7 +188,9 @@ typedef struct pp_sim_result {
     double bubble_mean;         /* mean over ranks */
     int *peak_live;             /* [pp] most (stage, mb) activations held at once on the rank */
     double *peak_memory;        /* [pp] peak_live in units of a rank's whole layer set: / vpp (dual
-                                   placement: each chunk is a whole model stage, so = peak_live) */
+                                   placement: each chunk is a whole model stage, so = peak_live);
+                                   with costs.memory_stage, the peak of the live activations'
+                                   memory over the memory of the rank's stages (dual: of one) */
     double **start, **end;      /* [pp][length] times of each action (comm: transfer start/end) */
     int *length;                /* [pp] copy of the schedule's lengths */
 } pp_sim_result;

@@ -58,6 +58,20 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
                         costs->f, costs->b, costs->i, costs->w, costs->p2p_latency);
     st = pp__check_structure(sched, err);
     if (st != PP_OK) return st;
+    if (costs->memory_stage) {
+        for (i = 0; i < sched->num_stages; i++)
+            if (!(costs->memory_stage[i] >= 0) || costs->memory_stage[i] > DBL_MAX)
+                return pp__fail(err, PP_EINVAL, "costs: memory_stage[%d]=%g: must be a finite number >= 0", i,
+                                costs->memory_stage[i]);
+        for (r = 0; r < sched->pp; r++) {
+            double held = 0;
+            int c;
+            for (c = 0; c < sched->vpp; c++) held += costs->memory_stage[pp_rank_chunk_stage(sched, r, c)];
+            if (!(held > 0))
+                return pp__fail(err, PP_EINVAL, "costs: memory_stage: the stages of rank %d weigh 0 in all (a rank's "
+                                "stages need some memory to measure against)", r);
+        }
+    }
     for (r = 0; r < sched->pp && !has_comm; r++)
         for (i = 0; i < sched->length[r]; i++)
             if (pp__is_comm(sched->actions[r][i].op)) { has_comm = 1; break; }
@@ -183,20 +197,32 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
      * (start <= end <= next start): one walk, no sort; a release at the same instant as the
      * next allocation comes first, as it should. */
     for (r = 0; r < s->pp; r++) {
-        int live = 0, peak = 0;
+        const double *ms = costs->memory_stage;
+        int live = 0, peak = 0, c;
+        double live_mem = 0, peak_mem = 0, held = 0;
         for (i = 0; i < s->length[r]; i++) {
             pp_action a = s->actions[r][i];
             int ops[2], stg[2], mbs[2], h, nh;
             if (pp__is_comm(a.op)) continue;
             nh = pp__halves(a, ops, stg, mbs);
             for (h = 0; h < nh; h++) {
-                if (ops[h] == PP_OP_F) { if (++live > peak) peak = live; }
-                else if (ops[h] == PP_OP_B || ops[h] == PP_OP_W) live--;
+                if (ops[h] == PP_OP_F) {
+                    if (++live > peak) peak = live;
+                    if (ms && (live_mem += ms[stg[h]]) > peak_mem) peak_mem = live_mem;
+                } else if (ops[h] == PP_OP_B || ops[h] == PP_OP_W) {
+                    live--;
+                    if (ms) live_mem -= ms[stg[h]];
+                }
             }
         }
         res->peak_live[r] = peak;
         /* dual: every chunk is a whole model stage, so a live chunk counts as one stage's worth */
-        res->peak_memory[r] = s->placement == PP_PLACEMENT_DUAL ? (double)peak : (double)peak / (double)s->vpp;
+        if (!ms) {
+            res->peak_memory[r] = s->placement == PP_PLACEMENT_DUAL ? (double)peak : (double)peak / (double)s->vpp;
+            continue;
+        }
+        for (c = 0; c < s->vpp; c++) held += ms[pp_rank_chunk_stage(s, r, c)];
+        res->peak_memory[r] = peak_mem / (s->placement == PP_PLACEMENT_DUAL ? held / s->vpp : held);
     }
     res->bubble_mean = 0;
     for (r = 0; r < s->pp; r++) {

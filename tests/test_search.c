@@ -557,7 +557,127 @@ static void search_winner_csv_reads_back_identical(void)
     pp_search_result_free(res);
 }
 
+/* memory_stage: peak_memory weighs live activations by their stage's memory. Checked against an
+ * independent count from the simulated times: at every F's start, the memory of the (stage,
+ * microbatch) activations alive then (from their F's start to their B's or W's end). */
+static double sr_weighted_peak(const pp_schedule *s, const pp_sim_result *res, int r, const double *mem)
+{
+    double peak = 0, held = 0;
+    int i, j, c;
+    for (i = 0; i < s->length[r]; i++) {
+        pp_action a = s->actions[r][i];
+        double t, sum = 0;
+        if (a.op != PP_OP_F) continue;
+        t = res->start[r][i];
+        for (j = 0; j < s->length[r]; j++) {
+            pp_action f = s->actions[r][j];
+            int k;
+            double born, dies = -1;
+            if (f.op != PP_OP_F) continue;
+            born = res->start[r][j];
+            for (k = 0; k < s->length[r]; k++) {
+                pp_action e = s->actions[r][k];
+                if ((e.op == PP_OP_B || e.op == PP_OP_W) && e.stage == f.stage && e.mb == f.mb) dies = res->end[r][k];
+            }
+            if (born <= t && dies > t) sum += mem[f.stage];
+        }
+        if (sum > peak) peak = sum;
+    }
+    for (c = 0; c < s->vpp; c++) held += mem[pp_rank_chunk_stage(s, r, c)];
+    return peak / held;
+}
+
+static void simulate_weighs_live_activations_by_memory_stage(void)
+{
+    static const double mem_even[4] = { 5, 5, 5, 5 }, mem_uneven[4] = { 1, 3, 1, 3 }, one[4] = { 1, 1, 1, 1 };
+    static const pp_schedule_kind kinds[] = { PP_ZBV, PP_INTERLEAVED_1F1B, PP_INTERLEAVED_ZB };
+    pp_error err;
+    int k, r;
+    for (k = 0; k < 3; k++) {
+        pp_schedule_config sc;
+        pp_schedule *s = NULL;
+        pp_sim_result *plain = NULL, *even = NULL, *uneven = NULL;
+        pp_sim_costs c;
+        memset(&sc, 0, sizeof sc);
+        sc.kind = kinds[k]; sc.pp = 2; sc.vpp = 2; sc.mb = 6;
+        PP_CHECK_OK(pp_schedule_build(&sc, &s, &err), &err);
+        if (!s) continue;
+        PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+        memset(&c, 0, sizeof c);
+        c.f_stage = mem_uneven; c.i_stage = mem_uneven; c.w_stage = mem_uneven; c.b_stage = NULL;
+        PP_CHECK_OK(pp_simulate(s, &c, &plain, &err), &err);
+        c.memory_stage = mem_even;
+        PP_CHECK_OK(pp_simulate(s, &c, &even, &err), &err);
+        c.memory_stage = mem_uneven;
+        PP_CHECK_OK(pp_simulate(s, &c, &uneven, &err), &err);
+        for (r = 0; plain && even && uneven && r < 2; r++) {
+            /* equal weights change nothing; uneven ones match the count from the timeline */
+            PP_CHECK_NEAR(even->peak_memory[r], plain->peak_memory[r], 1e-12);
+            PP_CHECK_NEAR(plain->peak_memory[r], sr_weighted_peak(s, plain, r, one), 1e-12);
+            PP_CHECK_NEAR(uneven->peak_memory[r], sr_weighted_peak(s, uneven, r, mem_uneven), 1e-12);
+            PP_CHECK_INT(uneven->peak_live[r], plain->peak_live[r]);
+        }
+        if (plain && uneven && k == 0)   /* ZB-V: the large chunks stay alive longest on rank 0 */
+            PP_CHECK_MSG(uneven->peak_memory[0] != plain->peak_memory[0], "zbv rank 0: %g vs %g",
+                         uneven->peak_memory[0], plain->peak_memory[0]);
+        pp_sim_result_free(plain); pp_sim_result_free(even); pp_sim_result_free(uneven);
+        pp_schedule_free(s);
+    }
+}
+
+static void simulate_refuses_a_bad_memory_stage(void)
+{
+    static const double neg[4] = { 1, -1, 1, 1 }, zero_rank[4] = { 0, 1, 1, 0 };
+    pp_schedule_config sc;
+    pp_schedule *s = NULL;
+    pp_sim_result *res = NULL;
+    pp_sim_costs c;
+    pp_error err;
+    memset(&sc, 0, sizeof sc);
+    sc.kind = PP_ZBV; sc.pp = 2; sc.vpp = 2; sc.mb = 4;
+    PP_CHECK_OK(pp_schedule_build(&sc, &s, &err), &err);
+    if (!s) return;
+    memset(&c, 0, sizeof c);
+    c.memory_stage = neg;
+    PP_CHECK_FAILS(pp_simulate(s, &c, &res, &err), &err, PP_EINVAL, "memory_stage[1]=-1: must be a finite number >= 0");
+    c.memory_stage = zero_rank;    /* ZB-V: rank 0 holds stages 0 and 3 */
+    PP_CHECK_FAILS(pp_simulate(s, &c, &res, &err), &err, PP_EINVAL, "the stages of rank 0 weigh 0");
+    PP_CHECK(res == NULL);
+    pp_schedule_free(s);
+}
+
+/* The search counts memory with the weights too: under a cap, the winner's weighted peak fits. */
+static void search_cap_holds_for_weighted_memory(void)
+{
+    static const double blocks[4] = { 2, 6, 2, 6 };
+    pp_search_config cfg;
+    pp_search_result *res = NULL;
+    pp_error err;
+    int k;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.pp = 2; cfg.mb = 8; cfg.vpp = 2; cfg.max_memory = 2.5;
+    cfg.costs.f_stage = blocks; cfg.costs.i_stage = blocks; cfg.costs.w_stage = blocks; cfg.costs.memory_stage = blocks;
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    if (!res) return;
+    PP_CHECK(res->best != NULL);
+    for (k = 0; k < res->count; k++)
+        if (res->entries[k].fits) PP_CHECK_MSG(res->entries[k].peak_memory <= 2.5 + 1e-12, "%s: %g", res->entries[k].name,
+                                               res->entries[k].peak_memory);
+    if (res->best) {
+        pp_sim_costs c = cfg.costs;
+        pp_sim_result *sim = NULL;
+        c.b_stage = NULL;
+        PP_CHECK_OK(pp_simulate(res->best, &c, &sim, &err), &err);
+        if (sim) PP_CHECK(sim->peak_memory[0] <= 2.5 + 1e-12 && sim->peak_memory[1] <= 2.5 + 1e-12);
+        pp_sim_result_free(sim);
+    }
+    pp_search_result_free(res);
+}
+
 const pp_test_case pp_suite_search[] = {
+    PP_TEST(simulate_weighs_live_activations_by_memory_stage),
+    PP_TEST(simulate_refuses_a_bad_memory_stage),
+    PP_TEST(search_cap_holds_for_weighted_memory),
     PP_TEST(zb_paper_table2_bubble_and_memory_of_1f1b_zb_h1_zb_h2),
     PP_TEST(zb_paper_table5_bubble_rates_with_p2p_time),
     PP_TEST(zb_paper_zbv_has_zero_bubble_at_1f1b_memory_when_f_i_w_are_equal),
