@@ -80,6 +80,9 @@ run_pp interleaved4      --schedule interleaved --vpp 4 --check --trace "$OUTDIR
 run_pp zbv               --schedule zbv --check
 run_pp interleaved-zb4   --schedule interleaved-zb --vpp 4 --check
 run_pp dualpipev         --schedule dualpipev
+if [ "$NPROC" = 2 ] && [ "$L" = 16 ]; then   # uneven stages: small first and last chunk, pp_search's order
+    run_pp search-2-6-2-6 --schedule search --layout 'Et*2|t*6|t*2|t*6L'
+fi
 if [ "${FULL:-0}" = 1 ]; then
     run_pp interleaved2      --schedule interleaved --vpp 2
     run_pp looped-bfs2       --schedule looped-bfs --vpp 2
