@@ -586,6 +586,11 @@ typedef struct pp_sim_costs {
                                    stage s (any unit, e.g. its layer count). Given, peak_memory
                                    weighs each live activation by it, so stages of unequal size
                                    (a --layout) compare fairly; else every stage weighs the same */
+    const double *const *action_cost; /* optional [pp][length]: the time of each compute action of
+                                   the schedule's programs, e.g. measured (pp_executor_timeline's
+                                   end - ready); overrides the costs above for compute. Needs a
+                                   lowered schedule (its indices are the programs'); transfers
+                                   still cost p2p_latency + bytes */
 } pp_sim_costs;
 
 typedef struct pp_sim_result {
@@ -5410,6 +5415,20 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
     for (r = 0; r < sched->pp && !has_comm; r++)
         for (i = 0; i < sched->length[r]; i++)
             if (pp__is_comm(sched->actions[r][i].op)) { has_comm = 1; break; }
+    if (costs->action_cost) {
+        if (!has_comm && sched->pp > 1)
+            return pp__fail(err, PP_EINVAL, "costs: action_cost: needs a lowered schedule (its entries follow the "
+                            "programs' indices, which lowering changes): call pp_schedule_lower first");
+        for (r = 0; r < sched->pp; r++) {
+            if (!costs->action_cost[r] && sched->length[r] > 0)
+                return pp__fail(err, PP_EINVAL, "costs: action_cost[%d]=NULL: needs a time for every action of rank %d", r, r);
+            for (i = 0; i < sched->length[r]; i++)
+                if (!pp__is_comm(sched->actions[r][i].op) &&
+                    (!(costs->action_cost[r][i] >= 0) || costs->action_cost[r][i] > DBL_MAX))
+                    return pp__fail(err, PP_EINVAL, "costs: action_cost[%d][%d]=%g: must be a finite number >= 0", r, i,
+                                    costs->action_cost[r][i]);
+        }
+    }
     if (!has_comm && sched->pp > 1) {
         st = pp_schedule_copy(sched, &lowered, err);
         if (st == PP_OK) st = pp_schedule_lower(lowered, err);
@@ -5503,9 +5522,10 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
                     }
                     if (!ready) break;
                     for (h = 0; h < nh; h++) {
-                        dur += pp__half_cost(s, costs, ops[h], stg[h]);
+                        if (!costs->action_cost) dur += pp__half_cost(s, costs, ops[h], stg[h]);
                         pp__mark_done(s, &prog, ops[h], stg[h], mbs[h]);
                     }
+                    if (costs->action_cost) dur = costs->action_cost[r][pc[r]];
                     res->start[r][pc[r]] = start;
                     res->end[r][pc[r]] = start + dur;
                     res->busy[r] += dur;

@@ -178,6 +178,11 @@ typedef struct pp_sim_costs {
                                    stage s (any unit, e.g. its layer count). Given, peak_memory
                                    weighs each live activation by it, so stages of unequal size
                                    (a --layout) compare fairly; else every stage weighs the same */
+    const double *const *action_cost; /* optional [pp][length]: the time of each compute action of
+                                   the schedule's programs, e.g. measured (pp_executor_timeline's
+                                   end - ready); overrides the costs above for compute. Needs a
+                                   lowered schedule (its indices are the programs'); transfers
+                                   still cost p2p_latency + bytes */
 } pp_sim_costs;
 
 typedef struct pp_sim_result {

@@ -674,7 +674,69 @@ static void search_cap_holds_for_weighted_memory(void)
     pp_search_result_free(res);
 }
 
+/* action_cost: measured per-action times replace the per-stage costs. The same times written
+ * per action reproduce the per-stage timeline exactly; lengthening the last action lengthens
+ * the step by as much; bad input is refused. */
+static void simulate_takes_per_action_costs(void)
+{
+    static const double f[4] = { 1, 1.5, 0.5, 2 }, i[4] = { 1.1, 1.2, 0.7, 1.9 }, w[4] = { .4, .6, .3, .8 };
+    pp_schedule_config sc;
+    pp_schedule *s = NULL, *raw = NULL;
+    pp_sim_result *by_stage = NULL, *by_action = NULL, *longer = NULL;
+    pp_sim_costs c;
+    pp_error err;
+    double *cost[2] = { NULL, NULL };
+    int r, k, last = -1;
+    memset(&sc, 0, sizeof sc);
+    sc.kind = PP_ZBV; sc.pp = 2; sc.vpp = 2; sc.mb = 6;
+    PP_CHECK_OK(pp_schedule_build(&sc, &s, &err), &err);
+    PP_CHECK_OK(pp_schedule_build(&sc, &raw, &err), &err);
+    if (!s || !raw) { pp_schedule_free(s); pp_schedule_free(raw); return; }
+    PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+    memset(&c, 0, sizeof c);
+    c.f_stage = f; c.i_stage = i; c.w_stage = w; c.p2p_latency = 0.05;
+    PP_CHECK_OK(pp_simulate(s, &c, &by_stage, &err), &err);
+    for (r = 0; r < 2; r++) {
+        cost[r] = (double *)calloc((size_t)s->length[r] + 1, sizeof(double));
+        for (k = 0; cost[r] && k < s->length[r]; k++) {
+            pp_action a = s->actions[r][k];
+            cost[r][k] = a.op == PP_OP_F ? f[a.stage] : a.op == PP_OP_I ? i[a.stage] : a.op == PP_OP_W ? w[a.stage]
+                       : a.op == PP_OP_B ? i[a.stage] + w[a.stage] : -1;   /* -1 on transfers: ignored */
+            if (cost[r][k] >= 0 && r == 0) last = k;
+        }
+    }
+    if (cost[0] && cost[1] && by_stage) {
+        const double *const *ac = (const double *const *)cost;
+        c.action_cost = ac;
+        PP_CHECK_OK(pp_simulate(s, &c, &by_action, &err), &err);
+        if (by_action) {
+            PP_CHECK_NEAR(by_action->makespan, by_stage->makespan, 1e-12);
+            for (r = 0; r < 2; r++)
+                for (k = 0; k < s->length[r]; k++) PP_CHECK_NEAR(by_action->end[r][k], by_stage->end[r][k], 1e-12);
+        }
+        /* rank 0 ends the step under ZB-V (its W of stage 0 is last): one more unit there is one
+         * more unit of step */
+        if (last >= 0 && by_stage->end[0][last] >= by_stage->end[1][s->length[1] - 1]) {
+            cost[0][last] += 1;
+            PP_CHECK_OK(pp_simulate(s, &c, &longer, &err), &err);
+            if (longer) PP_CHECK_NEAR(longer->makespan, by_stage->makespan + 1, 1e-12);
+            cost[0][last] -= 1;
+        } else {
+            PP_CHECK_MSG(0, "zbv: rank 0's last action does not end the step");
+        }
+        PP_CHECK_FAILS(pp_simulate(raw, &c, &longer, &err), &err, PP_EINVAL, "action_cost: needs a lowered schedule");
+        cost[1][0] = -2;   /* rank 1's first action is a receive: ignored; its first compute is not */
+        for (k = 0; k < s->length[1] && s->actions[1][k].op >= PP_OP_SEND_F; k++) {}
+        cost[1][k] = -2;
+        PP_CHECK_FAILS(pp_simulate(s, &c, &longer, &err), &err, PP_EINVAL, "must be a finite number >= 0");
+    }
+    pp_sim_result_free(by_stage); pp_sim_result_free(by_action); pp_sim_result_free(longer);
+    free(cost[0]); free(cost[1]);
+    pp_schedule_free(s); pp_schedule_free(raw);
+}
+
 const pp_test_case pp_suite_search[] = {
+    PP_TEST(simulate_takes_per_action_costs),
     PP_TEST(simulate_weighs_live_activations_by_memory_stage),
     PP_TEST(simulate_refuses_a_bad_memory_stage),
     PP_TEST(search_cap_holds_for_weighted_memory),
