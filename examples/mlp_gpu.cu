@@ -476,12 +476,15 @@ struct Model {
     std::vector<float *> dW1, dW2;  /* [L] */
     std::vector<float *> m1, v1, m2, v2;   /* AdamW state */
     std::vector<char> fresh;        /* [L] the block's gradient was not written yet this step */
-    /* Saved activations of one (stage, microbatch), in one slot of `slot_bytes`:
+    /* Saved activations of one (stage, microbatch) of nb blocks, in one slot of slot_size(nb):
      *   h[j], g[j]  [T, F] for j < nb;  x[j] [T, H] for 1 <= j < nb (x[0] is the stage input);
-     *   split only: dh[j] [T, F], dy[j] [T, H] for j < nb - 1 (dy[nb-1] is the grad_out).   */
-    size_t slot_bytes = 0;
+     *   split only: dh[j] [T, F], dy[j] [T, H] for j < nb - 1 (dy[nb-1] is the grad_out).
+     * Slots are kept by their stage size (stages of a --layout differ), so a small stage's
+     * activations do not take a large stage's room. */
+    size_t slot_bytes = 0;                      /* slot_size(nb), the largest */
     std::vector<char *> slots;
-    std::vector<int> free_slots;
+    std::vector<int> slot_nb;                   /* [slot] the stage size it was made for */
+    std::vector<std::vector<int>> free_slots;   /* [nb] free slots of that size */
     std::vector<int> saved;         /* [num_chunks * M] slot of (chunk, mb), or -1 */
     bf16 *dh = nullptr, *work[2] = { nullptr, nullptr };
     bf16 *inputs = nullptr, *targets = nullptr;  /* [M, T, H] on the first / last stage's rank */
@@ -503,24 +506,27 @@ static void *dev_alloc(Model &m, size_t bytes)
 
 static bf16 *sub(char *slot, size_t offset_elems) { return (bf16 *)slot + offset_elems; }
 
-/* Slot layout offsets, in bf16 elements. */
+/* Slot layout offsets, in bf16 elements, for a stage of nb blocks. */
 static size_t off_h(const Model &m, int j) { return (size_t)j * 2 * m.T * m.F; }
 static size_t off_g(const Model &m, int j) { return off_h(m, j) + (size_t)m.T * m.F; }
-static size_t off_x(const Model &m, int j) { return (size_t)m.nb * 2 * m.T * m.F + (size_t)(j - 1) * m.T * m.H; }
-static size_t off_dh(const Model &m, int j)
+static size_t off_x(const Model &m, int nb, int j) { return (size_t)nb * 2 * m.T * m.F + (size_t)(j - 1) * m.T * m.H; }
+static size_t off_dh(const Model &m, int nb, int j) { return off_x(m, nb, nb) + (size_t)j * m.T * m.F; }
+static size_t off_dy(const Model &m, int nb, int j) { return off_dh(m, nb, nb) + (size_t)j * m.T * m.H; }
+static size_t slot_size(const Model &m, int nb)
 {
-    return off_x(m, m.nb) + (size_t)j * m.T * m.F;
+    return m.split ? 2 * off_dy(m, nb, nb - 1) : 2 * off_x(m, nb, nb);
 }
-static size_t off_dy(const Model &m, int j) { return off_dh(m, m.nb) + (size_t)j * m.T * m.H; }
 
-static int slot_get(Model &m)
+static int slot_get(Model &m, int nb)
 {
-    if (m.free_slots.empty()) {
-        m.slots.push_back((char *)dev_alloc(m, m.slot_bytes));
+    std::vector<int> &fl = m.free_slots[nb];
+    if (fl.empty()) {
+        m.slots.push_back((char *)dev_alloc(m, slot_size(m, nb)));
+        m.slot_nb.push_back(nb);
         return (int)m.slots.size() - 1;
     }
-    int s = m.free_slots.back();
-    m.free_slots.pop_back();
+    int s = fl.back();
+    fl.pop_back();
     return s;
 }
 
@@ -564,8 +570,8 @@ static void model_setup(Model &m, const Options &o, int S, const int *counts, in
     m.dW1.assign(m.L, nullptr); m.dW2.assign(m.L, nullptr);
     m.m1.assign(m.L, nullptr); m.v1.assign(m.L, nullptr); m.m2.assign(m.L, nullptr); m.v2.assign(m.L, nullptr);
     m.fresh.assign(m.L, 1);
-    m.slot_bytes = 2 * off_x(m, m.nb);
-    if (split) m.slot_bytes = 2 * off_dy(m, m.nb - 1);
+    m.slot_bytes = slot_size(m, m.nb);
+    m.free_slots.assign(m.nb + 1, std::vector<int>());
     size_t th = (size_t)m.T * m.H;
     m.dh = (bf16 *)dev_alloc(m, (size_t)m.T * m.F * 2);
     m.work[0] = (bf16 *)dev_alloc(m, th * 2);
@@ -608,7 +614,7 @@ static void forward_blocks(Model &m, int b0, int nb, const bf16 *in, bf16 *out, 
     for (int j = 0; j < nb; j++) {
         int b = b0 + j;
         bf16 *h = sub(slot, off_h(m, j)), *g = sub(slot, off_g(m, j));
-        bf16 *y = j + 1 < nb ? sub(slot, off_x(m, j + 1)) : out;
+        bf16 *y = j + 1 < nb ? sub(slot, off_x(m, nb, j + 1)) : out;
         gemm_run(m.G, G_FWD1, m.W1[b], x, g, g, 0.0f, h, m.stream);           /* g = gelu(x W1^T), h kept */
         gemm_run(m.G, G_FWD2, m.W2[b], g, x, y, 1.0f, nullptr, m.stream);    /* y = x + g W2^T */
         x = y;
@@ -622,7 +628,7 @@ static void backward_blocks(Model &m, int b0, int nb, const bf16 *in, const bf16
     const bf16 *dy = grad_out;
     for (int j = nb - 1; j >= 0; j--) {
         int b = b0 + j;
-        const bf16 *x = j > 0 ? sub(slot, off_x(m, j)) : in;
+        const bf16 *x = j > 0 ? sub(slot, off_x(m, nb, j)) : in;
         bf16 *h = sub(slot, off_h(m, j)), *g = sub(slot, off_g(m, j));
         float beta = grad_beta(m, b);
         gemm_run(m.G, G_DW2, g, dy, m.dW2[b], m.dW2[b], beta, nullptr, m.stream);    /* dW2 += dy^T g */
@@ -641,10 +647,10 @@ static void backward_input_blocks(Model &m, const bf16 *grad_out, bf16 *grad_in,
     const bf16 *dy = grad_out;
     for (int j = nb - 1; j >= 0; j--) {
         int b = b0 + j;
-        bf16 *h = sub(slot, off_h(m, j)), *dh = sub(slot, off_dh(m, j));
+        bf16 *h = sub(slot, off_h(m, j)), *dh = sub(slot, off_dh(m, nb, j));
         gemm_run(m.G, G_DH, m.W2[b], dy, dh, dh, 0.0f, h, m.stream);
         if (j == 0 && !grad_in) break;
-        bf16 *dx = j > 0 ? sub(slot, off_dy(m, j - 1)) : grad_in;
+        bf16 *dx = j > 0 ? sub(slot, off_dy(m, nb, j - 1)) : grad_in;
         gemm_run(m.G, G_DX, m.W1[b], dh, dy, dx, 1.0f, nullptr, m.stream);
         dy = dx;
     }
@@ -655,11 +661,11 @@ static void backward_weight_blocks(Model &m, const bf16 *in, const bf16 *grad_ou
 {
     for (int j = nb - 1; j >= 0; j--) {
         int b = b0 + j;
-        const bf16 *x = j > 0 ? sub(slot, off_x(m, j)) : in;
-        const bf16 *dy = j == nb - 1 ? grad_out : sub(slot, off_dy(m, j));
+        const bf16 *x = j > 0 ? sub(slot, off_x(m, nb, j)) : in;
+        const bf16 *dy = j == nb - 1 ? grad_out : sub(slot, off_dy(m, nb, j));
         float beta = grad_beta(m, b);
         gemm_run(m.G, G_DW2, sub(slot, off_g(m, j)), dy, m.dW2[b], m.dW2[b], beta, nullptr, m.stream);
-        gemm_run(m.G, G_DW1, x, sub(slot, off_dh(m, j)), m.dW1[b], m.dW1[b], beta, nullptr, m.stream);
+        gemm_run(m.G, G_DW1, x, sub(slot, off_dh(m, nb, j)), m.dW1[b], m.dW1[b], beta, nullptr, m.stream);
     }
 }
 
@@ -773,7 +779,7 @@ static int cb_forward(void *user, const pp_mb_info *info, const void *in, void *
     maybe_die(r, info);
     int k = info->chunk * m.M + info->mb;
     if (m.saved[k] >= 0) return 2;   /* a forward twice without its backward */
-    m.saved[k] = slot_get(m);
+    m.saved[k] = slot_get(m, m.count[info->stage]);
     forward_blocks(m, m.first[info->stage], m.count[info->stage], (const bf16 *)in, (bf16 *)out, m.slots[m.saved[k]]);
     return cudaGetLastError() != cudaSuccess;
 }
@@ -795,7 +801,10 @@ static int take_slot(Model &m, const pp_mb_info *info, char **slot, int release)
     int k = info->chunk * m.M + info->mb;
     if (m.saved[k] < 0) return 0;
     *slot = m.slots[m.saved[k]];
-    if (release) { m.free_slots.push_back(m.saved[k]); m.saved[k] = -1; }   /* reuse is stream-ordered */
+    if (release) {   /* reuse is stream-ordered */
+        m.free_slots[m.slot_nb[m.saved[k]]].push_back(m.saved[k]);
+        m.saved[k] = -1;
+    }
     return 1;
 }
 
@@ -1115,18 +1124,26 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         size_t tb = ((size_t)R.m.T * R.m.H * sizeof(bf16) + 255) & ~(size_t)255;
         R.arena_bytes = tb * (size_t)(stats.planned_slots > 0 ? stats.planned_slots : 1);
         R.arena = (char *)dev_alloc(R.m, R.arena_bytes);
-        int live = 0, peak = 0;
+        /* per stage size: slots of one size serve only stages of that size */
+        std::vector<int> live(R.m.nb + 1, 0), peak(R.m.nb + 1, 0);
         const pp_action *prog = R.sched->actions[rank];
         for (int i = 0; i < R.sched->length[rank]; i++) {
             int op = prog[i].op;
-            if (op == PP_OP_F || op == PP_OP_FB) peak = std::max(peak, ++live);
-            if (op == PP_OP_B || op == PP_OP_W || op == PP_OP_FB) live--;
+            if (op == PP_OP_F || op == PP_OP_FB) {
+                int c = R.m.count[prog[i].stage];
+                peak[c] = std::max(peak[c], ++live[c]);
+            }
+            if (op == PP_OP_B || op == PP_OP_W) live[R.m.count[prog[i].stage]]--;
+            if (op == PP_OP_FB) live[R.m.count[prog[i].stage2]]--;
         }
-        std::vector<int> held;
-        for (int i = 0; i < peak; i++) held.push_back(slot_get(R.m));
-        for (int i : held) R.m.free_slots.push_back(i);
-        DBG("rank %d: %d boundary tensors in the arena, %d activation slots of %zu bytes", rank, stats.planned_slots, peak,
-            R.m.slot_bytes);
+        int nslots = 0;
+        for (int c = 1; c <= R.m.nb; c++) {
+            std::vector<int> held;
+            for (int i = 0; i < peak[c]; i++) held.push_back(slot_get(R.m, c));
+            for (int i : held) R.m.free_slots[c].push_back(i);
+            nslots += peak[c];
+        }
+        DBG("rank %d: %d boundary tensors in the arena, %d activation slots", rank, stats.planned_slots, nslots);
     }
     CK(cudaStreamSynchronize(R.stream));
     if (lead && !o.quiet) {
