@@ -1024,7 +1024,7 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
      * written, what it receives into is no longer read. */
     e = cudaEventRecord(t->ready, t->compute);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(nc->stream, t->ready, 0);
-    if (e == cudaSuccess && rec) e = cudaEventRecord(rec->begin, nc->stream);
+    if (e == cudaSuccess && rec && !(nccl_ops > 0 && t->gated)) e = cudaEventRecord(rec->begin, nc->stream);
     if (e != cudaSuccess) { h->in_use = 0; return pp__nccl_cuda_fail(err, e, "post"); }
 
     /* Same-rank transfers first (sends before receives, so a pair in one group meets). */
@@ -1051,6 +1051,11 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
     t->posts++;
     if (nccl_ops > 0 && t->gated && (st = pp__nccl_gate_pass(t, transfers, count, err)) != PP_OK) {
         h->in_use = 0; return st;
+    }
+    /* gated: the group's time starts once the gate opens (both sides are there), so it is the
+     * transfer's own time, not a wait for the peer */
+    if (nccl_ops > 0 && t->gated && rec && (e = cudaEventRecord(rec->begin, nc->stream)) != cudaSuccess) {
+        h->in_use = 0; return pp__nccl_cuda_fail(err, e, "post");
     }
     if (nccl_ops > 0) {
         pp__nccl_arm(nc, nc->timeout_s, "post: ncclGroupEnd");

@@ -155,7 +155,8 @@ PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, 
 
 /* Per-group device times, for timelines and bandwidth figures. With recording on, every
  * group posted gets a begin event (after the communication stream waited for the compute
- * stream: the transfer may start) and an end event. times[] gets, for the groups posted since
+ * stream, and with the arrival gate for the peer too: the transfer may start) and an end
+ * event. times[] gets, for the groups posted since
  * the last reset, seconds from base_event (a cudaEvent_t recorded on the same device before
  * them) to the begin and to the end. */
 typedef struct pp_nccl_group_time {
