@@ -666,6 +666,11 @@ static void replay_paths_at_their_edges_match_the_reference(void)
         {4, 8, 8, 40, 15, 4, 0, 0}, {4, 4, 8, 40, 15, 8, 0, 0}, {4, 4, 8, 40, 15, 4, 0, 1}, {4, 8, 4, 40, 15, 12, 0, 0},
         {1, 8, 8, 40, 15, 0, 8, 0}, {4, 4, 8, 40, 15, 0, 4, 1},
         {1, 4, 8, 320, 300, 0, 0, 0}, {1, 4, 8, 320, 300, 3, 0, 0}, {1, 8, 8, 320, 300, 0, 0, 0},
+        /* the staged path's 16-byte windows (aligned recording, rows of whole 16-byte units;
+         * layer_begin odd or even: the window starts 8 bytes below the span or on it), and
+         * rows that are not whole units (41 x 8 bytes: per-run loads) */
+        {1, 4, 8, 40, 15, 0, 0, 0}, {1, 8, 8, 40, 15, 0, 0, 0}, {2, 4, 4, 40, 15, 0, 0, 0}, {1, 4, 8, 40, 1, 0, 0, 0},
+        {1, 4, 8, 41, 15, 0, 0, 0}, {1, 4, 8, 58, 15, 16, 0, 0},
     };
     int n = 0;
     for (auto &c : cases) {
