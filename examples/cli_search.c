@@ -20,7 +20,12 @@ static void search_usage(FILE *out)
             "  --i I --w W    input-gradient and weight-gradient halves of the backward (default B/2 each)\n"
             "  --b B          full backward, when --i/--w are not given (default 2F)\n"
             "  --f-stage LIST per-stage costs instead, comma-separated, pp*vpp values (needs --vpp);\n"
-            "  --i-stage, --w-stage, --b-stage likewise\n"
+            "  --i-stage, --w-stage, --b-stage likewise; --mem-stage LIST: activation memory of each\n"
+            "                 stage (peak memory and --max-mem then weigh stages by it)\n"
+            "  --layout STR   stages of unequal size, a Megatron layout (E input, t layer, L loss, '|'\n"
+            "                 between stages, e.g. 'Et*2|t*6|t*2|t*6L'): vpp = stages / pp, and each stage\n"
+            "                 costs its layers times --f, --i, --w per layer (default 1 each) and keeps\n"
+            "                 activations in proportion (stage s is model piece s; the schedule places it)\n"
             "  --p2p L        latency per transfer; --bytes N --bandwidth GBPS add N bytes at GBPS\n"
             "  --max-mem X    cap on every rank's peak activations, in microbatches through the rank's\n"
             "                 layers (1F1B's first rank needs pp); default: no cap\n"
@@ -67,9 +72,10 @@ int pp_cli_search(int argc, char **argv)
     pp_search_config cfg;
     pp_search_result *res = NULL;
     pp_error err;
-    const char *csv = NULL, *stage_text[4] = { NULL, NULL, NULL, NULL };
-    static const char *const stage_flag[4] = { "--f-stage", "--i-stage", "--w-stage", "--b-stage" };
-    double *stage[4] = { NULL, NULL, NULL, NULL }, bytes = 0, gbps = 0;
+    const char *csv = NULL, *layout = NULL, *stage_text[5] = { NULL, NULL, NULL, NULL, NULL };
+    static const char *const stage_flag[5] = { "--f-stage", "--i-stage", "--w-stage", "--b-stage", "--mem-stage" };
+    double *stage[5] = { NULL, NULL, NULL, NULL, NULL }, bytes = 0, gbps = 0;
+    pp_layers *lay = NULL;
     long v, top = 15;
     int i, k, json = 0, have_pp = 0, have_mb = 0, rc = 0;
     memset(&cfg, 0, sizeof cfg);
@@ -112,9 +118,11 @@ int pp_cli_search(int argc, char **argv)
             if (!cli_parse_double("--max-mem", val, 0, &cfg.max_memory)) return 2;
         } else if (!strcmp(a, "--csv")) {
             csv = val;
+        } else if (!strcmp(a, "--layout")) {
+            layout = val;
         } else {
-            for (k = 0; k < 4 && strcmp(a, stage_flag[k]); k++) {}
-            if (k == 4) return cli_usage_error("unknown flag '%s' (see pipepar search --help)", a);
+            for (k = 0; k < 5 && strcmp(a, stage_flag[k]); k++) {}
+            if (k == 5) return cli_usage_error("unknown flag '%s' (see pipepar search --help)", a);
             stage_text[k] = val;
         }
     }
@@ -136,7 +144,40 @@ int pp_cli_search(int argc, char **argv)
         cfg.costs.activation_bytes = bytes;
         cfg.costs.p2p_seconds_per_byte = 1.0 / (gbps * 1e9);
     }
-    for (k = 0; k < 4; k++) {
+    if (layout) {
+        pp_layers_config lc;
+        int s0, n;
+        double per[3];
+        for (k = 0; k < 5; k++)
+            if (stage_text[k]) return cli_usage_error("--layout and %s: give one (the layout sets every stage's cost)", stage_flag[k]);
+        if (cfg.costs.b > 0 && cfg.costs.i <= 0)
+            return cli_usage_error("--layout with --b: give the halves --i and --w per layer instead");
+        memset(&lc, 0, sizeof lc);
+        lc.pp = cfg.pp; lc.layout = layout;
+        if (pp_layers_build(&lc, &lay, &err) != PP_OK) { rc = cli_usage_error("--layout=%s: %s", layout, err.message); goto done; }
+        if (cfg.vpp && cfg.vpp != lay->vpp) {
+            rc = cli_usage_error("--vpp=%d: the layout has %d stages, so vpp = %d (or leave --vpp out)", cfg.vpp,
+                                 lay->num_stages, lay->vpp);
+            goto done;
+        }
+        if (cfg.max_vpp) { rc = cli_usage_error("--layout and --max-vpp: the layout fixes vpp = %d", lay->vpp); goto done; }
+        cfg.vpp = lay->vpp;
+        n = lay->num_stages;
+        per[0] = cfg.costs.f > 0 ? cfg.costs.f : 1;
+        per[1] = cfg.costs.i > 0 ? cfg.costs.i : 1;
+        per[2] = cfg.costs.w > 0 ? cfg.costs.w : 1;
+        for (k = 0; k < 5; k++) if (k != 3) stage[k] = (double *)calloc((size_t)n, sizeof(double));
+        if (!stage[0] || !stage[1] || !stage[2] || !stage[4]) { rc = cli_usage_error("out of memory"); goto done; }
+        for (s0 = 0; s0 < n; s0++) {
+            if (lay->count[s0] < 1) {
+                rc = cli_usage_error("--layout=%s: stage %d holds no layer ('t'): every stage needs one", layout, s0);
+                goto done;
+            }
+            for (k = 0; k < 3; k++) stage[k][s0] = per[k] * lay->count[s0];
+            stage[4][s0] = lay->count[s0];
+        }
+    }
+    for (k = 0; k < 5; k++) {
         if (!stage_text[k]) continue;
         if (!cfg.vpp) return cli_usage_error("%s: per-stage costs need --vpp (they hold pp*vpp values)", stage_flag[k]);
         stage[k] = (double *)calloc((size_t)cfg.pp * (size_t)cfg.vpp, sizeof(double));
@@ -144,6 +185,7 @@ int pp_cli_search(int argc, char **argv)
         if (!parse_list(stage_flag[k], stage_text[k], cfg.pp * cfg.vpp, stage[k])) { rc = 2; goto done; }
     }
     cfg.costs.f_stage = stage[0]; cfg.costs.i_stage = stage[1]; cfg.costs.w_stage = stage[2]; cfg.costs.b_stage = stage[3];
+    cfg.costs.memory_stage = stage[4];
 
     if (pp_search(&cfg, &res, &err) != PP_OK) { rc = cli_report(&err); goto done; }
     if (json) {
@@ -193,6 +235,7 @@ int pp_cli_search(int argc, char **argv)
     }
 done:
     pp_search_result_free(res);
-    for (k = 0; k < 4; k++) free(stage[k]);
+    pp_layers_free(lay);
+    for (k = 0; k < 5; k++) free(stage[k]);
     return rc;
 }

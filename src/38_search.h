@@ -19,7 +19,16 @@
  * activations divided by vpp, i.e. in microbatches through the rank's whole layer set. 1F1B's
  * first rank peaks at pp, ZB-V at pp, ZB-H2 at 2*pp-1, DualPipeV at pp + 1/2, DualPipe at pp + 1
  * (whose chunks are whole model stages; it also holds 2x parameters, which this cap does not
- * count). DualPipe is tried with vpp = 2 when pp and mb are even and no per-stage costs are given.
+ * count). With costs.memory_stage, a live activation weighs its stage's memory instead, so
+ * stages of unequal size (a layout) are capped by what they hold. DualPipe is tried with vpp = 2
+ * when pp and mb are even and no per-stage costs are given.
+ *
+ * Uneven stages. A V schedule's bubble is the last rank's wait for the first chunk's forward
+ * and its mirror at the end, so a smaller first and last chunk shrinks it: with F = I = W per
+ * layer, pp = 2, mb = 8 and stages of 2, 6, 2, 6 layers (ranks hold 2 + 6 each), the greedy V
+ * schedule is simulated at 98.9% against ZB-V's 97.96% on even stages (`pipepar search --layout
+ * 'Et*2|t*6|t*2|t*6L'`; on 2 H200s 0.6-0.9 points over ZB-V, bench/RESULTS.md). ZB-V's fixed
+ * order on the same stages is worse than on even ones: the order must come from the costs.
  *
  * Greedy schedules (pp_schedule_build_greedy). The paper's automatic scheduler (Qi et al., ICLR
  * 2024, section 3.1) in our words: play the pipeline forward in time with the given costs; when

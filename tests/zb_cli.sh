@@ -47,6 +47,26 @@ expect_error 2 "--f-stage: per-stage costs need --vpp" search --pp 2 --mb 4 --f-
 expect_error 2 "--f-stage: 3 values, expected pp*vpp = 4" search --pp 2 --mb 4 --vpp 2 --f-stage 1,1,1
 expect_error 2 "--w-stage: 'x' is not a number" search --pp 2 --mb 4 --vpp 1 --w-stage 1,x
 expect_error 2 "--vpp and --max-vpp: give one" search --pp 2 --mb 4 --vpp 2 --max-vpp 3
+
+# --layout: stages of unequal size. 2,6,2,6 layers (small first and last chunk) under the V
+# placement: a greedy V schedule at 194 units (F = I = W = 1 per layer, 192 of work per rank)
+# against ZB-V's 196 on even stages; its memory, weighed by stage size, within the cap
+out=$($P search --pp 2 --mb 8 --layout 'Et*2|t*6|t*2|t*6L' --max-mem 3 --top 1) && ok || bad "search --layout exit $?"
+echo "$out" | grep -Eq '^best: greedy V vpp=2 .*step time 194$' && ok || bad "search --layout: best is not a 194-unit greedy V: $out"
+$P search --pp 2 --mb 8 --layout 'Et*4|t*4|t*4|t*4L' --max-mem 2 --top 1 | grep -q 'step time 196$' && ok || bad "search --layout even: not 196"
+$P search --pp 2 --mb 8 --layout 'Et*2|t*6|t*2|t*6L' --max-mem 3 --json | python3 -c '
+import json, sys
+e = json.load(sys.stdin)["entries"]
+assert all(x["vpp"] == 2 for x in e)
+assert all(x["peak_memory"] <= 3 + 1e-9 for x in e if x["fits"])
+assert any(not x["fits"] for x in e)
+' && ok || bad "search --layout --json: vpp 2 everywhere, the cap holds"
+expect_error 2 "--vpp=3: the layout has 4 stages, so vpp = 2" search --pp 2 --mb 8 --layout 'Et*2|t*6|t*2|t*6L' --vpp 3
+expect_error 2 "--layout and --f-stage: give one" search --pp 2 --mb 8 --layout 'Et|t|t|tL' --f-stage 1,1,1,1
+expect_error 2 "stage 1 holds no layer" search --pp 2 --mb 8 --layout 'Et||t*6|t*6L'
+expect_error 2 "the first layer must be E" search --pp 2 --mb 8 --layout 't|t'
+expect_error 2 "--layout with --b: give the halves" search --pp 2 --mb 8 --layout 'Et|t|t|tL' --b 2
+expect_error 2 "--mem-stage: 2 values, expected pp*vpp = 4" search --pp 2 --mb 4 --vpp 2 --mem-stage 1,3
 expect_error 2 "--max-mem=-1: must be at least 0" search --pp 2 --mb 4 --max-mem -1
 expect_error 2 "--bytes: needs --bandwidth" search --pp 2 --mb 4 --bytes 1000
 expect_error 2 "unknown flag '--kind'" search --pp 2 --mb 4 --kind zbv
