@@ -720,6 +720,8 @@ static void simulate_takes_per_action_costs(void)
             cost[0][last] += 1;
             PP_CHECK_OK(pp_simulate(s, &c, &longer, &err), &err);
             if (longer) PP_CHECK_NEAR(longer->makespan, by_stage->makespan + 1, 1e-12);
+            pp_sim_result_free(longer);
+            longer = NULL;
             cost[0][last] -= 1;
         } else {
             PP_CHECK_MSG(0, "zbv: rank 0's last action does not end the step");
