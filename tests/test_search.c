@@ -324,6 +324,70 @@ static void greedy_schedules_are_valid_and_within_the_cap(void)
     PP_CHECK(built > 1000);
 }
 
+/* Stages of unequal cost (a layout's): the greedy order depends on the costs, so its proof must
+ * hold for any of them. Random per-stage F, I, W (0.1 .. 4) and memory, pp 1..8, mb up to 32,
+ * both placements, several caps and policies: every schedule valid, within its cap, and
+ * simulated with the same costs to the end. */
+static void greedy_schedules_with_uneven_stage_costs_are_valid(void)
+{
+    static const int mbs[] = { 1, 2, 5, 8, 17, 32 };
+    static const unsigned flags[] = { 0, PP_GREEDY_FILL_ANY_GAP, PP_GREEDY_I_FIRST | PP_GREEDY_EAGER_ADMIT,
+                                      PP_GREEDY_LAZY_W | PP_GREEDY_SHALLOW_FIRST, PP_GREEDY_READY_ORDER | PP_GREEDY_FILL_ANY_GAP };
+    unsigned long long seed = 12345;
+    int pp, m, pl, vpp, built = 0;
+    for (pp = 1; pp <= 8; pp++)
+        for (m = 0; m < 6; m++)
+            for (pl = 0; pl < 2; pl++)
+                for (vpp = pl ? 2 : 1; vpp <= (pl ? 2 : 3); vpp++) {
+                    int S = pp * vpp, k, f, caps[3], c;
+                    double fs[24], is[24], ws[24], ms[24];
+                    pp_sim_costs costs;
+                    for (k = 0; k < S; k++) {
+                        double *arr[4] = { fs, is, ws, ms };
+                        int a;
+                        for (a = 0; a < 4; a++) {
+                            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                            arr[a][k] = 0.1 + 3.9 * (double)(seed >> 11) / 9007199254740992.0;
+                        }
+                    }
+                    memset(&costs, 0, sizeof costs);
+                    costs.f_stage = fs; costs.i_stage = is; costs.w_stage = ws; costs.memory_stage = ms;
+                    costs.p2p_latency = 0.05;
+                    caps[0] = vpp; caps[1] = pp * vpp; caps[2] = 2 * pp * vpp;
+                    for (c = 0; c < 3; c++)
+                        for (f = 0; f < 5; f++) {
+                            pp_error err;
+                            pp_sim_result *res = NULL;
+                            pp_schedule *s = sr_greedy(pp, mbs[m], vpp, (pp_placement)pl, caps[c], flags[f], &costs, &err);
+                            int r;
+                            if (!s) {
+                                pp_test_fail(__FILE__, __LINE__, "pp=%d mb=%d vpp=%d %s L=%d flags=%u: %s", pp, mbs[m], vpp,
+                                             pl ? "V" : "looped", caps[c], flags[f], err.message);
+                                return;
+                            }
+                            built++;
+                            if (pp_schedule_validate(s, &err) != PP_OK)
+                                pp_test_fail(__FILE__, __LINE__, "pp=%d mb=%d vpp=%d %s L=%d flags=%u: %s", pp, mbs[m], vpp,
+                                             pl ? "V" : "looped", caps[c], flags[f], err.message);
+                            for (r = 0; r < pp; r++) {
+                                int i, live = 0, peak = 0;
+                                for (i = 0; i < s->length[r]; i++) {
+                                    int op = s->actions[r][i].op;
+                                    if (op == PP_OP_F && ++live > peak) peak = live;
+                                    if (op == PP_OP_W) live--;
+                                }
+                                PP_CHECK_MSG(peak <= caps[c], "pp=%d mb=%d L=%d rank %d peak %d", pp, mbs[m], caps[c], r, peak);
+                            }
+                            if (pp_schedule_lower(s, &err) != PP_OK || pp_simulate(s, &costs, &res, &err) != PP_OK)
+                                pp_test_fail(__FILE__, __LINE__, "pp=%d mb=%d vpp=%d: %s", pp, mbs[m], vpp, err.message);
+                            else PP_CHECK(res->makespan > 0);
+                            pp_sim_result_free(res);
+                            pp_schedule_free(s);
+                        }
+                }
+    PP_CHECK(built > 1000);
+}
+
 /* At 1F1B's memory with F = I = W, the greedy order is ZB-H1's timeline: same step time. */
 static void greedy_at_1f1b_memory_matches_zb_h1_with_equal_costs(void)
 {
@@ -748,6 +812,7 @@ const pp_test_case pp_suite_search[] = {
     PP_TEST(dualpipe_readme_table_bubble_and_memory),
     PP_TEST(dualpipe_bidirectional_readme_row_bubble_and_memory),
     PP_TEST(greedy_schedules_are_valid_and_within_the_cap),
+    PP_TEST(greedy_schedules_with_uneven_stage_costs_are_valid),
     PP_TEST(greedy_at_1f1b_memory_matches_zb_h1_with_equal_costs),
     PP_TEST(greedy_names_the_parameter_it_refuses),
     PP_TEST(search_ranks_every_kind_and_returns_the_winner_lowered),
