@@ -20,6 +20,7 @@ typedef struct schedule_flags {
     double bytes, bandwidth_gbps;
     int json;
     int relower;             /* --relower: drop the CSV's communication and lower it again */
+    const char *layout;      /* simulate --layout: stages of unequal size */
 } schedule_flags;
 
 static void schedule_usage(FILE *out, int simulate)
@@ -44,6 +45,10 @@ static void schedule_usage(FILE *out, int simulate)
                 "  chunk is a whole model stage and costs all of it)\n"
                 "  --f F (default 1)  --b B (full backward, default 2F)  --i I  --w W (split backward; default B/2 each)\n"
                 "  --p2p L (latency per transfer)  --bytes N (per transfer)  --bandwidth GBPS\n"
+                "  --layout STR  stages of unequal size, a Megatron layout ('Et*2|t*6|t*2|t*6L': E input,\n"
+                "              t layer, L loss, '|' between stages; vpp = stages / pp): --f --b --i --w are then\n"
+                "              per layer, each stage costs its layers' sum, and peak memory weighs stages by\n"
+                "              their layers\n"
                 "  --json      machine-readable output\n");
     else
         fprintf(out,
@@ -69,7 +74,7 @@ static int parse_schedule_flags(int argc, char **argv, int simulate, schedule_fl
         {
             static const char *const common[] = { "--kind", "--pp", "--vpp", "--mb", "--group", "--max-live", "--from-csv" };
             static const char *const sched_only[] = { "--format", "--out" };
-            static const char *const sim_only[] = { "--f", "--b", "--i", "--w", "--p2p", "--bytes", "--bandwidth" };
+            static const char *const sim_only[] = { "--f", "--b", "--i", "--w", "--p2p", "--bytes", "--bandwidth", "--layout" };
             size_t q;
             int known = 0;
             for (q = 0; q < sizeof common / sizeof common[0]; q++) known |= !strcmp(a, common[q]);
@@ -119,6 +124,8 @@ static int parse_schedule_flags(int argc, char **argv, int simulate, schedule_fl
             if (!cli_parse_double("--p2p", val, 0, &fl->costs.p2p_latency)) return 2;
         } else if (simulate && !strcmp(a, "--bytes")) {
             if (!cli_parse_double("--bytes", val, 0, &fl->bytes)) return 2;
+        } else if (simulate && !strcmp(a, "--layout")) {
+            fl->layout = val;
         } else if (simulate && !strcmp(a, "--bandwidth")) {
             if (!cli_parse_double("--bandwidth", val, 1e-9, &fl->bandwidth_gbps)) return 2;
         } else {
@@ -219,16 +226,70 @@ done:
     return rc;
 }
 
+/* simulate --layout: the stages' layer counts, and per-stage costs (the flags' costs per layer)
+ * and memory from them; fl->cfg.vpp set from the layout. Returns 0 or an exit code. */
+static int layout_costs(schedule_flags *fl, double **arrays)
+{
+    pp_layers_config lc;
+    pp_layers *lay = NULL;
+    pp_error err;
+    double f, b, i, w;
+    int s0, k;
+    if (fl->from_csv) return cli_usage_error("--layout: not with --from-csv (the CSV's stages have no sizes)");
+    if (fl->cfg.kind == PP_DUALPIPE)
+        return cli_usage_error("--layout: dualpipe runs every model stage twice; give it even stages");
+    memset(&lc, 0, sizeof lc);
+    lc.pp = fl->cfg.pp; lc.layout = fl->layout;
+    if (pp_layers_build(&lc, &lay, &err) != PP_OK) return cli_usage_error("--layout=%s: %s", fl->layout, err.message);
+    if (fl->cfg.vpp && fl->cfg.vpp != lay->vpp) {
+        int rc = cli_usage_error("--vpp=%d: the layout has %d stages, so vpp = %d (or leave --vpp out)", fl->cfg.vpp,
+                                 lay->num_stages, lay->vpp);
+        pp_layers_free(lay);
+        return rc;
+    }
+    fl->cfg.vpp = lay->vpp;
+    f = fl->costs.f > 0 ? fl->costs.f : 1;
+    i = fl->costs.i; w = fl->costs.w;
+    b = fl->costs.b > 0 ? fl->costs.b : i > 0 || w > 0 ? i + w : 2 * f;
+    if (i <= 0 && w <= 0) { i = b / 2; w = b / 2; }
+    for (k = 0; k < 5; k++) {
+        arrays[k] = (double *)calloc((size_t)lay->num_stages, sizeof(double));
+        if (!arrays[k]) { pp_layers_free(lay); return cli_usage_error("out of memory"); }
+    }
+    for (s0 = 0; s0 < lay->num_stages; s0++) {
+        double n = lay->count[s0];
+        if (n < 1) {
+            int rc = cli_usage_error("--layout=%s: stage %d holds no layer ('t'): every stage needs one", fl->layout, s0);
+            pp_layers_free(lay);
+            return rc;
+        }
+        arrays[0][s0] = f * n; arrays[1][s0] = b * n; arrays[2][s0] = i * n; arrays[3][s0] = w * n; arrays[4][s0] = n;
+    }
+    fl->costs.f_stage = arrays[0]; fl->costs.b_stage = arrays[1]; fl->costs.i_stage = arrays[2];
+    fl->costs.w_stage = arrays[3]; fl->costs.memory_stage = arrays[4];
+    pp_layers_free(lay);
+    return 0;
+}
+
 int pp_cli_simulate(int argc, char **argv)
 {
     schedule_flags fl;
     pp_schedule *s = NULL;
     pp_sim_result *sim = NULL;
     pp_error err;
-    int rc = parse_schedule_flags(argc, argv, 1, &fl), r;
+    double *arrays[5] = { NULL, NULL, NULL, NULL, NULL };
+    int rc = parse_schedule_flags(argc, argv, 1, &fl), r, k;
     if (rc) return rc < 0 ? 0 : rc;
-    if ((rc = make_schedule(&fl, &s)) != 0) return rc;
-    if (pp_simulate(s, &fl.costs, &sim, &err) != PP_OK) { pp_schedule_free(s); return cli_report(&err); }
+    if (fl.layout && (rc = layout_costs(&fl, arrays)) != 0) {
+        for (k = 0; k < 5; k++) free(arrays[k]);
+        return rc;
+    }
+    if ((rc = make_schedule(&fl, &s)) != 0) { for (k = 0; k < 5; k++) free(arrays[k]); return rc; }
+    if (pp_simulate(s, &fl.costs, &sim, &err) != PP_OK) {
+        pp_schedule_free(s);
+        for (k = 0; k < 5; k++) free(arrays[k]);
+        return cli_report(&err);
+    }
     if (fl.json) {
         printf("{\"kind\": \"%s\", \"pp\": %d, \"vpp\": %d, \"mb\": %d, \"makespan\": %.9g, \"bubble_mean\": %.9g, "
                "\"bubble\": [", pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb, sim->makespan, sim->bubble_mean);
@@ -250,5 +311,6 @@ int pp_cli_simulate(int argc, char **argv)
     }
     pp_sim_result_free(sim);
     pp_schedule_free(s);
+    for (k = 0; k < 5; k++) free(arrays[k]);
     return 0;
 }

@@ -67,6 +67,21 @@ expect_error 2 "stage 1 holds no layer" search --pp 2 --mb 8 --layout 'Et||t*6|t
 expect_error 2 "the first layer must be E" search --pp 2 --mb 8 --layout 't|t'
 expect_error 2 "--layout with --b: give the halves" search --pp 2 --mb 8 --layout 'Et|t|t|tL' --b 2
 expect_error 2 "--mem-stage: 2 values, expected pp*vpp = 4" search --pp 2 --mb 4 --vpp 2 --mem-stage 1,3
+
+# simulate --layout: per-layer costs summed per stage; ZB-V's fixed order loses on 2,6,2,6
+# (204 units against 196 on even stages) and its memory is weighed by the stages' layers
+out=$($P simulate --kind zbv --pp 2 --mb 8 --i 1 --w 1 --layout 'Et*2|t*6|t*2|t*6L' --json) && ok || bad "simulate --layout exit $?"
+echo "$out" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["vpp"] == 2 and abs(d["makespan"] - 204) < 1e-9, d
+assert [round(x, 9) for x in d["peak_memory"]] == [1.5, 2.5], d["peak_memory"]
+' && ok || bad "simulate --layout 2,6,2,6: $out"
+$P simulate --kind zbv --pp 2 --mb 8 --i 1 --w 1 --layout 'Et*4|t*4|t*4|t*4L' | grep -q 'makespan)  196$' && ok || bad "simulate --layout even: not 196"
+expect_error 2 "--layout: dualpipe runs every model stage twice" simulate --kind dualpipe --pp 2 --mb 8 --layout 'Et|tL'
+expect_error 2 "--vpp=3: the layout has 4 stages" simulate --kind interleaved --pp 2 --vpp 3 --mb 8 --layout 'Et|t|t|tL'
+expect_error 2 "stage 2 holds no layer" simulate --kind zbv --pp 2 --mb 8 --layout 'Et|t||tL'
+expect_error 2 "unknown flag '--layout'" schedule --kind zbv --pp 2 --mb 8 --layout 'Et|t|t|tL'
 expect_error 2 "--max-mem=-1: must be at least 0" search --pp 2 --mb 4 --max-mem -1
 expect_error 2 "--bytes: needs --bandwidth" search --pp 2 --mb 4 --bytes 1000
 expect_error 2 "unknown flag '--kind'" search --pp 2 --mb 4 --kind zbv
