@@ -10,17 +10,25 @@
  *     RANK=0 WORLD_SIZE=2 ... build/mlp_gpu --schedule 1f1b    one process per GPU (torchrun,
  *     torchrun --nproc-per-node 2 --no-python build/mlp_gpu    mpirun, srun, or by hand)
  *     build/mlp_gpu --threads 2 --schedule interleaved --vpp 4 one process, one thread per GPU
+ *     ... --layout 'Et*2|t*6|t*2|t*6L' --schedule search     stages of unequal size, in the order
+ *                                                              pp_search picks for their costs
+ *
+ * NCCL groups go through the arrival gate (pp_nccl_transport_gate) unless --no-gate: a group
+ * launches only once its peer has reached the matching one, so no NCCL kernel sits on SMs
+ * waiting for it.
  *
  * What a rank does, top to bottom (search for the step names):
  *   1. set-up      NCCL communicators (pp_nccl_init, then ncclCommSplit by the rank grid), the
- *                  schedule (build, lower, validate), this rank's blocks, cuBLASLt plans
+ *                  schedule (build, lower, validate; or pp_search for --schedule search), this
+ *                  rank's blocks (L / stages each, or --layout's), cuBLASLt plans
  *   2. callbacks   forward / loss / backward (or the I and W halves) of a stage, called by the
  *                  executor pp_run_step as it walks this rank's program; every GEMM is one
  *                  cuBLASLt call with its epilogue fused (GELU_AUX forward, DGELU backward,
  *                  the residual add as beta = 1, gradient accumulation in fp32 as beta = 1)
  *   3. timing      warm-up, then timed steps (fwd + bwd of every microbatch, as PyTorch's bench
  *                  times): step time, TFLOP/s per GPU, pipeline efficiency against the single-
- *                  GPU step, exposed (not hidden) transfer time, peak memory
+ *                  GPU step, exposed (not hidden) transfer time, peak memory, and the simulator's
+ *                  prediction of the step from the measured per-stage and per-action times
  *   4. check       (--check) the pipelined gradients against a single-GPU run of the whole
  *                  model on the same GPU, relative error per weight
  *   5. trace       (--trace FILE) the measured timeline of the last timed step as Perfetto JSON
