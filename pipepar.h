@@ -590,7 +590,8 @@ typedef struct pp_sim_costs {
                                    the schedule's programs, e.g. measured (pp_executor_timeline's
                                    end - ready); overrides the costs above for compute. Needs a
                                    lowered schedule (its indices are the programs'); transfers
-                                   still cost p2p_latency + bytes */
+                                   still cost p2p_latency + bytes. pp_simulate only: pp_search and
+                                   the greedy scheduler build other schedules and refuse it */
 } pp_sim_costs;
 
 typedef struct pp_sim_result {
@@ -603,7 +604,9 @@ typedef struct pp_sim_result {
     double *peak_memory;        /* [pp] peak_live in units of a rank's whole layer set: / vpp (dual
                                    placement: each chunk is a whole model stage, so = peak_live);
                                    with costs.memory_stage, the peak of the live activations'
-                                   memory over the memory of the rank's stages (dual: of one) */
+                                   memory in units of an average rank's share, sum / pp (dual: the
+                                   stages hold the model twice, so sum / 2pp): one budget per GPU,
+                                   whatever a rank holds */
     double **start, **end;      /* [pp][length] times of each action (comm: transfer start/end) */
     int *length;                /* [pp] copy of the schedule's lengths */
 } pp_sim_result;
@@ -2100,14 +2103,17 @@ PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
  * Failure: when the communicator aborts (a deadline passed, pp_nccl_abort), the gate first opens
  * every wait of the communication stream from a stream of its own, so the NCCL kernels queued
  * behind them launch, see NCCL's abort flag and end; a dead peer gives PP_ETIMEOUT within the
- * deadline, as without the gate (tests/gpu/nccl_failure.sh runs both). Off unless called
+ * deadline, as without the gate (tests/gpu/nccl_failure.sh runs both). Known limit: a peer that
+ * is alive but behind (pp >= 3, a third rank died) can still announce afterwards and lower a
+ * flag below a queued wait, shutting it again; the fix is 64-bit flags whose high word only
+ * the abort writes (next GPU session). One gated transport per communicator. Off unless called
  * (examples/mlp_gpu.cu calls it by default). Only pp = 2 has run on GPUs so far. */
 PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, pp_error *err);
 
 /* Per-group device times, for timelines and bandwidth figures. With recording on, every
  * group posted gets a begin event (after the communication stream waited for the compute
- * stream, and with the arrival gate for the peer too: the transfer may start) and an end
- * event. times[] gets, for the groups posted since
+ * stream, and with the arrival gate for the peer too: the transfer may start; a gated group's
+ * same-rank copies, done before the gate, fall outside it) and an end event. times[] gets, for the groups posted since
  * the last reset, seconds from base_event (a cudaEvent_t recorded on the same device before
  * them) to the begin and to the end. */
 typedef struct pp_nccl_group_time {
@@ -5409,18 +5415,16 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
     st = pp__check_structure(sched, err);
     if (st != PP_OK) return st;
     if (costs->memory_stage) {
-        for (i = 0; i < sched->num_stages; i++)
+        double all = 0;
+        for (i = 0; i < sched->num_stages; i++) {
             if (!(costs->memory_stage[i] >= 0) || costs->memory_stage[i] > DBL_MAX)
                 return pp__fail(err, PP_EINVAL, "costs: memory_stage[%d]=%g: must be a finite number >= 0", i,
                                 costs->memory_stage[i]);
-        for (r = 0; r < sched->pp; r++) {
-            double held = 0;
-            int c;
-            for (c = 0; c < sched->vpp; c++) held += costs->memory_stage[pp_rank_chunk_stage(sched, r, c)];
-            if (!(held > 0))
-                return pp__fail(err, PP_EINVAL, "costs: memory_stage: the stages of rank %d weigh 0 in all (a rank's "
-                                "stages need some memory to measure against)", r);
+            all += costs->memory_stage[i];
         }
+        if (!(all > 0) || all > DBL_MAX)
+            return pp__fail(err, PP_EINVAL, "costs: memory_stage: the stages weigh %g in all (they need some memory "
+                            "to measure against)", all);
     }
     for (r = 0; r < sched->pp && !has_comm; r++)
         for (i = 0; i < sched->length[r]; i++)
@@ -5586,8 +5590,11 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
             res->peak_memory[r] = s->placement == PP_PLACEMENT_DUAL ? (double)peak : (double)peak / (double)s->vpp;
             continue;
         }
-        for (c = 0; c < s->vpp; c++) held += ms[pp_rank_chunk_stage(s, r, c)];
-        res->peak_memory[r] = peak_mem / (s->placement == PP_PLACEMENT_DUAL ? held / s->vpp : held);
+        /* one unit is an average rank's share of the model: the same absolute memory on every
+         * rank and placement, so one cap means one budget per GPU (dual: the stages are the
+         * model twice over) */
+        for (c = 0; c < s->num_stages; c++) held += ms[c];
+        res->peak_memory[r] = peak_mem / (held / (s->placement == PP_PLACEMENT_DUAL ? 2.0 * s->pp : (double)s->pp));
     }
     res->bubble_mean = 0;
     for (r = 0; r < s->pp; r++) {
@@ -6186,6 +6193,9 @@ pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_schedule **ou
         return pp__fail(err, PP_EUNSUPPORTED, "vpp=%d: the V placement has exactly 2 chunks per rank", vpp);
     if (cfg->max_live < 0)
         return pp__fail(err, PP_EINVAL, "max_live=%d: must be at least 1 (0 means pp*vpp)", cfg->max_live);
+    if (cfg->costs && cfg->costs->action_cost)
+        return pp__fail(err, PP_EINVAL, "costs: action_cost: times an existing schedule's actions; the greedy "
+                        "scheduler builds a new one (give per-stage costs)");
     L = cfg->max_live ? cfg->max_live : cfg->pp * vpp;
     if (L < vpp)
         return pp__fail(err, PP_EUNSUPPORTED,
@@ -6444,7 +6454,11 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     if (cfg->max_vpp < 0) return pp__fail(err, PP_EINVAL, "max_vpp=%d: must be at least 1 (0 means 4)", cfg->max_vpp);
     if (cfg->max_memory < 0 || cfg->max_memory != cfg->max_memory)
         return pp__fail(err, PP_EINVAL, "max_memory=%g: must be >= 0 (0 means no cap)", cfg->max_memory);
-    has_stage_costs = cfg->costs.f_stage || cfg->costs.b_stage || cfg->costs.i_stage || cfg->costs.w_stage;
+    if (cfg->costs.action_cost)
+        return pp__fail(err, PP_EINVAL, "costs: action_cost: times one schedule's own actions; a search builds "
+                        "others (give per-stage costs)");
+    has_stage_costs = cfg->costs.f_stage || cfg->costs.b_stage || cfg->costs.i_stage || cfg->costs.w_stage ||
+                      cfg->costs.memory_stage;
     if (has_stage_costs && !cfg->vpp)
         return pp__fail(err, PP_EINVAL, "vpp=0: per-stage costs hold pp*vpp entries, so the search needs the vpp "
                         "they describe");

@@ -1294,12 +1294,14 @@ static void pp__nccl_identity(uint64_t *host, uint64_t *space)
 static void pp__nccl_gate_open_all(void *user)
 {
     pp__nccl_transport *t = (pp__nccl_transport *)user;
-    int p;
+    int p, before = -1;
     if (!t->gated || !t->gate_flags || !t->gate_opener || !t->write32) return;
+    if (cudaGetDevice(&before) != cudaSuccess) before = -1;
     if (cudaSetDevice(t->nc->device) != cudaSuccess) return;
     for (p = 0; p < t->nc->world; p++)
         t->write32((CUstream)t->gate_opener, (CUdeviceptr)(uintptr_t)(t->gate_flags + p),
                    t->gate_count[p] + 0x40000000u, CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (before >= 0) cudaSetDevice(before);   /* the caller's thread keeps its device */
     (void)cudaGetLastError();
 }
 
@@ -1334,6 +1336,11 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
     if (nc->aborted) return pp__nccl_aborted(nc, err, "pp_nccl_transport_gate");
     /* every rank refuses a second call alike, before any collective */
     if (t->gate_called) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_gate: called twice on one transport");
+    /* the abort hook has one slot per communicator: a second gated transport would take it from
+     * the first, whose gates an abort would then leave shut */
+    if (nc->before_abort)
+        return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_gate: communicator of rank %d already carries a gated "
+                             "transport (one per communicator)", nc->rank);
     t->gate_called = 1;
     if (cudaSetDevice(nc->device) != cudaSuccess) return pp__nccl_fail(err, PP_EIO, "pp_nccl_transport_gate: cudaSetDevice");
     memset(&me, 0, sizeof me);

@@ -753,6 +753,7 @@ struct Rank {
      * the peer, whose NCCL connection set-up waits on this rank: a cross-rank deadlock). */
     char *arena = nullptr;
     size_t arena_bytes = 0, arena_used = 0;
+    std::string slot_summary;       /* this rank's activation slots by stage size, for the log */
 };
 
 static size_t cb_tensor_bytes(void *user, int boundary, const pp_mb_info *info)
@@ -1017,6 +1018,11 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         /* costs in units of one block's forward: F = I = W per block (each is two GEMMs of the
          * same size); a transfer of T x H bf16 at ~300 GB/s against 16 T H^2 flops at ~700
          * TFLOP/s is about 290 / H of that, plus ~20 us of latency */
+        if (lay && o.vpp && o.vpp != lay->vpp) {
+            if (lead) fprintf(stderr, "mlp_gpu: --vpp=%d: the layout has %d stages, so vpp = %d (or leave --vpp out)\n",
+                              o.vpp, lay->num_stages, lay->vpp);
+            return 2;
+        }
         int vpp = lay ? lay->vpp : (o.vpp ? o.vpp : 2), S0 = pp * vpp;
         if (!lay && o.layers % S0) {
             if (lead) fprintf(stderr, "mlp_gpu: --layers=%d: must be a multiple of pp*vpp = %d stages\n", o.layers, S0);
@@ -1033,8 +1039,12 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         q.costs.p2p_latency = 290.0 / o.hidden + 0.01;
         PPCK(pp_search(&q, &found, &e_));
         if (!found->best) {
+            double leanest = 0;
+            for (int k = 0; k < found->count; k++)
+                if (k == 0 || found->entries[k].peak_memory < leanest) leanest = found->entries[k].peak_memory;
             if (lead) fprintf(stderr, "mlp_gpu: --schedule=search: no schedule fits --max-memory=%g (the leanest "
-                              "needs %.2f)\n", o.max_memory, found->count ? found->entries[0].peak_memory : 0.0);
+                              "needs %.2f)\n", o.max_memory, leanest);
+            pp_search_result_free(found);
             return 2;
         }
         if (lead && !o.quiet) {
@@ -1084,6 +1094,8 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, pp_nccl_device(R.pipe)));
     model_setup(R.m, o, S, lay ? lay->count : nullptr, split, R.stream, o.sm_margin ? sms - o.sm_margin : 0,
                 lead && !o.quiet);
+    pp_layers_free(lay);   /* the stages' sizes now live in R.m.first / count */
+    lay = nullptr;
     std::vector<int> blocks;
     bool first = false, last = false;
     for (int c = 0; c < vpp; c++) {
@@ -1150,6 +1162,8 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
             for (int i = 0; i < peak[c]; i++) held.push_back(slot_get(R.m, c));
             for (int i : held) R.m.free_slots[c].push_back(i);
             nslots += peak[c];
+            if (peak[c]) R.slot_summary += (R.slot_summary.empty() ? "" : ", ") + std::to_string(peak[c]) + " of " +
+                                           std::to_string(c) + " block" + (c > 1 ? "s" : "");
         }
         DBG("rank %d: %d boundary tensors in the arena, %d activation slots", rank, stats.planned_slots, nslots);
     }
@@ -1159,6 +1173,7 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         for (int st = 0; st < S; st++) per += (st ? "," : "") + std::to_string(R.m.count[st]);
         printf("schedule %s pp %d vpp %d mb %d: %d stages of %s blocks, H %d, %d tokens per microbatch; set-up %.1f s\n",
                R.sched_name[0] ? R.sched_name : pp_schedule_kind_name(R.sched->kind), pp, vpp, o.mb, S, per.c_str(), o.hidden, o.tokens, now_s() - t_start);
+        printf("rank 0 activation slots (one per live stage and microbatch, by stage size): %s\n", R.slot_summary.c_str());
         fflush(stdout);
     }
 

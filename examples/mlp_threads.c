@@ -594,6 +594,7 @@ int main(int argc, char **argv)
         if (st != PP_OK) { fprintf(stderr, "mlp_threads: %s\n", err.message); pp_layers_free(lay); return 1; }
         rn.schedule = found->best;
         found->best = NULL;
+        if (!rn.schedule) snprintf(err.message, sizeof err.message, "--schedule=search: no schedule was built");
         snprintf(search_name, sizeof search_name, "search: %s (of %d simulated)", found->count ? found->entries[0].name : "",
                  found->count);
         kind_name = search_name;

@@ -182,7 +182,8 @@ typedef struct pp_sim_costs {
                                    the schedule's programs, e.g. measured (pp_executor_timeline's
                                    end - ready); overrides the costs above for compute. Needs a
                                    lowered schedule (its indices are the programs'); transfers
-                                   still cost p2p_latency + bytes */
+                                   still cost p2p_latency + bytes. pp_simulate only: pp_search and
+                                   the greedy scheduler build other schedules and refuse it */
 } pp_sim_costs;
 
 typedef struct pp_sim_result {
@@ -195,7 +196,9 @@ typedef struct pp_sim_result {
     double *peak_memory;        /* [pp] peak_live in units of a rank's whole layer set: / vpp (dual
                                    placement: each chunk is a whole model stage, so = peak_live);
                                    with costs.memory_stage, the peak of the live activations'
-                                   memory over the memory of the rank's stages (dual: of one) */
+                                   memory in units of an average rank's share, sum / pp (dual: the
+                                   stages hold the model twice, so sum / 2pp): one budget per GPU,
+                                   whatever a rank holds */
     double **start, **end;      /* [pp][length] times of each action (comm: transfer start/end) */
     int *length;                /* [pp] copy of the schedule's lengths */
 } pp_sim_result;

@@ -59,18 +59,16 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
     st = pp__check_structure(sched, err);
     if (st != PP_OK) return st;
     if (costs->memory_stage) {
-        for (i = 0; i < sched->num_stages; i++)
+        double all = 0;
+        for (i = 0; i < sched->num_stages; i++) {
             if (!(costs->memory_stage[i] >= 0) || costs->memory_stage[i] > DBL_MAX)
                 return pp__fail(err, PP_EINVAL, "costs: memory_stage[%d]=%g: must be a finite number >= 0", i,
                                 costs->memory_stage[i]);
-        for (r = 0; r < sched->pp; r++) {
-            double held = 0;
-            int c;
-            for (c = 0; c < sched->vpp; c++) held += costs->memory_stage[pp_rank_chunk_stage(sched, r, c)];
-            if (!(held > 0))
-                return pp__fail(err, PP_EINVAL, "costs: memory_stage: the stages of rank %d weigh 0 in all (a rank's "
-                                "stages need some memory to measure against)", r);
+            all += costs->memory_stage[i];
         }
+        if (!(all > 0) || all > DBL_MAX)
+            return pp__fail(err, PP_EINVAL, "costs: memory_stage: the stages weigh %g in all (they need some memory "
+                            "to measure against)", all);
     }
     for (r = 0; r < sched->pp && !has_comm; r++)
         for (i = 0; i < sched->length[r]; i++)
@@ -236,8 +234,11 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
             res->peak_memory[r] = s->placement == PP_PLACEMENT_DUAL ? (double)peak : (double)peak / (double)s->vpp;
             continue;
         }
-        for (c = 0; c < s->vpp; c++) held += ms[pp_rank_chunk_stage(s, r, c)];
-        res->peak_memory[r] = peak_mem / (s->placement == PP_PLACEMENT_DUAL ? held / s->vpp : held);
+        /* one unit is an average rank's share of the model: the same absolute memory on every
+         * rank and placement, so one cap means one budget per GPU (dual: the stages are the
+         * model twice over) */
+        for (c = 0; c < s->num_stages; c++) held += ms[c];
+        res->peak_memory[r] = peak_mem / (held / (s->placement == PP_PLACEMENT_DUAL ? 2.0 * s->pp : (double)s->pp));
     }
     res->bubble_mean = 0;
     for (r = 0; r < s->pp; r++) {

@@ -154,6 +154,9 @@ pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_schedule **ou
         return pp__fail(err, PP_EUNSUPPORTED, "vpp=%d: the V placement has exactly 2 chunks per rank", vpp);
     if (cfg->max_live < 0)
         return pp__fail(err, PP_EINVAL, "max_live=%d: must be at least 1 (0 means pp*vpp)", cfg->max_live);
+    if (cfg->costs && cfg->costs->action_cost)
+        return pp__fail(err, PP_EINVAL, "costs: action_cost: times an existing schedule's actions; the greedy "
+                        "scheduler builds a new one (give per-stage costs)");
     L = cfg->max_live ? cfg->max_live : cfg->pp * vpp;
     if (L < vpp)
         return pp__fail(err, PP_EUNSUPPORTED,
@@ -412,7 +415,11 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     if (cfg->max_vpp < 0) return pp__fail(err, PP_EINVAL, "max_vpp=%d: must be at least 1 (0 means 4)", cfg->max_vpp);
     if (cfg->max_memory < 0 || cfg->max_memory != cfg->max_memory)
         return pp__fail(err, PP_EINVAL, "max_memory=%g: must be >= 0 (0 means no cap)", cfg->max_memory);
-    has_stage_costs = cfg->costs.f_stage || cfg->costs.b_stage || cfg->costs.i_stage || cfg->costs.w_stage;
+    if (cfg->costs.action_cost)
+        return pp__fail(err, PP_EINVAL, "costs: action_cost: times one schedule's own actions; a search builds "
+                        "others (give per-stage costs)");
+    has_stage_costs = cfg->costs.f_stage || cfg->costs.b_stage || cfg->costs.i_stage || cfg->costs.w_stage ||
+                      cfg->costs.memory_stage;
     if (has_stage_costs && !cfg->vpp)
         return pp__fail(err, PP_EINVAL, "vpp=0: per-stage costs hold pp*vpp entries, so the search needs the vpp "
                         "they describe");

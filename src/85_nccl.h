@@ -149,14 +149,17 @@ PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
  * Failure: when the communicator aborts (a deadline passed, pp_nccl_abort), the gate first opens
  * every wait of the communication stream from a stream of its own, so the NCCL kernels queued
  * behind them launch, see NCCL's abort flag and end; a dead peer gives PP_ETIMEOUT within the
- * deadline, as without the gate (tests/gpu/nccl_failure.sh runs both). Off unless called
+ * deadline, as without the gate (tests/gpu/nccl_failure.sh runs both). Known limit: a peer that
+ * is alive but behind (pp >= 3, a third rank died) can still announce afterwards and lower a
+ * flag below a queued wait, shutting it again; the fix is 64-bit flags whose high word only
+ * the abort writes (next GPU session). One gated transport per communicator. Off unless called
  * (examples/mlp_gpu.cu calls it by default). Only pp = 2 has run on GPUs so far. */
 PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, pp_error *err);
 
 /* Per-group device times, for timelines and bandwidth figures. With recording on, every
  * group posted gets a begin event (after the communication stream waited for the compute
- * stream, and with the arrival gate for the peer too: the transfer may start) and an end
- * event. times[] gets, for the groups posted since
+ * stream, and with the arrival gate for the peer too: the transfer may start; a gated group's
+ * same-rank copies, done before the gate, fall outside it) and an end event. times[] gets, for the groups posted since
  * the last reset, seconds from base_event (a cudaEvent_t recorded on the same device before
  * them) to the begin and to the end. */
 typedef struct pp_nccl_group_time {

@@ -647,8 +647,9 @@ static double sr_weighted_peak(const pp_schedule *s, const pp_sim_result *res, i
         }
         if (sum > peak) peak = sum;
     }
-    for (c = 0; c < s->vpp; c++) held += mem[pp_rank_chunk_stage(s, r, c)];
-    return peak / held;
+    (void)c;
+    for (j = 0; j < s->num_stages; j++) held += mem[j];
+    return peak / (held / (s->placement == PP_PLACEMENT_DUAL ? 2.0 * s->pp : (double)s->pp));
 }
 
 static void simulate_weighs_live_activations_by_memory_stage(void)
@@ -684,6 +685,14 @@ static void simulate_weighs_live_activations_by_memory_stage(void)
         if (plain && uneven && k == 0)   /* ZB-V: the large chunks stay alive longest on rank 0 */
             PP_CHECK_MSG(uneven->peak_memory[0] != plain->peak_memory[0], "zbv rank 0: %g vs %g",
                          uneven->peak_memory[0], plain->peak_memory[0]);
+        if (plain && uneven && k == 1) {
+            /* interleaved on 1,3,1,3: rank 0 keeps more microbatches alive (it warms up longest),
+             * but rank 1 holds 6 of the 8 layers, so in one budget per GPU rank 1 needs more */
+            PP_CHECK_MSG(plain->peak_memory[0] >= plain->peak_memory[1], "interleaved, equal weights: %g vs %g",
+                         plain->peak_memory[0], plain->peak_memory[1]);
+            PP_CHECK_MSG(uneven->peak_memory[1] > uneven->peak_memory[0], "interleaved, 1,3,1,3: %g vs %g",
+                         uneven->peak_memory[1], uneven->peak_memory[0]);
+        }
         pp_sim_result_free(plain); pp_sim_result_free(even); pp_sim_result_free(uneven);
         pp_schedule_free(s);
     }
@@ -691,7 +700,7 @@ static void simulate_weighs_live_activations_by_memory_stage(void)
 
 static void simulate_refuses_a_bad_memory_stage(void)
 {
-    static const double neg[4] = { 1, -1, 1, 1 }, zero_rank[4] = { 0, 1, 1, 0 };
+    static const double neg[4] = { 1, -1, 1, 1 }, zero[4] = { 0, 0, 0, 0 };
     pp_schedule_config sc;
     pp_schedule *s = NULL;
     pp_sim_result *res = NULL;
@@ -704,10 +713,60 @@ static void simulate_refuses_a_bad_memory_stage(void)
     memset(&c, 0, sizeof c);
     c.memory_stage = neg;
     PP_CHECK_FAILS(pp_simulate(s, &c, &res, &err), &err, PP_EINVAL, "memory_stage[1]=-1: must be a finite number >= 0");
-    c.memory_stage = zero_rank;    /* ZB-V: rank 0 holds stages 0 and 3 */
-    PP_CHECK_FAILS(pp_simulate(s, &c, &res, &err), &err, PP_EINVAL, "the stages of rank 0 weigh 0");
+    c.memory_stage = zero;
+    PP_CHECK_FAILS(pp_simulate(s, &c, &res, &err), &err, PP_EINVAL, "memory_stage: the stages weigh 0 in all");
     PP_CHECK(res == NULL);
     pp_schedule_free(s);
+}
+
+/* DualPipe's stages hold the model twice: equal weights give its unweighted numbers back. */
+static void simulate_memory_stage_under_the_dual_placement(void)
+{
+    static const double w[8] = { 7, 7, 7, 7, 7, 7, 7, 7 };
+    pp_schedule_config sc;
+    pp_schedule *s = NULL;
+    pp_sim_result *a = NULL, *b = NULL;
+    pp_sim_costs c;
+    pp_error err;
+    int r;
+    memset(&sc, 0, sizeof sc);
+    sc.kind = PP_DUALPIPE; sc.pp = 4; sc.vpp = 2; sc.mb = 8;
+    PP_CHECK_OK(pp_schedule_build(&sc, &s, &err), &err);
+    if (!s) return;
+    PP_CHECK_INT(s->num_stages, 8);
+    memset(&c, 0, sizeof c);
+    PP_CHECK_OK(pp_simulate(s, &c, &a, &err), &err);
+    c.memory_stage = w;
+    PP_CHECK_OK(pp_simulate(s, &c, &b, &err), &err);
+    for (r = 0; a && b && r < 4; r++) PP_CHECK_NEAR(b->peak_memory[r], a->peak_memory[r], 1e-12);
+    pp_sim_result_free(a); pp_sim_result_free(b);
+    pp_schedule_free(s);
+}
+
+/* Per-stage memory needs the vpp it describes; per-action times belong to one schedule, so the
+ * search and the greedy scheduler, which build others, refuse them. */
+static void search_and_greedy_refuse_costs_they_cannot_apply(void)
+{
+    static const double m4[4] = { 1, 3, 1, 3 }, t[4] = { 1, 1, 1, 1 };
+    const double *rows[2] = { t, t };
+    pp_search_config cfg;
+    pp_greedy_config g;
+    pp_search_result *res = NULL;
+    pp_schedule *s = NULL;
+    pp_sim_costs c;
+    pp_error err;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.pp = 2; cfg.mb = 4; cfg.costs.memory_stage = m4;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "vpp=0: per-stage costs hold pp*vpp entries");
+    cfg.costs.memory_stage = NULL; cfg.costs.action_cost = rows; cfg.vpp = 2;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "costs: action_cost: times one schedule's own actions");
+    PP_CHECK(res == NULL);
+    memset(&c, 0, sizeof c);
+    c.action_cost = rows;
+    memset(&g, 0, sizeof g);
+    g.pp = 2; g.mb = 4; g.placement = PP_PLACEMENT_V; g.costs = &c;
+    PP_CHECK_FAILS(pp_schedule_build_greedy(&g, &s, &err), &err, PP_EINVAL, "costs: action_cost");
+    PP_CHECK(s == NULL);
 }
 
 /* The search counts memory with the weights too: under a cap, the winner's weighted peak fits. */
@@ -806,6 +865,8 @@ const pp_test_case pp_suite_search[] = {
     PP_TEST(simulate_weighs_live_activations_by_memory_stage),
     PP_TEST(simulate_refuses_a_bad_memory_stage),
     PP_TEST(search_cap_holds_for_weighted_memory),
+    PP_TEST(simulate_memory_stage_under_the_dual_placement),
+    PP_TEST(search_and_greedy_refuse_costs_they_cannot_apply),
     PP_TEST(zb_paper_table2_bubble_and_memory_of_1f1b_zb_h1_zb_h2),
     PP_TEST(zb_paper_table5_bubble_rates_with_p2p_time),
     PP_TEST(zb_paper_zbv_has_zero_bubble_at_1f1b_memory_when_f_i_w_are_equal),

@@ -16,12 +16,12 @@ DEADLINE=8
 # once with the arrival gate (mlp_gpu's default: its stream waits on a dead peer must be
 # opened by the abort, or the survivor hangs), once without it
 for mode in gate nogate; do
-flag=""; [ "$mode" = nogate ] && flag="--no-gate"
+flag=""; [ "$mode" = nogate ] && flag="--no-gate --quiet"
 echo "-- $mode"
 id=/tmp/pipepar_failure_$$_$mode.id
 log=$(mktemp -d)
 for r in 0 1; do
-    env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r PIPEPAR_NCCL_ID_FILE=$id timeout 120 "$BUILD/mlp_gpu" --quiet --schedule 1f1b \
+    env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r PIPEPAR_NCCL_ID_FILE=$id timeout 120 "$BUILD/mlp_gpu" --schedule 1f1b \
         --hidden 1024 --layers 8 --tokens 4096 --mb 8 --warmup 1 --steps 30 --timeout $DEADLINE $flag \
         --kill-rank 1 --kill-step 3 >"$log/r$r" 2>&1 &
     eval "pid$r=$!"
@@ -34,6 +34,9 @@ echo "rank 1 (exit $rc1):"; sed 's/^/    /' "$log/r1"
 [ "$rc1" -eq 137 ] && ok "$mode: rank 1 was killed (SIGKILL) mid-step" || bad "$mode: rank 1 exit $rc1, expected 137 (killed)"
 [ "$rc0" -eq 3 ] && ok "$mode: rank 0 exited cleanly with code 3 (PP_ETIMEOUT)" || bad "$mode: rank 0 exit $rc0, expected 3 (124 = hung)"
 grep -q "PP_ETIMEOUT after" "$log/r0" && ok "$mode: rank 0 reports PP_ETIMEOUT" || bad "$mode: rank 0 does not report PP_ETIMEOUT"
+if [ "$mode" = gate ]; then   # the gate was on (its set-up line; the ungated run is --quiet)
+    grep -q "arrival gate: 1 peer(s) gated" "$log/r0" && ok "gate: the gate was on" || bad "gate: the gate was not on"
+fi
 secs=$(sed -n 's/.*PP_ETIMEOUT after \([0-9.]*\) s in step.*/\1/p' "$log/r0" | head -n 1)
 if [ -n "$secs" ] && awk -v s="$secs" -v d="$DEADLINE" 'BEGIN { exit !(s <= d + 5) }'; then
     ok "$mode: detected ${secs} s after the step began (deadline ${DEADLINE} s)"

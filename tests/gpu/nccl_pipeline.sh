@@ -45,10 +45,21 @@ expect_match threads $?
 run2 nogate $SMALL --schedule interleaved --vpp 4 --no-gate --check; expect_match nogate $?
 timeout 180 "$BUILD/mlp_gpu" $SMALL --schedule zbv --threads 2 --check >"$log/gate-threads" 2>&1
 expect_match gate-threads $?
+# the gate was really on (a failed IPC mapping would leave it off and these runs ungated)
+for name in interleaved-vpp4 gate-threads; do
+    grep -q "arrival gate: 1 peer(s) gated" "$log/$name" && ok "$name: the gate is on" || bad "$name: not gated"
+done
+grep -q "arrival gate" "$log/nogate" && bad "nogate: gated anyway" || ok "nogate: no gate"
 
 # uneven stages (--layout) and the schedule pp_search picks for them (a greedy V schedule here)
 run2 layout-zbv $SMALL --schedule zbv --layout 'Et*1|t*3|t*1|t*3L' --check; expect_match layout-zbv $?
 run2 layout-search $SMALL --schedule search --layout 'Et*2|t*6|t*2|t*6L' --layers 16 --check; expect_match layout-search $?
+grep -q "stages of 2,6,2,6 blocks" "$log/layout-search" && grep -q "search: .* the fastest: greedy V" "$log/layout-search" &&
+    ok "layout-search: stages 2,6,2,6 in a greedy V order" || bad "layout-search: not the stages or the order expected"
+# activation slots are kept by stage size: rank 0 (stages of 2 and 6 blocks) holds slots of both
+# sizes, not only 6-block ones (before, every slot was sized for the largest stage)
+grep -Eq "activation slots .*: [0-9]+ of 2 blocks, [0-9]+ of 6 blocks" "$log/layout-search" &&
+    ok "layout-search: slots of 2 and of 6 blocks" || bad "layout-search: $(grep 'activation slots' "$log/layout-search")"
 run2 layout-looped $SMALL --schedule interleaved --layout 'Et*3|t|t*2|t*2L' --check; expect_match layout-looped $?
 
 # NCCL over its socket transport (a stand-in for two nodes)
