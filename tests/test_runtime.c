@@ -639,6 +639,66 @@ static pp_schedule *tm_fb_schedule(int pp, int mb)
     return s;
 }
 
+/* The orders pp_search picks (the greedy schedules among them) for stages of unequal cost, and
+ * greedy schedules at several caps: the executor runs them to the single-stage gradients. */
+static void searched_and_greedy_schedules_give_single_stage_gradients(void)
+{
+    static const double costs4[4] = { 1, 3, 1, 3 }, costs6[6] = { 2, 1, 1, 1, 1, 2 }, costs8[8] = { 1, 2, 3, 2, 2, 3, 2, 1 };
+    static const int pps[] = { 2, 3, 4 }, mbs[] = { 4, 6, 8 };
+    int k, runs = 0;
+    for (k = 0; k < 3; k++) {
+        const double *c = k == 0 ? costs4 : k == 1 ? costs6 : costs8;
+        pp_search_config cfg;
+        pp_search_result *res = NULL;
+        pp_error err;
+        char what[160];
+        memset(&cfg, 0, sizeof cfg);
+        cfg.pp = pps[k]; cfg.mb = mbs[k]; cfg.vpp = 2;
+        cfg.costs.f_stage = c; cfg.costs.i_stage = c; cfg.costs.w_stage = c; cfg.costs.memory_stage = c;
+        PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+        if (res && res->best) {
+            tm_run *run = tm_new(res->best, 2);
+            snprintf(what, sizeof what, "search pp=%d mb=%d: %s", pps[k], mbs[k], res->entries[0].name);
+            tm_check_against_reference(run, what);
+            tm_free(run);
+            runs++;
+        }
+        pp_search_result_free(res);
+    }
+    for (k = 0; k < 3; k++) {
+        int pl, cap;
+        for (pl = 0; pl < 2; pl++)
+            for (cap = 2; cap <= 2 * pps[k] * 2; cap += pps[k]) {
+                pp_greedy_config g;
+                pp_schedule *s = NULL;
+                pp_sim_costs c;
+                pp_error err;
+                char what[96];
+                memset(&c, 0, sizeof c);
+                c.f_stage = k == 0 ? costs4 : k == 1 ? costs6 : costs8; c.i_stage = c.f_stage; c.w_stage = c.f_stage;
+                memset(&g, 0, sizeof g);
+                g.pp = pps[k]; g.mb = mbs[k]; g.vpp = 2; g.placement = pl ? PP_PLACEMENT_V : PP_PLACEMENT_LOOPED;
+                g.max_live = cap; g.costs = &c; g.flags = (unsigned)(cap * 7 + pl) % PP_GREEDY_FLAG_LIMIT;
+                if (pp_schedule_build_greedy(&g, &s, &err) != PP_OK || pp_schedule_lower(s, &err) != PP_OK) {
+                    pp_test_fail(__FILE__, __LINE__, "greedy pp=%d %s cap %d: %s", pps[k], pl ? "V" : "looped", cap,
+                                 err.message);
+                    pp_schedule_free(s);
+                    continue;
+                }
+                snprintf(what, sizeof what, "greedy pp=%d mb=%d %s cap %d flags %u", pps[k], mbs[k], pl ? "V" : "looped",
+                         cap, g.flags);
+                {
+                    tm_run *run = tm_new(s, 1);
+                    tm_check_against_reference(run, what);
+                    tm_free(run);
+                }
+                pp_schedule_free(s);
+                runs++;
+            }
+    }
+    PP_CHECK(runs >= 10);
+}
+
 static void overlapped_fb_actions_give_single_stage_gradients(void)
 {
     int pp, cb;
@@ -1232,6 +1292,7 @@ static void the_timeline_orders_each_rank_and_exports_a_chrome_trace(void)
 const pp_test_case pp_suite_runtime[] = {
     PP_TEST(every_schedule_kind_gives_single_stage_loss_and_gradients),
     PP_TEST(split_backward_i_then_w_gives_single_stage_gradients),
+    PP_TEST(searched_and_greedy_schedules_give_single_stage_gradients),
     PP_TEST(overlapped_fb_actions_give_single_stage_gradients),
     PP_TEST(same_rank_neighbours_pass_tensors_in_place),
     PP_TEST(pp_1_runs_through_the_same_calls),
