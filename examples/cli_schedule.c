@@ -37,7 +37,11 @@ static void schedule_usage(FILE *out, int simulate)
             "  --max-live  zb-h2: cap on live activations per rank (default 2*pp-1; at least pp)\n"
             "  --from-csv  read PyTorch's pipeline-order CSV instead of building (one row per rank)\n"
             "  --relower   with --from-csv: drop its SEND/RECV actions and place them with pipepar's lowering\n"
-            "              (for CSVs from other tools whose groups do not pair one to one)\n",
+            "              (for CSVs from other tools whose groups do not pair one to one)\n"
+            "  --layout STR  stages of unequal size, a Megatron layout ('Et*2|t*6|t*2|t*6L': E input,\n"
+            "              t layer, L loss, '|' between stages; vpp = stages / pp, or the CSV's stages): the\n"
+            "              costs are then per layer, each stage costs its layers' sum, and peak memory\n"
+            "              weighs stages by their layers (schedule: the timeline pictures use those costs)\n",
             simulate ? "simulate" : "schedule", simulate ? "simulate" : "schedule");
     if (simulate)
         fprintf(out,
@@ -45,10 +49,6 @@ static void schedule_usage(FILE *out, int simulate)
                 "  chunk is a whole model stage and costs all of it)\n"
                 "  --f F (default 1)  --b B (full backward, default 2F)  --i I  --w W (split backward; default B/2 each)\n"
                 "  --p2p L (latency per transfer)  --bytes N (per transfer)  --bandwidth GBPS\n"
-                "  --layout STR  stages of unequal size, a Megatron layout ('Et*2|t*6|t*2|t*6L': E input,\n"
-                "              t layer, L loss, '|' between stages; vpp = stages / pp): --f --b --i --w are then\n"
-                "              per layer, each stage costs its layers' sum, and peak memory weighs stages by\n"
-                "              their layers\n"
                 "  --json      machine-readable output\n");
     else
         fprintf(out,
@@ -72,9 +72,10 @@ static int parse_schedule_flags(int argc, char **argv, int simulate, schedule_fl
         if (!strcmp(a, "--relower")) { fl->relower = 1; continue; }
         if (a[0] != '-') return cli_usage_error("unexpected argument '%s' (see pipepar %s --help)", a, simulate ? "simulate" : "schedule");
         {
-            static const char *const common[] = { "--kind", "--pp", "--vpp", "--mb", "--group", "--max-live", "--from-csv" };
+            static const char *const common[] = { "--kind", "--pp", "--vpp", "--mb", "--group", "--max-live", "--from-csv",
+                                                  "--layout" };
             static const char *const sched_only[] = { "--format", "--out" };
-            static const char *const sim_only[] = { "--f", "--b", "--i", "--w", "--p2p", "--bytes", "--bandwidth", "--layout" };
+            static const char *const sim_only[] = { "--f", "--b", "--i", "--w", "--p2p", "--bytes", "--bandwidth" };
             size_t q;
             int known = 0;
             for (q = 0; q < sizeof common / sizeof common[0]; q++) known |= !strcmp(a, common[q]);
@@ -124,7 +125,7 @@ static int parse_schedule_flags(int argc, char **argv, int simulate, schedule_fl
             if (!cli_parse_double("--p2p", val, 0, &fl->costs.p2p_latency)) return 2;
         } else if (simulate && !strcmp(a, "--bytes")) {
             if (!cli_parse_double("--bytes", val, 0, &fl->bytes)) return 2;
-        } else if (simulate && !strcmp(a, "--layout")) {
+        } else if (!strcmp(a, "--layout")) {
             fl->layout = val;
         } else if (simulate && !strcmp(a, "--bandwidth")) {
             if (!cli_parse_double("--bandwidth", val, 1e-9, &fl->bandwidth_gbps)) return 2;
@@ -178,70 +179,28 @@ static int make_schedule(const schedule_flags *fl, pp_schedule **out)
     return 0;
 }
 
-int pp_cli_schedule(int argc, char **argv)
-{
-    schedule_flags fl;
-    pp_schedule *s = NULL;
-    pp_sim_result *sim = NULL;
-    pp_error err;
-    FILE *out = stdout;
-    int rc = parse_schedule_flags(argc, argv, 0, &fl), r, i;
-    if (rc) return rc < 0 ? 0 : rc;
-    if ((rc = make_schedule(&fl, &s)) != 0) return rc;
-    if (fl.out_path && !(out = fopen(fl.out_path, "w"))) {
-        pp_schedule_free(s);
-        return cli_usage_error("--out '%s': cannot open for writing", fl.out_path);
-    }
-    if (pp_simulate(s, NULL, &sim, &err) != PP_OK) { rc = cli_report(&err); goto done; }
-    if (!strcmp(fl.format, "torch")) {
-        if (pp_schedule_write_torch(s, out, &err) != PP_OK) rc = cli_report(&err);
-    } else if (!strcmp(fl.format, "csv")) {
-        if (pp_schedule_write_csv(s, out, &err) != PP_OK) rc = cli_report(&err);
-    } else if (!strcmp(fl.format, "svg")) {
-        if (pp_schedule_write_svg(s, sim, out, &err) != PP_OK) rc = cli_report(&err);
-    } else if (!strcmp(fl.format, "json")) {
-        if (pp_schedule_write_json(s, sim, out, &err) != PP_OK) rc = cli_report(&err);
-    } else {
-        fprintf(out, "%s schedule, pp=%d, vpp=%d, mb=%d%s: valid (every dependency holds; no deadlock even when "
-                     "sends wait for their receives)\n\n",
-                pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb,
-                s->kind == PP_INTERLEAVED_1F1B ? "" : "");
-        fprintf(out, "compute order (<stage><F|B|I|W><microbatch>, PyTorch's spelling):\n");
-        if (pp_schedule_write_torch(s, out, &err) != PP_OK) { rc = cli_report(&err); goto done; }
-        fprintf(out, "\ntimeline with F=1, B=2 per rank's share of the model, free communication:\n");
-        if (pp_schedule_draw_ascii(s, sim, out, &err) != PP_OK) { rc = cli_report(&err); goto done; }
-        for (r = 0, i = 0; r < s->pp; r++) i += s->length[r];
-        if (s->placement == PP_PLACEMENT_DUAL)   /* deepseek-ai/DualPipe README, with F&B = F + B */
-            fprintf(out, "\n%d actions in all, communication included; DualPipe README bubble (pp/2-1)(F&B+B-3W) = "
-                         "%g time units with F=1, B=2, W=1 (a chunk is a whole model stage)\n", i,
-                    (s->pp / 2 - 1) * (1.0 + 2.0 + 2.0 - 3.0));
-        else
-            fprintf(out, "\n%d actions in all, communication included; textbook bubble (pp-1)/(vpp*mb+pp-1) = %.1f%%\n", i,
-                    100.0 * (s->pp - 1) / (double)(s->vpp * s->mb + s->pp - 1));
-    }
-done:
-    if (out != stdout) fclose(out);
-    pp_sim_result_free(sim);
-    pp_schedule_free(s);
-    return rc;
-}
-
-/* simulate --layout: the stages' layer counts, and per-stage costs (the flags' costs per layer)
- * and memory from them; fl->cfg.vpp set from the layout. Returns 0 or an exit code. */
-static int layout_costs(schedule_flags *fl, double **arrays)
+/* --layout: the stages' layer counts, and per-stage costs (the flags' costs per layer) and memory
+ * from them. Before building (s NULL) it sets fl->cfg.vpp from the layout; after reading a CSV
+ * (s given) the layout must have that schedule's stages. Returns 0 or an exit code. */
+static int layout_costs(schedule_flags *fl, const pp_schedule *s, double **arrays)
 {
     pp_layers_config lc;
     pp_layers *lay = NULL;
     pp_error err;
     double f, b, i, w;
     int s0, k;
-    if (fl->from_csv) return cli_usage_error("--layout: not with --from-csv (the CSV's stages have no sizes)");
-    if (fl->cfg.kind == PP_DUALPIPE)
+    if ((s ? s->placement == PP_PLACEMENT_DUAL : fl->cfg.kind == PP_DUALPIPE))
         return cli_usage_error("--layout: dualpipe runs every model stage twice; give it even stages");
     memset(&lc, 0, sizeof lc);
-    lc.pp = fl->cfg.pp; lc.layout = fl->layout;
+    lc.pp = s ? s->pp : fl->cfg.pp; lc.layout = fl->layout;
     if (pp_layers_build(&lc, &lay, &err) != PP_OK) return cli_usage_error("--layout=%s: %s", fl->layout, err.message);
-    if (fl->cfg.vpp && fl->cfg.vpp != lay->vpp) {
+    if (s && lay->num_stages != s->num_stages) {
+        int rc = cli_usage_error("--layout=%s: %d stages, but the CSV's schedule has %d", fl->layout, lay->num_stages,
+                                 s->num_stages);
+        pp_layers_free(lay);
+        return rc;
+    }
+    if (!s && fl->cfg.vpp && fl->cfg.vpp != lay->vpp) {
         int rc = cli_usage_error("--vpp=%d: the layout has %d stages, so vpp = %d (or leave --vpp out)", fl->cfg.vpp,
                                  lay->num_stages, lay->vpp);
         pp_layers_free(lay);
@@ -271,6 +230,61 @@ static int layout_costs(schedule_flags *fl, double **arrays)
     return 0;
 }
 
+int pp_cli_schedule(int argc, char **argv)
+{
+    schedule_flags fl;
+    pp_schedule *s = NULL;
+    pp_sim_result *sim = NULL;
+    pp_error err;
+    FILE *out = stdout;
+    double *arrays[5] = { NULL, NULL, NULL, NULL, NULL };
+    int rc = parse_schedule_flags(argc, argv, 0, &fl), r, i;
+    if (rc) return rc < 0 ? 0 : rc;
+    if (fl.layout && !fl.from_csv && (rc = layout_costs(&fl, NULL, arrays)) != 0) goto done;
+    if ((rc = make_schedule(&fl, &s)) != 0) goto done;
+    if (fl.layout && fl.from_csv && (rc = layout_costs(&fl, s, arrays)) != 0) goto done;
+    if (fl.out_path && !(out = fopen(fl.out_path, "w"))) {
+        out = stdout;
+        rc = cli_usage_error("--out '%s': cannot open for writing", fl.out_path);
+        goto done;
+    }
+    /* the pictures time the schedule with F = 1, B = 2 per rank's share, or per layer of --layout */
+    if (pp_simulate(s, &fl.costs, &sim, &err) != PP_OK) { rc = cli_report(&err); goto done; }
+    if (!strcmp(fl.format, "torch")) {
+        if (pp_schedule_write_torch(s, out, &err) != PP_OK) rc = cli_report(&err);
+    } else if (!strcmp(fl.format, "csv")) {
+        if (pp_schedule_write_csv(s, out, &err) != PP_OK) rc = cli_report(&err);
+    } else if (!strcmp(fl.format, "svg")) {
+        if (pp_schedule_write_svg(s, sim, out, &err) != PP_OK) rc = cli_report(&err);
+    } else if (!strcmp(fl.format, "json")) {
+        if (pp_schedule_write_json(s, sim, out, &err) != PP_OK) rc = cli_report(&err);
+    } else {
+        fprintf(out, "%s schedule, pp=%d, vpp=%d, mb=%d%s: valid (every dependency holds; no deadlock even when "
+                     "sends wait for their receives)\n\n",
+                pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb,
+                s->kind == PP_INTERLEAVED_1F1B ? "" : "");
+        fprintf(out, "compute order (<stage><F|B|I|W><microbatch>, PyTorch's spelling):\n");
+        if (pp_schedule_write_torch(s, out, &err) != PP_OK) { rc = cli_report(&err); goto done; }
+        fprintf(out, "\ntimeline with F=1, B=2 per %s, free communication:\n",
+                fl.layout ? "layer of the layout" : "rank's share of the model");
+        if (pp_schedule_draw_ascii(s, sim, out, &err) != PP_OK) { rc = cli_report(&err); goto done; }
+        for (r = 0, i = 0; r < s->pp; r++) i += s->length[r];
+        if (s->placement == PP_PLACEMENT_DUAL)   /* deepseek-ai/DualPipe README, with F&B = F + B */
+            fprintf(out, "\n%d actions in all, communication included; DualPipe README bubble (pp/2-1)(F&B+B-3W) = "
+                         "%g time units with F=1, B=2, W=1 (a chunk is a whole model stage)\n", i,
+                    (s->pp / 2 - 1) * (1.0 + 2.0 + 2.0 - 3.0));
+        else
+            fprintf(out, "\n%d actions in all, communication included; textbook bubble (pp-1)/(vpp*mb+pp-1) = %.1f%%\n", i,
+                    100.0 * (s->pp - 1) / (double)(s->vpp * s->mb + s->pp - 1));
+    }
+done:
+    if (out != stdout) fclose(out);
+    pp_sim_result_free(sim);
+    pp_schedule_free(s);
+    for (r = 0; r < 5; r++) free(arrays[r]);
+    return rc;
+}
+
 int pp_cli_simulate(int argc, char **argv)
 {
     schedule_flags fl;
@@ -280,11 +294,16 @@ int pp_cli_simulate(int argc, char **argv)
     double *arrays[5] = { NULL, NULL, NULL, NULL, NULL };
     int rc = parse_schedule_flags(argc, argv, 1, &fl), r, k;
     if (rc) return rc < 0 ? 0 : rc;
-    if (fl.layout && (rc = layout_costs(&fl, arrays)) != 0) {
+    if (fl.layout && !fl.from_csv && (rc = layout_costs(&fl, NULL, arrays)) != 0) {
         for (k = 0; k < 5; k++) free(arrays[k]);
         return rc;
     }
     if ((rc = make_schedule(&fl, &s)) != 0) { for (k = 0; k < 5; k++) free(arrays[k]); return rc; }
+    if (fl.layout && fl.from_csv && (rc = layout_costs(&fl, s, arrays)) != 0) {
+        pp_schedule_free(s);
+        for (k = 0; k < 5; k++) free(arrays[k]);
+        return rc;
+    }
     if (pp_simulate(s, &fl.costs, &sim, &err) != PP_OK) {
         pp_schedule_free(s);
         for (k = 0; k < 5; k++) free(arrays[k]);
