@@ -690,8 +690,24 @@ int main(int argc, char **argv)
     printf(pp > 8 ? " ...\n" : "\n");
     printf("  task      fit t = tanh(A x) on fresh random x: %d microbatches of %d rows a step, SGD lr %g\n\n",
            mb, rows, lr);
-    printf("the schedule (simulated: F = 1, B = 2 time units)\n");
-    if (pp_schedule_draw_ascii(rn.schedule, NULL, stdout, &err) != PP_OK) fprintf(stderr, "mlp_threads: %s\n", err.message);
+    {
+        /* the picture: F = 1, B = 2 per block, so stages of unequal size show as they run */
+        pp_sim_costs c;
+        pp_sim_result *sim = NULL;
+        int ns = rn.schedule->num_stages;
+        double *cost = (double *)malloc(sizeof(double) * 2 * (size_t)ns);
+        memset(&c, 0, sizeof c);
+        if (cost) {
+            for (i = 0; i < ns; i++) { cost[i] = rn.stage_count[i]; cost[ns + i] = 2.0 * rn.stage_count[i]; }
+            c.f_stage = cost; c.b_stage = cost + ns; c.i_stage = cost; c.w_stage = cost; c.memory_stage = cost;
+        }
+        printf("the schedule (simulated: F = 1, B = 2 time units per block)\n");
+        if (!cost || pp_simulate(rn.schedule, &c, &sim, &err) != PP_OK ||
+            pp_schedule_draw_ascii(rn.schedule, sim, stdout, &err) != PP_OK)
+            fprintf(stderr, "mlp_threads: %s\n", cost ? err.message : "out of memory");
+        pp_sim_result_free(sim);
+        free(cost);
+    }
     printf("\n");
     fflush(stdout);
 
