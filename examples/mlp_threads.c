@@ -671,11 +671,16 @@ int main(int argc, char **argv)
     printf("  model     %d blocks of x + W2 gelu(W1 x + b1) + b2, width %d, hidden %d (fp32)\n", L, D, H);
     printf("  pipeline  %s, pp=%d vpp=%d mb=%d: %d stages of ", kind_name, pp, rn.schedule->vpp, mb,
            rn.schedule->num_stages);
-    for (i = 0; i < rn.schedule->num_stages; i++) {
-        if (i && rn.schedule->num_stages > 16 && i == 8) { printf(",..."); break; }
-        printf("%s%d", i ? "," : "", rn.stage_count[i]);
+    for (i = 1; i < rn.schedule->num_stages && rn.stage_count[i] == rn.stage_count[0]; i++) {}
+    if (i == rn.schedule->num_stages) {   /* even: one number */
+        printf("%d block%s\n", rn.stage_count[0], rn.stage_count[0] > 1 ? "s" : "");
+    } else {
+        for (i = 0; i < rn.schedule->num_stages; i++) {
+            if (rn.schedule->num_stages > 16 && i == 8) { printf(",..."); break; }
+            printf("%s%d", i ? "," : "", rn.stage_count[i]);
+        }
+        printf(" blocks\n");
     }
-    printf(" block(s)\n");
     if (m.copies > L)
         printf("  dualpipe  microbatches 0..%d run down stages 0..%d, %d..%d up stages %d..%d (ranks %d..0); stage\n"
                "            %d+j holds a second copy of stage j's blocks, whose gradients are summed each step\n",

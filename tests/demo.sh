@@ -68,12 +68,12 @@ run_ok() {   # run_ok NAME NEEDLE ARGS...: 3 steps, each matching the single-sta
         else bad "$name: $n steps, $nbad not matching, or no '$needle'" "$out"; fi
     else bad "$name: exit $?" "$out"; fi
 }
-run_ok "zbv, stages 1,3,1,3" "4 stages of 1,3,1,3 block" --pp 2 --mb 8 --schedule zbv --layout 'Et*1|t*3|t*1|t*3L'
+run_ok "zbv, stages 1,3,1,3" "4 stages of 1,3,1,3 blocks" --pp 2 --mb 8 --schedule zbv --layout 'Et*1|t*3|t*1|t*3L'
 run_ok "search, stages 1,3,1,3" "search: greedy V" --pp 2 --mb 8 --schedule search --layout 'Et*1|t*3|t*1|t*3L'
 run_ok "search, even stages" "search: " --pp 3 --mb 6 --schedule search --layers 6
-run_ok "interleaved pp 3, stages 2,1,1,1,1,2" "6 stages of 2,1,1,1,1,2 block" --pp 3 --mb 6 --schedule interleaved \
+run_ok "interleaved pp 3, stages 2,1,1,1,1,2" "6 stages of 2,1,1,1,1,2 blocks" --pp 3 --mb 6 --schedule interleaved \
     --layout 'Et*2|t|t|t|t|t*2L'
-run_ok "1f1b pp 4, Megatron's uneven first stage" "4 stages of 3,2,2,1 block" --pp 4 --mb 8 --schedule 1f1b \
+run_ok "1f1b pp 4, Megatron's uneven first stage" "4 stages of 3,2,2,1 blocks" --pp 4 --mb 8 --schedule 1f1b \
     --layout 'Et*3|t*2|t*2|tL'
 
 # 5. bad flags: exit 2 and one line naming the flag and the rule
