@@ -5403,7 +5403,7 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
     unsigned char *arrived_f = NULL, *arrived_b = NULL;
     pp__progress prog = { NULL, NULL, NULL };
     int r, i, finished = 0, has_comm = 0;
-    double t0 = DBL_MAX, t1 = 0;
+    double t0 = DBL_MAX, t1 = 0, mem_all = 0;
 
     if (!sched || !out) return pp__fail(err, PP_EINVAL, "schedule and out: must not be NULL");
     *out = NULL;
@@ -5415,16 +5415,15 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
     st = pp__check_structure(sched, err);
     if (st != PP_OK) return st;
     if (costs->memory_stage) {
-        double all = 0;
         for (i = 0; i < sched->num_stages; i++) {
             if (!(costs->memory_stage[i] >= 0) || costs->memory_stage[i] > DBL_MAX)
                 return pp__fail(err, PP_EINVAL, "costs: memory_stage[%d]=%g: must be a finite number >= 0", i,
                                 costs->memory_stage[i]);
-            all += costs->memory_stage[i];
+            mem_all += costs->memory_stage[i];
         }
-        if (!(all > 0) || all > DBL_MAX)
+        if (!(mem_all > 0) || mem_all > DBL_MAX)
             return pp__fail(err, PP_EINVAL, "costs: memory_stage: the stages weigh %g in all (they need some memory "
-                            "to measure against)", all);
+                            "to measure against)", mem_all);
     }
     for (r = 0; r < sched->pp && !has_comm; r++)
         for (i = 0; i < sched->length[r]; i++)
@@ -5567,8 +5566,8 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
      * next allocation comes first, as it should. */
     for (r = 0; r < s->pp; r++) {
         const double *ms = costs->memory_stage;
-        int live = 0, peak = 0, c;
-        double live_mem = 0, peak_mem = 0, held = 0;
+        int live = 0, peak = 0;
+        double live_mem = 0, peak_mem = 0;
         for (i = 0; i < s->length[r]; i++) {
             pp_action a = s->actions[r][i];
             int ops[2], stg[2], mbs[2], h, nh;
@@ -5593,8 +5592,7 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
         /* one unit is an average rank's share of the model: the same absolute memory on every
          * rank and placement, so one cap means one budget per GPU (dual: the stages are the
          * model twice over) */
-        for (c = 0; c < s->num_stages; c++) held += ms[c];
-        res->peak_memory[r] = peak_mem / (held / (s->placement == PP_PLACEMENT_DUAL ? 2.0 * s->pp : (double)s->pp));
+        res->peak_memory[r] = peak_mem / (mem_all / (s->placement == PP_PLACEMENT_DUAL ? 2.0 * s->pp : (double)s->pp));
     }
     res->bubble_mean = 0;
     for (r = 0; r < s->pp; r++) {

@@ -120,4 +120,39 @@ static char *cli_read_file(const char *path, size_t *len_out)
     if (f != stdin) fclose(f);
     return buf;
 }
+
+/* --layout: the stages of a Megatron layout string on pp ranks (pp_layers_build's rules), each
+ * holding at least one layer ('t'), since a stage's costs and memory scale with its layers. Then
+ * arrays[k][s] = per_layer[k] * layers of stage s, for k < n (callers pick which costs; allocated,
+ * the caller frees them). Returns 0, or an exit code with the message printed. */
+static int cli_layout_stages(const char *layout, int pp, const double *per_layer, int n, double **arrays,
+                             pp_layers **out)
+#if defined(__GNUC__)
+    __attribute__((unused))
+#endif
+    ;
+static int cli_layout_stages(const char *layout, int pp, const double *per_layer, int n, double **arrays,
+                             pp_layers **out)
+{
+    pp_layers_config lc;
+    pp_layers *lay = NULL;
+    pp_error err;
+    int s, k;
+    *out = NULL;
+    memset(&lc, 0, sizeof lc);
+    lc.pp = pp; lc.layout = layout;
+    if (pp_layers_build(&lc, &lay, &err) != PP_OK) return cli_usage_error("--layout=%s: %s", layout, err.message);
+    for (s = 0; s < lay->num_stages; s++)
+        if (lay->count[s] < 1) {
+            pp_layers_free(lay);
+            return cli_usage_error("--layout=%s: stage %d holds no layer ('t'): every stage needs one", layout, s);
+        }
+    for (k = 0; k < n; k++) {
+        arrays[k] = (double *)calloc((size_t)lay->num_stages, sizeof(double));
+        if (!arrays[k]) { pp_layers_free(lay); return cli_usage_error("out of memory"); }
+        for (s = 0; s < lay->num_stages; s++) arrays[k][s] = per_layer[k] * lay->count[s];
+    }
+    *out = lay;
+    return 0;
+}
 #endif

@@ -184,50 +184,31 @@ static int make_schedule(const schedule_flags *fl, pp_schedule **out)
  * (s given) the layout must have that schedule's stages. Returns 0 or an exit code. */
 static int layout_costs(schedule_flags *fl, const pp_schedule *s, double **arrays)
 {
-    pp_layers_config lc;
     pp_layers *lay = NULL;
-    pp_error err;
-    double f, b, i, w;
-    int s0, k;
+    double per[5];
+    int rc;
     if ((s ? s->placement == PP_PLACEMENT_DUAL : fl->cfg.kind == PP_DUALPIPE))
         return cli_usage_error("--layout: dualpipe runs every model stage twice; give it even stages");
-    memset(&lc, 0, sizeof lc);
-    lc.pp = s ? s->pp : fl->cfg.pp; lc.layout = fl->layout;
-    if (pp_layers_build(&lc, &lay, &err) != PP_OK) return cli_usage_error("--layout=%s: %s", fl->layout, err.message);
-    if (s && lay->num_stages != s->num_stages) {
-        int rc = cli_usage_error("--layout=%s: %d stages, but the CSV's schedule has %d", fl->layout, lay->num_stages,
-                                 s->num_stages);
-        pp_layers_free(lay);
-        return rc;
+    /* per layer: F, B, I, W with pp_simulate's defaults, and one unit of memory */
+    per[0] = fl->costs.f > 0 ? fl->costs.f : 1;
+    per[2] = fl->costs.i; per[3] = fl->costs.w;
+    per[1] = fl->costs.b > 0 ? fl->costs.b : per[2] > 0 || per[3] > 0 ? per[2] + per[3] : 2 * per[0];
+    if (per[2] <= 0 && per[3] <= 0) { per[2] = per[1] / 2; per[3] = per[1] / 2; }
+    per[4] = 1;
+    if ((rc = cli_layout_stages(fl->layout, s ? s->pp : fl->cfg.pp, per, 5, arrays, &lay)) != 0) return rc;
+    if (s && lay->num_stages != s->num_stages)
+        rc = cli_usage_error("--layout=%s: %d stages, but the CSV's schedule has %d", fl->layout, lay->num_stages,
+                             s->num_stages);
+    else if (!s && fl->cfg.vpp && fl->cfg.vpp != lay->vpp)
+        rc = cli_usage_error("--vpp=%d: the layout has %d stages, so vpp = %d (or leave --vpp out)", fl->cfg.vpp,
+                             lay->num_stages, lay->vpp);
+    if (rc == 0) {
+        fl->cfg.vpp = lay->vpp;
+        fl->costs.f_stage = arrays[0]; fl->costs.b_stage = arrays[1]; fl->costs.i_stage = arrays[2];
+        fl->costs.w_stage = arrays[3]; fl->costs.memory_stage = arrays[4];
     }
-    if (!s && fl->cfg.vpp && fl->cfg.vpp != lay->vpp) {
-        int rc = cli_usage_error("--vpp=%d: the layout has %d stages, so vpp = %d (or leave --vpp out)", fl->cfg.vpp,
-                                 lay->num_stages, lay->vpp);
-        pp_layers_free(lay);
-        return rc;
-    }
-    fl->cfg.vpp = lay->vpp;
-    f = fl->costs.f > 0 ? fl->costs.f : 1;
-    i = fl->costs.i; w = fl->costs.w;
-    b = fl->costs.b > 0 ? fl->costs.b : i > 0 || w > 0 ? i + w : 2 * f;
-    if (i <= 0 && w <= 0) { i = b / 2; w = b / 2; }
-    for (k = 0; k < 5; k++) {
-        arrays[k] = (double *)calloc((size_t)lay->num_stages, sizeof(double));
-        if (!arrays[k]) { pp_layers_free(lay); return cli_usage_error("out of memory"); }
-    }
-    for (s0 = 0; s0 < lay->num_stages; s0++) {
-        double n = lay->count[s0];
-        if (n < 1) {
-            int rc = cli_usage_error("--layout=%s: stage %d holds no layer ('t'): every stage needs one", fl->layout, s0);
-            pp_layers_free(lay);
-            return rc;
-        }
-        arrays[0][s0] = f * n; arrays[1][s0] = b * n; arrays[2][s0] = i * n; arrays[3][s0] = w * n; arrays[4][s0] = n;
-    }
-    fl->costs.f_stage = arrays[0]; fl->costs.b_stage = arrays[1]; fl->costs.i_stage = arrays[2];
-    fl->costs.w_stage = arrays[3]; fl->costs.memory_stage = arrays[4];
     pp_layers_free(lay);
-    return 0;
+    return rc;
 }
 
 int pp_cli_schedule(int argc, char **argv)

@@ -145,16 +145,18 @@ int pp_cli_search(int argc, char **argv)
         cfg.costs.p2p_seconds_per_byte = 1.0 / (gbps * 1e9);
     }
     if (layout) {
-        pp_layers_config lc;
-        int s0, n;
-        double per[3];
+        /* per layer F, I, W (default 1 each), B = I + W, and one unit of memory */
+        double per[5];
         for (k = 0; k < 5; k++)
             if (stage_text[k]) return cli_usage_error("--layout and %s: give one (the layout sets every stage's cost)", stage_flag[k]);
         if (cfg.costs.b > 0 && cfg.costs.i <= 0)
             return cli_usage_error("--layout with --b: give the halves --i and --w per layer instead");
-        memset(&lc, 0, sizeof lc);
-        lc.pp = cfg.pp; lc.layout = layout;
-        if (pp_layers_build(&lc, &lay, &err) != PP_OK) { rc = cli_usage_error("--layout=%s: %s", layout, err.message); goto done; }
+        per[0] = cfg.costs.f > 0 ? cfg.costs.f : 1;
+        per[1] = cfg.costs.i > 0 ? cfg.costs.i : 1;
+        per[2] = cfg.costs.w > 0 ? cfg.costs.w : 1;
+        per[3] = per[1] + per[2];
+        per[4] = 1;
+        if ((rc = cli_layout_stages(layout, cfg.pp, per, 5, stage, &lay)) != 0) goto done;
         if (cfg.vpp && cfg.vpp != lay->vpp) {
             rc = cli_usage_error("--vpp=%d: the layout has %d stages, so vpp = %d (or leave --vpp out)", cfg.vpp,
                                  lay->num_stages, lay->vpp);
@@ -162,20 +164,6 @@ int pp_cli_search(int argc, char **argv)
         }
         if (cfg.max_vpp) { rc = cli_usage_error("--layout and --max-vpp: the layout fixes vpp = %d", lay->vpp); goto done; }
         cfg.vpp = lay->vpp;
-        n = lay->num_stages;
-        per[0] = cfg.costs.f > 0 ? cfg.costs.f : 1;
-        per[1] = cfg.costs.i > 0 ? cfg.costs.i : 1;
-        per[2] = cfg.costs.w > 0 ? cfg.costs.w : 1;
-        for (k = 0; k < 5; k++) if (k != 3) stage[k] = (double *)calloc((size_t)n, sizeof(double));
-        if (!stage[0] || !stage[1] || !stage[2] || !stage[4]) { rc = cli_usage_error("out of memory"); goto done; }
-        for (s0 = 0; s0 < n; s0++) {
-            if (lay->count[s0] < 1) {
-                rc = cli_usage_error("--layout=%s: stage %d holds no layer ('t'): every stage needs one", layout, s0);
-                goto done;
-            }
-            for (k = 0; k < 3; k++) stage[k][s0] = per[k] * lay->count[s0];
-            stage[4][s0] = lay->count[s0];
-        }
     }
     for (k = 0; k < 5; k++) {
         if (!stage_text[k]) continue;

@@ -627,7 +627,7 @@ static void search_winner_csv_reads_back_identical(void)
 static double sr_weighted_peak(const pp_schedule *s, const pp_sim_result *res, int r, const double *mem)
 {
     double peak = 0, held = 0;
-    int i, j, c;
+    int i, j;
     for (i = 0; i < s->length[r]; i++) {
         pp_action a = s->actions[r][i];
         double t, sum = 0;
@@ -647,7 +647,6 @@ static double sr_weighted_peak(const pp_schedule *s, const pp_sim_result *res, i
         }
         if (sum > peak) peak = sum;
     }
-    (void)c;
     for (j = 0; j < s->num_stages; j++) held += mem[j];
     return peak / (held / (s->placement == PP_PLACEMENT_DUAL ? 2.0 * s->pp : (double)s->pp));
 }
