@@ -1411,6 +1411,28 @@ PIPEPAR_API pp_status pp_executor_timeline(const pp_executor *ex, pp_timeline *o
  * Times start at 0 at the earliest action of all timelines. */
 PIPEPAR_API pp_status pp_timeline_write_chrome_trace(const pp_timeline *ranks, int count, FILE *out,
                                                      pp_error *err);
+/* Where a measured step's time went, rank by rank: each idle stretch of a rank's compute (from
+ * the end of its previous compute action, or the step's start, to the start of the next) is
+ * split by what the next action was waiting for. Its input from another rank was still being
+ * computed there: wait_compute, the schedule's own bubble as it ran. That input was computed,
+ * but had not arrived or the action had not started: wait_transfer, communication not hidden
+ * (the transfer itself, or its group waiting behind another on the communication stream). No
+ * input from another rank: wait_other, launch gaps and host overhead. tail runs from the rank's
+ * last action to the step's end (the last action of any rank); the step runs from the earliest
+ * start of any action. busy + the waits + tail = the step on every rank (per_rank[rank], up to
+ * the clock's noise). The timelines are
+ * every rank's of one step, on one clock (the host clock of one machine: processes on one host
+ * qualify), each with its schedule set (the same one); a missing rank is an error. */
+typedef struct pp_idle {
+    double step;            /* the step, the same for every rank */
+    double busy;            /* compute */
+    double wait_compute;
+    double wait_transfer;
+    double wait_other;
+    double tail;
+} pp_idle;
+
+PIPEPAR_API pp_status pp_timeline_idle(const pp_timeline *ranks, int count, pp_idle *per_rank, pp_error *err);
 /* The measured timeline as text, `width` columns wide (0 means 96), in the layout of
  * pp_schedule_draw_ascii: per rank a line of forwards, a line of backwards (B or I) and, when
  * there are any, a line of W, and with several chunks per rank a line of the chunk at work;
@@ -2098,15 +2120,18 @@ PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
  * Collective over nc: every rank calls it once, before the transport's first post (both are
  * checked, on every rank alike). Peers on other hosts or in other namespaces, or that cannot
  * map this device's memory, are not gated (their groups run as before); *gated_peers gets how
- * many are (optional). Counts are 32-bit: 2^32 groups with one peer wrap (years at pipeline rates).
+ * many are (optional). Each peer's flag is 64-bit: the peer writes the low word, the high word
+ * only when the low one wraps (PIPEPAR_NCCL_GATE_BASE starts the counts elsewhere, for tests
+ * that cross 2^32; every rank must set the same). The device must have 64-bit stream memory
+ * operations (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS); where it has not, the pair stays ungated.
  * Measured on 2 H200s (bench/RESULTS.md): interleaved vpp 4 710 -> 699 ms, ZB-V 691 -> 688 ms.
  * Failure: when the communicator aborts (a deadline passed, pp_nccl_abort), the gate first opens
  * every wait of the communication stream from a stream of its own, so the NCCL kernels queued
  * behind them launch, see NCCL's abort flag and end; a dead peer gives PP_ETIMEOUT within the
- * deadline, as without the gate (tests/gpu/nccl_failure.sh runs both). Known limit: a peer that
- * is alive but behind (pp >= 3, a third rank died) can still announce afterwards and lower a
- * flag below a queued wait, shutting it again; the fix is 64-bit flags whose high word only
- * the abort writes (next GPU session). One gated transport per communicator. Off unless called
+ * deadline, as without the gate (tests/gpu/nccl_failure.sh runs both). The abort writes the
+ * flags' high words, which the peers' announcements leave alone: a peer that is alive but
+ * behind (pp >= 3, a third rank died) and announces afterwards cannot shut an opened wait
+ * (tests/gpu/test_nccl.cu stages exactly that). One gated transport per communicator. Off unless called
  * (examples/mlp_gpu.cu calls it by default). Only pp = 2 has run on GPUs so far. */
 PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, pp_error *err);
 
@@ -9734,6 +9759,93 @@ static char pp__mb_digit(int m)
 {
     static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
     return m >= 0 && m < 62 ? digits[m] : '#';
+}
+
+pp_status pp_timeline_idle(const pp_timeline *t, int count, pp_idle *idle, pp_error *err)
+{
+    const pp_schedule *s;
+    double t0 = DBL_MAX, t1 = -DBL_MAX, *f_end = NULL, *b_end = NULL;
+    unsigned char *seen = NULL;
+    size_t n, k;
+    int r, i, h;
+    pp_status st = PP_OK;
+    if (!t || count < 1 || !idle) return pp__fail(err, PP_EINVAL, "timelines (count=%d) and per_rank: must be given", count);
+    s = t[0].schedule;
+    if (!s) return pp__fail(err, PP_EINVAL, "timeline 0: schedule is NULL (the producers of each input come from it)");
+    if (count != s->pp)
+        return pp__fail(err, PP_EINVAL, "count=%d: must be the schedule's pp=%d (every rank's timeline)", count, s->pp);
+    seen = (unsigned char *)pp__calloc((size_t)count, 1);
+    if (!seen) return pp__fail(err, PP_ENOMEM, "out of memory");
+    for (r = 0; r < count && st == PP_OK; r++) {
+        if (t[r].schedule != s) st = pp__fail(err, PP_EINVAL, "timeline %d: a different schedule than timeline 0's", r);
+        else if (t[r].rank < 0 || t[r].rank >= s->pp || seen[t[r].rank])
+            st = pp__fail(err, PP_EINVAL, "timeline %d: rank=%d: must be one of 0..%d, each once", r, t[r].rank, s->pp - 1);
+        else if (t[r].length != s->length[t[r].rank])
+            st = pp__fail(err, PP_EINVAL, "timeline %d: length=%d: rank %d's program has %d actions", r, t[r].length,
+                          t[r].rank, s->length[t[r].rank]);
+        else if (t[r].length > 0 && (!t[r].actions || !t[r].start || !t[r].ready || !t[r].end))
+            st = pp__fail(err, PP_EINVAL, "timeline %d: length=%d but an array is NULL", r, t[r].length);
+        else seen[t[r].rank] = 1;
+    }
+    PIPEPAR_FREE(seen);
+    if (st != PP_OK) return st;
+    n = (size_t)s->num_stages * (size_t)s->mb;
+    f_end = (double *)PIPEPAR_MALLOC((n ? n : 1) * sizeof(double));
+    b_end = (double *)PIPEPAR_MALLOC((n ? n : 1) * sizeof(double));
+    if (!f_end || !b_end) { PIPEPAR_FREE(f_end); PIPEPAR_FREE(b_end); return pp__fail(err, PP_ENOMEM, "out of memory"); }
+    for (k = 0; k < n; k++) f_end[k] = b_end[k] = -DBL_MAX;
+    /* when each tensor was made: an overlapped F&B hands both halves' outputs over at its end */
+    for (r = 0; r < count; r++)
+        for (i = 0; i < t[r].length; i++) {
+            int ops[2], stg[2], mbs[2], nh;
+            if (t[r].start[i] < 0) continue;
+            if (t[r].start[i] < t0) t0 = t[r].start[i];
+            if (t[r].end[i] > t1) t1 = t[r].end[i];
+            if (pp__is_comm(t[r].actions[i].op) || t[r].ready[i] < 0) continue;
+            nh = pp__halves(t[r].actions[i], ops, stg, mbs);
+            for (h = 0; h < nh; h++) {
+                if (stg[h] < 0 || stg[h] >= s->num_stages || mbs[h] < 0 || mbs[h] >= s->mb) continue;
+                k = PP__SM(s, stg[h], mbs[h]);
+                if (ops[h] == PP_OP_F) f_end[k] = t[r].end[i];
+                else if (ops[h] == PP_OP_B || ops[h] == PP_OP_I) b_end[k] = t[r].end[i];
+            }
+        }
+    if (t0 == DBL_MAX) t0 = t1 = 0;
+    for (r = 0; r < count; r++) {
+        pp_idle *o = &idle[t[r].rank];   /* by rank, whatever order the timelines came in */
+        double prev = t0;
+        memset(o, 0, sizeof *o);
+        o->step = t1 - t0;
+        for (i = 0; i < t[r].length; i++) {
+            int ops[2], stg[2], mbs[2], nh, from;
+            double gap, made = -DBL_MAX;
+            if (pp__is_comm(t[r].actions[i].op) || t[r].start[i] < 0 || t[r].ready[i] < 0) continue;
+            o->busy += t[r].end[i] - t[r].ready[i];
+            gap = t[r].ready[i] - prev;
+            if (gap > 0) {
+                nh = pp__halves(t[r].actions[i], ops, stg, mbs);
+                for (h = 0; h < nh; h++) {
+                    double at;
+                    if (stg[h] < 0 || stg[h] >= s->num_stages || mbs[h] < 0 || mbs[h] >= s->mb) continue;
+                    if (!pp__cross_input(s, ops[h], stg[h], mbs[h], &from)) continue;
+                    at = ops[h] == PP_OP_F ? f_end[PP__SM(s, from, mbs[h])] : b_end[PP__SM(s, from, mbs[h])];
+                    if (at > made) made = at;
+                }
+                if (made == -DBL_MAX) o->wait_other += gap;
+                else {
+                    double c = made - prev;
+                    if (c < 0) c = 0;
+                    if (c > gap) c = gap;
+                    o->wait_compute += c;
+                    o->wait_transfer += gap - c;
+                }
+            }
+            if (t[r].end[i] > prev) prev = t[r].end[i];
+        }
+        o->tail = t1 - prev;
+    }
+    PIPEPAR_FREE(f_end); PIPEPAR_FREE(b_end);
+    return pp__ok(err);
 }
 
 pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FILE *out, pp_error *err)

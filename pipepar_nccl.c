@@ -851,11 +851,13 @@ typedef struct pp__nccl_transport {
     long long posts;            /* groups posted */
     /* the arrival gate (pp_nccl_transport_gate) */
     int gated, gate_called;
-    uint32_t *gate_flags;       /* device [world]: gate_flags[p] = groups peer p has reached with us */
+    uint64_t *gate_flags;       /* device [world]: gate_flags[p] = groups peer p has reached with us;
+                                   peer p writes the low word (and the high word when the low one
+                                   wraps), only our abort writes the high word otherwise */
     CUdeviceptr *gate_remote;   /* [world]: address of peer p's gate_flags[rank]; 0: p not gated */
     void **gate_opened;         /* [world]: IPC mappings to close */
-    uint32_t *gate_count;       /* [world]: groups we have posted with p */
-    CUresult (*wait32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+    uint64_t *gate_count;       /* [world]: groups we have posted with p */
+    CUresult (*wait64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
     CUresult (*write32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
     cudaStream_t gate_opener;   /* opens every gate on abort, beside a communication stream that
                                    may sit on one */
@@ -972,6 +974,12 @@ static int pp__nccl_first_of_peer(const pp_transfer *x, int i)
     return 1;
 }
 
+/* The flags are 64-bit and each word has one writer at a time: the peer writes the low word with
+ * every announcement, and the high word only when the low one wraps (once in 2^32 groups: low
+ * first, so the count never reads ahead of itself); our abort writes the high word, 2^30 above
+ * any count. A peer that is alive but behind and announces after our abort then cannot pull
+ * the flag back under a wait that is still queued. The waits compare cyclically over 64 bits,
+ * (int64_t)(flag - count) >= 0. */
 static pp_status pp__nccl_gate_pass(pp__nccl_transport *t, const pp_transfer *x, int count, pp_error *err)
 {
     pp_nccl *nc = t->nc;
@@ -979,14 +987,19 @@ static pp_status pp__nccl_gate_pass(pp__nccl_transport *t, const pp_transfer *x,
     CUresult r = CUDA_SUCCESS;
     for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
         int p = x[i].peer;
+        uint64_t next;
         if (p == nc->rank || !t->gate_remote[p] || !pp__nccl_first_of_peer(x, i)) continue;
-        r = t->write32((CUstream)nc->stream, t->gate_remote[p], t->gate_count[p] + 1, CU_STREAM_WRITE_VALUE_DEFAULT);
-        if (r == CUDA_SUCCESS) t->gate_count[p]++;
+        next = t->gate_count[p] + 1;
+        r = t->write32((CUstream)nc->stream, t->gate_remote[p], (cuuint32_t)next, CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (r == CUDA_SUCCESS && (uint32_t)next == 0)
+            r = t->write32((CUstream)nc->stream, t->gate_remote[p] + 4, (cuuint32_t)(next >> 32),
+                           CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (r == CUDA_SUCCESS) t->gate_count[p] = next;
     }
     for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
         int p = x[i].peer;
         if (p == nc->rank || !t->gate_remote[p] || !pp__nccl_first_of_peer(x, i)) continue;
-        r = t->wait32((CUstream)nc->stream, (CUdeviceptr)(uintptr_t)(t->gate_flags + p), t->gate_count[p],
+        r = t->wait64((CUstream)nc->stream, (CUdeviceptr)(uintptr_t)(t->gate_flags + p), t->gate_count[p],
                       CU_STREAM_WAIT_VALUE_GEQ);
     }
     if (r != CUDA_SUCCESS)
@@ -1215,7 +1228,26 @@ typedef struct pp__nccl_gate_card {   /* what each rank tells the others */
     int64_t pid;
     int32_t device, ok;
     int64_t posts;                    /* groups this transport has posted so far */
+    uint64_t base;                    /* the first count (PIPEPAR_NCCL_GATE_BASE; 0) */
+    int32_t bad_base;                 /* that variable did not parse: every rank refuses */
 } pp__nccl_gate_card;
+
+/* Where the counts start: 0, or PIPEPAR_NCCL_GATE_BASE for tests that cross the low word's wrap
+ * at 2^32 without posting four billion groups first (every rank must set the same). */
+static pp_status pp__nccl_gate_base(uint64_t *base, pp_error *err)
+{
+    const char *s = getenv("PIPEPAR_NCCL_GATE_BASE");
+    char *end = NULL;
+    unsigned long long v;
+    *base = 0;
+    if (!s || !*s) return PP_OK;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno || !end || *end || *s == '-' || v >= (1ull << 62))
+        return pp__nccl_fail(err, PP_EINVAL, "PIPEPAR_NCCL_GATE_BASE='%s': must be a whole number below 2^62", s);
+    *base = (uint64_t)v;
+    return PP_OK;
+}
 
 /* An all-gather of `bytes` bytes per rank through the communicator, host to host, within the
  * communicator's deadline. Both host ends are staged through pinned memory: a copy from or to
@@ -1289,8 +1321,9 @@ static void pp__nccl_identity(uint64_t *host, uint64_t *space)
 /* On abort: every wait of the communication stream on a gate is opened, from a stream of its
  * own, so that the NCCL kernels queued behind the waits launch, find NCCL's abort flag set and
  * end. Without it a wait for a dead peer never passes, and ncclCommAbort, which waits for the
- * communicator's work, waits for it forever. The flags get count + 2^30: the waits compare
- * cyclically ((int32_t)(flag - count) >= 0), so an all-ones flag would read as "behind". */
+ * communicator's work, waits for it forever. The high word of each flag gets 2^30 above our
+ * count's: the waits compare cyclically, so an all-ones word would read as "behind", and the
+ * peers write only the low word, so a live peer that announces later leaves the gate open. */
 static void pp__nccl_gate_open_all(void *user)
 {
     pp__nccl_transport *t = (pp__nccl_transport *)user;
@@ -1299,8 +1332,8 @@ static void pp__nccl_gate_open_all(void *user)
     if (cudaGetDevice(&before) != cudaSuccess) before = -1;
     if (cudaSetDevice(t->nc->device) != cudaSuccess) return;
     for (p = 0; p < t->nc->world; p++)
-        t->write32((CUstream)t->gate_opener, (CUdeviceptr)(uintptr_t)(t->gate_flags + p),
-                   t->gate_count[p] + 0x40000000u, CU_STREAM_WRITE_VALUE_DEFAULT);
+        t->write32((CUstream)t->gate_opener, (CUdeviceptr)(uintptr_t)(t->gate_flags + p) + 4,
+                   (cuuint32_t)(t->gate_count[p] >> 32) + 0x40000000u, CU_STREAM_WRITE_VALUE_DEFAULT);
     if (before >= 0) cudaSetDevice(before);   /* the caller's thread keeps its device */
     (void)cudaGetLastError();
 }
@@ -1346,7 +1379,7 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
     memset(&me, 0, sizeof me);
     t->gate_remote = (CUdeviceptr *)calloc((size_t)nc->world, sizeof *t->gate_remote);
     t->gate_opened = (void **)calloc((size_t)nc->world, sizeof *t->gate_opened);
-    t->gate_count = (uint32_t *)calloc((size_t)nc->world, sizeof *t->gate_count);
+    t->gate_count = (uint64_t *)calloc((size_t)nc->world, sizeof *t->gate_count);
     cards = (pp__nccl_gate_card *)calloc((size_t)nc->world, sizeof *cards);
     mapped = (unsigned char *)calloc((size_t)nc->world, 1);
     all_mapped = (unsigned char *)calloc((size_t)nc->world * (size_t)nc->world, 1);
@@ -1358,20 +1391,31 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
     /* This rank can take part when the driver has stream memory operations and the flags exist;
      * it still joins both all-gathers when it cannot (everyone must). */
     {
-        enum cudaDriverEntryPointQueryResult q1 = cudaDriverEntryPointSymbolNotFound, q2 = q1;
-        void *w = NULL, *v = NULL;
-        e = cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &w, 12000, cudaEnableDefault, &q1);
+        enum cudaDriverEntryPointQueryResult q1 = cudaDriverEntryPointSymbolNotFound, q2 = q1, q3 = q1;
+        void *w = NULL, *v = NULL, *a = NULL;
+        int can64 = 0;
+        e = cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &w, 12000, cudaEnableDefault, &q1);
         if (e == cudaSuccess) e = cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &v, 12000, cudaEnableDefault, &q2);
-        me.ok = e == cudaSuccess && q1 == cudaDriverEntryPointSuccess && q2 == cudaDriverEntryPointSuccess && w && v;
+        if (e == cudaSuccess) e = cudaGetDriverEntryPointByVersion("cuDeviceGetAttribute", &a, 12000, cudaEnableDefault, &q3);
+        me.ok = e == cudaSuccess && q1 == cudaDriverEntryPointSuccess && q2 == cudaDriverEntryPointSuccess &&
+                q3 == cudaDriverEntryPointSuccess && w && v && a;
+        if (me.ok) {   /* the 64-bit wait is optional in the driver: ask (a CUdevice is its ordinal) */
+            CUresult (*attr)(int *, CUdevice_attribute, CUdevice);
+            *(void **)&attr = a;
+            me.ok = attr(&can64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, (CUdevice)nc->device) == CUDA_SUCCESS &&
+                    can64;
+        }
         if (me.ok) {
-            *(void **)&t->wait32 = w;
+            *(void **)&t->wait64 = w;
             *(void **)&t->write32 = v;
         }
         (void)cudaGetLastError();
     }
+    if (me.ok && (st = pp__nccl_gate_base(&me.base, err)) != PP_OK) me.ok = 0, me.bad_base = 1;
     if (me.ok) {
-        e = cudaMalloc((void **)&t->gate_flags, sizeof(uint32_t) * (size_t)nc->world);
-        if (e == cudaSuccess) e = cudaMemset(t->gate_flags, 0, sizeof(uint32_t) * (size_t)nc->world);
+        e = cudaMalloc((void **)&t->gate_flags, sizeof(uint64_t) * (size_t)nc->world);
+        for (p = 0; e == cudaSuccess && p < nc->world; p++)   /* every peer has reached `base` groups */
+            e = cudaMemcpy(t->gate_flags + p, &me.base, sizeof me.base, cudaMemcpyHostToDevice);
         if (e == cudaSuccess) e = cudaDeviceSynchronize();
         if (e == cudaSuccess) e = cudaIpcGetMemHandle(&me.handle, t->gate_flags);
         if (e == cudaSuccess) {
@@ -1395,6 +1439,20 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
                                "(rank %d has posted %lld groups)", p, (long long)cards[p].posts);
             goto fail;
         }
+    for (p = 0; p < nc->world; p++)
+        if (cards[p].bad_base || (cards[p].ok && me.ok && cards[p].base != me.base)) {
+            if (me.bad_base) pp__nccl_gate_base(&me.base, err);   /* this rank's own message */
+            else if (cards[p].bad_base)
+                pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_gate: PIPEPAR_NCCL_GATE_BASE on rank %d is not a whole "
+                              "number below 2^62", p);
+            else
+                pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_gate: PIPEPAR_NCCL_GATE_BASE differs between ranks "
+                              "(rank %d: %llu, rank %d: %llu): every rank must set the same", p,
+                              (unsigned long long)cards[p].base, nc->rank, (unsigned long long)me.base);
+            st = PP_EINVAL;
+            goto fail;
+        }
+    for (p = 0; p < nc->world; p++) t->gate_count[p] = me.base;
     /* map every peer on this host that can take part */
     for (p = 0; p < nc->world; p++) {
         void *ptr = NULL;
@@ -1418,7 +1476,7 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
             (void)cudaGetLastError();
         }
         if (ptr) {
-            t->gate_remote[p] = (CUdeviceptr)(uintptr_t)((uint32_t *)ptr + nc->rank);
+            t->gate_remote[p] = (CUdeviceptr)(uintptr_t)((uint64_t *)ptr + nc->rank);
             mapped[p] = 1;
         }
     }

@@ -1364,9 +1364,9 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         fflush(stdout);
     }
 
-    /* 5. trace: every rank's timeline of the last timed step (times from that step's start) to
-     *    rank 0, through the pipeline communicator, written as one Perfetto file */
-    if (o.trace) {
+    /* 5. every rank's timeline of the last timed step (times from that step's start) to rank 0,
+     *    through the pipeline communicator: where each rank's idle time went, and the trace */
+    {
         int total = 0;
         std::vector<int> off(pp + 1, 0);
         for (int r = 0; r < pp; r++) { off[r] = total; total += 3 * R.sched->length[r]; }
@@ -1389,16 +1389,37 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
                         buf[3 * r + k][i] = v < -1e8f ? -1.0 : (double)v;
                     }
                 }
-                tls[r].rank = r; tls[r].length = len; tls[r].actions = R.sched->actions[r];
+                tls[r].rank = r; tls[r].length = len; tls[r].actions = R.sched->actions[r]; tls[r].schedule = R.sched;
                 tls[r].start = buf[3 * r].data(); tls[r].ready = buf[3 * r + 1].data(); tls[r].end = buf[3 * r + 2].data();
             }
-            FILE *f = fopen(o.trace, "w");
-            if (!f) { fprintf(stderr, "mlp_gpu: --trace=%s: cannot create the file\n", o.trace); return 1; }
-            pp_status st = pp_timeline_write_chrome_trace(tls.data(), pp, f, &e0);
-            fclose(f);
-            if (st != PP_OK) { fprintf(stderr, "mlp_gpu: trace: %s\n", e0.message); return 1; }
-            printf("trace of the last step written to %s (open in ui.perfetto.dev)\n", o.trace);
-            pp_timeline_draw_ascii(tls.data(), pp, 100, stdout, NULL);
+            /* each idle stretch by what ended it: the peer's compute (the schedule's bubble), a
+             * transfer after the peer had computed (communication not hidden), or neither */
+            std::vector<pp_idle> idle(pp);
+            if (pp_timeline_idle(tls.data(), pp, idle.data(), &e0) == PP_OK) {
+                double worst_xfer = 0;
+                printf("  where the last step went, ms = compute + waiting for the peer's compute + for transfers + "
+                       "other gaps + tail:\n");
+                for (int r = 0; r < pp; r++) {
+                    printf("    rank %d: %.1f = %.1f + %.1f + %.2f + %.2f + %.1f\n", r, idle[r].step * 1e3,
+                           idle[r].busy * 1e3, idle[r].wait_compute * 1e3, idle[r].wait_transfer * 1e3,
+                           idle[r].wait_other * 1e3, idle[r].tail * 1e3);
+                    worst_xfer = std::max(worst_xfer, idle[r].wait_transfer);
+                }
+                printf("  exposed transfer (the most of any rank): %.2f ms, %.2f%% of the step\n", worst_xfer * 1e3,
+                       100.0 * worst_xfer / std::max(1e-12, idle[0].step));
+            } else {
+                printf("  where the last step went: %s\n", e0.message);
+            }
+            if (o.trace) {
+                FILE *f = fopen(o.trace, "w");
+                if (!f) { fprintf(stderr, "mlp_gpu: --trace=%s: cannot create the file\n", o.trace); return 1; }
+                pp_status st = pp_timeline_write_chrome_trace(tls.data(), pp, f, &e0);
+                fclose(f);
+                if (st != PP_OK) { fprintf(stderr, "mlp_gpu: trace: %s\n", e0.message); return 1; }
+                printf("trace of the last step written to %s (open in ui.perfetto.dev)\n", o.trace);
+                pp_timeline_draw_ascii(tls.data(), pp, 100, stdout, NULL);
+            }
+            fflush(stdout);
         }
     }
 

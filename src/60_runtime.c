@@ -1581,6 +1581,93 @@ static char pp__mb_digit(int m)
     return m >= 0 && m < 62 ? digits[m] : '#';
 }
 
+pp_status pp_timeline_idle(const pp_timeline *t, int count, pp_idle *idle, pp_error *err)
+{
+    const pp_schedule *s;
+    double t0 = DBL_MAX, t1 = -DBL_MAX, *f_end = NULL, *b_end = NULL;
+    unsigned char *seen = NULL;
+    size_t n, k;
+    int r, i, h;
+    pp_status st = PP_OK;
+    if (!t || count < 1 || !idle) return pp__fail(err, PP_EINVAL, "timelines (count=%d) and per_rank: must be given", count);
+    s = t[0].schedule;
+    if (!s) return pp__fail(err, PP_EINVAL, "timeline 0: schedule is NULL (the producers of each input come from it)");
+    if (count != s->pp)
+        return pp__fail(err, PP_EINVAL, "count=%d: must be the schedule's pp=%d (every rank's timeline)", count, s->pp);
+    seen = (unsigned char *)pp__calloc((size_t)count, 1);
+    if (!seen) return pp__fail(err, PP_ENOMEM, "out of memory");
+    for (r = 0; r < count && st == PP_OK; r++) {
+        if (t[r].schedule != s) st = pp__fail(err, PP_EINVAL, "timeline %d: a different schedule than timeline 0's", r);
+        else if (t[r].rank < 0 || t[r].rank >= s->pp || seen[t[r].rank])
+            st = pp__fail(err, PP_EINVAL, "timeline %d: rank=%d: must be one of 0..%d, each once", r, t[r].rank, s->pp - 1);
+        else if (t[r].length != s->length[t[r].rank])
+            st = pp__fail(err, PP_EINVAL, "timeline %d: length=%d: rank %d's program has %d actions", r, t[r].length,
+                          t[r].rank, s->length[t[r].rank]);
+        else if (t[r].length > 0 && (!t[r].actions || !t[r].start || !t[r].ready || !t[r].end))
+            st = pp__fail(err, PP_EINVAL, "timeline %d: length=%d but an array is NULL", r, t[r].length);
+        else seen[t[r].rank] = 1;
+    }
+    PIPEPAR_FREE(seen);
+    if (st != PP_OK) return st;
+    n = (size_t)s->num_stages * (size_t)s->mb;
+    f_end = (double *)PIPEPAR_MALLOC((n ? n : 1) * sizeof(double));
+    b_end = (double *)PIPEPAR_MALLOC((n ? n : 1) * sizeof(double));
+    if (!f_end || !b_end) { PIPEPAR_FREE(f_end); PIPEPAR_FREE(b_end); return pp__fail(err, PP_ENOMEM, "out of memory"); }
+    for (k = 0; k < n; k++) f_end[k] = b_end[k] = -DBL_MAX;
+    /* when each tensor was made: an overlapped F&B hands both halves' outputs over at its end */
+    for (r = 0; r < count; r++)
+        for (i = 0; i < t[r].length; i++) {
+            int ops[2], stg[2], mbs[2], nh;
+            if (t[r].start[i] < 0) continue;
+            if (t[r].start[i] < t0) t0 = t[r].start[i];
+            if (t[r].end[i] > t1) t1 = t[r].end[i];
+            if (pp__is_comm(t[r].actions[i].op) || t[r].ready[i] < 0) continue;
+            nh = pp__halves(t[r].actions[i], ops, stg, mbs);
+            for (h = 0; h < nh; h++) {
+                if (stg[h] < 0 || stg[h] >= s->num_stages || mbs[h] < 0 || mbs[h] >= s->mb) continue;
+                k = PP__SM(s, stg[h], mbs[h]);
+                if (ops[h] == PP_OP_F) f_end[k] = t[r].end[i];
+                else if (ops[h] == PP_OP_B || ops[h] == PP_OP_I) b_end[k] = t[r].end[i];
+            }
+        }
+    if (t0 == DBL_MAX) t0 = t1 = 0;
+    for (r = 0; r < count; r++) {
+        pp_idle *o = &idle[t[r].rank];   /* by rank, whatever order the timelines came in */
+        double prev = t0;
+        memset(o, 0, sizeof *o);
+        o->step = t1 - t0;
+        for (i = 0; i < t[r].length; i++) {
+            int ops[2], stg[2], mbs[2], nh, from;
+            double gap, made = -DBL_MAX;
+            if (pp__is_comm(t[r].actions[i].op) || t[r].start[i] < 0 || t[r].ready[i] < 0) continue;
+            o->busy += t[r].end[i] - t[r].ready[i];
+            gap = t[r].ready[i] - prev;
+            if (gap > 0) {
+                nh = pp__halves(t[r].actions[i], ops, stg, mbs);
+                for (h = 0; h < nh; h++) {
+                    double at;
+                    if (stg[h] < 0 || stg[h] >= s->num_stages || mbs[h] < 0 || mbs[h] >= s->mb) continue;
+                    if (!pp__cross_input(s, ops[h], stg[h], mbs[h], &from)) continue;
+                    at = ops[h] == PP_OP_F ? f_end[PP__SM(s, from, mbs[h])] : b_end[PP__SM(s, from, mbs[h])];
+                    if (at > made) made = at;
+                }
+                if (made == -DBL_MAX) o->wait_other += gap;
+                else {
+                    double c = made - prev;
+                    if (c < 0) c = 0;
+                    if (c > gap) c = gap;
+                    o->wait_compute += c;
+                    o->wait_transfer += gap - c;
+                }
+            }
+            if (t[r].end[i] > prev) prev = t[r].end[i];
+        }
+        o->tail = t1 - prev;
+    }
+    PIPEPAR_FREE(f_end); PIPEPAR_FREE(b_end);
+    return pp__ok(err);
+}
+
 pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FILE *out, pp_error *err)
 {
     pp__text x = { NULL, 0, 0, 0 };

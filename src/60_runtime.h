@@ -305,6 +305,28 @@ PIPEPAR_API pp_status pp_executor_timeline(const pp_executor *ex, pp_timeline *o
  * Times start at 0 at the earliest action of all timelines. */
 PIPEPAR_API pp_status pp_timeline_write_chrome_trace(const pp_timeline *ranks, int count, FILE *out,
                                                      pp_error *err);
+/* Where a measured step's time went, rank by rank: each idle stretch of a rank's compute (from
+ * the end of its previous compute action, or the step's start, to the start of the next) is
+ * split by what the next action was waiting for. Its input from another rank was still being
+ * computed there: wait_compute, the schedule's own bubble as it ran. That input was computed,
+ * but had not arrived or the action had not started: wait_transfer, communication not hidden
+ * (the transfer itself, or its group waiting behind another on the communication stream). No
+ * input from another rank: wait_other, launch gaps and host overhead. tail runs from the rank's
+ * last action to the step's end (the last action of any rank); the step runs from the earliest
+ * start of any action. busy + the waits + tail = the step on every rank (per_rank[rank], up to
+ * the clock's noise). The timelines are
+ * every rank's of one step, on one clock (the host clock of one machine: processes on one host
+ * qualify), each with its schedule set (the same one); a missing rank is an error. */
+typedef struct pp_idle {
+    double step;            /* the step, the same for every rank */
+    double busy;            /* compute */
+    double wait_compute;
+    double wait_transfer;
+    double wait_other;
+    double tail;
+} pp_idle;
+
+PIPEPAR_API pp_status pp_timeline_idle(const pp_timeline *ranks, int count, pp_idle *per_rank, pp_error *err);
 /* The measured timeline as text, `width` columns wide (0 means 96), in the layout of
  * pp_schedule_draw_ascii: per rank a line of forwards, a line of backwards (B or I) and, when
  * there are any, a line of W, and with several chunks per rank a line of the chunk at work;

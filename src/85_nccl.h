@@ -144,15 +144,18 @@ PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
  * Collective over nc: every rank calls it once, before the transport's first post (both are
  * checked, on every rank alike). Peers on other hosts or in other namespaces, or that cannot
  * map this device's memory, are not gated (their groups run as before); *gated_peers gets how
- * many are (optional). Counts are 32-bit: 2^32 groups with one peer wrap (years at pipeline rates).
+ * many are (optional). Each peer's flag is 64-bit: the peer writes the low word, the high word
+ * only when the low one wraps (PIPEPAR_NCCL_GATE_BASE starts the counts elsewhere, for tests
+ * that cross 2^32; every rank must set the same). The device must have 64-bit stream memory
+ * operations (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS); where it has not, the pair stays ungated.
  * Measured on 2 H200s (bench/RESULTS.md): interleaved vpp 4 710 -> 699 ms, ZB-V 691 -> 688 ms.
  * Failure: when the communicator aborts (a deadline passed, pp_nccl_abort), the gate first opens
  * every wait of the communication stream from a stream of its own, so the NCCL kernels queued
  * behind them launch, see NCCL's abort flag and end; a dead peer gives PP_ETIMEOUT within the
- * deadline, as without the gate (tests/gpu/nccl_failure.sh runs both). Known limit: a peer that
- * is alive but behind (pp >= 3, a third rank died) can still announce afterwards and lower a
- * flag below a queued wait, shutting it again; the fix is 64-bit flags whose high word only
- * the abort writes (next GPU session). One gated transport per communicator. Off unless called
+ * deadline, as without the gate (tests/gpu/nccl_failure.sh runs both). The abort writes the
+ * flags' high words, which the peers' announcements leave alone: a peer that is alive but
+ * behind (pp >= 3, a third rank died) and announces afterwards cannot shut an opened wait
+ * (tests/gpu/test_nccl.cu stages exactly that). One gated transport per communicator. Off unless called
  * (examples/mlp_gpu.cu calls it by default). Only pp = 2 has run on GPUs so far. */
 PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, pp_error *err);
 

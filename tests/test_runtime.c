@@ -1289,6 +1289,129 @@ static void the_timeline_orders_each_rank_and_exports_a_chrome_trace(void)
     pp_schedule_free(s);
 }
 
+/* pp_timeline_idle on timelines made by the simulator, where every wait's cause is known. */
+static void sim_timelines(const pp_schedule *s, const pp_sim_result *res, pp_timeline *tl, double **rdy)
+{
+    int r;
+    for (r = 0; r < s->pp; r++) {
+        memset(&tl[r], 0, sizeof tl[r]);
+        tl[r].rank = r; tl[r].length = s->length[r]; tl[r].schedule = s; tl[r].actions = s->actions[r];
+        tl[r].start = res->start[r]; tl[r].end = res->end[r];
+        rdy[r] = res->start[r];
+        tl[r].ready = rdy[r];   /* compute starts as soon as it is issued */
+    }
+}
+
+static void idle_time_splits_into_the_peers_compute_transfers_and_overhead(void)
+{
+    pp_schedule *s = tm_schedule(PP_1F1B, 2, 1, 4);
+    pp_sim_costs c;
+    pp_sim_result *res = NULL;
+    pp_timeline tl[2], swapped[2];
+    double *rdy[2];
+    pp_idle idle[2], again[2];
+    pp_error err;
+    int r, i;
+    if (!s) return;
+    /* free transfers: every wait is the schedule's bubble; F = 1, B = 2 per stage */
+    memset(&c, 0, sizeof c);
+    c.f = 1; c.b = 2;
+    PP_CHECK_OK(pp_simulate(s, &c, &res, &err), &err);
+    sim_timelines(s, res, tl, rdy);
+    PP_CHECK_OK(pp_timeline_idle(tl, 2, idle, &err), &err);
+    for (r = 0; r < 2; r++) {
+        PP_CHECK_NEAR(idle[r].step, res->makespan, 1e-12);
+        PP_CHECK_NEAR(idle[r].busy, 4 * 3.0, 1e-12);
+        PP_CHECK_NEAR(idle[r].wait_transfer, 0, 1e-12);
+        PP_CHECK_NEAR(idle[r].wait_other, 0, 1e-12);
+        PP_CHECK_NEAR(idle[r].busy + idle[r].wait_compute + idle[r].wait_transfer + idle[r].wait_other + idle[r].tail,
+                      idle[r].step, 1e-12);
+    }
+    /* 1F1B pp 2, mb 4 (step 15): rank 1 waits one F at the start and idles through rank 0's
+     * last B (tail 2); rank 0 waits for rank 1's first B (2, after its two warm-up F) and its
+     * last (1) */
+    PP_CHECK_NEAR(idle[0].step, 15.0, 1e-12);
+    PP_CHECK_NEAR(idle[1].wait_compute, 1.0, 1e-12);
+    PP_CHECK_NEAR(idle[1].tail, 2.0, 1e-12);
+    PP_CHECK_NEAR(idle[0].tail, 0, 1e-12);
+    PP_CHECK_NEAR(idle[0].wait_compute, 3.0, 1e-12);
+    /* the timelines in the other order give the same figures, indexed by rank */
+    swapped[0] = tl[1]; swapped[1] = tl[0];
+    PP_CHECK_OK(pp_timeline_idle(swapped, 2, again, &err), &err);
+    for (r = 0; r < 2; r++) PP_CHECK_NEAR(again[r].wait_compute, idle[r].wait_compute, 1e-12);
+    pp_sim_result_free(res);
+    res = NULL;
+
+    /* each transfer 0.25: rank 1's first F waits 1 for rank 0's F and 0.25 for the transfer */
+    c.p2p_latency = 0.25;
+    PP_CHECK_OK(pp_simulate(s, &c, &res, &err), &err);
+    sim_timelines(s, res, tl, rdy);
+    PP_CHECK_OK(pp_timeline_idle(tl, 2, idle, &err), &err);
+    PP_CHECK(idle[1].wait_transfer >= 0.25 - 1e-12);
+    PP_CHECK(idle[0].wait_transfer > 0);
+    for (r = 0; r < 2; r++) {
+        PP_CHECK_NEAR(idle[r].wait_other, 0, 1e-12);
+        PP_CHECK_NEAR(idle[r].busy + idle[r].wait_compute + idle[r].wait_transfer + idle[r].wait_other + idle[r].tail,
+                      idle[r].step, 1e-12);
+    }
+    /* rank 0's first action starts 0.5 late, with nothing to wait for: overhead, not bubble */
+    {
+        double late[64];
+        int n = s->length[0];
+        PP_CHECK(n <= 64);
+        for (i = 0; i < n && i < 64; i++) late[i] = res->start[0][i] + 0.5;
+        tl[0].ready = late;
+        PP_CHECK_OK(pp_timeline_idle(tl, 2, idle, &err), &err);
+        PP_CHECK(idle[0].wait_other >= 0.5 - 1e-12);
+        tl[0].ready = rdy[0];
+    }
+    /* errors name the rule */
+    PP_CHECK_FAILS(pp_timeline_idle(tl, 1, idle, &err), &err, PP_EINVAL, "count=1: must be the schedule's pp=2");
+    swapped[0] = tl[0]; swapped[1] = tl[0];
+    PP_CHECK_FAILS(pp_timeline_idle(swapped, 2, idle, &err), &err, PP_EINVAL, "rank=0: must be one of 0..1, each once");
+    swapped[1] = tl[1]; swapped[1].schedule = NULL;
+    PP_CHECK_FAILS(pp_timeline_idle(swapped, 2, idle, &err), &err, PP_EINVAL, "a different schedule");
+    swapped[0].schedule = NULL;
+    PP_CHECK_FAILS(pp_timeline_idle(swapped, 2, idle, &err), &err, PP_EINVAL, "schedule is NULL");
+    swapped[0] = tl[0]; swapped[1] = tl[1]; swapped[1].length = 3;
+    PP_CHECK_FAILS(pp_timeline_idle(swapped, 2, idle, &err), &err, PP_EINVAL, "length=3");
+    PP_CHECK_FAILS(pp_timeline_idle(tl, 2, NULL, &err), &err, PP_EINVAL, "per_rank: must be given");
+    pp_sim_result_free(res);
+    pp_schedule_free(s);
+}
+
+/* On a real run (threads) the parts add up to the step on every rank, and a V schedule's
+ * split backward shows as compute. */
+static void idle_time_of_a_threads_run_adds_up_to_the_step(void)
+{
+    pp_schedule *s = tm_schedule(PP_ZBV, 2, 2, 4);
+    tm_run *run;
+    pp_timeline tl[2];
+    pp_idle idle[2];
+    pp_error err;
+    int r;
+    if (!s) return;
+    run = tm_new(s, 2);
+    run->record = 1;
+    run->keep = 1;
+    PP_CHECK_OK(tm_go(run, &err), &err);
+    for (r = 0; r < 2; r++) {
+        PP_CHECK_OK(pp_executor_timeline(run->ex[r], &tl[r], &err), &err);
+        tl[r].schedule = s;
+    }
+    PP_CHECK_OK(pp_timeline_idle(tl, 2, idle, &err), &err);
+    for (r = 0; r < 2; r++) {
+        double sum = idle[r].busy + idle[r].wait_compute + idle[r].wait_transfer + idle[r].wait_other + idle[r].tail;
+        PP_CHECK(idle[r].step > 0 && idle[r].busy > 0);
+        PP_CHECK(idle[r].wait_compute >= 0 && idle[r].wait_transfer >= 0 && idle[r].wait_other >= 0 && idle[r].tail >= -1e-9);
+        PP_CHECK_MSG(fabs(sum - idle[r].step) <= 1e-6 * idle[r].step + 1e-9, "rank %d: parts %.9f, step %.9f", r, sum,
+                     idle[r].step);
+    }
+    for (r = 0; r < 2; r++) pp_executor_free(run->ex[r]);
+    tm_free(run);
+    pp_schedule_free(s);
+}
+
 const pp_test_case pp_suite_runtime[] = {
     PP_TEST(every_schedule_kind_gives_single_stage_loss_and_gradients),
     PP_TEST(split_backward_i_then_w_gives_single_stage_gradients),
@@ -1313,5 +1436,7 @@ const pp_test_case pp_suite_runtime[] = {
     PP_TEST(transfer_tags_name_direction_stage_microbatch_and_step),
     PP_TEST(the_timeline_orders_each_rank_and_exports_a_chrome_trace),
     PP_TEST(an_fb_run_as_f_then_b_marks_each_timer_index_once),
+    PP_TEST(idle_time_splits_into_the_peers_compute_transfers_and_overhead),
+    PP_TEST(idle_time_of_a_threads_run_adds_up_to_the_step),
     { 0, 0 }
 };

@@ -50,6 +50,13 @@ for name in interleaved-vpp4 gate-threads; do
     grep -q "arrival gate: 1 peer(s) gated" "$log/$name" && ok "$name: the gate is on" || bad "$name: not gated"
 done
 grep -q "arrival gate" "$log/nogate" && bad "nogate: gated anyway" || ok "nogate: no gate"
+# where the step went (pp_timeline_idle over both ranks' timelines): both ranks' lines add up
+for name in zbv-vpp2 gate-threads; do
+    if awk '/^    rank [01]: / { n++; split($0, a, /[:=+]/); s = a[3] + a[4] + a[5] + a[6] + a[7]
+             if (s < a[2] - 0.3 || s > a[2] + 0.3) bad++ } END { exit !(n == 2 && !bad) }' "$log/$name" &&
+       grep -q "exposed transfer (the most of any rank)" "$log/$name"; then ok "$name: where the step went adds up"
+    else bad "$name: no breakdown of the step, or its parts do not add up"; grep -A3 "where the last step" "$log/$name"; fi
+done
 
 # uneven stages (--layout) and the schedule pp_search picks for them (a greedy V schedule here)
 run2 layout-zbv $SMALL --schedule zbv --layout 'Et*1|t*3|t*1|t*3L' --check; expect_match layout-zbv $?

@@ -1,7 +1,8 @@
 /* tests/gpu/test_nccl.cu — pipepar_nccl.c on real GPUs: set-up errors, the transport (cross-rank
  * and same-rank transfers, stream ordering, many groups in flight), all-reduce, barrier,
  * ncclCommSplit by the rank grid, the gradient norm, the event timer, group times, and the
- * watchdog (an unmatched send ends in PP_ETIMEOUT within the deadline, then PP_EABORTED).
+ * watchdog (an unmatched send ends in PP_ETIMEOUT within the deadline, then PP_EABORTED), and
+ * the arrival gate's 64-bit flags (counts across 2^32; a late announcement after an abort).
  * Ranks are threads of this process, one GPU each (the file bootstrap and the in-memory id);
  * with one GPU only the one-rank tests run. Ends with "N passed, N failed".
  * (C code; a .cu so that nvcc links it with the C++ runtime pipepar_cuda.o needs.)         */
@@ -362,6 +363,213 @@ static void two_ranks_run(const char *id_file)
     pthread_barrier_destroy(&tr.bar);
 }
 
+/* --- the arrival gate's flags, two ranks as two threads ------------------------------------- */
+
+/* Holds a stream until the host lets go: what keeps a communication stream's gate waits queued. */
+__global__ void hold_until(volatile int *release)
+{
+    while (*release == 0) { }
+}
+
+static int stream_drains(cudaStream_t s, double seconds)
+{
+    double t0 = now_s();
+    while (now_s() - t0 < seconds) {
+        cudaError_t q = cudaStreamQuery(s);
+        if (q == cudaSuccess) return 1;
+        if (q != cudaErrorNotReady) return 0;
+        { struct timespec ts = { 0, 1000000 }; nanosleep(&ts, NULL); }
+    }
+    return 0;
+}
+
+typedef struct gate_test {
+    two_ranks *tr;
+    int rank;
+    int mode;                   /* 0: counts across 2^32; 1: a peer behind announces after an abort */
+    volatile int *release;      /* mode 1: mapped host flag that holds rank 0's compute stream */
+    volatile int abort_done;
+    pp_nccl *nc;
+} gate_test;
+
+static void *gate_abort_thread(void *argp)
+{
+    gate_test *g = (gate_test *)argp;
+    cudaSetDevice(g->rank);
+    pp_nccl_abort(g->nc, PP_EABORTED, "gate test: abort with gate waits queued");
+    g->abort_done = 1;
+    return NULL;
+}
+
+static void *gate_rank_main(void *argp)
+{
+    gate_test *g = (gate_test *)argp;
+    two_ranks *tr = g->tr;
+    int rank = g->rank, peer = 1 - rank, gated = -1, i, k;
+    pp_nccl_config c;
+    pp_nccl *nc = NULL;
+    pp_transport t;
+    pp_error e;
+    cudaStream_t s;
+    unsigned char *sendb, *recvb, host[64];
+    void *h[12];
+    memset(&c, 0, sizeof c);
+    c.world = 2; c.rank = rank; c.device = rank; c.timeout_s = 30;
+    c.bootstrap = PP_NCCL_BOOTSTRAP_ID; c.id = &tr->id;
+    cudaSetDevice(rank);
+    CHECK_OK(pp_nccl_init(&c, &nc, &e), &e);
+    if (!nc) return NULL;
+    g->nc = nc;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    CHECK_OK(pp_nccl_transport(nc, s, &t, &e), &e);
+    CHECK_OK(pp_nccl_transport_gate(&t, &gated, &e), &e);
+    CHECK_MSG(gated == 1, "threads on two GPUs: the peer is gated");
+    cudaMalloc((void **)&sendb, 12 << 20);
+    cudaMalloc((void **)&recvb, 12 << 20);
+    if (g->mode == 0) {
+        /* 12 groups each way from a count of 2^32 - 6: the low word wraps at the 6th; a wait that
+         * compared only the low word, or a high word written before the low one, would hang or
+         * open early (data still pairs: NCCL matches in order; the hang is what this catches) */
+        for (k = 0; k < 12; k++) {
+            pp_transfer x[2];
+            cudaMemsetAsync(sendb + ((size_t)k << 20), 32 * rank + k, 1 << 20, s);
+            memset(x, 0, sizeof x);
+            x[0].is_send = 1; x[0].peer = peer; x[0].buf = sendb + ((size_t)k << 20); x[0].bytes = 1 << 20;
+            x[1].is_send = 0; x[1].peer = peer; x[1].buf = recvb + ((size_t)k << 20); x[1].bytes = 1 << 20;
+            CHECK_OK(t.post(t.user, x, 2, &h[k], &e), &e);
+        }
+        for (k = 0; k < 12; k++) CHECK_OK(t.wait(t.user, h[k], 10, &e), &e);
+        CHECK_OK(pp_nccl_sync(nc, s, 10, &e), &e);
+        for (k = 0; k < 12; k++) {
+            int ok = 1;
+            cudaMemcpy(host, recvb + ((size_t)k << 20) + 1000, 64, cudaMemcpyDeviceToHost);
+            for (i = 0; i < 64; i++) ok &= host[i] == (unsigned char)(32 * peer + k);
+            CHECK_MSG(ok, "gate counts across 2^32: each group got its bytes");
+        }
+        CHECK_OK(pp_nccl_barrier(nc, 10, &e), &e);
+    } else {
+        /* Rank 0 queues three gated groups behind a held compute stream, then aborts: its abort
+         * opens the gates. Rank 1, alive but behind, announces its next group only after that,
+         * writing a lower count into rank 0's flag. Rank 0's later waits must still pass once the
+         * compute stream is let go, so that its communication stream drains: with one 32-bit
+         * word the late announcement shut them again and the stream never drained. A first
+         * exchange both ways sets up NCCL's connections (made at a pair's first transfer, with
+         * both sides there), so counts are then 1 and rank 1's late announcement writes 2 under
+         * rank 0's queued 2, 3 and 4. */
+        {
+            pp_transfer x[2];
+            memset(x, 0, sizeof x);
+            x[0].is_send = 1; x[0].peer = peer; x[0].buf = sendb; x[0].bytes = 4096;
+            x[1].is_send = 0; x[1].peer = peer; x[1].buf = recvb; x[1].bytes = 4096;
+            CHECK_OK(t.post(t.user, x, 2, &h[0], &e), &e);
+            CHECK_OK(t.wait(t.user, h[0], 10, &e), &e);
+            CHECK_OK(pp_nccl_sync(nc, s, 10, &e), &e);
+        }
+        pthread_barrier_wait(&tr->bar);
+        if (rank == 0) {
+            pthread_t th;
+            hold_until<<<1, 1, 0, s>>>(g->release);
+            for (k = 0; k < 3; k++) {
+                pp_transfer x;
+                memset(&x, 0, sizeof x);
+                x.is_send = 1; x.peer = 1; x.buf = sendb; x.bytes = 4096;
+                CHECK_OK(t.post(t.user, &x, 1, &h[k], &e), &e);
+            }
+            pthread_create(&th, NULL, gate_abort_thread, g);
+            pthread_barrier_wait(&tr->bar);               /* the abort has begun */
+            { struct timespec ts = { 0, 300000000 }; nanosleep(&ts, NULL); }
+            *g->release = 1;                               /* after rank 1's late announcement */
+            CHECK_MSG(stream_drains((cudaStream_t)pp_nccl_stream(nc), 15), "a peer behind cannot shut an opened gate: the "
+                      "communication stream drained after the abort");
+            CHECK_MSG(stream_drains(s, 15), "the compute stream drained");
+            for (i = 0; i < 150 && !g->abort_done; i++) { struct timespec ts = { 0, 100000000 }; nanosleep(&ts, NULL); }
+            CHECK_MSG(g->abort_done, "pp_nccl_abort returned");
+            if (!g->abort_done) { printf("gate test: abort hangs; giving up\n%d passed, %d failed\n", passed, failed + 1); fflush(stdout); _exit(1); }
+            pthread_join(th, NULL);
+            pthread_barrier_wait(&tr->bar);
+        } else {
+            pp_transfer x;
+            pthread_barrier_wait(&tr->bar);
+            { struct timespec ts = { 0, 150000000 }; nanosleep(&ts, NULL); }   /* rank 0's hook has run */
+            memset(&x, 0, sizeof x);
+            x.is_send = 0; x.peer = 0; x.buf = recvb; x.bytes = 4096;
+            CHECK_OK(t.post(t.user, &x, 1, &h[0], &e), &e);
+            pthread_barrier_wait(&tr->bar);                /* rank 0 is done */
+            pp_nccl_abort(nc, PP_EABORTED, "gate test: the peer aborted");
+            CHECK_MSG(stream_drains((cudaStream_t)pp_nccl_stream(nc), 15), "rank 1's stream drained after its abort");
+        }
+        printf("  gate: rank %d drained after an abort with a late announcement from the peer\n", rank);
+    }
+    cudaStreamSynchronize(s);
+    pp_nccl_transport_free(&t);
+    cudaFree(sendb); cudaFree(recvb);
+    cudaStreamDestroy(s);
+    pp_nccl_free(nc);
+    return NULL;
+}
+
+static void gate_two_ranks(int mode)
+{
+    two_ranks tr;
+    pthread_t th[2];
+    gate_test g[2];
+    pp_error e;
+    int r, *release = NULL;
+    memset(&tr, 0, sizeof tr);
+    memset(g, 0, sizeof g);
+    CHECK_OK(pp_nccl_unique_id(&tr.id, &e), &e);
+    pthread_barrier_init(&tr.bar, NULL, 2);
+    if (mode == 1) { cudaHostAlloc((void **)&release, sizeof *release, cudaHostAllocMapped | cudaHostAllocPortable); *release = 0; }
+    for (r = 0; r < 2; r++) {
+        g[r].tr = &tr; g[r].rank = r; g[r].mode = mode; g[r].release = release;
+        pthread_create(&th[r], NULL, gate_rank_main, &g[r]);
+    }
+    for (r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    pthread_barrier_destroy(&tr.bar);
+    if (release) cudaFreeHost(release);
+}
+
+/* A base that does not parse is refused on every rank, naming the variable. */
+static void *gate_bad_base_rank(void *argp)
+{
+    gate_test *g = (gate_test *)argp;
+    pp_nccl_config c;
+    pp_nccl *nc = NULL;
+    pp_transport t;
+    pp_error e;
+    cudaStream_t s;
+    int gated = -1;
+    memset(&c, 0, sizeof c);
+    c.world = 2; c.rank = g->rank; c.device = g->rank; c.timeout_s = 30;
+    c.bootstrap = PP_NCCL_BOOTSTRAP_ID; c.id = &g->tr->id;
+    cudaSetDevice(g->rank);
+    CHECK_OK(pp_nccl_init(&c, &nc, &e), &e);
+    if (!nc) return NULL;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    CHECK_OK(pp_nccl_transport(nc, s, &t, &e), &e);
+    CHECK_FAILS(pp_nccl_transport_gate(&t, &gated, &e), &e, PP_EINVAL,
+                "PIPEPAR_NCCL_GATE_BASE='12x': must be a whole number below 2^62");
+    CHECK(gated == 0);
+    pp_nccl_transport_free(&t);
+    cudaStreamDestroy(s);
+    pp_nccl_free(nc);
+    return NULL;
+}
+
+static void gate_bad_base(void)
+{
+    two_ranks tr;
+    pthread_t th[2];
+    gate_test g[2];
+    pp_error e;
+    int r;
+    memset(&tr, 0, sizeof tr);
+    memset(g, 0, sizeof g);
+    CHECK_OK(pp_nccl_unique_id(&tr.id, &e), &e);
+    for (r = 0; r < 2; r++) { g[r].tr = &tr; g[r].rank = r; pthread_create(&th[r], NULL, gate_bad_base_rank, &g[r]); }
+    for (r = 0; r < 2; r++) pthread_join(th[r], NULL);
+}
+
 int main(void)
 {
     int devices = 0;
@@ -377,6 +585,12 @@ int main(void)
         snprintf(path, sizeof path, "/tmp/pipepar_test_nccl_%ld.id", (long)getpid());
         two_ranks_run(path);   /* file bootstrap */
         two_ranks_run(NULL);   /* in-memory id */
+        setenv("PIPEPAR_NCCL_GATE_BASE", "4294967290", 1);   /* 2^32 - 6 (threads share the variable) */
+        gate_two_ranks(0);
+        setenv("PIPEPAR_NCCL_GATE_BASE", "12x", 1);
+        gate_bad_base();
+        unsetenv("PIPEPAR_NCCL_GATE_BASE");
+        gate_two_ranks(1);
     } else {
         printf("  one GPU: the two-rank tests need two\n");
     }
