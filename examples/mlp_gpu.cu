@@ -1367,6 +1367,17 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     /* 5. every rank's timeline of the last timed step (times from that step's start) to rank 0,
      *    through the pipeline communicator: where each rank's idle time went, and the trace */
     {
+        /* one clock for all ranks (the host's: processes and threads of one machine share it),
+         * from rank 0's step start: each rank's own start differs by how it left the barrier,
+         * which would shift every cross-rank wait. The offset travels as float seconds modulo
+         * 16 s (microsecond precision), wrapped to the nearest. */
+        std::vector<float> start_mod(world, 0.0f);
+        start_mod[rank] = (float)fmod(last_t0, 16.0);
+        PPCK(pp_nccl_all_reduce_host(R.pipe, start_mod.data(), world, 0, &e_));
+        double shift = (double)start_mod[rank] - (double)start_mod[0];
+        if (shift > 8.0) shift -= 16.0;
+        if (shift < -8.0) shift += 16.0;
+        if (fabs(shift) > 1.0) shift = 0;   /* a clock that is not shared: keep each rank's own start */
         int total = 0;
         std::vector<int> off(pp + 1, 0);
         for (int r = 0; r < pp; r++) { off[r] = total; total += 3 * R.sched->length[r]; }
@@ -1374,7 +1385,7 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         for (int i = 0; i < tl.length; i++) {
             const double *src[3] = { tl.start, tl.ready, tl.end };
             for (int k = 0; k < 3; k++)
-                all[off[rank] + 3 * i + k] = src[k][i] < 0 ? -1e9f : (float)(src[k][i] - last_t0);
+                all[off[rank] + 3 * i + k] = src[k][i] < 0 ? -1e9f : (float)(src[k][i] - last_t0 + shift);
         }
         PPCK(pp_nccl_all_reduce_host(R.pipe, all.data(), total, 0, &e_));
         if (lead) {

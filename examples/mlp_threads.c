@@ -445,6 +445,20 @@ static pp_status rank_main(void *user, int rank, pp_transport *t, pp_error *err)
             printf("\nthe last step as it ran (measured; %d thread%s on this machine's cores)\n", rn->schedule->pp,
                    rn->schedule->pp > 1 ? "s" : "");
             pp_timeline_draw_ascii(rn->timelines, rn->schedule->pp, 0, stdout, NULL);
+            {   /* each rank's idle time by what it waited for (pp_timeline_idle) */
+                pp_idle idle[64];
+                int r;
+                if (pp_timeline_idle(rn->timelines, rn->schedule->pp, idle, err) == PP_OK) {
+                    printf("where the step went, ms = compute + waiting for another rank's compute + for transfers + "
+                           "other gaps + tail:\n");
+                    for (r = 0; r < rn->schedule->pp; r++)
+                        printf("  rank %d: %.2f = %.2f + %.2f + %.2f + %.2f + %.2f\n", r, 1e3 * idle[r].step,
+                               1e3 * idle[r].busy, 1e3 * idle[r].wait_compute, 1e3 * idle[r].wait_transfer,
+                               1e3 * idle[r].wait_other, 1e3 * idle[r].tail);
+                } else {
+                    printf("where the step went: %s\n", err->message);
+                }
+            }
             if (rn->trace) {
                 FILE *f = fopen(rn->trace, "w");
                 if (!f || pp_timeline_write_chrome_trace(rn->timelines, rn->schedule->pp, f, err) != PP_OK)

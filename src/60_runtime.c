@@ -1597,7 +1597,11 @@ pp_status pp_timeline_idle(const pp_timeline *t, int count, pp_idle *idle, pp_er
     seen = (unsigned char *)pp__calloc((size_t)count, 1);
     if (!seen) return pp__fail(err, PP_ENOMEM, "out of memory");
     for (r = 0; r < count && st == PP_OK; r++) {
-        if (t[r].schedule != s) st = pp__fail(err, PP_EINVAL, "timeline %d: a different schedule than timeline 0's", r);
+        const pp_schedule *o = t[r].schedule;   /* executors keep copies: same shape is the same schedule */
+        if (o && (o->pp != s->pp || o->num_stages != s->num_stages || o->mb != s->mb || o->kind != s->kind))
+            st = pp__fail(err, PP_EINVAL, "timeline %d: a different schedule than timeline 0's (%s pp %d, %d stages, "
+                          "mb %d against %s pp %d, %d stages, mb %d)", r, pp_schedule_kind_name(o->kind), o->pp,
+                          o->num_stages, o->mb, pp_schedule_kind_name(s->kind), s->pp, s->num_stages, s->mb);
         else if (t[r].rank < 0 || t[r].rank >= s->pp || seen[t[r].rank])
             st = pp__fail(err, PP_EINVAL, "timeline %d: rank=%d: must be one of 0..%d, each once", r, t[r].rank, s->pp - 1);
         else if (t[r].length != s->length[t[r].rank])

@@ -316,7 +316,8 @@ PIPEPAR_API pp_status pp_timeline_write_chrome_trace(const pp_timeline *ranks, i
  * start of any action. busy + the waits + tail = the step on every rank (per_rank[rank], up to
  * the clock's noise). The timelines are
  * every rank's of one step, on one clock (the host clock of one machine: processes on one host
- * qualify), each with its schedule set (the same one); a missing rank is an error. */
+ * qualify); timeline 0's schedule gives each input's producer (the others' may be NULL, or copies
+ * of it, as executors keep); a missing rank is an error. */
 typedef struct pp_idle {
     double step;            /* the step, the same for every rank */
     double busy;            /* compute */

@@ -1369,8 +1369,16 @@ static void idle_time_splits_into_the_peers_compute_transfers_and_overhead(void)
     PP_CHECK_FAILS(pp_timeline_idle(tl, 1, idle, &err), &err, PP_EINVAL, "count=1: must be the schedule's pp=2");
     swapped[0] = tl[0]; swapped[1] = tl[0];
     PP_CHECK_FAILS(pp_timeline_idle(swapped, 2, idle, &err), &err, PP_EINVAL, "rank=0: must be one of 0..1, each once");
-    swapped[1] = tl[1]; swapped[1].schedule = NULL;
-    PP_CHECK_FAILS(pp_timeline_idle(swapped, 2, idle, &err), &err, PP_EINVAL, "a different schedule");
+    swapped[1] = tl[1]; swapped[1].schedule = NULL;   /* allowed: timeline 0's is used */
+    PP_CHECK_OK(pp_timeline_idle(swapped, 2, idle, &err), &err);
+    {
+        pp_schedule *other = tm_schedule(PP_1F1B, 2, 1, 2);
+        swapped[1].schedule = other;
+        PP_CHECK_FAILS(pp_timeline_idle(swapped, 2, idle, &err), &err, PP_EINVAL,
+                       "timeline 1: a different schedule than timeline 0's (1f1b pp 2, 2 stages, mb 2 against 1f1b pp 2, "
+                       "2 stages, mb 4)");
+        pp_schedule_free(other);
+    }
     swapped[0].schedule = NULL;
     PP_CHECK_FAILS(pp_timeline_idle(swapped, 2, idle, &err), &err, PP_EINVAL, "schedule is NULL");
     swapped[0] = tl[0]; swapped[1] = tl[1]; swapped[1].length = 3;
