@@ -481,10 +481,8 @@ typedef struct pp_action {
     int32_t stage2;  /* PP_OP_FB only: the backward half is B(stage2, mb2); -1 otherwise */
     int32_t mb2;
     int32_t group;   /* communication: its batched group. Consecutive communication actions with the
-                        same group are posted together; pp_schedule_lower numbers them by round
-                        (3k+1 receives from higher ranks, before the round's compute; 3k+2 sends;
-                        3k+3 receives from lower ranks), so the n-th group of a rank with a peer
-                        meets exactly the peer's n-th group with it. 0 elsewhere. */
+                        same group are posted together; pp_schedule_lower numbers them by round, so
+                        group k of a rank meets exactly group k of each neighbour. 0 elsewhere. */
 } pp_action;
 
 /* Largest pp * vpp * mb a schedule may have (4,194,304: about half a gigabyte with its proof). */
@@ -4547,16 +4545,15 @@ void pp_schedule_strip_comm(pp_schedule *s)
 
 /* Lowering walks the compute orders in lock-step rounds: in each round every rank runs its next
  * compute action if its inputs arrived in an earlier round, then every tensor produced in the
- * round that crosses ranks gets a SEND on its producer and a RECV on its consumer. A rank's
- * round k is written as up to three groups around its compute: receives from higher ranks
- * (group 3k+1, before the compute), its sends (3k+2) and receives from lower ranks (3k+3), so
- * a rank idle for a round never merges two rounds into one group. For ranks x < y the pair's
- * transfers of round k run on x as "receive from y, send to y" and on y as "send to x, receive
- * from x": the same order on both sides, each group meeting exactly one group of each peer,
- * and a group of round k only ever waits for groups of round k: the programs cannot deadlock,
- * even with sends that block until received (pp_schedule_validate checks all of it). (The
- * lock-step table PyTorch draws with idle '_' steps; Megatron batches each step's p2p the same
- * way.) A round in which no rank can move means the compute order itself is circular. */
+ * round that crosses ranks gets a SEND on its producer and a RECV on its consumer, both placed
+ * in that round's communication group (group = round + 1, so that a rank idle for a round does
+ * not merge two rounds into one group: each group meets exactly one group of each peer, as
+ * Megatron pairs send_forward_recv_backward on one rank with send_backward_recv_forward on the
+ * next). Each pair of ranks therefore sees its transfers in the
+ * same round order on both sides, and a group of round k only ever waits for groups of round k:
+ * the programs cannot deadlock, even with sends that block until received. (This is the
+ * lock-step table PyTorch draws with idle '_' steps; Megatron's batched p2p per step is the same
+ * idea.) A round in which no rank can move means the compute order itself is circular. */
 pp_status pp_schedule_lower(pp_schedule *s, pp_error *err)
 {
     return pp__lower(s, NULL, err);
@@ -4571,23 +4568,13 @@ static pp_status pp__lower(pp_schedule *s, unsigned char *stuck_on_backward, pp_
     int r, total = 0, doneall = 0, round;
     size_t n;
     unsigned char *arrived_f = NULL, *arrived_b = NULL;
-    pp_action **out = NULL, *ran_action = NULL, *sends = NULL, *recv_hi = NULL, *recv_lo = NULL;
-    int *nsend = NULL, *nrecv_hi = NULL, *nrecv_lo = NULL, per;
+    pp_action **out = NULL, *ran_action = NULL;
     pp__progress prog = { NULL, NULL, NULL };
     char txt[64];
     if (!s) return pp__fail(err, PP_EINVAL, "schedule: must not be NULL");
     pp_schedule_strip_comm(s);
     st = pp__check_structure(s, err);
     if (st != PP_OK) return st;
-    /* a round's transfers per rank: it sends at most 2 (an F&B's two halves) and receives at
-     * most 2 from each other rank */
-    per = 2 * s->pp + 2;
-    sends = (pp_action *)pp__calloc((size_t)s->pp * (size_t)per, sizeof(pp_action));
-    recv_hi = (pp_action *)pp__calloc((size_t)s->pp * (size_t)per, sizeof(pp_action));
-    recv_lo = (pp_action *)pp__calloc((size_t)s->pp * (size_t)per, sizeof(pp_action));
-    nsend = (int *)pp__calloc((size_t)s->pp, sizeof(int));
-    nrecv_hi = (int *)pp__calloc((size_t)s->pp, sizeof(int));
-    nrecv_lo = (int *)pp__calloc((size_t)s->pp, sizeof(int));
     n = (size_t)s->num_stages * (size_t)s->mb;
     pos = (int *)pp__calloc((size_t)s->pp, sizeof(int));
     ran = (int *)pp__calloc((size_t)s->pp, sizeof(int));
@@ -4597,8 +4584,8 @@ static pp_status pp__lower(pp_schedule *s, unsigned char *stuck_on_backward, pp_
     ran_action = (pp_action *)pp__calloc((size_t)s->pp, sizeof(pp_action));
     arrived_f = (unsigned char *)pp__calloc(n, 1);
     arrived_b = (unsigned char *)pp__calloc(n, 1);
-    if (!pos || !ran || !newlen || !newcap || !out || !ran_action || !arrived_f || !arrived_b || !sends ||
-        !recv_hi || !recv_lo || !nsend || !nrecv_hi || !nrecv_lo || !pp__progress_init(&prog, s)) {
+    if (!pos || !ran || !newlen || !newcap || !out || !ran_action || !arrived_f ||
+        !arrived_b || !pp__progress_init(&prog, s)) {
         st = pp__fail(err, PP_ENOMEM, "out of memory");
         goto done;
     }
@@ -4636,7 +4623,8 @@ static pp_status pp__lower(pp_schedule *s, unsigned char *stuck_on_backward, pp_
             int ops[2], stg[2], mbs[2], h, nh;
             if (!ran[r]) continue;
             a = s->actions[r][pos[r]++];
-            ran_action[r] = a;   /* written out with the round's communication, below */
+            ran_action[r] = a;
+            out[r][newlen[r]++] = a;
             nh = pp__halves(a, ops, stg, mbs);
             for (h = 0; h < nh; h++) {
                 pp__mark_done(s, &prog, ops[h], stg[h], mbs[h]);
@@ -4664,45 +4652,30 @@ static pp_status pp__lower(pp_schedule *s, unsigned char *stuck_on_backward, pp_
             pp__text_free(&t);
             goto done;
         }
-        /* 2. communication of this round: tensors produced now that cross ranks. Each rank's
-         *    round is written as: receives from higher ranks (group 3k+1, placed before the
-         *    compute), the compute, its sends (3k+2), receives from lower ranks (3k+3). For a
-         *    pair of ranks x < y that is, on x: receive from y, then send to y; on y: send to x,
-         *    then receive from x: the same order on both sides, one group meeting one group.
-         *    The early receive lets a gradient coming down start moving as soon as its producer
-         *    is done, while x still computes its round: bundled with x's own send, it had to wait
-         *    for that compute too (on 2 H200s, interleaved vpp 4: 53 ms a step of rank 0 waiting
-         *    on transfers whose data was long computed). */
-        for (r = 0; r < s->pp; r++) nrecv_hi[r] = nsend[r] = nrecv_lo[r] = 0;
+        /* 2. communication of this round: tensors produced now that cross ranks */
         for (r = 0; r < s->pp; r++) {
             pp_action a;
             int ops[2], stg[2], mbs[2], h, nh;
             if (!ran[r]) continue;
-            a = ran_action[r];
+            a = ran_action[r];   /* out[r]'s tail may already hold a RECV appended for another rank */
             nh = pp__halves(a, ops, stg, mbs);
             for (h = 0; h < nh; h++) {
-                int sg = stg[h], m = mbs[h], to = -1, consumer_stage = 0, op_send = 0, op_recv = 0;
+                int sg = stg[h], m = mbs[h], to;
                 if (ops[h] == PP_OP_F && sg < pp__last(s, m) && (to = pp_stage_rank(s, sg + 1)) != r) {
-                    op_send = PP_OP_SEND_F; op_recv = PP_OP_RECV_F; consumer_stage = sg + 1;
+                    out[r][newlen[r]] = pp__action(PP_OP_SEND_F, sg, m);
+                    out[r][newlen[r]++].group = round + 1;
+                    out[to][newlen[to]] = pp__action(PP_OP_RECV_F, sg + 1, m);
+                    out[to][newlen[to]++].group = round + 1;
                     arrived_f[PP__SM(s, sg + 1, m)] = 1;
-                } else if ((ops[h] == PP_OP_B || ops[h] == PP_OP_I) && sg > pp__first(s, m) &&
-                           (to = pp_stage_rank(s, sg - 1)) != r) {
-                    op_send = PP_OP_SEND_B; op_recv = PP_OP_RECV_B; consumer_stage = sg - 1;
-                    arrived_b[PP__SM(s, sg - 1, m)] = 1;
-                } else {
-                    continue;
                 }
-                sends[r * per + nsend[r]++] = pp__action(op_send, sg, m);
-                if (r > to) recv_hi[to * per + nrecv_hi[to]++] = pp__action(op_recv, consumer_stage, m);
-                else recv_lo[to * per + nrecv_lo[to]++] = pp__action(op_recv, consumer_stage, m);
+                if ((ops[h] == PP_OP_B || ops[h] == PP_OP_I) && sg > pp__first(s, m) && (to = pp_stage_rank(s, sg - 1)) != r) {
+                    out[r][newlen[r]] = pp__action(PP_OP_SEND_B, sg, m);
+                    out[r][newlen[r]++].group = round + 1;
+                    out[to][newlen[to]] = pp__action(PP_OP_RECV_B, sg - 1, m);
+                    out[to][newlen[to]++].group = round + 1;
+                    arrived_b[PP__SM(s, sg - 1, m)] = 1;
+                }
             }
-        }
-        for (r = 0; r < s->pp; r++) {
-            int j;
-            for (j = 0; j < nrecv_hi[r]; j++) { out[r][newlen[r]] = recv_hi[r * per + j]; out[r][newlen[r]++].group = 3 * round + 1; }
-            if (ran[r]) out[r][newlen[r]++] = ran_action[r];
-            for (j = 0; j < nsend[r]; j++) { out[r][newlen[r]] = sends[r * per + j]; out[r][newlen[r]++].group = 3 * round + 2; }
-            for (j = 0; j < nrecv_lo[r]; j++) { out[r][newlen[r]] = recv_lo[r * per + j]; out[r][newlen[r]++].group = 3 * round + 3; }
         }
     }
     for (r = 0; r < s->pp; r++) {
@@ -4718,8 +4691,6 @@ done:
     if (out) for (r = 0; r < s->pp; r++) PIPEPAR_FREE(out[r]);
     PIPEPAR_FREE(out); PIPEPAR_FREE(ran_action); PIPEPAR_FREE(pos); PIPEPAR_FREE(ran); PIPEPAR_FREE(newlen); PIPEPAR_FREE(newcap);
     PIPEPAR_FREE(arrived_f); PIPEPAR_FREE(arrived_b);
-    PIPEPAR_FREE(sends); PIPEPAR_FREE(recv_hi); PIPEPAR_FREE(recv_lo);
-    PIPEPAR_FREE(nsend); PIPEPAR_FREE(nrecv_hi); PIPEPAR_FREE(nrecv_lo);
     pp__progress_free(&prog);
     return st;
 }

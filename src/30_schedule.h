@@ -73,10 +73,8 @@ typedef struct pp_action {
     int32_t stage2;  /* PP_OP_FB only: the backward half is B(stage2, mb2); -1 otherwise */
     int32_t mb2;
     int32_t group;   /* communication: its batched group. Consecutive communication actions with the
-                        same group are posted together; pp_schedule_lower numbers them by round
-                        (3k+1 receives from higher ranks, before the round's compute; 3k+2 sends;
-                        3k+3 receives from lower ranks), so the n-th group of a rank with a peer
-                        meets exactly the peer's n-th group with it. 0 elsewhere. */
+                        same group are posted together; pp_schedule_lower numbers them by round, so
+                        group k of a rank meets exactly group k of each neighbour. 0 elsewhere. */
 } pp_action;
 
 /* Largest pp * vpp * mb a schedule may have (4,194,304: about half a gigabyte with its proof). */
