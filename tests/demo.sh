@@ -31,6 +31,12 @@ if "$BIN" --pp 4 --vpp 2 --mb 8 --schedule interleaved --steps 20 >"$tmp/demo.tx
     if grep -q '^rank 3 ' "$tmp/demo.txt" && grep -q 'chunk |' "$tmp/demo.txt" && grep -q '^measured ' "$tmp/demo.txt"
     then ok "make demo: draws the schedule and the measured timeline"
     else bad "make demo: no schedule picture or timeline" "$tmp/demo.txt"; fi
+    # where the step went (pp_timeline_idle): one line per rank whose parts add up to the step
+    if awk '/^  rank [0-9]: / { n++; split($0, a, /[:=+]/); s = a[3] + a[4] + a[5] + a[6] + a[7]
+             if (s < a[2] - 0.05 || s > a[2] + 0.05) wrong++ } END { exit !(n == 4 && !wrong) }' "$tmp/demo.txt" &&
+       grep -q '^where the step went' "$tmp/demo.txt"
+    then ok "make demo: where the step went, per rank, adds up to the step"
+    else bad "make demo: no breakdown of the step, or its parts do not add up" "$tmp/demo.txt"; fi
 else
     bad "make demo: exit $?" "$tmp/demo.txt"
 fi
