@@ -1412,7 +1412,8 @@ PIPEPAR_API pp_status pp_executor_timeline(const pp_executor *ex, pp_timeline *o
 PIPEPAR_API pp_status pp_timeline_write_chrome_trace(const pp_timeline *ranks, int count, FILE *out,
                                                      pp_error *err);
 /* Where a measured step's time went, rank by rank: each idle stretch of a rank's compute (from
- * the end of its previous compute action, or the step's start, to the start of the next) is
+ * the end of its previous compute action, or the step's start, to when the next began to
+ * compute: its `ready`) is
  * split by what the next action was waiting for. Its input from another rank was still being
  * computed there: wait_compute, the schedule's own bubble as it ran. That input was computed,
  * but had not arrived or the action had not started: wait_transfer, communication not hidden
@@ -2132,7 +2133,8 @@ PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
  * deadline, as without the gate (tests/gpu/nccl_failure.sh runs both). The abort writes the
  * flags' high words, which the peers' announcements leave alone: a peer that is alive but
  * behind (pp >= 3, a third rank died) and announces afterwards cannot shut an opened wait
- * (tests/gpu/test_nccl.cu stages exactly that). One gated transport per communicator. Off unless called
+ * (tests/gpu/test_nccl.cu stages exactly that), except with the one announcement in 2^32 where
+ * its count's low word wraps and it writes the high word too. One gated transport per communicator. Off unless called
  * (examples/mlp_gpu.cu calls it by default). Only pp = 2 has run on GPUs so far. */
 PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, pp_error *err);
 
@@ -9832,7 +9834,9 @@ pp_status pp_timeline_idle(const pp_timeline *t, int count, pp_idle *idle, pp_er
                 for (h = 0; h < nh; h++) {
                     double at;
                     if (stg[h] < 0 || stg[h] >= s->num_stages || mbs[h] < 0 || mbs[h] >= s->mb) continue;
-                    if (!pp__cross_input(s, ops[h], stg[h], mbs[h], &from)) continue;
+                    /* off its microbatch's route (a timeline that is not the schedule's): no input to find */
+                    if (!pp__on_route(s, stg[h], mbs[h])) continue;
+                    if (!pp__cross_input(s, ops[h], stg[h], mbs[h], &from) || from < 0 || from >= s->num_stages) continue;
                     at = ops[h] == PP_OP_F ? f_end[PP__SM(s, from, mbs[h])] : b_end[PP__SM(s, from, mbs[h])];
                     if (at > made) made = at;
                 }

@@ -974,12 +974,13 @@ static int pp__nccl_first_of_peer(const pp_transfer *x, int i)
     return 1;
 }
 
-/* The flags are 64-bit and each word has one writer at a time: the peer writes the low word with
- * every announcement, and the high word only when the low one wraps (once in 2^32 groups: low
- * first, so the count never reads ahead of itself); our abort writes the high word, 2^30 above
- * any count. A peer that is alive but behind and announces after our abort then cannot pull
- * the flag back under a wait that is still queued. The waits compare cyclically over 64 bits,
- * (int64_t)(flag - count) >= 0. */
+/* The flags are 64-bit: the peer writes the low word with every announcement, and the high
+ * word only when the low one wraps (once in 2^32 groups: low first, so the count never reads
+ * ahead of itself); our abort writes the high word, 2^30 above any count. A peer that is alive
+ * but behind and announces after our abort then cannot pull the flag back under a wait that is
+ * still queued, unless that late announcement is the one where its low word wraps (once in
+ * 2^32 groups with this peer): that one rewrites the high word. The waits compare cyclically
+ * over 64 bits, (int64_t)(flag - count) >= 0. */
 static pp_status pp__nccl_gate_pass(pp__nccl_transport *t, const pp_transfer *x, int count, pp_error *err)
 {
     pp_nccl *nc = t->nc;
@@ -1242,8 +1243,8 @@ static pp_status pp__nccl_gate_base(uint64_t *base, pp_error *err)
     *base = 0;
     if (!s || !*s) return PP_OK;
     errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno || !end || *end || *s == '-' || v >= (1ull << 62))
+    v = strtoull(s, &end, 10);   /* digits only: strtoull alone takes spaces and a sign */
+    if (*s < '0' || *s > '9' || errno || !end || *end || v >= (1ull << 62))
         return pp__nccl_fail(err, PP_EINVAL, "PIPEPAR_NCCL_GATE_BASE='%s': must be a whole number below 2^62", s);
     *base = (uint64_t)v;
     return PP_OK;
@@ -1411,7 +1412,8 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
         }
         (void)cudaGetLastError();
     }
-    if (me.ok && (st = pp__nccl_gate_base(&me.base, err)) != PP_OK) me.ok = 0, me.bad_base = 1;
+    /* every rank reads the base, able or not, so that all decide on it alike from the cards */
+    if (pp__nccl_gate_base(&me.base, err) != PP_OK) { me.ok = 0; me.bad_base = 1; me.base = 0; }
     if (me.ok) {
         e = cudaMalloc((void **)&t->gate_flags, sizeof(uint64_t) * (size_t)nc->world);
         for (p = 0; e == cudaSuccess && p < nc->world; p++)   /* every peer has reached `base` groups */
@@ -1439,16 +1441,21 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
                                "(rank %d has posted %lld groups)", p, (long long)cards[p].posts);
             goto fail;
         }
+    /* decided from the cards alone, so every rank refuses alike (one that went on alone would
+     * wait in the next all-gather until its deadline) */
     for (p = 0; p < nc->world; p++)
-        if (cards[p].bad_base || (cards[p].ok && me.ok && cards[p].base != me.base)) {
-            if (me.bad_base) pp__nccl_gate_base(&me.base, err);   /* this rank's own message */
-            else if (cards[p].bad_base)
+        if (cards[p].bad_base || cards[p].base != cards[0].base) {
+            if (me.bad_base) {
+                uint64_t ignored;
+                pp__nccl_gate_base(&ignored, err);   /* this rank's own message */
+            } else if (cards[p].bad_base) {
                 pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_gate: PIPEPAR_NCCL_GATE_BASE on rank %d is not a whole "
                               "number below 2^62", p);
-            else
+            } else {
                 pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_gate: PIPEPAR_NCCL_GATE_BASE differs between ranks "
-                              "(rank %d: %llu, rank %d: %llu): every rank must set the same", p,
-                              (unsigned long long)cards[p].base, nc->rank, (unsigned long long)me.base);
+                              "(rank 0: %llu, rank %d: %llu): every rank must set the same",
+                              (unsigned long long)cards[0].base, p, (unsigned long long)cards[p].base);
+            }
             st = PP_EINVAL;
             goto fail;
         }

@@ -1369,15 +1369,17 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     {
         /* one clock for all ranks (the host's: processes and threads of one machine share it),
          * from rank 0's step start: each rank's own start differs by how it left the barrier,
-         * which would shift every cross-rank wait. The offset travels as float seconds modulo
-         * 16 s (microsecond precision), wrapped to the nearest. */
-        std::vector<float> start_mod(world, 0.0f);
-        start_mod[rank] = (float)fmod(last_t0, 16.0);
-        PPCK(pp_nccl_all_reduce_host(R.pipe, start_mod.data(), world, 0, &e_));
-        double shift = (double)start_mod[rank] - (double)start_mod[0];
-        if (shift > 8.0) shift -= 16.0;
-        if (shift < -8.0) shift += 16.0;
-        if (fabs(shift) > 1.0) shift = 0;   /* a clock that is not shared: keep each rank's own start */
+         * which would shift every cross-rank wait. The start travels as two floats, whole
+         * 16-second periods (exact below 2^24) and the seconds within one (microsecond
+         * precision); ranks more than a second apart do not share a clock (other hosts) and
+         * keep their own start. */
+        std::vector<float> start_at(2 * world, 0.0f);
+        start_at[2 * rank] = (float)fmod(floor(last_t0 / 16.0), 16777216.0);
+        start_at[2 * rank + 1] = (float)(last_t0 - 16.0 * floor(last_t0 / 16.0));
+        PPCK(pp_nccl_all_reduce_host(R.pipe, start_at.data(), 2 * world, 0, &e_));
+        double shift = 16.0 * ((double)start_at[2 * rank] - (double)start_at[0]) +
+                       ((double)start_at[2 * rank + 1] - (double)start_at[1]);
+        if (fabs(shift) > 1.0) shift = 0;
         int total = 0;
         std::vector<int> off(pp + 1, 0);
         for (int r = 0; r < pp; r++) { off[r] = total; total += 3 * R.sched->length[r]; }

@@ -1651,7 +1651,9 @@ pp_status pp_timeline_idle(const pp_timeline *t, int count, pp_idle *idle, pp_er
                 for (h = 0; h < nh; h++) {
                     double at;
                     if (stg[h] < 0 || stg[h] >= s->num_stages || mbs[h] < 0 || mbs[h] >= s->mb) continue;
-                    if (!pp__cross_input(s, ops[h], stg[h], mbs[h], &from)) continue;
+                    /* off its microbatch's route (a timeline that is not the schedule's): no input to find */
+                    if (!pp__on_route(s, stg[h], mbs[h])) continue;
+                    if (!pp__cross_input(s, ops[h], stg[h], mbs[h], &from) || from < 0 || from >= s->num_stages) continue;
                     at = ops[h] == PP_OP_F ? f_end[PP__SM(s, from, mbs[h])] : b_end[PP__SM(s, from, mbs[h])];
                     if (at > made) made = at;
                 }

@@ -306,7 +306,8 @@ PIPEPAR_API pp_status pp_executor_timeline(const pp_executor *ex, pp_timeline *o
 PIPEPAR_API pp_status pp_timeline_write_chrome_trace(const pp_timeline *ranks, int count, FILE *out,
                                                      pp_error *err);
 /* Where a measured step's time went, rank by rank: each idle stretch of a rank's compute (from
- * the end of its previous compute action, or the step's start, to the start of the next) is
+ * the end of its previous compute action, or the step's start, to when the next began to
+ * compute: its `ready`) is
  * split by what the next action was waiting for. Its input from another rank was still being
  * computed there: wait_compute, the schedule's own bubble as it ran. That input was computed,
  * but had not arrived or the action had not started: wait_transfer, communication not hidden

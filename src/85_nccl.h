@@ -155,7 +155,8 @@ PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
  * deadline, as without the gate (tests/gpu/nccl_failure.sh runs both). The abort writes the
  * flags' high words, which the peers' announcements leave alone: a peer that is alive but
  * behind (pp >= 3, a third rank died) and announces afterwards cannot shut an opened wait
- * (tests/gpu/test_nccl.cu stages exactly that). One gated transport per communicator. Off unless called
+ * (tests/gpu/test_nccl.cu stages exactly that), except with the one announcement in 2^32 where
+ * its count's low word wraps and it writes the high word too. One gated transport per communicator. Off unless called
  * (examples/mlp_gpu.cu calls it by default). Only pp = 2 has run on GPUs so far. */
 PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, pp_error *err);
 

@@ -1384,12 +1384,52 @@ static void idle_time_splits_into_the_peers_compute_transfers_and_overhead(void)
     swapped[0] = tl[0]; swapped[1] = tl[1]; swapped[1].length = 3;
     PP_CHECK_FAILS(pp_timeline_idle(swapped, 2, idle, &err), &err, PP_EINVAL, "length=3");
     PP_CHECK_FAILS(pp_timeline_idle(tl, 2, NULL, &err), &err, PP_EINVAL, "per_rank: must be given");
+    /* an action off its microbatch's route (not the schedule's own program) is only compute:
+     * no producer is looked up for it (read out of bounds before; ASan in CI) */
+    {
+        pp_action odd[64];
+        int n = s->length[1];
+        PP_CHECK(n <= 64);
+        for (i = 0; i < n && i < 64; i++) odd[i] = s->actions[1][i];
+        odd[1].stage = 7;   /* rank 1's first compute, F(1,0), moved to a stage 1F1B pp 2 does not have */
+        PP_CHECK(odd[1].op == PP_OP_F);
+        swapped[0] = tl[0]; swapped[1] = tl[1]; swapped[1].actions = odd;
+        PP_CHECK_OK(pp_timeline_idle(swapped, 2, idle, &err), &err);
+        PP_CHECK(idle[1].wait_other >= 1.0 - 1e-12);   /* its wait for rank 0's F is no longer traced to it */
+    }
     pp_sim_result_free(res);
     pp_schedule_free(s);
 }
 
-/* On a real run (threads) the parts add up to the step on every rank, and a V schedule's
- * split backward shows as compute. */
+/* DualPipe: microbatches on two routes through two copies of the stages; every F, B and W of
+ * the simulated timeline finds its producer within the stages (ASan in CI) and the parts add up. */
+static void idle_time_of_a_dualpipe_timeline_stays_on_each_route(void)
+{
+    pp_schedule *s = tm_schedule(PP_DUALPIPE, 4, 2, 8);
+    pp_sim_costs c;
+    pp_sim_result *res = NULL;
+    pp_timeline tl[4];
+    double *rdy[4];
+    pp_idle idle[4];
+    pp_error err;
+    int r;
+    if (!s) return;
+    memset(&c, 0, sizeof c);
+    c.f = 1; c.b = 2;
+    PP_CHECK_OK(pp_simulate(s, &c, &res, &err), &err);
+    sim_timelines(s, res, tl, rdy);
+    PP_CHECK_OK(pp_timeline_idle(tl, 4, idle, &err), &err);
+    for (r = 0; r < 4; r++) {
+        PP_CHECK_NEAR(idle[r].wait_transfer, 0, 1e-12);   /* free transfers */
+        PP_CHECK_NEAR(idle[r].busy + idle[r].wait_compute + idle[r].wait_transfer + idle[r].wait_other + idle[r].tail,
+                      idle[r].step, 1e-12);
+    }
+    pp_sim_result_free(res);
+    pp_schedule_free(s);
+}
+
+/* On a real run (threads) the parts add up to the step on every rank, and rank 1 of ZB-V waits
+ * for rank 0's first forward before its own first action. */
 static void idle_time_of_a_threads_run_adds_up_to_the_step(void)
 {
     pp_schedule *s = tm_schedule(PP_ZBV, 2, 2, 4);
@@ -1415,6 +1455,7 @@ static void idle_time_of_a_threads_run_adds_up_to_the_step(void)
         PP_CHECK_MSG(fabs(sum - idle[r].step) <= 1e-6 * idle[r].step + 1e-9, "rank %d: parts %.9f, step %.9f", r, sum,
                      idle[r].step);
     }
+    PP_CHECK_MSG(idle[1].wait_compute > 0, "rank 1 waited %.9f s for rank 0's compute", idle[1].wait_compute);
     for (r = 0; r < 2; r++) pp_executor_free(run->ex[r]);
     tm_free(run);
     pp_schedule_free(s);
@@ -1446,5 +1487,6 @@ const pp_test_case pp_suite_runtime[] = {
     PP_TEST(an_fb_run_as_f_then_b_marks_each_timer_index_once),
     PP_TEST(idle_time_splits_into_the_peers_compute_transfers_and_overhead),
     PP_TEST(idle_time_of_a_threads_run_adds_up_to_the_step),
+    PP_TEST(idle_time_of_a_dualpipe_timeline_stays_on_each_route),
     { 0, 0 }
 };

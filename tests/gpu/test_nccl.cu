@@ -427,9 +427,10 @@ static void *gate_rank_main(void *argp)
     cudaMalloc((void **)&sendb, 12 << 20);
     cudaMalloc((void **)&recvb, 12 << 20);
     if (g->mode == 0) {
-        /* 12 groups each way from a count of 2^32 - 6: the low word wraps at the 6th; a wait that
-         * compared only the low word, or a high word written before the low one, would hang or
-         * open early (data still pairs: NCCL matches in order; the hang is what this catches) */
+        /* 12 groups each way from a count of 2^32 - 6: the low word wraps at the 6th, and the
+         * peer must then write the high word too, after the low one: without it the 64-bit
+         * waits after the wrap never pass (a hang this catches); written first, a wait could
+         * open one group early (the bytes would still pair: NCCL matches in order) */
         for (k = 0; k < 12; k++) {
             pp_transfer x[2];
             cudaMemsetAsync(sendb + ((size_t)k << 20), 32 * rank + k, 1 << 20, s);
@@ -476,7 +477,8 @@ static void *gate_rank_main(void *argp)
                 CHECK_OK(t.post(t.user, &x, 1, &h[k], &e), &e);
             }
             pthread_create(&th, NULL, gate_abort_thread, g);
-            pthread_barrier_wait(&tr->bar);               /* the abort has begun */
+            pthread_barrier_wait(&tr->bar);   /* the abort thread has started: its hook runs at once,
+                                                 well inside rank 1's 150 ms */
             { struct timespec ts = { 0, 300000000 }; nanosleep(&ts, NULL); }
             *g->release = 1;                               /* after rank 1's late announcement */
             CHECK_MSG(stream_drains((cudaStream_t)pp_nccl_stream(nc), 15), "a peer behind cannot shut an opened gate: the "
