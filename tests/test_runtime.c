@@ -1461,6 +1461,67 @@ static void idle_time_of_a_threads_run_adds_up_to_the_step(void)
     pp_schedule_free(s);
 }
 
+/* Every kind, random per-action times: with free transfers no wait is ever put on a transfer
+ * (each input is there the moment its producer ends, so a wrong producer would show up as
+ * one); with a transfer time every part stays >= 0; the parts always add up to the step. */
+static void idle_time_of_random_timelines_of_every_kind_adds_up(void)
+{
+    static const pp_schedule_kind kinds[] = { PP_GPIPE, PP_1F1B, PP_INTERLEAVED_1F1B, PP_ZB_H1, PP_ZBV,
+                                              PP_DUALPIPEV, PP_INTERLEAVED_ZB, PP_DUALPIPE };
+    unsigned seed = 12345;
+    int k, trial;
+    for (k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++)
+        for (trial = 0; trial < 6; trial++) {
+            int pp = 2 + trial % 3, vpp = kinds[k] == PP_INTERLEAVED_1F1B || kinds[k] == PP_INTERLEAVED_ZB ? 2 : 1;
+            int mb = kinds[k] == PP_DUALPIPE || kinds[k] == PP_DUALPIPEV ? 2 * pp : 2 * pp + trial;
+            pp_schedule *s;
+            pp_sim_costs c;
+            pp_sim_result *res = NULL;
+            pp_timeline tl[4];
+            double *rdy[4], *cost[4];
+            pp_idle idle[4];
+            pp_error err;
+            int r, i, lat;
+            if (kinds[k] == PP_ZBV || kinds[k] == PP_DUALPIPEV || kinds[k] == PP_DUALPIPE) vpp = 2;
+            if (kinds[k] == PP_DUALPIPE && pp % 2) pp = 2;
+            if (kinds[k] == PP_DUALPIPE) mb = 2 * pp;
+            s = tm_schedule(kinds[k], pp, vpp, mb);
+            if (!s) continue;
+            for (r = 0; r < pp; r++) {
+                cost[r] = (double *)calloc((size_t)s->length[r] + 1, sizeof(double));
+                for (i = 0; i < s->length[r]; i++) {
+                    seed = seed * 1103515245u + 12345u;
+                    cost[r][i] = 0.5 + (double)((seed >> 16) % 1000) / 1000.0;
+                }
+            }
+            for (lat = 0; lat < 2; lat++) {
+                memset(&c, 0, sizeof c);
+                c.action_cost = (const double *const *)cost;
+                c.p2p_latency = lat ? 0.3 : 0;
+                res = NULL;
+                PP_CHECK_OK(pp_simulate(s, &c, &res, &err), &err);
+                if (!res) continue;
+                sim_timelines(s, res, tl, rdy);
+                PP_CHECK_OK(pp_timeline_idle(tl, pp, idle, &err), &err);
+                for (r = 0; r < pp; r++) {
+                    double sum = idle[r].busy + idle[r].wait_compute + idle[r].wait_transfer + idle[r].wait_other +
+                                 idle[r].tail;
+                    PP_CHECK_MSG(fabs(sum - idle[r].step) < 1e-9 * (1 + idle[r].step), "%s pp %d rank %d: %.12f vs %.12f",
+                                 pp_schedule_kind_name(kinds[k]), pp, r, sum, idle[r].step);
+                    PP_CHECK(idle[r].wait_compute >= 0 && idle[r].wait_transfer >= 0 && idle[r].wait_other >= 0 &&
+                             idle[r].tail >= -1e-12);
+                    if (!lat)
+                        PP_CHECK_MSG(idle[r].wait_transfer < 1e-12 && idle[r].wait_other < 1e-12,
+                                     "%s pp %d rank %d, free transfers: %.9f waiting for transfers, %.9f other",
+                                     pp_schedule_kind_name(kinds[k]), pp, r, idle[r].wait_transfer, idle[r].wait_other);
+                }
+                pp_sim_result_free(res);
+            }
+            for (r = 0; r < pp; r++) free(cost[r]);
+            pp_schedule_free(s);
+        }
+}
+
 const pp_test_case pp_suite_runtime[] = {
     PP_TEST(every_schedule_kind_gives_single_stage_loss_and_gradients),
     PP_TEST(split_backward_i_then_w_gives_single_stage_gradients),
@@ -1488,5 +1549,6 @@ const pp_test_case pp_suite_runtime[] = {
     PP_TEST(idle_time_splits_into_the_peers_compute_transfers_and_overhead),
     PP_TEST(idle_time_of_a_threads_run_adds_up_to_the_step),
     PP_TEST(idle_time_of_a_dualpipe_timeline_stays_on_each_route),
+    PP_TEST(idle_time_of_random_timelines_of_every_kind_adds_up),
     { 0, 0 }
 };
