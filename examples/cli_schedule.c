@@ -2,7 +2,7 @@
  *
  *   pipepar schedule --kind interleaved --pp 4 --vpp 2 --mb 8 [--group G] --format text
  *   pipepar schedule --from-csv order.csv --format svg > order.svg
- *   pipepar simulate --kind 1f1b --pp 4 --mb 8 --f 1 --b 2 [--w 0] [--p2p 0] [--json]
+ *   pipepar simulate --kind 1f1b --pp 4 --mb 8 --f 1 --b 2 [--w 0] [--p2p 0] [--groups] [--json]
  *
  * Every schedule is lowered (sends and receives added) and validated before it is printed:
  * what you see has been proven deadlock-free.                                               */
@@ -49,6 +49,8 @@ static void schedule_usage(FILE *out, int simulate)
                 "  chunk is a whole model stage and costs all of it)\n"
                 "  --f F (default 1)  --b B (full backward, default 2F)  --i I  --w W (split backward; default B/2 each)\n"
                 "  --p2p L (latency per transfer)  --bytes N (per transfer)  --bandwidth GBPS\n"
+                "  --groups    transfers as the runtime posts them: a round's transfers in one group that ends\n"
+                "              as a whole, one group after another on each rank (default: each on its own)\n"
                 "  --json      machine-readable output\n");
     else
         fprintf(out,
@@ -69,6 +71,7 @@ static int parse_schedule_flags(int argc, char **argv, int simulate, schedule_fl
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { schedule_usage(stdout, simulate); return -1; }
         if (!strcmp(a, "--json") && simulate) { fl->json = 1; continue; }
+        if (!strcmp(a, "--groups") && simulate) { fl->costs.grouped = 1; continue; }
         if (!strcmp(a, "--relower")) { fl->relower = 1; continue; }
         if (a[0] != '-') return cli_usage_error("unexpected argument '%s' (see pipepar %s --help)", a, simulate ? "simulate" : "schedule");
         {

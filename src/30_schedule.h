@@ -160,10 +160,13 @@ PIPEPAR_API pp_status pp_action_parse(const char *text, pp_action *out, pp_error
  * Compute is sequential per rank; a transfer starts when both its send and its receive have been
  * posted, takes latency + bytes * seconds_per_byte, and its consumer starts after it lands.
  * With F=1, B=2 and free communication this reproduces the textbook bubbles exactly. Transfers
- * are modelled one by one: the runtime posts a round's transfers as one group that ends as a
- * whole, one group after another on a rank's stream, so a receive there can also wait for the
- * rank's own send of the round. On 2 H200s that cost interleaved vpp 4 about 6% of the step,
- * which this model does not show (pp_timeline_idle measures it; bench/RESULTS.md, session 4).
+ * are modelled one by one unless costs.grouped: then as the runtime posts them, a round's
+ * transfers in one group that ends as a whole, one group after another on a rank's stream (a
+ * receive can wait for the rank's own send of the round, or for a later peer of the group).
+ * Either way a transfer costs what it is given: on 2 H200s a 64 MiB group took 0.7-0.85 ms on
+ * average against 0.26 ms on an idle pair, which with interleaved vpp 4's many transfers on the
+ * critical path costs it about 6% of the step (pp_timeline_idle measures it; bench/RESULTS.md,
+ * session 4).
  * ============================================================================================ */
 
 typedef struct pp_sim_costs {
@@ -188,6 +191,13 @@ typedef struct pp_sim_costs {
                                    lowered schedule (its indices are the programs'); transfers
                                    still cost p2p_latency + bytes. pp_simulate only: pp_search and
                                    the greedy scheduler build other schedules and refuse it */
+    int grouped;                /* 1: transfers as the runtime posts them: a lowered group starts
+                                   once it heads its rank's communication stream (the rank's
+                                   compute before it done, its previous group over) and so does
+                                   each peer's matching group; it takes p2p_latency + bytes *
+                                   seconds_per_byte times the most transfers it has in one
+                                   direction, and everything it receives lands at its end.
+                                   0: each transfer on its own. pp_simulate only */
 } pp_sim_costs;
 
 typedef struct pp_sim_result {

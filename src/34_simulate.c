@@ -34,6 +34,112 @@ static double pp__half_cost(const pp_schedule *s, const pp_sim_costs *c, int op,
     }
 }
 
+/* Grouped transfers (costs->grouped): each rank's communication actions in the groups the
+ * lowering made, flat over all ranks (rank r's groups from gofs[r]). A group is posted when its
+ * rank reaches it (posting never blocks; the group then waits on the device for the compute
+ * before it, which is t[r] then), heads its stream once the rank's previous group ended, and
+ * starts once it and every peer's matching group head their streams. */
+typedef struct pp__sim_groups {
+    int *gid;          /* [sum of lengths]: group of each communication action (pos_ofs[r] + i); -1 compute */
+    int *pos_ofs;      /* [pp] */
+    int *gofs, *ng;    /* [pp]: rank r's groups are gofs[r] .. gofs[r] + ng[r] - 1 */
+    int *next;         /* [pp]: rank r's first group not yet resolved */
+    int *first, *last; /* [groups]: positions of the group's actions in its rank's program */
+    double *posted;    /* [groups]: time posted, -1 before */
+    double *end;       /* [groups] */
+} pp__sim_groups;
+
+static void pp__sim_groups_free(pp__sim_groups *G)
+{
+    PIPEPAR_FREE(G->gid); PIPEPAR_FREE(G->pos_ofs); PIPEPAR_FREE(G->gofs); PIPEPAR_FREE(G->ng);
+    PIPEPAR_FREE(G->next); PIPEPAR_FREE(G->first); PIPEPAR_FREE(G->last); PIPEPAR_FREE(G->posted);
+    PIPEPAR_FREE(G->end);
+}
+
+static int pp__sim_groups_init(const pp_schedule *s, pp__sim_groups *G)
+{
+    int r, i, total = 0, groups = 0;
+    memset(G, 0, sizeof *G);
+    for (r = 0; r < s->pp; r++) total += s->length[r];
+    G->gid = (int *)PIPEPAR_MALLOC((size_t)(total + 1) * sizeof(int));
+    G->pos_ofs = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    G->gofs = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    G->ng = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    G->next = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    G->first = (int *)PIPEPAR_MALLOC((size_t)(total + 1) * sizeof(int));
+    G->last = (int *)PIPEPAR_MALLOC((size_t)(total + 1) * sizeof(int));
+    G->posted = (double *)PIPEPAR_MALLOC((size_t)(total + 1) * sizeof(double));
+    G->end = (double *)PIPEPAR_MALLOC((size_t)(total + 1) * sizeof(double));
+    if (!G->gid || !G->pos_ofs || !G->gofs || !G->ng || !G->next || !G->first || !G->last || !G->posted || !G->end)
+        return 0;
+    total = 0;
+    for (r = 0; r < s->pp; r++) {
+        G->pos_ofs[r] = total;
+        G->gofs[r] = groups;
+        for (i = 0; i < s->length[r];) {
+            int e = pp_schedule_group_end(s, r, i), j;
+            if (!pp__is_comm(s->actions[r][i].op)) { G->gid[total + i] = -1; i++; continue; }
+            for (j = i; j < e; j++) G->gid[total + j] = groups;
+            G->first[groups] = i; G->last[groups] = e - 1;
+            G->posted[groups] = -1; G->end[groups] = -1;
+            groups++;
+            G->ng[r]++;
+            i = e;
+        }
+        total += s->length[r];
+    }
+    return 1;
+}
+
+/* Resolves every group that can be: in order on each rank, once it and its peers' matching
+ * groups are posted and their previous groups over. Its receives then land at its end. */
+static void pp__sim_groups_resolve(const pp_schedule *s, const pp_sim_costs *c, pp__sim_groups *G,
+                                   const int *send_r, const int *send_p, const int *recv_r, const int *recv_p,
+                                   pp_sim_result *res, double *arr_f, double *arr_b, unsigned char *arrived_f,
+                                   unsigned char *arrived_b)
+{
+    int changed = 1, r;
+    while (changed) {
+        changed = 0;
+        for (r = 0; r < s->pp; r++) {
+            int g, i, ok = 1, sends = 0, recvs = 0;
+            double begin, dur;
+            if (G->next[r] >= G->ng[r]) continue;
+            g = G->gofs[r] + G->next[r];
+            if (G->posted[g] < 0) continue;
+            begin = G->posted[g];
+            if (G->next[r] > 0 && G->end[g - 1] > begin) begin = G->end[g - 1];
+            for (i = G->first[g]; i <= G->last[g] && ok; i++) {
+                pp_action a = s->actions[r][i];
+                int is_send = a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B, pr, pos, pg, local;
+                size_t k = pp__comm_key(s, a);
+                pr = is_send ? recv_r[k] : send_r[k];
+                pos = is_send ? recv_p[k] : send_p[k];
+                if (is_send) sends++; else recvs++;
+                if (pr < 0) { ok = 0; break; }
+                pg = G->gid[G->pos_ofs[pr] + pos];
+                local = pg - G->gofs[pr];
+                /* the peer's group heads its stream: posted, and its previous group over */
+                if (G->posted[pg] < 0 || G->next[pr] < local) { ok = 0; break; }
+                if (G->posted[pg] > begin) begin = G->posted[pg];
+                if (local > 0 && G->end[pg - 1] > begin) begin = G->end[pg - 1];
+            }
+            if (!ok) continue;
+            dur = c->p2p_latency + c->p2p_seconds_per_byte * c->activation_bytes * (sends > recvs ? sends : recvs);
+            G->end[g] = begin + dur;
+            for (i = G->first[g]; i <= G->last[g]; i++) {
+                pp_action a = s->actions[r][i];
+                res->start[r][i] = begin;
+                res->end[r][i] = begin + dur;
+                if (a.op == PP_OP_RECV_F) { arr_f[PP__SM(s, a.stage, a.mb)] = begin + dur; arrived_f[PP__SM(s, a.stage, a.mb)] = 1; }
+                if (a.op == PP_OP_RECV_B) { arr_b[PP__SM(s, a.stage, a.mb)] = begin + dur; arrived_b[PP__SM(s, a.stage, a.mb)] = 1; }
+            }
+            G->next[r]++;
+            changed = 1;
+        }
+    }
+}
+
 pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_sim_result **out, pp_error *err)
 {
     pp_sim_costs zero;
@@ -46,8 +152,11 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
     int *send_r = NULL, *send_p = NULL, *recv_r = NULL, *recv_p = NULL, *pc = NULL;
     unsigned char *arrived_f = NULL, *arrived_b = NULL;
     pp__progress prog = { NULL, NULL, NULL };
+    pp__sim_groups groups;
     int r, i, finished = 0, has_comm = 0;
     double t0 = DBL_MAX, t1 = 0, mem_all = 0;
+
+    memset(&groups, 0, sizeof groups);
 
     if (!sched || !out) return pp__fail(err, PP_EINVAL, "schedule and out: must not be NULL");
     *out = NULL;
@@ -131,6 +240,18 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
         if (s->length[r] == 0) finished++;
     }
     for (k = 0; k < nkeys; k++) { post_send[k] = post_recv[k] = -1; send_r[k] = recv_r[k] = -1; }
+    if (costs->grouped) {
+        /* every transfer's two ends, known up front: a group resolves only with its peers' */
+        if (!pp__sim_groups_init(s, &groups)) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+        for (r = 0; r < s->pp; r++)
+            for (i = 0; i < s->length[r]; i++) {
+                pp_action a = s->actions[r][i];
+                if (!pp__is_comm(a.op)) continue;
+                k = pp__comm_key(s, a);
+                if (a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B) { send_r[k] = r; send_p[k] = i; }
+                else { recv_r[k] = r; recv_p[k] = i; }
+            }
+    }
 
     while (finished < s->pp) {
         int progress = 0;
@@ -138,6 +259,16 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
             if (pc[r] >= s->length[r]) continue;
             while (pc[r] < s->length[r]) {
                 pp_action a = s->actions[r][pc[r]];
+                if (pp__is_comm(a.op) && costs->grouped) {
+                    /* the whole group is posted at once; it runs when it and its peers' head their streams */
+                    int g = groups.gid[groups.pos_ofs[r] + pc[r]];
+                    groups.posted[g] = t[r];
+                    pc[r] = groups.last[g] + 1;
+                    pp__sim_groups_resolve(s, costs, &groups, send_r, send_p, recv_r, recv_p, res, arr_f, arr_b,
+                                           arrived_f, arrived_b);
+                    progress = 1;
+                    continue;
+                }
                 if (pp__is_comm(a.op)) {
                     /* posting never blocks; the transfer runs once both sides have posted */
                     int is_send = a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B;
@@ -252,6 +383,7 @@ done:
     PIPEPAR_FREE(post_send); PIPEPAR_FREE(post_recv); PIPEPAR_FREE(send_r); PIPEPAR_FREE(send_p);
     PIPEPAR_FREE(recv_r); PIPEPAR_FREE(recv_p); PIPEPAR_FREE(arr_f); PIPEPAR_FREE(arr_b);
     PIPEPAR_FREE(arrived_f); PIPEPAR_FREE(arrived_b); PIPEPAR_FREE(t); PIPEPAR_FREE(pc);
+    pp__sim_groups_free(&groups);
     pp__progress_free(&prog);
     return st;
 }

@@ -157,6 +157,10 @@ pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_schedule **ou
     if (cfg->costs && cfg->costs->action_cost)
         return pp__fail(err, PP_EINVAL, "costs: action_cost: times an existing schedule's actions; the greedy "
                         "scheduler builds a new one (give per-stage costs)");
+    if (cfg->costs && cfg->costs->grouped)
+        return pp__fail(err, PP_EINVAL, "costs: grouped=%d: the greedy scheduler places its actions with each "
+                        "transfer on its own (leave it 0; pp_simulate can then time the result grouped)",
+                        cfg->costs->grouped);
     L = cfg->max_live ? cfg->max_live : cfg->pp * vpp;
     if (L < vpp)
         return pp__fail(err, PP_EUNSUPPORTED,
@@ -418,6 +422,9 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     if (cfg->costs.action_cost)
         return pp__fail(err, PP_EINVAL, "costs: action_cost: times one schedule's own actions; a search builds "
                         "others (give per-stage costs)");
+    if (cfg->costs.grouped)
+        return pp__fail(err, PP_EINVAL, "costs: grouped=%d: a search ranks with each transfer on its own (its "
+                        "greedy schedules are built that way; leave it 0)", cfg->costs.grouped);
     has_stage_costs = cfg->costs.f_stage || cfg->costs.b_stage || cfg->costs.i_stage || cfg->costs.w_stage ||
                       cfg->costs.memory_stage;
     if (has_stage_costs && !cfg->vpp)

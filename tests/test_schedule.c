@@ -306,6 +306,99 @@ static void communication_cost_delays_the_step_by_the_transfers_on_the_critical_
     pp_schedule_free(s);
 }
 
+/* Grouped transfers (costs.grouped): a group waits for the one before it on its rank's stream.
+ * Interleaved pp 2, vpp 2, mb 2, F = 1, B = 2 (a chunk: F 0.5, B 1), each transfer 1: rank 1
+ * posts its send of 3B1's gradient (group 7) at 7.5, but its group before, the receive of 2B0's
+ * gradient, can only start at 8 (rank 0 finishes 2B0 then) and ends at 9. One by one the send
+ * runs 8 -> 9; grouped it runs 9 -> 10, and the step ends at 15 instead of 14. */
+static void grouped_transfers_wait_for_the_group_before_them_on_the_stream(void)
+{
+    pp_schedule *s = build(PP_INTERLEAVED_1F1B, 2, 2, 2, 0);
+    pp_sim_result *one = NULL, *grp = NULL;
+    pp_sim_costs c;
+    pp_error err;
+    int i, send_b1 = -1, recv_b0 = -1;
+    if (!s) return;
+    PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+    for (i = 0; i < s->length[1]; i++) {
+        pp_action a = s->actions[1][i];
+        if (a.op == PP_OP_SEND_B && a.stage == 3 && a.mb == 1) send_b1 = i;
+        if (a.op == PP_OP_RECV_B && a.stage == 1 && a.mb == 0) recv_b0 = i;
+    }
+    PP_CHECK(send_b1 > recv_b0 && recv_b0 >= 0);
+    memset(&c, 0, sizeof c);
+    c.f = 1; c.b = 2; c.p2p_latency = 1;
+    PP_CHECK_OK(pp_simulate(s, &c, &one, &err), &err);
+    c.grouped = 1;
+    PP_CHECK_OK(pp_simulate(s, &c, &grp, &err), &err);
+    if (one && grp && send_b1 >= 0 && recv_b0 >= 0) {
+        PP_CHECK_NEAR(one->makespan, 14, 1e-12);
+        PP_CHECK_NEAR(grp->makespan, 15, 1e-12);
+        PP_CHECK_NEAR(one->start[1][send_b1], 8, 1e-12);
+        PP_CHECK_NEAR(grp->start[1][recv_b0], 8, 1e-12);
+        PP_CHECK_NEAR(grp->end[1][recv_b0], 9, 1e-12);
+        PP_CHECK_NEAR(grp->start[1][send_b1], 9, 1e-12);
+        PP_CHECK_NEAR(grp->end[1][send_b1], 10, 1e-12);
+    }
+    pp_sim_result_free(one);
+    pp_sim_result_free(grp);
+    pp_schedule_free(s);
+}
+
+/* Grouping only ever delays: with a latency or without, the step is never shorter than with
+ * each transfer on its own. With free transfers and one peer per group (pp 2) it changes
+ * nothing: a round's group is posted after its rank's compute and meets the peer's at once.
+ * With two peers in a group it can: DualPipeV at pp 3 and 4 puts an F&B's two outputs, one to
+ * each neighbour, in one group, which then waits for the later neighbour (20 -> 21.5 at pp 3,
+ * mb 6; 27 -> 30 at pp 4, mb 8), as a runtime group that ends as a whole does.
+ * Every kind, pp 2..4, several microbatch counts. */
+static void grouped_transfers_change_nothing_when_free_and_never_shorten_the_step(void)
+{
+    static const pp_schedule_kind kinds[] = { PP_GPIPE, PP_1F1B, PP_INTERLEAVED_1F1B, PP_LOOPED_BFS, PP_ZB_H1,
+                                              PP_ZB_H2, PP_ZBV, PP_DUALPIPEV, PP_INTERLEAVED_ZB, PP_DUALPIPE };
+    int k, pp, mbi;
+    for (k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++)
+        for (pp = 2; pp <= 4; pp++)
+            for (mbi = 0; mbi < 3; mbi++) {
+                pp_schedule_kind kind = kinds[k];
+                int vpp = kind == PP_ZBV || kind == PP_DUALPIPEV || kind == PP_DUALPIPE ||
+                          kind == PP_INTERLEAVED_1F1B || kind == PP_LOOPED_BFS || kind == PP_INTERLEAVED_ZB ? 2 : 1;
+                int mb = (mbi + 1) * 2 * pp;
+                pp_schedule_config cfg;
+                pp_schedule *s = NULL;
+                pp_sim_result *one = NULL, *grp = NULL;
+                pp_sim_costs c;
+                pp_error err;
+                double lat;
+                if (kind == PP_DUALPIPE && pp % 2) continue;
+                memset(&cfg, 0, sizeof cfg);
+                cfg.kind = kind; cfg.pp = pp; cfg.vpp = vpp; cfg.mb = mb;
+                if (pp_schedule_build(&cfg, &s, &err) != PP_OK) continue;   /* a config this kind does not take */
+                PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+                for (lat = 0; lat < 0.5; lat += 0.2) {
+                    memset(&c, 0, sizeof c);
+                    c.f = 1; c.i = 1; c.w = 1; c.b = 2; c.p2p_latency = lat;
+                    one = grp = NULL;
+                    PP_CHECK_OK(pp_simulate(s, &c, &one, &err), &err);
+                    c.grouped = 1;
+                    PP_CHECK_OK(pp_simulate(s, &c, &grp, &err), &err);
+                    if (one && grp) {
+                        if (lat == 0 && (pp == 2 || kind != PP_DUALPIPEV))
+                            PP_CHECK_MSG(fabs(grp->makespan - one->makespan) < 1e-9, "%s pp %d mb %d: grouped %.9g, one "
+                                         "by one %.9g", pp_schedule_kind_name(kind), pp, mb, grp->makespan, one->makespan);
+                        PP_CHECK_MSG(grp->makespan >= one->makespan - 1e-9, "%s pp %d mb %d latency %g: grouped %.9g "
+                                     "< one by one %.9g", pp_schedule_kind_name(kind), pp, mb, lat, grp->makespan,
+                                     one->makespan);
+                        if (lat == 0 && kind == PP_DUALPIPEV && pp == 4 && mb == 8)
+                            PP_CHECK_NEAR(grp->makespan, 30, 1e-9);   /* against 27 one by one */
+                    }
+                    pp_sim_result_free(one);
+                    pp_sim_result_free(grp);
+                }
+                pp_schedule_free(s);
+            }
+}
+
 /* --- lowering ---------------------------------------------------------------------------- */
 
 static void lowering_pairs_every_cross_rank_tensor_with_one_send_and_one_receive(void)
@@ -766,6 +859,8 @@ const pp_test_case pp_suite_schedule[] = {
     PP_TEST(simulated_bubbles_equal_the_textbook_formulas),
     PP_TEST(peak_live_activations_of_1f1b_are_pp_minus_rank),
     PP_TEST(communication_cost_delays_the_step_by_the_transfers_on_the_critical_path),
+    PP_TEST(grouped_transfers_wait_for_the_group_before_them_on_the_stream),
+    PP_TEST(grouped_transfers_change_nothing_when_free_and_never_shorten_the_step),
     PP_TEST(lowering_pairs_every_cross_rank_tensor_with_one_send_and_one_receive),
     PP_TEST(same_rank_neighbours_in_v_placement_pass_without_communication),
     PP_TEST(compute_order_that_cannot_run_is_reported_as_deadlock),

@@ -766,6 +766,13 @@ static void search_and_greedy_refuse_costs_they_cannot_apply(void)
     g.pp = 2; g.mb = 4; g.placement = PP_PLACEMENT_V; g.costs = &c;
     PP_CHECK_FAILS(pp_schedule_build_greedy(&g, &s, &err), &err, PP_EINVAL, "costs: action_cost");
     PP_CHECK(s == NULL);
+    /* grouped transfers are pp_simulate's alone too */
+    cfg.costs.action_cost = NULL; cfg.costs.grouped = 1;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "costs: grouped=1: a search ranks with each transfer on its own");
+    PP_CHECK(res == NULL);
+    c.action_cost = NULL; c.grouped = 1;
+    PP_CHECK_FAILS(pp_schedule_build_greedy(&g, &s, &err), &err, PP_EINVAL, "costs: grouped=1: the greedy scheduler");
+    PP_CHECK(s == NULL);
 }
 
 /* The search counts memory with the weights too: under a cap, the winner's weighted peak fits. */

@@ -111,5 +111,11 @@ expect_error 1 "max_live=6: zbv has a fixed memory profile" schedule --kind zbv 
 expect_error 1 "vpp=3: zbv uses a V-shaped placement" schedule --kind zbv --pp 4 --vpp 3 --mb 8
 expect_error 1 "group=1: interleaved-zb needs rounds of at least pp=4" schedule --kind interleaved-zb --pp 4 --vpp 2 --mb 8 --group 1
 
+# --groups: transfers as the runtime posts them (DualPipeV pp 4: an F&B's two outputs share a group)
+$P simulate --kind dualpipev --pp 4 --mb 8 --f 1 --b 2 | grep -q 'makespan)  27$' && ok || bad "dualpipev pp 4: not 27"
+$P simulate --kind dualpipev --pp 4 --mb 8 --f 1 --b 2 --groups | grep -q 'makespan)  30$' && ok || bad "dualpipev pp 4 --groups: not 30"
+$P simulate --help | grep -q -- '--groups' && ok || bad "simulate --help: no --groups"
+expect_error 2 "unknown flag '--groups'" schedule --kind 1f1b --pp 2 --mb 2 --groups
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
