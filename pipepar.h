@@ -9828,10 +9828,11 @@ pp_status pp_executor_timeline(const pp_executor *ex, pp_timeline *out, pp_error
     return pp__ok(err);
 }
 
-static pp_status pp__check_timelines(const pp_timeline *t, int count, FILE *out, double *t0, double *t1, pp_error *err)
+/* Checks the timelines' arrays; *t0, *t1: the earliest start and the latest end of any action. */
+static pp_status pp__check_timelines(const pp_timeline *t, int count, double *t0, double *t1, pp_error *err)
 {
     int r, i;
-    if (!t || count < 1 || !out) return pp__fail(err, PP_EINVAL, "timelines (count=%d) and out: must be given", count);
+    if (!t || count < 1) return pp__fail(err, PP_EINVAL, "timelines (count=%d): must be given", count);
     *t0 = DBL_MAX; *t1 = -DBL_MAX;
     for (r = 0; r < count; r++) {
         if (t[r].length < 0 || (t[r].length > 0 && (!t[r].actions || !t[r].start || !t[r].ready || !t[r].end)))
@@ -9852,7 +9853,8 @@ pp_status pp_timeline_write_chrome_trace(const pp_timeline *t, int count, FILE *
     double t0, t1;
     int r, i, first = 1;
     char txt[64];
-    pp_status st = pp__check_timelines(t, count, out, &t0, &t1, err);
+    pp_status st = out ? pp__check_timelines(t, count, &t0, &t1, err)
+                       : pp__fail(err, PP_EINVAL, "out: must be given");
     if (st != PP_OK) return st;
     pp__text_printf(&x, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
 #define PP__SEP() do { pp__text_printf(&x, first ? "" : ",\n"); first = 0; } while (0)
@@ -9920,7 +9922,7 @@ static char pp__mb_digit(int m)
 pp_status pp_timeline_idle(const pp_timeline *t, int count, pp_idle *idle, pp_error *err)
 {
     const pp_schedule *s;
-    double t0 = DBL_MAX, t1 = -DBL_MAX, *f_end = NULL, *b_end = NULL;
+    double t0 = 0, t1 = 0, *f_end = NULL, *b_end = NULL;
     unsigned char *seen = NULL;
     size_t n, k;
     int r, i, h;
@@ -9943,11 +9945,10 @@ pp_status pp_timeline_idle(const pp_timeline *t, int count, pp_idle *idle, pp_er
         else if (t[r].length != s->length[t[r].rank])
             st = pp__fail(err, PP_EINVAL, "timeline %d: length=%d: rank %d's program has %d actions", r, t[r].length,
                           t[r].rank, s->length[t[r].rank]);
-        else if (t[r].length > 0 && (!t[r].actions || !t[r].start || !t[r].ready || !t[r].end))
-            st = pp__fail(err, PP_EINVAL, "timeline %d: length=%d but an array is NULL", r, t[r].length);
         else seen[t[r].rank] = 1;
     }
     PIPEPAR_FREE(seen);
+    if (st == PP_OK) st = pp__check_timelines(t, count, &t0, &t1, err);
     if (st != PP_OK) return st;
     n = (size_t)s->num_stages * (size_t)s->mb;
     f_end = (double *)PIPEPAR_MALLOC((n ? n : 1) * sizeof(double));
@@ -9958,10 +9959,7 @@ pp_status pp_timeline_idle(const pp_timeline *t, int count, pp_idle *idle, pp_er
     for (r = 0; r < count; r++)
         for (i = 0; i < t[r].length; i++) {
             int ops[2], stg[2], mbs[2], nh;
-            if (t[r].start[i] < 0) continue;
-            if (t[r].start[i] < t0) t0 = t[r].start[i];
-            if (t[r].end[i] > t1) t1 = t[r].end[i];
-            if (pp__is_comm(t[r].actions[i].op) || t[r].ready[i] < 0) continue;
+            if (t[r].start[i] < 0 || pp__is_comm(t[r].actions[i].op) || t[r].ready[i] < 0) continue;
             nh = pp__halves(t[r].actions[i], ops, stg, mbs);
             for (h = 0; h < nh; h++) {
                 if (stg[h] < 0 || stg[h] >= s->num_stages || mbs[h] < 0 || mbs[h] >= s->mb) continue;
@@ -9970,7 +9968,6 @@ pp_status pp_timeline_idle(const pp_timeline *t, int count, pp_idle *idle, pp_er
                 else if (ops[h] == PP_OP_B || ops[h] == PP_OP_I) b_end[k] = t[r].end[i];
             }
         }
-    if (t0 == DBL_MAX) t0 = t1 = 0;
     for (r = 0; r < count; r++) {
         pp_idle *o = &idle[t[r].rank];   /* by rank, whatever order the timelines came in */
         double prev = t0;
@@ -10016,7 +10013,8 @@ pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FIL
     double t0, t1, unit;
     char *line;
     int r, i, c, row, has_w = 0, has_i = 0;
-    pp_status st = pp__check_timelines(t, count, out, &t0, &t1, err);
+    pp_status st = out ? pp__check_timelines(t, count, &t0, &t1, err)
+                       : pp__fail(err, PP_EINVAL, "out: must be given");
     if (st != PP_OK) return st;
     if (width < 0 || width > 100000) return pp__fail(err, PP_EINVAL, "width=%d: must be between 1 and 100000 (0 means 96)", width);
     if (width == 0) width = 96;

@@ -30,6 +30,19 @@ void pp_test_fail(const char *file, int line, const char *fmt, ...)
     current_failed++;
 }
 
+void pp_test_compute_order(const pp_schedule *s, int rank, char *buf, size_t size)
+{
+    size_t len = 0;
+    int i;
+    buf[0] = '\0';
+    for (i = 0; i < s->length[rank]; i++) {
+        char a[64];
+        if (s->actions[rank][i].op >= PP_OP_SEND_F) continue;
+        pp_action_format(s->actions[rank][i], a, sizeof a);
+        len += (size_t)snprintf(buf + len, len < size ? size - len : 0, "%s%s", len ? " " : "", a);
+    }
+}
+
 const char *pp_test_data_dir(void) { return data_dir; }
 
 static int selected(const char *suite, const char *test, int argc, char **argv)

@@ -15,19 +15,6 @@ static pp_schedule *dp_build(int pp, int mb, pp_error *err)
     return s;
 }
 
-static void dp_order(const pp_schedule *s, int rank, char *buf, size_t size)
-{
-    size_t len = 0;
-    int i;
-    buf[0] = '\0';
-    for (i = 0; i < s->length[rank]; i++) {
-        char a[64];
-        if (s->actions[rank][i].op >= PP_OP_SEND_F) continue;
-        pp_action_format(s->actions[rank][i], a, sizeof a);
-        len += (size_t)snprintf(buf + len, len < size ? size - len : 0, "%s%s", len ? " " : "", a);
-    }
-}
-
 /* pp=2: ranks 0 and 1 are both "middle" ranks (half_rank 0 of 1), n = 2 microbatches each way.
  * Worked from dualpipe.py step() by hand. Rank 0: phase 0 = down (stage 0, microbatches 0, 1),
  * phase 1 = up (stage 3, microbatches 2, 3). Step 2: F0 F1; step 4 (one pass, middle rank): F0,
@@ -48,7 +35,7 @@ static void dualpipe_pp2_mb4_is_deepseeks_order_worked_by_hand(void)
     PP_CHECK(s->placement == PP_PLACEMENT_DUAL);
     PP_CHECK_INT(s->num_stages, 4);
     for (r = 0; r < 2; r++) {
-        dp_order(s, r, got, sizeof got);
+        pp_test_compute_order(s, r, got, sizeof got);
         PP_CHECK_MSG(strcmp(got, want[r]) == 0, "rank %d:\n       got %s\n  expected %s", r, got, want[r]);
     }
     PP_CHECK_OK(pp_schedule_validate(s, &err), &err);
@@ -75,7 +62,7 @@ static void dualpipe_pp4_mb8_is_deepseeks_order_worked_by_hand(void)
     PP_CHECK_MSG(s != NULL, "build: %s", err.message);
     if (!s) return;
     for (r = 0; r < 2; r++) {
-        dp_order(s, r, got, sizeof got);
+        pp_test_compute_order(s, r, got, sizeof got);
         PP_CHECK_MSG(strcmp(got, want[r]) == 0, "rank %d:\n       got %s\n  expected %s", r, got, want[r]);
     }
     PP_CHECK_OK(pp_schedule_validate(s, &err), &err);
@@ -115,7 +102,7 @@ static void dualpipe_orders_match_an_independent_derivation_of_dualpipe_py(void)
             last_pp = pp; last_mb = mb;
         }
         if (!s) continue;
-        dp_order(s, r, got, sizeof got);
+        pp_test_compute_order(s, r, got, sizeof got);
         PP_CHECK_MSG(strcmp(got, want) == 0, "pp=%d mb=%d rank %d:\n       got %s\n  expected %s", pp, mb, r, got, want);
         checked++;
     }

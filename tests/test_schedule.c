@@ -20,21 +20,6 @@ static pp_schedule *build(pp_schedule_kind kind, int pp, int vpp, int mb, int gr
     return s;
 }
 
-/* The compute order of one rank as text, PyTorch's spelling, space separated. */
-static void compute_order(const pp_schedule *s, int rank, char *buf, size_t size)
-{
-    size_t len = 0;
-    int i;
-    buf[0] = '\0';
-    for (i = 0; i < s->length[rank]; i++) {
-        char a[64];
-        pp_action act = s->actions[rank][i];
-        if (act.op >= PP_OP_SEND_F) continue;
-        pp_action_format(act, a, sizeof a);
-        len += (size_t)snprintf(buf + len, len < size ? size - len : 0, "%s%s", len ? " " : "", a);
-    }
-}
-
 /* --- placement --------------------------------------------------------------------------- */
 
 static void looped_placement_puts_stage_s_on_rank_s_mod_pp(void)
@@ -75,7 +60,7 @@ static void gpipe_runs_all_forwards_then_all_backwards(void)
     pp_schedule *s = build(PP_GPIPE, 2, 1, 3, 0);
     char buf[512];
     if (!s) return;
-    compute_order(s, 1, buf, sizeof buf);
+    pp_test_compute_order(s, 1, buf, sizeof buf);
     PP_CHECK_STR(buf, "1F0 1F1 1F2 1B0 1B1 1B2");
     pp_schedule_free(s);
 }
@@ -86,15 +71,15 @@ static void one_f_one_b_warmup_is_pp_minus_rank_minus_1(void)
     pp_schedule *s = build(PP_1F1B, 4, 1, 6, 0);
     char buf[512];
     if (!s) return;
-    compute_order(s, 0, buf, sizeof buf);
+    pp_test_compute_order(s, 0, buf, sizeof buf);
     PP_CHECK_STR(buf, "0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0B3 0B4 0B5");
-    compute_order(s, 3, buf, sizeof buf);
+    pp_test_compute_order(s, 3, buf, sizeof buf);
     PP_CHECK_STR(buf, "3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5");
     pp_schedule_free(s);
     /* fewer microbatches than the warmup: all forwards first */
     s = build(PP_1F1B, 4, 1, 2, 0);
     if (!s) return;
-    compute_order(s, 0, buf, sizeof buf);
+    pp_test_compute_order(s, 0, buf, sizeof buf);
     PP_CHECK_STR(buf, "0F0 0F1 0B0 0B1");
     pp_schedule_free(s);
 }
@@ -106,9 +91,9 @@ static void interleaved_follows_megatron_group_table_and_warmup(void)
     pp_schedule *s = build(PP_INTERLEAVED_1F1B, 2, 2, 4, 0);
     char buf[512];
     if (!s) return;
-    compute_order(s, 1, buf, sizeof buf);
+    pp_test_compute_order(s, 1, buf, sizeof buf);
     PP_CHECK_STR(buf, "1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 3F3 3B3 1B2 1B3");
-    compute_order(s, 0, buf, sizeof buf);
+    pp_test_compute_order(s, 0, buf, sizeof buf);
     /* rank 0 warmup = 2*1 + 2 = 4 */
     PP_CHECK_STR(buf, "0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 0B1 2B2 2B3 0B2 0B3");
     pp_schedule_free(s);
@@ -121,8 +106,8 @@ static void interleaved_with_one_chunk_is_1f1b(void)
     int r;
     if (a && b)
         for (r = 0; r < 4; r++) {
-            compute_order(a, r, x, sizeof x);
-            compute_order(b, r, y, sizeof y);
+            pp_test_compute_order(a, r, x, sizeof x);
+            pp_test_compute_order(b, r, y, sizeof y);
             PP_CHECK_STR(x, y);
         }
     pp_schedule_free(a);
@@ -143,7 +128,7 @@ static void interleaved_last_partial_group_that_would_deadlock_gets_extra_warmup
     s = build(PP_INTERLEAVED_1F1B, 4, 2, 5, 0);
     if (s) {
         char buf[512];
-        compute_order(s, 3, buf, sizeof buf);
+        pp_test_compute_order(s, 3, buf, sizeof buf);
         /* table: (0..3,c0),(0..3,c1),(4,c0),(4,c1); warmup rank 3 = 0 + 4 */
         PP_CHECK_STR(buf, "3F0 3F1 3F2 3F3 7F0 7B0 7F1 7B1 7F2 7B2 7F3 7B3 3F4 3B0 7F4 3B1 3B2 3B3 7B4 3B4");
         PP_CHECK_OK(pp_schedule_validate(s, &err), &err);
@@ -188,7 +173,7 @@ static void orders_equal_pytorch_reference(void)
                 strcat(want, q);
             }
             if (s) {
-                compute_order(s, r, got, sizeof got);
+                pp_test_compute_order(s, r, got, sizeof got);
                 PP_CHECK_MSG(!strcmp(got, want), "%s pp=%d v=%d m=%d rank %d:\n       got  %s\n       want %s", name,
                              pp, v, m, r, got, want);
                 compared++;

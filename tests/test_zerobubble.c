@@ -29,27 +29,13 @@ static pp_schedule *zb_build_ok(pp_schedule_kind kind, int pp, int vpp, int mb, 
     return s;
 }
 
-/* One rank's compute actions in PyTorch's spelling, space separated. */
-static void zb_order(const pp_schedule *s, int rank, char *buf, size_t size)
-{
-    size_t len = 0;
-    int i;
-    buf[0] = '\0';
-    for (i = 0; i < s->length[rank]; i++) {
-        char a[64];
-        if (s->actions[rank][i].op >= PP_OP_SEND_F) continue;
-        pp_action_format(s->actions[rank][i], a, sizeof a);
-        len += (size_t)snprintf(buf + len, len < size ? size - len : 0, "%s%s", len ? " " : "", a);
-    }
-}
-
 /* Checks every rank's order against expected[rank]. */
 static void zb_check_orders(const pp_schedule *s, const char *const *expected, const char *what)
 {
     static char got[16384];
     int r;
     for (r = 0; r < s->pp; r++) {
-        zb_order(s, r, got, sizeof got);
+        pp_test_compute_order(s, r, got, sizeof got);
         PP_CHECK_MSG(strcmp(got, expected[r]) == 0, "%s rank %d:\n       got %s\n  expected %s", what, r, got,
                      expected[r]);
     }
@@ -173,8 +159,8 @@ static void zb_h2_capped_at_pp_is_zb_h1(void)
             pp_schedule *h1 = zb_build_ok(PP_ZB_H1, pp, 1, mb, 0, 0), *h2 = zb_build_ok(PP_ZB_H2, pp, 1, mb, 0, pp);
             if (h1 && h2)
                 for (r = 0; r < pp; r++) {
-                    zb_order(h1, r, a, sizeof a);
-                    zb_order(h2, r, b, sizeof b);
+                    pp_test_compute_order(h1, r, a, sizeof a);
+                    pp_test_compute_order(h2, r, b, sizeof b);
                     PP_CHECK_MSG(strcmp(a, b) == 0, "pp=%d mb=%d rank %d:\n  zb-h1 %s\n  zb-h2 %s", pp, mb, r, a, b);
                 }
             pp_schedule_free(h1);
@@ -268,9 +254,9 @@ static void dualpipev_is_pytorch_dualpipev(void)
     }
     s = zb_build_ok(PP_DUALPIPEV, 4, 2, 10, 0, 0);
     if (s) {
-        zb_order(s, 0, got, sizeof got);
+        pp_test_compute_order(s, 0, got, sizeof got);
         PP_CHECK_STR(got, pp4_rank0);
-        zb_order(s, 3, got, sizeof got);
+        pp_test_compute_order(s, 3, got, sizeof got);
         PP_CHECK_STR(got, pp4_rank3);
         /* DualPipe README: activation per device PP+1 stages' worth, PP = 2*pp stages here */
         for (r = 0; r < 4; r++) PP_CHECK_INT(zb_peak_live(s, r), 2 * 4 + 1);
@@ -279,7 +265,7 @@ static void dualpipev_is_pytorch_dualpipev(void)
     }
     s = zb_build_ok(PP_DUALPIPEV, 3, 0, 7, 0, 0);
     if (s) {
-        zb_order(s, 1, got, sizeof got);
+        pp_test_compute_order(s, 1, got, sizeof got);
         PP_CHECK_STR(got, pp3_rank1);
         pp_schedule_free(s);
     }
@@ -343,7 +329,7 @@ static void interleaved_zb_is_pytorch_interleaved_zero_bubble(void)
     }
     s = zb_build_ok(PP_INTERLEAVED_ZB, 4, 2, 10, 5, 0);
     if (s) {
-        zb_order(s, 3, got, sizeof got);
+        pp_test_compute_order(s, 3, got, sizeof got);
         PP_CHECK_STR(got, pp4_rank3);
         zb_check_valid(s, "interleaved-zb pp=4 vpp=2 mb=10 group=5");
         pp_schedule_free(s);
@@ -359,8 +345,8 @@ static void interleaved_zb_with_one_chunk_is_zb_h1(void)
             pp_schedule *x = zb_build_ok(PP_INTERLEAVED_ZB, pp, 1, mb, 0, 0), *y = zb_build_ok(PP_ZB_H1, pp, 1, mb, 0, 0);
             if (x && y)
                 for (r = 0; r < pp; r++) {
-                    zb_order(x, r, a, sizeof a);
-                    zb_order(y, r, b, sizeof b);
+                    pp_test_compute_order(x, r, a, sizeof a);
+                    pp_test_compute_order(y, r, b, sizeof b);
                     PP_CHECK_MSG(strcmp(a, b) == 0, "pp=%d mb=%d rank %d", pp, mb, r);
                 }
             pp_schedule_free(x);
