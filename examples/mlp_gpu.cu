@@ -52,6 +52,7 @@
 #include <string>
 #include <time.h>
 #include <algorithm>
+#include <functional>
 #include <vector>
 #include "../pipepar.h"
 
@@ -96,6 +97,8 @@ struct Options {
     int sm_margin = 0, max_ctas = 0, cta_policy = 0, gate = 1, tune = 1, quiet = 0;
     const char *layout = nullptr;   /* Megatron layout string: blocks per stage */
     double max_memory = 0;          /* --schedule search: cap on activation memory */
+    double yield_us = 0;            /* GEMMs must let a high-priority kernel in within this (0: any) */
+    int gemm_split = 1;             /* GEMMs that do not (or all, without --yield-us) run as this many pieces */
 };
 
 static const char usage[] =
@@ -103,7 +106,7 @@ static const char usage[] =
     "               [--hidden H] [--layers L] [--steps N] [--warmup N] [--check] [--train N]\n"
     "               [--optimizer sgd|adamw] [--lr X] [--clip X] [--trace FILE] [--timeout S]\n"
     "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--cta-policy P] [--no-gate] [--no-tune] [--quiet]\n"
-    "               [--layout STR] [--max-memory X]\n"
+    "               [--layout STR] [--max-memory X] [--yield-us X] [--gemm-split N]\n"
     "               [--kill-rank R --kill-step K]\n"
     "  --single        the whole model on one GPU: the baseline of the pipeline efficiency\n"
     "  --threads N     one process driving N GPUs, one thread each (else one process per GPU,\n"
@@ -122,6 +125,10 @@ static const char usage[] =
     "  --timeout S     deadline of every wait (60): a dead peer gives PP_ETIMEOUT, not a hang\n"
     "  --sm-margin N   cuBLASLt plans for N fewer SMs (room for NCCL's kernels); --max-ctas N caps NCCL's\n"
     "  --cta-policy P  NCCL's CTA policy: default, efficiency (fewer CTAs) or zero (copy engines)\n"
+    "  --yield-us X    keep only GEMM kernels that let a high-priority kernel (NCCL's) onto SMs within X us\n"
+    "                  while they run (persistent kernels free none until they end); the fastest of those\n"
+    "  --gemm-split N  run each GEMM whose kernel does not let one in (every GEMM, without --yield-us) as N\n"
+    "                  GEMMs over 1/N of its output columns: NCCL's kernel waits for one piece, not one GEMM\n"
     "  --no-gate       launch NCCL groups at once (default: the arrival gate, pp_nccl_transport_gate:\n"
     "                  a group launches only once its peer has reached its matching group; one node)\n"
     "  --kill-rank R --kill-step K   failure test: rank R kills itself in the middle of step K\n";
@@ -139,7 +146,7 @@ static int parse_args(int argc, char **argv, Options *o)
         static const char *const valued[] = { "--threads", "--pp", "--vpp", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
             "--single-ms", "--sm-margin", "--max-ctas", "--cta-policy", "--kill-rank", "--kill-step", "--layout",
-            "--max-memory", NULL };
+            "--max-memory", "--yield-us", "--gemm-split", NULL };
         bool is_bool = false, known = false;
         for (int b = 0; bools[b]; b++) if (!strcmp(flag, bools[b])) is_bool = known = true;
         for (int b = 0; valued[b]; b++) if (!strcmp(flag, valued[b])) known = true;
@@ -204,6 +211,8 @@ static int parse_args(int argc, char **argv, Options *o)
         }
         else if (!strcmp(flag, "--layout")) o->layout = v;
         else if (!strcmp(flag, "--max-memory")) ok = num(0, 1e6, &o->max_memory);
+        else if (!strcmp(flag, "--yield-us")) ok = num(0, 1e6, &o->yield_us);
+        else if (!strcmp(flag, "--gemm-split")) ok = integer(1, 16, &o->gemm_split);
         else if (!strcmp(flag, "--kill-rank")) ok = integer(0, 1 << 20, &o->kill_rank);
         else if (!strcmp(flag, "--kill-step")) ok = integer(0, 1 << 20, &o->kill_step);
         else { fprintf(stderr, "mlp_gpu: %s: unknown flag (try --help)\n", flag); return 2; }
@@ -211,6 +220,11 @@ static int parse_args(int argc, char **argv, Options *o)
     }
     if (o->hidden % 64) { fprintf(stderr, "mlp_gpu: --hidden=%d: must be a multiple of 64\n", o->hidden); return 2; }
     if (o->tokens % 8) { fprintf(stderr, "mlp_gpu: --tokens=%d: must be a multiple of 8\n", o->tokens); return 2; }
+    if (o->tokens % (8 * o->gemm_split) || o->hidden % (8 * o->gemm_split)) {
+        fprintf(stderr, "mlp_gpu: --gemm-split=%d: --tokens=%d and --hidden=%d must be multiples of 8 x the pieces\n",
+                o->gemm_split, o->tokens, o->hidden);
+        return 2;
+    }
     if (o->single && o->threads) { fprintf(stderr, "mlp_gpu: --single and --threads: choose one\n"); return 2; }
     return 0;
 }
@@ -337,6 +351,14 @@ struct Gemm {
     bool aux = false;
     double flops = 0;
     int m = 0, n = 0, k = 0;
+    /* --gemm-split: the GEMM as `pieces` GEMMs along the tokens (n for the activations' GEMMs, k
+     * for the weight gradients'), each a shorter kernel, with layouts and a kernel of their own */
+    int pieces = 1;
+    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    int lda = 0, ldb = 0, ldc = 0;
+    cudaDataType_t ctype = CUDA_R_16BF;
+    cublasLtMatrixLayout_t pa = nullptr, pb = nullptr, pc = nullptr;
+    cublasLtMatmulAlgo_t palgo;
 };
 
 struct Gemms {
@@ -367,19 +389,52 @@ static void gemm_plan(Gemm &g, cublasOperation_t ta, cublasOperation_t tb, int m
     CKLT(cublasLtMatrixLayoutCreate(&g.c, ctype, m, n, ldc));
     g.flops = 2.0 * m * n * k;
     g.m = m; g.n = n; g.k = k;
+    g.ta = ta; g.tb = tb; g.lda = lda; g.ldb = ldb; g.ldc = ldc; g.ctype = ctype;
+}
+
+/* A GEMM in pieces splits its output's columns (n): the tokens for the activations' GEMMs, and the
+ * weight gradients' second dimension (H for dW2, F for dW1), so that each piece still reduces
+ * over all T tokens and writes its part of the fp32 gradient once (pieces along the tokens would
+ * read and write the whole gradient once per piece: 10% slower on H200). */
+static void gemm_plan_pieces(Gemm &g, int pieces)
+{
+    int n = g.n / pieces, k = g.k;
+    CKLT(cublasLtMatrixLayoutCreate(&g.pa, CUDA_R_16BF, g.ta == CUBLAS_OP_N ? g.m : k, g.ta == CUBLAS_OP_N ? k : g.m, g.lda));
+    CKLT(cublasLtMatrixLayoutCreate(&g.pb, CUDA_R_16BF, g.tb == CUBLAS_OP_N ? k : n, g.tb == CUBLAS_OP_N ? n : k, g.ldb));
+    CKLT(cublasLtMatrixLayoutCreate(&g.pc, g.ctype, g.m, n, g.ldc));
 }
 
 static cublasStatus_t gemm_try(Gemms &G, int id, const void *A, const void *B, const void *C, void *D, float beta,
-                               void *aux, cudaStream_t s)
+                               void *aux, cudaStream_t s, bool whole = false)
 {
     Gemm &g = G.g[id];
     float alpha = 1.0f;
-    if (g.aux) {
-        cublasStatus_t st = cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+    if (whole || g.pieces == 1) {
+        if (g.aux) {
+            cublasStatus_t st = cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+            if (st != CUBLAS_STATUS_SUCCESS) return st;
+        }
+        return cublasLtMatmul(G.lt, g.desc, &alpha, A, g.a, B, g.b, &beta, C, g.c, D, g.c, &g.algo, G.workspace,
+                              G.workspace_bytes, s);
+    }
+    /* Piece p is columns [p n/P, (p+1) n/P) of C, D and aux, and the same columns of op(B): of B
+     * itself when it is not transposed, its rows when it is. A (the weight, or the activation that
+     * a weight gradient reduces over) is whole in every piece. */
+    const size_t step = (size_t)g.n / g.pieces, csize = g.ctype == CUDA_R_32F ? 4 : 2;
+    for (int p = 0; p < g.pieces; p++) {
+        const char *b = (const char *)B + p * step * (g.tb == CUBLAS_OP_N ? (size_t)g.ldb : 1) * 2;
+        const char *c = (const char *)C + p * step * g.ldc * csize;
+        char *d = (char *)D + p * step * g.ldc * csize;
+        if (g.aux) {
+            void *ap = (char *)aux + p * step * g.m * 2;
+            cublasStatus_t st = cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ap, sizeof ap);
+            if (st != CUBLAS_STATUS_SUCCESS) return st;
+        }
+        cublasStatus_t st = cublasLtMatmul(G.lt, g.desc, &alpha, A, g.pa, b, g.pb, &beta, c, g.pc, d, g.pc, &g.palgo,
+                                           G.workspace, G.workspace_bytes, s);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
-    return cublasLtMatmul(G.lt, g.desc, &alpha, A, g.a, B, g.b, &beta, C, g.c, D, g.c, &g.algo, G.workspace,
-                          G.workspace_bytes, s);
+    return CUBLAS_STATUS_SUCCESS;
 }
 
 static void gemm_run(Gemms &G, int id, const void *A, const void *B, const void *C, void *D, float beta, void *aux,
@@ -388,9 +443,51 @@ static void gemm_run(Gemms &G, int id, const void *A, const void *B, const void 
     CKLT(gemm_try(G, id, A, B, C, D, beta, aux, s));
 }
 
+/* The yield probe. A pipeline rank launches NCCL's kernel while its GEMMs run; the kernel's CTAs
+ * need SMs, and a GEMM whose CTAs stay resident to its end (a persistent kernel) frees none until
+ * then, whatever the communication stream's priority. probe_gap_us runs three GEMMs on the
+ * compute stream and, on a high-priority stream, a chain of small kernels of 16 CTAs x 512
+ * threads (about NCCL's p2p kernel for one peer) that stamp the GPU clock; the answer is the
+ * longest gap between stamps inside the GEMMs' window: how long a kernel launched mid-GEMM may
+ * wait for SMs (bench/gemm_yield.cu prints it for every candidate). */
+__global__ void probe_stamp_kernel(unsigned long long *stamps, int i)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (threadIdx.x == 0) atomicMax(&stamps[i], t);
+}
+
+static double probe_gap_us(const std::function<cublasStatus_t(void)> &gemm, cudaStream_t s, cudaStream_t probe_stream,
+                           unsigned long long *stamps, int probes)
+{
+    CK(cudaMemsetAsync(stamps, 0, (probes + 2) * sizeof *stamps, s));
+    CK(cudaStreamSynchronize(s));
+    probe_stamp_kernel<<<1, 32, 0, s>>>(stamps, probes);
+    for (int r = 0; r < 3; r++) if (gemm() != CUBLAS_STATUS_SUCCESS) return 1e30;
+    probe_stamp_kernel<<<1, 32, 0, s>>>(stamps, probes + 1);
+    usleep(200); /* the GEMMs are under way before the first probe */
+    for (int k = 0; k < probes; k++) probe_stamp_kernel<<<16, 512, 0, probe_stream>>>(stamps, k);
+    CK(cudaStreamSynchronize(probe_stream));
+    CK(cudaStreamSynchronize(s));
+    std::vector<unsigned long long> h(probes + 2);
+    CK(cudaMemcpy(h.data(), stamps, h.size() * sizeof h[0], cudaMemcpyDeviceToHost));
+    unsigned long long w0 = h[probes], w1 = h[probes + 1], prev = 0;
+    double gap = 0;
+    for (int k = 0; k < probes; k++) {
+        if (h[k] > w0 && h[k] < w1 && prev) gap = std::max(gap, (h[k] - std::max(prev, w0)) / 1e3);
+        prev = h[k];
+    }
+    if (h[probes - 1] < w1) gap = std::max(gap, (w1 - std::max(h[probes - 1], w0)) / 1e3); /* ran out: upper bound */
+    return gap;
+}
+
 /* Plans the six GEMMs; with tune, times the heuristic's top candidates on real-size buffers and
- * keeps the fastest of each (cuBLASLt's first choice is not always its best). */
-static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, cudaStream_t s, int verbose)
+ * keeps the fastest of each (cuBLASLt's first choice is not always its best). With yield_us > 0,
+ * only candidates whose probe gap is at most yield_us compete (the fastest overall if none).
+ * With split > 1, a GEMM left with a kernel that does not yield (every GEMM if yield_us is 0)
+ * runs as split pieces of its output columns, their kernel tuned the same way. */
+static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, double yield_us, int split, cudaStream_t s,
+                         int verbose)
 {
     const int F = 4 * H;
     CKLT(cublasLtCreate(&G.lt));
@@ -420,15 +517,26 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, cudaSt
     CKLT(cublasLtMatmulPreferenceCreate(&pref));
     CKLT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &G.workspace_bytes,
                                               sizeof G.workspace_bytes));
+    const int probes = 3000, max_cands = 16;
+    cudaStream_t probe_stream = nullptr;
+    unsigned long long *stamps = nullptr;
+    if (tune && yield_us > 0) {
+        int lo, hi;
+        CK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+        CK(cudaStreamCreateWithPriority(&probe_stream, cudaStreamNonBlocking, hi));
+        CK(cudaMalloc(&stamps, (probes + 2) * sizeof *stamps));
+    }
     for (int id = 0; id < G_COUNT; id++) {
         Gemm &g = G.g[id];
-        cublasLtMatmulHeuristicResult_t res[8];
+        cublasLtMatmulHeuristicResult_t res[max_cands];
         int found = 0;
-        CKLT(cublasLtMatmulAlgoGetHeuristic(G.lt, g.desc, g.a, g.b, g.c, g.c, pref, tune ? 8 : 1, res, &found));
+        CKLT(cublasLtMatmulAlgoGetHeuristic(G.lt, g.desc, g.a, g.b, g.c, g.c, pref, !tune ? 1 : yield_us > 0 ? max_cands : 8,
+                                            res, &found));
         if (found < 1) { fprintf(stderr, "mlp_gpu: cuBLASLt has no algorithm for GEMM %s\n", gemm_names[id]); exit(1); }
         bool f32 = id == G_DW1 || id == G_DW2;
-        float best = 1e30f;
-        int best_i = 0;
+        float best = 1e30f, best_any = 1e30f;
+        int best_i = -1, best_any_i = 0;
+        double best_gap = 0;
         for (int i = 0; i < found && tune; i++) {
             if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
             g.algo = res[i].algo;
@@ -440,9 +548,54 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, cudaSt
             CK(cudaEventRecord(e1, s));
             CK(cudaEventSynchronize(e1));
             CK(cudaEventElapsedTime(&ms, e0, e1));
-            if (ok && ms < best) { best = ms; best_i = i; }
+            if (!ok) continue;
+            if (ms < best_any) { best_any = ms; best_any_i = i; }
+            double gap = 0;
+            if (yield_us > 0) {
+                gap = probe_gap_us([&]() { return gemm_try(G, id, A, B, cd, cd, beta, aux, s); }, s, probe_stream,
+                                   stamps, probes);
+                if (verbose)
+                    printf("  gemm %-15s candidate %2d  %7.3f ms  probe gap %8.1f us\n", gemm_names[id], i, ms / 3, gap);
+                if (gap > yield_us) continue;
+            }
+            if (ms < best) { best = ms; best_i = i; best_gap = gap; }
+        }
+        /* a kernel that yields is worth up to 3% over the fastest; past that, pieces (if allowed) */
+        const bool yields = best_i >= 0, pieces = split > 1 && (yield_us <= 0 || !yields || best > 1.03f * best_any);
+        if (best_i < 0 || (pieces && yield_us > 0)) {
+            if (tune && yield_us > 0 && verbose && !yields)
+                printf("  gemm %-15s no candidate lets a kernel in within %g us: the fastest\n", gemm_names[id], yield_us);
+            best_i = best_any_i; best = best_any;
         }
         g.algo = res[best_i].algo;
+        if (pieces) {
+            gemm_plan_pieces(g, split);
+            int pfound = 0;
+            cublasLtMatmulHeuristicResult_t pres[8];
+            CKLT(cublasLtMatmulAlgoGetHeuristic(G.lt, g.desc, g.pa, g.pb, g.pc, g.pc, pref, tune ? 8 : 1, pres, &pfound));
+            float pbest = 1e30f;
+            int pbest_i = -1;
+            for (int i = 0; i < pfound; i++) {
+                if (pres[i].state != CUBLAS_STATUS_SUCCESS) continue;
+                g.palgo = pres[i].algo;
+                g.pieces = split;
+                float ms = 0, beta = (id == G_FWD2 || id == G_DX || f32) ? 1.0f : 0.0f;
+                void *cd = f32 ? (void *)C32 : (void *)C;
+                bool ok = gemm_try(G, id, A, B, cd, cd, beta, aux, s) == CUBLAS_STATUS_SUCCESS;
+                CK(cudaEventRecord(e0, s));
+                for (int r = 0; r < 3 && ok && tune; r++) ok = gemm_try(G, id, A, B, cd, cd, beta, aux, s) == CUBLAS_STATUS_SUCCESS;
+                CK(cudaEventRecord(e1, s));
+                CK(cudaEventSynchronize(e1));
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (ok && ms < pbest) { pbest = ms; pbest_i = i; }
+            }
+            if (pbest_i < 0) { fprintf(stderr, "mlp_gpu: cuBLASLt has no algorithm for GEMM %s in %d pieces\n", gemm_names[id], split); exit(1); }
+            g.palgo = pres[pbest_i].algo;
+            g.pieces = split;
+            if (verbose && tune)
+                printf("  gemm %-15s in %d pieces of its output columns: %7.3f ms (whole %7.3f ms)\n", gemm_names[id], split,
+                       pbest / 3, best / 3);
+        }
         /* run the chosen kernel once: CUDA loads modules lazily, and a first load in the middle of
          * a step would happen while NCCL kernels may be waiting on a peer */
         {
@@ -450,9 +603,12 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, cudaSt
             CKLT(gemm_try(G, id, A, B, cd, cd, 1.0f, aux, s));
         }
         if (verbose && tune)
-            printf("  gemm %-15s %5d x %5d x %5d  %7.3f ms  %6.1f TFLOP/s  (candidate %d of %d)\n", gemm_names[id],
-                   g.m, g.n, g.k, best / 3, g.flops / (best / 3 * 1e-3) / 1e12, best_i, found);
+            printf("  gemm %-15s %5d x %5d x %5d  %7.3f ms  %6.1f TFLOP/s  (candidate %d of %d%s)\n", gemm_names[id],
+                   g.m, g.n, g.k, best / 3, g.flops / (best / 3 * 1e-3) / 1e12, best_i, found,
+                   yield_us > 0 ? (std::string(", probe gap ") + std::to_string((int)best_gap) + " us, fastest of all " +
+                                   std::to_string(best_any / 3).substr(0, 5) + " ms").c_str() : "");
     }
+    if (probe_stream) { CK(cudaStreamDestroy(probe_stream)); CK(cudaFree(stamps)); }
     CKLT(cublasLtMatmulPreferenceDestroy(pref));
     CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
     CK(cudaFree(A)); CK(cudaFree(B)); CK(cudaFree(C)); CK(cudaFree(aux)); CK(cudaFree(C32));
@@ -466,6 +622,9 @@ static void gemms_free(Gemms &G)
         if (g.a) cublasLtMatrixLayoutDestroy(g.a);
         if (g.b) cublasLtMatrixLayoutDestroy(g.b);
         if (g.c) cublasLtMatrixLayoutDestroy(g.c);
+        if (g.pa) cublasLtMatrixLayoutDestroy(g.pa);
+        if (g.pb) cublasLtMatrixLayoutDestroy(g.pb);
+        if (g.pc) cublasLtMatrixLayoutDestroy(g.pc);
     }
     if (G.workspace) cudaFree(G.workspace);
     if (G.lt) cublasLtDestroy(G.lt);
@@ -585,7 +744,7 @@ static void model_setup(Model &m, const Options &o, int S, const int *counts, in
     m.work[0] = (bf16 *)dev_alloc(m, th * 2);
     m.work[1] = (bf16 *)dev_alloc(m, th * 2);
     m.d_loss = (float *)dev_alloc(m, sizeof(float));
-    gemms_create(m.G, m.H, m.T, sm_target, o.tune, stream, verbose);
+    gemms_create(m.G, m.H, m.T, sm_target, o.tune, o.yield_us, o.gemm_split, stream, verbose);
     /* Load every kernel of this file now (CUDA loads modules lazily by default): a first launch
      * in the middle of a step would load it while NCCL kernels may be waiting on a peer. */
     cudaFuncAttributes fa;
