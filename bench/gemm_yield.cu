@@ -19,7 +19,8 @@
  * --all also tries every variant of each candidate that cuBLASLt accepts (each custom option and
  * CTA swizzle, cublasLtMatmulAlgoCheck) and lists those within 10% of the heuristic's best ("v"
  * lines; the heuristic's own are "h" lines). On H200 with cuBLASLt 13 no variant changed whether
- * a kernel yields: that follows the kernel (its tile and schedule), not these options.
+ * a kernel yields: that follows the kernel (its tile and schedule), not these options. It also
+ * offers each GEMM the other GEMMs' kernel families with every tile they support ("t" lines).
  *
  * Shapes and epilogues are mlp_gpu's (examples/mlp_gpu.cu, gemms_create).                    */
 #include <cuda_runtime.h>
@@ -174,6 +175,17 @@ int main(int argc, char **argv)
            probe_ctas);
     printf("%-15s %4s %9s %8s %11s %11s %9s %6s\n", "gemm", "cand", "ms", "TFLOP/s", "gap median", "gap max",
            "slowdown", "probes");
+    /* every GEMM's heuristic candidates, for --all to try on the other GEMMs */
+    std::vector<cublasLtMatmulAlgo_t> pool;
+    std::vector<int> pool_from;
+    for (int id = 0; id < 6 && enumerate; id++) {
+        std::vector<cublasLtMatmulHeuristicResult_t> res(cands);
+        int found = 0;
+        CKLT(cublasLtMatmulAlgoGetHeuristic(lt, plans[id].desc, plans[id].a, plans[id].b, plans[id].c, plans[id].c, pref,
+                                            cands, res.data(), &found));
+        for (int i = 0; i < found; i++)
+            if (res[i].state == CUBLAS_STATUS_SUCCESS) { pool.push_back(res[i].algo); pool_from.push_back(id); }
+    }
     for (int id = 0; id < 6; id++) {
         Plan &p = plans[id];
         std::vector<cublasLtMatmulHeuristicResult_t> res(cands);
@@ -295,6 +307,54 @@ int main(int argc, char **argv)
                 }
         }
         printf("%-15s variants: %d ran\n", p.name, tried);
+        /* other GEMMs' kernels (another algorithm id: another kernel family, e.g. the one that
+         * yields for dh), with each tile that family supports: "t" lines, numbered by the pool */
+        std::vector<int> own_ids;
+        for (int i = 0; i < found; i++) {
+            int aid = 0;
+            size_t got;
+            cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_ID, &aid, sizeof aid, &got);
+            own_ids.push_back(aid);
+        }
+        int transplanted = 0;
+        for (size_t q = 0; q < pool.size(); q++) {
+            if (pool_from[q] == id) continue;
+            int aid = 0;
+            size_t got, nbytes = 0;
+            cublasLtMatmulAlgoConfigGetAttribute(&pool[q], CUBLASLT_ALGO_CONFIG_ID, &aid, sizeof aid, &got);
+            if (std::find(own_ids.begin(), own_ids.end(), aid) != own_ids.end()) continue;
+            cublasLtMatmulAlgoCapGetAttribute(&pool[q], CUBLASLT_ALGO_CAP_TILE_IDS, nullptr, 0, &nbytes);
+            std::vector<uint32_t> tiles(nbytes / 4 + 1, 0);
+            uint32_t own_tile = 0;
+            cublasLtMatmulAlgoConfigGetAttribute(&pool[q], CUBLASLT_ALGO_CONFIG_TILE_ID, &own_tile, sizeof own_tile, &got);
+            tiles[0] = own_tile;
+            if (nbytes) cublasLtMatmulAlgoCapGetAttribute(&pool[q], CUBLASLT_ALGO_CAP_TILE_IDS, tiles.data() + 1, nbytes, &nbytes);
+            for (uint32_t t : tiles) {
+                cublasLtMatmulAlgo_t cand = pool[q];
+                cublasLtMatmulAlgoConfigSetAttribute(&cand, CUBLASLT_ALGO_CONFIG_TILE_ID, &t, sizeof t);
+                cublasLtMatmulHeuristicResult_t chk;
+                if (cublasLtMatmulAlgoCheck(lt, p.desc, p.a, p.b, p.c, p.c, &cand, &chk) != CUBLAS_STATUS_SUCCESS) continue;
+                if (chk.workspaceSize > ws_bytes) continue;
+                auto gemm1 = [&](void) {
+                    return cublasLtMatmul(lt, p.desc, &alpha, A, p.a, B, p.b, &beta, cd, p.c, cd, p.c, &cand, ws, ws_bytes,
+                                          gemm_stream);
+                };
+                if (gemm1() != CUBLAS_STATUS_SUCCESS) { cudaGetLastError(); continue; }
+                CK(cudaEventRecord(e0, gemm_stream));
+                if (gemm1() != CUBLAS_STATUS_SUCCESS) continue;
+                CK(cudaEventRecord(e1, gemm_stream));
+                CK(cudaEventSynchronize(e1));
+                float q_ms = 0;
+                CK(cudaEventElapsedTime(&q_ms, e0, e1));
+                transplanted++;
+                if (q_ms > 1.10 * best_ms) continue;
+                double ms, gap;
+                char label[32];
+                snprintf(label, sizeof label, "t%zu.", q);
+                measure(cand, label, (int)t, &ms, &gap);
+            }
+        }
+        printf("%-15s other GEMMs' kernel families: %d ran\n", p.name, transplanted);
     }
     return 0;
 }
