@@ -5,13 +5,14 @@
  * both GPUs, so the transfer's time depends on how soon the peer's GEMMs let it in. One
  * process drives both GPUs (ncclCommInitAll). GPU 1 runs back-to-back GEMMs of mlp_gpu's
  * forward shape (F x T x H = 16384 x 8192 x 4096, bf16, cuBLASLt) on a low-priority stream;
- * meanwhile, at random moments, a group of MiB each way is posted on both GPUs'
- * high-priority communication streams. Each line: the group's time on GPU 0's stream (GPU 0 is
- * idle, so this is the wait for GPU 1 plus the transfer), median / 90th percentile / largest,
- * and the GEMMs' time per call meanwhile, for:
+ * meanwhile a group of --mib MiB each way is posted on both GPUs' high-priority communication
+ * streams, one at a time (each after the last one ended), after a random pause. Each line: the
+ * group's time on GPU 0's stream (GPU 0 is idle, so this is the wait for GPU 1 plus the
+ * transfer), median / 90th percentile / largest, and the GEMMs' time per call while the groups
+ * ran, for:
  *
  *   idle          no GEMMs: the transfer alone
- *   gemm          cuBLASLt's fastest kernel (persistent: its CTAs hold every SM to the end)
+ *   gemm          cuBLASLt's first choice (persistent: its CTAs hold every SM to the end)
  *   pieces N      the same GEMM as N GEMMs over T/N tokens each
  *   margin N      the GEMM planned for N fewer SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET)
  *   both          GEMMs on both GPUs
@@ -41,6 +42,15 @@
 typedef __nv_bfloat16 bf16;
 enum { H = 4096, T = 8192, F = 4 * H };
 
+__global__ void fill_kernel(bf16 *p, size_t n, unsigned seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)(i * 2654435761u) ^ (seed * 0x9e3779b9u);
+        h ^= h >> 15; h *= 0x2c1b3c6du; h ^= h >> 12;
+        p[i] = __float2bfloat16(((h & 0xffff) / 65536.0f - 0.5f) * 0.05f);
+    }
+}
+
 /* One GPU's GEMM: D[F, T] = op(W)[F, H] x X[H, T], as `pieces` GEMMs over T / pieces columns. */
 struct Gemm {
     cublasLtHandle_t lt;
@@ -60,7 +70,10 @@ static void gemm_make(Gemm &g, int pieces, int sm_target)
     CKLT(cublasLtCreate(&g.lt));
     CK(cudaMalloc(&g.ws, g.ws_bytes));
     CK(cudaMalloc(&g.W, (size_t)F * H * 2)); CK(cudaMalloc(&g.X, (size_t)H * T * 2)); CK(cudaMalloc(&g.D, (size_t)F * T * 2));
-    CK(cudaMemset(g.W, 0, (size_t)F * H * 2)); CK(cudaMemset(g.X, 0, (size_t)H * T * 2));
+    /* random operands: a GEMM on zeros draws less power and runs faster than on real data */
+    fill_kernel<<<1024, 256>>>(g.W, (size_t)F * H, 1);
+    fill_kernel<<<1024, 256>>>(g.X, (size_t)H * T, 2);
+    CK(cudaGetLastError());
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     CKLT(cublasLtMatmulDescCreate(&g.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CKLT(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -154,8 +167,7 @@ int main(int argc, char **argv)
     srand(7);
     for (const Mode &m : modes) {
         Gemm g[2];
-        cudaEvent_t g0, g1;
-        int calls = m.load ? transfers * 3 : 0;   /* ~1.4 ms each: outlasts the transfers (~2 ms apart) */
+        int calls = m.load ? transfers * 3 : 0;   /* ~1.4 ms each: they outlast the transfers */
         for (int d = 0; d < 2; d++)
             if (m.load && (d == 1 || m.both)) {
                 CK(cudaSetDevice(d));
@@ -163,14 +175,20 @@ int main(int argc, char **argv)
                 gemm_run(g[d], gs[d]);
                 CK(cudaDeviceSynchronize());
             }
+        /* GPU 1's GEMMs, an event after each, and the end of the groups on GPU 1's stream: the
+         * GEMM time reported is that of the calls that ended while the groups still ran */
+        std::vector<cudaEvent_t> after(calls + 1);
+        cudaEvent_t phase_end;
         CK(cudaSetDevice(1));
-        CK(cudaEventCreate(&g0)); CK(cudaEventCreate(&g1));
-        CK(cudaEventRecord(g0, gs[1]));
-        for (int c = 0; c < calls; c++)
+        for (int c = 0; c <= calls; c++) CK(cudaEventCreate(&after[c]));
+        CK(cudaEventCreate(&phase_end));
+        CK(cudaEventRecord(after[0], gs[1]));
+        for (int c = 0; c < calls; c++) {
             for (int d = 0; d < 2; d++)
                 if (d == 1 || m.both) { CK(cudaSetDevice(d)); gemm_run(g[d], gs[d]); }
-        CK(cudaSetDevice(1));
-        CK(cudaEventRecord(g1, gs[1]));
+            CK(cudaSetDevice(1));
+            CK(cudaEventRecord(after[c + 1], gs[1]));
+        }
         usleep(3000);
         for (int t = 0; t < transfers; t++) {
             usleep(500 + rand() % 2500);  /* a random phase against the GEMMs */
@@ -179,21 +197,43 @@ int main(int argc, char **argv)
             post();
             CK(cudaSetDevice(0));
             CK(cudaEventRecord(ev1[t], cs[0]));
+            CK(cudaEventSynchronize(ev1[t]));   /* one group at a time: none queues behind another */
         }
+        CK(cudaSetDevice(1));
+        CK(cudaEventRecord(phase_end, cs[1]));
         for (int d = 0; d < 2; d++) { CK(cudaSetDevice(d)); CK(cudaDeviceSynchronize()); }
         std::vector<float> ms(transfers);
         CK(cudaSetDevice(0));
         for (int t = 0; t < transfers; t++) CK(cudaEventElapsedTime(&ms[t], ev0[t], ev1[t]));
         std::sort(ms.begin(), ms.end());
-        float gemm_ms = 0;
+        float gemm_ms = 0, phase = 0;
+        int during = 0;
         CK(cudaSetDevice(1));
-        if (calls) { CK(cudaEventElapsedTime(&gemm_ms, g0, g1)); gemm_ms /= calls; }
+        if (calls) {
+            CK(cudaEventElapsedTime(&phase, after[0], phase_end));
+            for (int c = 1; c <= calls; c++) {
+                float at = 0;
+                CK(cudaEventElapsedTime(&at, after[0], after[c]));
+                if (at <= phase) during = c;
+            }
+            if (during) CK(cudaEventElapsedTime(&gemm_ms, after[0], after[during]));
+            if (during) gemm_ms /= during;
+            if (during == calls) fprintf(stderr, "nccl_overlap: %s: the GEMMs ended before the groups\n", m.name);
+        }
+        for (int c = 0; c <= calls; c++) CK(cudaEventDestroy(after[c]));
+        CK(cudaEventDestroy(phase_end));
         printf("%-12s %10.3f %10.3f %10.3f %12.3f\n", m.name, ms[transfers / 2], ms[transfers * 9 / 10], ms.back(), gemm_ms);
         fflush(stdout);
-        CK(cudaEventDestroy(g0)); CK(cudaEventDestroy(g1));
         for (int d = 0; d < 2; d++)
             if (m.load && (d == 1 || m.both)) { CK(cudaSetDevice(d)); gemm_free(g[d]); }
     }
-    for (int d = 0; d < 2; d++) ncclCommDestroy(comm[d]);
+    CK(cudaSetDevice(0));
+    for (int t = 0; t < transfers; t++) { CK(cudaEventDestroy(ev0[t])); CK(cudaEventDestroy(ev1[t])); }
+    for (int d = 0; d < 2; d++) {
+        CK(cudaSetDevice(d));
+        CK(cudaFree(sb[d])); CK(cudaFree(rb[d]));
+        CK(cudaStreamDestroy(cs[d])); CK(cudaStreamDestroy(gs[d]));
+        NK(ncclCommDestroy(comm[d]));
+    }
     return 0;
 }

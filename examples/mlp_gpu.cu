@@ -226,6 +226,10 @@ static int parse_args(int argc, char **argv, Options *o)
         return 2;
     }
     if (o->single && o->threads) { fprintf(stderr, "mlp_gpu: --single and --threads: choose one\n"); return 2; }
+    if (o->yield_us > 0 && !o->tune) {
+        fprintf(stderr, "mlp_gpu: --yield-us is measured while the GEMMs are tuned: drop --no-tune\n");
+        return 2;
+    }
     return 0;
 }
 
@@ -405,11 +409,11 @@ static void gemm_plan_pieces(Gemm &g, int pieces)
 }
 
 static cublasStatus_t gemm_try(Gemms &G, int id, const void *A, const void *B, const void *C, void *D, float beta,
-                               void *aux, cudaStream_t s, bool whole = false)
+                               void *aux, cudaStream_t s)
 {
     Gemm &g = G.g[id];
     float alpha = 1.0f;
-    if (whole || g.pieces == 1) {
+    if (g.pieces == 1) {
         if (g.aux) {
             cublasStatus_t st = cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
             if (st != CUBLAS_STATUS_SUCCESS) return st;
@@ -473,11 +477,15 @@ static double probe_gap_us(const std::function<cublasStatus_t(void)> &gemm, cuda
     CK(cudaMemcpy(h.data(), stamps, h.size() * sizeof h[0], cudaMemcpyDeviceToHost));
     unsigned long long w0 = h[probes], w1 = h[probes + 1], prev = 0;
     double gap = 0;
+    int inside = 0;
     for (int k = 0; k < probes; k++) {
-        if (h[k] > w0 && h[k] < w1 && prev) gap = std::max(gap, (h[k] - std::max(prev, w0)) / 1e3);
+        if (h[k] > w0 && h[k] < w1 && inside++ > 0) gap = std::max(gap, (h[k] - prev) / 1e3);
         prev = h[k];
     }
-    if (h[probes - 1] < w1) gap = std::max(gap, (w1 - std::max(h[probes - 1], w0)) / 1e3); /* ran out: upper bound */
+    /* fewer than two probes inside the GEMMs saw no gap: the window itself is the bound (short
+     * GEMMs: their length; GEMMs that never let a probe in: all three) */
+    if (inside < 2) return (w1 - w0) / 1e3;
+    if (h[probes - 1] < w1) gap = std::max(gap, (w1 - h[probes - 1]) / 1e3); /* ran out: upper bound */
     return gap;
 }
 
@@ -560,53 +568,85 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, double
             }
             if (ms < best) { best = ms; best_i = i; best_gap = gap; }
         }
-        /* a kernel that yields is worth up to 3% over the fastest; past that, pieces (if allowed) */
-        const bool yields = best_i >= 0, pieces = split > 1 && (yield_us <= 0 || !yields || best > 1.03f * best_any);
-        if (best_i < 0 || (pieces && yield_us > 0)) {
-            if (tune && yield_us > 0 && verbose && !yields)
-                printf("  gemm %-15s no candidate lets a kernel in within %g us: the fastest\n", gemm_names[id], yield_us);
+        /* The choice: a kernel that yields (when asked for) if it is within 3% of the fastest;
+         * else pieces (when allowed) if they beat that yielding kernel; else the yielding kernel,
+         * and with none, the fastest. */
+        const bool yields = best_i >= 0;
+        const int yield_i = best_i;
+        const float yield_ms = best;
+        const double yield_gap = best_gap;
+        const bool try_pieces = split > 1 && (yield_us <= 0 || !yields || yield_ms > 1.03f * best_any);
+        if (!yields) {
+            if (tune && yield_us > 0 && verbose)
+                printf("  gemm %-15s no candidate lets a kernel in within %g us\n", gemm_names[id], yield_us);
             best_i = best_any_i; best = best_any;
         }
         g.algo = res[best_i].algo;
-        if (pieces) {
+        float pbest = 1e30f;
+        if (try_pieces) {
+            /* each piece's B and C/D start p * (n / pieces) columns (or rows of a transposed B) in:
+             * tell the heuristic how aligned those pointers are (it assumes 256 bytes) */
+            const size_t step = (size_t)g.n / split, csize = g.ctype == CUDA_R_32F ? 4 : 2;
+            auto low_bit = [](size_t x) -> uint32_t { return (uint32_t)std::min<size_t>(256, x & (~x + 1)); };
+            uint32_t align_a = 256, align_b = low_bit(step * (g.tb == CUBLAS_OP_N ? (size_t)g.ldb : 1) * 2),
+                     align_c = low_bit(step * g.ldc * csize);
+            cublasLtMatmulPreference_t ppref;
+            CKLT(cublasLtMatmulPreferenceCreate(&ppref));
+            CKLT(cublasLtMatmulPreferenceSetAttribute(ppref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &G.workspace_bytes,
+                                                      sizeof G.workspace_bytes));
+            CKLT(cublasLtMatmulPreferenceSetAttribute(ppref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a));
+            CKLT(cublasLtMatmulPreferenceSetAttribute(ppref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b));
+            CKLT(cublasLtMatmulPreferenceSetAttribute(ppref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c));
+            CKLT(cublasLtMatmulPreferenceSetAttribute(ppref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof align_c));
             gemm_plan_pieces(g, split);
             int pfound = 0;
             cublasLtMatmulHeuristicResult_t pres[8];
-            CKLT(cublasLtMatmulAlgoGetHeuristic(G.lt, g.desc, g.pa, g.pb, g.pc, g.pc, pref, tune ? 8 : 1, pres, &pfound));
-            float pbest = 1e30f;
+            CKLT(cublasLtMatmulAlgoGetHeuristic(G.lt, g.desc, g.pa, g.pb, g.pc, g.pc, ppref, tune ? 8 : 1, pres, &pfound));
+            CKLT(cublasLtMatmulPreferenceDestroy(ppref));
             int pbest_i = -1;
+            g.pieces = split;
             for (int i = 0; i < pfound; i++) {
                 if (pres[i].state != CUBLAS_STATUS_SUCCESS) continue;
                 g.palgo = pres[i].algo;
-                g.pieces = split;
                 float ms = 0, beta = (id == G_FWD2 || id == G_DX || f32) ? 1.0f : 0.0f;
                 void *cd = f32 ? (void *)C32 : (void *)C;
                 bool ok = gemm_try(G, id, A, B, cd, cd, beta, aux, s) == CUBLAS_STATUS_SUCCESS;
+                if (!tune) { if (ok) { pbest = 0; pbest_i = i; } break; }
                 CK(cudaEventRecord(e0, s));
-                for (int r = 0; r < 3 && ok && tune; r++) ok = gemm_try(G, id, A, B, cd, cd, beta, aux, s) == CUBLAS_STATUS_SUCCESS;
+                for (int r = 0; r < 3 && ok; r++) ok = gemm_try(G, id, A, B, cd, cd, beta, aux, s) == CUBLAS_STATUS_SUCCESS;
                 CK(cudaEventRecord(e1, s));
                 CK(cudaEventSynchronize(e1));
                 CK(cudaEventElapsedTime(&ms, e0, e1));
                 if (ok && ms < pbest) { pbest = ms; pbest_i = i; }
             }
-            if (pbest_i < 0) { fprintf(stderr, "mlp_gpu: cuBLASLt has no algorithm for GEMM %s in %d pieces\n", gemm_names[id], split); exit(1); }
+            if (pbest_i < 0) {
+                fprintf(stderr, "mlp_gpu: cuBLASLt has no algorithm for GEMM %s in %d pieces (try another --gemm-split)\n",
+                        gemm_names[id], split);
+                exit(1);
+            }
             g.palgo = pres[pbest_i].algo;
-            g.pieces = split;
-            if (verbose && tune)
-                printf("  gemm %-15s in %d pieces of its output columns: %7.3f ms (whole %7.3f ms)\n", gemm_names[id], split,
-                       pbest / 3, best / 3);
+            if (yield_us > 0 && yields && tune && pbest >= yield_ms) g.pieces = 1;   /* the yielding kernel is faster */
         }
+        if (g.pieces == 1 && yields) { best_i = yield_i; best = yield_ms; g.algo = res[best_i].algo; }
         /* run the chosen kernel once: CUDA loads modules lazily, and a first load in the middle of
          * a step would happen while NCCL kernels may be waiting on a peer */
         {
             void *cd = f32 ? (void *)C32 : (void *)C;
             CKLT(gemm_try(G, id, A, B, cd, cd, 1.0f, aux, s));
         }
-        if (verbose && tune)
-            printf("  gemm %-15s %5d x %5d x %5d  %7.3f ms  %6.1f TFLOP/s  (candidate %d of %d%s)\n", gemm_names[id],
-                   g.m, g.n, g.k, best / 3, g.flops / (best / 3 * 1e-3) / 1e12, best_i, found,
-                   yield_us > 0 ? (std::string(", probe gap ") + std::to_string((int)best_gap) + " us, fastest of all " +
-                                   std::to_string(best_any / 3).substr(0, 5) + " ms").c_str() : "");
+        if (verbose && tune) {
+            if (g.pieces > 1)
+                printf("  gemm %-15s %5d x %5d x %5d  %7.3f ms  %6.1f TFLOP/s  in %d pieces of its output columns "
+                       "(whole: %.3f ms)\n", gemm_names[id], g.m, g.n, g.k, pbest / 3,
+                       g.flops / (pbest / 3 * 1e-3) / 1e12, g.pieces, best_any / 3);
+            else if (yield_us > 0 && yields)
+                printf("  gemm %-15s %5d x %5d x %5d  %7.3f ms  %6.1f TFLOP/s  (candidate %d of %d, lets a kernel in "
+                       "within %.0f us; fastest of all %.3f ms)\n", gemm_names[id], g.m, g.n, g.k, best / 3,
+                       g.flops / (best / 3 * 1e-3) / 1e12, best_i, found, yield_gap, best_any / 3);
+            else
+                printf("  gemm %-15s %5d x %5d x %5d  %7.3f ms  %6.1f TFLOP/s  (candidate %d of %d)\n", gemm_names[id],
+                       g.m, g.n, g.k, best / 3, g.flops / (best / 3 * 1e-3) / 1e12, best_i, found);
+        }
     }
     if (probe_stream) { CK(cudaStreamDestroy(probe_stream)); CK(cudaFree(stamps)); }
     CKLT(cublasLtMatmulPreferenceDestroy(pref));

@@ -87,20 +87,24 @@ else
     bad "trace: $log/trace.json is not valid trace JSON"
 fi
 
-# GEMMs in pieces (--gemm-split) and GEMMs chosen to yield SMs (--yield-us): the pipelined
-# gradients match (pieces on both sides), and, against whole GEMMs, a training run in pieces
-# trains the same: step 1's gradient norm (every weight gradient) and step 4's loss within 1%
-run2 pieces $SMALL --schedule interleaved --vpp 2 --gemm-split 4 --yield-us 150 --check; expect_match pieces $?
-timeout 180 "$BUILD/mlp_gpu" --threads 2 --schedule 1f1b $SMALL --train 4 --lr 0.05 >"$log/whole" 2>&1
-timeout 180 "$BUILD/mlp_gpu" --threads 2 --schedule 1f1b $SMALL --train 4 --lr 0.05 --gemm-split 4 >"$log/split" 2>&1
+# GEMMs in pieces (--gemm-split): the pipelined gradients match a single-GPU run (pieces on both
+# sides), and, against whole GEMMs, a training run in pieces trains the same: step 1's gradient
+# norm (every weight gradient) and step 4's loss within 0.5%. --yield-us (kernels chosen to let
+# NCCL in) gets a run of its own: on this small model its probe finds every GEMM short enough.
+run2 pieces $SMALL --schedule interleaved --vpp 2 --gemm-split 4 --check; rc=$?
+if grep -q "in 4 pieces" "$log/pieces"; then expect_match pieces $rc; else bad "pieces: no GEMM ran in pieces"; fi
+run2 yield $SMALL --schedule zbv --yield-us 150 --check; expect_match yield $?
+timeout 180 "$BUILD/mlp_gpu" --threads 2 --schedule 1f1b $SMALL --train 4 --lr 0.05 >"$log/whole" 2>&1; rw=$?
+timeout 180 "$BUILD/mlp_gpu" --threads 2 --schedule 1f1b $SMALL --train 4 --lr 0.05 --gemm-split 4 >"$log/split" 2>&1; rs=$?
 gw=$(sed -n 's/^train step *1 .*grad norm \([0-9.]*\).*/\1/p' "$log/whole"); gs=$(sed -n 's/^train step *1 .*grad norm \([0-9.]*\).*/\1/p' "$log/split")
 lw=$(sed -n 's/^train step *4 *loss \([0-9.]*\).*/\1/p' "$log/whole"); ls_=$(sed -n 's/^train step *4 *loss \([0-9.]*\).*/\1/p' "$log/split")
-if [ -n "$gw" ] && [ -n "$gs" ] && [ -n "$lw" ] && [ -n "$ls_" ] && grep -q "in 4 pieces" "$log/split" &&
+if [ "$rw" -eq 0 ] && [ "$rs" -eq 0 ] && [ -n "$gw" ] && [ -n "$gs" ] && [ -n "$lw" ] && [ -n "$ls_" ] &&
+   grep -q "in 4 pieces" "$log/split" &&
    awk -v a="$gw" -v b="$gs" -v c="$lw" -v d="$ls_" 'function r(x, y) { return (x > y ? x - y : y - x) / (x > 0 ? x : 1) }
-       BEGIN { exit !(r(a, b) < 0.01 && r(c, d) < 0.01) }'; then
+       BEGIN { exit !(r(a, b) < 0.005 && r(c, d) < 0.005) }'; then
     ok "pieces: training, grad norm $gw / $gs, loss after 4 steps $lw / $ls_ (whole / in 4 pieces)"
 else
-    bad "pieces: training, grad norm '$gw' / '$gs', loss '$lw' / '$ls_'"; tail -n 8 "$log/split" | sed 's/^/    /'
+    bad "pieces: training (exit $rw / $rs), grad norm '$gw' / '$gs', loss '$lw' / '$ls_'"; tail -n 8 "$log/split" | sed 's/^/    /'
 fi
 "$BUILD/mlp_gpu" --gemm-split 3 --tokens 1000 >/dev/null 2>"$log/badsplit"; rc=$?
 [ "$rc" -eq 2 ] && grep -q -- "--gemm-split=3: --tokens=1000" "$log/badsplit" && ok "bad --gemm-split exits 2" ||
