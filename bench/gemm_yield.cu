@@ -175,22 +175,19 @@ int main(int argc, char **argv)
            probe_ctas);
     printf("%-15s %4s %9s %8s %11s %11s %9s %6s\n", "gemm", "cand", "ms", "TFLOP/s", "gap median", "gap max",
            "slowdown", "probes");
-    /* every GEMM's heuristic candidates, for --all to try on the other GEMMs */
-    std::vector<cublasLtMatmulAlgo_t> pool;
-    std::vector<int> pool_from;
-    for (int id = 0; id < 6 && enumerate; id++) {
-        std::vector<cublasLtMatmulHeuristicResult_t> res(cands);
+    /* every GEMM's heuristic candidates; --all also tries each GEMM's on the other GEMMs */
+    std::vector<cublasLtMatmulHeuristicResult_t> heur[6];
+    for (int id = 0; id < 6; id++) {
         int found = 0;
+        heur[id].resize(cands);
         CKLT(cublasLtMatmulAlgoGetHeuristic(lt, plans[id].desc, plans[id].a, plans[id].b, plans[id].c, plans[id].c, pref,
-                                            cands, res.data(), &found));
-        for (int i = 0; i < found; i++)
-            if (res[i].state == CUBLAS_STATUS_SUCCESS) { pool.push_back(res[i].algo); pool_from.push_back(id); }
+                                            cands, heur[id].data(), &found));
+        heur[id].resize(found);
     }
     for (int id = 0; id < 6; id++) {
         Plan &p = plans[id];
-        std::vector<cublasLtMatmulHeuristicResult_t> res(cands);
-        int found = 0;
-        CKLT(cublasLtMatmulAlgoGetHeuristic(lt, p.desc, p.a, p.b, p.c, p.c, pref, cands, res.data(), &found));
+        const std::vector<cublasLtMatmulHeuristicResult_t> &res = heur[id];
+        const int found = (int)res.size();
         if (p.aux) CKLT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
         float alpha = 1, beta = p.beta1 ? 1.0f : 0.0f;
         void *cd = p.f32 ? (void *)C32 : (void *)C;
@@ -262,6 +259,27 @@ int main(int argc, char **argv)
             if (measure(res[i].algo, "h", i, &ms, &gap)) best_ms = std::min(best_ms, ms);
         }
         if (!enumerate) continue;
+        /* a variant cuBLASLt accepts is timed once; within 10% of the heuristic's best it is
+         * measured in full. Returns whether it ran. */
+        auto try_variant = [&](const cublasLtMatmulAlgo_t &cand, const char *label, int idx) -> int {
+            cublasLtMatmulHeuristicResult_t chk;
+            if (cublasLtMatmulAlgoCheck(lt, p.desc, p.a, p.b, p.c, p.c, &cand, &chk) != CUBLAS_STATUS_SUCCESS) return 0;
+            if (chk.workspaceSize > ws_bytes) return 0;
+            auto gemm1 = [&](void) {
+                return cublasLtMatmul(lt, p.desc, &alpha, A, p.a, B, p.b, &beta, cd, p.c, cd, p.c, &cand, ws, ws_bytes,
+                                      gemm_stream);
+            };
+            if (gemm1() != CUBLAS_STATUS_SUCCESS) { cudaGetLastError(); return 0; }
+            CK(cudaEventRecord(e0, gemm_stream));
+            if (gemm1() != CUBLAS_STATUS_SUCCESS) return 0;
+            CK(cudaEventRecord(e1, gemm_stream));
+            CK(cudaEventSynchronize(e1));
+            float quick = 0;
+            CK(cudaEventElapsedTime(&quick, e0, e1));
+            double ms, gap;
+            if (quick <= 1.10 * best_ms) measure(cand, label, idx, &ms, &gap);
+            return 1;
+        };
         /* every variant of the heuristic's candidates: each custom option (the kernel family's
          * own variants) and CTA swizzle cuBLASLt accepts; those within 10% of the heuristic's best
          * are measured and listed ("v" lines, numbered by the candidate they vary) */
@@ -286,31 +304,14 @@ int main(int argc, char **argv)
                     uint32_t cc = c, ss = sw;
                     cublasLtMatmulAlgoConfigSetAttribute(&cand, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &cc, sizeof cc);
                     cublasLtMatmulAlgoConfigSetAttribute(&cand, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &ss, sizeof ss);
-                    cublasLtMatmulHeuristicResult_t chk;
-                    if (cublasLtMatmulAlgoCheck(lt, p.desc, p.a, p.b, p.c, p.c, &cand, &chk) != CUBLAS_STATUS_SUCCESS) continue;
-                    if (chk.workspaceSize > ws_bytes) continue;
-                    auto gemm1 = [&](void) {
-                        return cublasLtMatmul(lt, p.desc, &alpha, A, p.a, B, p.b, &beta, cd, p.c, cd, p.c, &cand, ws,
-                                              ws_bytes, gemm_stream);
-                    };
-                    if (gemm1() != CUBLAS_STATUS_SUCCESS) { cudaGetLastError(); continue; }
-                    CK(cudaEventRecord(e0, gemm_stream));
-                    if (gemm1() != CUBLAS_STATUS_SUCCESS) continue;
-                    CK(cudaEventRecord(e1, gemm_stream));
-                    CK(cudaEventSynchronize(e1));
-                    float q = 0;
-                    CK(cudaEventElapsedTime(&q, e0, e1));
-                    tried++;
-                    if (q > 1.10 * best_ms) continue;
-                    double ms, gap;
                     char label[32];
                     snprintf(label, sizeof label, "v%d.c%ds%d.", i, c, sw);
-                    measure(cand, label, 0, &ms, &gap);
+                    tried += try_variant(cand, label, 0);
                 }
         }
         printf("%-15s variants: %d ran\n", p.name, tried);
         /* other GEMMs' kernels (another algorithm id: another kernel family, e.g. the one that
-         * yields for dh), with each tile that family supports: "t" lines, numbered by the pool */
+         * yields for dh), with each tile that family supports: "t" lines, "t<GEMM>.<its candidate>." */
         std::vector<int> own_ids;
         for (int i = 0; i < found; i++) {
             int aid = 0;
@@ -319,41 +320,28 @@ int main(int argc, char **argv)
             own_ids.push_back(aid);
         }
         int transplanted = 0;
-        for (size_t q = 0; q < pool.size(); q++) {
-            if (pool_from[q] == id) continue;
-            int aid = 0;
-            size_t got, nbytes = 0;
-            cublasLtMatmulAlgoConfigGetAttribute(&pool[q], CUBLASLT_ALGO_CONFIG_ID, &aid, sizeof aid, &got);
-            if (std::find(own_ids.begin(), own_ids.end(), aid) != own_ids.end()) continue;
-            cublasLtMatmulAlgoCapGetAttribute(&pool[q], CUBLASLT_ALGO_CAP_TILE_IDS, nullptr, 0, &nbytes);
-            std::vector<uint32_t> tiles(nbytes / 4 + 1, 0);
-            uint32_t own_tile = 0;
-            cublasLtMatmulAlgoConfigGetAttribute(&pool[q], CUBLASLT_ALGO_CONFIG_TILE_ID, &own_tile, sizeof own_tile, &got);
-            tiles[0] = own_tile;
-            if (nbytes) cublasLtMatmulAlgoCapGetAttribute(&pool[q], CUBLASLT_ALGO_CAP_TILE_IDS, tiles.data() + 1, nbytes, &nbytes);
-            for (uint32_t t : tiles) {
-                cublasLtMatmulAlgo_t cand = pool[q];
-                cublasLtMatmulAlgoConfigSetAttribute(&cand, CUBLASLT_ALGO_CONFIG_TILE_ID, &t, sizeof t);
-                cublasLtMatmulHeuristicResult_t chk;
-                if (cublasLtMatmulAlgoCheck(lt, p.desc, p.a, p.b, p.c, p.c, &cand, &chk) != CUBLAS_STATUS_SUCCESS) continue;
-                if (chk.workspaceSize > ws_bytes) continue;
-                auto gemm1 = [&](void) {
-                    return cublasLtMatmul(lt, p.desc, &alpha, A, p.a, B, p.b, &beta, cd, p.c, cd, p.c, &cand, ws, ws_bytes,
-                                          gemm_stream);
-                };
-                if (gemm1() != CUBLAS_STATUS_SUCCESS) { cudaGetLastError(); continue; }
-                CK(cudaEventRecord(e0, gemm_stream));
-                if (gemm1() != CUBLAS_STATUS_SUCCESS) continue;
-                CK(cudaEventRecord(e1, gemm_stream));
-                CK(cudaEventSynchronize(e1));
-                float q_ms = 0;
-                CK(cudaEventElapsedTime(&q_ms, e0, e1));
-                transplanted++;
-                if (q_ms > 1.10 * best_ms) continue;
-                double ms, gap;
-                char label[32];
-                snprintf(label, sizeof label, "t%zu.", q);
-                measure(cand, label, (int)t, &ms, &gap);
+        for (int other = 0; other < 6; other++) {
+            if (other == id) continue;
+            for (size_t q = 0; q < heur[other].size(); q++) {
+                const cublasLtMatmulAlgo_t &from = heur[other][q].algo;
+                int aid = 0;
+                size_t got, nbytes = 0;
+                cublasLtMatmulAlgoConfigGetAttribute(&from, CUBLASLT_ALGO_CONFIG_ID, &aid, sizeof aid, &got);
+                if (heur[other][q].state != CUBLAS_STATUS_SUCCESS ||
+                    std::find(own_ids.begin(), own_ids.end(), aid) != own_ids.end()) continue;
+                cublasLtMatmulAlgoCapGetAttribute(&from, CUBLASLT_ALGO_CAP_TILE_IDS, nullptr, 0, &nbytes);
+                std::vector<uint32_t> tiles(nbytes / 4 + 1, 0);
+                uint32_t own_tile = 0;
+                cublasLtMatmulAlgoConfigGetAttribute(&from, CUBLASLT_ALGO_CONFIG_TILE_ID, &own_tile, sizeof own_tile, &got);
+                tiles[0] = own_tile;
+                if (nbytes) cublasLtMatmulAlgoCapGetAttribute(&from, CUBLASLT_ALGO_CAP_TILE_IDS, tiles.data() + 1, nbytes, &nbytes);
+                for (uint32_t t : tiles) {
+                    cublasLtMatmulAlgo_t cand = from;
+                    cublasLtMatmulAlgoConfigSetAttribute(&cand, CUBLASLT_ALGO_CONFIG_TILE_ID, &t, sizeof t);
+                    char label[32];
+                    snprintf(label, sizeof label, "t%d.%zu.", other, q);
+                    transplanted += try_variant(cand, label, (int)t);
+                }
             }
         }
         printf("%-15s other GEMMs' kernel families: %d ran\n", p.name, transplanted);

@@ -14,6 +14,7 @@
 # Env: SKIP_BUILD=1 uses binaries already in build/.
 set -u
 cd "$(dirname "$0")/.."
+. bench/gpu_lib.sh
 OUTDIR=${1:-${OUT:-bench/out}}
 mkdir -p "$OUTDIR"
 export NCCL_NVLS_ENABLE=0
@@ -28,15 +29,11 @@ echo "== a 64 MiB pair while GPU 1 computes"
 build/bench_nccl_overlap
 MODEL="--hidden 4096 --layers 16 --tokens 8192 --mb 8"
 build/mlp_gpu --single $MODEL >"$OUTDIR/single.log" 2>&1
-SINGLE_MS=$(sed -n 's/^single-gpu *step *\([0-9.]*\) ms.*/\1/p' "$OUTDIR/single.log")
+SINGLE_MS=$(single_step_ms "$OUTDIR/single.log")
 echo "== interleaved vpp 4; single-GPU step ${SINGLE_MS:-?} ms"
 run() {
-    local name=$1 id=/tmp/pipepar_overlap_$$_$RANDOM.id r; shift
-    for r in 0 1; do
-        env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r PIPEPAR_NCCL_ID_FILE=$id timeout 120 build/mlp_gpu $MODEL \
-            --schedule interleaved --vpp 4 --single-ms "${SINGLE_MS:-0}" "$@" >"$OUTDIR/$name.rank$r.log" 2>&1 &
-    done
-    wait
+    local name=$1; shift
+    ranks_run 2 "$OUTDIR/$name" build/mlp_gpu $MODEL --schedule interleaved --vpp 4 --single-ms "${SINGLE_MS:-0}" "$@"
     echo "-- $name: $*"
     grep -E "^pipeline|efficiency|transfers:|compute busy|^    rank [01]:|in [0-9]+ pieces" "$OUTDIR/$name.rank0.log"
 }

@@ -17,6 +17,7 @@
 # SKIP_BUILD=1 uses binaries already in build/ when they run.
 set -u
 cd "$(dirname "$0")/.."
+. bench/gpu_lib.sh
 OUTDIR=${1:-${OUT:-bench/out}}
 mkdir -p "$OUTDIR"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -41,15 +42,10 @@ else
     say "built in $(( $(date +%s) - t0 )) s"
 fi
 
-# launchn N NAME ARGS...: N processes, one per GPU, torchrun's variables, a fresh id file.
+# launchn N NAME ARGS...: N processes, one per GPU (ranks_run), rank 0's output into the log.
 launchn() {
-    local n=$1 name=$2; shift 2
-    local id=/tmp/pipepar_bench_$$_$RANDOM.id pids=() rc=0 r
-    for ((r = 0; r < n; r++)); do
-        env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r PIPEPAR_NCCL_ID_FILE=$id timeout 100 "$@" >"$OUTDIR/$name.rank$r.log" 2>&1 &
-        pids+=($!)
-    done
-    for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+    local n=$1 name=$2 rc=0 r; shift 2
+    RANK_TIMEOUT=100 ranks_run "$n" "$OUTDIR/$name" "$@" || rc=$?
     cat "$OUTDIR/$name.rank0.log" >>"$LOG"
     for ((r = 1; r < n; r++)); do
         grep -h "mlp_gpu:" "$OUTDIR/$name.rank$r.log" | sed "s/^/rank $r: /" >>"$LOG" 2>/dev/null
@@ -64,7 +60,7 @@ cat "$OUTDIR/nccl_bw.rank0.log"
 
 say "== pipepar single GPU"
 build/mlp_gpu --single $MODEL 2>&1 | tee "$OUTDIR/single.log" >>"$LOG"
-SINGLE_MS=$(sed -n 's/^single-gpu *step *\([0-9.]*\) ms.*/\1/p' "$OUTDIR/single.log")
+SINGLE_MS=$(single_step_ms "$OUTDIR/single.log")
 say "single-GPU step: ${SINGLE_MS:-?} ms"
 [ -n "$SINGLE_MS" ] || SINGLE_MS=0
 

@@ -5,6 +5,7 @@
 #     bash bench/gpu_smoke.sh [OUTDIR]       (SKIP_BUILD=1: use build/ as it is when it runs)
 set -u
 cd "$(dirname "$0")/.."
+. bench/gpu_lib.sh
 OUTDIR=${1:-${OUT:-bench/out}}
 mkdir -p "$OUTDIR"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -19,14 +20,9 @@ echo "== nccl_pipeline";  timeout 240 bash tests/gpu/nccl_pipeline.sh build >"$O
 echo "== nccl_failure";   timeout 90 bash tests/gpu/nccl_failure.sh build >"$OUTDIR/nccl_failure.log" 2>&1; tail -n 6 "$OUTDIR/nccl_failure.log"
 echo "== full size"
 timeout 90 build/mlp_gpu --single 2>&1 | tee "$OUTDIR/single.log"
-ms=$(sed -n 's/^single-gpu *step *\([0-9.]*\) ms.*/\1/p' "$OUTDIR/single.log"); ms=${ms:-0}
-n=0
+ms=$(single_step_ms "$OUTDIR/single.log"); ms=${ms:-0}
 for cfg in "1f1b 1 --check" "interleaved 4" "zbv 2"; do
-    set -- $cfg; n=$((n + 1)); id=/tmp/pp_smoke_$$_$n.id
-    for r in 0 1; do
-        env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r PIPEPAR_NCCL_ID_FILE=$id timeout 120 build/mlp_gpu --quiet --single-ms "$ms" \
-            --schedule "$1" --vpp "$2" ${3:-} >"$OUTDIR/smoke_$1_$2.rank$r.log" 2>&1 &
-    done
-    wait
+    set -- $cfg
+    ranks_run 2 "$OUTDIR/smoke_$1_$2" build/mlp_gpu --quiet --single-ms "$ms" --schedule "$1" --vpp "$2" ${3:-}
     cat "$OUTDIR/smoke_$1_$2.rank0.log"; grep "mlp_gpu:" "$OUTDIR/smoke_$1_$2.rank1.log"
 done

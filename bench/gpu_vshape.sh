@@ -14,6 +14,7 @@
 # Env: SKIP_BUILD=1 uses binaries already in build/.
 set -u
 cd "$(dirname "$0")/.."
+. bench/gpu_lib.sh
 OUTDIR=${1:-${OUT:-bench/out}}
 mkdir -p "$OUTDIR"
 export NCCL_NVLS_ENABLE=0
@@ -29,13 +30,8 @@ smi=$!
 trap 'kill $smi 2>/dev/null' EXIT
 
 launch2() {   # launch2 NAME ARGS...: two processes, one per GPU
-    local name=$1; shift
-    local id=/tmp/pipepar_vshape_$$_$RANDOM.id pids=() rc=0 r
-    for r in 0 1; do
-        env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r PIPEPAR_NCCL_ID_FILE=$id timeout 120 "$@" >"$OUTDIR/$name.rank$r.log" 2>&1 &
-        pids+=($!)
-    done
-    for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+    local name=$1 rc=0; shift
+    ranks_run 2 "$OUTDIR/$name" "$@" || rc=$?
     cat "$OUTDIR/$name.rank0.log" >>"$LOG"
     grep -h "mlp_gpu:" "$OUTDIR/$name.rank1.log" | sed "s/^/rank 1: /" >>"$LOG" 2>/dev/null
     return $rc
@@ -43,7 +39,7 @@ launch2() {   # launch2 NAME ARGS...: two processes, one per GPU
 
 say "== single GPU"
 build/mlp_gpu --single $MODEL 2>&1 | tee "$OUTDIR/single.log" >>"$LOG"
-SINGLE_MS=$(sed -n 's/^single-gpu *step *\([0-9.]*\) ms.*/\1/p' "$OUTDIR/single.log")
+SINGLE_MS=$(single_step_ms "$OUTDIR/single.log")
 say "single-GPU step: ${SINGLE_MS:-?} ms"
 [ -n "$SINGLE_MS" ] || SINGLE_MS=0
 

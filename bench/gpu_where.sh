@@ -9,6 +9,7 @@
 # Env: SKIP_BUILD=1 uses binaries already in build/; EXTRA adds mlp_gpu flags to every run.
 set -u
 cd "$(dirname "$0")/.."
+. bench/gpu_lib.sh
 OUTDIR=${1:-${OUT:-bench/out}}; shift || true
 RUNS=${*:-"1f1b:1 interleaved:4 interleaved-zb:4 zbv:2"}
 mkdir -p "$OUTDIR"
@@ -20,17 +21,12 @@ say() { echo "$@" | tee -a "$LOG"; }
 say "== $(date -u +%Y-%m-%dT%H:%MZ)  $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1) x $(nvidia-smi -L | wc -l)"
 if [ "${SKIP_BUILD:-0}" != 1 ]; then make -s -j16 build/mlp_gpu >"$OUTDIR/build.log" 2>&1 || { cat "$OUTDIR/build.log"; exit 1; }; fi
 build/mlp_gpu --single $MODEL >"$OUTDIR/single.log" 2>&1
-SINGLE_MS=$(sed -n 's/^single-gpu *step *\([0-9.]*\) ms.*/\1/p' "$OUTDIR/single.log")
+SINGLE_MS=$(single_step_ms "$OUTDIR/single.log")
 say "single-GPU step: ${SINGLE_MS:-?} ms"
 for run in $RUNS; do
     kind=${run%%:*}; vpp=${run##*:}
-    id=/tmp/pipepar_where_$$_$RANDOM.id
-    for r in 0 1; do
-        env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r PIPEPAR_NCCL_ID_FILE=$id timeout 120 build/mlp_gpu $MODEL \
-            --schedule "$kind" --vpp "$vpp" --single-ms "${SINGLE_MS:-0}" --timeout 30 ${EXTRA:-} \
-            >"$OUTDIR/$kind-$vpp.rank$r.log" 2>&1 &
-    done
-    wait
+    ranks_run 2 "$OUTDIR/$kind-$vpp" build/mlp_gpu $MODEL --schedule "$kind" --vpp "$vpp" \
+        --single-ms "${SINGLE_MS:-0}" --timeout 30 ${EXTRA:-}
     say "-- $kind vpp $vpp"
     grep -E "^pipeline|efficiency|simulator with each|compute busy|where the last|^    rank|exposed transfer \(the" \
         "$OUTDIR/$kind-$vpp.rank0.log" | tee -a "$LOG"

@@ -355,13 +355,13 @@ struct Gemm {
     bool aux = false;
     double flops = 0;
     int m = 0, n = 0, k = 0;
-    /* --gemm-split: the GEMM as `pieces` GEMMs along the tokens (n for the activations' GEMMs, k
-     * for the weight gradients'), each a shorter kernel, with layouts and a kernel of their own */
+    /* --gemm-split: the GEMM as `pieces` GEMMs over 1/pieces of its output columns each (A is
+     * whole in every piece, so layout a serves them too), with B, C layouts and a kernel of their own */
     int pieces = 1;
-    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
-    int lda = 0, ldb = 0, ldc = 0;
+    cublasOperation_t tb = CUBLAS_OP_N;
+    int ldb = 0, ldc = 0;
     cudaDataType_t ctype = CUDA_R_16BF;
-    cublasLtMatrixLayout_t pa = nullptr, pb = nullptr, pc = nullptr;
+    cublasLtMatrixLayout_t pb = nullptr, pc = nullptr;
     cublasLtMatmulAlgo_t palgo;
 };
 
@@ -393,7 +393,7 @@ static void gemm_plan(Gemm &g, cublasOperation_t ta, cublasOperation_t tb, int m
     CKLT(cublasLtMatrixLayoutCreate(&g.c, ctype, m, n, ldc));
     g.flops = 2.0 * m * n * k;
     g.m = m; g.n = n; g.k = k;
-    g.ta = ta; g.tb = tb; g.lda = lda; g.ldb = ldb; g.ldc = ldc; g.ctype = ctype;
+    g.tb = tb; g.ldb = ldb; g.ldc = ldc; g.ctype = ctype;
 }
 
 /* A GEMM in pieces splits its output's columns (n): the tokens for the activations' GEMMs, and the
@@ -403,7 +403,6 @@ static void gemm_plan(Gemm &g, cublasOperation_t ta, cublasOperation_t tb, int m
 static void gemm_plan_pieces(Gemm &g, int pieces)
 {
     int n = g.n / pieces, k = g.k;
-    CKLT(cublasLtMatrixLayoutCreate(&g.pa, CUDA_R_16BF, g.ta == CUBLAS_OP_N ? g.m : k, g.ta == CUBLAS_OP_N ? k : g.m, g.lda));
     CKLT(cublasLtMatrixLayoutCreate(&g.pb, CUDA_R_16BF, g.tb == CUBLAS_OP_N ? k : n, g.tb == CUBLAS_OP_N ? n : k, g.ldb));
     CKLT(cublasLtMatrixLayoutCreate(&g.pc, g.ctype, g.m, n, g.ldc));
 }
@@ -434,7 +433,7 @@ static cublasStatus_t gemm_try(Gemms &G, int id, const void *A, const void *B, c
             cublasStatus_t st = cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ap, sizeof ap);
             if (st != CUBLAS_STATUS_SUCCESS) return st;
         }
-        cublasStatus_t st = cublasLtMatmul(G.lt, g.desc, &alpha, A, g.pa, b, g.pb, &beta, c, g.pc, d, g.pc, &g.palgo,
+        cublasStatus_t st = cublasLtMatmul(G.lt, g.desc, &alpha, A, g.a, b, g.pb, &beta, c, g.pc, d, g.pc, &g.palgo,
                                            G.workspace, G.workspace_bytes, s);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
@@ -541,22 +540,29 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, double
         CKLT(cublasLtMatmulAlgoGetHeuristic(G.lt, g.desc, g.a, g.b, g.c, g.c, pref, !tune ? 1 : yield_us > 0 ? max_cands : 8,
                                             res, &found));
         if (found < 1) { fprintf(stderr, "mlp_gpu: cuBLASLt has no algorithm for GEMM %s\n", gemm_names[id]); exit(1); }
-        bool f32 = id == G_DW1 || id == G_DW2;
+        const bool f32 = id == G_DW1 || id == G_DW2;
+        const float beta = (id == G_FWD2 || id == G_DX || f32) ? 1.0f : 0.0f;
+        void *const cd = f32 ? (void *)C32 : (void *)C;
+        /* the GEMM as planned now (g.algo, or g.palgo in pieces): one run, then ms for three; < 0 if refused */
+        auto time3 = [&](void) -> float {
+            if (gemm_try(G, id, A, B, cd, cd, beta, aux, s) != CUBLAS_STATUS_SUCCESS) return -1;
+            bool ok = true;
+            float ms = 0;
+            CK(cudaEventRecord(e0, s));
+            for (int r = 0; r < 3 && ok; r++) ok = gemm_try(G, id, A, B, cd, cd, beta, aux, s) == CUBLAS_STATUS_SUCCESS;
+            CK(cudaEventRecord(e1, s));
+            CK(cudaEventSynchronize(e1));
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            return ok ? ms : -1;
+        };
         float best = 1e30f, best_any = 1e30f;
         int best_i = -1, best_any_i = 0;
         double best_gap = 0;
         for (int i = 0; i < found && tune; i++) {
             if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
             g.algo = res[i].algo;
-            float ms = 0, beta = (id == G_FWD2 || id == G_DX || f32) ? 1.0f : 0.0f;
-            void *cd = f32 ? (void *)C32 : (void *)C;
-            bool ok = gemm_try(G, id, A, B, cd, cd, beta, aux, s) == CUBLAS_STATUS_SUCCESS;
-            CK(cudaEventRecord(e0, s));
-            for (int r = 0; r < 3 && ok; r++) ok = gemm_try(G, id, A, B, cd, cd, beta, aux, s) == CUBLAS_STATUS_SUCCESS;
-            CK(cudaEventRecord(e1, s));
-            CK(cudaEventSynchronize(e1));
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            if (!ok) continue;
+            const float ms = time3();
+            if (ms < 0) continue;
             if (ms < best_any) { best_any = ms; best_any_i = i; }
             double gap = 0;
             if (yield_us > 0) {
@@ -601,23 +607,19 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, double
             gemm_plan_pieces(g, split);
             int pfound = 0;
             cublasLtMatmulHeuristicResult_t pres[8];
-            CKLT(cublasLtMatmulAlgoGetHeuristic(G.lt, g.desc, g.pa, g.pb, g.pc, g.pc, ppref, tune ? 8 : 1, pres, &pfound));
+            CKLT(cublasLtMatmulAlgoGetHeuristic(G.lt, g.desc, g.a, g.pb, g.pc, g.pc, ppref, tune ? 8 : 1, pres, &pfound));
             CKLT(cublasLtMatmulPreferenceDestroy(ppref));
             int pbest_i = -1;
             g.pieces = split;
             for (int i = 0; i < pfound; i++) {
                 if (pres[i].state != CUBLAS_STATUS_SUCCESS) continue;
                 g.palgo = pres[i].algo;
-                float ms = 0, beta = (id == G_FWD2 || id == G_DX || f32) ? 1.0f : 0.0f;
-                void *cd = f32 ? (void *)C32 : (void *)C;
-                bool ok = gemm_try(G, id, A, B, cd, cd, beta, aux, s) == CUBLAS_STATUS_SUCCESS;
-                if (!tune) { if (ok) { pbest = 0; pbest_i = i; } break; }
-                CK(cudaEventRecord(e0, s));
-                for (int r = 0; r < 3 && ok; r++) ok = gemm_try(G, id, A, B, cd, cd, beta, aux, s) == CUBLAS_STATUS_SUCCESS;
-                CK(cudaEventRecord(e1, s));
-                CK(cudaEventSynchronize(e1));
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                if (ok && ms < pbest) { pbest = ms; pbest_i = i; }
+                if (!tune) {   /* the heuristic's first that runs */
+                    if (gemm_try(G, id, A, B, cd, cd, beta, aux, s) == CUBLAS_STATUS_SUCCESS) { pbest = 0; pbest_i = i; }
+                    break;
+                }
+                const float ms = time3();
+                if (ms >= 0 && ms < pbest) { pbest = ms; pbest_i = i; }
             }
             if (pbest_i < 0) {
                 fprintf(stderr, "mlp_gpu: cuBLASLt has no algorithm for GEMM %s in %d pieces (try another --gemm-split)\n",
@@ -630,10 +632,7 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, double
         if (g.pieces == 1 && yields) { best_i = yield_i; best = yield_ms; g.algo = res[best_i].algo; }
         /* run the chosen kernel once: CUDA loads modules lazily, and a first load in the middle of
          * a step would happen while NCCL kernels may be waiting on a peer */
-        {
-            void *cd = f32 ? (void *)C32 : (void *)C;
-            CKLT(gemm_try(G, id, A, B, cd, cd, 1.0f, aux, s));
-        }
+        CKLT(gemm_try(G, id, A, B, cd, cd, 1.0f, aux, s));
         if (verbose && tune) {
             if (g.pieces > 1)
                 printf("  gemm %-15s %5d x %5d x %5d  %7.3f ms  %6.1f TFLOP/s  in %d pieces of its output columns "
@@ -662,7 +661,6 @@ static void gemms_free(Gemms &G)
         if (g.a) cublasLtMatrixLayoutDestroy(g.a);
         if (g.b) cublasLtMatrixLayoutDestroy(g.b);
         if (g.c) cublasLtMatrixLayoutDestroy(g.c);
-        if (g.pa) cublasLtMatrixLayoutDestroy(g.pa);
         if (g.pb) cublasLtMatrixLayoutDestroy(g.pb);
         if (g.pc) cublasLtMatrixLayoutDestroy(g.pc);
     }

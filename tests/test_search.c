@@ -281,6 +281,18 @@ static pp_schedule *sr_greedy(int pp, int mb, int vpp, pp_placement pl, int L, u
     return s;
 }
 
+/* Rank r's most chunk activations alive at once in program order: an F adds one, its W frees it. */
+static int sr_peak_live(const pp_schedule *s, int r)
+{
+    int i, live = 0, peak = 0;
+    for (i = 0; i < s->length[r]; i++) {
+        int op = s->actions[r][i].op;
+        if (op == PP_OP_F && ++live > peak) peak = live;
+        if (op == PP_OP_W) live--;
+    }
+    return peak;
+}
+
 /* Every policy, placement and cap down to one microbatch per chunk: a valid, deadlock-free
  * order whose ranks never hold more than the cap. */
 static void greedy_schedules_are_valid_and_within_the_cap(void)
@@ -309,11 +321,9 @@ static void greedy_schedules_are_valid_and_within_the_cap(void)
                                 pp_test_fail(__FILE__, __LINE__, "pp=%d mb=%d vpp=%d %s L=%d flags=%u: %s", pp, mb, vpp,
                                              pl ? "V" : "looped", L, fl, err.message);
                             for (r = 0; r < pp; r++) {
-                                int i, live = 0, peak = 0;
+                                int i, peak = sr_peak_live(s, r);
                                 for (i = 0; i < s->length[r]; i++) {
                                     int op = s->actions[r][i].op;
-                                    if (op == PP_OP_F && ++live > peak) peak = live;
-                                    if (op == PP_OP_W) live--;
                                     PP_CHECK(op == PP_OP_F || op == PP_OP_I || op == PP_OP_W);
                                 }
                                 PP_CHECK_MSG(peak <= L, "pp=%d mb=%d vpp=%d L=%d rank %d peak %d", pp, mb, vpp, L, r, peak);
@@ -370,12 +380,7 @@ static void greedy_schedules_with_uneven_stage_costs_are_valid(void)
                                 pp_test_fail(__FILE__, __LINE__, "pp=%d mb=%d vpp=%d %s L=%d flags=%u: %s", pp, mbs[m], vpp,
                                              pl ? "V" : "looped", caps[c], flags[f], err.message);
                             for (r = 0; r < pp; r++) {
-                                int i, live = 0, peak = 0;
-                                for (i = 0; i < s->length[r]; i++) {
-                                    int op = s->actions[r][i].op;
-                                    if (op == PP_OP_F && ++live > peak) peak = live;
-                                    if (op == PP_OP_W) live--;
-                                }
+                                int peak = sr_peak_live(s, r);
                                 PP_CHECK_MSG(peak <= caps[c], "pp=%d mb=%d L=%d rank %d peak %d", pp, mbs[m], caps[c], r, peak);
                             }
                             if (pp_schedule_lower(s, &err) != PP_OK || pp_simulate(s, &costs, &res, &err) != PP_OK)
