@@ -819,13 +819,20 @@ pp_status pp_nccl_barrier(pp_nccl *nc, double timeout_s, pp_error *err)
 
 /* --- the transport ------------------------------------------------------------------------ */
 
+/* Where a group's work went: the communication stream (NCCL and same-rank copies), and the two
+ * copy-engine streams (sends, receives). A handle's and a record's events are per stream. */
+enum { PP__NCCL_ON_COMM = 1, PP__NCCL_ON_CE_SEND = 2, PP__NCCL_ON_CE_RECV = 4 };
+
 typedef struct pp__nccl_handle {
     cudaEvent_t done;       /* recorded on the communication stream after the group */
+    cudaEvent_t done_send, done_recv;   /* on the copy-engine streams (made with them) */
+    int streams;            /* PP__NCCL_ON_* the group used */
     int in_use;
 } pp__nccl_handle;
 
 typedef struct pp__nccl_record {   /* one posted group, when recording */
-    cudaEvent_t begin, end;
+    cudaEvent_t begin, end, end_send, end_recv;
+    int streams;
     size_t sent, received;
     int transfers, peer;
 } pp__nccl_record;
@@ -859,8 +866,21 @@ typedef struct pp__nccl_transport {
     uint64_t *gate_count;       /* [world]: groups we have posted with p */
     CUresult (*wait64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
     CUresult (*write32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-    cudaStream_t gate_opener;   /* opens every gate on abort, beside a communication stream that
-                                   may sit on one */
+    cudaStream_t gate_opener;   /* opens every gate (and copy-engine wait) on abort, beside streams
+                                   that may sit on one */
+    /* copy-engine transfers (pp_nccl_transport_copy_engine) */
+    int ce_on, ce_called;
+    size_t ce_slot_bytes;
+    int ce_slots;
+    uint64_t ce_base;           /* the first count (PIPEPAR_NCCL_GATE_BASE; 0) */
+    unsigned char *ce_mem;      /* device: flags arrived[world], freed[world], then the rings */
+    CUdeviceptr *ce_remote;     /* [world]: peer p's ce_mem as mapped here; 0: p goes through NCCL */
+    void **ce_opened;           /* [world]: IPC mappings to close */
+    size_t *ce_ring_here;       /* [world]: offset in ce_mem of the ring p writes into */
+    size_t *ce_ring_there;      /* [world]: offset in p's ce_mem of the ring we write into */
+    uint64_t *ce_sent;          /* [world]: messages pushed into p's ring */
+    uint64_t *ce_taken;         /* [world]: messages taken from our ring of p */
+    cudaStream_t ce_send, ce_recv;
 } pp__nccl_transport;
 
 /* Handles are pointers into a pool made up front (see pp_nccl_transport): running out means
@@ -886,12 +906,14 @@ static pp_status pp__nccl_record_get(pp__nccl_transport *t, pp__nccl_record **ou
         }
         rec = &t->records[t->num_records];
         memset(rec, 0, sizeof *rec);
-        if (cudaEventCreate(&rec->begin) != cudaSuccess || cudaEventCreate(&rec->end) != cudaSuccess)
+        if (cudaEventCreate(&rec->begin) != cudaSuccess || cudaEventCreate(&rec->end) != cudaSuccess ||
+            cudaEventCreate(&rec->end_send) != cudaSuccess || cudaEventCreate(&rec->end_recv) != cudaSuccess)
             return pp__nccl_fail(err, PP_EIO, "post: cannot create timing events");
         t->num_records++;
     }
     rec = &t->records[t->used_records++];
     rec->sent = rec->received = 0;
+    rec->streams = 0;
     rec->transfers = 0;
     rec->peer = -1;
     *out = rec;
@@ -959,6 +981,26 @@ static pp_status pp__nccl_self_recv(pp__nccl_transport *t, const pp_transfer *x,
 }
 
 static void pp__nccl_gate_release(pp__nccl_transport *t);
+static void pp__nccl_ce_release(pp__nccl_transport *t);
+
+/* A peer whose transfers go through the copy engines (pp_nccl_transport_copy_engine). */
+static int pp__nccl_is_ce(const pp__nccl_transport *t, int p)
+{
+    return t->ce_on && t->ce_remote && t->ce_remote[p] != 0;
+}
+
+/* Writes a 64-bit count into a peer's flag from `stream`, without an SM: the low word every
+ * time, the high word only when the low one wraps (once in 2^32: low first, so the count never
+ * reads ahead of itself). Our abort writes our own flags' high words (see the gate's opener),
+ * which the peers' writes leave alone. The write carries a memory fence: whatever the stream did
+ * before it (a copy into the peer's ring) is visible to the peer once the count is. */
+static CUresult pp__nccl_announce(const pp__nccl_transport *t, cudaStream_t stream, CUdeviceptr flag, uint64_t count)
+{
+    CUresult r = t->write32((CUstream)stream, flag, (cuuint32_t)count, CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (r == CUDA_SUCCESS && (uint32_t)count == 0)
+        r = t->write32((CUstream)stream, flag + 4, (cuuint32_t)(count >> 32), CU_STREAM_WRITE_VALUE_DEFAULT);
+    return r;
+}
 
 /* The arrival gate: announce this group to every gated peer in it first, then wait (on the
  * communication stream, no SM) until each has announced its matching group. All announcements
@@ -966,7 +1008,8 @@ static void pp__nccl_gate_release(pp__nccl_transport *t);
  * could close a ring of waits among three ranks (found in review with a valid pp=3 order whose
  * groups list the receive first), where NCCL's own group, launched whole, never waits so.
  * Announcements are counted per peer: our n-th group with p meets p's n-th group with us. A
- * peer that appears twice in one group is announced once. */
+ * peer that appears twice in one group is announced once. Copy-engine peers are not NCCL's and
+ * pass no gate (both sides skip them alike). */
 static int pp__nccl_first_of_peer(const pp_transfer *x, int i)
 {
     int j;
@@ -974,13 +1017,17 @@ static int pp__nccl_first_of_peer(const pp_transfer *x, int i)
     return 1;
 }
 
-/* The flags are 64-bit: the peer writes the low word with every announcement, and the high
- * word only when the low one wraps (once in 2^32 groups: low first, so the count never reads
- * ahead of itself); our abort writes the high word, 2^30 above any count. A peer that is alive
- * but behind and announces after our abort then cannot pull the flag back under a wait that is
- * still queued, unless that late announcement is the one where its low word wraps (once in
- * 2^32 groups with this peer): that one rewrites the high word. The waits compare cyclically
- * over 64 bits, (int64_t)(flag - count) >= 0. */
+static int pp__nccl_gated_here(const pp__nccl_transport *t, const pp_transfer *x, int i)
+{
+    int p = x[i].peer;
+    return p != t->nc->rank && t->gate_remote[p] && !pp__nccl_is_ce(t, p) && pp__nccl_first_of_peer(x, i);
+}
+
+/* The flags are 64-bit (pp__nccl_announce). A peer that is alive but behind and announces after
+ * our abort cannot pull the flag back under a wait that is still queued, unless that late
+ * announcement is the one where its low word wraps (once in 2^32 groups with this peer): that
+ * one rewrites the high word. The waits compare cyclically over 64 bits,
+ * (int64_t)(flag - count) >= 0. */
 static pp_status pp__nccl_gate_pass(pp__nccl_transport *t, const pp_transfer *x, int count, pp_error *err)
 {
     pp_nccl *nc = t->nc;
@@ -988,23 +1035,78 @@ static pp_status pp__nccl_gate_pass(pp__nccl_transport *t, const pp_transfer *x,
     CUresult r = CUDA_SUCCESS;
     for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
         int p = x[i].peer;
-        uint64_t next;
-        if (p == nc->rank || !t->gate_remote[p] || !pp__nccl_first_of_peer(x, i)) continue;
-        next = t->gate_count[p] + 1;
-        r = t->write32((CUstream)nc->stream, t->gate_remote[p], (cuuint32_t)next, CU_STREAM_WRITE_VALUE_DEFAULT);
-        if (r == CUDA_SUCCESS && (uint32_t)next == 0)
-            r = t->write32((CUstream)nc->stream, t->gate_remote[p] + 4, (cuuint32_t)(next >> 32),
-                           CU_STREAM_WRITE_VALUE_DEFAULT);
-        if (r == CUDA_SUCCESS) t->gate_count[p] = next;
+        if (!pp__nccl_gated_here(t, x, i)) continue;
+        r = pp__nccl_announce(t, nc->stream, t->gate_remote[p], t->gate_count[p] + 1);
+        if (r == CUDA_SUCCESS) t->gate_count[p]++;
     }
     for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
         int p = x[i].peer;
-        if (p == nc->rank || !t->gate_remote[p] || !pp__nccl_first_of_peer(x, i)) continue;
+        if (!pp__nccl_gated_here(t, x, i)) continue;
         r = t->wait64((CUstream)nc->stream, (CUdeviceptr)(uintptr_t)(t->gate_flags + p), t->gate_count[p],
                       CU_STREAM_WAIT_VALUE_GEQ);
     }
     if (r != CUDA_SUCCESS)
         return pp__nccl_fail(err, PP_EIO, "post: arrival gate: stream memory operation failed (CUresult %d)", (int)r);
+    return PP_OK;
+}
+
+/* Copy-engine transfers. Each ordered pair of ranks has a ring of `slots` slots of `slot_bytes`
+ * in the receiver's memory, and two counts in flags: arrived (in the receiver's memory, written by
+ * the sender after each message) and freed (in the sender's memory, written by the receiver once
+ * it has copied a message out). A transfer longer than a slot goes as several messages.
+ *   send, message k:  wait freed >= k - slots + 1 (its slot is free); copy into the peer's
+ *                     slot k % slots (copy engine, over NVLink); announce arrived = k + 1
+ *   receive, k:       wait arrived >= k + 1; copy the slot into the receive buffer (copy
+ *                     engine, local); announce freed = k + 1
+ * Waits and announcements are stream memory operations and the copies run on copy engines: no
+ * SM on either side, so a transfer does not wait for the peer's GEMMs to leave SMs free, as
+ * NCCL's kernels must (bench/RESULTS.md, session 5). Sends and receives have a stream each. A
+ * send waits only for the receive `slots` messages earlier, which NCCL's matched groups (one
+ * stream, in order) would have waited for too, so every order that runs on NCCL runs here. */
+static cudaStream_t pp__nccl_stream_of(const pp__nccl_transport *t, int on)
+{
+    return on == PP__NCCL_ON_CE_SEND ? t->ce_send : on == PP__NCCL_ON_CE_RECV ? t->ce_recv : t->nc->stream;
+}
+
+static pp_status pp__nccl_ce_transfer(pp__nccl_transport *t, const pp_transfer *x, pp_error *err)
+{
+    int p = x->peer, me = t->nc->rank, world = t->nc->world;
+    size_t off = 0;
+    CUresult r = CUDA_SUCCESS;
+    cudaError_t e = cudaSuccess;
+    while (off < x->bytes && r == CUDA_SUCCESS && e == cudaSuccess) {
+        size_t n = x->bytes - off < t->ce_slot_bytes ? x->bytes - off : t->ce_slot_bytes;
+        if (x->is_send) {
+            uint64_t k = t->ce_sent[p];
+            size_t slot = (size_t)((k - t->ce_base) % (uint64_t)t->ce_slots);
+            CUdeviceptr ring = t->ce_remote[p] + t->ce_ring_there[p];
+            if (k - t->ce_base >= (uint64_t)t->ce_slots)
+                r = t->wait64((CUstream)t->ce_send, (CUdeviceptr)(uintptr_t)((uint64_t *)t->ce_mem + world + p),
+                              k - (uint64_t)t->ce_slots + 1, CU_STREAM_WAIT_VALUE_GEQ);
+            if (r == CUDA_SUCCESS)
+                e = cudaMemcpyAsync((void *)(uintptr_t)(ring + slot * t->ce_slot_bytes), (const char *)x->buf + off, n,
+                                    cudaMemcpyDeviceToDevice, t->ce_send);
+            if (r == CUDA_SUCCESS && e == cudaSuccess)
+                r = pp__nccl_announce(t, t->ce_send, t->ce_remote[p] + 8 * (CUdeviceptr)me, k + 1);
+            t->ce_sent[p] = k + 1;
+        } else {
+            uint64_t k = t->ce_taken[p];
+            size_t slot = (size_t)((k - t->ce_base) % (uint64_t)t->ce_slots);
+            r = t->wait64((CUstream)t->ce_recv, (CUdeviceptr)(uintptr_t)((uint64_t *)t->ce_mem + p), k + 1,
+                          CU_STREAM_WAIT_VALUE_GEQ);
+            if (r == CUDA_SUCCESS)
+                e = cudaMemcpyAsync((char *)x->buf + off, t->ce_mem + t->ce_ring_here[p] + slot * t->ce_slot_bytes, n,
+                                    cudaMemcpyDeviceToDevice, t->ce_recv);
+            if (r == CUDA_SUCCESS && e == cudaSuccess)
+                r = pp__nccl_announce(t, t->ce_recv, t->ce_remote[p] + 8 * (CUdeviceptr)(world + me), k + 1);
+            t->ce_taken[p] = k + 1;
+        }
+        off += n;
+    }
+    if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, x->is_send ? "post: copy-engine send" : "post: copy-engine receive");
+    if (r != CUDA_SUCCESS)
+        return pp__nccl_fail(err, PP_EIO, "post: copy-engine %s: stream memory operation failed (CUresult %d)",
+                             x->is_send ? "send" : "receive", (int)r);
     return PP_OK;
 }
 
@@ -1017,7 +1119,7 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
     pp_status st;
     ncclResult_t r = ncclSuccess, r2;
     cudaError_t e;
-    int i, nccl_ops = 0;
+    int i, k, nccl_ops = 0, self_ops = 0, streams = 0, first;
     if (!handle || (count > 0 && !transfers)) return pp__nccl_fail(err, PP_EINVAL, "post: transfers and handle must not be NULL");
     *handle = NULL;
     if (nc->aborted) return pp__nccl_aborted(nc, err, "post");
@@ -1028,17 +1130,26 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
                                  nc->world - 1);
         if (!x->buf && x->bytes)
             return pp__nccl_fail(err, PP_EINVAL, "post: transfer %d: buf is NULL for %zu bytes", i, x->bytes);
-        if (x->peer != nc->rank) nccl_ops++;
+        if (x->peer == nc->rank) self_ops++;
+        else if (!pp__nccl_is_ce(t, x->peer)) nccl_ops++;
+        else streams |= x->is_send ? PP__NCCL_ON_CE_SEND : PP__NCCL_ON_CE_RECV;
     }
+    if (nccl_ops + self_ops > 0 || !streams) streams |= PP__NCCL_ON_COMM;   /* an empty group too */
     if ((st = pp__nccl_health(nc, "post", err)) != PP_OK) return st;
     if ((st = pp__nccl_handle_get(t, &h, err)) != PP_OK) return st;
     if (t->recording && (st = pp__nccl_record_get(t, &rec, err)) != PP_OK) { h->in_use = 0; return st; }
 
     /* The group may start once the compute stream has reached this point: what it sends is
-     * written, what it receives into is no longer read. */
+     * written, what it receives into is no longer read. Its time starts there, on the first
+     * stream it uses (gated: once the gate opens, below). */
     e = cudaEventRecord(t->ready, t->compute);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(nc->stream, t->ready, 0);
-    if (e == cudaSuccess && rec && !(nccl_ops > 0 && t->gated)) e = cudaEventRecord(rec->begin, nc->stream);
+    for (k = PP__NCCL_ON_COMM, first = 1; e == cudaSuccess && k <= PP__NCCL_ON_CE_RECV; k <<= 1) {
+        if (!(streams & k)) continue;
+        e = cudaStreamWaitEvent(pp__nccl_stream_of(t, k), t->ready, 0);
+        if (e == cudaSuccess && rec && first && !(k == PP__NCCL_ON_COMM && nccl_ops > 0 && t->gated))
+            e = cudaEventRecord(rec->begin, pp__nccl_stream_of(t, k));
+        first = 0;
+    }
     if (e != cudaSuccess) { h->in_use = 0; return pp__nccl_cuda_fail(err, e, "post"); }
 
     /* Same-rank transfers first (sends before receives, so a pair in one group meets). */
@@ -1056,13 +1167,18 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
         for (i = 0; i < count; i++) {
             char tag[48];
             pp_transfer_tag_format(transfers[i].tag, tag, sizeof tag);
-            fprintf(stderr, " %s %s %d (%zu B)", transfers[i].is_send ? "send" : "recv", tag, transfers[i].peer,
-                    transfers[i].bytes);
+            fprintf(stderr, " %s %s %d (%zu B%s)", transfers[i].is_send ? "send" : "recv", tag, transfers[i].peer,
+                    transfers[i].bytes, pp__nccl_is_ce(t, transfers[i].peer) ? ", copy engine" : "");
         }
         fprintf(stderr, "\n");
     }
     nc->posts++;
     t->posts++;
+    for (i = 0; i < count; i++)
+        if (transfers[i].peer != nc->rank && pp__nccl_is_ce(t, transfers[i].peer) &&
+            (st = pp__nccl_ce_transfer(t, &transfers[i], err)) != PP_OK) {
+            h->in_use = 0; return st;
+        }
     if (nccl_ops > 0 && t->gated && (st = pp__nccl_gate_pass(t, transfers, count, err)) != PP_OK) {
         h->in_use = 0; return st;
     }
@@ -1076,7 +1192,7 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
         r = ncclGroupStart();
         for (i = 0; i < count && (r == ncclSuccess || r == ncclInProgress); i++) {
             const pp_transfer *x = &transfers[i];
-            if (x->peer == nc->rank) continue;
+            if (x->peer == nc->rank || pp__nccl_is_ce(t, x->peer)) continue;
             if (x->is_send) r = ncclSend(x->buf, x->bytes, ncclUint8, x->peer, nc->comm, nc->stream);
             else            r = ncclRecv(x->buf, x->bytes, ncclUint8, x->peer, nc->comm, nc->stream);
         }
@@ -1093,18 +1209,41 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
             h->in_use = 0; return st;
         }
     }
-    e = cudaEventRecord(h->done, nc->stream);
-    if (e == cudaSuccess && rec) e = cudaEventRecord(rec->end, nc->stream);
+    e = cudaSuccess;
+    if (streams & PP__NCCL_ON_COMM) {
+        e = cudaEventRecord(h->done, nc->stream);
+        if (e == cudaSuccess && rec) e = cudaEventRecord(rec->end, nc->stream);
+    }
+    if (e == cudaSuccess && (streams & PP__NCCL_ON_CE_SEND)) {
+        e = cudaEventRecord(h->done_send, t->ce_send);
+        if (e == cudaSuccess && rec) e = cudaEventRecord(rec->end_send, t->ce_send);
+    }
+    if (e == cudaSuccess && (streams & PP__NCCL_ON_CE_RECV)) {
+        e = cudaEventRecord(h->done_recv, t->ce_recv);
+        if (e == cudaSuccess && rec) e = cudaEventRecord(rec->end_recv, t->ce_recv);
+    }
     if (e != cudaSuccess) { h->in_use = 0; return pp__nccl_cuda_fail(err, e, "post"); }
+    h->streams = streams;
     if (rec) {
         for (i = 0; i < count; i++) {
             if (transfers[i].is_send) rec->sent += transfers[i].bytes; else rec->received += transfers[i].bytes;
             if (rec->peer < 0) rec->peer = transfers[i].peer;
         }
         rec->transfers = count;
+        rec->streams = streams;
     }
     *handle = h;
     return pp__nccl_ok(err);
+}
+
+/* A group's end events, one per stream it used. */
+static int pp__nccl_group_events(const pp__nccl_handle *h, cudaEvent_t ev[3])
+{
+    int n = 0;
+    if (h->streams & PP__NCCL_ON_COMM) ev[n++] = h->done;
+    if (h->streams & PP__NCCL_ON_CE_SEND) ev[n++] = h->done_send;
+    if (h->streams & PP__NCCL_ON_CE_RECV) ev[n++] = h->done_recv;
+    return n;
 }
 
 /* Stream-ordered: the compute stream waits for the group; the host goes on at once. */
@@ -1117,7 +1256,12 @@ static pp_status pp__nccl_wait(void *user, void *handle, double timeout_s, pp_er
     (void)timeout_s;
     if (!h) return pp__nccl_fail(err, PP_EINVAL, "wait: handle must not be NULL");
     if (t->nc->aborted) { h->in_use = 0; return pp__nccl_aborted(t->nc, err, "wait"); }
-    e = cudaStreamWaitEvent(t->compute, h->done, 0);   /* captures the event now: reuse is safe */
+    {
+        cudaEvent_t ev[3];
+        int i, n = pp__nccl_group_events(h, ev);
+        for (i = 0, e = cudaSuccess; i < n && e == cudaSuccess; i++)
+            e = cudaStreamWaitEvent(t->compute, ev[i], 0);   /* captures the event now: reuse is safe */
+    }
     h->in_use = 0;
     if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "wait");
     if ((st = pp__nccl_health(t->nc, "wait", err)) != PP_OK) return st;
@@ -1132,7 +1276,11 @@ static pp_status pp__nccl_test(void *user, void *handle, int *done, pp_error *er
     if (!h || !done) return pp__nccl_fail(err, PP_EINVAL, "test: handle and done must not be NULL");
     *done = 0;
     if (t->nc->aborted) { h->in_use = 0; *done = 1; return pp__nccl_aborted(t->nc, err, "test"); }
-    e = cudaEventQuery(h->done);
+    {
+        cudaEvent_t ev[3];
+        int i, n = pp__nccl_group_events(h, ev);
+        for (i = 0, e = cudaSuccess; i < n && e == cudaSuccess; i++) e = cudaEventQuery(ev[i]);
+    }
     if (e == cudaErrorNotReady) return pp__nccl_health(t->nc, "test", err) == PP_OK ? pp__nccl_ok(err) : PP_ETRANSPORT;
     if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "test");
     *done = 1;
@@ -1198,11 +1346,20 @@ void pp_nccl_transport_free(pp_transport *tp)
     if (!tp || !tp->user) return;
     t = (pp__nccl_transport *)tp->user;
     if (t->nc && !t->nc->aborted && t->nc->stream) cudaStreamSynchronize(t->nc->stream);
-    for (i = 0; t->handles && i < t->num_handles; i++) if (t->handles[i].done) cudaEventDestroy(t->handles[i].done);
-    for (i = 0; i < t->num_records; i++) { cudaEventDestroy(t->records[i].begin); cudaEventDestroy(t->records[i].end); }
+    if (t->ce_called) pp__nccl_ce_release(t);
+    for (i = 0; t->handles && i < t->num_handles; i++) {
+        if (t->handles[i].done) cudaEventDestroy(t->handles[i].done);
+        if (t->handles[i].done_send) cudaEventDestroy(t->handles[i].done_send);
+        if (t->handles[i].done_recv) cudaEventDestroy(t->handles[i].done_recv);
+    }
+    for (i = 0; i < t->num_records; i++) {
+        cudaEventDestroy(t->records[i].begin); cudaEventDestroy(t->records[i].end);
+        cudaEventDestroy(t->records[i].end_send); cudaEventDestroy(t->records[i].end_recv);
+    }
     for (i = 0; i < t->num_stages; i++) if (t->stages[i].data) cudaFree(t->stages[i].data);
     if (t->ready) cudaEventDestroy(t->ready);
     if (t->gate_remote) pp__nccl_gate_release(t);
+    if (t->gate_opener && !t->nc->aborted) cudaStreamDestroy(t->gate_opener);
     free(t->handles);
     free(t->records);
     free(t->stages);
@@ -1329,14 +1486,47 @@ static void pp__nccl_gate_open_all(void *user)
 {
     pp__nccl_transport *t = (pp__nccl_transport *)user;
     int p, before = -1;
-    if (!t->gated || !t->gate_flags || !t->gate_opener || !t->write32) return;
+    if ((!t->gated && !t->ce_on) || !t->gate_opener || !t->write32) return;
     if (cudaGetDevice(&before) != cudaSuccess) before = -1;
     if (cudaSetDevice(t->nc->device) != cudaSuccess) return;
-    for (p = 0; p < t->nc->world; p++)
+    for (p = 0; t->gated && t->gate_flags && p < t->nc->world; p++)
         t->write32((CUstream)t->gate_opener, (CUdeviceptr)(uintptr_t)(t->gate_flags + p) + 4,
                    (cuuint32_t)(t->gate_count[p] >> 32) + 0x40000000u, CU_STREAM_WRITE_VALUE_DEFAULT);
+    /* the copy-engine waits too: arrived[p] and freed[p], 2^30 high words above the counts */
+    for (p = 0; t->ce_on && t->ce_mem && p < t->nc->world; p++) {
+        uint64_t high = (t->ce_sent[p] > t->ce_taken[p] ? t->ce_sent[p] : t->ce_taken[p]) >> 32;
+        t->write32((CUstream)t->gate_opener, (CUdeviceptr)(uintptr_t)((uint64_t *)t->ce_mem + p) + 4,
+                   (cuuint32_t)high + 0x40000000u, CU_STREAM_WRITE_VALUE_DEFAULT);
+        t->write32((CUstream)t->gate_opener, (CUdeviceptr)(uintptr_t)((uint64_t *)t->ce_mem + t->nc->world + p) + 4,
+                   (cuuint32_t)high + 0x40000000u, CU_STREAM_WRITE_VALUE_DEFAULT);
+    }
     if (before >= 0) cudaSetDevice(before);   /* the caller's thread keeps its device */
     (void)cudaGetLastError();
+}
+
+/* The communicator's abort hook belongs to this transport while it has a gate or copy-engine
+ * peers; the opener stream lives as long as either. */
+static void pp__nccl_hook_update(pp__nccl_transport *t)
+{
+    pp_nccl *nc = t->nc;
+    if (t->gated || t->ce_on) {
+        nc->before_abort = pp__nccl_gate_open_all;
+        nc->before_abort_user = t;
+        return;
+    }
+    if (nc->before_abort_user == (void *)t) { nc->before_abort = NULL; nc->before_abort_user = NULL; }
+    if (t->gate_opener && !nc->aborted) cudaStreamDestroy(t->gate_opener);
+    t->gate_opener = NULL;
+}
+
+static cudaError_t pp__nccl_opener_make(pp__nccl_transport *t)
+{
+    int lo = 0, hi = 0;
+    cudaError_t e;
+    if (t->gate_opener) return cudaSuccess;
+    e = cudaDeviceGetStreamPriorityRange(&lo, &hi);
+    if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&t->gate_opener, cudaStreamNonBlocking, hi);
+    return e;
 }
 
 /* After an abort the device memory is left as it is: freeing it would wait for a communication
@@ -1347,12 +1537,63 @@ static void pp__nccl_gate_release(pp__nccl_transport *t)
     for (p = 0; !t->nc->aborted && t->gate_opened && p < t->nc->world; p++)
         if (t->gate_opened[p]) cudaIpcCloseMemHandle(t->gate_opened[p]);
     if (t->gate_flags && !t->nc->aborted) cudaFree(t->gate_flags);
-    if (t->nc->before_abort_user == (void *)t) { t->nc->before_abort = NULL; t->nc->before_abort_user = NULL; }
-    if (t->gate_opener && !t->nc->aborted) cudaStreamDestroy(t->gate_opener);
-    t->gate_opener = NULL;
     free(t->gate_remote); free(t->gate_opened); free(t->gate_count);
     t->gate_flags = NULL; t->gate_remote = NULL; t->gate_opened = NULL; t->gate_count = NULL;
     t->gated = 0;
+    pp__nccl_hook_update(t);
+}
+
+/* The driver's stream memory operations (cuStreamWaitValue64, cuStreamWriteValue32), through
+ * the runtime's entry points (no -lcuda), if the device has the 64-bit ones. */
+static int pp__nccl_memops(pp__nccl_transport *t)
+{
+    enum cudaDriverEntryPointQueryResult q1 = cudaDriverEntryPointSymbolNotFound, q2 = q1, q3 = q1;
+    void *w = NULL, *v = NULL, *a = NULL;
+    int can64 = 0, ok;
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &w, 12000, cudaEnableDefault, &q1);
+    if (e == cudaSuccess) e = cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &v, 12000, cudaEnableDefault, &q2);
+    if (e == cudaSuccess) e = cudaGetDriverEntryPointByVersion("cuDeviceGetAttribute", &a, 12000, cudaEnableDefault, &q3);
+    ok = e == cudaSuccess && q1 == cudaDriverEntryPointSuccess && q2 == cudaDriverEntryPointSuccess &&
+         q3 == cudaDriverEntryPointSuccess && w && v && a;
+    if (ok) {   /* the 64-bit wait is optional in the driver: ask (a CUdevice is its ordinal) */
+        CUresult (*attr)(int *, CUdevice_attribute, CUdevice);
+        *(void **)&attr = a;
+        ok = attr(&can64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, (CUdevice)t->nc->device) == CUDA_SUCCESS &&
+             can64;
+    }
+    if (ok) {
+        *(void **)&t->wait64 = w;
+        *(void **)&t->write32 = v;
+    }
+    (void)cudaGetLastError();
+    return ok;
+}
+
+/* Maps a peer's exported memory here: threads of one process use its pointer (with peer access),
+ * other processes of the host CUDA IPC (*opened gets the mapping to close). NULL where neither
+ * works (the pair then stays as it was). */
+static void *pp__nccl_map_peer(pp__nccl_transport *t, int same_process, int peer_device, uint64_t peer_ptr,
+                               const cudaIpcMemHandle_t *handle, void **opened)
+{
+    pp_nccl *nc = t->nc;
+    void *ptr = NULL;
+    *opened = NULL;
+    if (same_process) {
+        int can = peer_device == nc->device;
+        if (!can && cudaDeviceCanAccessPeer(&can, nc->device, peer_device) != cudaSuccess) can = 0;
+        if (can && peer_device != nc->device) {
+            cudaError_t e = cudaDeviceEnablePeerAccess(peer_device, 0);
+            if (e == cudaErrorPeerAccessAlreadyEnabled) e = cudaSuccess;
+            can = e == cudaSuccess;
+        }
+        if (can) ptr = (void *)(uintptr_t)peer_ptr;
+    } else if (cudaIpcOpenMemHandle(&ptr, *handle, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess) {
+        *opened = ptr;
+    } else {
+        ptr = NULL;
+    }
+    (void)cudaGetLastError();
+    return ptr;
 }
 
 pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *err)
@@ -1372,7 +1613,7 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
     if (t->gate_called) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_gate: called twice on one transport");
     /* the abort hook has one slot per communicator: a second gated transport would take it from
      * the first, whose gates an abort would then leave shut */
-    if (nc->before_abort)
+    if (nc->before_abort && nc->before_abort_user != (void *)t)
         return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_gate: communicator of rank %d already carries a gated "
                              "transport (one per communicator)", nc->rank);
     t->gate_called = 1;
@@ -1391,27 +1632,7 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
     }
     /* This rank can take part when the driver has stream memory operations and the flags exist;
      * it still joins both all-gathers when it cannot (everyone must). */
-    {
-        enum cudaDriverEntryPointQueryResult q1 = cudaDriverEntryPointSymbolNotFound, q2 = q1, q3 = q1;
-        void *w = NULL, *v = NULL, *a = NULL;
-        int can64 = 0;
-        e = cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &w, 12000, cudaEnableDefault, &q1);
-        if (e == cudaSuccess) e = cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &v, 12000, cudaEnableDefault, &q2);
-        if (e == cudaSuccess) e = cudaGetDriverEntryPointByVersion("cuDeviceGetAttribute", &a, 12000, cudaEnableDefault, &q3);
-        me.ok = e == cudaSuccess && q1 == cudaDriverEntryPointSuccess && q2 == cudaDriverEntryPointSuccess &&
-                q3 == cudaDriverEntryPointSuccess && w && v && a;
-        if (me.ok) {   /* the 64-bit wait is optional in the driver: ask (a CUdevice is its ordinal) */
-            CUresult (*attr)(int *, CUdevice_attribute, CUdevice);
-            *(void **)&attr = a;
-            me.ok = attr(&can64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, (CUdevice)nc->device) == CUDA_SUCCESS &&
-                    can64;
-        }
-        if (me.ok) {
-            *(void **)&t->wait64 = w;
-            *(void **)&t->write32 = v;
-        }
-        (void)cudaGetLastError();
-    }
+    me.ok = pp__nccl_memops(t);
     /* every rank reads the base, able or not, so that all decide on it alike from the cards */
     if (pp__nccl_gate_base(&me.base, err) != PP_OK) { me.ok = 0; me.bad_base = 1; me.base = 0; }
     if (me.ok) {
@@ -1420,11 +1641,7 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
             e = cudaMemcpy(t->gate_flags + p, &me.base, sizeof me.base, cudaMemcpyHostToDevice);
         if (e == cudaSuccess) e = cudaDeviceSynchronize();
         if (e == cudaSuccess) e = cudaIpcGetMemHandle(&me.handle, t->gate_flags);
-        if (e == cudaSuccess) {
-            int lo = 0, hi = 0;
-            e = cudaDeviceGetStreamPriorityRange(&lo, &hi);
-            if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&t->gate_opener, cudaStreamNonBlocking, hi);
-        }
+        if (e == cudaSuccess) e = pp__nccl_opener_make(t);
         me.ok = e == cudaSuccess;
         (void)cudaGetLastError();
     }
@@ -1462,26 +1679,10 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
     for (p = 0; p < nc->world; p++) t->gate_count[p] = me.base;
     /* map every peer on this host that can take part */
     for (p = 0; p < nc->world; p++) {
-        void *ptr = NULL;
+        void *ptr;
         if (p == nc->rank || !me.ok || !cards[p].ok || cards[p].host != me.host) continue;
-        if (cards[p].space == me.space && cards[p].pid == me.pid) {   /* threads of one process */
-            int can = cards[p].device == nc->device;
-            if (!can && cudaDeviceCanAccessPeer(&can, nc->device, cards[p].device) != cudaSuccess) can = 0;
-            if (can && cards[p].device != nc->device) {
-                e = cudaDeviceEnablePeerAccess(cards[p].device, 0);
-                if (e == cudaErrorPeerAccessAlreadyEnabled) e = cudaSuccess;
-                can = e == cudaSuccess;
-            }
-            (void)cudaGetLastError();
-            if (can) ptr = (void *)(uintptr_t)cards[p].ptr;
-        } else {
-            /* another process: CUDA IPC (fails, and the pair stays ungated, where not allowed) */
-            if (cudaIpcOpenMemHandle(&ptr, cards[p].handle, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess)
-                t->gate_opened[p] = ptr;
-            else
-                ptr = NULL;
-            (void)cudaGetLastError();
-        }
+        ptr = pp__nccl_map_peer(t, cards[p].space == me.space && cards[p].pid == me.pid, cards[p].device, cards[p].ptr,
+                                &cards[p].handle, &t->gate_opened[p]);
         if (ptr) {
             t->gate_remote[p] = (CUdeviceptr)(uintptr_t)((uint64_t *)ptr + nc->rank);
             mapped[p] = 1;
@@ -1495,11 +1696,8 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
         else t->gate_remote[p] = 0;
     }
     t->gated = n > 0;
-    if (t->gated) {
-        nc->before_abort = pp__nccl_gate_open_all;
-        nc->before_abort_user = t;
-    }
-    if (!t->gated) pp__nccl_gate_release(t);
+    if (t->gated) pp__nccl_hook_update(t);
+    else pp__nccl_gate_release(t);
     free(cards); free(mapped); free(all_mapped);
     if (gated_peers) *gated_peers = n;
     if (nc->debug) fprintf(stderr, "[pipepar_nccl rank %d] arrival gate: %d peers\n", nc->rank, n);
@@ -1507,6 +1705,204 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
 fail:
     if (st != PP_ETIMEOUT && !nc->aborted) pp__nccl_gate_release(t);   /* else freeing could wait on the device */
     free(cards); free(mapped); free(all_mapped);
+    return st;
+}
+
+/* --- copy-engine transfers ------------------------------------------------------------------ */
+
+typedef struct pp__nccl_ce_card {     /* what each rank tells the others, first round */
+    uint64_t host, space;
+    int64_t pid, posts;
+    uint64_t slot_bytes, base;
+    int32_t device, ok, slots, bad_base;
+} pp__nccl_ce_card;
+
+typedef struct pp__nccl_ce_where {    /* second round: each rank's memory, once made */
+    cudaIpcMemHandle_t handle;
+    uint64_t ptr;
+    int32_t ok, pad;
+} pp__nccl_ce_where;
+
+/* Ranks whose transfers may go through the copy engines: both able, on one host. */
+static int pp__nccl_ce_pair(const pp__nccl_ce_card *c, int p, int q)
+{
+    return p != q && c[p].ok && c[q].ok && c[p].host == c[q].host;
+}
+
+/* Where, in rank p's memory, the ring that rank q writes into starts: p's rings follow its flags,
+ * in the order of the ranks that pair with it. */
+static size_t pp__nccl_ce_ring_offset(const pp__nccl_ce_card *c, int p, int q, size_t flags_bytes, size_t ring_bytes)
+{
+    int r, index = 0;
+    for (r = 0; r < q; r++) index += pp__nccl_ce_pair(c, p, r);
+    return flags_bytes + (size_t)index * ring_bytes;
+}
+
+static void pp__nccl_ce_release(pp__nccl_transport *t)
+{
+    int p;
+    pp_nccl *nc = t->nc;
+    if (!nc->aborted) {   /* after an abort the streams may sit on a wait: leave them and the memory */
+        if (t->ce_send) { cudaStreamSynchronize(t->ce_send); cudaStreamDestroy(t->ce_send); }
+        if (t->ce_recv) { cudaStreamSynchronize(t->ce_recv); cudaStreamDestroy(t->ce_recv); }
+        for (p = 0; t->ce_opened && p < nc->world; p++)
+            if (t->ce_opened[p]) cudaIpcCloseMemHandle(t->ce_opened[p]);
+        if (t->ce_mem) cudaFree(t->ce_mem);
+    }
+    t->ce_send = t->ce_recv = NULL;
+    t->ce_mem = NULL;
+    free(t->ce_remote); free(t->ce_opened); free(t->ce_ring_here); free(t->ce_ring_there);
+    free(t->ce_sent); free(t->ce_taken);
+    t->ce_remote = NULL; t->ce_opened = NULL; t->ce_ring_here = NULL; t->ce_ring_there = NULL;
+    t->ce_sent = NULL; t->ce_taken = NULL;
+    t->ce_on = 0;
+    pp__nccl_hook_update(t);
+}
+
+pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int slots, int *ce_peers, pp_error *err)
+{
+    pp__nccl_transport *t = pp__nccl_of(tp, err, "pp_nccl_transport_copy_engine");
+    pp_nccl *nc;
+    pp__nccl_ce_card me, *cards = NULL;
+    pp__nccl_ce_where where, *wheres = NULL;
+    unsigned char *mapped = NULL, *all_mapped = NULL;
+    size_t flags_bytes, ring_bytes, total = 0;
+    cudaError_t e = cudaSuccess;
+    pp_status st;
+    int p, n = 0, pairs = 0;
+    if (ce_peers) *ce_peers = 0;
+    if (!t) return PP_EINVAL;
+    nc = t->nc;
+    if (nc->aborted) return pp__nccl_aborted(nc, err, "pp_nccl_transport_copy_engine");
+    /* refusals every rank makes alike (same arguments everywhere), before any collective */
+    if (t->ce_called)
+        return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: called twice on one transport");
+    if (slots < 2 || slots > 64)
+        return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: slots=%d: must be between 2 and 64", slots);
+    if (slot_bytes < 4096 || slot_bytes > ((size_t)1 << 32) || slot_bytes % 256 != 0)
+        return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: slot_bytes=%zu: must be a multiple of 256 "
+                             "from 4096 to 2^32", slot_bytes);
+    if (nc->before_abort && nc->before_abort_user != (void *)t)
+        return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: communicator of rank %d already carries a "
+                             "gated or copy-engine transport (one per communicator)", nc->rank);
+    t->ce_called = 1;
+    if (cudaSetDevice(nc->device) != cudaSuccess)
+        return pp__nccl_fail(err, PP_EIO, "pp_nccl_transport_copy_engine: cudaSetDevice");
+    memset(&me, 0, sizeof me);
+    memset(&where, 0, sizeof where);
+    flags_bytes = 4096 * (((size_t)nc->world * 16 + 4095) / 4096);   /* arrived[world], freed[world] */
+    ring_bytes = slot_bytes * (size_t)slots;
+    t->ce_slot_bytes = slot_bytes;
+    t->ce_slots = slots;
+    t->ce_remote = (CUdeviceptr *)calloc((size_t)nc->world, sizeof *t->ce_remote);
+    t->ce_opened = (void **)calloc((size_t)nc->world, sizeof *t->ce_opened);
+    t->ce_ring_here = (size_t *)calloc((size_t)nc->world, sizeof *t->ce_ring_here);
+    t->ce_ring_there = (size_t *)calloc((size_t)nc->world, sizeof *t->ce_ring_there);
+    t->ce_sent = (uint64_t *)calloc((size_t)nc->world, sizeof *t->ce_sent);
+    t->ce_taken = (uint64_t *)calloc((size_t)nc->world, sizeof *t->ce_taken);
+    cards = (pp__nccl_ce_card *)calloc((size_t)nc->world, sizeof *cards);
+    wheres = (pp__nccl_ce_where *)calloc((size_t)nc->world, sizeof *wheres);
+    mapped = (unsigned char *)calloc((size_t)nc->world, 1);
+    all_mapped = (unsigned char *)calloc((size_t)nc->world * (size_t)nc->world, 1);
+    if (!t->ce_remote || !t->ce_opened || !t->ce_ring_here || !t->ce_ring_there || !t->ce_sent || !t->ce_taken ||
+        !cards || !wheres || !mapped || !all_mapped) {
+        /* cannot join the all-gathers without their buffers: the others time out there */
+        st = pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_transport_copy_engine: out of memory");
+        goto fail;
+    }
+    /* round 1: who can, where, with which rings; every rank joins, able or not */
+    me.ok = pp__nccl_memops(t);
+    if (pp__nccl_gate_base(&me.base, err) != PP_OK) { me.ok = 0; me.bad_base = 1; me.base = 0; }
+    me.pid = (int64_t)getpid();
+    me.device = nc->device;
+    me.posts = t->posts;
+    me.slot_bytes = slot_bytes;
+    me.slots = slots;
+    pp__nccl_identity(&me.host, &me.space);
+    if ((st = pp__nccl_all_gather_host(nc, &me, cards, sizeof me, err)) != PP_OK) goto fail;
+    /* decided from the cards alone, so every rank refuses alike */
+    for (p = 0; p < nc->world; p++) {
+        if (cards[p].posts != 0) {
+            st = pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: must be called before the first post "
+                               "(rank %d has posted %lld groups)", p, (long long)cards[p].posts);
+            goto fail;
+        }
+        if (cards[p].slot_bytes != cards[0].slot_bytes || cards[p].slots != cards[0].slots) {
+            st = pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: slot_bytes and slots differ between ranks "
+                               "(rank 0: %llu x %d, rank %d: %llu x %d): every rank must pass the same",
+                               (unsigned long long)cards[0].slot_bytes, (int)cards[0].slots, p,
+                               (unsigned long long)cards[p].slot_bytes, (int)cards[p].slots);
+            goto fail;
+        }
+        if (cards[p].bad_base || cards[p].base != cards[0].base) {
+            st = pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: PIPEPAR_NCCL_GATE_BASE on rank %d %s", p,
+                               cards[p].bad_base ? "is not a whole number below 2^62"
+                                                 : "differs from rank 0's: every rank must set the same");
+            goto fail;
+        }
+    }
+    t->ce_base = me.base;
+    for (p = 0; p < nc->world; p++) {
+        t->ce_sent[p] = t->ce_taken[p] = me.base;
+        pairs += pp__nccl_ce_pair(cards, nc->rank, p);
+    }
+    /* this rank's flags and one ring per rank it pairs with; a stream per direction */
+    if (pairs > 0) {
+        uint64_t *flags0 = NULL;
+        int lo = 0, hi = 0;
+        total = flags_bytes + (size_t)pairs * ring_bytes;
+        e = cudaMalloc((void **)&t->ce_mem, total);
+        if (e == cudaSuccess && !(flags0 = (uint64_t *)malloc(flags_bytes))) e = cudaErrorMemoryAllocation;
+        if (e == cudaSuccess) {   /* every count starts at the base: nothing arrived, nothing freed */
+            for (p = 0; p < (int)(flags_bytes / 8); p++) flags0[p] = me.base;
+            e = cudaMemcpy(t->ce_mem, flags0, flags_bytes, cudaMemcpyHostToDevice);
+        }
+        free(flags0);
+        if (e == cudaSuccess) e = cudaIpcGetMemHandle(&where.handle, t->ce_mem);
+        if (e == cudaSuccess) e = cudaDeviceGetStreamPriorityRange(&lo, &hi);
+        if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&t->ce_send, cudaStreamNonBlocking, hi);
+        if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&t->ce_recv, cudaStreamNonBlocking, hi);
+        if (e == cudaSuccess) e = pp__nccl_opener_make(t);
+        for (p = 0; e == cudaSuccess && p < t->num_handles; p++) {
+            if (!t->handles[p].done_send) e = cudaEventCreateWithFlags(&t->handles[p].done_send, cudaEventDisableTiming);
+            if (e == cudaSuccess && !t->handles[p].done_recv)
+                e = cudaEventCreateWithFlags(&t->handles[p].done_recv, cudaEventDisableTiming);
+        }
+        where.ok = e == cudaSuccess;
+        where.ptr = (uint64_t)(uintptr_t)t->ce_mem;
+        (void)cudaGetLastError();
+    }
+    /* round 2: the memory; map every paired rank's */
+    if ((st = pp__nccl_all_gather_host(nc, &where, wheres, sizeof where, err)) != PP_OK) goto fail;
+    for (p = 0; p < nc->world; p++) {
+        void *ptr;
+        if (!pp__nccl_ce_pair(cards, nc->rank, p) || !where.ok || !wheres[p].ok) continue;
+        ptr = pp__nccl_map_peer(t, cards[p].space == me.space && cards[p].pid == me.pid, cards[p].device, wheres[p].ptr,
+                                &wheres[p].handle, &t->ce_opened[p]);
+        if (!ptr) continue;
+        t->ce_remote[p] = (CUdeviceptr)(uintptr_t)ptr;
+        t->ce_ring_here[p] = pp__nccl_ce_ring_offset(cards, nc->rank, p, flags_bytes, ring_bytes);
+        t->ce_ring_there[p] = pp__nccl_ce_ring_offset(cards, p, nc->rank, flags_bytes, ring_bytes);
+        mapped[p] = 1;
+    }
+    /* round 3: a pair goes through the copy engines only when both sides mapped each other */
+    if ((st = pp__nccl_all_gather_host(nc, mapped, all_mapped, (size_t)nc->world, err)) != PP_OK) goto fail;
+    for (p = 0; p < nc->world; p++) {
+        if (mapped[p] && all_mapped[(size_t)p * (size_t)nc->world + (size_t)nc->rank]) n++;
+        else t->ce_remote[p] = 0;
+    }
+    t->ce_on = n > 0;
+    if (t->ce_on) pp__nccl_hook_update(t);
+    else pp__nccl_ce_release(t);
+    free(cards); free(wheres); free(mapped); free(all_mapped);
+    if (ce_peers) *ce_peers = n;
+    if (nc->debug)
+        fprintf(stderr, "[pipepar_nccl rank %d] copy engines: %d peers, %d slots of %zu B each (%.1f MiB)\n", nc->rank, n,
+                slots, slot_bytes, (double)total / 1048576.0);
+    return pp__nccl_ok(err);
+fail:
+    if (st != PP_ETIMEOUT && !nc->aborted) pp__nccl_ce_release(t);   /* else freeing could wait on the device */
+    free(cards); free(wheres); free(mapped); free(all_mapped);
     return st;
 }
 
@@ -1531,22 +1927,30 @@ pp_status pp_nccl_transport_times(pp_transport *tp, void *base_event, pp_nccl_gr
     *count = t->used_records;
     if (t->used_records > capacity)
         return pp__nccl_fail(err, PP_EINVAL, "capacity=%d: %d groups were recorded", capacity, t->used_records);
-    if (t->used_records > 0) {
-        st = pp__nccl_wait_device(t->nc, t->records[t->used_records - 1].end, NULL, t->nc->timeout_s,
-                                  "pp_nccl_transport_times", err);
-        if (st != PP_OK) return st;
-    }
     for (i = 0; i < t->used_records; i++) {
-        float b = 0, e = 0;
-        cudaError_t ce = cudaEventElapsedTime(&b, (cudaEvent_t)base_event, t->records[i].begin);
-        if (ce == cudaSuccess) ce = cudaEventElapsedTime(&e, (cudaEvent_t)base_event, t->records[i].end);
+        pp__nccl_record *rec = &t->records[i];
+        cudaEvent_t ends[3];
+        float b = 0, e = 0, x = 0;
+        int k, n = 0;
+        cudaError_t ce;
+        if (rec->streams & PP__NCCL_ON_COMM) ends[n++] = rec->end;
+        if (rec->streams & PP__NCCL_ON_CE_SEND) ends[n++] = rec->end_send;
+        if (rec->streams & PP__NCCL_ON_CE_RECV) ends[n++] = rec->end_recv;
+        for (k = 0; k < n; k++)   /* the streams finish in their own orders: wait for each end */
+            if ((st = pp__nccl_wait_device(t->nc, ends[k], NULL, t->nc->timeout_s, "pp_nccl_transport_times", err)) != PP_OK)
+                return st;
+        ce = cudaEventElapsedTime(&b, (cudaEvent_t)base_event, rec->begin);
+        for (k = 0; ce == cudaSuccess && k < n; k++) {   /* the group ends with its last stream */
+            ce = cudaEventElapsedTime(&x, (cudaEvent_t)base_event, ends[k]);
+            if (k == 0 || x > e) e = x;
+        }
         if (ce != cudaSuccess) return pp__nccl_cuda_fail(err, ce, "pp_nccl_transport_times");
         times[i].begin = 1e-3 * b;
         times[i].end = 1e-3 * e;
-        times[i].bytes_sent = t->records[i].sent;
-        times[i].bytes_received = t->records[i].received;
-        times[i].transfers = t->records[i].transfers;
-        times[i].peer = t->records[i].peer;
+        times[i].bytes_sent = rec->sent;
+        times[i].bytes_received = rec->received;
+        times[i].transfers = rec->transfers;
+        times[i].peer = rec->peer;
     }
     t->used_records = 0;
     return pp__nccl_ok(err);

@@ -16,6 +16,10 @@
  *   pieces N      the same GEMM as N GEMMs over T/N tokens each
  *   margin N      the GEMM planned for N fewer SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET)
  *   both          GEMMs on both GPUs
+ *   ce ...        the same exchange through the copy engines instead (what
+ *                 pp_nccl_transport_copy_engine does): each GPU pushes its bytes into a staging
+ *                 buffer on the other (cudaMemcpyPeerAsync over NVLink), then each copies its
+ *                 staging buffer into its receive buffer; no SM on either side
  *
  *     build/bench_nccl_overlap [--mib 64] [--transfers 60]
  *
@@ -133,7 +137,8 @@ int main(int argc, char **argv)
     NK(ncclCommInitAll(comm, 2, devs));
     size_t bytes = (size_t)mib << 20;
     cudaStream_t cs[2], gs[2];
-    char *sb[2], *rb[2];
+    char *sb[2], *rb[2], *st[2];
+    cudaEvent_t pushed[2];
     std::vector<cudaEvent_t> ev0(transfers), ev1(transfers);
     for (int d = 0; d < 2; d++) {
         int lo, hi;
@@ -141,7 +146,11 @@ int main(int argc, char **argv)
         CK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
         CK(cudaStreamCreateWithPriority(&cs[d], cudaStreamNonBlocking, hi));
         CK(cudaStreamCreateWithPriority(&gs[d], cudaStreamNonBlocking, lo));
-        CK(cudaMalloc(&sb[d], bytes)); CK(cudaMalloc(&rb[d], bytes));
+        CK(cudaMalloc(&sb[d], bytes)); CK(cudaMalloc(&rb[d], bytes)); CK(cudaMalloc(&st[d], bytes));
+        CK(cudaEventCreateWithFlags(&pushed[d], cudaEventDisableTiming));
+        cudaError_t pe = cudaDeviceEnablePeerAccess(1 - d, 0);
+        if (pe != cudaSuccess && pe != cudaErrorPeerAccessAlreadyEnabled) CK(pe);
+        (void)cudaGetLastError();
     }
     CK(cudaSetDevice(0));
     for (int t = 0; t < transfers; t++) { CK(cudaEventCreate(&ev0[t])); CK(cudaEventCreate(&ev1[t])); }
@@ -153,16 +162,31 @@ int main(int argc, char **argv)
         }
         NK(ncclGroupEnd());
     };
-    for (int w = 0; w < 5; w++) post();
+    /* the copy engines' exchange: push into the peer's staging buffer, then (once the peer's push
+     * has landed) copy the own staging buffer out */
+    auto post_ce = [&](void) {
+        for (int d = 0; d < 2; d++) {
+            CK(cudaSetDevice(d));
+            CK(cudaMemcpyPeerAsync(st[1 - d], 1 - d, sb[d], d, bytes, cs[d]));
+            CK(cudaEventRecord(pushed[d], cs[d]));
+        }
+        for (int d = 0; d < 2; d++) {
+            CK(cudaSetDevice(d));
+            CK(cudaStreamWaitEvent(cs[d], pushed[1 - d], 0));
+            CK(cudaMemcpyAsync(rb[d], st[d], bytes, cudaMemcpyDeviceToDevice, cs[d]));
+        }
+    };
+    for (int w = 0; w < 5; w++) { post(); post_ce(); }
     for (int d = 0; d < 2; d++) { CK(cudaSetDevice(d)); CK(cudaDeviceSynchronize()); }
 
     printf("nccl_overlap: %d MiB each way per group, %d groups per line, %d SMs; GEMM 16384 x 8192 x 4096 bf16\n", mib,
            transfers, sms);
     printf("%-12s %10s %10s %10s %12s\n", "GPU 1 runs", "median ms", "p90 ms", "max ms", "GEMM ms");
-    struct Mode { const char *name; int pieces, margin, both, load; } modes[] = {
-        { "idle", 1, 0, 0, 0 }, { "gemm", 1, 0, 0, 1 }, { "pieces 2", 2, 0, 0, 1 }, { "pieces 4", 4, 0, 0, 1 },
-        { "pieces 8", 8, 0, 0, 1 }, { "margin 8", 1, 8, 0, 1 }, { "margin 16", 1, 16, 0, 1 }, { "margin 32", 1, 32, 0, 1 },
-        { "both", 1, 0, 1, 1 },
+    struct Mode { const char *name; int pieces, margin, both, load, ce; } modes[] = {
+        { "idle", 1, 0, 0, 0, 0 }, { "gemm", 1, 0, 0, 1, 0 }, { "pieces 2", 2, 0, 0, 1, 0 }, { "pieces 4", 4, 0, 0, 1, 0 },
+        { "pieces 8", 8, 0, 0, 1, 0 }, { "margin 8", 1, 8, 0, 1, 0 }, { "margin 16", 1, 16, 0, 1, 0 },
+        { "margin 32", 1, 32, 0, 1, 0 }, { "both", 1, 0, 1, 1, 0 },
+        { "ce idle", 1, 0, 0, 0, 1 }, { "ce gemm", 1, 0, 0, 1, 1 }, { "ce both", 1, 0, 1, 1, 1 },
     };
     srand(7);
     for (const Mode &m : modes) {
@@ -194,7 +218,7 @@ int main(int argc, char **argv)
             usleep(500 + rand() % 2500);  /* a random phase against the GEMMs */
             CK(cudaSetDevice(0));
             CK(cudaEventRecord(ev0[t], cs[0]));
-            post();
+            if (m.ce) post_ce(); else post();
             CK(cudaSetDevice(0));
             CK(cudaEventRecord(ev1[t], cs[0]));
             CK(cudaEventSynchronize(ev1[t]));   /* one group at a time: none queues behind another */
@@ -231,7 +255,7 @@ int main(int argc, char **argv)
     for (int t = 0; t < transfers; t++) { CK(cudaEventDestroy(ev0[t])); CK(cudaEventDestroy(ev1[t])); }
     for (int d = 0; d < 2; d++) {
         CK(cudaSetDevice(d));
-        CK(cudaFree(sb[d])); CK(cudaFree(rb[d]));
+        CK(cudaFree(sb[d])); CK(cudaFree(rb[d])); CK(cudaFree(st[d])); CK(cudaEventDestroy(pushed[d]));
         CK(cudaStreamDestroy(cs[d])); CK(cudaStreamDestroy(gs[d]));
         NK(ncclCommDestroy(comm[d]));
     }

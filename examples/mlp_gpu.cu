@@ -95,6 +95,7 @@ struct Options {
     double timeout = 60, single_ms = 0;
     int kill_rank = -1, kill_step = -1;
     int sm_margin = 0, max_ctas = 0, cta_policy = 0, gate = 1, tune = 1, quiet = 0;
+    int copy_engine = 0;            /* transfers between GPUs of this host through the copy engines */
     const char *layout = nullptr;   /* Megatron layout string: blocks per stage */
     double max_memory = 0;          /* --schedule search: cap on activation memory */
     double yield_us = 0;            /* GEMMs must let a high-priority kernel in within this (0: any) */
@@ -105,7 +106,8 @@ static const char usage[] =
     "usage: mlp_gpu [--single | --threads N] [--schedule 1f1b] [--pp P] [--vpp V] [--mb M] [--tokens T]\n"
     "               [--hidden H] [--layers L] [--steps N] [--warmup N] [--check] [--train N]\n"
     "               [--optimizer sgd|adamw] [--lr X] [--clip X] [--trace FILE] [--timeout S]\n"
-    "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--cta-policy P] [--no-gate] [--no-tune] [--quiet]\n"
+    "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--cta-policy P] [--no-gate] [--copy-engine]\n"
+    "               [--no-tune] [--quiet]\n"
     "               [--layout STR] [--max-memory X] [--yield-us X] [--gemm-split N]\n"
     "               [--kill-rank R --kill-step K]\n"
     "  --single        the whole model on one GPU: the baseline of the pipeline efficiency\n"
@@ -131,6 +133,8 @@ static const char usage[] =
     "                  GEMMs over 1/N of its output columns: NCCL's kernel waits for one piece, not one GEMM\n"
     "  --no-gate       launch NCCL groups at once (default: the arrival gate, pp_nccl_transport_gate:\n"
     "                  a group launches only once its peer has reached its matching group; one node)\n"
+    "  --copy-engine   transfers between GPUs of one host through the copy engines, no SM on either side\n"
+    "                  (pp_nccl_transport_copy_engine: 8 slots of up to 16 MiB per peer); others on NCCL\n"
     "  --kill-rank R --kill-step K   failure test: rank R kills itself in the middle of step K\n";
 
 static int parse_args(int argc, char **argv, Options *o)
@@ -142,7 +146,8 @@ static int parse_args(int argc, char **argv, Options *o)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(usage, stdout); exit(0); }
         if (strncmp(a, "--", 2) != 0) { fprintf(stderr, "mlp_gpu: %s: not a flag (try --help)\n", a); return 2; }
         snprintf(flag, sizeof flag, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
-        static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", "--gate", "--no-gate", NULL };
+        static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", "--gate", "--no-gate",
+                                              "--copy-engine", NULL };
         static const char *const valued[] = { "--threads", "--pp", "--vpp", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
             "--single-ms", "--sm-margin", "--max-ctas", "--cta-policy", "--kill-rank", "--kill-step", "--layout",
@@ -181,6 +186,7 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--quiet")) o->quiet = 1;
         else if (!strcmp(flag, "--gate")) o->gate = 1;      /* the default; kept for older scripts */
         else if (!strcmp(flag, "--no-gate")) o->gate = 0;
+        else if (!strcmp(flag, "--copy-engine")) o->copy_engine = 1;
         else if (!strcmp(flag, "--threads")) ok = integer(1, 64, &o->threads);
         else if (!strcmp(flag, "--pp")) ok = integer(1, 1024, &o->pp);
         else if (!strcmp(flag, "--vpp")) ok = integer(1, 64, &o->vpp);
@@ -1308,6 +1314,15 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
 
     /* the executor over the NCCL transport, timing every action with CUDA events */
     PPCK(pp_nccl_transport(R.pipe, R.stream, &R.tp, &e_));
+    if (o.copy_engine) {
+        /* slots of one boundary tensor, at most 16 MiB (a 64 MiB tensor goes as 4 pieces, so the
+         * receiver's copy out of the ring overlaps the next piece's arrival); 8 of them */
+        size_t tensor = (size_t)o.tokens * o.hidden * sizeof(bf16);
+        size_t slot = std::min<size_t>((size_t)16 << 20, (tensor + 4095) / 4096 * 4096);
+        int peers = 0;
+        PPCK(pp_nccl_transport_copy_engine(&R.tp, slot, 8, &peers, &e_));
+        if (lead && !o.quiet) printf("copy engines: %d peer(s), 8 slots of %.2f MiB each\n", peers, slot / 1048576.0);
+    }
     if (o.gate) {
         int gated = 0;
         PPCK(pp_nccl_transport_gate(&R.tp, &gated, &e_));
@@ -1475,7 +1490,9 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         double dt = groups[g].end - groups[g].begin, b = (double)std::max(groups[g].bytes_sent, groups[g].bytes_received);
         bytes_moved += (double)(groups[g].bytes_sent + groups[g].bytes_received);
         xfer_time += dt;
-        if (dt > 0 && b / dt > best_bw) best_bw = b / dt;
+        /* the link's speed from groups that send: a copy-engine group that only receives is
+         * timed by its local copy out of the ring, once the bytes are there */
+        if (dt > 0 && groups[g].bytes_sent > 0 && b / dt > best_bw) best_bw = b / dt;
     }
 
     /* the simulator again, with every action's own measured time (they drift within a step: the

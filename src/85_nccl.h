@@ -160,6 +160,29 @@ PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
  * (examples/mlp_gpu.cu calls it by default). Only pp = 2 has run on GPUs so far. */
 PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, pp_error *err);
 
+/* Copy-engine transfers (one host): the transfers between this rank and each peer on its host
+ * go through the GPUs' copy engines instead of NCCL's kernels, which need SMs on both sides: a
+ * transfer posted while the peer runs a GEMM that holds every SM (cuBLASLt's persistent kernels)
+ * waits until it ends, 1-1.5 ms for the comparison model's GEMMs (bench/RESULTS.md, session 5).
+ * Each ordered pair gets a ring of `slots` buffers of `slot_bytes` in the receiver's memory
+ * (CUDA IPC; threads of one process use the pointer with peer access). The sender copies into
+ * the peer's free slot and announces it; the receiver copies it out into its receive buffer and
+ * frees it: two copies (over NVLink, then local), no SM, counts written and waited for by stream
+ * memory operations as the arrival gate's are. Sends and receives run on two streams of their
+ * own; a send waits for the peer's receive `slots` messages back, a subset of what NCCL's matched
+ * groups wait for, so any order that runs on NCCL runs here. A transfer longer than slot_bytes
+ * goes in pieces. Memory: slots * slot_bytes per peer on the host, per rank. Each receive must
+ * name the bytes of its send (the executor's tags guarantee it; as with NCCL, a mismatch is not
+ * detected). slot_bytes: a multiple of 256 from 4096 to 2^32; slots: 2 to 64; the same on every
+ * rank (refused on every rank alike otherwise). Collective over nc, before the first post, at
+ * most once per transport; may be combined with pp_nccl_transport_gate, which then gates only the
+ * peers left to NCCL. Peers on other hosts, or that cannot be mapped, stay on NCCL; *ce_peers
+ * gets how many do not (optional). On abort the waits are opened as the gate's are (see below).
+ * PIPEPAR_NCCL_GATE_BASE starts these counts too (tests that cross 2^32). Measured on 2 H200s:
+ * bench/RESULTS.md, session 6. */
+PIPEPAR_API pp_status pp_nccl_transport_copy_engine(pp_transport *t, size_t slot_bytes, int slots, int *ce_peers,
+                                                    pp_error *err);
+
 /* Per-group device times, for timelines and bandwidth figures. With recording on, every
  * group posted gets a begin event (after the communication stream waited for the compute
  * stream, and with the arrival gate for the peer too: the transfer may start; a gated group's

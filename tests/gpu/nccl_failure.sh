@@ -14,9 +14,10 @@ if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -lt 2 ]; then echo "needs 2 GPUs"; e
 
 DEADLINE=8
 # once with the arrival gate (mlp_gpu's default: its stream waits on a dead peer must be
-# opened by the abort, or the survivor hangs), once without it
-for mode in gate nogate; do
-flag=""; [ "$mode" = nogate ] && flag="--no-gate --quiet"
+# opened by the abort, or the survivor hangs), once without it, once through the copy engines
+# (their waits on a dead peer too)
+for mode in gate nogate copy-engine; do
+flag=""; [ "$mode" = nogate ] && flag="--no-gate --quiet"; [ "$mode" = copy-engine ] && flag="--copy-engine"
 echo "-- $mode"
 id=/tmp/pipepar_failure_$$_$mode.id
 log=$(mktemp -d)
@@ -36,6 +37,9 @@ echo "rank 1 (exit $rc1):"; sed 's/^/    /' "$log/r1"
 grep -q "PP_ETIMEOUT after" "$log/r0" && ok "$mode: rank 0 reports PP_ETIMEOUT" || bad "$mode: rank 0 does not report PP_ETIMEOUT"
 if [ "$mode" = gate ]; then   # the gate was on (its set-up line; the ungated run is --quiet)
     grep -q "arrival gate: 1 peer(s) gated" "$log/r0" && ok "gate: the gate was on" || bad "gate: the gate was not on"
+fi
+if [ "$mode" = copy-engine ]; then
+    grep -q "copy engines: 1 peer(s)" "$log/r0" && ok "copy-engine: the copy engines were on" || bad "copy-engine: not on"
 fi
 secs=$(sed -n 's/.*PP_ETIMEOUT after \([0-9.]*\) s in step.*/\1/p' "$log/r0" | head -n 1)
 if [ -n "$secs" ] && awk -v s="$secs" -v d="$DEADLINE" 'BEGIN { exit !(s <= d + 5) }'; then

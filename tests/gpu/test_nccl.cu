@@ -2,7 +2,8 @@
  * and same-rank transfers, stream ordering, many groups in flight), all-reduce, barrier,
  * ncclCommSplit by the rank grid, the gradient norm, the event timer, group times, and the
  * watchdog (an unmatched send ends in PP_ETIMEOUT within the deadline, then PP_EABORTED), and
- * the arrival gate's 64-bit flags (counts across 2^32; a late announcement after an abort).
+ * the arrival gate's 64-bit flags (counts across 2^32; a late announcement after an abort), and
+ * copy-engine transfers (pieces through a ring, counts across 2^32, every SM taken, a dead peer).
  * Ranks are threads of this process, one GPU each (the file bootstrap and the in-memory id);
  * with one GPU only the one-rank tests run. Ends with "N passed, N failed".
  * (C code; a .cu so that nvcc links it with the C++ runtime pipepar_cuda.o needs.)         */
@@ -572,6 +573,215 @@ static void gate_bad_base(void)
     for (r = 0; r < 2; r++) pthread_join(th[r], NULL);
 }
 
+/* --- copy-engine transfers, two ranks as two threads ---------------------------------------- */
+
+/* Takes every SM of the device until the host lets go: blocks of 1024 threads, as many as can be
+ * resident at once, all spinning. A transfer that needed an SM could not run beside it. */
+__global__ void take_every_sm(volatile int *release)
+{
+    while (*release == 0) { }
+}
+
+static int blocks_for_every_sm(int device)
+{
+    int sms = 0, per_sm = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, take_every_sm, 1024, 0);
+    return sms * (per_sm > 0 ? per_sm : 1);
+}
+
+typedef struct ce_test {
+    two_ranks *tr;
+    int rank;
+    int mode;             /* 0: data, pieces, counts across 2^32, every SM taken; 1: a dead peer;
+                             2: refusals */
+    volatile int *release;
+} ce_test;
+
+static void fill_pattern(unsigned char *host, size_t n, int seed)
+{
+    size_t i;
+    for (i = 0; i < n; i++) host[i] = (unsigned char)(seed * 131 + i * 7 + (i >> 12));
+}
+
+static void *ce_rank_main(void *argp)
+{
+    ce_test *g = (ce_test *)argp;
+    two_ranks *tr = g->tr;
+    int rank = g->rank, peer = 1 - rank, peers = -1, gated = -1, k;
+    pp_nccl_config c;
+    pp_nccl *nc = NULL;
+    pp_transport t;
+    pp_error e;
+    cudaStream_t s, hog;
+    const size_t piece = 1 << 20, bytes = 5 * (piece / 2) + 4096;   /* 2.5 MiB + 4 KiB: three pieces, the last short */
+    unsigned char *sendb = NULL, *recvb = NULL, *want = NULL, *got = NULL;
+    void *h[12];
+    memset(&c, 0, sizeof c);
+    c.world = 2; c.rank = rank; c.device = rank; c.timeout_s = 30;
+    c.bootstrap = PP_NCCL_BOOTSTRAP_ID; c.id = &tr->id;
+    cudaSetDevice(rank);
+    CHECK_OK(pp_nccl_init(&c, &nc, &e), &e);
+    if (!nc) return NULL;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&hog, cudaStreamNonBlocking);
+    CHECK_OK(pp_nccl_transport(nc, s, &t, &e), &e);
+    if (g->mode == 2) {
+        /* refusals: the rule and the value, on every rank alike */
+        CHECK_FAILS(pp_nccl_transport_copy_engine(&t, piece, 1, &peers, &e), &e, PP_EINVAL, "slots=1: must be between 2 and 64");
+        CHECK_FAILS(pp_nccl_transport_copy_engine(&t, 1000, 4, &peers, &e), &e, PP_EINVAL,
+                    "slot_bytes=1000: must be a multiple of 256 from 4096 to 2^32");
+        /* ranks that disagree: both refuse, naming both */
+        CHECK_FAILS(pp_nccl_transport_copy_engine(&t, piece, rank == 0 ? 4 : 3, &peers, &e), &e, PP_EINVAL,
+                    "slot_bytes and slots differ between ranks (rank 0: 1048576 x 4, rank 1: 1048576 x 3)");
+        CHECK(peers == 0);
+        CHECK_FAILS(pp_nccl_transport_copy_engine(&t, piece, 4, &peers, &e), &e, PP_EINVAL, "called twice on one transport");
+        pp_nccl_transport_free(&t);
+        /* after a post: refused everywhere (the counts would no longer pair) */
+        CHECK_OK(pp_nccl_transport(nc, s, &t, &e), &e);
+        {
+            pp_transfer x;
+            void *hh = NULL;
+            cudaMalloc((void **)&sendb, 4096);
+            memset(&x, 0, sizeof x);
+            x.is_send = rank == 0; x.peer = peer; x.buf = sendb; x.bytes = 4096;
+            CHECK_OK(t.post(t.user, &x, 1, &hh, &e), &e);
+            CHECK_OK(t.wait(t.user, hh, 10, &e), &e);
+            CHECK_OK(pp_nccl_sync(nc, s, 10, &e), &e);
+            CHECK_FAILS(pp_nccl_transport_copy_engine(&t, piece, 4, &peers, &e), &e, PP_EINVAL,
+                        "must be called before the first post (rank 0 has posted 1 groups)");
+        }
+        pp_nccl_transport_free(&t);
+        cudaFree(sendb);
+        cudaStreamDestroy(s); cudaStreamDestroy(hog);
+        pp_nccl_free(nc);
+        return NULL;
+    }
+    CHECK_OK(pp_nccl_transport_copy_engine(&t, piece, 3, &peers, &e), &e);
+    CHECK_MSG(peers == 1, "threads on two GPUs: the peer goes through the copy engines");
+    CHECK_OK(pp_nccl_transport_gate(&t, &gated, &e), &e);
+    CHECK_MSG(gated == 0, "the gate leaves copy-engine peers alone");
+    cudaMalloc((void **)&sendb, 12 * bytes);
+    cudaMalloc((void **)&recvb, 12 * bytes);
+    want = (unsigned char *)malloc(bytes);
+    got = (unsigned char *)malloc(bytes);
+    if (g->mode == 0) {
+        /* 12 groups each way, 3 pieces each through rings of 3 slots (every slot reused 12
+         * times), counts from 2^32 - 6 (PIPEPAR_NCCL_GATE_BASE): the low word wraps within; every
+         * byte is checked. Each buffer is written on the compute stream right before its post. */
+        cudaEvent_t base;
+        pp_nccl_group_time times[16];
+        int count = 0, ok = 1;
+        cudaEventCreate(&base);
+        CHECK_OK(pp_nccl_transport_record(&t, 1, &e), &e);
+        cudaEventRecord(base, s);
+        for (k = 0; k < 12; k++) {
+            pp_transfer x[2];
+            fill_pattern(want, bytes, 16 * rank + k);
+            cudaMemcpyAsync(sendb + k * bytes, want, bytes, cudaMemcpyHostToDevice, s);
+            cudaMemsetAsync(recvb + k * bytes, 0, bytes, s);
+            cudaStreamSynchronize(s);   /* `want` is reused */
+            memset(x, 0, sizeof x);
+            x[0].is_send = 1; x[0].peer = peer; x[0].buf = sendb + k * bytes; x[0].bytes = bytes;
+            x[1].is_send = 0; x[1].peer = peer; x[1].buf = recvb + k * bytes; x[1].bytes = bytes;
+            if (rank == 1) { pp_transfer tmp = x[0]; x[0] = x[1]; x[1] = tmp; }
+            CHECK_OK(t.post(t.user, x, 2, &h[k], &e), &e);
+        }
+        for (k = 0; k < 12; k++) CHECK_OK(t.wait(t.user, h[k], 10, &e), &e);
+        CHECK_OK(pp_nccl_sync(nc, s, 20, &e), &e);
+        for (k = 0; k < 12; k++) {
+            fill_pattern(want, bytes, 16 * peer + k);
+            cudaMemcpy(got, recvb + k * bytes, bytes, cudaMemcpyDeviceToHost);
+            ok &= memcmp(want, got, bytes) == 0;
+        }
+        CHECK_MSG(ok, "copy engines: 12 groups of 2.5 MiB each way, in pieces through 3 slots, counts across 2^32: "
+                  "every byte arrived");
+        CHECK_OK(pp_nccl_transport_times(&t, base, times, 16, &count, &e), &e);
+        CHECK(count == 12);
+        for (k = 0; k < count && k < 12; k++)
+            CHECK(times[k].end >= times[k].begin && times[k].begin >= 0 && times[k].bytes_sent == bytes &&
+                  times[k].bytes_received == bytes && times[k].peer == peer && times[k].transfers == 2);
+        cudaEventDestroy(base);
+
+        /* every SM of both GPUs taken by a spinning kernel: a 2.5 MiB exchange still completes */
+        pthread_barrier_wait(&tr->bar);
+        take_every_sm<<<blocks_for_every_sm(rank), 1024, 0, hog>>>(g->release);
+        {
+            pp_transfer x[2];
+            void *hh = NULL;
+            int done = 0, polls = 0;
+            memset(x, 0, sizeof x);
+            x[0].is_send = 1; x[0].peer = peer; x[0].buf = sendb; x[0].bytes = bytes;
+            x[1].is_send = 0; x[1].peer = peer; x[1].buf = recvb; x[1].bytes = bytes;
+            CHECK_OK(t.post(t.user, x, 2, &hh, &e), &e);
+            while (!done && polls++ < 5000) {   /* up to 5 s */
+                CHECK_OK(t.test(t.user, hh, &done, &e), &e);
+                if (!done) { struct timespec ts = { 0, 1000000 }; nanosleep(&ts, NULL); }
+            }
+            CHECK_MSG(done, "copy engines: an exchange completes while every SM of both GPUs is taken");
+            CHECK_MSG(cudaStreamQuery(hog) == cudaErrorNotReady, "(the SMs were still taken when it did)");
+            pthread_barrier_wait(&tr->bar);
+            if (rank == 0) *g->release = 1;
+            cudaStreamSynchronize(hog);
+            fill_pattern(want, bytes, 16 * peer + 0);
+            cudaMemcpy(got, recvb, bytes, cudaMemcpyDeviceToHost);
+            CHECK_MSG(memcmp(want, got, bytes) == 0, "and its bytes arrived");
+        }
+        CHECK_OK(pp_nccl_barrier(nc, 10, &e), &e);
+    } else {
+        /* a dead peer: rank 1 never sends. Rank 0's receive waits on the copy-engine stream; its
+         * compute stream waits for it; pp_nccl_sync must give PP_ETIMEOUT within the deadline, and
+         * the abort must open the wait so that every stream drains. */
+        if (rank == 0) {
+            pp_transfer x;
+            void *hh = NULL;
+            double t0 = now_s();
+            pp_status st;
+            memset(&x, 0, sizeof x);
+            x.is_send = 0; x.peer = 1; x.buf = recvb; x.bytes = bytes;
+            CHECK_OK(t.post(t.user, &x, 1, &hh, &e), &e);
+            CHECK_OK(t.wait(t.user, hh, 2, &e), &e);
+            st = pp_nccl_sync(nc, s, 2.0, &e);
+            CHECK_MSG(st == PP_ETIMEOUT, e.message);
+            CHECK_MSG(now_s() - t0 < 2.0 + 5.0, "the timeout came within the deadline");
+            CHECK_MSG(stream_drains(s, 15), "copy engines: after the abort the compute stream drained");
+            printf("  copy engines: a receive whose send never comes -> %s after %.2f s (deadline 2 s)\n",
+                   pp_status_name(st), now_s() - t0);
+        }
+        pthread_barrier_wait(&tr->bar);
+        if (rank == 1) pp_nccl_abort(nc, PP_EABORTED, "copy-engine test: the peer aborted");
+    }
+    cudaStreamSynchronize(s);
+    pp_nccl_transport_free(&t);
+    cudaFree(sendb); cudaFree(recvb);
+    free(want); free(got);
+    cudaStreamDestroy(s); cudaStreamDestroy(hog);
+    pp_nccl_free(nc);
+    return NULL;
+}
+
+static void ce_two_ranks(int mode)
+{
+    two_ranks tr;
+    pthread_t th[2];
+    ce_test g[2];
+    pp_error e;
+    int r, *release = NULL;
+    memset(&tr, 0, sizeof tr);
+    memset(g, 0, sizeof g);
+    CHECK_OK(pp_nccl_unique_id(&tr.id, &e), &e);
+    pthread_barrier_init(&tr.bar, NULL, 2);
+    cudaHostAlloc((void **)&release, sizeof *release, cudaHostAllocMapped | cudaHostAllocPortable);
+    *release = 0;
+    for (r = 0; r < 2; r++) {
+        g[r].tr = &tr; g[r].rank = r; g[r].mode = mode; g[r].release = release;
+        pthread_create(&th[r], NULL, ce_rank_main, &g[r]);
+    }
+    for (r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    pthread_barrier_destroy(&tr.bar);
+    cudaFreeHost(release);
+}
+
 int main(void)
 {
     int devices = 0;
@@ -593,6 +803,11 @@ int main(void)
         gate_bad_base();
         unsetenv("PIPEPAR_NCCL_GATE_BASE");
         gate_two_ranks(1);
+        setenv("PIPEPAR_NCCL_GATE_BASE", "4294967290", 1);
+        ce_two_ranks(0);
+        unsetenv("PIPEPAR_NCCL_GATE_BASE");
+        ce_two_ranks(2);
+        ce_two_ranks(1);
     } else {
         printf("  one GPU: the two-rank tests need two\n");
     }
