@@ -1063,6 +1063,36 @@ static pp_status pp__nccl_gate_pass(pp__nccl_transport *t, const pp_transfer *x,
  * NCCL's kernels must (bench/RESULTS.md, session 5). Sends and receives have a stream each. A
  * send waits only for the receive `slots` messages earlier, which NCCL's matched groups (one
  * stream, in order) would have waited for too, so every order that runs on NCCL runs here. */
+/* A copy on a copy engine. cudaMemcpyAsync may run a device-to-device copy as a kernel, which
+ * waits for SMs like NCCL's (seen on H200s: a local copy waited for the GEMMs); the batch copy
+ * of CUDA >= 12.8 takes the hint to overlap with compute, i.e. to leave the SMs alone. */
+static cudaError_t pp__nccl_ce_copy(void *dst, const void *src, size_t bytes, cudaStream_t stream)
+{
+#if defined(CUDART_VERSION) && CUDART_VERSION >= 12080
+    struct cudaMemcpyAttributes attr;
+    size_t first = 0;
+    void *dsts[1];
+    const void *srcs[1];
+    size_t sizes[1];
+    memset(&attr, 0, sizeof attr);
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.srcLocHint.type = cudaMemLocationTypeDevice;
+    attr.dstLocHint.type = cudaMemLocationTypeDevice;
+    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    dsts[0] = dst; srcs[0] = src; sizes[0] = bytes;
+#if CUDART_VERSION >= 13000
+    return cudaMemcpyBatchAsync(dsts, srcs, sizes, 1, &attr, &first, 1, stream);
+#else
+    {
+        size_t fail_index = 0;
+        return cudaMemcpyBatchAsync(dsts, (void **)srcs, sizes, 1, &attr, &first, 1, &fail_index, stream);
+    }
+#endif
+#else
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+#endif
+}
+
 static cudaStream_t pp__nccl_stream_of(const pp__nccl_transport *t, int on)
 {
     return on == PP__NCCL_ON_CE_SEND ? t->ce_send : on == PP__NCCL_ON_CE_RECV ? t->ce_recv : t->nc->stream;
@@ -1084,8 +1114,8 @@ static pp_status pp__nccl_ce_transfer(pp__nccl_transport *t, const pp_transfer *
                 r = t->wait64((CUstream)t->ce_send, (CUdeviceptr)(uintptr_t)((uint64_t *)t->ce_mem + world + p),
                               k - (uint64_t)t->ce_slots + 1, CU_STREAM_WAIT_VALUE_GEQ);
             if (r == CUDA_SUCCESS)
-                e = cudaMemcpyAsync((void *)(uintptr_t)(ring + slot * t->ce_slot_bytes), (const char *)x->buf + off, n,
-                                    cudaMemcpyDeviceToDevice, t->ce_send);
+                e = pp__nccl_ce_copy((void *)(uintptr_t)(ring + slot * t->ce_slot_bytes), (const char *)x->buf + off, n,
+                                     t->ce_send);
             if (r == CUDA_SUCCESS && e == cudaSuccess)
                 r = pp__nccl_announce(t, t->ce_send, t->ce_remote[p] + 8 * (CUdeviceptr)me, k + 1);
             t->ce_sent[p] = k + 1;
@@ -1095,8 +1125,8 @@ static pp_status pp__nccl_ce_transfer(pp__nccl_transport *t, const pp_transfer *
             r = t->wait64((CUstream)t->ce_recv, (CUdeviceptr)(uintptr_t)((uint64_t *)t->ce_mem + p), k + 1,
                           CU_STREAM_WAIT_VALUE_GEQ);
             if (r == CUDA_SUCCESS)
-                e = cudaMemcpyAsync((char *)x->buf + off, t->ce_mem + t->ce_ring_here[p] + slot * t->ce_slot_bytes, n,
-                                    cudaMemcpyDeviceToDevice, t->ce_recv);
+                e = pp__nccl_ce_copy((char *)x->buf + off, t->ce_mem + t->ce_ring_here[p] + slot * t->ce_slot_bytes, n,
+                                     t->ce_recv);
             if (r == CUDA_SUCCESS && e == cudaSuccess)
                 r = pp__nccl_announce(t, t->ce_recv, t->ce_remote[p] + 8 * (CUdeviceptr)(world + me), k + 1);
             t->ce_taken[p] = k + 1;
@@ -1680,7 +1710,7 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
     /* map every peer on this host that can take part */
     for (p = 0; p < nc->world; p++) {
         void *ptr;
-        if (p == nc->rank || !me.ok || !cards[p].ok || cards[p].host != me.host) continue;
+        if (p == nc->rank || !me.ok || !cards[p].ok || cards[p].host != me.host || pp__nccl_is_ce(t, p)) continue;
         ptr = pp__nccl_map_peer(t, cards[p].space == me.space && cards[p].pid == me.pid, cards[p].device, cards[p].ptr,
                                 &cards[p].handle, &t->gate_opened[p]);
         if (ptr) {

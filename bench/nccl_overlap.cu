@@ -19,7 +19,9 @@
  *   ce ...        the same exchange through the copy engines instead (what
  *                 pp_nccl_transport_copy_engine does): each GPU pushes its bytes into a staging
  *                 buffer on the other (cudaMemcpyPeerAsync over NVLink), then each copies its
- *                 staging buffer into its receive buffer; no SM on either side
+ *                 staging buffer into its receive buffer; ce+hint: that local copy through
+ *                 cudaMemcpyBatchAsync with cudaMemcpyFlagPreferOverlapWithCompute (a plain
+ *                 device-to-device cudaMemcpyAsync may run as a kernel, on SMs)
  *
  *     build/bench_nccl_overlap [--mib 64] [--transfers 60]
  *
@@ -164,6 +166,7 @@ int main(int argc, char **argv)
     };
     /* the copy engines' exchange: push into the peer's staging buffer, then (once the peer's push
      * has landed) copy the own staging buffer out */
+    int ce_hint = 0;
     auto post_ce = [&](void) {
         for (int d = 0; d < 2; d++) {
             CK(cudaSetDevice(d));
@@ -173,7 +176,18 @@ int main(int argc, char **argv)
         for (int d = 0; d < 2; d++) {
             CK(cudaSetDevice(d));
             CK(cudaStreamWaitEvent(cs[d], pushed[1 - d], 0));
-            CK(cudaMemcpyAsync(rb[d], st[d], bytes, cudaMemcpyDeviceToDevice, cs[d]));
+            if (!ce_hint) { CK(cudaMemcpyAsync(rb[d], st[d], bytes, cudaMemcpyDeviceToDevice, cs[d])); continue; }
+            /* the local copy with the batch copy's hint to leave the SMs to compute */
+            cudaMemcpyAttributes attr;
+            memset(&attr, 0, sizeof attr);
+            attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+            attr.srcLocHint.type = cudaMemLocationTypeDevice;
+            attr.dstLocHint.type = cudaMemLocationTypeDevice;
+            attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+            void *dsts[1] = { rb[d] };
+            const void *srcs[1] = { st[d] };
+            size_t sizes[1] = { bytes }, first = 0;
+            CK(cudaMemcpyBatchAsync(dsts, srcs, sizes, 1, &attr, &first, 1, cs[d]));
         }
     };
     for (int w = 0; w < 5; w++) { post(); post_ce(); }
@@ -187,6 +201,7 @@ int main(int argc, char **argv)
         { "pieces 8", 8, 0, 0, 1, 0 }, { "margin 8", 1, 8, 0, 1, 0 }, { "margin 16", 1, 16, 0, 1, 0 },
         { "margin 32", 1, 32, 0, 1, 0 }, { "both", 1, 0, 1, 1, 0 },
         { "ce idle", 1, 0, 0, 0, 1 }, { "ce gemm", 1, 0, 0, 1, 1 }, { "ce both", 1, 0, 1, 1, 1 },
+        { "ce+hint idle", 1, 0, 0, 0, 2 }, { "ce+hint gemm", 1, 0, 0, 1, 2 }, { "ce+hint both", 1, 0, 1, 1, 2 },
     };
     srand(7);
     for (const Mode &m : modes) {
@@ -218,6 +233,7 @@ int main(int argc, char **argv)
             usleep(500 + rand() % 2500);  /* a random phase against the GEMMs */
             CK(cudaSetDevice(0));
             CK(cudaEventRecord(ev0[t], cs[0]));
+            ce_hint = m.ce == 2;
             if (m.ce) post_ce(); else post();
             CK(cudaSetDevice(0));
             CK(cudaEventRecord(ev1[t], cs[0]));

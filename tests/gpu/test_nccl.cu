@@ -714,10 +714,12 @@ static void *ce_rank_main(void *argp)
             x[0].is_send = 1; x[0].peer = peer; x[0].buf = sendb; x[0].bytes = bytes;
             x[1].is_send = 0; x[1].peer = peer; x[1].buf = recvb; x[1].bytes = bytes;
             CHECK_OK(t.post(t.user, x, 2, &hh, &e), &e);
-            while (!done && polls++ < 5000) {   /* up to 5 s */
-                CHECK_OK(t.test(t.user, hh, &done, &e), &e);
+            pp_status st = PP_OK;
+            while (!done && st == PP_OK && polls++ < 5000) {   /* up to 5 s */
+                st = t.test(t.user, hh, &done, &e);
                 if (!done) { struct timespec ts = { 0, 1000000 }; nanosleep(&ts, NULL); }
             }
+            CHECK_OK(st, &e);
             CHECK_MSG(done, "copy engines: an exchange completes while every SM of both GPUs is taken");
             CHECK_MSG(cudaStreamQuery(hog) == cudaErrorNotReady, "(the SMs were still taken when it did)");
             pthread_barrier_wait(&tr->bar);
