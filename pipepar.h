@@ -2167,9 +2167,11 @@ PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, 
  * name the bytes of its send (the executor's tags guarantee it; as with NCCL, a mismatch is not
  * detected). slot_bytes: a multiple of 256 from 4096 to 2^32; slots: 2 to 64; the same on every
  * rank (refused on every rank alike otherwise). Collective over nc, before the first post, at
- * most once per transport; may be combined with pp_nccl_transport_gate, which then gates only the
- * peers left to NCCL. Peers on other hosts, or that cannot be mapped, stay on NCCL; *ce_peers
- * gets how many do not (optional). On abort the waits are opened as the gate's are (see below).
+ * most once per transport; may be combined with pp_nccl_transport_gate (call this first), which
+ * then gates only the peers left to NCCL. Peers on other hosts, or that cannot be mapped, stay
+ * on NCCL, and so do threads of one process (mlp_gpu --threads 2 hung with them on H200s, cause
+ * not found; PIPEPAR_NCCL_CE_SAME_PROCESS=1 on every rank allows them, as the unit tests do);
+ * *ce_peers gets how many do not (optional). On abort the waits are opened as the gate's are (see below).
  * PIPEPAR_NCCL_GATE_BASE starts these counts too (tests that cross 2^32). Measured on 2 H200s:
  * bench/RESULTS.md, session 6. */
 PIPEPAR_API pp_status pp_nccl_transport_copy_engine(pp_transport *t, size_t slot_bytes, int slots, int *ce_peers,

@@ -1745,6 +1745,7 @@ typedef struct pp__nccl_ce_card {     /* what each rank tells the others, first 
     int64_t pid, posts;
     uint64_t slot_bytes, base;
     int32_t device, ok, slots, bad_base;
+    int32_t threads_ok, pad;          /* PIPEPAR_NCCL_CE_SAME_PROCESS=1 */
 } pp__nccl_ce_card;
 
 typedef struct pp__nccl_ce_where {    /* second round: each rank's memory, once made */
@@ -1753,10 +1754,15 @@ typedef struct pp__nccl_ce_where {    /* second round: each rank's memory, once 
     int32_t ok, pad;
 } pp__nccl_ce_where;
 
-/* Ranks whose transfers may go through the copy engines: both able, on one host. */
+/* Ranks whose transfers may go through the copy engines: both able, on one host, in two
+ * processes. Threads of one process stay on NCCL unless every rank sets
+ * PIPEPAR_NCCL_CE_SAME_PROCESS=1: mlp_gpu --threads 2 hung with them on H200s (the host threads
+ * stalled after their first transfers; cause not found), while the same transfers between
+ * processes, and tests/gpu/test_nccl.cu's threads with the variable set, ran. */
 static int pp__nccl_ce_pair(const pp__nccl_ce_card *c, int p, int q)
 {
-    return p != q && c[p].ok && c[q].ok && c[p].host == c[q].host;
+    int same_process = c[p].space == c[q].space && c[p].pid == c[q].pid;
+    return p != q && c[p].ok && c[q].ok && c[p].host == c[q].host && (!same_process || (c[p].threads_ok && c[q].threads_ok));
 }
 
 /* Where, in rank p's memory, the ring that rank q writes into starts: p's rings follow its flags,
@@ -1848,6 +1854,7 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     me.posts = t->posts;
     me.slot_bytes = slot_bytes;
     me.slots = slots;
+    me.threads_ok = getenv("PIPEPAR_NCCL_CE_SAME_PROCESS") && !strcmp(getenv("PIPEPAR_NCCL_CE_SAME_PROCESS"), "1");
     pp__nccl_identity(&me.host, &me.space);
     if ((st = pp__nccl_all_gather_host(nc, &me, cards, sizeof me, err)) != PP_OK) goto fail;
     /* decided from the cards alone, so every rank refuses alike */

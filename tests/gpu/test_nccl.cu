@@ -3,7 +3,8 @@
  * ncclCommSplit by the rank grid, the gradient norm, the event timer, group times, and the
  * watchdog (an unmatched send ends in PP_ETIMEOUT within the deadline, then PP_EABORTED), and
  * the arrival gate's 64-bit flags (counts across 2^32; a late announcement after an abort), and
- * copy-engine transfers (pieces through a ring, counts across 2^32, every SM taken, a dead peer).
+ * copy-engine transfers (pieces through a ring, counts across 2^32, a sender with every SM taken, a
+ * dead peer).
  * Ranks are threads of this process, one GPU each (the file bootstrap and the in-memory id);
  * with one GPU only the one-rank tests run. Ends with "N passed, N failed".
  * (C code; a .cu so that nvcc links it with the C++ runtime pipepar_cuda.o needs.)         */
@@ -703,31 +704,36 @@ static void *ce_rank_main(void *argp)
                   times[k].bytes_received == bytes && times[k].peer == peer && times[k].transfers == 2);
         cudaEventDestroy(base);
 
-        /* every SM of both GPUs taken by a spinning kernel: a 2.5 MiB exchange still completes */
+        /* every SM of the sender taken by a spinning kernel: its send still goes (the copy into
+         * the peer's ring runs on a copy engine, the counts are stream memory operations), and
+         * the receiver, whose SMs are free, gets every byte. (The receiver's copy out of the ring
+         * is device-to-device and may run as a kernel: on H200s it waits for SMs like NCCL's.) */
         pthread_barrier_wait(&tr->bar);
-        take_every_sm<<<blocks_for_every_sm(rank), 1024, 0, hog>>>(g->release);
+        if (rank == 0) take_every_sm<<<blocks_for_every_sm(rank), 1024, 0, hog>>>(g->release);
         {
-            pp_transfer x[2];
+            pp_transfer x;
             void *hh = NULL;
             int done = 0, polls = 0;
-            memset(x, 0, sizeof x);
-            x[0].is_send = 1; x[0].peer = peer; x[0].buf = sendb; x[0].bytes = bytes;
-            x[1].is_send = 0; x[1].peer = peer; x[1].buf = recvb; x[1].bytes = bytes;
-            CHECK_OK(t.post(t.user, x, 2, &hh, &e), &e);
             pp_status st = PP_OK;
+            memset(&x, 0, sizeof x);
+            x.is_send = rank == 0; x.peer = peer; x.buf = rank == 0 ? sendb : recvb; x.bytes = bytes;
+            CHECK_OK(t.post(t.user, &x, 1, &hh, &e), &e);
             while (!done && st == PP_OK && polls++ < 5000) {   /* up to 5 s */
                 st = t.test(t.user, hh, &done, &e);
                 if (!done) { struct timespec ts = { 0, 1000000 }; nanosleep(&ts, NULL); }
             }
             CHECK_OK(st, &e);
-            CHECK_MSG(done, "copy engines: an exchange completes while every SM of both GPUs is taken");
-            CHECK_MSG(cudaStreamQuery(hog) == cudaErrorNotReady, "(the SMs were still taken when it did)");
+            CHECK_MSG(done, rank == 0 ? "copy engines: a send completes while every SM of the sender is taken"
+                                      : "copy engines: the receive of a sender whose SMs are all taken completes");
+            if (rank == 0) CHECK_MSG(cudaStreamQuery(hog) == cudaErrorNotReady, "(the SMs were still taken when it did)");
             pthread_barrier_wait(&tr->bar);
             if (rank == 0) *g->release = 1;
             cudaStreamSynchronize(hog);
-            fill_pattern(want, bytes, 16 * peer + 0);
-            cudaMemcpy(got, recvb, bytes, cudaMemcpyDeviceToHost);
-            CHECK_MSG(memcmp(want, got, bytes) == 0, "and its bytes arrived");
+            if (rank == 1) {
+                fill_pattern(want, bytes, 16 * peer + 0);
+                cudaMemcpy(got, recvb, bytes, cudaMemcpyDeviceToHost);
+                CHECK_MSG(memcmp(want, got, bytes) == 0, "and its bytes arrived");
+            }
         }
         CHECK_OK(pp_nccl_barrier(nc, 10, &e), &e);
     } else {
@@ -760,6 +766,60 @@ static void *ce_rank_main(void *argp)
     cudaStreamDestroy(s); cudaStreamDestroy(hog);
     pp_nccl_free(nc);
     return NULL;
+}
+
+/* Without PIPEPAR_NCCL_CE_SAME_PROCESS, threads of one process stay on NCCL: no copy-engine peer,
+ * and a transfer goes through NCCL as before. */
+static void *ce_left_rank(void *argp)
+{
+    ce_test *g = (ce_test *)argp;
+    int rank = g->rank, peers = -1;
+    pp_nccl_config c;
+    pp_nccl *nc = NULL;
+    pp_transport t;
+    pp_error e;
+    cudaStream_t s;
+    unsigned char *buf = NULL, host[16];
+    void *hh = NULL;
+    pp_transfer x;
+    memset(&c, 0, sizeof c);
+    c.world = 2; c.rank = rank; c.device = rank; c.timeout_s = 30;
+    c.bootstrap = PP_NCCL_BOOTSTRAP_ID; c.id = &g->tr->id;
+    cudaSetDevice(rank);
+    CHECK_OK(pp_nccl_init(&c, &nc, &e), &e);
+    if (!nc) return NULL;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    CHECK_OK(pp_nccl_transport(nc, s, &t, &e), &e);
+    CHECK_OK(pp_nccl_transport_copy_engine(&t, 1 << 20, 4, &peers, &e), &e);
+    CHECK_MSG(peers == 0, "threads of one process stay on NCCL without PIPEPAR_NCCL_CE_SAME_PROCESS=1");
+    cudaMalloc((void **)&buf, 4096);
+    cudaMemsetAsync(buf, rank == 0 ? 0x5a : 0, 4096, s);
+    memset(&x, 0, sizeof x);
+    x.is_send = rank == 0; x.peer = 1 - rank; x.buf = buf; x.bytes = 4096;
+    CHECK_OK(t.post(t.user, &x, 1, &hh, &e), &e);
+    CHECK_OK(t.wait(t.user, hh, 10, &e), &e);
+    CHECK_OK(pp_nccl_sync(nc, s, 10, &e), &e);
+    cudaMemcpy(host, buf + 4000, sizeof host, cudaMemcpyDeviceToHost);
+    CHECK_MSG(host[0] == 0x5a && host[15] == 0x5a, "and its transfers go through NCCL");
+    pp_nccl_transport_free(&t);
+    cudaFree(buf);
+    cudaStreamDestroy(s);
+    pp_nccl_free(nc);
+    return NULL;
+}
+
+static void ce_threads_left_to_nccl(void)
+{
+    two_ranks tr;
+    pthread_t th[2];
+    ce_test g[2];
+    pp_error e;
+    int r;
+    memset(&tr, 0, sizeof tr);
+    memset(g, 0, sizeof g);
+    CHECK_OK(pp_nccl_unique_id(&tr.id, &e), &e);
+    for (r = 0; r < 2; r++) { g[r].tr = &tr; g[r].rank = r; pthread_create(&th[r], NULL, ce_left_rank, &g[r]); }
+    for (r = 0; r < 2; r++) pthread_join(th[r], NULL);
 }
 
 static void ce_two_ranks(int mode)
@@ -805,11 +865,15 @@ int main(void)
         gate_bad_base();
         unsetenv("PIPEPAR_NCCL_GATE_BASE");
         gate_two_ranks(1);
+        /* threads of one process: the copy engines only with PIPEPAR_NCCL_CE_SAME_PROCESS=1 */
+        ce_threads_left_to_nccl();
+        setenv("PIPEPAR_NCCL_CE_SAME_PROCESS", "1", 1);
         setenv("PIPEPAR_NCCL_GATE_BASE", "4294967290", 1);
         ce_two_ranks(0);
         unsetenv("PIPEPAR_NCCL_GATE_BASE");
         ce_two_ranks(2);
         ce_two_ranks(1);
+        unsetenv("PIPEPAR_NCCL_CE_SAME_PROCESS");
     } else {
         printf("  one GPU: the two-rank tests need two\n");
     }
