@@ -1855,6 +1855,9 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     me.slot_bytes = slot_bytes;
     me.slots = slots;
     me.threads_ok = getenv("PIPEPAR_NCCL_CE_SAME_PROCESS") && !strcmp(getenv("PIPEPAR_NCCL_CE_SAME_PROCESS"), "1");
+    /* NCCL_P2P_DISABLE=1 says peer-to-peer between GPUs is off: ours too (so NCCL's socket
+     * transport can stand in for two nodes, bench/gpu_pipeline.sh) */
+    if (getenv("NCCL_P2P_DISABLE") && !strcmp(getenv("NCCL_P2P_DISABLE"), "1")) me.ok = 0;
     pp__nccl_identity(&me.host, &me.space);
     if ((st = pp__nccl_all_gather_host(nc, &me, cards, sizeof me, err)) != PP_OK) goto fail;
     /* decided from the cards alone, so every rank refuses alike */

@@ -30,7 +30,7 @@ echo "== single-GPU step ${SINGLE_MS:-?} ms"
 for cfg in ${SCHEDULES:-interleaved:4 zbv:2 1f1b:1}; do
     kind=${cfg%:*}; vpp=${cfg#*:}
     for via in nccl copy-engine; do
-        flag=""; [ "$via" = copy-engine ] && flag=--copy-engine
+        flag=--no-copy-engine; [ "$via" = copy-engine ] && flag=--copy-engine
         name=$kind-vpp$vpp-$via
         ranks_run 2 "$OUTDIR/$name" build/mlp_gpu $MODEL --schedule "$kind" --vpp "$vpp" --single-ms "${SINGLE_MS:-0}" $flag
         echo "-- $name (exit $?)"

@@ -33,7 +33,7 @@ SINGLE_MS=$(single_step_ms "$OUTDIR/single.log")
 echo "== interleaved vpp 4; single-GPU step ${SINGLE_MS:-?} ms"
 run() {
     local name=$1; shift
-    ranks_run 2 "$OUTDIR/$name" build/mlp_gpu $MODEL --schedule interleaved --vpp 4 --single-ms "${SINGLE_MS:-0}" "$@"
+    ranks_run 2 "$OUTDIR/$name" build/mlp_gpu $MODEL --schedule interleaved --vpp 4 --single-ms "${SINGLE_MS:-0}" --no-copy-engine "$@"
     echo "-- $name: $*"
     grep -E "^pipeline|efficiency|transfers:|compute busy|^    rank [01]:|in [0-9]+ pieces" "$OUTDIR/$name.rank0.log"
 }

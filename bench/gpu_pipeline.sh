@@ -26,8 +26,9 @@ if [ "$NPROC" -gt "$(nvidia-smi -L | wc -l)" ]; then echo "NPROC=$NPROC: this ma
 H=${H:-4096}; T=${T:-8192}; M=${M:-8}
 if [ "$NPROC" -gt 2 ]; then L=${L:-$((4 * NPROC))}; else L=${L:-16}; fi
 MODEL="--hidden $H --layers $L --tokens $T --mb $M"
-GATE=${GATE-}           # extra mlp_gpu flags of every pipepar run (GATE=--no-gate: without the arrival gate,
-                        # which is mlp_gpu's default); the FULL set adds ungated runs
+GATE=${GATE-}           # extra mlp_gpu flags of every pipepar run (GATE=--no-copy-engine: transfers through
+                        # NCCL with the arrival gate instead of the copy engines, mlp_gpu's default;
+                        # GATE="--no-copy-engine --no-gate": NCCL alone); the FULL set adds NCCL runs
 LOG=$OUTDIR/pipepar.log
 : > "$LOG"
 say() { echo "$@" | tee -a "$LOG"; }
@@ -87,8 +88,10 @@ if [ "${FULL:-0}" = 1 ]; then
     run_pp interleaved4-cta2 --schedule interleaved --vpp 4 --max-ctas 2
     run_pp interleaved4-eff  --schedule interleaved --vpp 4 --cta-policy efficiency
     run_pp zbv-eff           --schedule zbv --cta-policy efficiency
-    GATE=--no-gate run_pp interleaved4-nogate --schedule interleaved --vpp 4
-    GATE=--no-gate run_pp zbv-nogate  --schedule zbv
+    GATE=--no-gate run_pp interleaved4-nogate --schedule interleaved --vpp 4 --no-copy-engine
+    GATE=--no-gate run_pp zbv-nogate  --schedule zbv --no-copy-engine
+    run_pp interleaved4-nccl --schedule interleaved --vpp 4 --no-copy-engine
+    run_pp zbv-nccl          --schedule zbv --no-copy-engine
 fi
 say "-- 1f1b-threads (one process, a thread per GPU)"
 timeout 100 build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 $GATE --schedule 1f1b --threads $NPROC --warmup 1 --steps 3 \

@@ -13,9 +13,11 @@
  *     ... --layout 'Et*2|t*6|t*2|t*6L' --schedule search     stages of unequal size, in the order
  *                                                              pp_search picks for their costs
  *
- * NCCL groups go through the arrival gate (pp_nccl_transport_gate) unless --no-gate: a group
- * launches only once its peer has reached the matching one, so no NCCL kernel sits on SMs
- * waiting for it.
+ * Transfers between processes on one host go through the copy engines
+ * (pp_nccl_transport_copy_engine) unless --no-copy-engine: the sender needs no SM, so a transfer
+ * does not wait for the peer's GEMMs to end. The rest go through NCCL, whose groups pass the
+ * arrival gate (pp_nccl_transport_gate) unless --no-gate: a group launches only once its peer has
+ * reached the matching one, so no NCCL kernel sits on SMs waiting for it.
  *
  * What a rank does, top to bottom (search for the step names):
  *   1. set-up      NCCL communicators (pp_nccl_init, then ncclCommSplit by the rank grid), the
@@ -95,7 +97,7 @@ struct Options {
     double timeout = 60, single_ms = 0;
     int kill_rank = -1, kill_step = -1;
     int sm_margin = 0, max_ctas = 0, cta_policy = 0, gate = 1, tune = 1, quiet = 0;
-    int copy_engine = 0;            /* transfers between GPUs of this host through the copy engines */
+    int copy_engine = 1;            /* transfers between GPUs of this host through the copy engines */
     const char *layout = nullptr;   /* Megatron layout string: blocks per stage */
     double max_memory = 0;          /* --schedule search: cap on activation memory */
     double yield_us = 0;            /* GEMMs must let a high-priority kernel in within this (0: any) */
@@ -106,7 +108,7 @@ static const char usage[] =
     "usage: mlp_gpu [--single | --threads N] [--schedule 1f1b] [--pp P] [--vpp V] [--mb M] [--tokens T]\n"
     "               [--hidden H] [--layers L] [--steps N] [--warmup N] [--check] [--train N]\n"
     "               [--optimizer sgd|adamw] [--lr X] [--clip X] [--trace FILE] [--timeout S]\n"
-    "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--cta-policy P] [--no-gate] [--copy-engine]\n"
+    "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--cta-policy P] [--no-gate] [--no-copy-engine]\n"
     "               [--no-tune] [--quiet]\n"
     "               [--layout STR] [--max-memory X] [--yield-us X] [--gemm-split N]\n"
     "               [--kill-rank R --kill-step K]\n"
@@ -133,8 +135,9 @@ static const char usage[] =
     "                  GEMMs over 1/N of its output columns: NCCL's kernel waits for one piece, not one GEMM\n"
     "  --no-gate       launch NCCL groups at once (default: the arrival gate, pp_nccl_transport_gate:\n"
     "                  a group launches only once its peer has reached its matching group; one node)\n"
-    "  --copy-engine   transfers between GPUs of one host through the copy engines, no SM on either side\n"
-    "                  (pp_nccl_transport_copy_engine: 8 slots of up to 16 MiB per peer); others on NCCL\n"
+    "  --no-copy-engine  every transfer through NCCL (default: between processes on one host through the\n"
+    "                  copy engines, pp_nccl_transport_copy_engine, 8 slots of up to 16 MiB per peer: the\n"
+    "                  sender needs no SM; others, threads of one process, and NCCL_P2P_DISABLE=1 on NCCL)\n"
     "  --kill-rank R --kill-step K   failure test: rank R kills itself in the middle of step K\n";
 
 static int parse_args(int argc, char **argv, Options *o)
@@ -147,7 +150,7 @@ static int parse_args(int argc, char **argv, Options *o)
         if (strncmp(a, "--", 2) != 0) { fprintf(stderr, "mlp_gpu: %s: not a flag (try --help)\n", a); return 2; }
         snprintf(flag, sizeof flag, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
         static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", "--gate", "--no-gate",
-                                              "--copy-engine", NULL };
+                                              "--copy-engine", "--no-copy-engine", NULL };
         static const char *const valued[] = { "--threads", "--pp", "--vpp", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
             "--single-ms", "--sm-margin", "--max-ctas", "--cta-policy", "--kill-rank", "--kill-step", "--layout",
@@ -186,7 +189,8 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--quiet")) o->quiet = 1;
         else if (!strcmp(flag, "--gate")) o->gate = 1;      /* the default; kept for older scripts */
         else if (!strcmp(flag, "--no-gate")) o->gate = 0;
-        else if (!strcmp(flag, "--copy-engine")) o->copy_engine = 1;
+        else if (!strcmp(flag, "--copy-engine")) o->copy_engine = 1;   /* the default */
+        else if (!strcmp(flag, "--no-copy-engine")) o->copy_engine = 0;
         else if (!strcmp(flag, "--threads")) ok = integer(1, 64, &o->threads);
         else if (!strcmp(flag, "--pp")) ok = integer(1, 1024, &o->pp);
         else if (!strcmp(flag, "--vpp")) ok = integer(1, 64, &o->vpp);

@@ -179,7 +179,7 @@ PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, 
  * then gates only the peers left to NCCL. Peers on other hosts, or that cannot be mapped, stay
  * on NCCL, and so do threads of one process (mlp_gpu --threads 2 hung with them on H200s, cause
  * not found; PIPEPAR_NCCL_CE_SAME_PROCESS=1 on every rank allows them, as the unit tests do);
- * *ce_peers gets how many do not (optional). On abort the waits are opened as the gate's are (see below).
+ * *ce_peers gets how many do not (optional). NCCL_P2P_DISABLE=1 leaves every peer on NCCL. On abort the waits are opened as the gate's are (see below).
  * PIPEPAR_NCCL_GATE_BASE starts these counts too (tests that cross 2^32). Measured on 2 H200s:
  * bench/RESULTS.md, session 6. */
 PIPEPAR_API pp_status pp_nccl_transport_copy_engine(pp_transport *t, size_t slot_bytes, int slots, int *ce_peers,

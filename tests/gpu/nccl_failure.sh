@@ -14,10 +14,10 @@ if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -lt 2 ]; then echo "needs 2 GPUs"; e
 
 DEADLINE=8
 # once with the arrival gate (mlp_gpu's default: its stream waits on a dead peer must be
-# opened by the abort, or the survivor hangs), once without it, once through the copy engines
-# (their waits on a dead peer too)
+# opened by the abort, or the survivor hangs), once without it, both through NCCL; once through
+# the copy engines (mlp_gpu's default; their waits on a dead peer too)
 for mode in gate nogate copy-engine; do
-flag=""; [ "$mode" = nogate ] && flag="--no-gate --quiet"; [ "$mode" = copy-engine ] && flag="--copy-engine"
+flag="--no-copy-engine"; [ "$mode" = nogate ] && flag="--no-gate --no-copy-engine --quiet"; [ "$mode" = copy-engine ] && flag=""
 echo "-- $mode"
 id=/tmp/pipepar_failure_$$_$mode.id
 log=$(mktemp -d)

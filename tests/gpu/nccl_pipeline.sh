@@ -40,13 +40,15 @@ done
 timeout 180 "$BUILD/mlp_gpu" $SMALL --schedule interleaved --vpp 2 --threads 2 --check >"$log/threads" 2>&1
 expect_match threads $?
 
-# the runs above use the arrival gate (mlp_gpu's default; processes: IPC-mapped flags); without
-# it, and with it in one process (threads: the flags' pointers)
-run2 nogate $SMALL --schedule interleaved --vpp 4 --no-gate --check; expect_match nogate $?
+# the runs above go through the copy engines (mlp_gpu's default between processes); through NCCL
+# with the arrival gate (processes: IPC-mapped flags), without it, and with it in one process
+# (threads, which stay on NCCL: the flags' pointers)
+run2 gate $SMALL --schedule interleaved --vpp 4 --no-copy-engine --check; expect_match gate $?
+run2 nogate $SMALL --schedule interleaved --vpp 4 --no-gate --no-copy-engine --check; expect_match nogate $?
 timeout 180 "$BUILD/mlp_gpu" $SMALL --schedule zbv --threads 2 --check >"$log/gate-threads" 2>&1
 expect_match gate-threads $?
 # the gate was really on (a failed IPC mapping would leave it off and these runs ungated)
-for name in interleaved-vpp4 gate-threads; do
+for name in gate gate-threads; do
     grep -q "arrival gate: 1 peer(s) gated" "$log/$name" && ok "$name: the gate is on" || bad "$name: not gated"
 done
 grep -q "arrival gate" "$log/nogate" && bad "nogate: gated anyway" || ok "nogate: no gate"
@@ -76,7 +78,7 @@ done
 grep -q "copy engines: 1 peer(s), 8 slots of 16.00 MiB" "$log/ce-pieces" && ok "ce-pieces: 16 MiB slots" ||
     bad "ce-pieces: $(grep 'copy engines' "$log/ce-pieces")"
 # the same training run through NCCL and through the copy engines: the same loss (within 0.5%)
-run2 nccl-train $SMALL --schedule zbv --train 4 --lr 0.05; rn=$?
+run2 nccl-train $SMALL --schedule zbv --train 4 --lr 0.05 --no-copy-engine; rn=$?
 run2 ce-train $SMALL --schedule zbv --train 4 --lr 0.05 --copy-engine; rc=$?
 ln=$(sed -n 's/^train step *4 *loss \([0-9.]*\).*/\1/p' "$log/nccl-train"); lc=$(sed -n 's/^train step *4 *loss \([0-9.]*\).*/\1/p' "$log/ce-train")
 if [ "$rn" -eq 0 ] && [ "$rc" -eq 0 ] && [ -n "$ln" ] && [ -n "$lc" ] &&
