@@ -2152,26 +2152,36 @@ PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
  * (examples/mlp_gpu.cu calls it by default). Only pp = 2 has run on GPUs so far. */
 PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, pp_error *err);
 
-/* Copy-engine transfers (one host): the transfers between this rank and each peer on its host
- * go through the GPUs' copy engines instead of NCCL's kernels, which need SMs on both sides: a
- * transfer posted while the peer runs a GEMM that holds every SM (cuBLASLt's persistent kernels)
- * waits until it ends, 1-1.5 ms for the comparison model's GEMMs (bench/RESULTS.md, session 5).
- * Each ordered pair gets a ring of `slots` buffers of `slot_bytes` in the receiver's memory
- * (CUDA IPC; threads of one process use the pointer with peer access). The sender copies into
- * the peer's free slot and announces it; the receiver copies it out into its receive buffer and
- * frees it: two copies (over NVLink, then local), no SM, counts written and waited for by stream
- * memory operations as the arrival gate's are. Sends and receives run on two streams of their
- * own; a send waits for the peer's receive `slots` messages back, a subset of what NCCL's matched
- * groups wait for, so any order that runs on NCCL runs here. A transfer longer than slot_bytes
- * goes in pieces. Memory: slots * slot_bytes per peer on the host, per rank. Each receive must
- * name the bytes of its send (the executor's tags guarantee it; as with NCCL, a mismatch is not
- * detected). slot_bytes: a multiple of 256 from 4096 to 2^32; slots: 2 to 64; the same on every
- * rank (refused on every rank alike otherwise). Collective over nc, before the first post, at
- * most once per transport; may be combined with pp_nccl_transport_gate (call this first), which
- * then gates only the peers left to NCCL. Peers on other hosts, or that cannot be mapped, stay
- * on NCCL, and so do threads of one process (mlp_gpu --threads 2 hung with them on H200s, cause
- * not found; PIPEPAR_NCCL_CE_SAME_PROCESS=1 on every rank allows them, as the unit tests do);
- * *ce_peers gets how many do not (optional). NCCL_P2P_DISABLE=1 leaves every peer on NCCL. On abort the waits are opened as the gate's are (see below).
+/* Copy-engine transfers (one host): the transfers between this rank and each peer in another
+ * process of its host go through the GPUs' copy engines instead of NCCL's kernels, which need
+ * SMs on both sides: a transfer posted while the peer runs a GEMM that holds every SM
+ * (cuBLASLt's persistent kernels) waits until it ends, 1-1.5 ms for the comparison model's GEMMs
+ * (bench/RESULTS.md, session 5). Each ordered pair gets a ring of `slots` buffers of
+ * `slot_bytes` in the receiver's memory (CUDA IPC). The sender copies into the peer's free slot
+ * over NVLink and announces it; the receiver copies it out into its receive buffer and frees it.
+ * Counts are written and waited for by stream memory operations, as the arrival gate's are. The
+ * sender needs no SM; the receiver's copy out of the ring is device-to-device, which CUDA runs
+ * as a kernel (seen on H200s, even with cudaMemcpyBatchAsync's hint to overlap with compute), so
+ * it still waits for the receiver's own GEMM. Sends and receives run on two streams of their
+ * own; a send waits for the peer's receive `slots` messages back, a subset of what NCCL's
+ * matched groups wait for, so any order that runs on NCCL runs here. A transfer longer than
+ * slot_bytes goes in pieces. Memory: slots * slot_bytes per peer on the host, per rank. Each
+ * receive must name the bytes of its send (the executor's tags guarantee it; as with NCCL, a
+ * mismatch is not detected). slot_bytes: a multiple of 256 from 4096 to 2^32; slots: 2 to 64;
+ * the same on every rank (refused on every rank alike otherwise). Collective over nc, before the
+ * first post, at most once per transport; may be combined with pp_nccl_transport_gate (call
+ * this first), which then gates only the peers left to NCCL. Left on NCCL: peers on other hosts
+ * or that cannot be mapped; threads of one process (mlp_gpu --threads 2 hung with them on
+ * H200s, cause not found; PIPEPAR_NCCL_CE_SAME_PROCESS=1 on every rank allows them, as the unit
+ * tests do); every peer when NCCL_P2P_DISABLE=1, or when CUDA_DEVICE_MAX_CONNECTIONS is below 4
+ * (a stream waiting on a flag holds its hardware queue; the gate stays off there too).
+ * *ce_peers gets how many peers use the copy engines (optional). Once set up, the transport's
+ * pp_nccl_transport_free is collective over nc: it waits (within the deadline) until the peers
+ * have copied out what it sent, and frees the rings only after every rank closed its mappings.
+ * On abort the waits are opened as the gate's are, after the live peers' flags of this rank are
+ * set far behind, so that nothing sent after the abort is taken as data. Group times
+ * (pp_nccl_transport_times) of a copy-engine group run from the compute stream's point to the
+ * end of its last stream: a receive-only group's time includes waiting for the peer's send.
  * PIPEPAR_NCCL_GATE_BASE starts these counts too (tests that cross 2^32). Measured on 2 H200s:
  * bench/RESULTS.md, session 6. */
 PIPEPAR_API pp_status pp_nccl_transport_copy_engine(pp_transport *t, size_t slot_bytes, int slots, int *ce_peers,

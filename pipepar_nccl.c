@@ -870,6 +870,7 @@ typedef struct pp__nccl_transport {
                                    that may sit on one */
     /* copy-engine transfers (pp_nccl_transport_copy_engine) */
     int ce_on, ce_called;
+    int ce_collective;          /* set up on every rank: pp_nccl_transport_free meets the others */
     size_t ce_slot_bytes;
     int ce_slots;
     uint64_t ce_base;           /* the first count (PIPEPAR_NCCL_GATE_BASE; 0) */
@@ -981,7 +982,7 @@ static pp_status pp__nccl_self_recv(pp__nccl_transport *t, const pp_transfer *x,
 }
 
 static void pp__nccl_gate_release(pp__nccl_transport *t);
-static void pp__nccl_ce_release(pp__nccl_transport *t);
+static void pp__nccl_ce_release(pp__nccl_transport *t, int at_free);
 
 /* A peer whose transfers go through the copy engines (pp_nccl_transport_copy_engine). */
 static int pp__nccl_is_ce(const pp__nccl_transport *t, int p)
@@ -1058,14 +1059,16 @@ static pp_status pp__nccl_gate_pass(pp__nccl_transport *t, const pp_transfer *x,
  *                     slot k % slots (copy engine, over NVLink); announce arrived = k + 1
  *   receive, k:       wait arrived >= k + 1; copy the slot into the receive buffer (copy
  *                     engine, local); announce freed = k + 1
- * Waits and announcements are stream memory operations and the copies run on copy engines: no
- * SM on either side, so a transfer does not wait for the peer's GEMMs to leave SMs free, as
- * NCCL's kernels must (bench/RESULTS.md, session 5). Sends and receives have a stream each. A
+ * Waits and announcements are stream memory operations and the push runs on a copy engine: no
+ * SM on the sender's side, so a transfer does not wait for the peer's GEMMs to leave SMs free,
+ * as NCCL's kernels must (bench/RESULTS.md, session 5). The receiver's local copy out of the
+ * ring runs as a kernel on H200s (session 6) and waits for the receiver's own GEMM. Sends and receives have a stream each. A
  * send waits only for the receive `slots` messages earlier, which NCCL's matched groups (one
  * stream, in order) would have waited for too, so every order that runs on NCCL runs here. */
-/* A copy on a copy engine. cudaMemcpyAsync may run a device-to-device copy as a kernel, which
- * waits for SMs like NCCL's (seen on H200s: a local copy waited for the GEMMs); the batch copy
- * of CUDA >= 12.8 takes the hint to overlap with compute, i.e. to leave the SMs alone. */
+/* A copy, with CUDA >= 12.8's hint to leave the SMs to compute (cudaMemcpyBatchAsync,
+ * cudaMemcpyFlagPreferOverlapWithCompute). The push to a peer runs on a copy engine either way;
+ * a local device-to-device copy ran as a kernel on H200s with or without the hint (session 6),
+ * which costs nothing to give. */
 static cudaError_t pp__nccl_ce_copy(void *dst, const void *src, size_t bytes, cudaStream_t stream)
 {
 #if defined(CUDART_VERSION) && CUDART_VERSION >= 12080
@@ -1204,11 +1207,16 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
     }
     nc->posts++;
     t->posts++;
-    for (i = 0; i < count; i++)
-        if (transfers[i].peer != nc->rank && pp__nccl_is_ce(t, transfers[i].peer) &&
-            (st = pp__nccl_ce_transfer(t, &transfers[i], err)) != PP_OK) {
-            h->in_use = 0; return st;
-        }
+    /* copy-engine sends before receives (they have streams of their own; should the two
+     * streams ever share a hardware queue, a receive's wait would not hold the sends back) */
+    for (k = 1; k >= 0; k--)
+        for (i = 0; i < count; i++)
+            if (transfers[i].peer != nc->rank && pp__nccl_is_ce(t, transfers[i].peer) && transfers[i].is_send == k &&
+                (st = pp__nccl_ce_transfer(t, &transfers[i], err)) != PP_OK) {
+                /* some pieces may be queued and the counts moved: the pair is out of step for good */
+                pp_nccl_abort(nc, st, err ? err->message : "post: a copy-engine transfer failed");
+                h->in_use = 0; return st;
+            }
     if (nccl_ops > 0 && t->gated && (st = pp__nccl_gate_pass(t, transfers, count, err)) != PP_OK) {
         h->in_use = 0; return st;
     }
@@ -1376,7 +1384,7 @@ void pp_nccl_transport_free(pp_transport *tp)
     if (!tp || !tp->user) return;
     t = (pp__nccl_transport *)tp->user;
     if (t->nc && !t->nc->aborted && t->nc->stream) cudaStreamSynchronize(t->nc->stream);
-    if (t->ce_called) pp__nccl_ce_release(t);
+    if (t->ce_called) pp__nccl_ce_release(t, 1);
     for (i = 0; t->handles && i < t->num_handles; i++) {
         if (t->handles[i].done) cudaEventDestroy(t->handles[i].done);
         if (t->handles[i].done_send) cudaEventDestroy(t->handles[i].done_send);
@@ -1522,7 +1530,19 @@ static void pp__nccl_gate_open_all(void *user)
     for (p = 0; t->gated && t->gate_flags && p < t->nc->world; p++)
         t->write32((CUstream)t->gate_opener, (CUdeviceptr)(uintptr_t)(t->gate_flags + p) + 4,
                    (cuuint32_t)(t->gate_count[p] >> 32) + 0x40000000u, CU_STREAM_WRITE_VALUE_DEFAULT);
-    /* the copy-engine waits too: arrived[p] and freed[p], 2^30 high words above the counts */
+    /* The copy-engine waits too. First the peers' flags of us (arrived[me], freed[me] in their
+     * memory) go 2^30 high words below any count, so that what our opened waits let through
+     * next (sends into slots a live peer has not copied out yet, their announcements) is never
+     * taken as data: the peer's waits on us stay shut until its own deadline and abort. Then our
+     * own arrived[p] and freed[p] go 2^30 high words above the counts. One stream: in order. */
+    for (p = 0; t->ce_on && t->ce_mem && t->ce_remote && p < t->nc->world; p++) {
+        uint64_t high = (t->ce_sent[p] > t->ce_taken[p] ? t->ce_sent[p] : t->ce_taken[p]) >> 32;
+        if (!t->ce_remote[p]) continue;
+        t->write32((CUstream)t->gate_opener, t->ce_remote[p] + 8 * (CUdeviceptr)t->nc->rank + 4,
+                   (cuuint32_t)high - 0x40000000u, CU_STREAM_WRITE_VALUE_DEFAULT);
+        t->write32((CUstream)t->gate_opener, t->ce_remote[p] + 8 * (CUdeviceptr)(t->nc->world + t->nc->rank) + 4,
+                   (cuuint32_t)high - 0x40000000u, CU_STREAM_WRITE_VALUE_DEFAULT);
+    }
     for (p = 0; t->ce_on && t->ce_mem && p < t->nc->world; p++) {
         uint64_t high = (t->ce_sent[p] > t->ce_taken[p] ? t->ce_sent[p] : t->ce_taken[p]) >> 32;
         t->write32((CUstream)t->gate_opener, (CUdeviceptr)(uintptr_t)((uint64_t *)t->ce_mem + p) + 4,
@@ -1580,6 +1600,11 @@ static int pp__nccl_memops(pp__nccl_transport *t)
     enum cudaDriverEntryPointQueryResult q1 = cudaDriverEntryPointSymbolNotFound, q2 = q1, q3 = q1;
     void *w = NULL, *v = NULL, *a = NULL;
     int can64 = 0, ok;
+    const char *connections = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    /* A stream waiting on a flag holds the hardware queue it sits in. With fewer than 4 queues
+     * (Megatron sets 1) the compute stream, or the other direction's stream, would share one and
+     * stop behind it: the gate and the copy engines stay off there (NCCL as before). */
+    if (connections && *connections && atoi(connections) < 4) return 0;
     cudaError_t e = cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &w, 12000, cudaEnableDefault, &q1);
     if (e == cudaSuccess) e = cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &v, 12000, cudaEnableDefault, &q2);
     if (e == cudaSuccess) e = cudaGetDriverEntryPointByVersion("cuDeviceGetAttribute", &a, 12000, cudaEnableDefault, &q3);
@@ -1745,7 +1770,10 @@ typedef struct pp__nccl_ce_card {     /* what each rank tells the others, first 
     int64_t pid, posts;
     uint64_t slot_bytes, base;
     int32_t device, ok, slots, bad_base;
-    int32_t threads_ok, pad;          /* PIPEPAR_NCCL_CE_SAME_PROCESS=1 */
+    int32_t threads_ok;               /* PIPEPAR_NCCL_CE_SAME_PROCESS=1 */
+    int32_t bad_args;                 /* slots or slot_bytes out of range */
+    uint64_t asked_bytes;             /* what the caller passed, for the message */
+    int32_t asked_slots, pad;
 } pp__nccl_ce_card;
 
 typedef struct pp__nccl_ce_where {    /* second round: each rank's memory, once made */
@@ -1774,15 +1802,38 @@ static size_t pp__nccl_ce_ring_offset(const pp__nccl_ce_card *c, int p, int q, s
     return flags_bytes + (size_t)index * ring_bytes;
 }
 
-static void pp__nccl_ce_release(pp__nccl_transport *t)
+/* Teardown (at_free: pp_nccl_transport_free, collective once the set-up succeeded on every
+ * rank): the peers' last writes into our memory are the freed counts of what we sent them, so
+ * the send stream first waits until every message we sent has been copied out; both streams
+ * drain within the deadline (past it the communicator aborts, and nothing is freed); our
+ * mappings of the peers close; and only after a barrier, when no rank maps our memory any
+ * longer, is it freed (CUDA IPC: an exporter must not free before its importers close). */
+static void pp__nccl_ce_release(pp__nccl_transport *t, int at_free)
 {
-    int p;
+    int p, ok = 1;
     pp_nccl *nc = t->nc;
-    if (!nc->aborted) {   /* after an abort the streams may sit on a wait: leave them and the memory */
-        if (t->ce_send) { cudaStreamSynchronize(t->ce_send); cudaStreamDestroy(t->ce_send); }
-        if (t->ce_recv) { cudaStreamSynchronize(t->ce_recv); cudaStreamDestroy(t->ce_recv); }
+    if (!nc->aborted && t->ce_on) {
+        for (p = 0; p < nc->world; p++)
+            if (t->ce_remote[p] && t->ce_sent[p] != t->ce_base &&
+                t->wait64((CUstream)t->ce_send, (CUdeviceptr)(uintptr_t)((uint64_t *)t->ce_mem + nc->world + p),
+                          t->ce_sent[p], CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS)
+                ok = 0;
+        if (ok && pp__nccl_wait_device(nc, NULL, t->ce_send, nc->timeout_s, "pp_nccl_transport_free: copy-engine sends",
+                                       NULL) != PP_OK)
+            ok = 0;
+        if (ok && pp__nccl_wait_device(nc, NULL, t->ce_recv, nc->timeout_s, "pp_nccl_transport_free: copy-engine receives",
+                                       NULL) != PP_OK)
+            ok = 0;
+    }
+    if (!nc->aborted && ok) {   /* after an abort the streams may sit on a wait: leave them and the memory */
         for (p = 0; t->ce_opened && p < nc->world; p++)
-            if (t->ce_opened[p]) cudaIpcCloseMemHandle(t->ce_opened[p]);
+            if (t->ce_opened[p]) { cudaIpcCloseMemHandle(t->ce_opened[p]); t->ce_opened[p] = NULL; }
+        if (at_free && t->ce_collective && pp_nccl_barrier(nc, nc->timeout_s, NULL) != PP_OK) ok = 0;
+        if (at_free) t->ce_collective = 0;
+    }
+    if (!nc->aborted && ok) {
+        if (t->ce_send) cudaStreamDestroy(t->ce_send);
+        if (t->ce_recv) cudaStreamDestroy(t->ce_recv);
         if (t->ce_mem) cudaFree(t->ce_mem);
     }
     t->ce_send = t->ce_recv = NULL;
@@ -1806,6 +1857,8 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     cudaError_t e = cudaSuccess;
     pp_status st;
     int p, n = 0, pairs = 0;
+    size_t asked_bytes = slot_bytes;
+    int asked_slots = slots;
     if (ce_peers) *ce_peers = 0;
     if (!t) return PP_EINVAL;
     nc = t->nc;
@@ -1813,11 +1866,6 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     /* refusals every rank makes alike (same arguments everywhere), before any collective */
     if (t->ce_called)
         return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: called twice on one transport");
-    if (slots < 2 || slots > 64)
-        return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: slots=%d: must be between 2 and 64", slots);
-    if (slot_bytes < 4096 || slot_bytes > ((size_t)1 << 32) || slot_bytes % 256 != 0)
-        return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: slot_bytes=%zu: must be a multiple of 256 "
-                             "from 4096 to 2^32", slot_bytes);
     if (nc->before_abort && nc->before_abort_user != (void *)t)
         return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: communicator of rank %d already carries a "
                              "gated or copy-engine transport (one per communicator)", nc->rank);
@@ -1826,6 +1874,10 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
         return pp__nccl_fail(err, PP_EIO, "pp_nccl_transport_copy_engine: cudaSetDevice");
     memset(&me, 0, sizeof me);
     memset(&where, 0, sizeof where);
+    /* bad arguments are refused after the first all-gather, on every rank alike (a rank that
+     * left before it would leave the others waiting there until their deadline) */
+    me.bad_args = slots < 2 || slots > 64 || slot_bytes < 4096 || slot_bytes > ((size_t)1 << 32) || slot_bytes % 256 != 0;
+    if (me.bad_args) { slots = 2; slot_bytes = 4096; }
     flags_bytes = 4096 * (((size_t)nc->world * 16 + 4095) / 4096);   /* arrived[world], freed[world] */
     ring_bytes = slot_bytes * (size_t)slots;
     t->ce_slot_bytes = slot_bytes;
@@ -1854,6 +1906,8 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     me.posts = t->posts;
     me.slot_bytes = slot_bytes;
     me.slots = slots;
+    me.asked_bytes = asked_bytes;
+    me.asked_slots = asked_slots;
     me.threads_ok = getenv("PIPEPAR_NCCL_CE_SAME_PROCESS") && !strcmp(getenv("PIPEPAR_NCCL_CE_SAME_PROCESS"), "1");
     /* NCCL_P2P_DISABLE=1 says peer-to-peer between GPUs is off: ours too (so NCCL's socket
      * transport can stand in for two nodes, bench/gpu_pipeline.sh) */
@@ -1861,6 +1915,21 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     pp__nccl_identity(&me.host, &me.space);
     if ((st = pp__nccl_all_gather_host(nc, &me, cards, sizeof me, err)) != PP_OK) goto fail;
     /* decided from the cards alone, so every rank refuses alike */
+    for (p = 0; p < nc->world; p++) {
+        int q = p == 0 ? nc->rank : p == nc->rank ? 0 : p;   /* this rank's own card first */
+        if (!cards[q].bad_args) continue;
+        if (q == nc->rank && asked_slots >= 2 && asked_slots <= 64)
+            st = pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: slot_bytes=%zu: must be a multiple of "
+                               "256 from 4096 to 2^32", asked_bytes);
+        else if (q == nc->rank)
+            st = pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: slots=%d: must be between 2 and 64",
+                               asked_slots);
+        else
+            st = pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: rank %d passed slots=%d, slot_bytes=%llu: "
+                               "slots must be between 2 and 64, slot_bytes a multiple of 256 from 4096 to 2^32", q,
+                               (int)cards[q].asked_slots, (unsigned long long)cards[q].asked_bytes);
+        goto fail;
+    }
     for (p = 0; p < nc->world; p++) {
         if (cards[p].posts != 0) {
             st = pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: must be called before the first post "
@@ -1928,12 +1997,16 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     /* round 3: a pair goes through the copy engines only when both sides mapped each other */
     if ((st = pp__nccl_all_gather_host(nc, mapped, all_mapped, (size_t)nc->world, err)) != PP_OK) goto fail;
     for (p = 0; p < nc->world; p++) {
-        if (mapped[p] && all_mapped[(size_t)p * (size_t)nc->world + (size_t)nc->rank]) n++;
-        else t->ce_remote[p] = 0;
+        if (mapped[p] && all_mapped[(size_t)p * (size_t)nc->world + (size_t)nc->rank]) { n++; continue; }
+        t->ce_remote[p] = 0;
+        if (t->ce_opened[p]) { cudaIpcCloseMemHandle(t->ce_opened[p]); t->ce_opened[p] = NULL; }   /* one-sided */
     }
+    /* every rank has closed the mappings it keeps no use for before any rank frees its memory */
+    if ((st = pp_nccl_barrier(nc, nc->timeout_s, err)) != PP_OK) goto fail;
     t->ce_on = n > 0;
+    t->ce_collective = 1;
     if (t->ce_on) pp__nccl_hook_update(t);
-    else pp__nccl_ce_release(t);
+    else pp__nccl_ce_release(t, 0);
     free(cards); free(wheres); free(mapped); free(all_mapped);
     if (ce_peers) *ce_peers = n;
     if (nc->debug)
@@ -1941,7 +2014,10 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
                 slots, slot_bytes, (double)total / 1048576.0);
     return pp__nccl_ok(err);
 fail:
-    if (st != PP_ETIMEOUT && !nc->aborted) pp__nccl_ce_release(t);   /* else freeing could wait on the device */
+    if (st != PP_ETIMEOUT && !nc->aborted) {   /* else freeing could wait on the device */
+        pp__nccl_ce_release(t, 0);
+        t->ce_called = 0;   /* refused on every rank alike, nothing left behind: a new call may follow */
+    }
     free(cards); free(wheres); free(mapped); free(all_mapped);
     return st;
 }

@@ -77,6 +77,11 @@ for name in ce-interleaved ce-dualpipev; do
 done
 grep -q "copy engines: 1 peer(s), 8 slots of 16.00 MiB" "$log/ce-pieces" && ok "ce-pieces: 16 MiB slots" ||
     bad "ce-pieces: $(grep 'copy engines' "$log/ce-pieces")"
+# CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron's setting): a stream waiting on a flag would hold the one
+# hardware queue, so the copy engines and the gate stay off and NCCL carries everything
+CUDA_DEVICE_MAX_CONNECTIONS=1 run2 one-queue $SMALL --schedule 1f1b --check; expect_match one-queue $?
+grep -q "copy engines: 0 peer(s)" "$log/one-queue" && grep -q "arrival gate: 0 peer(s) gated" "$log/one-queue" &&
+    ok "one-queue: copy engines and gate off" || bad "one-queue: $(grep -E 'copy engines|arrival gate' "$log/one-queue")"
 # the same training run through NCCL and through the copy engines: the same loss (within 0.5%)
 run2 nccl-train $SMALL --schedule zbv --train 4 --lr 0.05 --no-copy-engine; rn=$?
 run2 ce-train $SMALL --schedule zbv --train 4 --lr 0.05 --copy-engine; rc=$?

@@ -632,10 +632,16 @@ static void *ce_rank_main(void *argp)
         CHECK_FAILS(pp_nccl_transport_copy_engine(&t, piece, 1, &peers, &e), &e, PP_EINVAL, "slots=1: must be between 2 and 64");
         CHECK_FAILS(pp_nccl_transport_copy_engine(&t, 1000, 4, &peers, &e), &e, PP_EINVAL,
                     "slot_bytes=1000: must be a multiple of 256 from 4096 to 2^32");
+        /* one rank's bad value: both refuse (after the first all-gather), the other naming it */
+        CHECK_FAILS(pp_nccl_transport_copy_engine(&t, piece, rank == 1 ? 1 : 4, &peers, &e), &e, PP_EINVAL,
+                    rank == 1 ? "slots=1: must be between 2 and 64" : "rank 1 passed slots=1, slot_bytes=1048576");
         /* ranks that disagree: both refuse, naming both */
         CHECK_FAILS(pp_nccl_transport_copy_engine(&t, piece, rank == 0 ? 4 : 3, &peers, &e), &e, PP_EINVAL,
                     "slot_bytes and slots differ between ranks (rank 0: 1048576 x 4, rank 1: 1048576 x 3)");
         CHECK(peers == 0);
+        /* refusals leave nothing behind: a good call then goes through, once */
+        CHECK_OK(pp_nccl_transport_copy_engine(&t, piece, 4, &peers, &e), &e);
+        CHECK_MSG(peers == 1, "after refusals, a good call sets the copy engines up");
         CHECK_FAILS(pp_nccl_transport_copy_engine(&t, piece, 4, &peers, &e), &e, PP_EINVAL, "called twice on one transport");
         pp_nccl_transport_free(&t);
         /* after a post: refused everywhere (the counts would no longer pair) */
