@@ -34,7 +34,7 @@
  *
  * The GPU companions are separate objects, declared here:
  *     pipepar_cuda.cu  (pp_cuda_*)  kernels for packing, CP split/gather, replay gather, grad norm
- *     pipepar_nccl.c   (pp_nccl_*)  the NCCL transport, communicator setup, grad-norm reduce
+ *     pipepar_nccl.c   (pp_nccl_*)  the NCCL transport (copy engines within a host), setup, grad norm
  * Integration into a trainer: include this header, link pipepar_cuda.o and pipepar_nccl.o.
  * The implementation needs POSIX (pthreads, clock_gettime): compile with -std=gnu99, or
  * -std=c99 -D_POSIX_C_SOURCE=200809L. It also compiles as C++.
