@@ -2139,7 +2139,9 @@ PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
  * many are (optional). Each peer's flag is 64-bit: the peer writes the low word, the high word
  * only when the low one wraps (PIPEPAR_NCCL_GATE_BASE starts the counts elsewhere, for tests
  * that cross 2^32; every rank must set the same). The device must have 64-bit stream memory
- * operations (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS); where it has not, the pair stays ungated.
+ * operations (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS); where it has not, the pair stays ungated,
+ * and so does every pair when CUDA_DEVICE_MAX_CONNECTIONS is below 4 (a stream waiting on a flag
+ * holds its hardware queue, which the compute stream would then share).
  * Measured on 2 H200s (bench/RESULTS.md): interleaved vpp 4 710 -> 699 ms, ZB-V 691 -> 688 ms.
  * Failure: when the communicator aborts (a deadline passed, pp_nccl_abort), the gate first opens
  * every wait of the communication stream from a stream of its own, so the NCCL kernels queued
