@@ -385,14 +385,38 @@ static int stream_drains(cudaStream_t s, double seconds)
     return 0;
 }
 
-typedef struct gate_test {
+typedef struct gate_test {      /* one rank's thread in the gate's and the copy engines' tests */
     two_ranks *tr;
     int rank;
-    int mode;                   /* 0: counts across 2^32; 1: a peer behind announces after an abort */
-    volatile int *release;      /* mode 1: mapped host flag that holds rank 0's compute stream */
+    int mode;                   /* which test of the thread function (see each) */
+    volatile int *release;      /* mapped host flag that holds a kernel until the host lets go */
     volatile int abort_done;
     pp_nccl *nc;
 } gate_test;
+
+/* Two ranks as two threads running fn(gate_test *), one GPU each, with a fresh unique id, a
+ * barrier and a release flag they share. */
+static void two_rank_threads(void *(*fn)(void *), int mode)
+{
+    two_ranks tr;
+    pthread_t th[2];
+    gate_test g[2];
+    pp_error e;
+    int r, *release = NULL;
+    memset(&tr, 0, sizeof tr);
+    memset(g, 0, sizeof g);
+    CHECK_OK(pp_nccl_unique_id(&tr.id, &e), &e);
+    pthread_barrier_init(&tr.bar, NULL, 2);
+    cudaHostAlloc((void **)&release, sizeof *release, cudaHostAllocMapped | cudaHostAllocPortable);
+    *release = 0;
+    for (r = 0; r < 2; r++) {
+        g[r].tr = &tr; g[r].rank = r; g[r].mode = mode; g[r].release = release;
+        pthread_create(&th[r], NULL, fn, &g[r]);
+    }
+    for (r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    pthread_barrier_destroy(&tr.bar);
+    cudaFreeHost(release);
+}
 
 static void *gate_abort_thread(void *argp)
 {
@@ -512,27 +536,6 @@ static void *gate_rank_main(void *argp)
     return NULL;
 }
 
-static void gate_two_ranks(int mode)
-{
-    two_ranks tr;
-    pthread_t th[2];
-    gate_test g[2];
-    pp_error e;
-    int r, *release = NULL;
-    memset(&tr, 0, sizeof tr);
-    memset(g, 0, sizeof g);
-    CHECK_OK(pp_nccl_unique_id(&tr.id, &e), &e);
-    pthread_barrier_init(&tr.bar, NULL, 2);
-    if (mode == 1) { cudaHostAlloc((void **)&release, sizeof *release, cudaHostAllocMapped | cudaHostAllocPortable); *release = 0; }
-    for (r = 0; r < 2; r++) {
-        g[r].tr = &tr; g[r].rank = r; g[r].mode = mode; g[r].release = release;
-        pthread_create(&th[r], NULL, gate_rank_main, &g[r]);
-    }
-    for (r = 0; r < 2; r++) pthread_join(th[r], NULL);
-    pthread_barrier_destroy(&tr.bar);
-    if (release) cudaFreeHost(release);
-}
-
 /* A base that does not parse is refused on every rank, naming the variable. */
 static void *gate_bad_base_rank(void *argp)
 {
@@ -560,20 +563,6 @@ static void *gate_bad_base_rank(void *argp)
     return NULL;
 }
 
-static void gate_bad_base(void)
-{
-    two_ranks tr;
-    pthread_t th[2];
-    gate_test g[2];
-    pp_error e;
-    int r;
-    memset(&tr, 0, sizeof tr);
-    memset(g, 0, sizeof g);
-    CHECK_OK(pp_nccl_unique_id(&tr.id, &e), &e);
-    for (r = 0; r < 2; r++) { g[r].tr = &tr; g[r].rank = r; pthread_create(&th[r], NULL, gate_bad_base_rank, &g[r]); }
-    for (r = 0; r < 2; r++) pthread_join(th[r], NULL);
-}
-
 /* --- copy-engine transfers, two ranks as two threads ---------------------------------------- */
 
 /* Takes every SM of the device until the host lets go: blocks of 1024 threads, as many as can be
@@ -591,13 +580,6 @@ static int blocks_for_every_sm(int device)
     return sms * (per_sm > 0 ? per_sm : 1);
 }
 
-typedef struct ce_test {
-    two_ranks *tr;
-    int rank;
-    int mode;             /* 0: data, pieces, counts across 2^32, every SM taken; 1: a dead peer;
-                             2: refusals */
-    volatile int *release;
-} ce_test;
 
 static void fill_pattern(unsigned char *host, size_t n, int seed)
 {
@@ -605,9 +587,11 @@ static void fill_pattern(unsigned char *host, size_t n, int seed)
     for (i = 0; i < n; i++) host[i] = (unsigned char)(seed * 131 + i * 7 + (i >> 12));
 }
 
+/* mode 0: data, pieces, counts across 2^32, a sender with every SM taken; 1: a dead peer;
+ * 2: refusals */
 static void *ce_rank_main(void *argp)
 {
-    ce_test *g = (ce_test *)argp;
+    gate_test *g = (gate_test *)argp;
     two_ranks *tr = g->tr;
     int rank = g->rank, peer = 1 - rank, peers = -1, gated = -1, k;
     pp_nccl_config c;
@@ -778,7 +762,7 @@ static void *ce_rank_main(void *argp)
  * and a transfer goes through NCCL as before. */
 static void *ce_left_rank(void *argp)
 {
-    ce_test *g = (ce_test *)argp;
+    gate_test *g = (gate_test *)argp;
     int rank = g->rank, peers = -1;
     pp_nccl_config c;
     pp_nccl *nc = NULL;
@@ -814,42 +798,6 @@ static void *ce_left_rank(void *argp)
     return NULL;
 }
 
-static void ce_threads_left_to_nccl(void)
-{
-    two_ranks tr;
-    pthread_t th[2];
-    ce_test g[2];
-    pp_error e;
-    int r;
-    memset(&tr, 0, sizeof tr);
-    memset(g, 0, sizeof g);
-    CHECK_OK(pp_nccl_unique_id(&tr.id, &e), &e);
-    for (r = 0; r < 2; r++) { g[r].tr = &tr; g[r].rank = r; pthread_create(&th[r], NULL, ce_left_rank, &g[r]); }
-    for (r = 0; r < 2; r++) pthread_join(th[r], NULL);
-}
-
-static void ce_two_ranks(int mode)
-{
-    two_ranks tr;
-    pthread_t th[2];
-    ce_test g[2];
-    pp_error e;
-    int r, *release = NULL;
-    memset(&tr, 0, sizeof tr);
-    memset(g, 0, sizeof g);
-    CHECK_OK(pp_nccl_unique_id(&tr.id, &e), &e);
-    pthread_barrier_init(&tr.bar, NULL, 2);
-    cudaHostAlloc((void **)&release, sizeof *release, cudaHostAllocMapped | cudaHostAllocPortable);
-    *release = 0;
-    for (r = 0; r < 2; r++) {
-        g[r].tr = &tr; g[r].rank = r; g[r].mode = mode; g[r].release = release;
-        pthread_create(&th[r], NULL, ce_rank_main, &g[r]);
-    }
-    for (r = 0; r < 2; r++) pthread_join(th[r], NULL);
-    pthread_barrier_destroy(&tr.bar);
-    cudaFreeHost(release);
-}
-
 int main(void)
 {
     int devices = 0;
@@ -866,19 +814,19 @@ int main(void)
         two_ranks_run(path);   /* file bootstrap */
         two_ranks_run(NULL);   /* in-memory id */
         setenv("PIPEPAR_NCCL_GATE_BASE", "4294967290", 1);   /* 2^32 - 6 (threads share the variable) */
-        gate_two_ranks(0);
+        two_rank_threads(gate_rank_main, 0);
         setenv("PIPEPAR_NCCL_GATE_BASE", "12x", 1);
-        gate_bad_base();
+        two_rank_threads(gate_bad_base_rank, 0);
         unsetenv("PIPEPAR_NCCL_GATE_BASE");
-        gate_two_ranks(1);
+        two_rank_threads(gate_rank_main, 1);
         /* threads of one process: the copy engines only with PIPEPAR_NCCL_CE_SAME_PROCESS=1 */
-        ce_threads_left_to_nccl();
+        two_rank_threads(ce_left_rank, 0);
         setenv("PIPEPAR_NCCL_CE_SAME_PROCESS", "1", 1);
         setenv("PIPEPAR_NCCL_GATE_BASE", "4294967290", 1);
-        ce_two_ranks(0);
+        two_rank_threads(ce_rank_main, 0);
         unsetenv("PIPEPAR_NCCL_GATE_BASE");
-        ce_two_ranks(2);
-        ce_two_ranks(1);
+        two_rank_threads(ce_rank_main, 2);
+        two_rank_threads(ce_rank_main, 1);
         unsetenv("PIPEPAR_NCCL_CE_SAME_PROCESS");
     } else {
         printf("  one GPU: the two-rank tests need two\n");
