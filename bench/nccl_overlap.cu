@@ -22,6 +22,11 @@
  *                 staging buffer into its receive buffer; ce+hint: that local copy through
  *                 cudaMemcpyBatchAsync with cudaMemcpyFlagPreferOverlapWithCompute (a plain
  *                 device-to-device cudaMemcpyAsync may run as a kernel, on SMs)
+ *   push ...      each GPU copies straight into the peer's receive buffer (no staging buffer,
+ *                 no local copy: pp_nccl_transport_copy_engine when the receive was posted first)
+ *   pull ...      each GPU copies the peer's send buffer into its own receive buffer, the copy
+ *                 issued on the receiving GPU (when the send was posted first); pull+hint: through
+ *                 cudaMemcpyBatchAsync with the hint above
  *
  *     build/bench_nccl_overlap [--mib 64] [--transfers 60]
  *
@@ -167,6 +172,29 @@ int main(int argc, char **argv)
     /* the copy engines' exchange: push into the peer's staging buffer, then (once the peer's push
      * has landed) copy the own staging buffer out */
     int ce_hint = 0;
+    auto batch_copy = [&](void *dst, const void *src, size_t n, cudaStream_t stream) {
+        cudaMemcpyAttributes attr;
+        memset(&attr, 0, sizeof attr);
+        attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        attr.srcLocHint.type = cudaMemLocationTypeDevice;
+        attr.dstLocHint.type = cudaMemLocationTypeDevice;
+        attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+        void *dsts[1] = { dst };
+        const void *srcs[1] = { src };
+        size_t sizes[1] = { n }, first = 0;
+        CK(cudaMemcpyBatchAsync(dsts, srcs, sizes, 1, &attr, &first, 1, stream));
+    };
+    /* one copy each way: pushed by the sender (ce 3) or pulled by the receiver (ce 4, 5) */
+    auto post_one = [&](int ce) {
+        for (int d = 0; d < 2; d++) {
+            CK(cudaSetDevice(d));
+            if (ce == 3) CK(cudaMemcpyPeerAsync(rb[1 - d], 1 - d, sb[d], d, bytes, cs[d]));
+            else if (ce == 4) CK(cudaMemcpyPeerAsync(rb[d], d, sb[1 - d], 1 - d, bytes, cs[d]));
+            else batch_copy(rb[d], sb[1 - d], bytes, cs[d]);
+            CK(cudaEventRecord(pushed[d], cs[d]));
+        }
+        for (int d = 0; d < 2; d++) { CK(cudaSetDevice(d)); CK(cudaStreamWaitEvent(cs[d], pushed[1 - d], 0)); }
+    };
     auto post_ce = [&](void) {
         for (int d = 0; d < 2; d++) {
             CK(cudaSetDevice(d));
@@ -177,31 +205,24 @@ int main(int argc, char **argv)
             CK(cudaSetDevice(d));
             CK(cudaStreamWaitEvent(cs[d], pushed[1 - d], 0));
             if (!ce_hint) { CK(cudaMemcpyAsync(rb[d], st[d], bytes, cudaMemcpyDeviceToDevice, cs[d])); continue; }
-            /* the local copy with the batch copy's hint to leave the SMs to compute */
-            cudaMemcpyAttributes attr;
-            memset(&attr, 0, sizeof attr);
-            attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-            attr.srcLocHint.type = cudaMemLocationTypeDevice;
-            attr.dstLocHint.type = cudaMemLocationTypeDevice;
-            attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-            void *dsts[1] = { rb[d] };
-            const void *srcs[1] = { st[d] };
-            size_t sizes[1] = { bytes }, first = 0;
-            CK(cudaMemcpyBatchAsync(dsts, srcs, sizes, 1, &attr, &first, 1, cs[d]));
+            batch_copy(rb[d], st[d], bytes, cs[d]);   /* the local copy, hinted to leave the SMs to compute */
         }
     };
-    for (int w = 0; w < 5; w++) { post(); post_ce(); }
+    for (int w = 0; w < 5; w++) { post(); post_ce(); post_one(3); post_one(4); post_one(5); }
     for (int d = 0; d < 2; d++) { CK(cudaSetDevice(d)); CK(cudaDeviceSynchronize()); }
 
     printf("nccl_overlap: %d MiB each way per group, %d groups per line, %d SMs; GEMM 16384 x 8192 x 4096 bf16\n", mib,
            transfers, sms);
-    printf("%-12s %10s %10s %10s %12s\n", "GPU 1 runs", "median ms", "p90 ms", "max ms", "GEMM ms");
+    printf("%-14s %10s %10s %10s %12s\n", "GPU 1 runs", "median ms", "p90 ms", "max ms", "GEMM ms");
     struct Mode { const char *name; int pieces, margin, both, load, ce; } modes[] = {
         { "idle", 1, 0, 0, 0, 0 }, { "gemm", 1, 0, 0, 1, 0 }, { "pieces 2", 2, 0, 0, 1, 0 }, { "pieces 4", 4, 0, 0, 1, 0 },
         { "pieces 8", 8, 0, 0, 1, 0 }, { "margin 8", 1, 8, 0, 1, 0 }, { "margin 16", 1, 16, 0, 1, 0 },
         { "margin 32", 1, 32, 0, 1, 0 }, { "both", 1, 0, 1, 1, 0 },
         { "ce idle", 1, 0, 0, 0, 1 }, { "ce gemm", 1, 0, 0, 1, 1 }, { "ce both", 1, 0, 1, 1, 1 },
         { "ce+hint idle", 1, 0, 0, 0, 2 }, { "ce+hint gemm", 1, 0, 0, 1, 2 }, { "ce+hint both", 1, 0, 1, 1, 2 },
+        { "push idle", 1, 0, 0, 0, 3 }, { "push gemm", 1, 0, 0, 1, 3 }, { "push both", 1, 0, 1, 1, 3 },
+        { "pull idle", 1, 0, 0, 0, 4 }, { "pull gemm", 1, 0, 0, 1, 4 }, { "pull both", 1, 0, 1, 1, 4 },
+        { "pull+hint gemm", 1, 0, 0, 1, 5 }, { "pull+hint both", 1, 0, 1, 1, 5 },
     };
     srand(7);
     for (const Mode &m : modes) {
@@ -234,7 +255,7 @@ int main(int argc, char **argv)
             CK(cudaSetDevice(0));
             CK(cudaEventRecord(ev0[t], cs[0]));
             ce_hint = m.ce == 2;
-            if (m.ce) post_ce(); else post();
+            if (m.ce >= 3) post_one(m.ce); else if (m.ce) post_ce(); else post();
             CK(cudaSetDevice(0));
             CK(cudaEventRecord(ev1[t], cs[0]));
             CK(cudaEventSynchronize(ev1[t]));   /* one group at a time: none queues behind another */
@@ -262,7 +283,7 @@ int main(int argc, char **argv)
         }
         for (int c = 0; c <= calls; c++) CK(cudaEventDestroy(after[c]));
         CK(cudaEventDestroy(phase_end));
-        printf("%-12s %10.3f %10.3f %10.3f %12.3f\n", m.name, ms[transfers / 2], ms[transfers * 9 / 10], ms.back(), gemm_ms);
+        printf("%-14s %10.3f %10.3f %10.3f %12.3f\n", m.name, ms[transfers / 2], ms[transfers * 9 / 10], ms.back(), gemm_ms);
         fflush(stdout);
         for (int d = 0; d < 2; d++)
             if (m.load && (d == 1 || m.both)) { CK(cudaSetDevice(d)); gemm_free(g[d]); }
