@@ -2158,18 +2158,26 @@ PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, 
  * process of its host go through the GPUs' copy engines instead of NCCL's kernels, which need
  * SMs on both sides: a transfer posted while the peer runs a GEMM that holds every SM
  * (cuBLASLt's persistent kernels) waits until it ends, 1-1.5 ms for the comparison model's GEMMs
- * (bench/RESULTS.md, session 5). Each ordered pair gets a ring of `slots` buffers of
- * `slot_bytes` in the receiver's memory (CUDA IPC). The sender copies into the peer's free slot
- * over NVLink and announces it; the receiver copies it out into its receive buffer and frees it.
- * Counts are written and waited for by stream memory operations, as the arrival gate's are. The
- * sender needs no SM; the receiver's copy out of the ring is device-to-device, which CUDA runs
- * as a kernel (seen on H200s, even with cudaMemcpyBatchAsync's hint to overlap with compute), so
- * it still waits for the receiver's own GEMM. Sends and receives run on two streams of their
- * own; a send waits for the peer's receive `slots` messages back, a subset of what NCCL's
- * matched groups wait for, so any order that runs on NCCL runs here. A transfer longer than
- * slot_bytes goes in pieces. Memory: slots * slot_bytes per peer on the host, per rank. Each
- * receive must name the bytes of its send (the executor's tags guarantee it; as with NCCL, a
- * mismatch is not detected). slot_bytes: a multiple of 256 from 4096 to 2^32; slots: 2 to 64;
+ * (bench/RESULTS.md, session 5). Each transfer is one copy over NVLink, straight from the send
+ * buffer into the receive buffer: whichever of the two ranks posts it first publishes its buffer
+ * in host memory the pair shares (a POSIX shared-memory segment, unlinked once set up), and the
+ * other does the copy, the sender pushing into the receive buffer or the receiver pulling out of
+ * the send buffer (CUDA IPC maps each allocation once). Both copies run on copy engines and need
+ * no SM on either GPU (64 MiB: 0.20 / 0.21 ms with GEMMs on both GPUs, NCCL 1.6 ms; session 7).
+ * Counts are written and waited for by stream memory operations, as the arrival gate's are. A
+ * buffer that CUDA IPC cannot share (not from cudaMalloc) goes through a ring of `slots` buffers
+ * of `slot_bytes` in the receiver's memory instead, in slot-sized pieces; the receiver's copy out
+ * of the ring is device-to-device, which CUDA runs as a kernel (H200s), so it waits for the
+ * receiver's own GEMM. PIPEPAR_NCCL_CE_DIRECT=0 sends everything through the ring (for
+ * comparisons). Each peer's sends run on a stream of their own, the receives on one; a send
+ * waits for its receive to be posted (a push) or taken (a pull), as NCCL's matched groups do, so
+ * any order that runs on NCCL runs here. A rank may post up to 4096 transfers with a peer ahead
+ * of it; past that its post waits (within the deadline) for the peer's posts. Memory: slots *
+ * slot_bytes per peer on the host, per rank, and 0.9 MB of host memory per pair. Each receive
+ * must name the bytes of its send (the executor's tags guarantee it); the second of the two to
+ * post checks it, and a mismatch fails the post with PP_ETRANSPORT and aborts.
+ * pp_nccl_transport_copy_engine_counts says how the transfers went. slot_bytes: a multiple of
+ * 256 from 4096 to 2^32; slots: 2 to 64;
  * the same on every rank (refused on every rank alike otherwise). Collective over nc, before the
  * first post, at most once per transport; may be combined with pp_nccl_transport_gate (call
  * this first), which then gates only the peers left to NCCL. Left on NCCL: peers on other hosts
@@ -2188,6 +2196,11 @@ PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, 
  * bench/RESULTS.md, session 6. */
 PIPEPAR_API pp_status pp_nccl_transport_copy_engine(pp_transport *t, size_t slot_bytes, int slots, int *ce_peers,
                                                     pp_error *err);
+
+/* How this rank's copy-engine transfers went since set-up, sends and receives alike: counts[0]
+ * pushed (the receive was posted first), counts[1] pulled (the send was), counts[2] through the
+ * ring. */
+PIPEPAR_API pp_status pp_nccl_transport_copy_engine_counts(pp_transport *t, long long counts[3], pp_error *err);
 
 /* Per-group device times, for timelines and bandwidth figures. With recording on, every
  * group posted gets a begin event (after the communication stream waited for the compute

@@ -32,7 +32,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef PIPEPAR_NCCL_MPI
@@ -844,6 +846,50 @@ typedef struct pp__nccl_stage {    /* a send to this rank, parked until its rece
     int full;
 } pp__nccl_stage;
 
+/* Direct copy-engine transfers. Each transfer of an ordered pair has a claim in host memory that
+ * the two ranks share (a POSIX shared-memory segment of the receiver's, mapped by the sender).
+ * Whichever of the two posts first claims the transfer and publishes its own buffer; the second
+ * reads the claim and does the one copy: a sender that comes second pushes straight into the
+ * receive buffer, a receiver that comes second pulls straight out of the send buffer. Both are
+ * copy-engine copies over NVLink, with no SM on either GPU (bench_nccl_overlap's push and pull
+ * lines). A buffer that cannot be shared (not from cudaMalloc) makes the first side claim the
+ * ring instead. */
+enum { PP__NCCL_CLAIM_PUSH = 1, PP__NCCL_CLAIM_PULL = 2, PP__NCCL_CLAIM_RING = 3, PP__NCCL_CLAIM_SEEN = 4 };
+#define PP__NCCL_CLAIMS 4096      /* per ordered pair: how far one side's posts may run ahead of the other's */
+
+typedef struct pp__nccl_ce_buffer {   /* a published buffer */
+    uint64_t bytes;                   /* of the transfer: the second side checks its own against it */
+    uint64_t buffer_id;               /* CU_POINTER_ATTRIBUTE_BUFFER_ID of its allocation (0: same process) */
+    uint64_t base, offset;            /* the allocation's address in the publisher, the buffer's place in it */
+    cudaIpcMemHandle_t handle;        /* the allocation's, for a peer in another process */
+} pp__nccl_ce_buffer;
+
+typedef struct pp__nccl_ce_claim {
+    uint64_t word;                    /* (transfer << 3) | PP__NCCL_CLAIM_*; 0 before the first */
+    uint64_t pad[3];
+    pp__nccl_ce_buffer of[2];         /* [0] the receiver's, [1] the sender's: each side writes its own */
+} pp__nccl_ce_claim;
+
+typedef struct pp__nccl_ce_plan {     /* one copy-engine transfer of a group, once claimed */
+    int how;                          /* PP__NCCL_CLAIM_PUSH, _PULL or _RING */
+    CUdeviceptr remote;               /* the peer's buffer as mapped here (the side that copies) */
+    uint64_t k;                       /* its first message */
+} pp__nccl_ce_plan;
+
+typedef struct pp__nccl_ce_map {      /* a peer's allocation, mapped here by CUDA IPC */
+    int peer;
+    uint64_t buffer_id;
+    void *ptr;
+    unsigned long long used;
+} pp__nccl_ce_map;
+
+typedef struct pp__nccl_ce_export {   /* one of this rank's allocations, exported */
+    uint64_t buffer_id, base;
+    cudaIpcMemHandle_t handle;
+} pp__nccl_ce_export;
+
+#define PP__NCCL_CE_MAPS 64
+
 typedef struct pp__nccl_transport {
     pp_nccl *nc;
     cudaStream_t compute;
@@ -881,7 +927,29 @@ typedef struct pp__nccl_transport {
     size_t *ce_ring_there;      /* [world]: offset in p's ce_mem of the ring we write into */
     uint64_t *ce_sent;          /* [world]: messages pushed into p's ring */
     uint64_t *ce_taken;         /* [world]: messages taken from our ring of p */
-    cudaStream_t ce_send, ce_recv;
+    cudaStream_t ce_send, ce_recv;   /* ce_send: where a group's sends (one stream per peer) join */
+    cudaStream_t *ce_send_to;   /* [world]: sends to p, in order (peers do not wait for each other) */
+    cudaEvent_t *ce_join;       /* [world]: the end of a group's sends to p */
+    /* direct transfers: the claims (pp__nccl_ce_claim) */
+    unsigned char *ce_seg;      /* this rank's segment: the claims of the pairs it receives in */
+    size_t ce_seg_bytes;
+    char ce_seg_name[64];       /* unlinked once every peer has opened it */
+    void **ce_peer_seg;         /* [world]: p's segment mapped here */
+    size_t *ce_peer_seg_bytes;
+    pp__nccl_ce_claim **ce_claims_in;    /* [world]: claims of p -> this rank */
+    pp__nccl_ce_claim **ce_claims_out;   /* [world]: claims of this rank -> p (in p's segment) */
+    uint64_t *ce_xsent, *ce_xrecv;       /* [world]: transfers claimed with p, each way */
+    unsigned char *ce_same;     /* [world]: p is a thread of this process (pointers, no IPC) */
+    int ce_no_direct;           /* PIPEPAR_NCCL_CE_DIRECT=0: the first side claims the ring */
+    pp__nccl_ce_plan *ce_plans;
+    int ce_cap_plans;
+    pp__nccl_ce_map ce_maps[PP__NCCL_CE_MAPS];
+    int ce_num_maps;
+    unsigned long long ce_map_clock;
+    pp__nccl_ce_export ce_exports[PP__NCCL_CE_MAPS];
+    int ce_num_exports, ce_export_next;
+    CUresult (*attrs)(unsigned int, CUpointer_attribute *, void **, CUdeviceptr);
+    long long ce_counts[3];     /* transfers this rank pushed or was pushed (receiver first), pulled, ringed */
 } pp__nccl_transport;
 
 /* Handles are pointers into a pool made up front (see pp_nccl_transport): running out means
@@ -1051,20 +1119,28 @@ static pp_status pp__nccl_gate_pass(pp__nccl_transport *t, const pp_transfer *x,
     return PP_OK;
 }
 
-/* Copy-engine transfers. Each ordered pair of ranks has a ring of `slots` slots of `slot_bytes`
- * in the receiver's memory, and two counts in flags: arrived (in the receiver's memory, written by
- * the sender after each message) and freed (in the sender's memory, written by the receiver once
- * it has copied a message out). A transfer longer than a slot goes as several messages.
- *   send, message k:  wait freed >= k - slots + 1 (its slot is free); copy into the peer's
- *                     slot k % slots (copy engine, over NVLink); announce arrived = k + 1
- *   receive, k:       wait arrived >= k + 1; copy the slot into the receive buffer (copy
- *                     engine, local); announce freed = k + 1
- * Waits and announcements are stream memory operations and the push runs on a copy engine: no
- * SM on the sender's side, so a transfer does not wait for the peer's GEMMs to leave SMs free,
- * as NCCL's kernels must (bench/RESULTS.md, session 5). The receiver's local copy out of the
- * ring runs as a kernel on H200s (session 6) and waits for the receiver's own GEMM. Sends and receives have a stream each. A
- * send waits only for the receive `slots` messages earlier, which NCCL's matched groups (one
- * stream, in order) would have waited for too, so every order that runs on NCCL runs here. */
+/* Copy-engine transfers: three counts per ordered pair and direction, 64-bit flags written and
+ * waited for by stream memory operations (no SM), counted in messages (a direct transfer is one
+ * message, a ring transfer one per slot it fills). In the receiver's memory: arrived[s] (the
+ * sender's data is in place: pushed into the receive buffer or a ring slot, or, for a pull, ready
+ * in the send buffer). In the sender's memory: freed[r] (the receiver is done with the message:
+ * pushed data seen, pulled, or copied out of its slot) and posted[r] (the receive buffer is
+ * free: the sender may push). Message k of each way of a transfer:
+ *   push (receiver first)  receiver: posted = k+1; wait arrived >= k+1; freed = k+1
+ *                          sender:   wait posted >= k+1; copy into the receive buffer; arrived = k+1
+ *   pull (sender first)    sender:   arrived = k+1; wait freed >= k+1 (the send buffer is read)
+ *                          receiver: wait arrived >= k+1; copy out of the send buffer; freed = k+1
+ *   ring (a buffer that cannot be shared): a ring of `slots` slots of `slot_bytes` in the
+ *   receiver's memory; per slot-sized piece k
+ *                          sender:   wait freed >= k-slots+1; copy into slot k % slots; arrived = k+1
+ *                          receiver: wait arrived >= k+1; copy the slot out (a local copy: on
+ *                                    H200s a kernel, which waits for the receiver's GEMM); freed = k+1
+ * The push and the pull are the one copy of the transfer, over NVLink on a copy engine. Each
+ * peer's sends have a stream of their own and the receives share one, so a transfer waits only
+ * for what NCCL's matched groups wait for (a send for its receive, receives in order): every
+ * order that runs on NCCL runs here. A group's posted counts go out before any of its receives
+ * waits, as the arrival gate's announcements do. */
+
 /* A copy, with CUDA >= 12.8's hint to leave the SMs to compute (cudaMemcpyBatchAsync,
  * cudaMemcpyFlagPreferOverlapWithCompute). The push to a peer runs on a copy engine either way;
  * a local device-to-device copy ran as a kernel on H200s with or without the hint (session 6),
@@ -1101,45 +1177,291 @@ static cudaStream_t pp__nccl_stream_of(const pp__nccl_transport *t, int on)
     return on == PP__NCCL_ON_CE_SEND ? t->ce_send : on == PP__NCCL_ON_CE_RECV ? t->ce_recv : t->nc->stream;
 }
 
-static pp_status pp__nccl_ce_transfer(pp__nccl_transport *t, const pp_transfer *x, pp_error *err)
+/* The flags of this rank's memory, and their addresses in a peer's. */
+static CUdeviceptr pp__nccl_ce_flag(const pp__nccl_transport *t, int which, int p)
 {
-    int p = x->peer, me = t->nc->rank, world = t->nc->world;
-    size_t off = 0;
+    return (CUdeviceptr)(uintptr_t)((uint64_t *)t->ce_mem + (size_t)which * (size_t)t->nc->world + (size_t)p);
+}
+
+static CUdeviceptr pp__nccl_ce_flag_there(const pp__nccl_transport *t, int which, int p)
+{
+    return t->ce_remote[p] + 8 * ((CUdeviceptr)which * (CUdeviceptr)t->nc->world + (CUdeviceptr)t->nc->rank);
+}
+
+enum { PP__NCCL_ARRIVED = 0, PP__NCCL_FREED = 1, PP__NCCL_POSTED = 2 };
+
+/* Publishes this rank's buffer of a transfer with p into its half of the claim: 1 where the peer
+ * can copy to or from it, 0 where it cannot (the ring then carries the transfer). Threads of one
+ * process pass the pointer; other processes the allocation's CUDA IPC handle (made once per
+ * allocation), which needs memory from cudaMalloc (IS_LEGACY_CUDA_IPC_CAPABLE). */
+static int pp__nccl_ce_publish(pp__nccl_transport *t, int p, const void *buf, size_t bytes, pp__nccl_ce_buffer *b)
+{
+    CUpointer_attribute which[3] = { CU_POINTER_ATTRIBUTE_BUFFER_ID, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                     CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE };
+    uint64_t id = 0, base = 0, capable = 0;   /* zeroed: the driver writes 1 to 8 bytes of each */
+    void *data[3];
+    int i;
+    b->bytes = bytes;
+    b->buffer_id = 0;
+    b->base = (uint64_t)(uintptr_t)buf;
+    b->offset = 0;
+    if (t->ce_no_direct) return 0;
+    if (t->ce_same[p] || bytes == 0) return 1;
+    data[0] = &id; data[1] = &base; data[2] = &capable;
+    if (!t->attrs || t->attrs(3, which, data, (CUdeviceptr)(uintptr_t)buf) != CUDA_SUCCESS || !id || !base || !capable ||
+        base > (uint64_t)(uintptr_t)buf) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    b->buffer_id = id;
+    b->base = base;
+    b->offset = (uint64_t)(uintptr_t)buf - base;
+    for (i = 0; i < t->ce_num_exports; i++)
+        if (t->ce_exports[i].buffer_id == id) { b->handle = t->ce_exports[i].handle; return 1; }
+    i = t->ce_num_exports < PP__NCCL_CE_MAPS ? t->ce_num_exports++ : t->ce_export_next++ % PP__NCCL_CE_MAPS;
+    if (cudaIpcGetMemHandle(&t->ce_exports[i].handle, (void *)(uintptr_t)base) != cudaSuccess) {
+        t->ce_exports[i].buffer_id = 0;
+        (void)cudaGetLastError();
+        return 0;
+    }
+    t->ce_exports[i].buffer_id = id;
+    t->ce_exports[i].base = base;
+    b->handle = t->ce_exports[i].handle;
+    return 1;
+}
+
+/* The peer's published buffer, mapped here: its pointer in one process, else its allocation
+ * opened once by CUDA IPC and kept (PP__NCCL_CE_MAPS per transport; the least recently used is
+ * closed, once the streams that may still copy through it have drained). */
+static pp_status pp__nccl_ce_map_buffer(pp__nccl_transport *t, int p, const pp__nccl_ce_buffer *b, CUdeviceptr *out,
+                                        pp_error *err)
+{
+    pp_nccl *nc = t->nc;
+    pp__nccl_ce_map *m = NULL;
+    cudaError_t e;
+    int i, before = -1;
+    if (t->ce_same[p] || b->bytes == 0) { *out = (CUdeviceptr)(b->base + b->offset); return PP_OK; }
+    for (i = 0; i < t->ce_num_maps; i++)
+        if (t->ce_maps[i].peer == p && t->ce_maps[i].buffer_id == b->buffer_id) m = &t->ce_maps[i];
+    if (!m) {
+        if (t->ce_num_maps < PP__NCCL_CE_MAPS) {
+            m = &t->ce_maps[t->ce_num_maps++];
+        } else {
+            pp_status st;
+            int q;
+            m = &t->ce_maps[0];
+            for (i = 1; i < t->ce_num_maps; i++) if (t->ce_maps[i].used < m->used) m = &t->ce_maps[i];
+            for (q = 0; q < nc->world; q++)
+                if (t->ce_send_to[q] && (st = pp__nccl_wait_device(nc, NULL, t->ce_send_to[q], nc->timeout_s,
+                                                                     "post: copy engines: closing a mapping", err)) != PP_OK)
+                    return st;
+            if ((st = pp__nccl_wait_device(nc, NULL, t->ce_recv, nc->timeout_s, "post: copy engines: closing a mapping",
+                                           err)) != PP_OK)
+                return st;
+            cudaIpcCloseMemHandle(m->ptr);
+        }
+        m->peer = -1;
+        m->ptr = NULL;
+        if (cudaGetDevice(&before) != cudaSuccess) before = -1;
+        e = cudaSetDevice(nc->device);
+        if (e == cudaSuccess) e = cudaIpcOpenMemHandle(&m->ptr, b->handle, cudaIpcMemLazyEnablePeerAccess);
+        if (before >= 0) cudaSetDevice(before);
+        if (e != cudaSuccess) {
+            m->ptr = NULL;
+            m->buffer_id = 0;
+            return pp__nccl_cuda_fail(err, e, "post: copy engines: cudaIpcOpenMemHandle of the peer's buffer");
+        }
+        m->peer = p;
+        m->buffer_id = b->buffer_id;
+    }
+    m->used = ++t->ce_map_clock;
+    *out = (CUdeviceptr)(uintptr_t)m->ptr + (CUdeviceptr)b->offset;
+    return PP_OK;
+}
+
+/* Claims this rank's next transfer with x->peer (see pp__nccl_ce_claim): finds how it goes and
+ * its first message. A claim is free again once the other side has seen it; a rank that has run
+ * PP__NCCL_CLAIMS transfers ahead of its peer finds its own unseen claim there and waits (within
+ * the deadline) for the peer's posts to catch up. */
+static pp_status pp__nccl_ce_claim_next(pp__nccl_transport *t, const pp_transfer *x, pp__nccl_ce_plan *pl, pp_error *err)
+{
+    pp_nccl *nc = t->nc;
+    int p = x->peer, side = x->is_send ? 1 : 0, polls = 0;
+    int mine = x->is_send ? PP__NCCL_CLAIM_PULL : PP__NCCL_CLAIM_PUSH;
+    uint64_t *counter = x->is_send ? &t->ce_xsent[p] : &t->ce_xrecv[p];
+    uint64_t n = *counter;
+    pp__nccl_ce_claim *c = &(x->is_send ? t->ce_claims_out[p] : t->ce_claims_in[p])[n % PP__NCCL_CLAIMS];
+    double deadline = 0;
+    pp_status st;
+    pl->remote = 0;
+    for (;;) {
+        uint64_t w = __atomic_load_n(&c->word, __ATOMIC_ACQUIRE), j = w >> 3;
+        int h = (int)(w & 7);
+        if (h >= PP__NCCL_CLAIM_PUSH && h <= PP__NCCL_CLAIM_RING && j == n) {   /* the peer posted first */
+            const pp__nccl_ce_buffer *theirs = &c->of[1 - side];
+            if (h == mine)
+                return pp__nccl_fail(err, PP_ETRANSPORT, "post: copy engines: transfer %llu between ranks %d and %d: "
+                                     "both sides claimed it alike (claims out of step)", (unsigned long long)n,
+                                     nc->rank, p);
+            if (theirs->bytes != (uint64_t)x->bytes)
+                return pp__nccl_fail(err, PP_ETRANSPORT, "post: copy engines: transfer %llu %s rank %d: %llu bytes %s, "
+                                     "%zu bytes %s here (each receive must name its send's size)", (unsigned long long)n,
+                                     x->is_send ? "to" : "from", p, (unsigned long long)theirs->bytes,
+                                     x->is_send ? "expected by the receive" : "sent", x->bytes,
+                                     x->is_send ? "sent" : "expected");
+            if (h != PP__NCCL_CLAIM_RING && (st = pp__nccl_ce_map_buffer(t, p, theirs, &pl->remote, err)) != PP_OK)
+                return st;
+            pl->how = h;
+            __atomic_store_n(&c->word, (n << 3) | PP__NCCL_CLAIM_SEEN, __ATOMIC_RELEASE);
+            break;
+        }
+        if (h >= PP__NCCL_CLAIM_PUSH && h <= PP__NCCL_CLAIM_RING && j < n) {   /* our own claim, not seen yet */
+            double now = pp__nccl_now();
+            if (nc->aborted) return pp__nccl_aborted(nc, err, "post");
+            if (deadline == 0) deadline = now + nc->timeout_s;
+            if (now > deadline)
+                return pp__nccl_fail(err, PP_ETIMEOUT, "post: copy engines: rank %d is %d transfers ahead of rank %d's "
+                                     "posts and waited %.1f s for them", nc->rank, PP__NCCL_CLAIMS, p, nc->timeout_s);
+            pp__nccl_pause(&polls);
+            continue;
+        }
+        if (j > n || h > PP__NCCL_CLAIM_SEEN || (h == PP__NCCL_CLAIM_SEEN && j == n))
+            return pp__nccl_fail(err, PP_ETRANSPORT, "post: copy engines: transfer %llu between ranks %d and %d: claim "
+                                 "%llu/%d found (claims out of step)", (unsigned long long)n, nc->rank, p,
+                                 (unsigned long long)j, h);
+        {   /* free: publish our buffer, then claim (the peer may claim at the same moment) */
+            int how = pp__nccl_ce_publish(t, p, x->buf, x->bytes, &c->of[side]) ? mine : PP__NCCL_CLAIM_RING;
+            if (__atomic_compare_exchange_n(&c->word, &w, (n << 3) | (uint64_t)how, 0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE)) {
+                pl->how = how;
+                break;
+            }
+        }
+    }
+    *counter = n + 1;
+    pl->k = x->is_send ? t->ce_sent[p] : t->ce_taken[p];
+    {
+        uint64_t messages = pl->how != PP__NCCL_CLAIM_RING ? 1
+                          : (uint64_t)((x->bytes + t->ce_slot_bytes - 1) / t->ce_slot_bytes);
+        if (x->is_send) t->ce_sent[p] += messages; else t->ce_taken[p] += messages;
+    }
+    t->ce_counts[pl->how - 1]++;
+    return PP_OK;
+}
+
+/* A send's device work, on its peer's send stream (see above). */
+static pp_status pp__nccl_ce_send(pp__nccl_transport *t, const pp_transfer *x, const pp__nccl_ce_plan *pl, pp_error *err)
+{
+    int p = x->peer;
+    cudaStream_t s = t->ce_send_to[p];
+    CUstream cs = (CUstream)s;
+    CUdeviceptr arrived = pp__nccl_ce_flag_there(t, PP__NCCL_ARRIVED, p);
     CUresult r = CUDA_SUCCESS;
     cudaError_t e = cudaSuccess;
-    while (off < x->bytes && r == CUDA_SUCCESS && e == cudaSuccess) {
-        size_t n = x->bytes - off < t->ce_slot_bytes ? x->bytes - off : t->ce_slot_bytes;
-        if (x->is_send) {
-            uint64_t k = t->ce_sent[p];
+    uint64_t k = pl->k;
+    if (pl->how == PP__NCCL_CLAIM_PUSH) {
+        r = t->wait64(cs, pp__nccl_ce_flag(t, PP__NCCL_POSTED, p), k + 1, CU_STREAM_WAIT_VALUE_GEQ);
+        if (r == CUDA_SUCCESS && x->bytes) e = pp__nccl_ce_copy((void *)(uintptr_t)pl->remote, x->buf, x->bytes, s);
+        if (r == CUDA_SUCCESS && e == cudaSuccess) r = pp__nccl_announce(t, s, arrived, k + 1);
+    } else if (pl->how == PP__NCCL_CLAIM_PULL) {
+        r = pp__nccl_announce(t, s, arrived, k + 1);
+        if (r == CUDA_SUCCESS) r = t->wait64(cs, pp__nccl_ce_flag(t, PP__NCCL_FREED, p), k + 1, CU_STREAM_WAIT_VALUE_GEQ);
+    } else {
+        size_t off = 0;
+        CUdeviceptr ring = t->ce_remote[p] + t->ce_ring_there[p];
+        for (; off < x->bytes && r == CUDA_SUCCESS && e == cudaSuccess; k++) {
+            size_t n = x->bytes - off < t->ce_slot_bytes ? x->bytes - off : t->ce_slot_bytes;
             size_t slot = (size_t)((k - t->ce_base) % (uint64_t)t->ce_slots);
-            CUdeviceptr ring = t->ce_remote[p] + t->ce_ring_there[p];
             if (k - t->ce_base >= (uint64_t)t->ce_slots)
-                r = t->wait64((CUstream)t->ce_send, (CUdeviceptr)(uintptr_t)((uint64_t *)t->ce_mem + world + p),
-                              k - (uint64_t)t->ce_slots + 1, CU_STREAM_WAIT_VALUE_GEQ);
+                r = t->wait64(cs, pp__nccl_ce_flag(t, PP__NCCL_FREED, p), k - (uint64_t)t->ce_slots + 1,
+                              CU_STREAM_WAIT_VALUE_GEQ);
             if (r == CUDA_SUCCESS)
-                e = pp__nccl_ce_copy((void *)(uintptr_t)(ring + slot * t->ce_slot_bytes), (const char *)x->buf + off, n,
-                                     t->ce_send);
-            if (r == CUDA_SUCCESS && e == cudaSuccess)
-                r = pp__nccl_announce(t, t->ce_send, t->ce_remote[p] + 8 * (CUdeviceptr)me, k + 1);
-            t->ce_sent[p] = k + 1;
-        } else {
-            uint64_t k = t->ce_taken[p];
-            size_t slot = (size_t)((k - t->ce_base) % (uint64_t)t->ce_slots);
-            r = t->wait64((CUstream)t->ce_recv, (CUdeviceptr)(uintptr_t)((uint64_t *)t->ce_mem + p), k + 1,
-                          CU_STREAM_WAIT_VALUE_GEQ);
-            if (r == CUDA_SUCCESS)
-                e = pp__nccl_ce_copy((char *)x->buf + off, t->ce_mem + t->ce_ring_here[p] + slot * t->ce_slot_bytes, n,
-                                     t->ce_recv);
-            if (r == CUDA_SUCCESS && e == cudaSuccess)
-                r = pp__nccl_announce(t, t->ce_recv, t->ce_remote[p] + 8 * (CUdeviceptr)(world + me), k + 1);
-            t->ce_taken[p] = k + 1;
+                e = pp__nccl_ce_copy((void *)(uintptr_t)(ring + slot * t->ce_slot_bytes), (const char *)x->buf + off, n, s);
+            if (r == CUDA_SUCCESS && e == cudaSuccess) r = pp__nccl_announce(t, s, arrived, k + 1);
+            off += n;
         }
-        off += n;
     }
-    if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, x->is_send ? "post: copy-engine send" : "post: copy-engine receive");
+    if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "post: copy-engine send");
     if (r != CUDA_SUCCESS)
-        return pp__nccl_fail(err, PP_EIO, "post: copy-engine %s: stream memory operation failed (CUresult %d)",
-                             x->is_send ? "send" : "receive", (int)r);
+        return pp__nccl_fail(err, PP_EIO, "post: copy-engine send: stream memory operation failed (CUresult %d)", (int)r);
+    return PP_OK;
+}
+
+/* A receive's device work, on the receive stream; its posted count (a push) went out before. */
+static pp_status pp__nccl_ce_recv(pp__nccl_transport *t, const pp_transfer *x, const pp__nccl_ce_plan *pl, pp_error *err)
+{
+    int p = x->peer;
+    cudaStream_t s = t->ce_recv;
+    CUstream cs = (CUstream)s;
+    CUdeviceptr freed = pp__nccl_ce_flag_there(t, PP__NCCL_FREED, p), arrived = pp__nccl_ce_flag(t, PP__NCCL_ARRIVED, p);
+    CUresult r = CUDA_SUCCESS;
+    cudaError_t e = cudaSuccess;
+    uint64_t k = pl->k;
+    if (pl->how != PP__NCCL_CLAIM_RING) {
+        r = t->wait64(cs, arrived, k + 1, CU_STREAM_WAIT_VALUE_GEQ);
+        if (r == CUDA_SUCCESS && pl->how == PP__NCCL_CLAIM_PULL && x->bytes)
+            e = pp__nccl_ce_copy(x->buf, (const void *)(uintptr_t)pl->remote, x->bytes, s);
+        if (r == CUDA_SUCCESS && e == cudaSuccess) r = pp__nccl_announce(t, s, freed, k + 1);
+    } else {
+        size_t off = 0;
+        for (; off < x->bytes && r == CUDA_SUCCESS && e == cudaSuccess; k++) {
+            size_t n = x->bytes - off < t->ce_slot_bytes ? x->bytes - off : t->ce_slot_bytes;
+            size_t slot = (size_t)((k - t->ce_base) % (uint64_t)t->ce_slots);
+            r = t->wait64(cs, arrived, k + 1, CU_STREAM_WAIT_VALUE_GEQ);
+            if (r == CUDA_SUCCESS)
+                e = pp__nccl_ce_copy((char *)x->buf + off, t->ce_mem + t->ce_ring_here[p] + slot * t->ce_slot_bytes, n, s);
+            if (r == CUDA_SUCCESS && e == cudaSuccess) r = pp__nccl_announce(t, s, freed, k + 1);
+            off += n;
+        }
+    }
+    if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "post: copy-engine receive");
+    if (r != CUDA_SUCCESS)
+        return pp__nccl_fail(err, PP_EIO, "post: copy-engine receive: stream memory operation failed (CUresult %d)", (int)r);
+    return PP_OK;
+}
+
+/* A group's copy-engine transfers: every claim first (host), then the sends on their peers'
+ * streams, the receives' posted counts, the receives; the peers' send streams join ce_send. Any
+ * failure once a claim is made leaves the pair out of step for good: the caller aborts. */
+static pp_status pp__nccl_ce_group(pp__nccl_transport *t, const pp_transfer *x, int count, pp_error *err)
+{
+    pp_nccl *nc = t->nc;
+    pp__nccl_ce_plan *pl;
+    pp_status st = PP_OK;
+    cudaError_t e = cudaSuccess;
+    CUresult r = CUDA_SUCCESS;
+    int i, p;
+    if (count > t->ce_cap_plans) {
+        pp__nccl_ce_plan *grown = (pp__nccl_ce_plan *)realloc(t->ce_plans, sizeof *grown * (size_t)count);
+        if (!grown) return pp__nccl_fail(err, PP_ENOMEM, "post: out of memory");
+        t->ce_plans = grown;
+        t->ce_cap_plans = count;
+    }
+    pl = t->ce_plans;
+    for (i = 0; i < count && st == PP_OK; i++)
+        if (x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) st = pp__nccl_ce_claim_next(t, &x[i], &pl[i], err);
+    if (st != PP_OK) return st;
+    for (p = 0; p < nc->world && e == cudaSuccess; p++) {   /* each peer's sends start at the compute stream's point */
+        for (i = 0; i < count; i++) if (x[i].is_send && x[i].peer == p && pp__nccl_is_ce(t, p)) break;
+        if (i < count && p != nc->rank) e = cudaStreamWaitEvent(t->ce_send_to[p], t->ready, 0);
+    }
+    for (i = 0; i < count && st == PP_OK && e == cudaSuccess; i++)
+        if (x[i].is_send && x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) st = pp__nccl_ce_send(t, &x[i], &pl[i], err);
+    for (i = 0; i < count && st == PP_OK && e == cudaSuccess && r == CUDA_SUCCESS; i++)
+        if (!x[i].is_send && x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer) && pl[i].how == PP__NCCL_CLAIM_PUSH)
+            r = pp__nccl_announce(t, t->ce_recv, pp__nccl_ce_flag_there(t, PP__NCCL_POSTED, x[i].peer), pl[i].k + 1);
+    for (i = 0; i < count && st == PP_OK && e == cudaSuccess && r == CUDA_SUCCESS; i++)
+        if (!x[i].is_send && x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) st = pp__nccl_ce_recv(t, &x[i], &pl[i], err);
+    for (p = 0; p < nc->world && st == PP_OK && e == cudaSuccess; p++) {
+        for (i = 0; i < count; i++) if (x[i].is_send && x[i].peer == p && pp__nccl_is_ce(t, p)) break;
+        if (i == count || p == nc->rank) continue;
+        e = cudaEventRecord(t->ce_join[p], t->ce_send_to[p]);
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(t->ce_send, t->ce_join[p], 0);
+    }
+    if (st != PP_OK) return st;
+    if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "post: copy engines");
+    if (r != CUDA_SUCCESS)
+        return pp__nccl_fail(err, PP_EIO, "post: copy-engine receive: stream memory operation failed (CUresult %d)", (int)r);
     return PP_OK;
 }
 
@@ -1207,16 +1529,11 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
     }
     nc->posts++;
     t->posts++;
-    /* copy-engine sends before receives (they have streams of their own; should the two
-     * streams ever share a hardware queue, a receive's wait would not hold the sends back) */
-    for (k = 1; k >= 0; k--)
-        for (i = 0; i < count; i++)
-            if (transfers[i].peer != nc->rank && pp__nccl_is_ce(t, transfers[i].peer) && transfers[i].is_send == k &&
-                (st = pp__nccl_ce_transfer(t, &transfers[i], err)) != PP_OK) {
-                /* some pieces may be queued and the counts moved: the pair is out of step for good */
-                pp_nccl_abort(nc, st, err ? err->message : "post: a copy-engine transfer failed");
-                h->in_use = 0; return st;
-            }
+    if ((streams & (PP__NCCL_ON_CE_SEND | PP__NCCL_ON_CE_RECV)) && (st = pp__nccl_ce_group(t, transfers, count, err)) != PP_OK) {
+        /* claims may be made and work queued: the pairs are out of step for good */
+        pp_nccl_abort(nc, st, err ? err->message : "post: a copy-engine transfer failed");
+        h->in_use = 0; return st;
+    }
     if (nccl_ops > 0 && t->gated && (st = pp__nccl_gate_pass(t, transfers, count, err)) != PP_OK) {
         h->in_use = 0; return st;
     }
@@ -1530,25 +1847,28 @@ static void pp__nccl_gate_open_all(void *user)
     for (p = 0; t->gated && t->gate_flags && p < t->nc->world; p++)
         t->write32((CUstream)t->gate_opener, (CUdeviceptr)(uintptr_t)(t->gate_flags + p) + 4,
                    (cuuint32_t)(t->gate_count[p] >> 32) + 0x40000000u, CU_STREAM_WRITE_VALUE_DEFAULT);
-    /* The copy-engine waits too. First the peers' flags of us (arrived[me], freed[me] in their
-     * memory) go 2^30 high words below any count, so that what our opened waits let through
-     * next (sends into slots a live peer has not copied out yet, their announcements) is never
-     * taken as data: the peer's waits on us stay shut until its own deadline and abort. Then our
-     * own arrived[p] and freed[p] go 2^30 high words above the counts. One stream: in order. */
+    /* The copy-engine waits too. First the peers' flags of us (arrived[me], freed[me],
+     * posted[me] in their memory) go 2^30 high words below any count, so that what our opened
+     * waits let through next (copies into slots a live peer has not copied out yet, their
+     * announcements) is never taken as data, and a live peer never pushes into our buffers
+     * again: the peer's waits on us stay shut until its own deadline and abort. Then our own
+     * flags go 2^30 high words above the counts. One stream: in order. A push our opened waits
+     * let through lands in the receive buffer of a transfer that the peer can then never
+     * complete (its arrived count of us stays shut), so its step fails too. */
     for (p = 0; t->ce_on && t->ce_mem && t->ce_remote && p < t->nc->world; p++) {
         uint64_t high = (t->ce_sent[p] > t->ce_taken[p] ? t->ce_sent[p] : t->ce_taken[p]) >> 32;
+        int which;
         if (!t->ce_remote[p]) continue;
-        t->write32((CUstream)t->gate_opener, t->ce_remote[p] + 8 * (CUdeviceptr)t->nc->rank + 4,
-                   (cuuint32_t)high - 0x40000000u, CU_STREAM_WRITE_VALUE_DEFAULT);
-        t->write32((CUstream)t->gate_opener, t->ce_remote[p] + 8 * (CUdeviceptr)(t->nc->world + t->nc->rank) + 4,
-                   (cuuint32_t)high - 0x40000000u, CU_STREAM_WRITE_VALUE_DEFAULT);
+        for (which = PP__NCCL_ARRIVED; which <= PP__NCCL_POSTED; which++)
+            t->write32((CUstream)t->gate_opener, pp__nccl_ce_flag_there(t, which, p) + 4, (cuuint32_t)high - 0x40000000u,
+                       CU_STREAM_WRITE_VALUE_DEFAULT);
     }
     for (p = 0; t->ce_on && t->ce_mem && p < t->nc->world; p++) {
         uint64_t high = (t->ce_sent[p] > t->ce_taken[p] ? t->ce_sent[p] : t->ce_taken[p]) >> 32;
-        t->write32((CUstream)t->gate_opener, (CUdeviceptr)(uintptr_t)((uint64_t *)t->ce_mem + p) + 4,
-                   (cuuint32_t)high + 0x40000000u, CU_STREAM_WRITE_VALUE_DEFAULT);
-        t->write32((CUstream)t->gate_opener, (CUdeviceptr)(uintptr_t)((uint64_t *)t->ce_mem + t->nc->world + p) + 4,
-                   (cuuint32_t)high + 0x40000000u, CU_STREAM_WRITE_VALUE_DEFAULT);
+        int which;
+        for (which = PP__NCCL_ARRIVED; which <= PP__NCCL_POSTED; which++)
+            t->write32((CUstream)t->gate_opener, pp__nccl_ce_flag(t, which, p) + 4, (cuuint32_t)high + 0x40000000u,
+                       CU_STREAM_WRITE_VALUE_DEFAULT);
     }
     if (before >= 0) cudaSetDevice(before);   /* the caller's thread keeps its device */
     (void)cudaGetLastError();
@@ -1619,6 +1939,10 @@ static int pp__nccl_memops(pp__nccl_transport *t)
     if (ok) {
         *(void **)&t->wait64 = w;
         *(void **)&t->write32 = v;
+        /* for direct copy-engine transfers between processes (optional: the ring carries them without) */
+        if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &w, 12000, cudaEnableDefault, &q1) == cudaSuccess &&
+            q1 == cudaDriverEntryPointSuccess && w)
+            *(void **)&t->attrs = w;
     }
     (void)cudaGetLastError();
     return ok;
@@ -1773,14 +2097,48 @@ typedef struct pp__nccl_ce_card {     /* what each rank tells the others, first 
     int32_t threads_ok;               /* PIPEPAR_NCCL_CE_SAME_PROCESS=1 */
     int32_t bad_args;                 /* slots or slot_bytes out of range */
     uint64_t asked_bytes;             /* what the caller passed, for the message */
-    int32_t asked_slots, pad;
+    int32_t asked_slots;
+    int32_t bad_direct;               /* PIPEPAR_NCCL_CE_DIRECT is neither 0 nor 1 */
 } pp__nccl_ce_card;
 
 typedef struct pp__nccl_ce_where {    /* second round: each rank's memory, once made */
     cudaIpcMemHandle_t handle;
     uint64_t ptr;
     int32_t ok, pad;
+    char seg[64];                     /* its claims' shared-memory segment */
+    uint64_t seg_bytes;
 } pp__nccl_ce_where;
+
+/* PIPEPAR_NCCL_CE_DIRECT: unset or 1 (direct transfers where the buffers allow), 0 (the ring
+ * only, for comparisons); -1 for anything else. */
+static int pp__nccl_ce_direct_env(void)
+{
+    const char *v = getenv("PIPEPAR_NCCL_CE_DIRECT");
+    if (!v || !*v || !strcmp(v, "1")) return 1;
+    return !strcmp(v, "0") ? 0 : -1;
+}
+
+/* The claims' segment: made by the receiver (zeroed: no claims yet), opened by its senders,
+ * unlinked once all have it, so nothing is left in /dev/shm after a crash past set-up. */
+static void *pp__nccl_shm(const char *name, size_t bytes, int make)
+{
+    int fd = make ? shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(name, O_RDWR, 0);
+    struct stat sb;
+    void *ptr;
+    if (fd < 0) return NULL;
+    if ((make && ftruncate(fd, (off_t)bytes) != 0) || fstat(fd, &sb) != 0 || (size_t)sb.st_size < bytes) {
+        close(fd);
+        if (make) shm_unlink(name);
+        return NULL;
+    }
+    ptr = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (ptr == MAP_FAILED) {
+        if (make) shm_unlink(name);
+        return NULL;
+    }
+    return ptr;
+}
 
 /* Ranks whose transfers may go through the copy engines: both able, on one host, in two
  * processes. Threads of one process stay on NCCL unless every rank sets
@@ -1803,21 +2161,27 @@ static size_t pp__nccl_ce_ring_offset(const pp__nccl_ce_card *c, int p, int q, s
 }
 
 /* Teardown (at_free: pp_nccl_transport_free, collective once the set-up succeeded on every
- * rank): the peers' last writes into our memory are the freed counts of what we sent them, so
- * the send stream first waits until every message we sent has been copied out; both streams
- * drain within the deadline (past it the communicator aborts, and nothing is freed); our
- * mappings of the peers close; and only after a barrier, when no rank maps our memory any
- * longer, is it freed (CUDA IPC: an exporter must not free before its importers close). */
+ * rank): the peers' last writes into our memory are the freed counts of what we sent them (a
+ * receive's posted count goes before its freed one), so each send stream first waits until every
+ * message we sent has been taken; all streams drain within the deadline (past it the
+ * communicator aborts, and nothing is freed); our mappings of the peers' memory and buffers
+ * close; and only after a barrier, when no rank maps our memory any longer, is it freed (CUDA
+ * IPC: an exporter must not free before its importers close). */
 static void pp__nccl_ce_release(pp__nccl_transport *t, int at_free)
 {
     int p, ok = 1;
     pp_nccl *nc = t->nc;
     if (!nc->aborted && t->ce_on) {
-        for (p = 0; p < nc->world; p++)
-            if (t->ce_remote[p] && t->ce_sent[p] != t->ce_base &&
-                t->wait64((CUstream)t->ce_send, (CUdeviceptr)(uintptr_t)((uint64_t *)t->ce_mem + nc->world + p),
-                          t->ce_sent[p], CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS)
+        for (p = 0; p < nc->world && ok; p++) {
+            if (!t->ce_remote[p] || !t->ce_send_to || !t->ce_send_to[p]) continue;
+            if (t->ce_sent[p] != t->ce_base &&
+                t->wait64((CUstream)t->ce_send_to[p], pp__nccl_ce_flag(t, PP__NCCL_FREED, p), t->ce_sent[p],
+                          CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS)
                 ok = 0;
+            if (ok && pp__nccl_wait_device(nc, NULL, t->ce_send_to[p], nc->timeout_s,
+                                           "pp_nccl_transport_free: copy-engine sends", NULL) != PP_OK)
+                ok = 0;
+        }
         if (ok && pp__nccl_wait_device(nc, NULL, t->ce_send, nc->timeout_s, "pp_nccl_transport_free: copy-engine sends",
                                        NULL) != PP_OK)
             ok = 0;
@@ -1826,22 +2190,40 @@ static void pp__nccl_ce_release(pp__nccl_transport *t, int at_free)
             ok = 0;
     }
     if (!nc->aborted && ok) {   /* after an abort the streams may sit on a wait: leave them and the memory */
+        int i;
+        for (i = 0; i < t->ce_num_maps; i++)
+            if (t->ce_maps[i].ptr) { cudaIpcCloseMemHandle(t->ce_maps[i].ptr); t->ce_maps[i].ptr = NULL; }
+        t->ce_num_maps = 0;
         for (p = 0; t->ce_opened && p < nc->world; p++)
             if (t->ce_opened[p]) { cudaIpcCloseMemHandle(t->ce_opened[p]); t->ce_opened[p] = NULL; }
         if (at_free && t->ce_collective && pp_nccl_barrier(nc, nc->timeout_s, NULL) != PP_OK) ok = 0;
         if (at_free) t->ce_collective = 0;
     }
     if (!nc->aborted && ok) {
+        for (p = 0; p < nc->world; p++) {
+            if (t->ce_send_to && t->ce_send_to[p]) cudaStreamDestroy(t->ce_send_to[p]);
+            if (t->ce_join && t->ce_join[p]) cudaEventDestroy(t->ce_join[p]);
+        }
         if (t->ce_send) cudaStreamDestroy(t->ce_send);
         if (t->ce_recv) cudaStreamDestroy(t->ce_recv);
         if (t->ce_mem) cudaFree(t->ce_mem);
     }
+    /* the claims are host memory, shared: unmapping is safe whatever the peers still do */
+    if (t->ce_seg_name[0]) { shm_unlink(t->ce_seg_name); t->ce_seg_name[0] = 0; }
+    if (t->ce_seg) munmap(t->ce_seg, t->ce_seg_bytes);
+    for (p = 0; t->ce_peer_seg && p < nc->world; p++)
+        if (t->ce_peer_seg[p]) munmap(t->ce_peer_seg[p], t->ce_peer_seg_bytes[p]);
+    t->ce_seg = NULL;
     t->ce_send = t->ce_recv = NULL;
     t->ce_mem = NULL;
     free(t->ce_remote); free(t->ce_opened); free(t->ce_ring_here); free(t->ce_ring_there);
-    free(t->ce_sent); free(t->ce_taken);
+    free(t->ce_sent); free(t->ce_taken); free(t->ce_send_to); free(t->ce_join);
+    free(t->ce_peer_seg); free(t->ce_peer_seg_bytes); free(t->ce_claims_in); free(t->ce_claims_out);
+    free(t->ce_xsent); free(t->ce_xrecv); free(t->ce_same); free(t->ce_plans);
     t->ce_remote = NULL; t->ce_opened = NULL; t->ce_ring_here = NULL; t->ce_ring_there = NULL;
-    t->ce_sent = NULL; t->ce_taken = NULL;
+    t->ce_sent = NULL; t->ce_taken = NULL; t->ce_send_to = NULL; t->ce_join = NULL;
+    t->ce_peer_seg = NULL; t->ce_peer_seg_bytes = NULL; t->ce_claims_in = NULL; t->ce_claims_out = NULL;
+    t->ce_xsent = NULL; t->ce_xrecv = NULL; t->ce_same = NULL; t->ce_plans = NULL; t->ce_cap_plans = 0;
     t->ce_on = 0;
     pp__nccl_hook_update(t);
 }
@@ -1878,7 +2260,7 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
      * left before it would leave the others waiting there until their deadline) */
     me.bad_args = slots < 2 || slots > 64 || slot_bytes < 4096 || slot_bytes > ((size_t)1 << 32) || slot_bytes % 256 != 0;
     if (me.bad_args) { slots = 2; slot_bytes = 4096; }
-    flags_bytes = 4096 * (((size_t)nc->world * 16 + 4095) / 4096);   /* arrived[world], freed[world] */
+    flags_bytes = 4096 * (((size_t)nc->world * 24 + 4095) / 4096);   /* arrived, freed, posted: [world] each */
     ring_bytes = slot_bytes * (size_t)slots;
     t->ce_slot_bytes = slot_bytes;
     t->ce_slots = slots;
@@ -1888,12 +2270,22 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     t->ce_ring_there = (size_t *)calloc((size_t)nc->world, sizeof *t->ce_ring_there);
     t->ce_sent = (uint64_t *)calloc((size_t)nc->world, sizeof *t->ce_sent);
     t->ce_taken = (uint64_t *)calloc((size_t)nc->world, sizeof *t->ce_taken);
+    t->ce_send_to = (cudaStream_t *)calloc((size_t)nc->world, sizeof *t->ce_send_to);
+    t->ce_join = (cudaEvent_t *)calloc((size_t)nc->world, sizeof *t->ce_join);
+    t->ce_peer_seg = (void **)calloc((size_t)nc->world, sizeof *t->ce_peer_seg);
+    t->ce_peer_seg_bytes = (size_t *)calloc((size_t)nc->world, sizeof *t->ce_peer_seg_bytes);
+    t->ce_claims_in = (pp__nccl_ce_claim **)calloc((size_t)nc->world, sizeof *t->ce_claims_in);
+    t->ce_claims_out = (pp__nccl_ce_claim **)calloc((size_t)nc->world, sizeof *t->ce_claims_out);
+    t->ce_xsent = (uint64_t *)calloc((size_t)nc->world, sizeof *t->ce_xsent);
+    t->ce_xrecv = (uint64_t *)calloc((size_t)nc->world, sizeof *t->ce_xrecv);
+    t->ce_same = (unsigned char *)calloc((size_t)nc->world, 1);
     cards = (pp__nccl_ce_card *)calloc((size_t)nc->world, sizeof *cards);
     wheres = (pp__nccl_ce_where *)calloc((size_t)nc->world, sizeof *wheres);
     mapped = (unsigned char *)calloc((size_t)nc->world, 1);
     all_mapped = (unsigned char *)calloc((size_t)nc->world * (size_t)nc->world, 1);
     if (!t->ce_remote || !t->ce_opened || !t->ce_ring_here || !t->ce_ring_there || !t->ce_sent || !t->ce_taken ||
-        !cards || !wheres || !mapped || !all_mapped) {
+        !t->ce_send_to || !t->ce_join || !t->ce_peer_seg || !t->ce_peer_seg_bytes || !t->ce_claims_in ||
+        !t->ce_claims_out || !t->ce_xsent || !t->ce_xrecv || !t->ce_same || !cards || !wheres || !mapped || !all_mapped) {
         /* cannot join the all-gathers without their buffers: the others time out there */
         st = pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_transport_copy_engine: out of memory");
         goto fail;
@@ -1909,6 +2301,8 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     me.asked_bytes = asked_bytes;
     me.asked_slots = asked_slots;
     me.threads_ok = getenv("PIPEPAR_NCCL_CE_SAME_PROCESS") && !strcmp(getenv("PIPEPAR_NCCL_CE_SAME_PROCESS"), "1");
+    me.bad_direct = pp__nccl_ce_direct_env() < 0;
+    t->ce_no_direct = pp__nccl_ce_direct_env() == 0;
     /* NCCL_P2P_DISABLE=1 says peer-to-peer between GPUs is off: ours too (so NCCL's socket
      * transport can stand in for two nodes, bench/gpu_pipeline.sh) */
     if (getenv("NCCL_P2P_DISABLE") && !strcmp(getenv("NCCL_P2P_DISABLE"), "1")) me.ok = 0;
@@ -1949,6 +2343,13 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
                                                  : "differs from rank 0's: every rank must set the same");
             goto fail;
         }
+        if (cards[p].bad_direct) {
+            st = pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: PIPEPAR_NCCL_CE_DIRECT on rank %d%s%s%s: "
+                               "must be 0 (the ring only) or 1 (direct copies, the default)", p,
+                               p == nc->rank ? " is '" : "", p == nc->rank ? getenv("PIPEPAR_NCCL_CE_DIRECT") : "",
+                               p == nc->rank ? "'" : "");
+            goto fail;
+        }
     }
     t->ce_base = me.base;
     for (p = 0; p < nc->world; p++) {
@@ -1972,6 +2373,14 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
         if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&t->ce_send, cudaStreamNonBlocking, hi);
         if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&t->ce_recv, cudaStreamNonBlocking, hi);
         if (e == cudaSuccess) e = pp__nccl_opener_make(t);
+        if (e == cudaSuccess) {   /* the claims of the pairs this rank receives in, one table per pair */
+            snprintf(t->ce_seg_name, sizeof t->ce_seg_name, "/pipepar-ce-%lld-%d-%llx", (long long)getpid(), nc->rank,
+                     (unsigned long long)(pp__nccl_now() * 1e9));
+            t->ce_seg_bytes = (size_t)pairs * PP__NCCL_CLAIMS * sizeof(pp__nccl_ce_claim);
+            t->ce_seg = (unsigned char *)pp__nccl_shm(t->ce_seg_name, t->ce_seg_bytes, 1);
+            if (!t->ce_seg) { t->ce_seg_name[0] = 0; e = cudaErrorMemoryAllocation; }
+            else { memcpy(where.seg, t->ce_seg_name, sizeof where.seg); where.seg_bytes = t->ce_seg_bytes; }
+        }
         for (p = 0; e == cudaSuccess && p < t->num_handles; p++) {
             if (!t->handles[p].done_send) e = cudaEventCreateWithFlags(&t->handles[p].done_send, cudaEventDisableTiming);
             if (e == cudaSuccess && !t->handles[p].done_recv)
@@ -1981,17 +2390,33 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
         where.ptr = (uint64_t)(uintptr_t)t->ce_mem;
         (void)cudaGetLastError();
     }
-    /* round 2: the memory; map every paired rank's */
+    /* round 2: the memory and the claims; map every paired rank's, and make its send stream */
     if ((st = pp__nccl_all_gather_host(nc, &where, wheres, sizeof where, err)) != PP_OK) goto fail;
     for (p = 0; p < nc->world; p++) {
-        void *ptr;
+        void *ptr, *seg;
+        size_t table = PP__NCCL_CLAIMS * sizeof(pp__nccl_ce_claim);
+        int lo = 0, hi = 0, same = cards[p].space == me.space && cards[p].pid == me.pid;
         if (!pp__nccl_ce_pair(cards, nc->rank, p) || !where.ok || !wheres[p].ok) continue;
-        ptr = pp__nccl_map_peer(t, cards[p].space == me.space && cards[p].pid == me.pid, cards[p].device, wheres[p].ptr,
-                                &wheres[p].handle, &t->ce_opened[p]);
+        wheres[p].seg[sizeof wheres[p].seg - 1] = 0;
+        seg = pp__nccl_shm(wheres[p].seg, (size_t)wheres[p].seg_bytes, 0);
+        if (!seg) continue;
+        t->ce_peer_seg[p] = seg;
+        t->ce_peer_seg_bytes[p] = (size_t)wheres[p].seg_bytes;
+        ptr = pp__nccl_map_peer(t, same, cards[p].device, wheres[p].ptr, &wheres[p].handle, &t->ce_opened[p]);
+        if (ptr && (cudaDeviceGetStreamPriorityRange(&lo, &hi) != cudaSuccess ||
+                    cudaStreamCreateWithPriority(&t->ce_send_to[p], cudaStreamNonBlocking, hi) != cudaSuccess ||
+                    cudaEventCreateWithFlags(&t->ce_join[p], cudaEventDisableTiming) != cudaSuccess)) {
+            if (t->ce_opened[p]) { cudaIpcCloseMemHandle(t->ce_opened[p]); t->ce_opened[p] = NULL; }
+            ptr = NULL;
+            (void)cudaGetLastError();
+        }
         if (!ptr) continue;
         t->ce_remote[p] = (CUdeviceptr)(uintptr_t)ptr;
+        t->ce_same[p] = (unsigned char)same;
         t->ce_ring_here[p] = pp__nccl_ce_ring_offset(cards, nc->rank, p, flags_bytes, ring_bytes);
         t->ce_ring_there[p] = pp__nccl_ce_ring_offset(cards, p, nc->rank, flags_bytes, ring_bytes);
+        t->ce_claims_in[p] = (pp__nccl_ce_claim *)(t->ce_seg + pp__nccl_ce_ring_offset(cards, nc->rank, p, 0, table));
+        t->ce_claims_out[p] = (pp__nccl_ce_claim *)((unsigned char *)seg + pp__nccl_ce_ring_offset(cards, p, nc->rank, 0, table));
         mapped[p] = 1;
     }
     /* round 3: a pair goes through the copy engines only when both sides mapped each other */
@@ -2001,8 +2426,10 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
         t->ce_remote[p] = 0;
         if (t->ce_opened[p]) { cudaIpcCloseMemHandle(t->ce_opened[p]); t->ce_opened[p] = NULL; }   /* one-sided */
     }
-    /* every rank has closed the mappings it keeps no use for before any rank frees its memory */
+    /* every rank has closed the mappings it keeps no use for before any rank frees its memory,
+     * and has opened the claims it needs */
     if ((st = pp_nccl_barrier(nc, nc->timeout_s, err)) != PP_OK) goto fail;
+    if (t->ce_seg_name[0]) { shm_unlink(t->ce_seg_name); t->ce_seg_name[0] = 0; }
     t->ce_on = n > 0;
     t->ce_collective = 1;
     if (t->ce_on) pp__nccl_hook_update(t);
@@ -2010,16 +2437,28 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     free(cards); free(wheres); free(mapped); free(all_mapped);
     if (ce_peers) *ce_peers = n;
     if (nc->debug)
-        fprintf(stderr, "[pipepar_nccl rank %d] copy engines: %d peers, %d slots of %zu B each (%.1f MiB)\n", nc->rank, n,
-                slots, slot_bytes, (double)total / 1048576.0);
+        fprintf(stderr, "[pipepar_nccl rank %d] copy engines: %d peers, %d slots of %zu B each (%.1f MiB), direct "
+                "copies %s\n", nc->rank, n, slots, slot_bytes, (double)total / 1048576.0, t->ce_no_direct ? "off" : "on");
     return pp__nccl_ok(err);
 fail:
+    if (t->ce_seg_name[0]) { shm_unlink(t->ce_seg_name); t->ce_seg_name[0] = 0; }
     if (st != PP_ETIMEOUT && !nc->aborted) {   /* else freeing could wait on the device */
         pp__nccl_ce_release(t, 0);
         t->ce_called = 0;   /* refused on every rank alike, nothing left behind: a new call may follow */
     }
     free(cards); free(wheres); free(mapped); free(all_mapped);
     return st;
+}
+
+pp_status pp_nccl_transport_copy_engine_counts(pp_transport *tp, long long counts[3], pp_error *err)
+{
+    pp__nccl_transport *t = pp__nccl_of(tp, err, "pp_nccl_transport_copy_engine_counts");
+    if (!t) return PP_EINVAL;
+    if (!counts) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine_counts: counts must not be NULL");
+    counts[0] = t->ce_counts[0];
+    counts[1] = t->ce_counts[1];
+    counts[2] = t->ce_counts[2];
+    return pp__nccl_ok(err);
 }
 
 pp_status pp_nccl_transport_record(pp_transport *tp, int on, pp_error *err)

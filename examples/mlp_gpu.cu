@@ -14,8 +14,8 @@
  *                                                              pp_search picks for their costs
  *
  * Transfers between processes on one host go through the copy engines
- * (pp_nccl_transport_copy_engine) unless --no-copy-engine: the sender needs no SM, so a transfer
- * does not wait for the peer's GEMMs to end. The rest go through NCCL, whose groups pass the
+ * (pp_nccl_transport_copy_engine) unless --no-copy-engine: one copy from the send buffer into
+ * the receive buffer that needs no SM on either GPU, so a transfer does not wait for GEMMs to end. The rest go through NCCL, whose groups pass the
  * arrival gate (pp_nccl_transport_gate) unless --no-gate: a group launches only once its peer has
  * reached the matching one, so no NCCL kernel sits on SMs waiting for it.
  *
@@ -136,8 +136,9 @@ static const char usage[] =
     "  --no-gate       launch NCCL groups at once (default: the arrival gate, pp_nccl_transport_gate:\n"
     "                  a group launches only once its peer has reached its matching group; one node)\n"
     "  --no-copy-engine  every transfer through NCCL (default: between processes on one host through the\n"
-    "                  copy engines, pp_nccl_transport_copy_engine, 8 slots of up to 16 MiB per peer: the\n"
-    "                  sender needs no SM; others, threads of one process, and NCCL_P2P_DISABLE=1 on NCCL)\n"
+    "                  copy engines, pp_nccl_transport_copy_engine: one copy straight between the two buffers,\n"
+    "                  no SM on either GPU; others, threads of one process, and NCCL_P2P_DISABLE=1 on NCCL;\n"
+    "                  PIPEPAR_NCCL_CE_DIRECT=0: through a ring of 8 slots of up to 16 MiB per peer instead)\n"
     "  --kill-rank R --kill-step K   failure test: rank R kills itself in the middle of step K\n";
 
 static int parse_args(int argc, char **argv, Options *o)
@@ -1319,8 +1320,10 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     /* the executor over the NCCL transport, timing every action with CUDA events */
     PPCK(pp_nccl_transport(R.pipe, R.stream, &R.tp, &e_));
     if (o.copy_engine) {
-        /* slots of one boundary tensor, at most 16 MiB (a 64 MiB tensor goes as 4 pieces, so the
-         * receiver's copy out of the ring overlaps the next piece's arrival); 8 of them */
+        /* each transfer is one copy straight between the two buffers (the arena is cudaMalloc'ed,
+         * so CUDA IPC shares it); the ring only carries what cannot be shared: slots of one
+         * boundary tensor, at most 16 MiB (a 64 MiB tensor goes as 4 pieces, so the receiver's
+         * copy out of the ring overlaps the next piece's arrival); 8 of them */
         size_t tensor = (size_t)o.tokens * o.hidden * sizeof(bf16);
         size_t slot = std::min<size_t>((size_t)16 << 20, (tensor + 4095) / 4096 * 4096);
         int peers = 0;
@@ -1583,6 +1586,13 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         for (int r = 0; r < world; r++) printf(" %.1f", busy_of[r] * 1e3);
         printf("\n  rank 0 transfers: %d groups, %.0f MiB, best %.1f GB/s per group, %.1f ms on the comm stream\n",
                ngroups, bytes_moved / 1048576.0, best_bw / 1e9, xfer_time * 1e3);
+        if (o.copy_engine) {
+            long long how[3] = { 0, 0, 0 };
+            PPCK(pp_nccl_transport_copy_engine_counts(&R.tp, how, &e_));
+            if (how[0] + how[1] + how[2] > 0)
+                printf("  rank 0 copy-engine transfers (every step): %lld pushed (receive posted first), %lld pulled "
+                       "(send posted first), %lld through the ring\n", how[0], how[1], how[2]);
+        }
         printf("  peak memory (max over ranks): %.1f GiB allocated by the program, %.1f GiB in use on the device\n",
                (double)mine[8 * S + 2], (double)mine[8 * S + 3]);
         fflush(stdout);

@@ -61,17 +61,24 @@ for name in zbv-vpp2 gate-threads; do
 done
 
 # copy-engine transfers (pp_nccl_transport_copy_engine) between processes (CUDA IPC), looped and
-# V placements; the tensor (1 MiB) goes as one piece. Then pieces: slots of 16 MiB (a 64 MiB
-# tensor of the benchmark goes as 4; here tokens 16384 x hidden 1024 = 32 MiB, 2 pieces)
+# V placements: direct copies, pushed or pulled, none through the ring (the arena is cudaMalloc'ed).
+# Then the ring only (PIPEPAR_NCCL_CE_DIRECT=0), in pieces: slots of 16 MiB (a 64 MiB tensor of the
+# benchmark goes as 4; here tokens 16384 x hidden 1024 = 32 MiB, 2 pieces)
 run2 ce-interleaved $SMALL --schedule interleaved --vpp 4 --copy-engine --check; expect_match ce-interleaved $?
+grep -Eq "copy-engine transfers \(every step\): [0-9]+ pushed .*, [0-9]+ pulled .*, 0 through the ring" "$log/ce-interleaved" &&
+    ok "ce-interleaved: $(sed -n 's/^ *rank 0 copy-engine transfers (every step): //p' "$log/ce-interleaved")" ||
+    bad "ce-interleaved: $(grep 'copy-engine transfers' "$log/ce-interleaved")"
 run2 ce-zbv $SMALL --schedule zbv --copy-engine --check; expect_match ce-zbv $?
 run2 ce-dualpipev $SMALL --schedule dualpipev --copy-engine --check; expect_match ce-dualpipev $?
 # threads of one process stay on NCCL (pp_nccl_transport_copy_engine: a hang there, not found)
 timeout 180 "$BUILD/mlp_gpu" $SMALL --schedule dualpipev --threads 2 --copy-engine --check >"$log/ce-threads" 2>&1
 expect_match ce-threads $?
 grep -q "copy engines: 0 peer(s)" "$log/ce-threads" && ok "ce-threads: threads stay on NCCL" || bad "ce-threads: $(grep 'copy engines' "$log/ce-threads")"
-run2 ce-pieces --hidden 1024 --layers 4 --tokens 16384 --mb 4 --warmup 1 --steps 2 --schedule 1f1b --copy-engine --check
+PIPEPAR_NCCL_CE_DIRECT=0 run2 ce-pieces --hidden 1024 --layers 4 --tokens 16384 --mb 4 --warmup 1 --steps 2 \
+    --schedule 1f1b --copy-engine --check
 expect_match ce-pieces $?
+grep -Eq "copy-engine transfers \(every step\): 0 pushed .*, 0 pulled .*, [1-9][0-9]* through the ring" "$log/ce-pieces" &&
+    ok "ce-pieces: PIPEPAR_NCCL_CE_DIRECT=0, all through the ring" || bad "ce-pieces: $(grep 'copy-engine transfers' "$log/ce-pieces")"
 for name in ce-interleaved ce-dualpipev; do
     grep -q "copy engines: 1 peer(s)" "$log/$name" && ok "$name: the copy engines are on" || bad "$name: copy engines not on"
 done

@@ -3,8 +3,8 @@
  * ncclCommSplit by the rank grid, the gradient norm, the event timer, group times, and the
  * watchdog (an unmatched send ends in PP_ETIMEOUT within the deadline, then PP_EABORTED), and
  * the arrival gate's 64-bit flags (counts across 2^32; a late announcement after an abort), and
- * copy-engine transfers (pieces through a ring, counts across 2^32, a sender with every SM taken, a
- * dead peer).
+ * copy-engine transfers (direct: pushed, pulled, random orders, 4096 posts ahead, sizes that
+ * differ; the ring: pieces, counts across 2^32; a sender with every SM taken, a dead peer).
  * Ranks are threads of this process, one GPU each (the file bootstrap and the in-memory id);
  * with one GPU only the one-rank tests run. Ends with "N passed, N failed".
  * (C code; a .cu so that nvcc links it with the C++ runtime pipepar_cuda.o needs.)         */
@@ -685,8 +685,20 @@ static void *ce_rank_main(void *argp)
             cudaMemcpy(got, recvb + k * bytes, bytes, cudaMemcpyDeviceToHost);
             ok &= memcmp(want, got, bytes) == 0;
         }
-        CHECK_MSG(ok, "copy engines: 12 groups of 2.5 MiB each way, in pieces through 3 slots, counts across 2^32: "
-                  "every byte arrived");
+        {
+            long long how[3] = { -1, -1, -1 };
+            const char *direct = getenv("PIPEPAR_NCCL_CE_DIRECT");
+            CHECK_OK(pp_nccl_transport_copy_engine_counts(&t, how, &e), &e);
+            if (direct && !strcmp(direct, "0")) {
+                CHECK_MSG(ok, "copy engines, ring only: 12 groups of 2.5 MiB each way, in pieces through 3 slots, counts "
+                          "across 2^32: every byte arrived");
+                CHECK_MSG(how[0] == 0 && how[1] == 0 && how[2] == 24, "PIPEPAR_NCCL_CE_DIRECT=0: all 24 through the ring");
+            } else {
+                CHECK_MSG(ok, "copy engines, direct: 12 groups of 2.5 MiB each way, counts across 2^32: every byte arrived");
+                CHECK_MSG(how[0] + how[1] == 24 && how[2] == 0, "direct: each of the 24 transfers pushed or pulled");
+                printf("  copy engines, both ranks posting at once: rank %d pushed %lld, pulled %lld\n", rank, how[0], how[1]);
+            }
+        }
         CHECK_OK(pp_nccl_transport_times(&t, base, times, 16, &count, &e), &e);
         CHECK(count == 12);
         for (k = 0; k < count && k < 12; k++)
@@ -694,10 +706,11 @@ static void *ce_rank_main(void *argp)
                   times[k].bytes_received == bytes && times[k].peer == peer && times[k].transfers == 2);
         cudaEventDestroy(base);
 
-        /* every SM of the sender taken by a spinning kernel: its send still goes (the copy into
-         * the peer's ring runs on a copy engine, the counts are stream memory operations), and
-         * the receiver, whose SMs are free, gets every byte. (The receiver's copy out of the ring
-         * is device-to-device and may run as a kernel: on H200s it waits for SMs like NCCL's.) */
+        /* every SM of the sender taken by a spinning kernel: its send still goes (the push into
+         * the receive buffer or the ring, or the receiver's pull, runs on a copy engine, the
+         * counts are stream memory operations), and the receiver, whose SMs are free, gets every
+         * byte. (A receiver's copy out of the ring is device-to-device and may run as a kernel:
+         * on H200s it waits for SMs like NCCL's.) */
         pthread_barrier_wait(&tr->bar);
         if (rank == 0) take_every_sm<<<blocks_for_every_sm(rank), 1024, 0, hog>>>(g->release);
         {
@@ -754,6 +767,180 @@ static void *ce_rank_main(void *argp)
     cudaFree(sendb); cudaFree(recvb);
     free(want); free(got);
     cudaStreamDestroy(s); cudaStreamDestroy(hog);
+    pp_nccl_free(nc);
+    return NULL;
+}
+
+/* One transfer from rank 0 to rank 1, the two posts in the order given (the first posts, both
+ * meet at the barrier, the second posts); returns whether the bytes arrived. */
+static int ce_one_transfer(gate_test *g, pp_transport *t, pp_nccl *nc, cudaStream_t s, unsigned char *buf, size_t bytes,
+                           int receiver_first, int seed)
+{
+    int rank = g->rank, ok = 1;
+    unsigned char *want = (unsigned char *)calloc(1, bytes ? bytes : 1), *got = (unsigned char *)calloc(1, bytes ? bytes : 1);
+    pp_transfer x;
+    void *hh = NULL;
+    pp_error e;
+    fill_pattern(want, bytes, seed);
+    if (rank == 0) cudaMemcpyAsync(buf, want, bytes, cudaMemcpyHostToDevice, s);
+    else cudaMemsetAsync(buf, 0, bytes, s);
+    memset(&x, 0, sizeof x);
+    x.is_send = rank == 0; x.peer = 1 - rank; x.buf = buf; x.bytes = bytes;
+    if ((rank == 1) == receiver_first) CHECK_OK(t->post(t->user, &x, 1, &hh, &e), &e);
+    pthread_barrier_wait(&g->tr->bar);
+    if ((rank == 1) != receiver_first) CHECK_OK(t->post(t->user, &x, 1, &hh, &e), &e);
+    CHECK_OK(t->wait(t->user, hh, 10, &e), &e);
+    CHECK_OK(pp_nccl_sync(nc, s, 10, &e), &e);
+    if (rank == 1) {
+        cudaMemcpy(got, buf, bytes, cudaMemcpyDeviceToHost);
+        ok = memcmp(want, got, bytes) == 0;
+    }
+    free(want); free(got);
+    return ok;
+}
+
+/* Direct copies between two threads: the receiver first (pushed), the sender first (pulled), at
+ * an offset inside an allocation; 600 transfers each way in random order, sizes and pauses;
+ * more than PP__NCCL_CLAIMS (4096) transfers posted ahead of the peer. mode 4: a receive that
+ * names other bytes than its send. */
+static void *ce_direct_rank(void *argp)
+{
+    gate_test *g = (gate_test *)argp;
+    two_ranks *tr = g->tr;
+    int rank = g->rank, peer = 1 - rank, peers = -1, k;
+    pp_nccl_config c;
+    pp_nccl *nc = NULL;
+    pp_transport t;
+    pp_error e;
+    cudaStream_t s;
+    unsigned char *buf = NULL;
+    long long how[3], before[3];
+    const size_t big = 3u << 20;
+    memset(&c, 0, sizeof c);
+    c.world = 2; c.rank = rank; c.device = rank; c.timeout_s = 30;
+    c.bootstrap = PP_NCCL_BOOTSTRAP_ID; c.id = &tr->id;
+    cudaSetDevice(rank);
+    CHECK_OK(pp_nccl_init(&c, &nc, &e), &e);
+    if (!nc) return NULL;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    CHECK_OK(pp_nccl_transport(nc, s, &t, &e), &e);
+    CHECK_OK(pp_nccl_transport_copy_engine(&t, 1 << 20, 4, &peers, &e), &e);
+    CHECK(peers == 1);
+    cudaMalloc((void **)&buf, 2 * big + 8192);
+    if (g->mode == 4) {
+        /* rank 0 sends 4096 bytes, rank 1 receives 8192: the second to post (rank 1) refuses,
+         * naming both sizes, and aborts; rank 0's send never completes: PP_ETIMEOUT */
+        pp_transfer x;
+        void *hh = NULL;
+        pp_status st;
+        memset(&x, 0, sizeof x);
+        x.is_send = rank == 0; x.peer = peer; x.buf = buf; x.bytes = rank == 0 ? 4096 : 8192;
+        if (rank == 0) CHECK_OK(t.post(t.user, &x, 1, &hh, &e), &e);
+        pthread_barrier_wait(&tr->bar);
+        if (rank == 1) {
+            CHECK_FAILS(t.post(t.user, &x, 1, &hh, &e), &e, PP_ETRANSPORT,
+                        "transfer 0 from rank 0: 4096 bytes sent, 8192 bytes expected here (each receive must name its "
+                        "send's size)");
+            printf("  copy engines, sizes that differ: %s\n", e.message);
+        } else {
+            CHECK_OK(t.wait(t.user, hh, 2, &e), &e);
+            st = pp_nccl_sync(nc, s, 2.0, &e);
+            CHECK_MSG(st == PP_ETIMEOUT, e.message);
+            CHECK_MSG(stream_drains(s, 15), "after the abort the compute stream drained");
+        }
+        pthread_barrier_wait(&tr->bar);   /* rank 1's failed post aborted its communicator */
+        goto done;
+    }
+    CHECK_OK(pp_nccl_transport_copy_engine_counts(&t, before, &e), &e);
+    CHECK_MSG(ce_one_transfer(g, &t, nc, s, buf + 4096 + 256, big, 1, 11), "receiver first: 3 MiB pushed into the "
+              "receive buffer, 4352 bytes into its allocation");
+    CHECK_OK(pp_nccl_transport_copy_engine_counts(&t, how, &e), &e);
+    CHECK_MSG(how[0] == before[0] + 1 && how[1] == before[1] && how[2] == before[2], "counted as pushed, on both sides");
+    CHECK_MSG(ce_one_transfer(g, &t, nc, s, buf + big, big, 0, 12), "sender first: 3 MiB pulled out of the send buffer");
+    CHECK_OK(pp_nccl_transport_copy_engine_counts(&t, before, &e), &e);
+    CHECK_MSG(before[1] == how[1] + 1 && before[0] == how[0], "counted as pulled, on both sides");
+    CHECK_MSG(ce_one_transfer(g, &t, nc, s, buf, 0, 1, 13), "an empty transfer, receiver first");
+    CHECK_MSG(ce_one_transfer(g, &t, nc, s, buf, 0, 0, 14), "an empty transfer, sender first");
+    {
+        /* 600 groups, each a send and a receive of 1 .. 64 KiB (both ranks draw the same sizes),
+         * posted with random pauses so that either side comes first, each waited for stream-wise
+         * right away: both directions, pushes and pulls mixed in one run */
+        enum { N = 600 };
+        size_t *size = (size_t *)malloc(N * sizeof *size), total = 0, *off = (size_t *)malloc(N * sizeof *off);
+        unsigned char *sendb = NULL, *recvb = NULL, *want, *got;
+        unsigned seed = 99u + (unsigned)rank;
+        int ok = 1;
+        for (k = 0; k < N; k++) { size[k] = 1 + (size_t)((k * 2654435761u) % 65536u); off[k] = total; total += size[k]; }
+        cudaMalloc((void **)&sendb, total);
+        cudaMalloc((void **)&recvb, total);
+        want = (unsigned char *)malloc(total);
+        got = (unsigned char *)malloc(total);
+        fill_pattern(want, total, 40 + rank);
+        cudaMemcpy(sendb, want, total, cudaMemcpyHostToDevice);
+        cudaMemset(recvb, 0, total);
+        CHECK_OK(pp_nccl_transport_copy_engine_counts(&t, before, &e), &e);
+        pthread_barrier_wait(&tr->bar);
+        for (k = 0; k < N; k++) {
+            pp_transfer x[2];
+            void *hh = NULL;
+            memset(x, 0, sizeof x);
+            x[0].is_send = 1; x[0].peer = peer; x[0].buf = sendb + off[k]; x[0].bytes = size[k];
+            x[1].is_send = 0; x[1].peer = peer; x[1].buf = recvb + off[k]; x[1].bytes = size[k];
+            if (rand_r(&seed) % 4 == 0) { struct timespec ts = { 0, (long)(rand_r(&seed) % 200) * 1000 }; nanosleep(&ts, NULL); }
+            CHECK_OK(t.post(t.user, x, 2, &hh, &e), &e);
+            CHECK_OK(t.wait(t.user, hh, 10, &e), &e);
+        }
+        CHECK_OK(pp_nccl_sync(nc, s, 20, &e), &e);
+        fill_pattern(want, total, 40 + peer);
+        cudaMemcpy(got, recvb, total, cudaMemcpyDeviceToHost);
+        ok = memcmp(want, got, total) == 0;
+        CHECK_OK(pp_nccl_transport_copy_engine_counts(&t, how, &e), &e);
+        CHECK_MSG(ok, "600 groups each way in random order, sizes and pauses: every byte arrived");
+        CHECK_MSG(how[0] - before[0] + how[1] - before[1] == 2 * N && how[2] == before[2], "all pushed or pulled");
+        printf("  copy engines, 600 groups in random order: rank %d pushed %lld, pulled %lld\n", rank, how[0] - before[0],
+               how[1] - before[1]);
+        cudaFree(sendb); cudaFree(recvb);
+        free(want); free(got); free(size); free(off);
+    }
+    {
+        /* rank 0 posts 4296 sends of 64 bytes at once while rank 1 sleeps 1 s before its first
+         * receive: rank 0's 4097th post finds its own claim of transfer 0's place unseen and waits
+         * for rank 1's posts; every transfer arrives */
+        enum { M = 4296 };
+        unsigned char *dev = NULL, *want = (unsigned char *)malloc((size_t)M * 64), *got = (unsigned char *)malloc((size_t)M * 64);
+        double t0;
+        cudaMalloc((void **)&dev, (size_t)M * 64);
+        fill_pattern(want, (size_t)M * 64, 77);
+        if (rank == 0) cudaMemcpy(dev, want, (size_t)M * 64, cudaMemcpyHostToDevice);
+        else cudaMemset(dev, 0, (size_t)M * 64);
+        pthread_barrier_wait(&tr->bar);
+        t0 = now_s();
+        if (rank == 1) { struct timespec ts = { 1, 0 }; nanosleep(&ts, NULL); }
+        for (k = 0; k < M; k++) {
+            pp_transfer x;
+            void *hh = NULL;
+            memset(&x, 0, sizeof x);
+            x.is_send = rank == 0; x.peer = peer; x.buf = dev + (size_t)k * 64; x.bytes = 64;
+            CHECK_OK(t.post(t.user, &x, 1, &hh, &e), &e);
+            CHECK_OK(t.wait(t.user, hh, 10, &e), &e);
+            if (rank == 0 && k == 4095)
+                CHECK_MSG(now_s() - t0 < 0.9, "4096 posts ahead of the peer go without waiting");
+            if (rank == 0 && k == 4096)
+                CHECK_MSG(now_s() - t0 > 0.9, "the 4097th waits for the peer's posts");
+        }
+        CHECK_OK(pp_nccl_sync(nc, s, 20, &e), &e);
+        if (rank == 1) {
+            cudaMemcpy(got, dev, (size_t)M * 64, cudaMemcpyDeviceToHost);
+            CHECK_MSG(memcmp(want, got, (size_t)M * 64) == 0, "4296 transfers, 200 past the claims' wrap: every byte arrived");
+        }
+        cudaFree(dev);
+        free(want); free(got);
+    }
+done:
+    cudaStreamSynchronize(s);
+    pp_nccl_transport_free(&t);
+    cudaFree(buf);
+    cudaStreamDestroy(s);
     pp_nccl_free(nc);
     return NULL;
 }
@@ -824,7 +1011,12 @@ int main(void)
         setenv("PIPEPAR_NCCL_CE_SAME_PROCESS", "1", 1);
         setenv("PIPEPAR_NCCL_GATE_BASE", "4294967290", 1);
         two_rank_threads(ce_rank_main, 0);
+        setenv("PIPEPAR_NCCL_CE_DIRECT", "0", 1);
+        two_rank_threads(ce_rank_main, 0);
+        unsetenv("PIPEPAR_NCCL_CE_DIRECT");
         unsetenv("PIPEPAR_NCCL_GATE_BASE");
+        two_rank_threads(ce_direct_rank, 0);
+        two_rank_threads(ce_direct_rank, 4);
         two_rank_threads(ce_rank_main, 2);
         two_rank_threads(ce_rank_main, 1);
         unsetenv("PIPEPAR_NCCL_CE_SAME_PROCESS");

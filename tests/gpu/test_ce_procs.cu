@@ -1,0 +1,257 @@
+/* tests/gpu/test_ce_procs.cu — copy-engine transfers between two processes, as pipeline ranks
+ * launched one per GPU run them: buffers shared by CUDA IPC (pushed into a receive buffer at an
+ * offset in its allocation, pulled out of a send buffer), memory CUDA IPC cannot share (from
+ * cudaMallocAsync) through the ring, more allocations than the mapping cache holds, a random
+ * mix, and a receive that names other bytes than its send.
+ * The parent forks the two ranks before any CUDA call, each takes GPU `rank` and the file
+ * bootstrap; each reports its counts through a pipe. Needs two GPUs; ends with
+ * "N passed, N failed". (C code; a .cu so that nvcc links it with the C++ runtime.)          */
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
+#endif
+#include <cuda_runtime.h>
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/wait.h>
+#include "../../pipepar.h"
+
+static int passed, failed, my_rank;
+
+#define CHECK_MSG(cond, msg) check_((cond) != 0, __LINE__, #cond, (msg))
+#define CHECK_OK(call, e) do { pp_status s_ = (call); check_(s_ == PP_OK, __LINE__, #call, (e)->message); } while (0)
+#define CHECK_FAILS(call, e, status, needle) do { pp_status s_ = (call); \
+    check_(s_ == (status) && strstr((e)->message, (needle)) != NULL, __LINE__, #call, (e)->message); } while (0)
+
+static void check_(int ok, int line, const char *what, const char *msg)
+{
+    if (ok) { passed++; return; }
+    failed++;
+    printf("FAIL rank %d: test_ce_procs.cu:%d: %s %s\n", my_rank, line, what, msg ? msg : "");
+    fflush(stdout);
+}
+
+static void fill(unsigned char *p, size_t n, int seed)
+{
+    size_t i;
+    for (i = 0; i < n; i++) p[i] = (unsigned char)(seed * 151 + i * 13 + (i >> 11));
+}
+
+typedef struct rank_ctx {
+    int rank, peer;
+    pp_nccl *nc;
+    pp_transport t;
+    cudaStream_t s;
+} rank_ctx;
+
+/* One transfer from rank 0 to rank 1; `first` names the rank that posts first (a barrier between
+ * the two posts). Returns whether the bytes arrived (rank 1) or 1 (rank 0). */
+static int one(rank_ctx *r, unsigned char *buf, size_t bytes, int first, int seed)
+{
+    unsigned char *want = (unsigned char *)calloc(1, bytes), *got = (unsigned char *)calloc(1, bytes);
+    pp_transfer x;
+    void *h = NULL;
+    pp_error e;
+    int ok = 1;
+    fill(want, bytes, seed);
+    if (r->rank == 0) cudaMemcpy(buf, want, bytes, cudaMemcpyHostToDevice);
+    else cudaMemset(buf, 0, bytes);
+    memset(&x, 0, sizeof x);
+    x.is_send = r->rank == 0; x.peer = r->peer; x.buf = buf; x.bytes = bytes;
+    if (r->rank == first) CHECK_OK(r->t.post(r->t.user, &x, 1, &h, &e), &e);
+    CHECK_OK(pp_nccl_barrier(r->nc, 10, &e), &e);
+    if (r->rank != first) CHECK_OK(r->t.post(r->t.user, &x, 1, &h, &e), &e);
+    CHECK_OK(r->t.wait(r->t.user, h, 10, &e), &e);
+    CHECK_OK(pp_nccl_sync(r->nc, r->s, 10, &e), &e);
+    if (r->rank == 1) {
+        cudaMemcpy(got, buf, bytes, cudaMemcpyDeviceToHost);
+        ok = memcmp(want, got, bytes) == 0;
+    }
+    free(want); free(got);
+    return ok;
+}
+
+static void counts(rank_ctx *r, long long c[3])
+{
+    pp_error e;
+    CHECK_OK(pp_nccl_transport_copy_engine_counts(&r->t, c, &e), &e);
+}
+
+static void run_rank(int rank, const char *id_file)
+{
+    rank_ctx r;
+    pp_nccl_config c;
+    pp_error e;
+    long long a[3], b[3];
+    int peers = -1, k;
+    unsigned char *big = NULL, *pool_buf = NULL;
+    const size_t mib3 = 3u << 20;
+    memset(&r, 0, sizeof r);
+    r.rank = rank; r.peer = 1 - rank;
+    memset(&c, 0, sizeof c);
+    c.world = 2; c.rank = rank; c.device = rank; c.timeout_s = 30;
+    c.bootstrap = PP_NCCL_BOOTSTRAP_FILE; c.id_file = id_file;
+    cudaSetDevice(rank);
+    CHECK_OK(pp_nccl_init(&c, &r.nc, &e), &e);
+    if (!r.nc) return;
+    cudaStreamCreateWithFlags(&r.s, cudaStreamNonBlocking);
+    CHECK_OK(pp_nccl_transport(r.nc, r.s, &r.t, &e), &e);
+    CHECK_OK(pp_nccl_transport_copy_engine(&r.t, 1 << 20, 4, &peers, &e), &e);
+    CHECK_MSG(peers == 1, "two processes of one host: the peer goes through the copy engines");
+    cudaMalloc((void **)&big, 2 * mib3 + 8192);
+
+    /* CUDA IPC: pushed into a receive buffer 4352 bytes into its allocation; pulled */
+    counts(&r, a);
+    CHECK_MSG(one(&r, big + 4096 + 256, mib3, 1, 1), "receiver first: 3 MiB pushed into a buffer 4352 bytes into its "
+              "allocation (CUDA IPC)");
+    counts(&r, b);
+    CHECK_MSG(b[0] == a[0] + 1 && b[1] == a[1] && b[2] == a[2], "counted as pushed");
+    CHECK_MSG(one(&r, big + mib3, mib3, 0, 2), "sender first: 3 MiB pulled out of the send buffer (CUDA IPC)");
+    counts(&r, a);
+    CHECK_MSG(a[1] == b[1] + 1 && a[0] == b[0] && a[2] == b[2], "counted as pulled");
+    CHECK_MSG(one(&r, big + 17, 1000, 1, 3), "receiver first again, same allocation (its mapping reused), odd offset");
+
+    /* memory from a stream-ordered pool: CUDA IPC cannot share it, the ring carries it */
+    if (cudaMallocAsync((void **)&pool_buf, mib3, r.s) == cudaSuccess && cudaStreamSynchronize(r.s) == cudaSuccess) {
+        counts(&r, a);
+        CHECK_MSG(one(&r, pool_buf, mib3, 1, 4), "receiver first with a cudaMallocAsync buffer: 3 MiB through the ring");
+        counts(&r, b);
+        if (rank == 1) CHECK_MSG(b[2] == a[2] + 1, "the receiver could not publish it: counted as ring");
+        CHECK_MSG(one(&r, pool_buf, mib3, 0, 5), "sender first with a cudaMallocAsync buffer: through the ring");
+        counts(&r, a);
+        if (rank == 0) CHECK_MSG(a[2] == b[2] + 1, "the sender could not publish it: counted as ring");
+        cudaFreeAsync(pool_buf, r.s);
+        cudaStreamSynchronize(r.s);
+    } else {
+        CHECK_MSG(0, "cudaMallocAsync");
+    }
+
+    /* 80 allocations, receiver first for each: rank 0 maps 80 of rank 1's allocations, more than
+     * its cache of 64 holds (the least recently used close once the streams drained) */
+    {
+        unsigned char *bufs[80];
+        int ok = 1;
+        for (k = 0; k < 80; k++) cudaMalloc((void **)&bufs[k], 65536);
+        for (k = 0; k < 80; k++) ok &= one(&r, bufs[k], 65536, 1, 100 + k);
+        CHECK_MSG(ok, "80 receive buffers of their own allocations, pushed into: every byte arrived");
+        for (k = 0; k < 80; k++) ok &= one(&r, bufs[k], 4096, 1, 200 + k);
+        CHECK_MSG(ok, "and again, after the cache turned over");
+        CHECK_OK(pp_nccl_barrier(r.nc, 10, &e), &e);
+        for (k = 0; k < 80; k++) cudaFree(bufs[k]);
+    }
+
+    /* 400 groups, a send and a receive each way, random sizes and pauses: pushes and pulls mixed */
+    {
+        enum { N = 400 };
+        size_t off[N], size[N], total = 0;
+        unsigned char *sendb = NULL, *recvb = NULL, *want, *got;
+        unsigned seed = 5u + (unsigned)rank;
+        for (k = 0; k < N; k++) { size[k] = 1 + (size_t)((k * 2246822519u) % 200000u); off[k] = total; total += size[k]; }
+        cudaMalloc((void **)&sendb, total);
+        cudaMalloc((void **)&recvb, total);
+        want = (unsigned char *)malloc(total);
+        got = (unsigned char *)malloc(total);
+        fill(want, total, 60 + rank);
+        cudaMemcpy(sendb, want, total, cudaMemcpyHostToDevice);
+        cudaMemset(recvb, 0, total);
+        counts(&r, a);
+        CHECK_OK(pp_nccl_barrier(r.nc, 10, &e), &e);
+        for (k = 0; k < N; k++) {
+            pp_transfer x[2];
+            void *h = NULL;
+            memset(x, 0, sizeof x);
+            x[0].is_send = 1; x[0].peer = r.peer; x[0].buf = sendb + off[k]; x[0].bytes = size[k];
+            x[1].is_send = 0; x[1].peer = r.peer; x[1].buf = recvb + off[k]; x[1].bytes = size[k];
+            if (rand_r(&seed) % 3 == 0) { struct timespec ts = { 0, (long)(rand_r(&seed) % 300) * 1000 }; nanosleep(&ts, NULL); }
+            CHECK_OK(r.t.post(r.t.user, x, 2, &h, &e), &e);
+            CHECK_OK(r.t.wait(r.t.user, h, 10, &e), &e);
+        }
+        CHECK_OK(pp_nccl_sync(r.nc, r.s, 30, &e), &e);
+        fill(want, total, 60 + r.peer);
+        cudaMemcpy(got, recvb, total, cudaMemcpyDeviceToHost);
+        counts(&r, b);
+        CHECK_MSG(memcmp(want, got, total) == 0, "400 groups each way in random order, sizes and pauses: every byte arrived");
+        CHECK_MSG(b[0] - a[0] + b[1] - a[1] == 2 * N, "all pushed or pulled");
+        printf("  rank %d: 400 random groups: pushed %lld, pulled %lld\n", rank, b[0] - a[0], b[1] - a[1]);
+        cudaFree(sendb); cudaFree(recvb);
+        free(want); free(got);
+    }
+
+    /* a receive that names other bytes than its send: the second to post refuses, naming both */
+    {
+        pp_transfer x;
+        void *h = NULL;
+        memset(&x, 0, sizeof x);
+        x.is_send = rank == 0; x.peer = r.peer; x.buf = big; x.bytes = rank == 0 ? 8192 : 4096;
+        if (rank == 1) CHECK_OK(r.t.post(r.t.user, &x, 1, &h, &e), &e);
+        CHECK_OK(pp_nccl_barrier(r.nc, 10, &e), &e);
+        if (rank == 0) {
+            CHECK_FAILS(r.t.post(r.t.user, &x, 1, &h, &e), &e, PP_ETRANSPORT,
+                        "to rank 1: 4096 bytes expected by the receive, 8192 bytes sent here");
+            printf("  rank 0: sizes that differ: %s\n", e.message);
+        } else {
+            pp_status st;
+            CHECK_OK(r.t.wait(r.t.user, h, 2, &e), &e);
+            st = pp_nccl_sync(r.nc, r.s, 2.0, &e);
+            CHECK_MSG(st == PP_ETIMEOUT, e.message);
+        }
+    }
+    cudaStreamSynchronize(r.s);
+    pp_nccl_transport_free(&r.t);
+    cudaFree(big);
+    cudaStreamDestroy(r.s);
+    pp_nccl_free(r.nc);
+}
+
+int main(void)
+{
+    char id_file[128];
+    int pipes[2][2], r, total_pass = 0, total_fail = 0;
+    pid_t pid[2];
+    snprintf(id_file, sizeof id_file, "/tmp/pipepar_test_ce_procs_%ld.id", (long)getpid());
+    unlink(id_file);
+    for (r = 0; r < 2; r++) {
+        if (pipe(pipes[r]) != 0) { printf("pipe failed\n0 passed, 1 failed\n"); return 1; }
+        fflush(stdout);
+        pid[r] = fork();
+        if (pid[r] == 0) {   /* a rank: CUDA starts here, after the fork */
+            int devices = 0;
+            char line[64];
+            close(pipes[r][0]);
+            my_rank = r;
+            if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2) {
+                if (r == 0) printf("  one GPU: the two-process tests need two\n");
+            } else {
+                run_rank(r, id_file);
+            }
+            fflush(stdout);
+            snprintf(line, sizeof line, "%d %d\n", passed, failed);
+            if (write(pipes[r][1], line, strlen(line)) < 0) _exit(3);
+            _exit(0);
+        }
+        close(pipes[r][1]);
+    }
+    for (r = 0; r < 2; r++) {
+        char line[64];
+        ssize_t n;
+        int status = 0, p = 0, f = 1;
+        n = read(pipes[r][0], line, sizeof line - 1);
+        if (n > 0) { line[n] = 0; if (sscanf(line, "%d %d", &p, &f) != 2) f = 1; }
+        waitpid(pid[r], &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            printf("FAIL rank %d: exit status %d\n", r, status);
+            f++;
+        }
+        total_pass += p;
+        total_fail += f;
+    }
+    unlink(id_file);
+    printf("%d passed, %d failed\n", total_pass, total_fail);
+    return total_fail != 0;
+}
