@@ -889,11 +889,13 @@ typedef struct pp__nccl_ce_export {   /* one of this rank's allocations, exporte
 } pp__nccl_ce_export;
 
 #define PP__NCCL_CE_MAPS 64
+#define PP__NCCL_READY_HIST 64    /* how many posts back a receive may start from */
 
 typedef struct pp__nccl_transport {
     pp_nccl *nc;
     cudaStream_t compute;
-    cudaEvent_t ready;          /* recorded on the compute stream at each post */
+    cudaEvent_t ready;          /* recorded on the compute stream at this post: ready_hist[posts % N] */
+    cudaEvent_t ready_hist[PP__NCCL_READY_HIST];   /* the last posts' points (pp_transfer.buf_free_posts) */
     pp__nccl_handle *handles;
     int num_handles;
     int recording;
@@ -1465,6 +1467,21 @@ static pp_status pp__nccl_ce_group(pp__nccl_transport *t, const pp_transfer *x, 
     return PP_OK;
 }
 
+/* Where a group's copy-engine receives may start on the compute stream: this post's point, or
+ * an earlier post's when every one of their buffers has been free since (buf_free_posts), so
+ * that the data can land while the compute issued since runs: a receive posted right before its
+ * consumer otherwise starts only when the compute before it has ended, and its copy is exposed. */
+static cudaEvent_t pp__nccl_recv_ready(const pp__nccl_transport *t, const pp_transfer *x, int count)
+{
+    long long back = PP__NCCL_READY_HIST - 1;
+    int i;
+    if (back > t->posts) back = t->posts;
+    for (i = 0; i < count; i++)
+        if (!x[i].is_send && x[i].peer != t->nc->rank && pp__nccl_is_ce(t, x[i].peer) && x[i].buf_free_posts < back)
+            back = x[i].buf_free_posts < 0 ? 0 : x[i].buf_free_posts;
+    return t->ready_hist[(t->posts - back) % PP__NCCL_READY_HIST];
+}
+
 static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int count, void **handle, pp_error *err)
 {
     pp__nccl_transport *t = (pp__nccl_transport *)user;
@@ -1497,10 +1514,12 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
     /* The group may start once the compute stream has reached this point: what it sends is
      * written, what it receives into is no longer read. Its time starts there, on the first
      * stream it uses (gated: once the gate opens, below). */
+    t->ready = t->ready_hist[t->posts % PP__NCCL_READY_HIST];
     e = cudaEventRecord(t->ready, t->compute);
     for (k = PP__NCCL_ON_COMM, first = 1; e == cudaSuccess && k <= PP__NCCL_ON_CE_RECV; k <<= 1) {
         if (!(streams & k)) continue;
-        e = cudaStreamWaitEvent(pp__nccl_stream_of(t, k), t->ready, 0);
+        e = cudaStreamWaitEvent(pp__nccl_stream_of(t, k),
+                                k == PP__NCCL_ON_CE_RECV ? pp__nccl_recv_ready(t, transfers, count) : t->ready, 0);
         if (e == cudaSuccess && rec && first && !(k == PP__NCCL_ON_COMM && nccl_ops > 0 && t->gated))
             e = cudaEventRecord(rec->begin, pp__nccl_stream_of(t, k));
         first = 0;
@@ -1671,7 +1690,8 @@ pp_status pp_nccl_transport(pp_nccl *nc, void *compute_stream, pp_transport *out
     t->num_handles = 1024;
     t->handles = (pp__nccl_handle *)calloc((size_t)t->num_handles, sizeof *t->handles);
     e = t->handles ? cudaSetDevice(nc->device) : cudaErrorMemoryAllocation;
-    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&t->ready, cudaEventDisableTiming);
+    for (i = 0; e == cudaSuccess && i < PP__NCCL_READY_HIST; i++)
+        e = cudaEventCreateWithFlags(&t->ready_hist[i], cudaEventDisableTiming);
     for (i = 0; e == cudaSuccess && i < t->num_handles; i++)
         e = cudaEventCreateWithFlags(&t->handles[i].done, cudaEventDisableTiming);
     if (e != cudaSuccess) {
@@ -1712,7 +1732,7 @@ void pp_nccl_transport_free(pp_transport *tp)
         cudaEventDestroy(t->records[i].end_send); cudaEventDestroy(t->records[i].end_recv);
     }
     for (i = 0; i < t->num_stages; i++) if (t->stages[i].data) cudaFree(t->stages[i].data);
-    if (t->ready) cudaEventDestroy(t->ready);
+    for (i = 0; i < PP__NCCL_READY_HIST; i++) if (t->ready_hist[i]) cudaEventDestroy(t->ready_hist[i]);
     if (t->gate_remote) pp__nccl_gate_release(t);
     if (t->gate_opener && !t->nc->aborted) cudaStreamDestroy(t->gate_opener);
     free(t->handles);

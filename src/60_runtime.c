@@ -533,6 +533,7 @@ typedef struct pp__slot {
     size_t cap;     /* bytes allocated */
     size_t bytes;   /* bytes of the tensor now held */
     int used;
+    long long free_since;   /* groups_posted when released: no work issued on it after that post */
 } pp__slot;
 
 typedef struct pp__group {
@@ -616,7 +617,11 @@ static int pp__acquire(pp_executor *ex, size_t bytes, pp_status *st, pp_error *e
         sl = &ex->slots[i];
         if (sl->used) continue;
         if (ex->planning) { fit = i; break; }
-        if (sl->ptr && sl->cap >= bytes && (fit < 0 || sl->cap < ex->slots[fit].cap)) fit = i;
+        /* the smallest that fits; of equal ones the longest free, whose receive may land earliest */
+        if (sl->ptr && sl->cap >= bytes &&
+            (fit < 0 || sl->cap < ex->slots[fit].cap ||
+             (sl->cap == ex->slots[fit].cap && sl->free_since < ex->slots[fit].free_since)))
+            fit = i;
         if (!sl->ptr && empty < 0) empty = i;
         if (sl->ptr && (big < 0 || sl->cap > ex->slots[big].cap)) big = i;
     }
@@ -647,6 +652,7 @@ static int pp__acquire(pp_executor *ex, size_t bytes, pp_status *st, pp_error *e
             return -1;
         }
         sl->ptr = p; sl->cap = bytes;
+        sl->free_since = ex->groups_posted;   /* an allocator may hand back memory just freed */
         ex->bytes_held += bytes;
     }
     sl->used = 1;
@@ -660,6 +666,7 @@ static void pp__release(pp_executor *ex, int slot)
     if (slot < 0) return;
     PIPEPAR_ASSERT(ex->slots[slot].used);
     ex->slots[slot].used = 0;
+    ex->slots[slot].free_since = ex->groups_posted;
     ex->live--;
 }
 
@@ -1075,6 +1082,10 @@ static pp_status pp__post_group(pp_executor *ex, int i, int j, pp_error *err)
             break;
         }
         if (t->is_send) ex->release[ex->nrelease++] = slot;
+        else {
+            long long idle = ex->groups_posted - ex->slots[slot].free_since;
+            t->buf_free_posts = idle < 0 ? 0 : idle > 1000000 ? 1000000 : (int)idle;
+        }
         t->buf = pp__ptr(ex, slot);
         t->bytes = ex->slots[slot].bytes;
         n++;
@@ -1148,7 +1159,7 @@ static void pp__reset_step(pp_executor *ex)
 static void pp__release_all(pp_executor *ex)
 {
     int i;
-    for (i = 0; i < ex->nslots; i++) ex->slots[i].used = 0;
+    for (i = 0; i < ex->nslots; i++) { ex->slots[i].used = 0; ex->slots[i].free_since = ex->groups_posted; }
     for (i = 0; i < ex->M; i++) ex->out_slot[i] = -1;
     ex->live = 0;
 }

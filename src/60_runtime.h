@@ -76,6 +76,11 @@ typedef struct pp_transfer {
     uint64_t tag;
     void *buf;
     size_t bytes;       /* a receive must get exactly this many bytes */
+    /* receives, optional (0: no promise): the caller has issued no work on buf since its post
+     * this many posts back, so a device transport may let the receive land from that post's
+     * point of the compute stream on, while the compute issued since still runs (the executor
+     * sets it; pipepar_nccl.c's copy engines use it) */
+    int buf_free_posts;
 } pp_transfer;
 
 /* A transport moves bytes among `world` ranks; this side is `rank`. All functions get `user`.

@@ -204,6 +204,19 @@ static void tm_sum_copies(const pp_schedule *s, const tm_params *grads, tm_param
 
 /* --- the pipeline run: callbacks and harness ------------------------------------------------ */
 
+/* A transport around a rank's own that checks pp_transfer.buf_free_posts: a receive that says
+ * its buffer has been free for `a` posts must not name a buffer a callback touched after the
+ * post `a` back was made (a device transport lets the receive land from that post's point on). */
+typedef struct tm_watch {
+    pp_transport inner;
+    long long posts;                /* posts made */
+    const void *ptr[256];           /* buffers callbacks touched ... */
+    long long touched[256];         /* ... and the posts made by then */
+    int n;
+    long long receives, early, violations;
+    char first_violation[160];
+} tm_watch;
+
 typedef struct tm_run {
     /* given */
     const pp_schedule *sched;               /* every rank's schedule ... */
@@ -237,7 +250,68 @@ typedef struct tm_run {
     int keep;                               /* 1: leave the executors in ex[] for the test to read */
     pp_timer timer[TM_MAX_STAGES];          /* a rank's timer when its mark is set */
     pp_executor *ex[TM_MAX_STAGES];
+    int watch;                              /* 1: every rank's transport is a tm_watch */
+    tm_watch watches[TM_MAX_STAGES];
 } tm_run;
+
+static void tm_touch(tm_run *run, int rank, const void *ptr)
+{
+    tm_watch *w = &run->watches[rank];
+    int i;
+    if (!run->watch || !ptr) return;
+    for (i = 0; i < w->n && w->ptr[i] != ptr; i++) {}
+    if (i == w->n) {
+        if (w->n == 256) return;
+        w->ptr[w->n++] = ptr;
+    }
+    w->touched[i] = w->posts;
+}
+
+static pp_status tm_watch_post(void *user, const pp_transfer *x, int count, void **handle, pp_error *err)
+{
+    tm_watch *w = (tm_watch *)user;
+    pp_status st;
+    int i, j;
+    for (i = 0; i < count; i++) {
+        if (x[i].is_send) continue;
+        w->receives++;
+        if (x[i].buf_free_posts > 0) w->early++;
+        for (j = 0; j < w->n && w->ptr[j] != x[i].buf; j++) {}
+        if (x[i].buf_free_posts < 0 || (j < w->n && w->posts - x[i].buf_free_posts < w->touched[j])) {
+            if (!w->violations++)
+                snprintf(w->first_violation, sizeof w->first_violation, "post %lld: a receive says free for %d posts, "
+                         "a callback touched its buffer once %lld posts were made", w->posts, x[i].buf_free_posts,
+                         j < w->n ? w->touched[j] : -1);
+        }
+    }
+    st = w->inner.post(w->inner.user, x, count, handle, err);
+    if (st == PP_OK) w->posts++;
+    return st;
+}
+
+static pp_status tm_watch_wait(void *user, void *h, double timeout_s, pp_error *err)
+{
+    tm_watch *w = (tm_watch *)user;
+    return w->inner.wait(w->inner.user, h, timeout_s, err);
+}
+
+static pp_status tm_watch_test(void *user, void *h, int *done, pp_error *err)
+{
+    tm_watch *w = (tm_watch *)user;
+    return w->inner.test(w->inner.user, h, done, err);
+}
+
+static pp_status tm_watch_all_reduce(void *user, float *values, int count, double timeout_s, pp_error *err)
+{
+    tm_watch *w = (tm_watch *)user;
+    return w->inner.all_reduce(w->inner.user, values, count, timeout_s, err);
+}
+
+static void tm_watch_abort(void *user, pp_status status, const char *reason)
+{
+    tm_watch *w = (tm_watch *)user;
+    w->inner.abort(w->inner.user, status, reason);
+}
 
 static const tm_mb *tm_meta(const pp_mb_info *info) { return (const tm_mb *)info->meta; }
 static int tm_rows(const pp_mb_info *info) { return info->batch_rows > 0 ? info->rows : tm_meta(info)->rows; }
@@ -285,6 +359,7 @@ static int tm_input(void *user, const pp_mb_info *info, void *x)
 {
     tm_run *run = (tm_run *)user;
     int rows = tm_rows(info), valid = info->batch_rows > 0 ? info->valid_rows : rows;
+    tm_touch(run, info->rank, x);
     memset(x, 0, (size_t)rows * TM_D * sizeof(float));
     memcpy(x, tm_data(run, info, 0), (size_t)valid * TM_D * sizeof(float));
     return 0;
@@ -295,6 +370,8 @@ static int tm_forward(void *user, const pp_mb_info *info, const void *in, void *
     tm_run *run = (tm_run *)user;
     int rc = tm_maybe_fail(run, info);
     if (rc) return rc;
+    tm_touch(run, info->rank, in);
+    tm_touch(run, info->rank, out);
     run->f_in_ptr[info->stage][info->mb] = in;
     run->f_out_ptr[info->stage][info->mb] = out;
     tm_block_forward(&run->params, info->model_stage, tm_rows(info), (const float *)in, run->pre[info->stage][info->mb],
@@ -308,6 +385,8 @@ static int tm_loss_cb(void *user, const pp_mb_info *info, const void *out, void 
     int rows = tm_rows(info), valid = info->batch_rows > 0 ? info->valid_rows : rows;
     float t[TM_MAX_ROWS * TM_D];
     float scale = info->batch_rows > 0 ? 1.0f / (float)info->batch_rows : 1.0f / (float)info->num_mb;
+    tm_touch(run, info->rank, out);
+    tm_touch(run, info->rank, grad_out);
     memset(t, 0, sizeof t);
     memcpy(t, tm_data(run, info, 1), (size_t)valid * TM_D * sizeof(float));
     l->loss = tm_loss(rows, valid, (const float *)out, t, scale, (float *)grad_out);
@@ -322,7 +401,9 @@ static int tm_backward_input(void *user, const pp_mb_info *info, const void *in,
 {
     tm_run *run = (tm_run *)user;
     int s = info->stage, m = info->mb;
-    (void)in;
+    tm_touch(run, info->rank, in);
+    tm_touch(run, info->rank, gout);
+    tm_touch(run, info->rank, gin);
     run->b_gin_ptr[s][m] = gin;
     run->b_gout_ptr[s][m] = gout;
     tm_block_backward_input(&run->params, info->model_stage, tm_rows(info), run->pre[s][m], (const float *)gout, run->dpre[s][m],
@@ -334,6 +415,8 @@ static int tm_backward_weight(void *user, const pp_mb_info *info, const void *in
 {
     tm_run *run = (tm_run *)user;
     int s = info->stage, m = info->mb;
+    tm_touch(run, info->rank, in);
+    tm_touch(run, info->rank, gout);
     tm_block_backward_weight(&run->grads, s, tm_rows(info), (const float *)in, run->pre[s][m], run->dpre[s][m],
                              (const float *)gout);
     return 0;
@@ -368,6 +451,16 @@ static pp_status tm_rank(void *user, int rank, pp_transport *t, pp_error *err)
     memset(&cfg, 0, sizeof cfg);
     cfg.schedule = run->rank_sched[rank] ? run->rank_sched[rank] : run->sched;
     cfg.transport = *t;
+    if (run->watch) {
+        tm_watch *w = &run->watches[rank];
+        w->inner = *t;
+        cfg.transport.user = w;
+        cfg.transport.post = tm_watch_post;
+        cfg.transport.wait = tm_watch_wait;
+        cfg.transport.test = t->test ? tm_watch_test : NULL;
+        cfg.transport.all_reduce = tm_watch_all_reduce;
+        cfg.transport.abort = tm_watch_abort;
+    }
     cfg.callbacks.user = run;
     cfg.callbacks.tensor_bytes = tm_bytes;
     cfg.callbacks.input = tm_input;
@@ -503,6 +596,51 @@ static int tm_check_against_reference(tm_run *run, const char *what)
 }
 
 /* --- tests: gradients ------------------------------------------------------------------------ */
+
+/* pp_transfer.buf_free_posts: over schedules of every shape (looped, interleaved, V, split I/W,
+ * DualPipeV; 1 and 3 steps), no receive claims a buffer free since a post after a callback last
+ * touched it, many receives are free since an earlier post (what lets pipepar_nccl.c's copy
+ * engines land them while compute runs), and the gradients are still the single stage's. */
+static void receives_name_how_long_their_buffer_has_been_free(void)
+{
+    static const struct { pp_schedule_kind kind; int pp, vpp, mb; } cfgs[] = {
+        { PP_1F1B, 2, 1, 8 }, { PP_1F1B, 4, 1, 8 }, { PP_INTERLEAVED_1F1B, 2, 4, 8 }, { PP_INTERLEAVED_1F1B, 4, 2, 8 },
+        { PP_GPIPE, 3, 1, 4 }, { PP_ZBV, 2, 2, 8 }, { PP_ZBV, 4, 2, 8 }, { PP_ZB_H1, 4, 1, 8 },
+        { PP_DUALPIPEV, 4, 2, 8 }, { PP_INTERLEAVED_ZB, 2, 2, 8 }, { PP_ZB_H2, 4, 1, 8 }, { PP_DUALPIPE, 4, 2, 8 },
+    };
+    size_t c;
+    long long receives = 0, early = 0;
+    for (c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+        pp_schedule *s = tm_schedule(cfgs[c].kind, cfgs[c].pp, cfgs[c].vpp, cfgs[c].mb);
+        tm_run *run;
+        char what[96];
+        int r;
+        if (!s) continue;
+        snprintf(what, sizeof what, "%s pp=%d vpp=%d mb=%d", pp_schedule_kind_name(cfgs[c].kind), cfgs[c].pp,
+                 cfgs[c].vpp, cfgs[c].mb);
+        run = tm_new(s, 2);   /* one step against the reference, through the watch */
+        run->watch = 1;
+        tm_check_against_reference(run, what);
+        tm_free(run);
+        run = tm_new(s, 2);   /* three steps: buffers freed in one step are received into in the next */
+        run->watch = 1;
+        run->steps = 3;
+        {
+            pp_error err;
+            PP_CHECK_OK(tm_go(run, &err), &err);
+        }
+        for (r = 0; r < s->pp; r++) {
+            tm_watch *w = &run->watches[r];
+            PP_CHECK_MSG(w->violations == 0, "%s rank %d: %lld receives claim too much: %s", what, r, w->violations,
+                         w->first_violation);
+            receives += w->receives;
+            early += w->early;
+        }
+        tm_free(run);
+        pp_schedule_free(s);
+    }
+    PP_CHECK_MSG(receives > 0 && early * 2 > receives, "%lld of %lld receives free since an earlier post", early, receives);
+}
 
 /* Every kind pp_schedule_build knows (the zero-bubble family included: I, W and FB actions) on a
  * grid of (pp, vpp, mb); combinations a kind refuses (e.g. vpp != 2 for V-shaped kinds) are
@@ -1525,6 +1663,7 @@ static void idle_time_of_random_timelines_of_every_kind_adds_up(void)
 const pp_test_case pp_suite_runtime[] = {
     PP_TEST(every_schedule_kind_gives_single_stage_loss_and_gradients),
     PP_TEST(split_backward_i_then_w_gives_single_stage_gradients),
+    PP_TEST(receives_name_how_long_their_buffer_has_been_free),
     PP_TEST(searched_and_greedy_schedules_give_single_stage_gradients),
     PP_TEST(overlapped_fb_actions_give_single_stage_gradients),
     PP_TEST(same_rank_neighbours_pass_tensors_in_place),
