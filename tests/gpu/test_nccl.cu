@@ -709,34 +709,56 @@ static void *ce_rank_main(void *argp)
         /* every SM of the sender taken by a spinning kernel: its send still goes (the push into
          * the receive buffer or the ring, or the receiver's pull, runs on a copy engine, the
          * counts are stream memory operations), and the receiver, whose SMs are free, gets every
-         * byte. (A receiver's copy out of the ring is device-to-device and may run as a kernel:
-         * on H200s it waits for SMs like NCCL's.) */
-        pthread_barrier_wait(&tr->bar);
-        if (rank == 0) take_every_sm<<<blocks_for_every_sm(rank), 1024, 0, hog>>>(g->release);
-        {
+         * byte. Twice: the receive posted first (the sender pushes), then the send (the receiver
+         * pulls; through the ring both times with PIPEPAR_NCCL_CE_DIRECT=0). (A receiver's copy
+         * out of the ring is device-to-device and may run as a kernel: on H200s it waits for
+         * SMs like NCCL's.) */
+        for (k = 0; k < 2; k++) {
             pp_transfer x;
             void *hh = NULL;
-            int done = 0, polls = 0;
+            int done = 0, polls = 0, receiver_first = k == 0;
+            long long before[3], after[3];
             pp_status st = PP_OK;
+            double t0;
+            CHECK_OK(pp_nccl_transport_copy_engine_counts(&t, before, &e), &e);
+            pthread_barrier_wait(&tr->bar);
+            if (rank == 0) {
+                *g->release = 0;
+                take_every_sm<<<blocks_for_every_sm(rank), 1024, 0, hog>>>(g->release);
+            }
             memset(&x, 0, sizeof x);
             x.is_send = rank == 0; x.peer = peer; x.buf = rank == 0 ? sendb : recvb; x.bytes = bytes;
-            CHECK_OK(t.post(t.user, &x, 1, &hh, &e), &e);
+            if ((rank == 1) == receiver_first) CHECK_OK(t.post(t.user, &x, 1, &hh, &e), &e);
+            pthread_barrier_wait(&tr->bar);
+            if ((rank == 1) != receiver_first) CHECK_OK(t.post(t.user, &x, 1, &hh, &e), &e);
+            t0 = now_s();
             while (!done && st == PP_OK && polls++ < 5000) {   /* up to 5 s */
                 st = t.test(t.user, hh, &done, &e);
                 if (!done) { struct timespec ts = { 0, 1000000 }; nanosleep(&ts, NULL); }
             }
             CHECK_OK(st, &e);
+            CHECK_OK(pp_nccl_transport_copy_engine_counts(&t, after, &e), &e);
+            printf("  copy engines, every SM of rank 0 taken, %s first (rank %d: %s): %s after %.1f ms\n",
+                   receiver_first ? "receive" : "send", rank,
+                   after[0] > before[0] ? "pushed" : after[1] > before[1] ? "pulled" : "ring",
+                   done ? "done" : "NOT done", 1e3 * (now_s() - t0));
             CHECK_MSG(done, rank == 0 ? "copy engines: a send completes while every SM of the sender is taken"
                                       : "copy engines: the receive of a sender whose SMs are all taken completes");
             if (rank == 0) CHECK_MSG(cudaStreamQuery(hog) == cudaErrorNotReady, "(the SMs were still taken when it did)");
             pthread_barrier_wait(&tr->bar);
             if (rank == 0) *g->release = 1;
             cudaStreamSynchronize(hog);
+            if (!done) {   /* with the SMs free again */
+                st = t.wait(t.user, hh, 10, &e);
+                CHECK_OK(pp_nccl_sync(nc, s, 10, &e), &e);
+                CHECK_MSG(st == PP_OK, "and it completes once they are free");
+            }
             if (rank == 1) {
                 fill_pattern(want, bytes, 16 * peer + 0);
                 cudaMemcpy(got, recvb, bytes, cudaMemcpyDeviceToHost);
                 CHECK_MSG(memcmp(want, got, bytes) == 0, "and its bytes arrived");
             }
+            pthread_barrier_wait(&tr->bar);
         }
         CHECK_OK(pp_nccl_barrier(nc, 10, &e), &e);
     } else {
