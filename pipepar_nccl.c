@@ -941,6 +941,7 @@ typedef struct pp__nccl_transport {
     pp__nccl_ce_claim **ce_claims_in;    /* [world]: claims of p -> this rank */
     pp__nccl_ce_claim **ce_claims_out;   /* [world]: claims of this rank -> p (in p's segment) */
     uint64_t *ce_xsent, *ce_xrecv;       /* [world]: transfers claimed with p, each way */
+    uint32_t *ce_posted_high;   /* [world]: the high word last written into p's posted count of us */
     unsigned char *ce_same;     /* [world]: p is a thread of this process (pointers, no IPC) */
     int ce_no_direct;           /* PIPEPAR_NCCL_CE_DIRECT=0: the first side claims the ring */
     pp__nccl_ce_plan *ce_plans;
@@ -1449,9 +1450,21 @@ static pp_status pp__nccl_ce_group(pp__nccl_transport *t, const pp_transfer *x, 
     }
     for (i = 0; i < count && st == PP_OK && e == cudaSuccess; i++)
         if (x[i].is_send && x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) st = pp__nccl_ce_send(t, &x[i], &pl[i], err);
-    for (i = 0; i < count && st == PP_OK && e == cudaSuccess && r == CUDA_SUCCESS; i++)
-        if (!x[i].is_send && x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer) && pl[i].how == PP__NCCL_CLAIM_PUSH)
-            r = pp__nccl_announce(t, t->ce_recv, pp__nccl_ce_flag_there(t, PP__NCCL_POSTED, x[i].peer), pl[i].k + 1);
+    /* posted counts skip the messages that are not pushed, so the one whose low word wraps may
+     * never be written: the high word goes too whenever it is not the last one written (low
+     * word first, so the count never reads ahead of itself) */
+    for (i = 0; i < count && st == PP_OK && e == cudaSuccess && r == CUDA_SUCCESS; i++) {
+        uint64_t v = pl[i].k + 1;
+        CUdeviceptr flag;
+        p = x[i].peer;
+        if (x[i].is_send || p == nc->rank || !pp__nccl_is_ce(t, p) || pl[i].how != PP__NCCL_CLAIM_PUSH) continue;
+        flag = pp__nccl_ce_flag_there(t, PP__NCCL_POSTED, p);
+        r = t->write32((CUstream)t->ce_recv, flag, (cuuint32_t)v, CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (r == CUDA_SUCCESS && (uint32_t)(v >> 32) != t->ce_posted_high[p]) {
+            r = t->write32((CUstream)t->ce_recv, flag + 4, (cuuint32_t)(v >> 32), CU_STREAM_WRITE_VALUE_DEFAULT);
+            t->ce_posted_high[p] = (uint32_t)(v >> 32);
+        }
+    }
     for (i = 0; i < count && st == PP_OK && e == cudaSuccess && r == CUDA_SUCCESS; i++)
         if (!x[i].is_send && x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) st = pp__nccl_ce_recv(t, &x[i], &pl[i], err);
     for (p = 0; p < nc->world && st == PP_OK && e == cudaSuccess; p++) {
@@ -2239,11 +2252,12 @@ static void pp__nccl_ce_release(pp__nccl_transport *t, int at_free)
     free(t->ce_remote); free(t->ce_opened); free(t->ce_ring_here); free(t->ce_ring_there);
     free(t->ce_sent); free(t->ce_taken); free(t->ce_send_to); free(t->ce_join);
     free(t->ce_peer_seg); free(t->ce_peer_seg_bytes); free(t->ce_claims_in); free(t->ce_claims_out);
-    free(t->ce_xsent); free(t->ce_xrecv); free(t->ce_same); free(t->ce_plans);
+    free(t->ce_xsent); free(t->ce_xrecv); free(t->ce_same); free(t->ce_plans); free(t->ce_posted_high);
     t->ce_remote = NULL; t->ce_opened = NULL; t->ce_ring_here = NULL; t->ce_ring_there = NULL;
     t->ce_sent = NULL; t->ce_taken = NULL; t->ce_send_to = NULL; t->ce_join = NULL;
     t->ce_peer_seg = NULL; t->ce_peer_seg_bytes = NULL; t->ce_claims_in = NULL; t->ce_claims_out = NULL;
     t->ce_xsent = NULL; t->ce_xrecv = NULL; t->ce_same = NULL; t->ce_plans = NULL; t->ce_cap_plans = 0;
+    t->ce_posted_high = NULL;
     t->ce_on = 0;
     pp__nccl_hook_update(t);
 }
@@ -2299,13 +2313,14 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     t->ce_xsent = (uint64_t *)calloc((size_t)nc->world, sizeof *t->ce_xsent);
     t->ce_xrecv = (uint64_t *)calloc((size_t)nc->world, sizeof *t->ce_xrecv);
     t->ce_same = (unsigned char *)calloc((size_t)nc->world, 1);
+    t->ce_posted_high = (uint32_t *)calloc((size_t)nc->world, sizeof *t->ce_posted_high);
     cards = (pp__nccl_ce_card *)calloc((size_t)nc->world, sizeof *cards);
     wheres = (pp__nccl_ce_where *)calloc((size_t)nc->world, sizeof *wheres);
     mapped = (unsigned char *)calloc((size_t)nc->world, 1);
     all_mapped = (unsigned char *)calloc((size_t)nc->world * (size_t)nc->world, 1);
     if (!t->ce_remote || !t->ce_opened || !t->ce_ring_here || !t->ce_ring_there || !t->ce_sent || !t->ce_taken ||
         !t->ce_send_to || !t->ce_join || !t->ce_peer_seg || !t->ce_peer_seg_bytes || !t->ce_claims_in ||
-        !t->ce_claims_out || !t->ce_xsent || !t->ce_xrecv || !t->ce_same || !cards || !wheres || !mapped || !all_mapped) {
+        !t->ce_claims_out || !t->ce_xsent || !t->ce_xrecv || !t->ce_same || !t->ce_posted_high || !cards || !wheres || !mapped || !all_mapped) {
         /* cannot join the all-gathers without their buffers: the others time out there */
         st = pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_transport_copy_engine: out of memory");
         goto fail;
@@ -2374,6 +2389,7 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     t->ce_base = me.base;
     for (p = 0; p < nc->world; p++) {
         t->ce_sent[p] = t->ce_taken[p] = me.base;
+        t->ce_posted_high[p] = (uint32_t)(me.base >> 32);
         pairs += pp__nccl_ce_pair(cards, nc->rank, p);
     }
     /* this rank's flags and one ring per rank it pairs with; a stream per direction */

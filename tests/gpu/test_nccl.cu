@@ -1037,7 +1037,11 @@ int main(void)
         two_rank_threads(ce_rank_main, 0);
         unsetenv("PIPEPAR_NCCL_CE_DIRECT");
         unsetenv("PIPEPAR_NCCL_GATE_BASE");
+        /* counts from 2^32 - 4: the fourth transfer (a pull) is the one whose count wraps, so the
+         * posted counts of the pushes after it must carry the high word themselves */
+        setenv("PIPEPAR_NCCL_GATE_BASE", "4294967292", 1);
         two_rank_threads(ce_direct_rank, 0);
+        unsetenv("PIPEPAR_NCCL_GATE_BASE");
         two_rank_threads(ce_direct_rank, 4);
         two_rank_threads(ce_rank_main, 2);
         two_rank_threads(ce_rank_main, 1);
