@@ -27,7 +27,7 @@ NCCL_INC  := $(if $(NCCL_HOME),-I$(NCCL_HOME)/include)
 NCCL_LIB  := $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib/x86_64-linux-gnu)
 HAVE_GPU  := $(if $(NVCC),$(if $(NCCL_HOME),1))
 NVFLAGS   ?= -O3 -std=c++17 -arch=$(CUDA_ARCH) -lineinfo -Xcompiler -Wall
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 $(NCCL_LIB) -lcublasLt -lcublas -lnccl -lcudart -lpthread -lm
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 $(NCCL_LIB) -lcublasLt -lcublas -lnccl -lcudart -lrt -lpthread -lm
 
 ALL_CFLAGS = $(CSTD) $(WARN) $(OPT) $(SAN) $(CFLAGS)
 

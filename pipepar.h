@@ -2186,19 +2186,22 @@ PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, 
  * the same on every rank (refused on every rank alike otherwise). Collective over nc, before the
  * first post, at most once per transport; may be combined with pp_nccl_transport_gate (call
  * this first), which then gates only the peers left to NCCL. Left on NCCL: peers on other hosts
- * or that cannot be mapped; threads of one process (mlp_gpu --threads 2 hung with them on
+ * or that cannot be mapped, or whose shared-memory segment cannot be opened (another container's
+ * /dev/shm); threads of one process (mlp_gpu --threads 2 hung with them on
  * H200s, cause not found; PIPEPAR_NCCL_CE_SAME_PROCESS=1 on every rank allows them, as the unit
  * tests do); every peer when NCCL_P2P_DISABLE=1, or when CUDA_DEVICE_MAX_CONNECTIONS is below 4
  * (a stream waiting on a flag holds its hardware queue; the gate stays off there too).
  * *ce_peers gets how many peers use the copy engines (optional). Once set up, the transport's
  * pp_nccl_transport_free is collective over nc: it waits (within the deadline) until the peers
- * have copied out what it sent, and frees the rings only after every rank closed its mappings.
+ * have taken what it sent, and frees its memory only after every rank closed its mappings.
  * On abort the waits are opened as the gate's are, after the live peers' flags of this rank are
  * set far behind, so that nothing sent after the abort is taken as data. Group times
  * (pp_nccl_transport_times) of a copy-engine group run from the compute stream's point to the
  * end of its last stream: a receive-only group's time includes waiting for the peer's send.
- * PIPEPAR_NCCL_GATE_BASE starts these counts too (tests that cross 2^32). Measured on 2 H200s:
- * bench/RESULTS.md, session 6. */
+ * PIPEPAR_NCCL_GATE_BASE starts these counts too (tests that cross 2^32). A receive whose
+ * pp_transfer.buf_free_posts says its buffer has been free for n posts starts from the compute
+ * stream's point at the post n back (up to 63), so it can land while the compute issued since
+ * runs (the executor sets it). Measured on 2 H200s: bench/RESULTS.md, sessions 6 and 7. */
 PIPEPAR_API pp_status pp_nccl_transport_copy_engine(pp_transport *t, size_t slot_bytes, int slots, int *ce_peers,
                                                     pp_error *err);
 

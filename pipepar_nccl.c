@@ -4,8 +4,9 @@
  *
  * Build:  cc -std=c99 -O2 -I$CUDA_HOME/include [-I$NCCL_HOME/include] -c pipepar_nccl.c
  *         [-DPIPEPAR_NCCL_MPI with mpicc, to share the unique id through MPI]
- * Link:   -lnccl -lcudart, next to the translation unit that defines PIPEPAR_IMPLEMENTATION
- *         and pipepar_cuda.o (pp_nccl_grad_norm uses pp_cuda_clip_scale).
+ * Link:   -lnccl -lcudart (and -lrt on glibc before 2.34, for shm_open), next to the translation
+ *         unit that defines PIPEPAR_IMPLEMENTATION and pipepar_cuda.o (pp_nccl_grad_norm uses
+ *         pp_cuda_clip_scale).
  *
  * Reading order: errors and clocks; finding rank, world and device in the environment; the
  * unique id (file, MPI, given); init, split, free; host-side waits with deadlines (the
