@@ -2174,9 +2174,13 @@ PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, 
  * of `slot_bytes` in the receiver's memory instead, in slot-sized pieces; the receiver's copy out
  * of the ring is device-to-device, which CUDA runs as a kernel (H200s), so it waits for the
  * receiver's own GEMM. PIPEPAR_NCCL_CE_DIRECT=0 sends everything through the ring (for
- * comparisons). Each peer's sends run on a stream of their own, the receives on one; a send
+ * comparisons). Each peer's sends and each peer's receives run on a stream of their own; a send
  * waits for its receive to be posted (a push) or taken (a pull), as NCCL's matched groups do, so
- * any order that runs on NCCL runs here. A rank may post up to 4096 transfers with a peer ahead
+ * any order that runs on NCCL runs here. A peer maps the allocation of every buffer it copies to
+ * or from once (CUDA IPC) and keeps it mapped until pp_nccl_transport_free (past 64 mappings
+ * the least recently used whose copies have ended is closed): free the memory of transfer
+ * buffers only after pp_nccl_transport_free (an exporter must not free what a peer maps; an
+ * arena allocated at set-up, as mlp_gpu's, keeps to that by itself). A rank may post up to 4096 transfers with a peer ahead
  * of it; past that its post waits (within the deadline) for the peer's posts. Memory: slots *
  * slot_bytes per peer on the host, per rank, and 0.9 MB of host memory per pair. Each receive
  * must name the bytes of its send (the executor's tags guarantee it); the second of the two to

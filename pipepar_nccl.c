@@ -874,6 +874,7 @@ typedef struct pp__nccl_ce_claim {
 typedef struct pp__nccl_ce_plan {     /* one copy-engine transfer of a group, once claimed */
     int how;                          /* PP__NCCL_CLAIM_PUSH, _PULL or _RING */
     CUdeviceptr remote;               /* the peer's buffer as mapped here (the side that copies) */
+    int map;                          /* its entry in ce_maps, or -1 (one process, or no bytes) */
     uint64_t k;                       /* its first message */
 } pp__nccl_ce_plan;
 
@@ -881,7 +882,8 @@ typedef struct pp__nccl_ce_map {      /* a peer's allocation, mapped here by CUD
     int peer;
     uint64_t buffer_id;
     void *ptr;
-    unsigned long long used;
+    cudaEvent_t last_copy;            /* recorded after each copy through it */
+    long long used;                   /* the post that last used it */
 } pp__nccl_ce_map;
 
 typedef struct pp__nccl_ce_export {   /* one of this rank's allocations, exported */
@@ -933,6 +935,8 @@ typedef struct pp__nccl_transport {
     cudaStream_t ce_send, ce_recv;   /* ce_send: where a group's sends (one stream per peer) join */
     cudaStream_t *ce_send_to;   /* [world]: sends to p, in order (peers do not wait for each other) */
     cudaEvent_t *ce_join;       /* [world]: the end of a group's sends to p */
+    cudaStream_t *ce_recv_from; /* [world]: receives from p, in order (peers do not wait for each other) */
+    cudaEvent_t *ce_join_recv;  /* [world]: the end of a group's receives from p, for ce_recv */
     /* direct transfers: the claims (pp__nccl_ce_claim) */
     unsigned char *ce_seg;      /* this rank's segment: the claims of the pairs it receives in */
     size_t ce_seg_bytes;
@@ -947,9 +951,8 @@ typedef struct pp__nccl_transport {
     int ce_no_direct;           /* PIPEPAR_NCCL_CE_DIRECT=0: the first side claims the ring */
     pp__nccl_ce_plan *ce_plans;
     int ce_cap_plans;
-    pp__nccl_ce_map ce_maps[PP__NCCL_CE_MAPS];
-    int ce_num_maps;
-    unsigned long long ce_map_clock;
+    pp__nccl_ce_map *ce_maps;   /* the peers' allocations mapped here (PP__NCCL_CE_MAPS kept) */
+    int ce_num_maps, ce_cap_maps;
     pp__nccl_ce_export ce_exports[PP__NCCL_CE_MAPS];
     int ce_num_exports, ce_export_next;
     CUresult (*attrs)(unsigned int, CUpointer_attribute *, void **, CUdeviceptr);
@@ -1140,10 +1143,10 @@ static pp_status pp__nccl_gate_pass(pp__nccl_transport *t, const pp_transfer *x,
  *                          receiver: wait arrived >= k+1; copy the slot out (a local copy: on
  *                                    H200s a kernel, which waits for the receiver's GEMM); freed = k+1
  * The push and the pull are the one copy of the transfer, over NVLink on a copy engine. Each
- * peer's sends have a stream of their own and the receives share one, so a transfer waits only
- * for what NCCL's matched groups wait for (a send for its receive, receives in order): every
- * order that runs on NCCL runs here. A group's posted counts go out before any of its receives
- * waits, as the arrival gate's announcements do. */
+ * peer's sends and each peer's receives have a stream of their own, so a transfer waits only for
+ * what NCCL's matched groups wait for (a send for its receive, the transfers with one peer in
+ * order) and never for another peer's: every order that runs on NCCL runs here. A group's
+ * posted counts go out before any of its receives waits, as the arrival gate's announcements do. */
 
 /* A copy, with CUDA >= 12.8's hint to leave the SMs to compute (cudaMemcpyBatchAsync,
  * cudaMemcpyFlagPreferOverlapWithCompute). The push to a peer runs on a copy engine either way;
@@ -1235,50 +1238,60 @@ static int pp__nccl_ce_publish(pp__nccl_transport *t, int p, const void *buf, si
 }
 
 /* The peer's published buffer, mapped here: its pointer in one process, else its allocation
- * opened once by CUDA IPC and kept (PP__NCCL_CE_MAPS per transport; the least recently used is
- * closed, once the streams that may still copy through it have drained). */
+ * opened once by CUDA IPC and kept. Past PP__NCCL_CE_MAPS mappings, the least recently used one
+ * whose last copy has ended (an event, queried: the host never waits here) and that this post
+ * does not use is closed; when none has, the table grows. *map gets the entry (-1: none). */
 static pp_status pp__nccl_ce_map_buffer(pp__nccl_transport *t, int p, const pp__nccl_ce_buffer *b, CUdeviceptr *out,
-                                        pp_error *err)
+                                        int *map, pp_error *err)
 {
     pp_nccl *nc = t->nc;
     pp__nccl_ce_map *m = NULL;
     cudaError_t e;
-    int i, before = -1;
+    int i, before = -1, slot = -1;
+    *map = -1;
     if (t->ce_same[p] || b->bytes == 0) { *out = (CUdeviceptr)(b->base + b->offset); return PP_OK; }
     for (i = 0; i < t->ce_num_maps; i++)
-        if (t->ce_maps[i].peer == p && t->ce_maps[i].buffer_id == b->buffer_id) m = &t->ce_maps[i];
-    if (!m) {
-        if (t->ce_num_maps < PP__NCCL_CE_MAPS) {
-            m = &t->ce_maps[t->ce_num_maps++];
-        } else {
-            pp_status st;
-            int q;
-            m = &t->ce_maps[0];
-            for (i = 1; i < t->ce_num_maps; i++) if (t->ce_maps[i].used < m->used) m = &t->ce_maps[i];
-            for (q = 0; q < nc->world; q++)
-                if (t->ce_send_to[q] && (st = pp__nccl_wait_device(nc, NULL, t->ce_send_to[q], nc->timeout_s,
-                                                                     "post: copy engines: closing a mapping", err)) != PP_OK)
-                    return st;
-            if ((st = pp__nccl_wait_device(nc, NULL, t->ce_recv, nc->timeout_s, "post: copy engines: closing a mapping",
-                                           err)) != PP_OK)
-                return st;
-            cudaIpcCloseMemHandle(m->ptr);
+        if (t->ce_maps[i].ptr && t->ce_maps[i].peer == p && t->ce_maps[i].buffer_id == b->buffer_id) { slot = i; break; }
+    if (slot < 0) {
+        for (i = 0; i < t->ce_num_maps && slot < 0; i++) if (!t->ce_maps[i].ptr) slot = i;   /* a failed open's */
+        if (slot < 0 && t->ce_num_maps >= PP__NCCL_CE_MAPS)
+            for (i = 0; i < t->ce_num_maps; i++) {
+                pp__nccl_ce_map *c = &t->ce_maps[i];
+                if (c->used >= t->posts || (slot >= 0 && c->used >= t->ce_maps[slot].used)) continue;
+                if (c->last_copy && cudaEventQuery(c->last_copy) != cudaSuccess) { (void)cudaGetLastError(); continue; }
+                slot = i;
+            }
+        if (slot >= 0 && t->ce_maps[slot].ptr) {
+            cudaIpcCloseMemHandle(t->ce_maps[slot].ptr);
+            t->ce_maps[slot].ptr = NULL;
         }
-        m->peer = -1;
-        m->ptr = NULL;
+        if (slot < 0) {
+            if (t->ce_num_maps == t->ce_cap_maps) {
+                int cap = t->ce_cap_maps ? 2 * t->ce_cap_maps : PP__NCCL_CE_MAPS;
+                pp__nccl_ce_map *grown = (pp__nccl_ce_map *)realloc(t->ce_maps, sizeof *grown * (size_t)cap);
+                if (!grown) return pp__nccl_fail(err, PP_ENOMEM, "post: copy engines: out of memory for mappings");
+                t->ce_maps = grown;
+                t->ce_cap_maps = cap;
+            }
+            slot = t->ce_num_maps++;
+            memset(&t->ce_maps[slot], 0, sizeof t->ce_maps[slot]);
+        }
+        m = &t->ce_maps[slot];
         if (cudaGetDevice(&before) != cudaSuccess) before = -1;
         e = cudaSetDevice(nc->device);
+        if (e == cudaSuccess && !m->last_copy) e = cudaEventCreateWithFlags(&m->last_copy, cudaEventDisableTiming);
         if (e == cudaSuccess) e = cudaIpcOpenMemHandle(&m->ptr, b->handle, cudaIpcMemLazyEnablePeerAccess);
         if (before >= 0) cudaSetDevice(before);
         if (e != cudaSuccess) {
             m->ptr = NULL;
-            m->buffer_id = 0;
             return pp__nccl_cuda_fail(err, e, "post: copy engines: cudaIpcOpenMemHandle of the peer's buffer");
         }
         m->peer = p;
         m->buffer_id = b->buffer_id;
     }
-    m->used = ++t->ce_map_clock;
+    m = &t->ce_maps[slot];
+    m->used = t->posts;
+    *map = slot;
     *out = (CUdeviceptr)(uintptr_t)m->ptr + (CUdeviceptr)b->offset;
     return PP_OK;
 }
@@ -1298,6 +1311,7 @@ static pp_status pp__nccl_ce_claim_next(pp__nccl_transport *t, const pp_transfer
     double deadline = 0;
     pp_status st;
     pl->remote = 0;
+    pl->map = -1;
     for (;;) {
         uint64_t w = __atomic_load_n(&c->word, __ATOMIC_ACQUIRE), j = w >> 3;
         int h = (int)(w & 7);
@@ -1313,7 +1327,7 @@ static pp_status pp__nccl_ce_claim_next(pp__nccl_transport *t, const pp_transfer
                                      x->is_send ? "to" : "from", p, (unsigned long long)theirs->bytes,
                                      x->is_send ? "expected by the receive" : "sent", x->bytes,
                                      x->is_send ? "sent" : "expected");
-            if (h != PP__NCCL_CLAIM_RING && (st = pp__nccl_ce_map_buffer(t, p, theirs, &pl->remote, err)) != PP_OK)
+            if (h != PP__NCCL_CLAIM_RING && (st = pp__nccl_ce_map_buffer(t, p, theirs, &pl->remote, &pl->map, err)) != PP_OK)
                 return st;
             pl->how = h;
             __atomic_store_n(&c->word, (n << 3) | PP__NCCL_CLAIM_SEEN, __ATOMIC_RELEASE);
@@ -1322,6 +1336,7 @@ static pp_status pp__nccl_ce_claim_next(pp__nccl_transport *t, const pp_transfer
         if (h >= PP__NCCL_CLAIM_PUSH && h <= PP__NCCL_CLAIM_RING && j < n) {   /* our own claim, not seen yet */
             double now = pp__nccl_now();
             if (nc->aborted) return pp__nccl_aborted(nc, err, "post");
+            if ((st = pp__nccl_health(nc, "post", err)) != PP_OK) return st;
             if (deadline == 0) deadline = now + nc->timeout_s;
             if (now > deadline)
                 return pp__nccl_fail(err, PP_ETIMEOUT, "post: copy engines: rank %d is %d transfers ahead of rank %d's "
@@ -1366,6 +1381,7 @@ static pp_status pp__nccl_ce_send(pp__nccl_transport *t, const pp_transfer *x, c
     if (pl->how == PP__NCCL_CLAIM_PUSH) {
         r = t->wait64(cs, pp__nccl_ce_flag(t, PP__NCCL_POSTED, p), k + 1, CU_STREAM_WAIT_VALUE_GEQ);
         if (r == CUDA_SUCCESS && x->bytes) e = pp__nccl_ce_copy((void *)(uintptr_t)pl->remote, x->buf, x->bytes, s);
+        if (r == CUDA_SUCCESS && e == cudaSuccess && pl->map >= 0) e = cudaEventRecord(t->ce_maps[pl->map].last_copy, s);
         if (r == CUDA_SUCCESS && e == cudaSuccess) r = pp__nccl_announce(t, s, arrived, k + 1);
     } else if (pl->how == PP__NCCL_CLAIM_PULL) {
         r = pp__nccl_announce(t, s, arrived, k + 1);
@@ -1391,11 +1407,11 @@ static pp_status pp__nccl_ce_send(pp__nccl_transport *t, const pp_transfer *x, c
     return PP_OK;
 }
 
-/* A receive's device work, on the receive stream; its posted count (a push) went out before. */
+/* A receive's device work, on its peer's receive stream; its posted count (a push) went out before. */
 static pp_status pp__nccl_ce_recv(pp__nccl_transport *t, const pp_transfer *x, const pp__nccl_ce_plan *pl, pp_error *err)
 {
     int p = x->peer;
-    cudaStream_t s = t->ce_recv;
+    cudaStream_t s = t->ce_recv_from[p];
     CUstream cs = (CUstream)s;
     CUdeviceptr freed = pp__nccl_ce_flag_there(t, PP__NCCL_FREED, p), arrived = pp__nccl_ce_flag(t, PP__NCCL_ARRIVED, p);
     CUresult r = CUDA_SUCCESS;
@@ -1405,6 +1421,7 @@ static pp_status pp__nccl_ce_recv(pp__nccl_transport *t, const pp_transfer *x, c
         r = t->wait64(cs, arrived, k + 1, CU_STREAM_WAIT_VALUE_GEQ);
         if (r == CUDA_SUCCESS && pl->how == PP__NCCL_CLAIM_PULL && x->bytes)
             e = pp__nccl_ce_copy(x->buf, (const void *)(uintptr_t)pl->remote, x->bytes, s);
+        if (r == CUDA_SUCCESS && e == cudaSuccess && pl->map >= 0) e = cudaEventRecord(t->ce_maps[pl->map].last_copy, s);
         if (r == CUDA_SUCCESS && e == cudaSuccess) r = pp__nccl_announce(t, s, freed, k + 1);
     } else {
         size_t off = 0;
@@ -1419,63 +1436,6 @@ static pp_status pp__nccl_ce_recv(pp__nccl_transport *t, const pp_transfer *x, c
         }
     }
     if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "post: copy-engine receive");
-    if (r != CUDA_SUCCESS)
-        return pp__nccl_fail(err, PP_EIO, "post: copy-engine receive: stream memory operation failed (CUresult %d)", (int)r);
-    return PP_OK;
-}
-
-/* A group's copy-engine transfers: every claim first (host), then the sends on their peers'
- * streams, the receives' posted counts, the receives; the peers' send streams join ce_send. Any
- * failure once a claim is made leaves the pair out of step for good: the caller aborts. */
-static pp_status pp__nccl_ce_group(pp__nccl_transport *t, const pp_transfer *x, int count, pp_error *err)
-{
-    pp_nccl *nc = t->nc;
-    pp__nccl_ce_plan *pl;
-    pp_status st = PP_OK;
-    cudaError_t e = cudaSuccess;
-    CUresult r = CUDA_SUCCESS;
-    int i, p;
-    if (count > t->ce_cap_plans) {
-        pp__nccl_ce_plan *grown = (pp__nccl_ce_plan *)realloc(t->ce_plans, sizeof *grown * (size_t)count);
-        if (!grown) return pp__nccl_fail(err, PP_ENOMEM, "post: out of memory");
-        t->ce_plans = grown;
-        t->ce_cap_plans = count;
-    }
-    pl = t->ce_plans;
-    for (i = 0; i < count && st == PP_OK; i++)
-        if (x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) st = pp__nccl_ce_claim_next(t, &x[i], &pl[i], err);
-    if (st != PP_OK) return st;
-    for (p = 0; p < nc->world && e == cudaSuccess; p++) {   /* each peer's sends start at the compute stream's point */
-        for (i = 0; i < count; i++) if (x[i].is_send && x[i].peer == p && pp__nccl_is_ce(t, p)) break;
-        if (i < count && p != nc->rank) e = cudaStreamWaitEvent(t->ce_send_to[p], t->ready, 0);
-    }
-    for (i = 0; i < count && st == PP_OK && e == cudaSuccess; i++)
-        if (x[i].is_send && x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) st = pp__nccl_ce_send(t, &x[i], &pl[i], err);
-    /* posted counts skip the messages that are not pushed, so the one whose low word wraps may
-     * never be written: the high word goes too whenever it is not the last one written (low
-     * word first, so the count never reads ahead of itself) */
-    for (i = 0; i < count && st == PP_OK && e == cudaSuccess && r == CUDA_SUCCESS; i++) {
-        uint64_t v = pl[i].k + 1;
-        CUdeviceptr flag;
-        p = x[i].peer;
-        if (x[i].is_send || p == nc->rank || !pp__nccl_is_ce(t, p) || pl[i].how != PP__NCCL_CLAIM_PUSH) continue;
-        flag = pp__nccl_ce_flag_there(t, PP__NCCL_POSTED, p);
-        r = t->write32((CUstream)t->ce_recv, flag, (cuuint32_t)v, CU_STREAM_WRITE_VALUE_DEFAULT);
-        if (r == CUDA_SUCCESS && (uint32_t)(v >> 32) != t->ce_posted_high[p]) {
-            r = t->write32((CUstream)t->ce_recv, flag + 4, (cuuint32_t)(v >> 32), CU_STREAM_WRITE_VALUE_DEFAULT);
-            t->ce_posted_high[p] = (uint32_t)(v >> 32);
-        }
-    }
-    for (i = 0; i < count && st == PP_OK && e == cudaSuccess && r == CUDA_SUCCESS; i++)
-        if (!x[i].is_send && x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) st = pp__nccl_ce_recv(t, &x[i], &pl[i], err);
-    for (p = 0; p < nc->world && st == PP_OK && e == cudaSuccess; p++) {
-        for (i = 0; i < count; i++) if (x[i].is_send && x[i].peer == p && pp__nccl_is_ce(t, p)) break;
-        if (i == count || p == nc->rank) continue;
-        e = cudaEventRecord(t->ce_join[p], t->ce_send_to[p]);
-        if (e == cudaSuccess) e = cudaStreamWaitEvent(t->ce_send, t->ce_join[p], 0);
-    }
-    if (st != PP_OK) return st;
-    if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "post: copy engines");
     if (r != CUDA_SUCCESS)
         return pp__nccl_fail(err, PP_EIO, "post: copy-engine receive: stream memory operation failed (CUresult %d)", (int)r);
     return PP_OK;
@@ -1496,6 +1456,92 @@ static cudaEvent_t pp__nccl_recv_ready(const pp__nccl_transport *t, const pp_tra
     return t->ready_hist[(t->posts - back) % PP__NCCL_READY_HIST];
 }
 
+/* Whether the group has a copy-engine transfer with p, in the direction given. */
+static int pp__nccl_ce_with(const pp__nccl_transport *t, const pp_transfer *x, int count, int p, int is_send)
+{
+    int i;
+    if (p == t->nc->rank || !pp__nccl_is_ce(t, p)) return 0;
+    for (i = 0; i < count; i++) if (x[i].peer == p && x[i].is_send == is_send) return 1;
+    return 0;
+}
+
+/* A group's copy-engine transfers: every claim first (host); then, on each peer's streams, the
+ * sends, the receives' posted counts and the receives; the peers' streams join ce_send and
+ * ce_recv. Sends start at this post's point of the compute stream, receives at recv_ready (see
+ * pp__nccl_recv_ready). Any failure once a claim is made leaves the pair out of step for good:
+ * the caller aborts. */
+static pp_status pp__nccl_ce_group(pp__nccl_transport *t, const pp_transfer *x, int count, cudaEvent_t recv_ready,
+                                   pp_error *err)
+{
+    pp_nccl *nc = t->nc;
+    pp__nccl_ce_plan *pl;
+    pp_status st = PP_OK;
+    cudaError_t e = cudaSuccess;
+    CUresult r = CUDA_SUCCESS;
+    int i, p;
+    if (count > t->ce_cap_plans) {
+        pp__nccl_ce_plan *grown = (pp__nccl_ce_plan *)realloc(t->ce_plans, sizeof *grown * (size_t)count);
+        if (!grown) return pp__nccl_fail(err, PP_ENOMEM, "post: out of memory");
+        t->ce_plans = grown;
+        t->ce_cap_plans = count;
+    }
+    pl = t->ce_plans;
+    for (i = 0; i < count && st == PP_OK; i++)
+        if (x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) st = pp__nccl_ce_claim_next(t, &x[i], &pl[i], err);
+    if (st != PP_OK) return st;
+    for (p = 0; p < nc->world && e == cudaSuccess; p++) {
+        if (pp__nccl_ce_with(t, x, count, p, 1)) e = cudaStreamWaitEvent(t->ce_send_to[p], t->ready, 0);
+        if (e == cudaSuccess && pp__nccl_ce_with(t, x, count, p, 0)) e = cudaStreamWaitEvent(t->ce_recv_from[p], recv_ready, 0);
+    }
+    for (i = 0; i < count && st == PP_OK && e == cudaSuccess; i++)
+        if (x[i].is_send && x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) st = pp__nccl_ce_send(t, &x[i], &pl[i], err);
+    /* posted counts skip the messages that are not pushed, so the one whose low word wraps may
+     * never be written: the high word goes too whenever it is not the last one written (low
+     * word first, so the count never reads ahead of itself) */
+    for (i = 0; i < count && st == PP_OK && e == cudaSuccess && r == CUDA_SUCCESS; i++) {
+        uint64_t v;
+        CUdeviceptr flag;
+        CUstream cs;
+        p = x[i].peer;
+        if (x[i].is_send || p == nc->rank || !pp__nccl_is_ce(t, p) || pl[i].how != PP__NCCL_CLAIM_PUSH) continue;
+        v = pl[i].k + 1;
+        flag = pp__nccl_ce_flag_there(t, PP__NCCL_POSTED, p);
+        cs = (CUstream)t->ce_recv_from[p];
+        r = t->write32(cs, flag, (cuuint32_t)v, CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (r == CUDA_SUCCESS && (uint32_t)(v >> 32) != t->ce_posted_high[p]) {
+            r = t->write32(cs, flag + 4, (cuuint32_t)(v >> 32), CU_STREAM_WRITE_VALUE_DEFAULT);
+            t->ce_posted_high[p] = (uint32_t)(v >> 32);
+        }
+    }
+    for (i = 0; i < count && st == PP_OK && e == cudaSuccess && r == CUDA_SUCCESS; i++)
+        if (!x[i].is_send && x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) st = pp__nccl_ce_recv(t, &x[i], &pl[i], err);
+    for (p = 0; p < nc->world && st == PP_OK && e == cudaSuccess && r == CUDA_SUCCESS; p++) {
+        if (pp__nccl_ce_with(t, x, count, p, 1)) {
+            e = cudaEventRecord(t->ce_join[p], t->ce_send_to[p]);
+            if (e == cudaSuccess) e = cudaStreamWaitEvent(t->ce_send, t->ce_join[p], 0);
+        }
+        if (e == cudaSuccess && pp__nccl_ce_with(t, x, count, p, 0)) {
+            e = cudaEventRecord(t->ce_join_recv[p], t->ce_recv_from[p]);
+            if (e == cudaSuccess) e = cudaStreamWaitEvent(t->ce_recv, t->ce_join_recv[p], 0);
+        }
+    }
+    if (st != PP_OK) return st;
+    if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "post: copy engines");
+    if (r != CUDA_SUCCESS)
+        return pp__nccl_fail(err, PP_EIO, "post: copy-engine receive: stream memory operation failed (CUresult %d)", (int)r);
+    return PP_OK;
+}
+
+/* A post that fails once its copy-engine claims are made leaves those pairs out of step for
+ * good: the communicator aborts, as it would for a failed copy. */
+static pp_status pp__nccl_post_failed(pp__nccl_transport *t, pp__nccl_handle *h, int streams, pp_status st, pp_error *err)
+{
+    h->in_use = 0;
+    if ((streams & (PP__NCCL_ON_CE_SEND | PP__NCCL_ON_CE_RECV)) && !t->nc->aborted)
+        pp_nccl_abort(t->nc, st, err ? err->message : "post: a copy-engine transfer failed");
+    return st;
+}
+
 static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int count, void **handle, pp_error *err)
 {
     pp__nccl_transport *t = (pp__nccl_transport *)user;
@@ -1505,6 +1551,7 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
     pp_status st;
     ncclResult_t r = ncclSuccess, r2;
     cudaError_t e;
+    cudaEvent_t recv_ready;
     int i, k, nccl_ops = 0, self_ops = 0, streams = 0, first;
     if (!handle || (count > 0 && !transfers)) return pp__nccl_fail(err, PP_EINVAL, "post: transfers and handle must not be NULL");
     *handle = NULL;
@@ -1529,11 +1576,11 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
      * written, what it receives into is no longer read. Its time starts there, on the first
      * stream it uses (gated: once the gate opens, below). */
     t->ready = t->ready_hist[t->posts % PP__NCCL_READY_HIST];
+    recv_ready = (streams & PP__NCCL_ON_CE_RECV) ? pp__nccl_recv_ready(t, transfers, count) : t->ready;
     e = cudaEventRecord(t->ready, t->compute);
     for (k = PP__NCCL_ON_COMM, first = 1; e == cudaSuccess && k <= PP__NCCL_ON_CE_RECV; k <<= 1) {
         if (!(streams & k)) continue;
-        e = cudaStreamWaitEvent(pp__nccl_stream_of(t, k),
-                                k == PP__NCCL_ON_CE_RECV ? pp__nccl_recv_ready(t, transfers, count) : t->ready, 0);
+        e = cudaStreamWaitEvent(pp__nccl_stream_of(t, k), k == PP__NCCL_ON_CE_RECV ? recv_ready : t->ready, 0);
         if (e == cudaSuccess && rec && first && !(k == PP__NCCL_ON_COMM && nccl_ops > 0 && t->gated))
             e = cudaEventRecord(rec->begin, pp__nccl_stream_of(t, k));
         first = 0;
@@ -1562,18 +1609,16 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
     }
     nc->posts++;
     t->posts++;
-    if ((streams & (PP__NCCL_ON_CE_SEND | PP__NCCL_ON_CE_RECV)) && (st = pp__nccl_ce_group(t, transfers, count, err)) != PP_OK) {
-        /* claims may be made and work queued: the pairs are out of step for good */
-        pp_nccl_abort(nc, st, err ? err->message : "post: a copy-engine transfer failed");
-        h->in_use = 0; return st;
-    }
+    if ((streams & (PP__NCCL_ON_CE_SEND | PP__NCCL_ON_CE_RECV)) &&
+        (st = pp__nccl_ce_group(t, transfers, count, recv_ready, err)) != PP_OK)
+        return pp__nccl_post_failed(t, h, streams, st, err);
     if (nccl_ops > 0 && t->gated && (st = pp__nccl_gate_pass(t, transfers, count, err)) != PP_OK) {
-        h->in_use = 0; return st;
+        return pp__nccl_post_failed(t, h, streams, st, err);
     }
     /* gated: the group's time starts once the gate opens (both sides are there), so it is the
      * transfer's own time, not a wait for the peer */
     if (nccl_ops > 0 && t->gated && rec && (e = cudaEventRecord(rec->begin, nc->stream)) != cudaSuccess) {
-        h->in_use = 0; return pp__nccl_cuda_fail(err, e, "post");
+        return pp__nccl_post_failed(t, h, streams, pp__nccl_cuda_fail(err, e, "post"), err);
     }
     if (nccl_ops > 0) {
         pp__nccl_arm(nc, nc->timeout_s, "post: ncclGroupEnd");
@@ -1587,14 +1632,14 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
         r2 = ncclGroupEnd();   /* always close the group, even after a failed call */
         if (nc->debug) fprintf(stderr, "[pipepar_nccl rank %d %.6f] post #%ld: ncclGroupEnd returned %d\n", nc->rank,
                                pp__nccl_now(), nc->posts - 1, (int)r2);
-        if (pp__nccl_disarm(nc, err)) { h->in_use = 0; return PP_ETIMEOUT; }
+        if (pp__nccl_disarm(nc, err)) return pp__nccl_post_failed(t, h, streams, PP_ETIMEOUT, err);
         if (r == ncclSuccess || r == ncclInProgress) r = r2;
-        if ((st = pp__nccl_check(nc, r, "post: ncclGroupEnd", err)) != PP_OK) { h->in_use = 0; return st; }
+        if ((st = pp__nccl_check(nc, r, "post: ncclGroupEnd", err)) != PP_OK) { return pp__nccl_post_failed(t, h, streams, st, err); }
         /* Non-blocking mode: the kernels may still be on their way to the stream (e.g. the first
          * transfer to a peer connects first); the done-event must come after them. */
         if (r == ncclInProgress &&
             (st = pp__nccl_settle(nc, nc->comm, pp__nccl_now() + nc->timeout_s, "post: ncclGroupEnd", err)) != PP_OK) {
-            h->in_use = 0; return st;
+            return pp__nccl_post_failed(t, h, streams, st, err);
         }
     }
     e = cudaSuccess;
@@ -1610,7 +1655,7 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
         e = cudaEventRecord(h->done_recv, t->ce_recv);
         if (e == cudaSuccess && rec) e = cudaEventRecord(rec->end_recv, t->ce_recv);
     }
-    if (e != cudaSuccess) { h->in_use = 0; return pp__nccl_cuda_fail(err, e, "post"); }
+    if (e != cudaSuccess) { return pp__nccl_post_failed(t, h, streams, pp__nccl_cuda_fail(err, e, "post"), err); }
     h->streams = streams;
     if (rec) {
         for (i = 0; i < count; i++) {
@@ -2160,7 +2205,9 @@ static void *pp__nccl_shm(const char *name, size_t bytes, int make)
     struct stat sb;
     void *ptr;
     if (fd < 0) return NULL;
-    if ((make && ftruncate(fd, (off_t)bytes) != 0) || fstat(fd, &sb) != 0 || (size_t)sb.st_size < bytes) {
+    /* posix_fallocate, not ftruncate: a /dev/shm too small for the claims says so now (ENOSPC),
+     * instead of a SIGBUS at the first claim written into a page it cannot back */
+    if ((make && posix_fallocate(fd, 0, (off_t)bytes) != 0) || fstat(fd, &sb) != 0 || (size_t)sb.st_size < bytes) {
         close(fd);
         if (make) shm_unlink(name);
         return NULL;
@@ -2216,6 +2263,11 @@ static void pp__nccl_ce_release(pp__nccl_transport *t, int at_free)
                                            "pp_nccl_transport_free: copy-engine sends", NULL) != PP_OK)
                 ok = 0;
         }
+        for (p = 0; p < nc->world && ok; p++)
+            if (t->ce_recv_from && t->ce_recv_from[p] &&
+                pp__nccl_wait_device(nc, NULL, t->ce_recv_from[p], nc->timeout_s,
+                                     "pp_nccl_transport_free: copy-engine receives", NULL) != PP_OK)
+                ok = 0;
         if (ok && pp__nccl_wait_device(nc, NULL, t->ce_send, nc->timeout_s, "pp_nccl_transport_free: copy-engine sends",
                                        NULL) != PP_OK)
             ok = 0;
@@ -2225,9 +2277,10 @@ static void pp__nccl_ce_release(pp__nccl_transport *t, int at_free)
     }
     if (!nc->aborted && ok) {   /* after an abort the streams may sit on a wait: leave them and the memory */
         int i;
-        for (i = 0; i < t->ce_num_maps; i++)
-            if (t->ce_maps[i].ptr) { cudaIpcCloseMemHandle(t->ce_maps[i].ptr); t->ce_maps[i].ptr = NULL; }
-        t->ce_num_maps = 0;
+        for (i = 0; i < t->ce_num_maps; i++) {
+            if (t->ce_maps[i].ptr) cudaIpcCloseMemHandle(t->ce_maps[i].ptr);
+            if (t->ce_maps[i].last_copy) cudaEventDestroy(t->ce_maps[i].last_copy);
+        }
         for (p = 0; t->ce_opened && p < nc->world; p++)
             if (t->ce_opened[p]) { cudaIpcCloseMemHandle(t->ce_opened[p]); t->ce_opened[p] = NULL; }
         if (at_free && t->ce_collective && pp_nccl_barrier(nc, nc->timeout_s, NULL) != PP_OK) ok = 0;
@@ -2237,6 +2290,8 @@ static void pp__nccl_ce_release(pp__nccl_transport *t, int at_free)
         for (p = 0; p < nc->world; p++) {
             if (t->ce_send_to && t->ce_send_to[p]) cudaStreamDestroy(t->ce_send_to[p]);
             if (t->ce_join && t->ce_join[p]) cudaEventDestroy(t->ce_join[p]);
+            if (t->ce_recv_from && t->ce_recv_from[p]) cudaStreamDestroy(t->ce_recv_from[p]);
+            if (t->ce_join_recv && t->ce_join_recv[p]) cudaEventDestroy(t->ce_join_recv[p]);
         }
         if (t->ce_send) cudaStreamDestroy(t->ce_send);
         if (t->ce_recv) cudaStreamDestroy(t->ce_recv);
@@ -2251,11 +2306,13 @@ static void pp__nccl_ce_release(pp__nccl_transport *t, int at_free)
     t->ce_send = t->ce_recv = NULL;
     t->ce_mem = NULL;
     free(t->ce_remote); free(t->ce_opened); free(t->ce_ring_here); free(t->ce_ring_there);
-    free(t->ce_sent); free(t->ce_taken); free(t->ce_send_to); free(t->ce_join);
+    free(t->ce_sent); free(t->ce_taken); free(t->ce_send_to); free(t->ce_join); free(t->ce_recv_from);
+    free(t->ce_join_recv); free(t->ce_maps);
     free(t->ce_peer_seg); free(t->ce_peer_seg_bytes); free(t->ce_claims_in); free(t->ce_claims_out);
     free(t->ce_xsent); free(t->ce_xrecv); free(t->ce_same); free(t->ce_plans); free(t->ce_posted_high);
     t->ce_remote = NULL; t->ce_opened = NULL; t->ce_ring_here = NULL; t->ce_ring_there = NULL;
-    t->ce_sent = NULL; t->ce_taken = NULL; t->ce_send_to = NULL; t->ce_join = NULL;
+    t->ce_sent = NULL; t->ce_taken = NULL; t->ce_send_to = NULL; t->ce_join = NULL; t->ce_recv_from = NULL;
+    t->ce_join_recv = NULL; t->ce_maps = NULL; t->ce_num_maps = t->ce_cap_maps = 0;
     t->ce_peer_seg = NULL; t->ce_peer_seg_bytes = NULL; t->ce_claims_in = NULL; t->ce_claims_out = NULL;
     t->ce_xsent = NULL; t->ce_xrecv = NULL; t->ce_same = NULL; t->ce_plans = NULL; t->ce_cap_plans = 0;
     t->ce_posted_high = NULL;
@@ -2307,6 +2364,8 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     t->ce_taken = (uint64_t *)calloc((size_t)nc->world, sizeof *t->ce_taken);
     t->ce_send_to = (cudaStream_t *)calloc((size_t)nc->world, sizeof *t->ce_send_to);
     t->ce_join = (cudaEvent_t *)calloc((size_t)nc->world, sizeof *t->ce_join);
+    t->ce_recv_from = (cudaStream_t *)calloc((size_t)nc->world, sizeof *t->ce_recv_from);
+    t->ce_join_recv = (cudaEvent_t *)calloc((size_t)nc->world, sizeof *t->ce_join_recv);
     t->ce_peer_seg = (void **)calloc((size_t)nc->world, sizeof *t->ce_peer_seg);
     t->ce_peer_seg_bytes = (size_t *)calloc((size_t)nc->world, sizeof *t->ce_peer_seg_bytes);
     t->ce_claims_in = (pp__nccl_ce_claim **)calloc((size_t)nc->world, sizeof *t->ce_claims_in);
@@ -2320,7 +2379,7 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     mapped = (unsigned char *)calloc((size_t)nc->world, 1);
     all_mapped = (unsigned char *)calloc((size_t)nc->world * (size_t)nc->world, 1);
     if (!t->ce_remote || !t->ce_opened || !t->ce_ring_here || !t->ce_ring_there || !t->ce_sent || !t->ce_taken ||
-        !t->ce_send_to || !t->ce_join || !t->ce_peer_seg || !t->ce_peer_seg_bytes || !t->ce_claims_in ||
+        !t->ce_send_to || !t->ce_join || !t->ce_recv_from || !t->ce_join_recv || !t->ce_peer_seg || !t->ce_peer_seg_bytes || !t->ce_claims_in ||
         !t->ce_claims_out || !t->ce_xsent || !t->ce_xrecv || !t->ce_same || !t->ce_posted_high || !cards || !wheres || !mapped || !all_mapped) {
         /* cannot join the all-gathers without their buffers: the others time out there */
         st = pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_transport_copy_engine: out of memory");
@@ -2442,7 +2501,9 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
         ptr = pp__nccl_map_peer(t, same, cards[p].device, wheres[p].ptr, &wheres[p].handle, &t->ce_opened[p]);
         if (ptr && (cudaDeviceGetStreamPriorityRange(&lo, &hi) != cudaSuccess ||
                     cudaStreamCreateWithPriority(&t->ce_send_to[p], cudaStreamNonBlocking, hi) != cudaSuccess ||
-                    cudaEventCreateWithFlags(&t->ce_join[p], cudaEventDisableTiming) != cudaSuccess)) {
+                    cudaEventCreateWithFlags(&t->ce_join[p], cudaEventDisableTiming) != cudaSuccess ||
+                    cudaStreamCreateWithPriority(&t->ce_recv_from[p], cudaStreamNonBlocking, hi) != cudaSuccess ||
+                    cudaEventCreateWithFlags(&t->ce_join_recv[p], cudaEventDisableTiming) != cudaSuccess)) {
             if (t->ce_opened[p]) { cudaIpcCloseMemHandle(t->ce_opened[p]); t->ce_opened[p] = NULL; }
             ptr = NULL;
             (void)cudaGetLastError();
