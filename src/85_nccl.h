@@ -201,8 +201,14 @@ PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, 
  * *ce_peers gets how many peers use the copy engines (optional). Once set up, the transport's
  * pp_nccl_transport_free is collective over nc: it waits (within the deadline) until the peers
  * have taken what it sent, and frees its memory only after every rank closed its mappings.
- * On abort the waits are opened as the gate's are, after the live peers' flags of this rank are
- * set far behind, so that nothing sent after the abort is taken as data. Group times
+ * On abort the waits are opened as the gate's are (so that every stream drains), after the live
+ * peers' flags of this rank are set far behind, so that nothing sent after the abort is taken as
+ * data and no live peer pushes into this rank's buffers again. What the opened waits let through
+ * are this rank's queued copies: a push into a live peer's receive buffer, or a piece into its
+ * ring, before the peer said it was free. That receive of the peer's never completes, so its
+ * step fails too; but the buffer (or a ring slot still being copied out) may hold what earlier
+ * work of the peer's still reads, so a peer step that had not finished on its device could be
+ * spoiled. Trainers that synchronise every step (reading the loss does) are not exposed. Group times
  * (pp_nccl_transport_times) of a copy-engine group run from the compute stream's point to the
  * end of its last stream: a receive-only group's time includes waiting for the peer's send.
  * PIPEPAR_NCCL_GATE_BASE starts these counts too (tests that cross 2^32). A receive whose
