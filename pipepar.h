@@ -2191,9 +2191,12 @@ PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, 
  * first post, at most once per transport; may be combined with pp_nccl_transport_gate (call
  * this first), which then gates only the peers left to NCCL. Left on NCCL: peers on other hosts
  * or that cannot be mapped, or whose shared-memory segment cannot be opened (another container's
- * /dev/shm); threads of one process (mlp_gpu --threads 2 hung with them on
- * H200s, cause not found; PIPEPAR_NCCL_CE_SAME_PROCESS=1 on every rank allows them, as the unit
- * tests do); every peer when NCCL_P2P_DISABLE=1, or when CUDA_DEVICE_MAX_CONNECTIONS is below 4
+ * /dev/shm); threads of one process (mlp_gpu --threads 2 hangs with them: one rank's thread
+ * spins inside the driver in cuBLASLt's cuKernelSetAttribute holding the process's driver lock,
+ * while the other rank's thread waits for that lock in the middle of the copy the first rank's
+ * device is waiting for; processes have a driver each. PIPEPAR_NCCL_CE_SAME_PROCESS=1 on every
+ * rank allows them, for programs that call no such function while transfers are queued, as the
+ * unit tests do); every peer when NCCL_P2P_DISABLE=1, or when CUDA_DEVICE_MAX_CONNECTIONS is below 4
  * (a stream waiting on a flag holds its hardware queue; the gate stays off there too).
  * *ce_peers gets how many peers use the copy engines (optional). Once set up, the transport's
  * pp_nccl_transport_free is collective over nc: it waits (within the deadline) until the peers

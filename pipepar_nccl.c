@@ -2223,9 +2223,11 @@ static void *pp__nccl_shm(const char *name, size_t bytes, int make)
 
 /* Ranks whose transfers may go through the copy engines: both able, on one host, in two
  * processes. Threads of one process stay on NCCL unless every rank sets
- * PIPEPAR_NCCL_CE_SAME_PROCESS=1: mlp_gpu --threads 2 hung with them on H200s (the host threads
- * stalled after their first transfers; cause not found), while the same transfers between
- * processes, and tests/gpu/test_nccl.cu's threads with the variable set, ran. */
+ * PIPEPAR_NCCL_CE_SAME_PROCESS=1: mlp_gpu --threads 2 hangs with them (a backtrace, session 7:
+ * one rank's thread spins in the driver inside cuBLASLt's cuKernelSetAttribute, holding the
+ * process's driver lock; the other rank's thread waits for that lock inside the copy that the
+ * first rank's device is waiting for). Processes have a driver each; tests/gpu/test_nccl.cu's
+ * threads, which call no such function while transfers are queued, run with the variable set. */
 static int pp__nccl_ce_pair(const pp__nccl_ce_card *c, int p, int q)
 {
     int same_process = c[p].space == c[q].space && c[p].pid == c[q].pid;

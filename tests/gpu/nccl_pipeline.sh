@@ -70,7 +70,8 @@ grep -Eq "copy-engine transfers \(every step\): [0-9]+ pushed .*, [0-9]+ pulled 
     bad "ce-interleaved: $(grep 'copy-engine transfers' "$log/ce-interleaved")"
 run2 ce-zbv $SMALL --schedule zbv --copy-engine --check; expect_match ce-zbv $?
 run2 ce-dualpipev $SMALL --schedule dualpipev --copy-engine --check; expect_match ce-dualpipev $?
-# threads of one process stay on NCCL (pp_nccl_transport_copy_engine: a hang there, not found)
+# threads of one process stay on NCCL (pp_nccl_transport_copy_engine: with them, one thread's cuBLASLt
+# call holds the process's driver lock while its device waits for a copy the other thread cannot queue)
 timeout 180 "$BUILD/mlp_gpu" $SMALL --schedule dualpipev --threads 2 --copy-engine --check >"$log/ce-threads" 2>&1
 expect_match ce-threads $?
 grep -q "copy engines: 0 peer(s)" "$log/ce-threads" && ok "ce-threads: threads stay on NCCL" || bad "ce-threads: $(grep 'copy engines' "$log/ce-threads")"
