@@ -41,8 +41,11 @@ BENCHES      := $(patsubst bench/%.c,$(BUILD)/bench_%,$(BENCH_SRCS))
 GPU_EXAMPLES := $(patsubst examples/%.cu,$(BUILD)/%,$(wildcard examples/*.cu))
 GPU_TESTS    := $(patsubst tests/gpu/%.cu,$(BUILD)/gpu/%,$(wildcard tests/gpu/test_*.cu))
 GPU_TESTS_C  := $(patsubst tests/gpu/%.c,$(BUILD)/gpu/%,$(wildcard tests/gpu/test_*.c))
+# host tests of pipepar_nccl.c's internals (it is #included): they need its headers and libraries,
+# not a GPU, so `make test` runs them wherever those are
+GPU_HOST_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/gpu/%,$(wildcard tests/gpu/host_*.c))
 GPU_BENCHES  := $(patsubst bench/%.cu,$(BUILD)/bench_%,$(wildcard bench/*.cu))
-GPU_ALL      := $(if $(HAVE_GPU),$(BUILD)/pipepar_cuda.o $(BUILD)/pipepar_nccl.o $(GPU_EXAMPLES) $(GPU_TESTS) $(GPU_TESTS_C) $(GPU_BENCHES))
+GPU_ALL      := $(if $(HAVE_GPU),$(BUILD)/pipepar_cuda.o $(BUILD)/pipepar_nccl.o $(GPU_EXAMPLES) $(GPU_TESTS) $(GPU_TESTS_C) $(GPU_HOST_TESTS) $(GPU_BENCHES))
 
 .PHONY: all host gpu demo test test-host test-gpu bench clean check-header
 all: host $(GPU_ALL)
@@ -100,6 +103,10 @@ $(BUILD)/gpu/%: tests/gpu/%.cu $(GPU_OBJS) tests/pp_test.h
 
 $(BUILD)/gpu/%: tests/gpu/%.c $(GPU_OBJS) tests/pp_test.h
 	$(CC) $(CSTD) $(WARN) -O2 -g -I$(CUDA_HOME)/include $(NCCL_INC) -o $@ $< $(GPU_OBJS) $(CUDA_LIBS) -lstdc++
+
+$(BUILD)/gpu/host_%: tests/gpu/host_%.c pipepar_nccl.c $(BUILD)/pipepar_impl.o $(BUILD)/pipepar_cuda.o
+	$(CC) $(CSTD) $(WARN) -O2 -g -I$(CUDA_HOME)/include $(NCCL_INC) -o $@ $< $(BUILD)/pipepar_impl.o \
+	    $(BUILD)/pipepar_cuda.o $(CUDA_LIBS) -lstdc++
 
 $(BUILD)/bench_%: bench/%.cu $(GPU_OBJS)
 	$(NVCC) $(NVFLAGS) $(NCCL_INC) -o $@ $< $(GPU_OBJS) $(CUDA_LIBS)

@@ -4,7 +4,8 @@
 #   2. the test runner under ASan + UBSan    (every suite)
 #   3. the test runner under TSan            (the suites that start threads)
 #   4. the shell-level tests tests/*.sh       (CLI exit codes and messages, demo, ...)
-#   5. compile checks: the header as C++, and the GPU companions with nvcc where it exists
+#   5. compile checks: the header as C++, and the GPU companions with nvcc where it exists, with
+#      the host tests of pipepar_nccl.c's internals (tests/gpu/host_*.c) that build with them
 # Each part prints "N passed, N failed"; the last line sums them all.
 set -u
 cd "$(dirname "$0")/.."
@@ -66,6 +67,10 @@ compile_check "header compiles as C++" ${CXX:-c++} -x c++ -std=c++11 -Wall -Wext
     -Wno-unused-function -fsyntax-only tests/impl.c
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
     compile_check "GPU companions build (nvcc, NCCL)" make -s -j"$JOBS" gpu
+    for t in build/gpu/host_*; do   # pipepar_nccl.c's host-side logic, no GPU needed
+        [ -x "$t" ] || continue
+        "$t" >"$log/h.txt" 2>&1; count "$(basename "$t")" "$log/h.txt" $?
+    done
 fi
 
 rm -rf "$log"

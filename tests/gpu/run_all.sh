@@ -21,7 +21,7 @@ run_one() {
     fi
     rm -f "$out"
 }
-for t in "$BUILD"/gpu/test_*; do [ -x "$t" ] && run_one "$(basename "$t")" "$t"; done
+for t in "$BUILD"/gpu/test_* "$BUILD"/gpu/host_*; do [ -x "$t" ] && run_one "$(basename "$t")" "$t"; done
 for s in tests/gpu/*.sh; do [ "$s" = tests/gpu/run_all.sh ] && continue; run_one "$(basename "$s")" bash "$s" "$BUILD"; done
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ]
