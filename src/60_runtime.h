@@ -215,7 +215,11 @@ typedef struct pp_callbacks {
 } pp_callbacks;
 
 /* Where boundary tensors live. Zero means host memory from PIPEPAR_MALLOC / PIPEPAR_FREE.
- * A CUDA trainer passes cudaMalloc/cudaFree wrappers. alloc returns NULL on failure. */
+ * A CUDA trainer passes cudaMalloc/cudaFree wrappers. alloc returns NULL on failure. With
+ * pipepar_nccl.c's copy engines a peer maps the allocations of transfer buffers (CUDA IPC) until
+ * pp_nccl_transport_free: an allocator whose free gives memory back to CUDA before then breaks
+ * that rule when the executor regrows a slot (shapes that change); carve the tensors from an
+ * arena freed after the transport, as examples/mlp_gpu.cu does. */
 typedef struct pp_allocator {
     void *user;
     void *(*alloc)(void *user, size_t bytes);
