@@ -212,8 +212,9 @@ PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, 
  * step fails too; but the buffer (or a ring slot still being copied out) may hold what earlier
  * work of the peer's still reads, so a peer step that had not finished on its device could be
  * spoiled. Trainers that synchronise every step (reading the loss does) are not exposed. Group times
- * (pp_nccl_transport_times) of a copy-engine group run from the compute stream's point to the
- * end of its last stream: a receive-only group's time includes waiting for the peer's send.
+ * (pp_nccl_transport_times) of a copy-engine group run from the compute stream's point (for a
+ * receive-only group whose buffers were free earlier, that earlier post's point) to the end of
+ * its last stream: a receive-only group's time includes waiting for the peer's send.
  * PIPEPAR_NCCL_GATE_BASE starts these counts too (tests that cross 2^32). A receive whose
  * pp_transfer.buf_free_posts says its buffer has been free for n posts starts from the compute
  * stream's point at the post n back (up to 63), so it can land while the compute issued since
