@@ -1078,6 +1078,20 @@ static CUresult pp__nccl_announce(const pp__nccl_transport *t, cudaStream_t stre
     return r;
 }
 
+/* The same for a count that skips values (posted counts: only pushed messages write one), so
+ * the value whose low word wraps may never be written: the high word goes whenever it differs
+ * from the last one written into this flag (*high_written), low word first as above. */
+static CUresult pp__nccl_announce_sparse(const pp__nccl_transport *t, cudaStream_t stream, CUdeviceptr flag,
+                                         uint64_t count, uint32_t *high_written)
+{
+    CUresult r = t->write32((CUstream)stream, flag, (cuuint32_t)count, CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (r == CUDA_SUCCESS && (uint32_t)(count >> 32) != *high_written) {
+        r = t->write32((CUstream)stream, flag + 4, (cuuint32_t)(count >> 32), CU_STREAM_WRITE_VALUE_DEFAULT);
+        *high_written = (uint32_t)(count >> 32);
+    }
+    return r;
+}
+
 /* The arrival gate: announce this group to every gated peer in it first, then wait (on the
  * communication stream, no SM) until each has announced its matching group. All announcements
  * go out before any wait: a rank that waited on its first peer before announcing to its second
@@ -1495,23 +1509,11 @@ static pp_status pp__nccl_ce_group(pp__nccl_transport *t, const pp_transfer *x, 
     }
     for (i = 0; i < count && st == PP_OK && e == cudaSuccess; i++)
         if (x[i].is_send && x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) st = pp__nccl_ce_send(t, &x[i], &pl[i], err);
-    /* posted counts skip the messages that are not pushed, so the one whose low word wraps may
-     * never be written: the high word goes too whenever it is not the last one written (low
-     * word first, so the count never reads ahead of itself) */
     for (i = 0; i < count && st == PP_OK && e == cudaSuccess && r == CUDA_SUCCESS; i++) {
-        uint64_t v;
-        CUdeviceptr flag;
-        CUstream cs;
         p = x[i].peer;
         if (x[i].is_send || p == nc->rank || !pp__nccl_is_ce(t, p) || pl[i].how != PP__NCCL_CLAIM_PUSH) continue;
-        v = pl[i].k + 1;
-        flag = pp__nccl_ce_flag_there(t, PP__NCCL_POSTED, p);
-        cs = (CUstream)t->ce_recv_from[p];
-        r = t->write32(cs, flag, (cuuint32_t)v, CU_STREAM_WRITE_VALUE_DEFAULT);
-        if (r == CUDA_SUCCESS && (uint32_t)(v >> 32) != t->ce_posted_high[p]) {
-            r = t->write32(cs, flag + 4, (cuuint32_t)(v >> 32), CU_STREAM_WRITE_VALUE_DEFAULT);
-            t->ce_posted_high[p] = (uint32_t)(v >> 32);
-        }
+        r = pp__nccl_announce_sparse(t, t->ce_recv_from[p], pp__nccl_ce_flag_there(t, PP__NCCL_POSTED, p), pl[i].k + 1,
+                                     &t->ce_posted_high[p]);
     }
     for (i = 0; i < count && st == PP_OK && e == cudaSuccess && r == CUDA_SUCCESS; i++)
         if (!x[i].is_send && x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) st = pp__nccl_ce_recv(t, &x[i], &pl[i], err);

@@ -418,6 +418,21 @@ static void two_rank_threads(void *(*fn)(void *), int mode)
     cudaFreeHost(release);
 }
 
+/* One rank's communicator in those tests: GPU `rank`, the shared id, a 30 s deadline. NULL (a
+ * failed check counted) when it cannot be made. */
+static pp_nccl *two_rank_init(gate_test *g)
+{
+    pp_nccl_config c;
+    pp_nccl *nc = NULL;
+    pp_error e;
+    memset(&c, 0, sizeof c);
+    c.world = 2; c.rank = g->rank; c.device = g->rank; c.timeout_s = 30;
+    c.bootstrap = PP_NCCL_BOOTSTRAP_ID; c.id = &g->tr->id;
+    cudaSetDevice(g->rank);
+    CHECK_OK(pp_nccl_init(&c, &nc, &e), &e);
+    return nc;
+}
+
 static void *gate_abort_thread(void *argp)
 {
     gate_test *g = (gate_test *)argp;
@@ -432,19 +447,13 @@ static void *gate_rank_main(void *argp)
     gate_test *g = (gate_test *)argp;
     two_ranks *tr = g->tr;
     int rank = g->rank, peer = 1 - rank, gated = -1, i, k;
-    pp_nccl_config c;
     pp_nccl *nc = NULL;
     pp_transport t;
     pp_error e;
     cudaStream_t s;
     unsigned char *sendb, *recvb, host[64];
     void *h[12];
-    memset(&c, 0, sizeof c);
-    c.world = 2; c.rank = rank; c.device = rank; c.timeout_s = 30;
-    c.bootstrap = PP_NCCL_BOOTSTRAP_ID; c.id = &tr->id;
-    cudaSetDevice(rank);
-    CHECK_OK(pp_nccl_init(&c, &nc, &e), &e);
-    if (!nc) return NULL;
+    if (!(nc = two_rank_init(g))) return NULL;
     g->nc = nc;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     CHECK_OK(pp_nccl_transport(nc, s, &t, &e), &e);
@@ -540,18 +549,12 @@ static void *gate_rank_main(void *argp)
 static void *gate_bad_base_rank(void *argp)
 {
     gate_test *g = (gate_test *)argp;
-    pp_nccl_config c;
     pp_nccl *nc = NULL;
     pp_transport t;
     pp_error e;
     cudaStream_t s;
     int gated = -1;
-    memset(&c, 0, sizeof c);
-    c.world = 2; c.rank = g->rank; c.device = g->rank; c.timeout_s = 30;
-    c.bootstrap = PP_NCCL_BOOTSTRAP_ID; c.id = &g->tr->id;
-    cudaSetDevice(g->rank);
-    CHECK_OK(pp_nccl_init(&c, &nc, &e), &e);
-    if (!nc) return NULL;
+    if (!(nc = two_rank_init(g))) return NULL;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     CHECK_OK(pp_nccl_transport(nc, s, &t, &e), &e);
     CHECK_FAILS(pp_nccl_transport_gate(&t, &gated, &e), &e, PP_EINVAL,
@@ -594,7 +597,6 @@ static void *ce_rank_main(void *argp)
     gate_test *g = (gate_test *)argp;
     two_ranks *tr = g->tr;
     int rank = g->rank, peer = 1 - rank, peers = -1, gated = -1, k;
-    pp_nccl_config c;
     pp_nccl *nc = NULL;
     pp_transport t;
     pp_error e;
@@ -602,12 +604,7 @@ static void *ce_rank_main(void *argp)
     const size_t piece = 1 << 20, bytes = 5 * (piece / 2) + 4096;   /* 2.5 MiB + 4 KiB: three pieces, the last short */
     unsigned char *sendb = NULL, *recvb = NULL, *want = NULL, *got = NULL;
     void *h[12];
-    memset(&c, 0, sizeof c);
-    c.world = 2; c.rank = rank; c.device = rank; c.timeout_s = 30;
-    c.bootstrap = PP_NCCL_BOOTSTRAP_ID; c.id = &tr->id;
-    cudaSetDevice(rank);
-    CHECK_OK(pp_nccl_init(&c, &nc, &e), &e);
-    if (!nc) return NULL;
+    if (!(nc = two_rank_init(g))) return NULL;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     cudaStreamCreateWithFlags(&hog, cudaStreamNonBlocking);
     CHECK_OK(pp_nccl_transport(nc, s, &t, &e), &e);
@@ -830,7 +827,6 @@ static void *ce_direct_rank(void *argp)
     gate_test *g = (gate_test *)argp;
     two_ranks *tr = g->tr;
     int rank = g->rank, peer = 1 - rank, peers = -1, k;
-    pp_nccl_config c;
     pp_nccl *nc = NULL;
     pp_transport t;
     pp_error e;
@@ -838,12 +834,7 @@ static void *ce_direct_rank(void *argp)
     unsigned char *buf = NULL;
     long long how[3], before[3];
     const size_t big = 3u << 20;
-    memset(&c, 0, sizeof c);
-    c.world = 2; c.rank = rank; c.device = rank; c.timeout_s = 30;
-    c.bootstrap = PP_NCCL_BOOTSTRAP_ID; c.id = &tr->id;
-    cudaSetDevice(rank);
-    CHECK_OK(pp_nccl_init(&c, &nc, &e), &e);
-    if (!nc) return NULL;
+    if (!(nc = two_rank_init(g))) return NULL;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     CHECK_OK(pp_nccl_transport(nc, s, &t, &e), &e);
     CHECK_OK(pp_nccl_transport_copy_engine(&t, 1 << 20, 4, &peers, &e), &e);
@@ -973,7 +964,6 @@ static void *ce_left_rank(void *argp)
 {
     gate_test *g = (gate_test *)argp;
     int rank = g->rank, peers = -1;
-    pp_nccl_config c;
     pp_nccl *nc = NULL;
     pp_transport t;
     pp_error e;
@@ -981,12 +971,7 @@ static void *ce_left_rank(void *argp)
     unsigned char *buf = NULL, host[16];
     void *hh = NULL;
     pp_transfer x;
-    memset(&c, 0, sizeof c);
-    c.world = 2; c.rank = rank; c.device = rank; c.timeout_s = 30;
-    c.bootstrap = PP_NCCL_BOOTSTRAP_ID; c.id = &g->tr->id;
-    cudaSetDevice(rank);
-    CHECK_OK(pp_nccl_init(&c, &nc, &e), &e);
-    if (!nc) return NULL;
+    if (!(nc = two_rank_init(g))) return NULL;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     CHECK_OK(pp_nccl_transport(nc, s, &t, &e), &e);
     CHECK_OK(pp_nccl_transport_copy_engine(&t, 1 << 20, 4, &peers, &e), &e);
