@@ -117,4 +117,4 @@ if [ "${SKIP_TORCH:-0}" != 1 ]; then
 fi
 
 say "== summary (step ms, efficiency = single / $NPROC / step)"
-grep -E "^(-- |== NCCL over|single-gpu|pipeline|  efficiency|  simulator|  compute busy|  rank 0|  peak|gradient check|  where the last|    rank [0-9]+:|  exposed transfer \(the)" "$LOG" | tee "$OUTDIR/summary.txt"
+grep -E "^(-- |== NCCL over|single-gpu|pipeline|  efficiency|  simulator|  compute busy|  rank 0|  peak|gradient check|  where the last|    rank [0-9]+:|  exposed transfer \(the|  exposed on the critical|  bound:)" "$LOG" | tee "$OUTDIR/summary.txt"

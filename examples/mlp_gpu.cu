@@ -102,6 +102,7 @@ struct Options {
     double max_memory = 0;          /* --schedule search: cap on activation memory */
     double yield_us = 0;            /* GEMMs must let a high-priority kernel in within this (0: any) */
     int gemm_split = 1;             /* GEMMs that do not (or all, without --yield-us) run as this many pieces */
+    int gemm_times = 0;             /* --gemm-times: every GEMM of the last step timed with events */
 };
 
 static const char usage[] =
@@ -110,7 +111,7 @@ static const char usage[] =
     "               [--optimizer sgd|adamw] [--lr X] [--clip X] [--trace FILE] [--timeout S]\n"
     "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--cta-policy P] [--no-gate] [--no-copy-engine]\n"
     "               [--no-tune] [--quiet]\n"
-    "               [--layout STR] [--max-memory X] [--yield-us X] [--gemm-split N]\n"
+    "               [--layout STR] [--max-memory X] [--yield-us X] [--gemm-split N] [--gemm-times]\n"
     "               [--kill-rank R --kill-step K]\n"
     "  --single        the whole model on one GPU: the baseline of the pipeline efficiency\n"
     "  --threads N     one process driving N GPUs, one thread each (else one process per GPU,\n"
@@ -139,6 +140,9 @@ static const char usage[] =
     "                  copy engines, pp_nccl_transport_copy_engine: one copy straight between the two buffers,\n"
     "                  no SM on either GPU; others, threads of one process, and NCCL_P2P_DISABLE=1 on NCCL;\n"
     "                  PIPEPAR_NCCL_CE_DIRECT=0: through a ring of 8 slots of up to 16 MiB per peer instead)\n"
+    "  --gemm-times    time every GEMM of the last step (CUDA events around each): per GEMM kind, its\n"
+    "                  count and mean, and the step's GEMM time against its compute (a slow rank: slower\n"
+    "                  kernels, or gaps between them?)\n"
     "  --kill-rank R --kill-step K   failure test: rank R kills itself in the middle of step K\n";
 
 static int parse_args(int argc, char **argv, Options *o)
@@ -151,7 +155,7 @@ static int parse_args(int argc, char **argv, Options *o)
         if (strncmp(a, "--", 2) != 0) { fprintf(stderr, "mlp_gpu: %s: not a flag (try --help)\n", a); return 2; }
         snprintf(flag, sizeof flag, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
         static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", "--gate", "--no-gate",
-                                              "--copy-engine", "--no-copy-engine", NULL };
+                                              "--copy-engine", "--no-copy-engine", "--gemm-times", NULL };
         static const char *const valued[] = { "--threads", "--pp", "--vpp", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
             "--single-ms", "--sm-margin", "--max-ctas", "--cta-policy", "--kill-rank", "--kill-step", "--layout",
@@ -192,6 +196,7 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--no-gate")) o->gate = 0;
         else if (!strcmp(flag, "--copy-engine")) o->copy_engine = 1;   /* the default */
         else if (!strcmp(flag, "--no-copy-engine")) o->copy_engine = 0;
+        else if (!strcmp(flag, "--gemm-times")) o->gemm_times = 1;
         else if (!strcmp(flag, "--threads")) ok = integer(1, 64, &o->threads);
         else if (!strcmp(flag, "--pp")) ok = integer(1, 1024, &o->pp);
         else if (!strcmp(flag, "--vpp")) ok = integer(1, 64, &o->vpp);
@@ -381,6 +386,11 @@ struct Gemms {
     void *workspace = nullptr;
     size_t workspace_bytes = 64u << 20;
     Gemm g[G_COUNT];
+    /* --gemm-times: an event before and after every GEMM of a step (reset by gemm_times_begin) */
+    bool timing = false;
+    std::vector<cudaEvent_t> ev;
+    std::vector<int> ev_id;
+    size_t ev_used = 0;
 };
 
 static void gemm_plan(Gemm &g, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda, int ldb,
@@ -454,7 +464,46 @@ static cublasStatus_t gemm_try(Gemms &G, int id, const void *A, const void *B, c
 static void gemm_run(Gemms &G, int id, const void *A, const void *B, const void *C, void *D, float beta, void *aux,
                      cudaStream_t s)
 {
+    if (G.timing) {
+        if (G.ev_used + 2 > G.ev.size()) {
+            size_t n = G.ev.size();
+            G.ev.resize(n ? 2 * n : 1024);
+            G.ev_id.resize(G.ev.size() / 2);
+            for (size_t i = n; i < G.ev.size(); i++) CK(cudaEventCreate(&G.ev[i]));
+        }
+        G.ev_id[G.ev_used / 2] = id;
+        CK(cudaEventRecord(G.ev[G.ev_used], s));
+        CKLT(gemm_try(G, id, A, B, C, D, beta, aux, s));
+        CK(cudaEventRecord(G.ev[G.ev_used + 1], s));
+        G.ev_used += 2;
+        return;
+    }
     CKLT(gemm_try(G, id, A, B, C, D, beta, aux, s));
+}
+
+/* --gemm-times: after a step's work is synchronised, each GEMM kind's count and mean time, the
+ * sum of all, and the gaps between consecutive GEMMs (shorter than 1 ms: longer ones are waits
+ * for another rank, not launch gaps); `who` names the run in the line. */
+static void gemm_times_report(Gemms &G, const char *who, double compute_ms)
+{
+    double sum[G_COUNT] = { 0 }, total = 0, gaps = 0;
+    int n[G_COUNT] = { 0 };
+    for (size_t i = 0; i + 1 < G.ev_used; i += 2) {
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, G.ev[i], G.ev[i + 1]));
+        sum[G.ev_id[i / 2]] += ms; n[G.ev_id[i / 2]]++; total += ms;
+        if (i + 2 < G.ev_used) {
+            float gap = 0;
+            CK(cudaEventElapsedTime(&gap, G.ev[i + 1], G.ev[i + 2]));
+            if (gap < 1.0f) gaps += gap;
+        }
+    }
+    printf("gemm times, %s: %.1f ms in %zu GEMMs", who, total, G.ev_used / 2);
+    if (compute_ms > 0) printf(" (compute %.1f ms)", compute_ms);
+    printf("; gaps under 1 ms between them %.2f ms; mean us:", gaps);
+    for (int k = 0; k < G_COUNT; k++) if (n[k]) printf(" %s %d x %.1f;", gemm_names[k], n[k], 1e3 * sum[k] / n[k]);
+    printf("\n");
+    fflush(stdout);
 }
 
 /* The yield probe. A pipeline rank launches NCCL's kernel while its GEMMs run; the kernel's CTAs
@@ -794,6 +843,7 @@ static void model_setup(Model &m, const Options &o, int S, const int *counts, in
     m.work[1] = (bf16 *)dev_alloc(m, th * 2);
     m.d_loss = (float *)dev_alloc(m, sizeof(float));
     gemms_create(m.G, m.H, m.T, sm_target, o.tune, o.yield_us, o.gemm_split, stream, verbose);
+    m.G.timing = o.gemm_times != 0;
     /* Load every kernel of this file now (CUDA loads modules lazily by default): a first launch
      * in the middle of a step would load it while NCCL kernels may be waiting on a peer. */
     cudaFuncAttributes fa;
@@ -1107,12 +1157,14 @@ static double run_single(const Options &o, int device, bool print, Single *keep)
     for (int i = 0; i < o.warmup + o.steps; i++) {
         CK(cudaStreamSynchronize(stream));
         double t0 = now_s();
+        s.m.G.ev_used = 0;
         single_step(s);
         CK(cudaStreamSynchronize(stream));
         if (i >= o.warmup) times.push_back(now_s() - t0);
     }
     CK(cudaGetLastError());
     double med = median(times), mn = *std::min_element(times.begin(), times.end());
+    if (s.m.G.timing && print) gemm_times_report(s.m.G, "single GPU, last step", times.back() * 1e3);
     float loss = 0;
     CK(cudaMemcpy(&loss, s.m.d_loss, sizeof loss, cudaMemcpyDeviceToHost));
     double flop = 6.0 * 2.0 * o.tokens * (double)o.hidden * 4.0 * o.hidden * o.layers * o.mb;
@@ -1413,6 +1465,7 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         CK(cudaEventRecord(base, R.stream));
         model_begin_step(R.m);
         R.m.step_no = i;
+        R.m.G.ev_used = 0;
         {
             pp_error e_;
             pp_status s_ = pp_run_step(R.ex, NULL, &res, &e_);
@@ -1469,6 +1522,11 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         red[8 * S + 3] = (float)((total_b - free_b) / 1073741824.0);
     }
     std::vector<float> mine = red;
+    if (R.m.G.timing) {
+        char who[64];
+        snprintf(who, sizeof who, "rank %d, last step", rank);
+        gemm_times_report(R.m.G, who, busy * 1e3);
+    }
     PPCK(pp_nccl_all_reduce_host(R.pipe, red.data(), (int)red.size(), 0, &e_));
     std::vector<float> busy_of(world, 0.0f);      /* each rank's compute time: shows a slow rank */
     busy_of[rank] = (float)busy;
@@ -1506,7 +1564,7 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
      * GPUs run at their power cap, so later actions are slower than early ones) and each
      * transfer at the best bandwidth a group reached: what the step would take
      * with no launch gaps, waits or overheads beyond those */
-    double sim_action = 0, sim_grouped = 0, p2p_s = 0;
+    double sim_action = 0, sim_grouped = 0, sim_free = 0, p2p_s = 0;
     {
         std::vector<int> aoff(pp + 1, 0);
         for (int r = 0; r < pp; r++) aoff[r + 1] = aoff[r] + R.sched->length[r];
@@ -1524,6 +1582,12 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         pp_sim_costs ac;
         memset(&ac, 0, sizeof ac);
         ac.action_cost = aptr.data();
+        /* every transfer free: what communication adds to the step is the measured step less this
+         * (a rank that waits for a transfer while the other rank is the bottleneck adds nothing) */
+        pp_sim_result *fsim = NULL;
+        PPCK(pp_simulate(R.sched, &ac, &fsim, &e_));
+        sim_free = fsim->makespan;
+        pp_sim_result_free(fsim);
         /* the best group of any rank: a group's time includes its wait for the peer, and in some
          * schedules every group of one rank waits a little */
         std::vector<float> bw_of(world, 0.0f);
@@ -1582,6 +1646,15 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         printf("  simulator with each action's measured time, transfers %.2f ms each: %.1f ms; that step took %.1f ms, "
                "%.2f%% more (%.1f ms with the transfers grouped as posted)\n", p2p_s * 1e3, sim_action * 1e3,
                times.back() * 1e3, 100.0 * (times.back() - sim_action) / sim_action, sim_grouped * 1e3);
+        printf("  exposed on the critical path: each action as measured with every transfer free takes %.1f ms; "
+               "transfers, waits and launch gaps added %.1f ms, %.2f%% of that step\n", sim_free * 1e3,
+               (times.back() - sim_free) * 1e3, 100.0 * (times.back() - sim_free) / times.back());
+        if (single_s > 0) {
+            double most = 0;
+            for (int r = 0; r < world; r++) most = std::max(most, (double)busy_of[r]);
+            printf("  bound: the busiest rank computes %.1f ms, so no schedule of this layout exceeds %.1f%%\n",
+                   most * 1e3, 100.0 * single_s / pp / most);
+        }
         printf("  compute busy per rank (ms of %.1f):", step * 1e3);
         for (int r = 0; r < world; r++) printf(" %.1f", busy_of[r] * 1e3);
         printf("\n  rank 0 transfers: %d groups, %.0f MiB, best %.1f GB/s per group, %.1f ms on the comm stream\n",
