@@ -545,6 +545,12 @@ PIPEPAR_API pp_status pp_schedule_lower(pp_schedule *s, pp_error *err);
 PIPEPAR_API int pp_schedule_group_end(const pp_schedule *s, int rank, int i);
 /* Removes all communication actions (back to the compute order). */
 PIPEPAR_API void pp_schedule_strip_comm(pp_schedule *s);
+/* Replaces every FB (an overlapped F and B, DualPipeV's steady state) with its F half followed by
+ * its B half, and lowers again if the schedule was lowered. For callers with no forward_backward
+ * callback: the executor then runs an FB as F then B anyway, and lowered as one action, the F
+ * half's output leaves only once the B half is done too. Split, it leaves while the B half runs,
+ * and the peer's next F finds it there. The compute order is unchanged. PP_EINVAL for NULL. */
+PIPEPAR_API pp_status pp_schedule_split_overlaps(pp_schedule *s, pp_error *err);
 
 /* Proves a schedule correct, or names its first violation (rank, position, action, rule):
  *   - each (stage, mb) has exactly one F and one B (or one I and one W), on the stage's rank;
@@ -1310,8 +1316,9 @@ typedef struct pp_loss {
 /* The user's model. Callbacks return 0 on success; anything else fails the step with
  * PP_ECALLBACK (the message names the rank, action and the value returned). Optional ones may
  * be NULL: backward_input/backward_weight only when the schedule has no I/W actions;
- * forward_backward always (FB actions then run the F half, then the B half); loss in forward-
- * only mode. Callbacks of one rank run on the thread that called pp_run_step. */
+ * forward_backward always (FB actions then run the F half, then the B half: give such a rank a
+ * schedule split by pp_schedule_split_overlaps, on every rank alike, so that the F half's output
+ * leaves before the B half runs); loss in forward-only mode. Callbacks of one rank run on the thread that called pp_run_step. */
 typedef struct pp_callbacks {
     void *user;
     /* bytes of boundary tensor `boundary` (0..num_stages) for info->mb (info->stage == boundary,
@@ -4633,6 +4640,45 @@ void pp_schedule_strip_comm(pp_schedule *s)
         s->length[r] = n;
     }
     s->lowered = 0;
+}
+
+pp_status pp_schedule_split_overlaps(pp_schedule *s, pp_error *err)
+{
+    int r, i, fbs, was_lowered;
+    pp_action **split;
+    if (!s) return pp__fail(err, PP_EINVAL, "schedule: must not be NULL");
+    split = (pp_action **)pp__calloc((size_t)s->pp, sizeof(pp_action *));
+    if (!split) return pp__fail(err, PP_ENOMEM, "out of memory");
+    /* every rank's new program first, so that running out of memory leaves s as it was */
+    for (r = 0; r < s->pp; r++) {
+        for (i = 0, fbs = 0; i < s->length[r]; i++) fbs += s->actions[r][i].op == PP_OP_FB;
+        split[r] = (pp_action *)pp__calloc((size_t)(s->length[r] + fbs + 1), sizeof(pp_action));
+        if (!split[r]) {
+            while (r-- > 0) PIPEPAR_FREE(split[r]);
+            PIPEPAR_FREE(split);
+            return pp__fail(err, PP_ENOMEM, "out of memory");
+        }
+    }
+    was_lowered = s->lowered;
+    for (r = 0; r < s->pp; r++) {
+        int j = 0;
+        for (i = 0; i < s->length[r]; i++) {
+            pp_action x = s->actions[r][i], f, b;
+            if (pp__is_comm(x.op)) continue;          /* lowered again below */
+            if (x.op != PP_OP_FB) { split[r][j++] = x; continue; }
+            f.op = PP_OP_F; f.stage = x.stage; f.mb = x.mb; f.stage2 = -1; f.mb2 = -1; f.group = 0;
+            b.op = PP_OP_B; b.stage = x.stage2; b.mb = x.mb2; b.stage2 = -1; b.mb2 = -1; b.group = 0;
+            split[r][j++] = f;
+            split[r][j++] = b;
+        }
+        PIPEPAR_FREE(s->actions[r]);
+        s->actions[r] = split[r];
+        s->capacity[r] = j + 1;                     /* allocated: at least that */
+        s->length[r] = j;
+    }
+    PIPEPAR_FREE(split);
+    s->lowered = 0;
+    return was_lowered ? pp_schedule_lower(s, err) : PP_OK;
 }
 
 /* Lowering walks the compute orders in lock-step rounds: in each round every rank runs its next

@@ -76,7 +76,8 @@ run_pp 1f1b              --schedule 1f1b --check
 run_pp interleaved4      --schedule interleaved --vpp 4 --check --trace "$OUTDIR/trace_interleaved4.json"
 run_pp zbv               --schedule zbv --check
 run_pp interleaved-zb4   --schedule interleaved-zb --vpp 4 --check
-run_pp dualpipev         --schedule dualpipev
+run_pp dualpipev         --schedule dualpipev --check
+run_pp dualpipev-fb      --schedule dualpipev --keep-overlaps
 if [ "$NPROC" = 2 ] && [ "$L" = 16 ]; then   # uneven stages: small first and last chunk, pp_search's order
     run_pp search-2-6-2-6 --schedule search --layout 'Et*2|t*6|t*2|t*6L'
 fi

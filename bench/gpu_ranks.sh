@@ -7,7 +7,9 @@
 # them. SM clock and power of both GPUs every 100 ms into OUTDIR/clocks.csv, each run's window
 # into OUTDIR/windows.txt (the summary prints each GPU's median clock and power per run).
 #     bash bench/gpu_ranks.sh [OUTDIR]        (about 2 minutes on nvidia-h200-x2)
-# Env: SKIP_BUILD=1 uses binaries already in build/; EXTRA adds mlp_gpu flags to every pipelined run.
+# Env: SKIP_BUILD=1 uses binaries already in build/; EXTRA adds mlp_gpu flags to every pipelined run;
+# RUNS="KIND:VPP:MB ..." runs those schedules instead (e.g. RUNS="dualpipev:2:8 zbv:2:16"), each
+# against the single GPU's step scaled to its microbatches.
 set -u
 cd "$(dirname "$0")/.."
 . bench/gpu_lib.sh
@@ -37,15 +39,22 @@ run() {   # run NAME ARGS...
     local name=$1; shift
     say "-- $name"
     window "$name" begin
-    ranks_run 2 "$OUTDIR/$name" build/mlp_gpu $MODEL --single-ms "${SINGLE_MS:-0}" --timeout 30 --gemm-times \
+    ranks_run 2 "$OUTDIR/$name" build/mlp_gpu $MODEL --single-ms "${RUN_SINGLE_MS:-${SINGLE_MS:-0}}" --timeout 30 --gemm-times \
         --trace "$OUTDIR/$name.json" ${EXTRA:-} "$@" || say "$name: exit $?"
     window "$name" end
-    grep -hE "^(schedule|pipeline|  efficiency|  simulator with each|  compute busy|  where|    rank|  exposed|gemm times)" "$OUTDIR/$name.rank0.log" | tee -a "$LOG"
+    grep -hE "^(schedule|pipeline|  efficiency|  simulator with each|  exposed on|  bound:|  compute busy|  where|    rank|  exposed|gemm times)" "$OUTDIR/$name.rank0.log" | tee -a "$LOG"
     grep -h "^gemm times" "$OUTDIR/$name.rank1.log" | tee -a "$LOG"
 }
-run zbv --schedule zbv
-CUDA_VISIBLE_DEVICES=1,0 run zbv-gpus-swapped --schedule zbv
-run interleaved4 --schedule interleaved --vpp 4
+if [ -n "${RUNS:-}" ]; then
+    for r in $RUNS; do
+        IFS=: read -r kind vpp mb <<<"$r"
+        RUN_SINGLE_MS=$(python3 -c "print(${SINGLE_MS:-0} * $mb / 8)") run "$kind-$vpp-mb$mb" --schedule "$kind" --vpp "$vpp" --mb "$mb"
+    done
+else
+    run zbv --schedule zbv
+    CUDA_VISIBLE_DEVICES=1,0 run zbv-gpus-swapped --schedule zbv
+    run interleaved4 --schedule interleaved --vpp 4
+fi
 kill $smi 2>/dev/null
 
 say "== per run, per GPU: median SM clock (MHz) and power (W) while above 300 W"

@@ -20,6 +20,7 @@ typedef struct schedule_flags {
     double bytes, bandwidth_gbps;
     int json;
     int relower;             /* --relower: drop the CSV's communication and lower it again */
+    int split_overlaps;      /* --split-overlaps: each FB as F then B (pp_schedule_split_overlaps) */
     const char *layout;      /* simulate --layout: stages of unequal size */
 } schedule_flags;
 
@@ -38,6 +39,8 @@ static void schedule_usage(FILE *out, int simulate)
             "  --from-csv  read PyTorch's pipeline-order CSV instead of building (one row per rank)\n"
             "  --relower   with --from-csv: drop its SEND/RECV actions and place them with pipepar's lowering\n"
             "              (for CSVs from other tools whose groups do not pair one to one)\n"
+            "  --split-overlaps  each overlapped F&B (DualPipeV) as its F then its B, lowered so: the F's\n"
+            "              output leaves before the B runs (for a runtime with no overlapped F&B callback)\n"
             "  --layout STR  stages of unequal size, a Megatron layout ('Et*2|t*6|t*2|t*6L': E input,\n"
             "              t layer, L loss, '|' between stages; vpp = stages / pp, or the CSV's stages): the\n"
             "              costs are then per layer, each stage costs its layers' sum, and peak memory\n"
@@ -75,6 +78,7 @@ static int parse_schedule_flags(int argc, char **argv, int simulate, schedule_fl
         if (!strcmp(a, "--json") && simulate) { fl->json = 1; continue; }
         if (!strcmp(a, "--groups") && simulate) { fl->costs.grouped = 1; continue; }
         if (!strcmp(a, "--relower")) { fl->relower = 1; continue; }
+        if (!strcmp(a, "--split-overlaps")) { fl->split_overlaps = 1; continue; }
         if (a[0] != '-') return cli_usage_error("unexpected argument '%s' (see pipepar %s --help)", a, simulate ? "simulate" : "schedule");
         {
             static const char *const common[] = { "--kind", "--pp", "--vpp", "--mb", "--group", "--max-live", "--from-csv",
@@ -175,6 +179,7 @@ static int make_schedule(const schedule_flags *fl, pp_schedule **out)
         return cli_report(&err);
     }
     if (!s->lowered && pp_schedule_lower(s, &err) != PP_OK) { pp_schedule_free(s); return cli_report(&err); }
+    if (fl->split_overlaps && pp_schedule_split_overlaps(s, &err) != PP_OK) { pp_schedule_free(s); return cli_report(&err); }
     if (pp_schedule_validate(s, &err) != PP_OK) {
         fprintf(stderr, "pipepar: the schedule is invalid: %s\n", err.message);
         pp_schedule_free(s);

@@ -863,6 +863,35 @@ static void overlapped_fb_actions_give_single_stage_gradients(void)
         }
 }
 
+/* DualPipeV with its FBs split (pp_schedule_split_overlaps), as a caller with no forward_backward
+ * callback runs it: the same gradients, with no FB left to call. */
+static void split_dualpipev_gives_single_stage_gradients(void)
+{
+    int pp, extra;
+    for (pp = 2; pp <= 4; pp++)
+        for (extra = 0; extra <= 4; extra += 2) {
+            {
+                pp_schedule *s = tm_schedule(PP_DUALPIPEV, pp, 2, 2 * pp + extra);
+                pp_error err;
+                tm_run *run;
+                char what[64];
+                int r, i, fbs = 0;
+                if (!s) continue;
+                PP_CHECK_OK(pp_schedule_split_overlaps(s, &err), &err);
+                for (r = 0; r < pp; r++)
+                    for (i = 0; i < s->length[r]; i++) fbs += s->actions[r][i].op == PP_OP_FB;
+                PP_CHECK_INT(fbs, 0);
+                snprintf(what, sizeof what, "split dualpipev pp=%d mb=%d", pp, 2 * pp + extra);
+                run = tm_new(s, 2);
+                run->use_fb_callback = 1;   /* offered, never called: no FB is left */
+                tm_check_against_reference(run, what);
+                for (r = 0; r < pp; r++) PP_CHECK_INT(run->fb_calls[r], 0);
+                tm_free(run);
+                pp_schedule_free(s);
+            }
+        }
+}
+
 /* V placement: rank pp-1 holds stages pp-1 and pp, which pass tensors in place. */
 static pp_schedule *tm_v_schedule(int pp, int mb)
 {
@@ -1666,6 +1695,7 @@ const pp_test_case pp_suite_runtime[] = {
     PP_TEST(receives_name_how_long_their_buffer_has_been_free),
     PP_TEST(searched_and_greedy_schedules_give_single_stage_gradients),
     PP_TEST(overlapped_fb_actions_give_single_stage_gradients),
+    PP_TEST(split_dualpipev_gives_single_stage_gradients),
     PP_TEST(same_rank_neighbours_pass_tensors_in_place),
     PP_TEST(pp_1_runs_through_the_same_calls),
     PP_TEST(loss_and_metrics_reach_every_rank),
