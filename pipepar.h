@@ -699,6 +699,13 @@ PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
  * the same trick PyTorch's own ZBVZeroBubble uses below 2*pp-1. Removing whole microbatches keeps
  * every dependency of the rest, so the order stays valid; for mb >= 2*pp the order is PyTorch's.
  *
+ * Overlapped F&B without a callback for it. DualPipeV's (and DualPipe's) FB is meant to run F and
+ * B of two microbatches at once (pp_callbacks.forward_backward). A trainer without that callback
+ * runs the F half, then the B half; lowered as one action, the F's output would then leave only
+ * after the B. pp_schedule_split_overlaps (>>schedule) makes each FB an F then a B and lowers
+ * again: the same compute order, the F's output leaving while the B runs (on 2 H200s, 1.2% off
+ * DualPipeV's step, and its exposed transfer from 1% to 0.3%; bench/RESULTS.md, session 8).
+ *
  * Beyond these fixed orders, >>search builds greedy zero-bubble schedules for given costs and a
  * memory cap, and ranks every kind by simulated step time.
  * ============================================================================================ */
