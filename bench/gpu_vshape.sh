@@ -9,7 +9,7 @@
 # first (and last) chunk is small; `--schedule search` lets pp_search pick the order for such a
 # layout (a greedy V schedule). Runs, each against the single-GPU step of the same run:
 # ZB-V, ZB-V with its ranks' GPUs swapped (does a slow rank follow the GPU or the rank?), the
-# search on even and uneven layouts (one with the gradient check), with and without a memory cap.
+# search on even and uneven layouts (one with the gradient check; first chunks of 1, 2 and 3 blocks), with and without a memory cap.
 # The GPUs' SM clocks and power are logged once a second to OUTDIR/clocks.csv.
 # Env: SKIP_BUILD=1 uses binaries already in build/.
 set -u
@@ -54,11 +54,13 @@ run search-even          --schedule search --vpp 2
 run search-2-6-2-6       --schedule search --layout 'Et*2|t*6|t*2|t*6L' --check
 run search-2-6-2-6-cap3  --schedule search --layout 'Et*2|t*6|t*2|t*6L' --max-memory 3
 run search-3-5-3-5       --schedule search --layout 'Et*3|t*5|t*3|t*5L'
+run search-1-7-1-7       --schedule search --layout 'Et*1|t*7|t*1|t*7L'
+run search-1-4-4-7       --schedule search --layout 'Et*1|t*4|t*4|t*7L'
 run zbv-2-6-2-6          --schedule zbv --layout 'Et*2|t*6|t*2|t*6L'
 run zbv-again            --schedule zbv
 
 say "== summary (step ms, efficiency = single / 2 / step)"
-grep -E "^(-- |single-gpu|search:|schedule |pipeline|  efficiency|  simulator|  compute busy|  peak|gradient check)" "$LOG" | tee "$OUTDIR/summary.txt"
+grep -E "^(-- |single-gpu|search:|schedule |pipeline|  efficiency|  simulator|  exposed on|  bound:|  compute busy|  peak|gradient check)" "$LOG" | tee "$OUTDIR/summary.txt"
 say "== SM clock (MHz) and power (W) over the run, per GPU: min / median / max"
 python3 - "$OUTDIR/clocks.csv" <<'EOF' | tee -a "$LOG"
 import sys, statistics as st
