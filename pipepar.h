@@ -546,10 +546,12 @@ PIPEPAR_API int pp_schedule_group_end(const pp_schedule *s, int rank, int i);
 /* Removes all communication actions (back to the compute order). */
 PIPEPAR_API void pp_schedule_strip_comm(pp_schedule *s);
 /* Replaces every FB (an overlapped F and B, DualPipeV's steady state) with its F half followed by
- * its B half, and lowers again if the schedule was lowered. For callers with no forward_backward
- * callback: the executor then runs an FB as F then B anyway, and lowered as one action, the F
- * half's output leaves only once the B half is done too. Split, it leaves while the B half runs,
- * and the peer's next F finds it there. The compute order is unchanged. PP_EINVAL for NULL. */
+ * its B half, and lowers again if the schedule was lowered (its communication is then pipepar's
+ * own lowering, whatever it was before). For callers with no forward_backward callback: the
+ * executor then runs an FB as F then B anyway, and lowered as one action, the F half's output
+ * leaves only once the B half is done too. Split, it leaves while the B half runs, and the peer's
+ * next F finds it there. The compute order is unchanged. A schedule without FB is left as it is;
+ * on any failure (PP_EINVAL for NULL, PP_ENOMEM, the lowering's errors) s is unchanged. */
 PIPEPAR_API pp_status pp_schedule_split_overlaps(pp_schedule *s, pp_error *err);
 
 /* Proves a schedule correct, or names its first violation (rank, position, action, rule):
@@ -4651,41 +4653,36 @@ void pp_schedule_strip_comm(pp_schedule *s)
 
 pp_status pp_schedule_split_overlaps(pp_schedule *s, pp_error *err)
 {
-    int r, i, fbs, was_lowered;
-    pp_action **split;
+    pp_schedule *c = NULL;
+    pp_status st;
+    int r, i, fbs = 0, *ip;
+    pp_action **ap;
     if (!s) return pp__fail(err, PP_EINVAL, "schedule: must not be NULL");
-    split = (pp_action **)pp__calloc((size_t)s->pp, sizeof(pp_action *));
-    if (!split) return pp__fail(err, PP_ENOMEM, "out of memory");
-    /* every rank's new program first, so that running out of memory leaves s as it was */
-    for (r = 0; r < s->pp; r++) {
-        for (i = 0, fbs = 0; i < s->length[r]; i++) fbs += s->actions[r][i].op == PP_OP_FB;
-        split[r] = (pp_action *)pp__calloc((size_t)(s->length[r] + fbs + 1), sizeof(pp_action));
-        if (!split[r]) {
-            while (r-- > 0) PIPEPAR_FREE(split[r]);
-            PIPEPAR_FREE(split);
-            return pp__fail(err, PP_ENOMEM, "out of memory");
+    for (r = 0; r < s->pp; r++)
+        for (i = 0; i < s->length[r]; i++) fbs += s->actions[r][i].op == PP_OP_FB;
+    if (fbs == 0) return pp__ok(err);   /* nothing to split: s stays as it is, communication too */
+    /* the split schedule is built (and lowered) aside, and swapped in only once all went well */
+    st = pp_schedule_create(s->pp, s->vpp, s->mb, s->placement, &c, err);
+    if (st != PP_OK) return st;
+    c->kind = s->kind; c->group = s->group;
+    for (r = 0; r < s->pp && st == PP_OK; r++)
+        for (i = 0; i < s->length[r] && st == PP_OK; i++) {
+            pp_action x = s->actions[r][i], half = x;
+            if (pp__is_comm(x.op)) continue;           /* lowered again below */
+            if (x.op != PP_OP_FB) { st = pp_schedule_append(c, r, x, err); continue; }
+            half.op = PP_OP_F;
+            st = pp_schedule_append(c, r, half, err);
+            half.op = PP_OP_B; half.stage = x.stage2; half.mb = x.mb2;
+            if (st == PP_OK) st = pp_schedule_append(c, r, half, err);
         }
-    }
-    was_lowered = s->lowered;
-    for (r = 0; r < s->pp; r++) {
-        int j = 0;
-        for (i = 0; i < s->length[r]; i++) {
-            pp_action x = s->actions[r][i], f, b;
-            if (pp__is_comm(x.op)) continue;          /* lowered again below */
-            if (x.op != PP_OP_FB) { split[r][j++] = x; continue; }
-            f.op = PP_OP_F; f.stage = x.stage; f.mb = x.mb; f.stage2 = -1; f.mb2 = -1; f.group = 0;
-            b.op = PP_OP_B; b.stage = x.stage2; b.mb = x.mb2; b.stage2 = -1; b.mb2 = -1; b.group = 0;
-            split[r][j++] = f;
-            split[r][j++] = b;
-        }
-        PIPEPAR_FREE(s->actions[r]);
-        s->actions[r] = split[r];
-        s->capacity[r] = j + 1;                     /* allocated: at least that */
-        s->length[r] = j;
-    }
-    PIPEPAR_FREE(split);
-    s->lowered = 0;
-    return was_lowered ? pp_schedule_lower(s, err) : PP_OK;
+    if (st == PP_OK && s->lowered) st = pp_schedule_lower(c, err);
+    if (st != PP_OK) { pp_schedule_free(c); return st; }
+    ap = s->actions; s->actions = c->actions; c->actions = ap;
+    ip = s->length; s->length = c->length; c->length = ip;
+    ip = s->capacity; s->capacity = c->capacity; c->capacity = ip;
+    s->lowered = c->lowered;
+    pp_schedule_free(c);
+    return pp__ok(err);
 }
 
 /* Lowering walks the compute orders in lock-step rounds: in each round every rank runs its next

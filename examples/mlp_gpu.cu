@@ -141,9 +141,9 @@ static const char usage[] =
     "                  copy engines, pp_nccl_transport_copy_engine: one copy straight between the two buffers,\n"
     "                  no SM on either GPU; others, threads of one process, and NCCL_P2P_DISABLE=1 on NCCL;\n"
     "                  PIPEPAR_NCCL_CE_DIRECT=0: through a ring of 8 slots of up to 16 MiB per peer instead)\n"
-    "  --keep-overlaps lower DualPipeV's overlapped F&B as one action (default: split into F then B,\n"
-    "                  pp_schedule_split_overlaps, as this example has no overlapped F&B callback: the F's\n"
-    "                  output then leaves before the B runs)\n"
+    "  --keep-overlaps lower DualPipeV's overlapped F&B as one action (default: split into F then B by\n"
+    "                  pp_schedule_split_overlaps, as this example has no overlapped F&B callback, so that\n"
+    "                  the F's output leaves before the B runs)\n"
     "  --gemm-times    time every GEMM of the last step (CUDA events around each): per GEMM kind, its\n"
     "                  count and mean, and the step's GEMM time against its compute (a slow rank: slower\n"
     "                  kernels, or gaps between them?)\n"
@@ -392,7 +392,9 @@ struct Gemms {
     void *workspace = nullptr;
     size_t workspace_bytes = 64u << 20;
     Gemm g[G_COUNT];
-    /* --gemm-times: an event before and after every GEMM of a step (reset by gemm_times_begin) */
+    /* --gemm-times: an event before and after every GEMM of a step (ev_used = 0 at each step's
+     * start). The pool grows in the first step (a warm-up one unless --warmup 0); later steps
+     * of the same schedule reuse it. */
     bool timing = false;
     std::vector<cudaEvent_t> ev;
     std::vector<int> ev_id;
@@ -504,11 +506,14 @@ static void gemm_times_report(Gemms &G, const char *who, double compute_ms)
             if (gap < 1.0f) gaps += gap;
         }
     }
-    printf("gemm times, %s: %.1f ms in %zu GEMMs", who, total, G.ev_used / 2);
-    if (compute_ms > 0) printf(" (compute %.1f ms)", compute_ms);
-    printf("; gaps under 1 ms between them %.2f ms; mean us:", gaps);
-    for (int k = 0; k < G_COUNT; k++) if (n[k]) printf(" %s %d x %.1f;", gemm_names[k], n[k], 1e3 * sum[k] / n[k]);
-    printf("\n");
+    char line[1024];
+    int len = snprintf(line, sizeof line, "gemm times, %s: %.1f ms in %zu GEMMs", who, total, G.ev_used / 2);
+    auto add = [&](int wrote) { if (wrote > 0) len = std::min((int)sizeof line - 1, len + wrote); };
+    if (compute_ms > 0) add(snprintf(line + len, sizeof line - len, " (compute %.1f ms)", compute_ms));
+    add(snprintf(line + len, sizeof line - len, "; gaps under 1 ms between them (launch gaps and short waits) %.2f ms; mean us:", gaps));
+    for (int k = 0; k < G_COUNT; k++)
+        if (n[k]) add(snprintf(line + len, sizeof line - len, " %s %d x %.1f;", gemm_names[k], n[k], 1e3 * sum[k] / n[k]));
+    printf("%s\n", line);   /* one call: the ranks of --threads print whole lines */
     fflush(stdout);
 }
 
@@ -730,6 +735,8 @@ static void gemms_free(Gemms &G)
         if (g.pb) cublasLtMatrixLayoutDestroy(g.pb);
         if (g.pc) cublasLtMatrixLayoutDestroy(g.pc);
     }
+    for (cudaEvent_t e : G.ev) cudaEventDestroy(e);
+    G.ev.clear();
     if (G.workspace) cudaFree(G.workspace);
     if (G.lt) cublasLtDestroy(G.lt);
 }
@@ -1159,6 +1166,7 @@ static double run_single(const Options &o, int device, bool print, Single *keep)
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     Single local, &s = keep ? *keep : local;
     single_setup(s, o, stream, false, print && !o.quiet);
+    if (!print) s.m.G.timing = false;   /* --gemm-times reports the runs it prints, not --check's reference */
     std::vector<double> times;
     for (int i = 0; i < o.warmup + o.steps; i++) {
         CK(cudaStreamSynchronize(stream));
@@ -1343,8 +1351,11 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         for (int r = 0; r < R.sched->pp; r++)
             for (int i = 0; i < R.sched->length[r]; i++) fbs += R.sched->actions[r][i].op == PP_OP_FB;
         PPCK(pp_schedule_split_overlaps(R.sched, &e_));
-        if (fbs && !R.sched_name[0])
-            snprintf(R.sched_name, sizeof R.sched_name, "%s, each FB as F then B", pp_schedule_kind_name(R.sched->kind));
+        if (fbs) {   /* what ran: a searched one's simulated time was of the FBs lowered whole */
+            char named[sizeof R.sched_name];
+            snprintf(named, sizeof named, "%s", R.sched_name[0] ? R.sched_name : pp_schedule_kind_name(R.sched->kind));
+            snprintf(R.sched_name, sizeof R.sched_name, "%.90s, each FB as F then B", named);
+        }
     }
     PPCK(pp_schedule_validate(R.sched, &e_));
     int S = R.sched->num_stages, vpp = R.sched->vpp;
@@ -1581,6 +1592,8 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
      * transfer at the best bandwidth a group reached: what the step would take
      * with no launch gaps, waits or overheads beyond those */
     double sim_action = 0, sim_grouped = 0, sim_free = 0, p2p_s = 0;
+    bool has_fb = false;   /* FB actions run as F then B: the B half's waits fall inside the action */
+    for (int i = 0; i < tl.length; i++) has_fb = has_fb || tl.actions[i].op == PP_OP_FB;
     {
         std::vector<int> aoff(pp + 1, 0);
         for (int r = 0; r < pp; r++) aoff[r + 1] = aoff[r] + R.sched->length[r];
@@ -1663,12 +1676,13 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
                "%.2f%% more (%.1f ms with the transfers grouped as posted)\n", p2p_s * 1e3, sim_action * 1e3,
                times.back() * 1e3, 100.0 * (times.back() - sim_action) / sim_action, sim_grouped * 1e3);
         printf("  exposed on the critical path: each action as measured with every transfer free takes %.1f ms; "
-               "transfers, waits and launch gaps added %.1f ms, %.2f%% of that step\n", sim_free * 1e3,
-               (times.back() - sim_free) * 1e3, 100.0 * (times.back() - sim_free) / times.back());
+               "transfers, waits and launch gaps added %.1f ms, %.2f%% of that step%s\n", sim_free * 1e3,
+               (times.back() - sim_free) * 1e3, 100.0 * (times.back() - sim_free) / times.back(),
+               has_fb ? " (an FB's B half waits inside its action: this counts it as compute)" : "");
         if (single_s > 0) {
             double most = 0;
             for (int r = 0; r < world; r++) most = std::max(most, (double)busy_of[r]);
-            printf("  bound: the busiest rank computes %.1f ms, so no schedule of this layout exceeds %.1f%%\n",
+            printf("  bound: the busiest rank computed %.1f ms, so with this compute no step is faster than %.1f%%\n",
                    most * 1e3, 100.0 * single_s / pp / most);
         }
         printf("  compute busy per rank (ms of %.1f):", step * 1e3);
@@ -1760,6 +1774,7 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     }
 
     /* 6. training: clip the global gradient norm (all pipeline ranks' sums of squares), step */
+    R.m.G.timing = false;   /* --gemm-times covers the timed steps, not training */
     if (o.train > 0) {
         std::vector<pp_cuda_tensor> tens;
         size_t wn = (size_t)R.m.F * R.m.H;

@@ -138,10 +138,12 @@ PIPEPAR_API int pp_schedule_group_end(const pp_schedule *s, int rank, int i);
 /* Removes all communication actions (back to the compute order). */
 PIPEPAR_API void pp_schedule_strip_comm(pp_schedule *s);
 /* Replaces every FB (an overlapped F and B, DualPipeV's steady state) with its F half followed by
- * its B half, and lowers again if the schedule was lowered. For callers with no forward_backward
- * callback: the executor then runs an FB as F then B anyway, and lowered as one action, the F
- * half's output leaves only once the B half is done too. Split, it leaves while the B half runs,
- * and the peer's next F finds it there. The compute order is unchanged. PP_EINVAL for NULL. */
+ * its B half, and lowers again if the schedule was lowered (its communication is then pipepar's
+ * own lowering, whatever it was before). For callers with no forward_backward callback: the
+ * executor then runs an FB as F then B anyway, and lowered as one action, the F half's output
+ * leaves only once the B half is done too. Split, it leaves while the B half runs, and the peer's
+ * next F finds it there. The compute order is unchanged. A schedule without FB is left as it is;
+ * on any failure (PP_EINVAL for NULL, PP_ENOMEM, the lowering's errors) s is unchanged. */
 PIPEPAR_API pp_status pp_schedule_split_overlaps(pp_schedule *s, pp_error *err);
 
 /* Proves a schedule correct, or names its first violation (rank, position, action, rule):

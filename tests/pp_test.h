@@ -54,4 +54,7 @@ void pp_test_compute_order(const pp_schedule *s, int rank, char *buf, size_t siz
 
 /* Directory of tests/data, set by the runner (works from any working directory). */
 const char *pp_test_data_dir(void);
+/* tests/impl.c: >= 0 makes pipepar's allocations fail after that many more succeed; -1 (the
+ * default) never. Set it only while one thread calls pipepar, and put it back to -1. */
+extern long pp_test_alloc_countdown;
 #endif

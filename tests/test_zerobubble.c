@@ -463,10 +463,66 @@ static void split_overlaps_runs_each_fb_as_f_then_b_in_every_dualpipev_and_dualp
     PP_CHECK_FAILS(pp_schedule_split_overlaps(NULL, &err), &err, PP_EINVAL, "schedule: must not be NULL");
 }
 
+/* Out of memory at every allocation the split makes, in turn: each failure is PP_ENOMEM and leaves
+ * the schedule exactly as it was; once enough memory is there, the split succeeds. A schedule with
+ * foreign communication and no FB (a CSV's, say) is not re-lowered: its communication stays. */
+static void split_overlaps_leaves_the_schedule_as_it_was_when_it_fails(void)
+{
+    pp_schedule *s = zb_build_ok(PP_DUALPIPEV, 4, 0, 16, 0, 0), *ref = NULL;
+    pp_error err;
+    long k;
+    int r, failures = 0, done = 0;
+    if (!s) return;
+    PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+    PP_CHECK_OK(pp_schedule_copy(s, &ref, &err), &err);
+    if (!ref) { pp_schedule_free(s); return; }
+    for (k = 0; k < 100000 && !done; k++) {
+        pp_status st;
+        pp_test_alloc_countdown = k;
+        st = pp_schedule_split_overlaps(s, &err);
+        pp_test_alloc_countdown = -1;
+        if (st == PP_OK) { done = 1; break; }
+        failures++;
+        PP_CHECK_MSG(st == PP_ENOMEM, "allocation %ld failing gave %s: %s", k, pp_status_name(st), err.message);
+        PP_CHECK_INT(s->lowered, ref->lowered);
+        for (r = 0; r < s->pp; r++) {
+            PP_CHECK_INT(s->length[r], ref->length[r]);
+            if (s->length[r] == ref->length[r])
+                PP_CHECK_MSG(memcmp(s->actions[r], ref->actions[r], (size_t)s->length[r] * sizeof(pp_action)) == 0,
+                             "allocation %ld failing changed rank %d's program", k, r);
+        }
+    }
+    PP_CHECK_MSG(done && failures > 5, "split succeeded after %d failures (done=%d)", failures, done);
+    zb_check_split(ref, "dualpipev pp=4 mb=16 after out-of-memory tries");
+    pp_schedule_free(ref);
+    pp_schedule_free(s);
+    /* no FB: a lowered 1F1B with one of its sends moved to the end stays exactly as given */
+    s = zb_build_ok(PP_1F1B, 2, 0, 4, 0, 0);
+    if (s) {
+        pp_action moved;
+        int i;
+        PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+        for (i = 0; i < s->length[0] && s->actions[0][i].op != PP_OP_SEND_F; i++) {}
+        PP_CHECK(i < s->length[0]);
+        if (i < s->length[0]) {
+            moved = s->actions[0][i];
+            memmove(&s->actions[0][i], &s->actions[0][i + 1], (size_t)(s->length[0] - i - 1) * sizeof(pp_action));
+            s->actions[0][s->length[0] - 1] = moved;
+            PP_CHECK_OK(pp_schedule_copy(s, &ref, &err), &err);
+            PP_CHECK_OK(pp_schedule_split_overlaps(s, &err), &err);
+            for (r = 0; ref && r < s->pp; r++)
+                PP_CHECK(s->length[r] == ref->length[r] &&
+                         memcmp(s->actions[r], ref->actions[r], (size_t)s->length[r] * sizeof(pp_action)) == 0);
+            pp_schedule_free(ref);
+        }
+        pp_schedule_free(s);
+    }
+}
+
 /* Run in turn (no overlapped F&B callback), DualPipeV's FB sends its F half's output only once its
  * B half is done; split, that output leaves while the B half runs. With the costs measured on
  * H200 (a 4-layer chunk: F 13 ms, B 27.65 ms, 64 MiB in 0.2 ms; bench/RESULTS.md, session 8) the
- * split step is 2% shorter, close to ZB-V's; with unit costs it is never longer, pp 2..8. */
+ * split step is 2% shorter, close to ZB-V's; with unit costs it is shorter too, pp 2..8. */
 static void split_dualpipev_is_faster_when_f_and_b_run_in_turn(void)
 {
     pp_error err;
@@ -489,7 +545,7 @@ static void split_dualpipev_is_faster_when_f_and_b_run_in_turn(void)
             PP_CHECK_OK(pp_simulate(s, &k, &a, &err), &err);
             PP_CHECK_OK(pp_simulate(c, &k, &b, &err), &err);
             if (a && b) {
-                PP_CHECK_MSG(b->makespan <= a->makespan + 1e-9, "pp=%d mb=%d: split %.3f, overlapped %.3f", pp, mb,
+                PP_CHECK_MSG(b->makespan < a->makespan - 1e-9, "pp=%d mb=%d: split %.3f, overlapped %.3f", pp, mb,
                              b->makespan, a->makespan);
                 if (measured)
                     PP_CHECK_MSG(b->makespan < 0.985 * a->makespan, "pp=2 mb=8 measured costs: split %.2f, overlapped %.2f",
@@ -581,6 +637,7 @@ const pp_test_case pp_suite_zerobubble[] = {
     PP_TEST(interleaved_zb_with_one_chunk_is_zb_h1),
     PP_TEST(every_zb_h1_zbv_dualpipev_schedule_with_pp_1_to_8_mb_1_to_32_is_valid),
     PP_TEST(split_overlaps_runs_each_fb_as_f_then_b_in_every_dualpipev_and_dualpipe),
+    PP_TEST(split_overlaps_leaves_the_schedule_as_it_was_when_it_fails),
     PP_TEST(split_dualpipev_is_faster_when_f_and_b_run_in_turn),
     PP_TEST(every_zb_h2_schedule_with_pp_1_to_8_mb_1_to_32_and_any_cap_is_valid),
     PP_TEST(every_interleaved_zb_schedule_with_pp_1_to_8_mb_1_to_32_is_valid),

@@ -117,5 +117,26 @@ $P simulate --kind dualpipev --pp 4 --mb 8 --f 1 --b 2 --groups | grep -q 'makes
 $P simulate --help | grep -q -- '--groups' && ok || bad "simulate --help: no --groups"
 expect_error 2 "unknown flag '--groups'" schedule --kind 1f1b --pp 2 --mb 2 --groups
 
+# --split-overlaps: DualPipeV's FBs as F then B, still valid, and faster when run in turn
+$P schedule --kind dualpipev --pp 2 --mb 8 --format torch | grep -q 'OVERLAP_F_B' && ok || bad "dualpipev has no FB actions"
+out=$($P schedule --kind dualpipev --pp 2 --mb 8 --split-overlaps --format torch) && ok || bad "split schedule exit $?"
+[ -n "$out" ] && ! echo "$out" | grep -q 'OVERLAP_F_B' && ok || bad "split schedule still has FB actions (or printed nothing)"
+$P schedule --kind dualpipev --pp 4 --mb 12 --split-overlaps --format text | grep -q 'valid' && ok || bad "split pp 4 not valid"
+a=$($P simulate --kind dualpipev --pp 2 --mb 8 --f 26 --b 55.3 --p2p 0.2 --groups | sed -n 's/^step time (makespan) *//p')
+b=$($P simulate --kind dualpipev --pp 2 --mb 8 --f 26 --b 55.3 --p2p 0.2 --groups --split-overlaps | sed -n 's/^step time (makespan) *//p')
+python3 -c "import sys; a, b = float('$a'), float('$b'); sys.exit(0 if b < 0.985 * a else 1)" && ok || bad "split dualpipev '$b' not below overlapped '$a'"
+# a CSV without FB keeps its own communication: a missing send is still reported
+$P schedule --kind 1f1b --pp 2 --mb 4 --format csv > "$T/f.csv" && ok || bad "1f1b csv"
+python3 - "$T/f.csv" "$T/bad.csv" <<'PY' && ok || bad "could not remove a send from the CSV"
+import sys
+rows = open(sys.argv[1]).read().splitlines()
+cells = rows[0].split(",")
+i = next(k for k, c in enumerate(cells) if "SEND_F" in c)
+rows[0] = ",".join(cells[:i] + cells[i + 1:])
+open(sys.argv[2], "w").write("\n".join(rows) + "\n")
+PY
+$P schedule --from-csv "$T/bad.csv" --split-overlaps >/dev/null 2>"$T/err" && bad "a CSV missing a send passed with --split-overlaps" || ok
+grep -q 'SEND' "$T/err" && ok || bad "the missing send is not named: $(cat "$T/err")"
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
