@@ -151,6 +151,24 @@ fi
 [ "$rc" -eq 2 ] && grep -q -- "--gemm-split=3: --tokens=1000" "$log/badsplit" && ok "bad --gemm-split exits 2" ||
     bad "bad --gemm-split: exit $rc: $(cat "$log/badsplit")"
 
+# DualPipeV with its FBs lowered whole (--keep-overlaps; split is the default): same gradients
+run2 dualpipev-fb $SMALL --schedule dualpipev --keep-overlaps --check; expect_match dualpipev-fb $?
+grep -q "each FB as F then B" "$log/dualpipev-vpp2" && ok "dualpipev runs split by default" ||
+    bad "dualpipev: no 'each FB as F then B' in its log"
+# --gemm-times: every rank reports its GEMMs (one whole line each, threads too), with --check and
+# --train after the timed steps; ZB-V's W pass included
+run2 gemm-times $SMALL --schedule zbv --gemm-times --check --train 2; rc=$?
+if [ "$rc" -eq 0 ] && grep -q "^gemm times, rank 0, last step: .* dW1 " "$log/gemm-times" &&
+   grep -q "^gemm times, rank 1, last step: " "$log/gemm-times.1" && grep -q "^  exposed on the critical path" "$log/gemm-times"; then
+    ok "gemm-times: $(grep -o '^gemm times, rank 0, last step: [0-9.]* ms in [0-9]* GEMMs' "$log/gemm-times")"
+else
+    bad "gemm-times (exit $rc)"; tail -n 12 "$log/gemm-times" | sed 's/^/    /'
+fi
+timeout 180 "$BUILD/mlp_gpu" --threads 2 --schedule 1f1b $SMALL --gemm-times >"$log/gemm-threads" 2>&1; rc=$?
+n=$(grep -c "^gemm times, rank [01], last step: .*; mean us: .*dx +residual [0-9]* x [0-9.]*;$" "$log/gemm-threads")
+[ "$rc" -eq 0 ] && [ "$n" -eq 2 ] && ok "gemm-times with threads: two whole lines" ||
+    { bad "gemm-times with threads (exit $rc, $n whole lines)"; tail -n 8 "$log/gemm-threads" | sed 's/^/    /'; }
+
 # bad flags: exit 2 with a message
 "$BUILD/mlp_gpu" --pp 0 >/dev/null 2>"$log/bad"; rc=$?
 [ "$rc" -eq 2 ] && grep -q -- "--pp=0: must be" "$log/bad" && ok "bad flag exits 2" || bad "bad flag: exit $rc: $(cat "$log/bad")"
