@@ -735,7 +735,11 @@ PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
  * (whose chunks are whole model stages; it also holds 2x parameters, which this cap does not
  * count). With costs.memory_stage, a live activation weighs its stage's memory instead, so
  * stages of unequal size (a layout) are capped by what they hold. DualPipe is tried with vpp = 2
- * when pp and mb are even and no per-stage costs are given.
+ * when pp and mb are even and no per-stage costs are given. DualPipeV and DualPipe are tried
+ * twice: as built, and split ("dualpipev split", entry.split_overlaps = 1), each FB as F then B
+ * (pp_schedule_split_overlaps: what a runtime without an overlapped F&B callback should run; the
+ * simulator costs an FB as F + B either way, so the split one is never slower). A split winner
+ * comes back split.
  *
  * Uneven stages. A V schedule's bubble is the last rank's wait for the first chunk's forward
  * and its mirror at the end, so a smaller first and last chunk shrinks it: with F = I = W per
@@ -801,6 +805,7 @@ typedef struct pp_search_entry {
     pp_placement placement;
     int vpp, group, max_live; /* the parameters used (0 where the kind takes none) */
     unsigned greedy_flags;
+    int split_overlaps;     /* 1: its FBs run as F then B (pp_schedule_split_overlaps), named "... split" */
     double makespan;        /* simulated step time */
     double bubble;          /* mean over ranks of 1 - busy / makespan */
     double peak_memory;     /* largest over ranks, units above */
@@ -6612,6 +6617,7 @@ typedef struct pp__candidate {
     pp_placement placement;
     int vpp, group, max_live;
     unsigned flags;
+    int split;                  /* pp_schedule_split_overlaps before lowering */
 } pp__candidate;
 
 typedef struct pp__search {
@@ -6638,7 +6644,7 @@ static void pp__candidate_name(const pp__candidate *c, char *buf, size_t size)
                  c->flags & PP_GREEDY_EAGER_ADMIT ? " eager" : "");
         break;
     default:
-        snprintf(buf, size, "%s", kn); break;
+        snprintf(buf, size, "%s%s", kn, c->split ? " split" : ""); break;
     }
 }
 
@@ -6674,7 +6680,8 @@ static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error 
     st = pp__candidate_build(cfg, c, &s, err);
     if (st == PP_EUNSUPPORTED) return pp__ok(err);
     if (st != PP_OK) return st;
-    st = pp_schedule_lower(s, err);
+    if (c->split) st = pp_schedule_split_overlaps(s, err);
+    if (st == PP_OK) st = pp_schedule_lower(s, err);
     if (st == PP_OK) st = pp_schedule_validate(s, err);
     if (st == PP_OK) st = pp_simulate(s, &cfg->costs, &sim, err);
     pp_schedule_free(s);
@@ -6699,7 +6706,7 @@ static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error 
     memset(e, 0, sizeof *e);
     pp__candidate_name(c, e->name, sizeof e->name);
     e->kind = c->kind; e->placement = c->placement; e->vpp = c->vpp; e->group = c->group;
-    e->max_live = c->max_live; e->greedy_flags = c->flags;
+    e->max_live = c->max_live; e->greedy_flags = c->flags; e->split_overlaps = c->split;
     e->makespan = sim->makespan;
     e->bubble = sim->bubble_mean;
     for (r = 0; r < sim->pp; r++) {
@@ -6819,13 +6826,19 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
             if (vpp == 2) {
                 c.placement = PP_PLACEMENT_V;
                 c.kind = PP_ZBV; PP__TRY();
-                c.kind = PP_DUALPIPEV; PP__TRY();
-                /* DualPipe (even pp and mb): its two chunks are whole model stages, so per-stage
-                 * costs written for a vpp = 2 split of the model do not describe it */
-                if (!has_stage_costs && cfg->pp % 2 == 0 && cfg->mb % 2 == 0) {
-                    c.placement = PP_PLACEMENT_DUAL;
-                    c.kind = PP_DUALPIPE; PP__TRY();
+                /* the FB kinds twice: as built, and split into F then B (what a runtime without an
+                 * overlapped F&B callback runs; the simulator costs an FB as F + B either way) */
+                for (c.split = 0; c.split <= 1; c.split++) {
+                    c.kind = PP_DUALPIPEV; PP__TRY();
+                    /* DualPipe (even pp and mb): its two chunks are whole model stages, so per-stage
+                     * costs written for a vpp = 2 split of the model do not describe it */
+                    if (!has_stage_costs && cfg->pp % 2 == 0 && cfg->mb % 2 == 0) {
+                        c.placement = PP_PLACEMENT_DUAL;
+                        c.kind = PP_DUALPIPE; PP__TRY();
+                        c.placement = PP_PLACEMENT_V;
+                    }
                 }
+                c.split = 0;
                 c.placement = PP_PLACEMENT_LOOPED;
             }
         }
@@ -6858,8 +6871,9 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
         const pp_search_entry *b = &res->entries[0];
         memset(&c, 0, sizeof c);
         c.kind = b->kind; c.placement = b->placement; c.vpp = b->vpp; c.group = b->group;
-        c.max_live = b->max_live; c.flags = b->greedy_flags;
+        c.max_live = b->max_live; c.flags = b->greedy_flags; c.split = b->split_overlaps;
         st = pp__candidate_build(cfg, &c, &res->best, err);
+        if (st == PP_OK && c.split) st = pp_schedule_split_overlaps(res->best, err);
         if (st == PP_OK) st = pp_schedule_lower(res->best, err);
         if (st != PP_OK) goto done;
     }

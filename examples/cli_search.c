@@ -181,9 +181,11 @@ int pp_cli_search(int argc, char **argv)
         for (k = 0; k < res->count; k++) {
             const pp_search_entry *e = &res->entries[k];
             printf("%s\n  {\"name\": \"%s\", \"kind\": \"%s\", \"vpp\": %d, \"group\": %d, \"max_live\": %d, "
-                   "\"makespan\": %.9g, \"bubble\": %.9g, \"peak_memory\": %.9g, \"peak_live\": %d, \"fits\": %s}",
+                   "\"split_overlaps\": %s, \"makespan\": %.9g, \"bubble\": %.9g, \"peak_memory\": %.9g, "
+                   "\"peak_live\": %d, \"fits\": %s}",
                    k ? "," : "", e->name, e->kind == PP_CUSTOM ? "greedy" : pp_schedule_kind_name(e->kind), e->vpp,
-                   e->group, e->max_live, e->makespan, e->bubble, e->peak_memory, e->peak_live, e->fits ? "true" : "false");
+                   e->group, e->max_live, e->split_overlaps ? "true" : "false", e->makespan, e->bubble, e->peak_memory,
+                   e->peak_live, e->fits ? "true" : "false");
         }
         printf("\n]}\n");
     } else {

@@ -275,6 +275,7 @@ typedef struct pp__candidate {
     pp_placement placement;
     int vpp, group, max_live;
     unsigned flags;
+    int split;                  /* pp_schedule_split_overlaps before lowering */
 } pp__candidate;
 
 typedef struct pp__search {
@@ -301,7 +302,7 @@ static void pp__candidate_name(const pp__candidate *c, char *buf, size_t size)
                  c->flags & PP_GREEDY_EAGER_ADMIT ? " eager" : "");
         break;
     default:
-        snprintf(buf, size, "%s", kn); break;
+        snprintf(buf, size, "%s%s", kn, c->split ? " split" : ""); break;
     }
 }
 
@@ -337,7 +338,8 @@ static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error 
     st = pp__candidate_build(cfg, c, &s, err);
     if (st == PP_EUNSUPPORTED) return pp__ok(err);
     if (st != PP_OK) return st;
-    st = pp_schedule_lower(s, err);
+    if (c->split) st = pp_schedule_split_overlaps(s, err);
+    if (st == PP_OK) st = pp_schedule_lower(s, err);
     if (st == PP_OK) st = pp_schedule_validate(s, err);
     if (st == PP_OK) st = pp_simulate(s, &cfg->costs, &sim, err);
     pp_schedule_free(s);
@@ -362,7 +364,7 @@ static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error 
     memset(e, 0, sizeof *e);
     pp__candidate_name(c, e->name, sizeof e->name);
     e->kind = c->kind; e->placement = c->placement; e->vpp = c->vpp; e->group = c->group;
-    e->max_live = c->max_live; e->greedy_flags = c->flags;
+    e->max_live = c->max_live; e->greedy_flags = c->flags; e->split_overlaps = c->split;
     e->makespan = sim->makespan;
     e->bubble = sim->bubble_mean;
     for (r = 0; r < sim->pp; r++) {
@@ -482,13 +484,19 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
             if (vpp == 2) {
                 c.placement = PP_PLACEMENT_V;
                 c.kind = PP_ZBV; PP__TRY();
-                c.kind = PP_DUALPIPEV; PP__TRY();
-                /* DualPipe (even pp and mb): its two chunks are whole model stages, so per-stage
-                 * costs written for a vpp = 2 split of the model do not describe it */
-                if (!has_stage_costs && cfg->pp % 2 == 0 && cfg->mb % 2 == 0) {
-                    c.placement = PP_PLACEMENT_DUAL;
-                    c.kind = PP_DUALPIPE; PP__TRY();
+                /* the FB kinds twice: as built, and split into F then B (what a runtime without an
+                 * overlapped F&B callback runs; the simulator costs an FB as F + B either way) */
+                for (c.split = 0; c.split <= 1; c.split++) {
+                    c.kind = PP_DUALPIPEV; PP__TRY();
+                    /* DualPipe (even pp and mb): its two chunks are whole model stages, so per-stage
+                     * costs written for a vpp = 2 split of the model do not describe it */
+                    if (!has_stage_costs && cfg->pp % 2 == 0 && cfg->mb % 2 == 0) {
+                        c.placement = PP_PLACEMENT_DUAL;
+                        c.kind = PP_DUALPIPE; PP__TRY();
+                        c.placement = PP_PLACEMENT_V;
+                    }
                 }
+                c.split = 0;
                 c.placement = PP_PLACEMENT_LOOPED;
             }
         }
@@ -521,8 +529,9 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
         const pp_search_entry *b = &res->entries[0];
         memset(&c, 0, sizeof c);
         c.kind = b->kind; c.placement = b->placement; c.vpp = b->vpp; c.group = b->group;
-        c.max_live = b->max_live; c.flags = b->greedy_flags;
+        c.max_live = b->max_live; c.flags = b->greedy_flags; c.split = b->split_overlaps;
         st = pp__candidate_build(cfg, &c, &res->best, err);
+        if (st == PP_OK && c.split) st = pp_schedule_split_overlaps(res->best, err);
         if (st == PP_OK) st = pp_schedule_lower(res->best, err);
         if (st != PP_OK) goto done;
     }

@@ -21,7 +21,11 @@
  * (whose chunks are whole model stages; it also holds 2x parameters, which this cap does not
  * count). With costs.memory_stage, a live activation weighs its stage's memory instead, so
  * stages of unequal size (a layout) are capped by what they hold. DualPipe is tried with vpp = 2
- * when pp and mb are even and no per-stage costs are given.
+ * when pp and mb are even and no per-stage costs are given. DualPipeV and DualPipe are tried
+ * twice: as built, and split ("dualpipev split", entry.split_overlaps = 1), each FB as F then B
+ * (pp_schedule_split_overlaps: what a runtime without an overlapped F&B callback should run; the
+ * simulator costs an FB as F + B either way, so the split one is never slower). A split winner
+ * comes back split.
  *
  * Uneven stages. A V schedule's bubble is the last rank's wait for the first chunk's forward
  * and its mirror at the end, so a smaller first and last chunk shrinks it: with F = I = W per
@@ -87,6 +91,7 @@ typedef struct pp_search_entry {
     pp_placement placement;
     int vpp, group, max_live; /* the parameters used (0 where the kind takes none) */
     unsigned greedy_flags;
+    int split_overlaps;     /* 1: its FBs run as F then B (pp_schedule_split_overlaps), named "... split" */
     double makespan;        /* simulated step time */
     double bubble;          /* mean over ranks of 1 - busy / makespan */
     double peak_memory;     /* largest over ranks, units above */

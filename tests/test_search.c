@@ -490,6 +490,60 @@ static void search_ranks_every_kind_and_returns_the_winner_lowered(void)
     pp_search_result_free(res);
 }
 
+/* The FB kinds enter twice, as built and split into F then B (pp_schedule_split_overlaps): the
+ * split entry is never slower than its whole twin (the simulator costs an FB as F + B, so only the
+ * lowering differs); when a split one wins, the winner comes back split (no FB), lowered, proven,
+ * and timed as its entry says. With pp 4, mb 8, B = 2F, DualPipe split wins (25 against 26 whole). */
+static void search_tries_the_fb_kinds_split_too_and_returns_a_split_winner_split(void)
+{
+    static const int cfgs[][2] = { { 2, 8 }, { 4, 8 }, { 4, 16 }, { 8, 16 }, { 3, 9 } };
+    size_t q;
+    for (q = 0; q < sizeof cfgs / sizeof cfgs[0]; q++) {
+        pp_search_result *res = sr_search(cfgs[q][0], cfgs[q][1], 1, 1, 1, 0.05, 0);
+        const char *kinds[] = { "dualpipev", "dualpipe" };
+        size_t k;
+        if (!res) continue;
+        for (k = 0; k < 2; k++) {
+            char split[64];
+            const pp_search_entry *whole = sr_find(res, kinds[k]), *sp;
+            snprintf(split, sizeof split, "%s split", kinds[k]);
+            sp = sr_find(res, split);
+            if (k == 1 && cfgs[q][0] % 2) { PP_CHECK(!whole && !sp); continue; }   /* dualpipe: even pp only */
+            PP_CHECK_MSG(whole && sp, "pp=%d mb=%d: %s and %s both ranked", cfgs[q][0], cfgs[q][1], kinds[k], split);
+            if (whole && sp) {
+                PP_CHECK(sp->split_overlaps == 1 && whole->split_overlaps == 0);
+                PP_CHECK_MSG(sp->makespan <= whole->makespan * (1 + 1e-9), "pp=%d mb=%d %s: split %g, whole %g",
+                             cfgs[q][0], cfgs[q][1], kinds[k], sp->makespan, whole->makespan);
+            }
+        }
+        pp_search_result_free(res);
+    }
+    {
+        pp_search_config cfg;
+        pp_search_result *res = NULL;
+        pp_sim_result *sim = NULL;
+        pp_error err;
+        int r, i, fbs = 0;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.pp = 4; cfg.mb = 8; cfg.vpp = 2; cfg.costs.f = 1; cfg.costs.b = 2;
+        PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+        if (!res) return;
+        PP_CHECK_MSG(strcmp(res->entries[0].name, "dualpipe split") == 0, "winner %s", res->entries[0].name);
+        PP_CHECK(res->best != NULL);
+        if (res->best) {
+            for (r = 0; r < res->best->pp; r++)
+                for (i = 0; i < res->best->length[r]; i++) fbs += res->best->actions[r][i].op == PP_OP_FB;
+            PP_CHECK_INT(fbs, 0);
+            PP_CHECK(res->best->lowered);
+            PP_CHECK_OK(pp_schedule_validate(res->best, &err), &err);
+            PP_CHECK_OK(pp_simulate(res->best, &cfg.costs, &sim, &err), &err);
+            if (sim) PP_CHECK_NEAR(sim->makespan, res->entries[0].makespan, 1e-9);
+            pp_sim_result_free(sim);
+        }
+        pp_search_result_free(res);
+    }
+}
+
 /* Below 1F1B's memory only the greedy schedules (and GPipe-free orders) fit: the search still
  * finds a winner within the cap. */
 static void search_under_a_cap_below_1f1b_returns_a_schedule_within_it(void)
@@ -888,6 +942,7 @@ const pp_test_case pp_suite_search[] = {
     PP_TEST(greedy_at_1f1b_memory_matches_zb_h1_with_equal_costs),
     PP_TEST(greedy_names_the_parameter_it_refuses),
     PP_TEST(search_ranks_every_kind_and_returns_the_winner_lowered),
+    PP_TEST(search_tries_the_fb_kinds_split_too_and_returns_a_split_winner_split),
     PP_TEST(search_under_a_cap_below_1f1b_returns_a_schedule_within_it),
     PP_TEST(search_winner_is_never_slower_than_any_kind_within_the_cap),
     PP_TEST(search_with_a_cap_nothing_meets_returns_no_winner),
