@@ -481,12 +481,12 @@ static void gemm_run(Gemms &G, int id, const void *A, const void *B, const void 
         }
         G.ev_id[G.ev_used / 2] = id;
         CK(cudaEventRecord(G.ev[G.ev_used], s));
-        CKLT(gemm_try(G, id, A, B, C, D, beta, aux, s));
-        CK(cudaEventRecord(G.ev[G.ev_used + 1], s));
-        G.ev_used += 2;
-        return;
     }
     CKLT(gemm_try(G, id, A, B, C, D, beta, aux, s));
+    if (G.timing) {
+        CK(cudaEventRecord(G.ev[G.ev_used + 1], s));
+        G.ev_used += 2;
+    }
 }
 
 /* --gemm-times: after a step's work is synchronised, each GEMM kind's count and mean time, the

@@ -19,6 +19,8 @@ typedef struct pp_test_case { const char *name; void (*fn)(void); } pp_test_case
 void pp_test_fail(const char *file, int line, const char *fmt, ...);
 /* One rank's compute actions in PyTorch's spelling, space separated (communication left out). */
 void pp_test_compute_order(const pp_schedule *s, int rank, char *buf, size_t size);
+/* How many actions of every rank's program are `op`. */
+int pp_test_count_op(const pp_schedule *s, pp_op op);
 
 #define PP_CHECK(cond) \
     do { if (!(cond)) pp_test_fail(__FILE__, __LINE__, "check failed: %s", #cond); } while (0)

@@ -43,6 +43,14 @@ void pp_test_compute_order(const pp_schedule *s, int rank, char *buf, size_t siz
     }
 }
 
+int pp_test_count_op(const pp_schedule *s, pp_op op)
+{
+    int r, i, n = 0;
+    for (r = 0; r < s->pp; r++)
+        for (i = 0; i < s->length[r]; i++) n += s->actions[r][i].op == (int32_t)op;
+    return n;
+}
+
 const char *pp_test_data_dir(void) { return data_dir; }
 
 static int selected(const char *suite, const char *test, int argc, char **argv)

@@ -875,12 +875,10 @@ static void split_dualpipev_gives_single_stage_gradients(void)
                 pp_error err;
                 tm_run *run;
                 char what[64];
-                int r, i, fbs = 0;
+                int r;
                 if (!s) continue;
                 PP_CHECK_OK(pp_schedule_split_overlaps(s, &err), &err);
-                for (r = 0; r < pp; r++)
-                    for (i = 0; i < s->length[r]; i++) fbs += s->actions[r][i].op == PP_OP_FB;
-                PP_CHECK_INT(fbs, 0);
+                PP_CHECK_INT(pp_test_count_op(s, PP_OP_FB), 0);
                 snprintf(what, sizeof what, "split dualpipev pp=%d mb=%d", pp, 2 * pp + extra);
                 run = tm_new(s, 2);
                 run->use_fb_callback = 1;   /* offered, never called: no FB is left */
@@ -1384,7 +1382,7 @@ static void an_fb_run_as_f_then_b_marks_each_timer_index_once(void)
     tm_run *run = tm_new(s, 2);
     static tm_marks marks[2];
     pp_error err;
-    int r, i, fbs = 0;
+    int r, fbs;
     memset(marks, 0, sizeof marks);
     run->record = 1;
     run->steps = 1;
@@ -1393,8 +1391,7 @@ static void an_fb_run_as_f_then_b_marks_each_timer_index_once(void)
         run->timer[r].mark = tm_marks_mark;
         run->timer[r].resolve = tm_marks_resolve;
     }
-    for (r = 0; r < 2; r++)
-        for (i = 0; i < s->length[r]; i++) fbs += s->actions[r][i].op == PP_OP_FB;
+    fbs = pp_test_count_op(s, PP_OP_FB);
     PP_CHECK_MSG(fbs > 0, "the schedule has FB actions: %d", fbs);
     PP_CHECK_OK(tm_go(run, &err), &err);
     for (r = 0; r < 2; r++) PP_CHECK_INT(marks[r].bad, 0);
