@@ -88,7 +88,7 @@ static int debug_on(void)
  * ============================================================================================ */
 struct Options {
     int single = 0, threads = 0;
-    int pp = 0, vpp = 0, mb = 8, tokens = 8192, hidden = 4096, layers = 16;
+    int pp = 0, vpp = 0, group = 0, mb = 8, tokens = 8192, hidden = 4096, layers = 16;
     const char *schedule = "1f1b";
     int steps = 5, warmup = 2, check = 0, train = 0;
     const char *optimizer = "sgd";
@@ -107,7 +107,7 @@ struct Options {
 };
 
 static const char usage[] =
-    "usage: mlp_gpu [--single | --threads N] [--schedule 1f1b] [--pp P] [--vpp V] [--mb M] [--tokens T]\n"
+    "usage: mlp_gpu [--single | --threads N] [--schedule 1f1b] [--pp P] [--vpp V] [--group G] [--mb M] [--tokens T]\n"
     "               [--hidden H] [--layers L] [--steps N] [--warmup N] [--check] [--train N]\n"
     "               [--optimizer sgd|adamw] [--lr X] [--clip X] [--trace FILE] [--timeout S]\n"
     "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--cta-policy P] [--no-gate] [--no-copy-engine]\n"
@@ -123,6 +123,9 @@ static const char usage[] =
     "  --layout STR    blocks per stage, a Megatron layout in stage order: 'Et*2|t*6|t*2|t*6L' (E input,\n"
     "                  t block, L loss; '|' between stages); which rank holds stage s is the schedule's\n"
     "  --pp P          pipeline ranks (default: the world size); --vpp V chunks per rank\n"
+    "  --group G       interleaved: microbatches per chunk round, Megatron's microbatch group size per\n"
+    "                  virtual stage (default pp); with a small first stage, a larger group starts the\n"
+    "                  later ranks sooner ('pipepar search --layers' finds layout and group together)\n"
     "  --mb M          microbatches per step (8); --tokens T tokens per microbatch (8192)\n"
     "  --check         compare the pipelined gradients with a single-GPU run (bf16 tolerance)\n"
     "  --single-ms X   the single-GPU step time for the efficiency (else measured with --check)\n"
@@ -161,7 +164,7 @@ static int parse_args(int argc, char **argv, Options *o)
         static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", "--gate", "--no-gate",
                                               "--copy-engine", "--no-copy-engine", "--gemm-times",
                                               "--keep-overlaps", NULL };
-        static const char *const valued[] = { "--threads", "--pp", "--vpp", "--mb", "--tokens", "--hidden", "--layers",
+        static const char *const valued[] = { "--threads", "--pp", "--vpp", "--group", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
             "--single-ms", "--sm-margin", "--max-ctas", "--cta-policy", "--kill-rank", "--kill-step", "--layout",
             "--max-memory", "--yield-us", "--gemm-split", NULL };
@@ -206,6 +209,7 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--threads")) ok = integer(1, 64, &o->threads);
         else if (!strcmp(flag, "--pp")) ok = integer(1, 1024, &o->pp);
         else if (!strcmp(flag, "--vpp")) ok = integer(1, 64, &o->vpp);
+        else if (!strcmp(flag, "--group")) ok = integer(1, 4096, &o->group);
         else if (!strcmp(flag, "--mb")) ok = integer(1, 4096, &o->mb);
         else if (!strcmp(flag, "--tokens")) ok = integer(8, 1 << 20, &o->tokens);
         else if (!strcmp(flag, "--hidden")) ok = integer(64, 65536, &o->hidden);
@@ -245,6 +249,11 @@ static int parse_args(int argc, char **argv, Options *o)
     if (o->tokens % (8 * o->gemm_split) || o->hidden % (8 * o->gemm_split)) {
         fprintf(stderr, "mlp_gpu: --gemm-split=%d: --tokens=%d and --hidden=%d must be multiples of 8 x the pieces\n",
                 o->gemm_split, o->tokens, o->hidden);
+        return 2;
+    }
+    if (o->group && strcmp(o->schedule, "interleaved") && strcmp(o->schedule, "interleaved-zb")) {
+        fprintf(stderr, "mlp_gpu: --group=%d: only --schedule interleaved or interleaved-zb takes a microbatch group "
+                "(--schedule search tries the sizes itself)\n", o->group);
         return 2;
     }
     if (o->single && o->threads) { fprintf(stderr, "mlp_gpu: --single and --threads: choose one\n"); return 2; }
@@ -1340,9 +1349,11 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
                               "of each stage's weights); use dualpipev, or examples/mlp_threads.c on CPU\n");
             return 2;
         }
-        sc.pp = pp; sc.vpp = lay && !o.vpp ? lay->vpp : o.vpp; sc.mb = o.mb;
+        sc.pp = pp; sc.vpp = lay && !o.vpp ? lay->vpp : o.vpp; sc.mb = o.mb; sc.group = o.group;
         PPCK(pp_schedule_build(&sc, &R.sched, &e_));
         PPCK(pp_schedule_lower(R.sched, &e_));
+        if (o.group)
+            snprintf(R.sched_name, sizeof R.sched_name, "%s group=%d", pp_schedule_kind_name(R.sched->kind), o.group);
     }
     /* this example gives the executor no forward_backward callback, so an FB runs as F then B;
      * lowered split, the F's output leaves before the B runs (2% off DualPipeV's step on H200) */

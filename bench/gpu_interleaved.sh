@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# bench/gpu_interleaved.sh — interleaved 1F1B (vpp 4) on 2 GPUs: Megatron's defaults against the
+# layout and microbatch group that `pipepar search --layers` picks.
+#
+#     bash bench/gpu_interleaved.sh [OUTDIR]   (OUTDIR defaults to $OUT, else bench/out)
+#
+# The model of bench/gpu_pipeline.sh (H=4096, L=16, 8192 tokens, 8 microbatches, bf16). On even
+# stages of 2 blocks, rank 1 waits for rank 0's first 2-block F at the start and rank 0 runs
+# stage 0's last 2-block B alone at the end: about 18.7 ms that no order of even stages hides.
+# A 1-block first stage halves both; with Megatron's default group (pp = 2 microbatches per chunk
+# round) the order then stalls elsewhere, with a group of 4 it does not. Runs, each against the
+# single-GPU step of the same run: Megatron's defaults (even, group 2), even with group 4, the
+# layout 1,2,2,2,2,2,3,2 with group 4 (once with the gradient check, once with its GPUs swapped,
+# then twice more), and the runner-up 1,1,1,2,3,3,3,2.
+# The GPUs' SM clocks and power are logged once a second to OUTDIR/clocks.csv.
+# Env: SKIP_BUILD=1 uses binaries already in build/.
+set -u
+cd "$(dirname "$0")/.."
+. bench/gpu_lib.sh
+OUTDIR=${1:-${OUT:-bench/out}}
+mkdir -p "$OUTDIR"
+export NCCL_NVLS_ENABLE=0
+MODEL="--hidden 4096 --layers 16 --tokens 8192 --mb 8"
+LOG=$OUTDIR/interleaved.log
+: > "$LOG"
+say() { echo "$@" | tee -a "$LOG"; }
+say "== $(date -u +%Y-%m-%dT%H:%MZ)  $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n 1) x $(nvidia-smi -L | wc -l)"
+if [ "${SKIP_BUILD:-0}" != 1 ]; then make -s -j16 build/mlp_gpu >"$OUTDIR/build.log" 2>&1 || { cat "$OUTDIR/build.log"; exit 1; }; fi
+
+nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu --format=csv -l 1 >"$OUTDIR/clocks.csv" 2>/dev/null &
+smi=$!
+trap 'kill $smi 2>/dev/null' EXIT
+
+launch2() {   # launch2 NAME ARGS...: two processes, one per GPU
+    local name=$1 rc=0; shift
+    ranks_run 2 "$OUTDIR/$name" "$@" || rc=$?
+    cat "$OUTDIR/$name.rank0.log" >>"$LOG"
+    grep -h "mlp_gpu:" "$OUTDIR/$name.rank1.log" | sed "s/^/rank 1: /" >>"$LOG" 2>/dev/null
+    return $rc
+}
+
+say "== single GPU"
+build/mlp_gpu --single $MODEL 2>&1 | tee "$OUTDIR/single.log" >>"$LOG"
+SINGLE_MS=$(single_step_ms "$OUTDIR/single.log")
+say "single-GPU step: ${SINGLE_MS:-?} ms"
+[ -n "$SINGLE_MS" ] || SINGLE_MS=0
+
+run() {   # run NAME ARGS...
+    local name=$1; shift
+    say "-- $name"
+    launch2 "$name" build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --timeout 30 "$@" || say "$name: exit $?"
+}
+E8='Et*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2L'
+T1='Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L'
+T2='Et|t|t|t*2|t*3|t*3|t*3|t*2L'
+run megatron-default     --schedule interleaved --vpp 4
+run even-group4          --schedule interleaved --layout "$E8" --group 4
+run tuned-check          --schedule interleaved --layout "$T1" --group 4 --check
+run tuned                --schedule interleaved --layout "$T1" --group 4
+CUDA_VISIBLE_DEVICES=1,0 run tuned-gpus-swapped --schedule interleaved --layout "$T1" --group 4
+run runner-up            --schedule interleaved --layout "$T2" --group 4
+run megatron-default-again --schedule interleaved --vpp 4
+run tuned-again          --schedule interleaved --layout "$T1" --group 4
+
+say "== summary (step ms, efficiency = single / 2 / step)"
+grep -E "^(-- |single-gpu|search:|schedule |pipeline|  efficiency|  simulator|  exposed on|  bound:|  compute busy|  peak|gradient check)" "$LOG" | tee "$OUTDIR/summary.txt"
+say "== SM clock (MHz) and power (W) over the run, per GPU: min / median / max"
+python3 - "$OUTDIR/clocks.csv" <<'EOF' | tee -a "$LOG"
+import sys, statistics as st
+rows = [l.split(",") for l in open(sys.argv[1]).read().splitlines()[1:] if l.count(",") >= 4]
+for g in sorted(set(r[1].strip() for r in rows)):
+    c = [float(r[2].split()[0]) for r in rows if r[1].strip() == g and r[2].split()[0].replace(".", "").isdigit()]
+    p = [float(r[3].split()[0]) for r in rows if r[1].strip() == g and r[3].split()[0].replace(".", "").isdigit()]
+    busy = [x for x, w in zip(c, p) if w > 300]
+    if c: print(f"GPU {g}: clock {min(c):.0f} / {st.median(c):.0f} / {max(c):.0f}; power {min(p):.0f} / {st.median(p):.0f} / {max(p):.0f};"
+                f" clock while above 300 W: median {st.median(busy) if busy else 0:.0f} over {len(busy)} s")
+EOF
