@@ -11,7 +11,8 @@
 # round) the order then stalls elsewhere, with a group of 4 it does not. Runs, each against the
 # single-GPU step of the same run: Megatron's defaults (even, group 2), even with group 4, the
 # layout 1,2,2,2,2,2,3,2 with group 4 (once with the gradient check, once with its GPUs swapped,
-# then twice more), and the runner-up 1,1,1,2,3,3,3,2.
+# then twice more), the runner-up 1,1,1,2,3,3,3,2, and what `--schedule search --search-kind
+# interleaved --search-layout` picks by itself.
 # The GPUs' SM clocks and power are logged once a second to OUTDIR/clocks.csv.
 # Env: SKIP_BUILD=1 uses binaries already in build/.
 set -u
@@ -59,6 +60,7 @@ run tuned-check          --schedule interleaved --layout "$T1" --group 4 --check
 run tuned                --schedule interleaved --layout "$T1" --group 4
 CUDA_VISIBLE_DEVICES=1,0 run tuned-gpus-swapped --schedule interleaved --layout "$T1" --group 4
 run runner-up            --schedule interleaved --layout "$T2" --group 4
+run searched             --schedule search --search-kind interleaved --search-layout --vpp 4
 run megatron-default-again --schedule interleaved --vpp 4
 run tuned-again          --schedule interleaved --layout "$T1" --group 4
 

@@ -14,7 +14,7 @@ static void search_usage(FILE *out)
 {
     fprintf(out,
             "usage: pipepar search --pp P --mb M [costs] [--max-mem X] [--vpp V | --max-vpp V] [--top N]\n"
-            "                      [--csv FILE] [--json]\n"
+            "                      [--kind K] [--layers N [--spread S] [--max-layouts N]] [--csv FILE] [--json]\n"
             "  costs, in time units for one rank's share of the model (a chunk costs 1/vpp of it):\n"
             "  --f F          forward (default 1)\n"
             "  --i I --w W    input-gradient and weight-gradient halves of the backward (default B/2 each)\n"
@@ -26,6 +26,12 @@ static void search_usage(FILE *out)
             "                 between stages, e.g. 'Et*2|t*6|t*2|t*6L'): vpp = stages / pp, and each stage\n"
             "                 costs its layers times --f, --i, --w per layer (default 1 each) and keeps\n"
             "                 activations in proportion (stage s is model piece s; the schedule places it)\n"
+            "  --layers N     choose the layout too: N layers split into pp*vpp stages every way that keeps\n"
+            "                 each stage within --spread S (default 1) layers of the even split; --f, --i,\n"
+            "                 --w are per layer; each schedule is shown with its fastest split. Refused\n"
+            "                 above --max-layouts splits per vpp (default 4096)\n"
+            "  --kind K       only this kind (interleaved, zbv, ..., greedy): a trainer without a split\n"
+            "                 backward wants --kind interleaved or 1f1b\n"
             "  --p2p L        latency per transfer; --bytes N --bandwidth GBPS add N bytes at GBPS\n"
             "  --max-mem X    cap on every rank's peak activations, in microbatches through the rank's\n"
             "                 layers (1F1B's first rank needs pp); default: no cap\n"
@@ -67,6 +73,17 @@ static int parse_list(const char *flag, const char *text, int want, double *out)
     return 1;
 }
 
+/* An entry's split as a Megatron layout string ('Et|t*2|t*3L'), for --layout of schedule and mlp_gpu. */
+static void print_layout(const pp_search_entry *e, int pp)
+{
+    char small[256], *buf = small;
+    int stages = pp * e->vpp, need = pp_search_layout_text(e->stage_layers, stages, small, sizeof small);
+    if ((size_t)need >= sizeof small && (buf = (char *)malloc((size_t)need + 1)) != NULL)
+        pp_search_layout_text(e->stage_layers, stages, buf, (size_t)need + 1);
+    fputs(buf ? buf : "(out of memory)", stdout);
+    if (buf != small) free(buf);
+}
+
 int pp_cli_search(int argc, char **argv)
 {
     pp_search_config cfg;
@@ -76,7 +93,7 @@ int pp_cli_search(int argc, char **argv)
     static const char *const stage_flag[5] = { "--f-stage", "--i-stage", "--w-stage", "--b-stage", "--mem-stage" };
     double *stage[5] = { NULL, NULL, NULL, NULL, NULL }, bytes = 0, gbps = 0;
     pp_layers *lay = NULL;
-    long v, top = 15;
+    long v, top = 15, spread = 0;
     int i, k, json = 0, have_pp = 0, have_mb = 0, rc = 0;
     memset(&cfg, 0, sizeof cfg);
     for (i = 1; i < argc; i++) {
@@ -116,6 +133,18 @@ int pp_cli_search(int argc, char **argv)
             if (!cli_parse_double("--bandwidth", val, 1e-9, &gbps)) return 2;
         } else if (!strcmp(a, "--max-mem")) {
             if (!cli_parse_double("--max-mem", val, 0, &cfg.max_memory)) return 2;
+        } else if (!strcmp(a, "--layers")) {
+            if (!cli_parse_int("--layers", val, 1, 1 << 20, &v)) return 2;
+            cfg.layers = (int)v;
+        } else if (!strcmp(a, "--spread")) {
+            if (!cli_parse_int("--spread", val, 1, 1 << 20, &spread)) return 2;
+            cfg.layout_spread = (int)spread;
+        } else if (!strcmp(a, "--max-layouts")) {
+            if (!cli_parse_int("--max-layouts", val, 1, 1L << 30, &cfg.max_layouts)) return 2;
+        } else if (!strcmp(a, "--kind")) {
+            if (!strcmp(val, "greedy")) cfg.kind = PP_CUSTOM;
+            else if (pp_schedule_kind_parse(val, &cfg.kind, &err) != PP_OK)
+                return cli_usage_error("--kind=%s: %s", val, err.message);
         } else if (!strcmp(a, "--csv")) {
             csv = val;
         } else if (!strcmp(a, "--layout")) {
@@ -139,6 +168,13 @@ int pp_cli_search(int argc, char **argv)
         return cli_usage_error("--b=%g: with --i and --w it must be their sum (%g), or leave it out", cfg.costs.b,
                                cfg.costs.i + cfg.costs.w);
     if (cfg.vpp && cfg.max_vpp) return cli_usage_error("--vpp and --max-vpp: give one (--vpp tries only that vpp)");
+    if (!cfg.layers && (cfg.layout_spread || cfg.max_layouts))
+        return cli_usage_error("%s: only with --layers (the layout search)", cfg.layout_spread ? "--spread" : "--max-layouts");
+    if (cfg.layers && layout) return cli_usage_error("--layers and --layout: give one (--layers searches the layouts)");
+    if (cfg.layers && cfg.costs.b > 0 && cfg.costs.i <= 0)
+        return cli_usage_error("--layers with --b: give the halves --i and --w per layer instead");
+    for (k = 0; k < 5 && cfg.layers; k++)
+        if (stage_text[k]) return cli_usage_error("--layers and %s: give one (each split sets every stage's cost)", stage_flag[k]);
     if (bytes > 0) {
         if (gbps <= 0) return cli_usage_error("--bytes: needs --bandwidth (GB/s) too");
         cfg.costs.activation_bytes = bytes;
@@ -182,10 +218,16 @@ int pp_cli_search(int argc, char **argv)
             const pp_search_entry *e = &res->entries[k];
             printf("%s\n  {\"name\": \"%s\", \"kind\": \"%s\", \"vpp\": %d, \"group\": %d, \"max_live\": %d, "
                    "\"split_overlaps\": %s, \"makespan\": %.9g, \"bubble\": %.9g, \"peak_memory\": %.9g, "
-                   "\"peak_live\": %d, \"fits\": %s}",
+                   "\"peak_live\": %d, \"fits\": %s",
                    k ? "," : "", e->name, e->kind == PP_CUSTOM ? "greedy" : pp_schedule_kind_name(e->kind), e->vpp,
                    e->group, e->max_live, e->split_overlaps ? "true" : "false", e->makespan, e->bubble, e->peak_memory,
                    e->peak_live, e->fits ? "true" : "false");
+            if (e->stage_layers) {
+                printf(", \"layout\": \"");
+                print_layout(e, cfg.pp);
+                printf("\"");
+            }
+            printf("}");
         }
         printf("\n]}\n");
     } else {
@@ -193,17 +235,25 @@ int pp_cli_search(int argc, char **argv)
         for (k = 0; k < res->count; k++)
             if (res->entries[k].kind == PP_1F1B) base = &res->entries[k];
         printf("pipepar search  pp=%d mb=%d  %d schedules proven and simulated", cfg.pp, cfg.mb, res->count);
+        if (cfg.layers) printf(", each on every split of %d layers (%ld splits)", cfg.layers, res->layouts);
         if (cfg.max_memory > 0) printf("; memory cap %g (1F1B needs %d)", cfg.max_memory, cfg.pp);
-        printf("\n\n  #  %-54s %12s %8s %9s  %s\n", "schedule", "step time", "bubble", "peak mem", "");
+        printf("\n\n  #  %-54s %12s %8s %9s  %s\n", "schedule", "step time", "bubble", "peak mem",
+               cfg.layers ? "its fastest layout" : "");
         for (k = 0; k < res->count && (top == 0 || k < top); k++) {
             const pp_search_entry *e = &res->entries[k];
-            printf("%3d  %-54s %12.6g %7.2f%% %9.3f  %s\n", k + 1, e->name, e->makespan, 100.0 * e->bubble,
-                   e->peak_memory, e->fits ? "" : "over the cap");
+            printf("%3d  %-54s %12.6g %7.2f%% %9.3f  ", k + 1, e->name, e->makespan, 100.0 * e->bubble, e->peak_memory);
+            if (e->stage_layers) print_layout(e, cfg.pp);
+            printf("%s%s\n", e->stage_layers && !e->fits ? "  " : "", e->fits ? "" : "over the cap");
         }
         if (top && res->count > top) printf("  ... %d more (--top 0 shows all)\n", res->count - (int)top);
         if (res->best) {
             printf("\nbest: %s, step time %.6g", res->entries[0].name, res->entries[0].makespan);
             if (base) printf(" (1f1b %.6g: %.3fx)", base->makespan, base->makespan / res->entries[0].makespan);
+            if (res->entries[0].stage_layers) {
+                printf("\nlayout: '");
+                print_layout(&res->entries[0], cfg.pp);
+                printf("'");
+            }
             printf("\n");
         }
     }

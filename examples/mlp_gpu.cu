@@ -104,6 +104,8 @@ struct Options {
     int gemm_split = 1;             /* GEMMs that do not (or all, without --yield-us) run as this many pieces */
     int gemm_times = 0;             /* --gemm-times: every GEMM of the last step timed with events */
     int keep_overlaps = 0;          /* --keep-overlaps: DualPipeV's FBs lowered as one action each */
+    int search_layout = 0;          /* --search-layout: --schedule search splits the blocks into stages too */
+    const char *search_kind = nullptr; /* --search-kind K: --schedule search tries only kind K */
 };
 
 static const char usage[] =
@@ -113,6 +115,7 @@ static const char usage[] =
     "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--cta-policy P] [--no-gate] [--no-copy-engine]\n"
     "               [--no-tune] [--quiet]\n"
     "               [--layout STR] [--max-memory X] [--yield-us X] [--gemm-split N] [--gemm-times] [--keep-overlaps]\n"
+    "               [--search-layout] [--search-kind K]\n"
     "               [--kill-rank R --kill-step K]\n"
     "  --single        the whole model on one GPU: the baseline of the pipeline efficiency\n"
     "  --threads N     one process driving N GPUs, one thread each (else one process per GPU,\n"
@@ -120,6 +123,10 @@ static const char usage[] =
     "  --schedule K    gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zbv, interleaved-zb, ..., or search:\n"
     "                  pp_search's fastest for this layout (simulated; --max-memory X caps activations\n"
     "                  at X microbatches through one rank's blocks)\n"
+    "  --search-layout with --schedule search: split the blocks into stages too (pp_search's layers:\n"
+    "                  every split near the even one; each block F = I = W), and run the fastest\n"
+    "  --search-kind K with --schedule search: only schedules of kind K (e.g. interleaved: Megatron's\n"
+    "                  order, its microbatch group and, with --search-layout, its stages chosen)\n"
     "  --layout STR    blocks per stage, a Megatron layout in stage order: 'Et*2|t*6|t*2|t*6L' (E input,\n"
     "                  t block, L loss; '|' between stages); which rank holds stage s is the schedule's\n"
     "  --pp P          pipeline ranks (default: the world size); --vpp V chunks per rank\n"
@@ -163,11 +170,11 @@ static int parse_args(int argc, char **argv, Options *o)
         snprintf(flag, sizeof flag, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
         static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", "--gate", "--no-gate",
                                               "--copy-engine", "--no-copy-engine", "--gemm-times",
-                                              "--keep-overlaps", NULL };
+                                              "--keep-overlaps", "--search-layout", NULL };
         static const char *const valued[] = { "--threads", "--pp", "--vpp", "--group", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
             "--single-ms", "--sm-margin", "--max-ctas", "--cta-policy", "--kill-rank", "--kill-step", "--layout",
-            "--max-memory", "--yield-us", "--gemm-split", NULL };
+            "--max-memory", "--yield-us", "--gemm-split", "--search-kind", NULL };
         bool is_bool = false, known = false;
         for (int b = 0; bools[b]; b++) if (!strcmp(flag, bools[b])) is_bool = known = true;
         for (int b = 0; valued[b]; b++) if (!strcmp(flag, valued[b])) known = true;
@@ -206,6 +213,16 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--no-copy-engine")) o->copy_engine = 0;
         else if (!strcmp(flag, "--gemm-times")) o->gemm_times = 1;
         else if (!strcmp(flag, "--keep-overlaps")) o->keep_overlaps = 1;
+        else if (!strcmp(flag, "--search-layout")) o->search_layout = 1;
+        else if (!strcmp(flag, "--search-kind")) {
+            pp_schedule_kind k;
+            pp_error ke;
+            o->search_kind = v;
+            if (strcmp(v, "greedy") && pp_schedule_kind_parse(v, &k, &ke) != PP_OK) {
+                fprintf(stderr, "mlp_gpu: --search-kind=%s: %s (or greedy)\n", v, ke.message);
+                ok = false;
+            }
+        }
         else if (!strcmp(flag, "--threads")) ok = integer(1, 64, &o->threads);
         else if (!strcmp(flag, "--pp")) ok = integer(1, 1024, &o->pp);
         else if (!strcmp(flag, "--vpp")) ok = integer(1, 64, &o->vpp);
@@ -254,6 +271,14 @@ static int parse_args(int argc, char **argv, Options *o)
     if (o->group && strcmp(o->schedule, "interleaved") && strcmp(o->schedule, "interleaved-zb")) {
         fprintf(stderr, "mlp_gpu: --group=%d: only --schedule interleaved or interleaved-zb takes a microbatch group "
                 "(--schedule search tries the sizes itself)\n", o->group);
+        return 2;
+    }
+    if ((o->search_layout || o->search_kind) && strcmp(o->schedule, "search")) {
+        fprintf(stderr, "mlp_gpu: %s: only with --schedule search\n", o->search_layout ? "--search-layout" : "--search-kind");
+        return 2;
+    }
+    if (o->search_layout && o->layout) {
+        fprintf(stderr, "mlp_gpu: --search-layout and --layout: give one (--search-layout chooses the layout)\n");
         return 2;
     }
     if (o->single && o->threads) { fprintf(stderr, "mlp_gpu: --single and --threads: choose one\n"); return 2; }
@@ -1306,8 +1331,9 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
                               o.vpp, lay->num_stages, lay->vpp);
             return 2;
         }
-        int vpp = lay ? lay->vpp : (o.vpp ? o.vpp : 2), S0 = pp * vpp;
-        if (!lay && o.layers % S0) {
+        bool choose = o.search_layout;   /* pp_search splits the blocks too: any vpp unless --vpp */
+        int vpp = lay ? lay->vpp : (o.vpp ? o.vpp : (choose ? 0 : 2)), S0 = pp * (vpp ? vpp : 1);
+        if (!lay && !choose && o.layers % S0) {
             if (lead) fprintf(stderr, "mlp_gpu: --layers=%d: must be a multiple of pp*vpp = %d stages\n", o.layers, S0);
             return 2;
         }
@@ -1316,9 +1342,16 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         pp_search_config q;
         memset(&q, 0, sizeof q);
         q.pp = pp; q.mb = o.mb; q.vpp = vpp; q.max_memory = o.max_memory;
-        q.costs.f = fs[0];
-        q.costs.f_stage = fs.data(); q.costs.i_stage = fs.data(); q.costs.w_stage = fs.data(); q.costs.b_stage = bs.data();
-        q.costs.memory_stage = fs.data();   /* a stage's activations grow with its blocks too */
+        if (choose) {
+            q.layers = o.layers;
+            q.costs.f = q.costs.i = q.costs.w = 1;   /* per block */
+        } else {
+            q.costs.f = fs[0];
+            q.costs.f_stage = fs.data(); q.costs.i_stage = fs.data(); q.costs.w_stage = fs.data(); q.costs.b_stage = bs.data();
+            q.costs.memory_stage = fs.data();   /* a stage's activations grow with its blocks too */
+        }
+        if (o.search_kind && !strcmp(o.search_kind, "greedy")) q.kind = PP_CUSTOM;
+        else if (o.search_kind) PPCK(pp_schedule_kind_parse(o.search_kind, &q.kind, &e_));
         q.costs.p2p_latency = 290.0 / o.hidden + 0.01;
         PPCK(pp_search(&q, &found, &e_));
         if (!found->best) {
@@ -1330,12 +1363,28 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
             pp_search_result_free(found);
             return 2;
         }
+        const pp_search_entry *won = &found->entries[0];
+        std::vector<char> text;
+        if (won->stage_layers) {   /* the split it chose: the model's stages from here on */
+            int stages = pp * won->vpp;
+            text.resize((size_t)pp_search_layout_text(won->stage_layers, stages, nullptr, 0) + 1);
+            pp_search_layout_text(won->stage_layers, stages, text.data(), text.size());
+            pp_layers_config lc;
+            memset(&lc, 0, sizeof lc);
+            lc.num_layers = o.layers;
+            lc.pp = pp;
+            lc.layout = text.data();
+            PPCK(pp_layers_build(&lc, &lay, &e_));
+        }
         if (lead && !o.quiet) {
             double work = 0;   /* F + I + W of every stage and microbatch, over pp ranks */
-            for (int st = 0; st < S0; st++) work += 3.0 * fs[st] * o.mb;
-            printf("search: %d schedules simulated; the fastest: %s (simulated efficiency %.2f%%, memory %.2f)\n",
-                   found->count, found->entries[0].name, 100.0 * work / pp / found->entries[0].makespan,
-                   found->entries[0].peak_memory);
+            if (choose) work = 3.0 * o.layers * o.mb;
+            else for (int st = 0; st < S0; st++) work += 3.0 * fs[st] * o.mb;
+            printf("search: %d schedules simulated", found->count);
+            if (choose) printf(", each on %ld splits of the %d blocks", found->layouts, o.layers);
+            printf("; the fastest: %s (simulated efficiency %.2f%%, memory %.2f)\n", won->name,
+                   100.0 * work / pp / won->makespan, won->peak_memory);
+            if (won->stage_layers) printf("search: its layout '%s'\n", text.data());
         }
         R.sched = found->best;
         found->best = nullptr;   /* ours now: freed with the rank */

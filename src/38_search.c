@@ -279,9 +279,19 @@ typedef struct pp__candidate {
 } pp__candidate;
 
 typedef struct pp__search {
-    const pp_search_config *cfg;
+    const pp_search_config *cfg;    /* the working copy: under cfg.layers, its costs are the current split's */
     pp_search_entry *entries;
     int count, cap;
+    int has_stage_costs;            /* DualPipe's chunks are whole model stages: per-stage costs do not fit it */
+    /* cfg.layers: each entry keeps its schedule's fastest split, stages ints at pool + layout_at[entry] */
+    const int32_t *layout;          /* the current split [stages]; NULL without cfg.layers */
+    const int32_t *even;            /* the even split [stages] */
+    int stages;
+    int first;                      /* entries of the current vpp start here */
+    int cursor;                     /* the entry the next candidate most likely matches */
+    size_t *layout_at;              /* [cap] */
+    int32_t *pool;
+    size_t pool_len, pool_cap;
 } pp__search;
 
 static void pp__candidate_name(const pp__candidate *c, char *buf, size_t size)
@@ -324,7 +334,82 @@ static pp_status pp__candidate_build(const pp_search_config *cfg, const pp__cand
     }
 }
 
-/* Builds, proves and times one candidate and appends its entry. A candidate that its kind
+/* Ranking: within the cap first; then shorter step, smaller bubble, less memory; then name, so
+ * that equal schedules come out in a stable order. Step times equal within 1e-9 relative count
+ * as equal (the same schedule found two ways must tie). */
+static int pp__entry_cmp(const void *pa, const void *pb)
+{
+    const pp_search_entry *a = (const pp_search_entry *)pa, *b = (const pp_search_entry *)pb;
+    double tol = 1e-9 * (a->makespan > b->makespan ? a->makespan : b->makespan);
+    if (a->fits != b->fits) return a->fits ? -1 : 1;
+    if (a->makespan < b->makespan - tol) return -1;
+    if (a->makespan > b->makespan + tol) return 1;
+    if (a->bubble < b->bubble - 1e-12) return -1;
+    if (a->bubble > b->bubble + 1e-12) return 1;
+    if (a->peak_memory < b->peak_memory - 1e-12) return -1;
+    if (a->peak_memory > b->peak_memory + 1e-12) return 1;
+    if ((a->kind == PP_CUSTOM) != (b->kind == PP_CUSTOM)) return a->kind == PP_CUSTOM ? 1 : -1;  /* named kinds win ties */
+    return strcmp(a->name, b->name);
+}
+
+/* Adds entry t, or under cfg.layers keeps the faster of t and its schedule's entry from an
+ * earlier split of this vpp (with the current split). Candidates come in the same order for
+ * every split, so the entry at the cursor is nearly always t's. */
+static pp_status pp__search_keep(pp__search *S, const pp_search_entry *t, pp_error *err)
+{
+    int k = -1, j;
+    if (S->layout) {
+        if (S->cursor < S->count && !strcmp(S->entries[S->cursor].name, t->name)) k = S->cursor;
+        for (j = S->first; k < 0 && j < S->count; j++)
+            if (!strcmp(S->entries[j].name, t->name)) k = j;
+    }
+    if (k >= 0) {
+        int order = pp__entry_cmp(t, &S->entries[k]);
+        S->cursor = k + 1;
+        if (order == 0) {
+            /* a tie: the split nearer the even one wins (fewer layers moved) */
+            long now = 0, kept = 0;
+            int s;
+            for (s = 0; s < S->stages; s++) {
+                now += labs((long)S->layout[s] - S->even[s]);
+                kept += labs((long)S->pool[S->layout_at[k] + s] - S->even[s]);
+            }
+            order = now < kept ? -1 : 0;
+        }
+        if (order < 0) {
+            S->entries[k] = *t;
+            memcpy(S->pool + S->layout_at[k], S->layout, (size_t)S->stages * sizeof *S->pool);
+        }
+        return pp__ok(err);
+    }
+    if (S->count == S->cap) {
+        int ncap = S->cap ? 2 * S->cap : 64;
+        pp_search_entry *ne = (pp_search_entry *)PIPEPAR_REALLOC(S->entries, (size_t)ncap * sizeof *ne);
+        size_t *na;
+        if (!ne) return pp__fail(err, PP_ENOMEM, "out of memory");
+        S->entries = ne;
+        na = (size_t *)PIPEPAR_REALLOC(S->layout_at, (size_t)ncap * sizeof *na);
+        if (!na) return pp__fail(err, PP_ENOMEM, "out of memory");
+        S->layout_at = na;
+        S->cap = ncap;
+    }
+    if (S->layout) {
+        if (S->pool_len + (size_t)S->stages > S->pool_cap) {
+            size_t ncap = 2 * S->pool_cap + (size_t)S->stages + 256;
+            int32_t *np = (int32_t *)PIPEPAR_REALLOC(S->pool, ncap * sizeof *np);
+            if (!np) return pp__fail(err, PP_ENOMEM, "out of memory");
+            S->pool = np; S->pool_cap = ncap;
+        }
+        memcpy(S->pool + S->pool_len, S->layout, (size_t)S->stages * sizeof *S->pool);
+        S->layout_at[S->count] = S->pool_len;
+        S->pool_len += (size_t)S->stages;
+    }
+    S->entries[S->count++] = *t;
+    S->cursor = S->count;
+    return pp__ok(err);
+}
+
+/* Builds, proves and times one candidate and keeps its entry (pp__search_keep). A candidate that its kind
  * refuses is skipped (the enumeration only proposes allowed ones, so this is rare); any other
  * failure stops the search. */
 static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error *err)
@@ -332,9 +417,10 @@ static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error 
     const pp_search_config *cfg = S->cfg;
     pp_schedule *s = NULL;
     pp_sim_result *sim = NULL;
-    pp_search_entry *e;
+    pp_search_entry t, *e;
     pp_status st;
     int r;
+    if (cfg->kind != PP_KIND_NONE && c->kind != cfg->kind) return pp__ok(err);
     st = pp__candidate_build(cfg, c, &s, err);
     if (st == PP_EUNSUPPORTED) return pp__ok(err);
     if (st != PP_OK) return st;
@@ -354,14 +440,8 @@ static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error 
         pp_sim_result_free(sim);
         return st;
     }
-    if (S->count == S->cap) {
-        int ncap = S->cap ? 2 * S->cap : 64;
-        pp_search_entry *ne = (pp_search_entry *)PIPEPAR_REALLOC(S->entries, (size_t)ncap * sizeof *ne);
-        if (!ne) { pp_sim_result_free(sim); return pp__fail(err, PP_ENOMEM, "out of memory"); }
-        S->entries = ne; S->cap = ncap;
-    }
-    e = &S->entries[S->count++];
-    memset(e, 0, sizeof *e);
+    memset(&t, 0, sizeof t);
+    e = &t;
     pp__candidate_name(c, e->name, sizeof e->name);
     e->kind = c->kind; e->placement = c->placement; e->vpp = c->vpp; e->group = c->group;
     e->max_live = c->max_live; e->greedy_flags = c->flags; e->split_overlaps = c->split;
@@ -373,33 +453,187 @@ static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error 
     }
     e->fits = cfg->max_memory <= 0 || e->peak_memory <= cfg->max_memory * (1 + 1e-12);
     pp_sim_result_free(sim);
-    return pp__ok(err);
-}
-
-/* Ranking: within the cap first; then shorter step, smaller bubble, less memory; then name, so
- * that equal schedules come out in a stable order. Step times equal within 1e-9 relative count
- * as equal (the same schedule found two ways must tie). */
-static int pp__entry_cmp(const void *pa, const void *pb)
-{
-    const pp_search_entry *a = (const pp_search_entry *)pa, *b = (const pp_search_entry *)pb;
-    double tol = 1e-9 * (a->makespan > b->makespan ? a->makespan : b->makespan);
-    if (a->fits != b->fits) return a->fits ? -1 : 1;
-    if (a->makespan < b->makespan - tol) return -1;
-    if (a->makespan > b->makespan + tol) return 1;
-    if (a->bubble < b->bubble - 1e-12) return -1;
-    if (a->bubble > b->bubble + 1e-12) return 1;
-    if (a->peak_memory < b->peak_memory - 1e-12) return -1;
-    if (a->peak_memory > b->peak_memory + 1e-12) return 1;
-    if ((a->kind == PP_CUSTOM) != (b->kind == PP_CUSTOM)) return a->kind == PP_CUSTOM ? 1 : -1;  /* named kinds win ties */
-    return strcmp(a->name, b->name);
+    return pp__search_keep(S, &t, err);
 }
 
 void pp_search_result_free(pp_search_result *r)
 {
     if (!r) return;
     PIPEPAR_FREE(r->entries);
+    PIPEPAR_FREE(r->layout_pool);
     pp_schedule_free(r->best);
     PIPEPAR_FREE(r);
+}
+
+int pp_search_layout_text(const int32_t *stage_layers, int stages, char *buf, size_t size)
+{
+    size_t n = 0;
+    int k;
+    char piece[32];
+    if (!buf) size = 0;
+    if (size) buf[0] = '\0';
+    for (k = 0; k < stages; k++) {
+        int len = snprintf(piece, sizeof piece, "%s%s%s%.0d%s", k ? "|" : "E", "t", stage_layers[k] > 1 ? "*" : "",
+                           stage_layers[k] > 1 ? (int)stage_layers[k] : 0, k == stages - 1 ? "L" : "");
+        if (n < size) {   /* as snprintf: as much as fits, always terminated */
+            size_t room = size - 1 - n, take = (size_t)len < room ? (size_t)len : room;
+            memcpy(buf + n, piece, take);
+            buf[n + take] = '\0';
+        }
+        n += (size_t)len;
+    }
+    return (int)n;
+}
+
+/* Every kind with every parameter worth trying at this vpp, each through pp__search_try. */
+static pp_status pp__search_vpp(pp__search *S, int vpp, pp_error *err)
+{
+    const pp_search_config *cfg = S->cfg;
+    pp__candidate c;
+    pp_status st = PP_OK;
+    int groups[40], ng = 0, g, L, Lcap, k;
+    memset(&c, 0, sizeof c);
+    c.vpp = vpp;
+#define PP__TRY() do { st = pp__search_try(S, &c, err); if (st != PP_OK) return st; } while (0)
+    if (vpp == 1) {
+        c.kind = PP_GPIPE; PP__TRY();
+        c.kind = PP_1F1B; PP__TRY();
+        c.kind = PP_ZB_H1; PP__TRY();
+        /* zb-h2 at every cap from 1F1B's pp up to its own 2pp-1 (capped by max_memory) */
+        c.kind = PP_ZB_H2;
+        for (L = cfg->pp; L <= 2 * cfg->pp - 1; L++) {
+            if (cfg->max_memory > 0 && L > cfg->max_memory + 1e-9 && L > cfg->pp) break;
+            c.max_live = L; PP__TRY();
+            if (cfg->pp > 16 && L < 2 * cfg->pp - 2) L = 2 * cfg->pp - 2;   /* ends only, when large */
+        }
+        c.max_live = 0;
+    } else {
+        /* microbatch groups: pp (Megatron's default), 2pp, 4pp, ... below mb, PyTorch's
+         * mb / max(1, mb/pp), and all mb. A larger group starts the later ranks sooner when the
+         * first stage is small (the layout search's interleaved winners) */
+        for (g = cfg->pp; g < cfg->mb && ng < 32; g *= 2) groups[ng++] = g;
+        if (ng == 0) groups[ng++] = cfg->pp;
+        g = cfg->mb / (cfg->mb / cfg->pp > 1 ? cfg->mb / cfg->pp : 1);
+        for (k = 0; k < ng && groups[k] != g; k++) {}
+        if (k == ng) groups[ng++] = g;
+        for (k = 0; k < ng && groups[k] != cfg->mb; k++) {}
+        if (k == ng) groups[ng++] = cfg->mb;
+        for (k = 0; k < ng; k++) {
+            c.group = groups[k];
+            c.kind = PP_INTERLEAVED_1F1B; PP__TRY();
+            c.kind = PP_INTERLEAVED_ZB; PP__TRY();
+        }
+        c.group = 0;
+        c.kind = PP_LOOPED_BFS; PP__TRY();
+        if (vpp == 2) {
+            c.placement = PP_PLACEMENT_V;
+            c.kind = PP_ZBV; PP__TRY();
+            /* the FB kinds twice: as built, and split into F then B (what a runtime without an
+             * overlapped F&B callback runs; the simulator costs an FB as F + B either way) */
+            for (c.split = 0; c.split <= 1; c.split++) {
+                c.kind = PP_DUALPIPEV; PP__TRY();
+                /* DualPipe (even pp and mb): its two chunks are whole model stages, so per-stage
+                 * costs written for a vpp = 2 split of the model do not describe it */
+                if (!S->has_stage_costs && cfg->pp % 2 == 0 && cfg->mb % 2 == 0) {
+                    c.placement = PP_PLACEMENT_DUAL;
+                    c.kind = PP_DUALPIPE; PP__TRY();
+                    c.placement = PP_PLACEMENT_V;
+                }
+            }
+            c.split = 0;
+            c.placement = PP_PLACEMENT_LOOPED;
+        }
+    }
+    /* greedy: at 1F1B's memory and at the cap (or twice 1F1B's without one), every policy,
+     * looped and, for vpp = 2, V */
+    Lcap = cfg->max_memory > 0 ? (int)(cfg->max_memory * vpp + 1e-9) : 2 * cfg->pp * vpp;
+    c.kind = PP_CUSTOM;
+    for (k = 0; k < (vpp == 2 ? 2 : 1); k++) {
+        int Ls[2], nL = 0, li;
+        c.placement = k ? PP_PLACEMENT_V : PP_PLACEMENT_LOOPED;
+        if (cfg->pp * vpp <= Lcap) Ls[nL++] = cfg->pp * vpp;
+        if (Lcap != cfg->pp * vpp && Lcap >= vpp) Ls[nL++] = Lcap;
+        for (li = 0; li < nL; li++)
+            for (c.flags = 0; c.flags < PP_GREEDY_FLAG_LIMIT; c.flags++) {
+                if ((c.flags & PP_GREEDY_I_FIRST) && (c.flags & PP_GREEDY_READY_ORDER)) continue;
+                if ((c.flags & PP_GREEDY_EAGER_ADMIT) && vpp != 2) continue;   /* same as without */
+                c.max_live = Ls[li]; PP__TRY();
+            }
+        c.flags = 0;
+    }
+#undef PP__TRY
+    return PP_OK;
+}
+
+/* --- the layout search (cfg.layers) ------------------------------------------------------------ */
+
+/* Splits of `layers` into `stages` stages of lo..hi layers each: how many (counted up to `limit`
+ * + 1, then stopped), and the next one after `split` in lexicographic order. */
+static long pp__splits_count(int layers, int stages, int lo, int hi, long limit)
+{
+    /* ways[n]: splits of n layers into the stages counted so far */
+    long *ways = (long *)pp__calloc((size_t)layers + 1, sizeof(long)), *next, total;
+    int s, n, k;
+    if (!ways) return -1;
+    next = (long *)pp__calloc((size_t)layers + 1, sizeof(long));
+    if (!next) { PIPEPAR_FREE(ways); return -1; }
+    ways[0] = 1;
+    for (s = 0; s < stages; s++) {
+        for (n = 0; n <= layers; n++) {
+            long w = 0;
+            for (k = lo; k <= hi && k <= n; k++) { w += ways[n - k]; if (w > limit) w = limit + 1; }
+            next[n] = w;
+        }
+        memcpy(ways, next, ((size_t)layers + 1) * sizeof(long));
+    }
+    total = ways[layers];
+    PIPEPAR_FREE(ways);
+    PIPEPAR_FREE(next);
+    return total;
+}
+
+/* Fills split with the first split (lexicographically smallest) whose stages from `from` on hold
+ * `left` layers; 0 when there is none. */
+static int pp__split_fill(int32_t *split, int from, int stages, int left, int lo, int hi)
+{
+    int s;
+    for (s = from; s < stages; s++) {
+        int rest = stages - s - 1, n = left - rest * hi;
+        if (n < lo) n = lo;
+        if (n > hi || left - n < rest * lo) return 0;
+        split[s] = n;
+        left -= n;
+    }
+    return left == 0;
+}
+
+static int pp__split_next(int32_t *split, int stages, int lo, int hi)
+{
+    int s, left = 0;
+    for (s = stages - 1; s >= 0; s--) {
+        left += split[s];
+        /* raise stage s by one and refill the rest as low as they go */
+        if (split[s] < hi && pp__split_fill(split, s + 1, stages, left - split[s] - 1, lo, hi)) {
+            split[s]++;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Per-stage costs of a split: each stage its layers times the per-layer costs. */
+static void pp__split_costs(const pp_sim_costs *per_layer, const int32_t *split, int stages, double **arrays)
+{
+    double f = per_layer->f > 0 ? per_layer->f : 1, b, i, w;
+    int s;
+    b = per_layer->b > 0 ? per_layer->b : per_layer->i + per_layer->w > 0 ? per_layer->i + per_layer->w : 2 * f;
+    i = per_layer->i + per_layer->w > 0 ? per_layer->i : b / 2;
+    w = per_layer->i + per_layer->w > 0 ? per_layer->w : b / 2;
+    for (s = 0; s < stages; s++) {
+        arrays[0][s] = f * split[s]; arrays[1][s] = b * split[s];
+        arrays[2][s] = i * split[s]; arrays[3][s] = w * split[s];
+        arrays[4][s] = split[s];
+    }
 }
 
 pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp_error *err)
@@ -410,8 +644,10 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     const pp_search_config *cfg = &cfg_copy;
     pp_search_result *res = NULL;
     pp_status st = PP_OK;
-    double *b_stage = NULL;
-    int vpp, vlo, vhi, max_vpp, has_stage_costs, k;
+    double *b_stage = NULL, *split_cost[5] = { NULL, NULL, NULL, NULL, NULL };
+    int32_t *split = NULL, *even = NULL;
+    int vpp, vlo, vhi, max_vpp, k, spread;
+    long max_layouts, layouts = 0;
     if (!user_cfg || !out) return pp__fail(err, PP_EINVAL, "cfg and out: must not be NULL");
     *out = NULL;
     cfg_copy = *user_cfg;
@@ -421,15 +657,27 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     if (cfg->max_vpp < 0) return pp__fail(err, PP_EINVAL, "max_vpp=%d: must be at least 1 (0 means 4)", cfg->max_vpp);
     if (cfg->max_memory < 0 || cfg->max_memory != cfg->max_memory)
         return pp__fail(err, PP_EINVAL, "max_memory=%g: must be >= 0 (0 means no cap)", cfg->max_memory);
+    if ((int)cfg->kind < PP_KIND_NONE || (int)cfg->kind > PP_CUSTOM)
+        return pp__fail(err, PP_EINVAL, "kind=%d: not a schedule kind (PP_KIND_NONE searches every kind)", (int)cfg->kind);
+    if (cfg->layers < 0) return pp__fail(err, PP_EINVAL, "layers=%d: must be >= 0 (0: the costs as given)", cfg->layers);
+    if (cfg->layout_spread < 0)
+        return pp__fail(err, PP_EINVAL, "layout_spread=%d: must be >= 0 (0 means 1)", cfg->layout_spread);
+    if (cfg->max_layouts < 0)
+        return pp__fail(err, PP_EINVAL, "max_layouts=%ld: must be >= 0 (0 means 4096)", cfg->max_layouts);
     if (cfg->costs.action_cost)
         return pp__fail(err, PP_EINVAL, "costs: action_cost: times one schedule's own actions; a search builds "
                         "others (give per-stage costs)");
     if (cfg->costs.grouped)
         return pp__fail(err, PP_EINVAL, "costs: grouped=%d: a search ranks with each transfer on its own (its "
                         "greedy schedules are built that way; leave it 0)", cfg->costs.grouped);
-    has_stage_costs = cfg->costs.f_stage || cfg->costs.b_stage || cfg->costs.i_stage || cfg->costs.w_stage ||
-                      cfg->costs.memory_stage;
-    if (has_stage_costs && !cfg->vpp)
+    memset(&S, 0, sizeof S);
+    S.cfg = cfg;
+    S.has_stage_costs = cfg->costs.f_stage || cfg->costs.b_stage || cfg->costs.i_stage || cfg->costs.w_stage ||
+                        cfg->costs.memory_stage;
+    if (S.has_stage_costs && cfg->layers)
+        return pp__fail(err, PP_EINVAL, "layers=%d with per-stage costs: the layout search sets every stage's cost "
+                        "from the per-layer costs f, b, i, w (leave the per-stage arrays NULL)", cfg->layers);
+    if (S.has_stage_costs && !cfg->vpp)
         return pp__fail(err, PP_EINVAL, "vpp=0: per-stage costs hold pp*vpp entries, so the search needs the vpp "
                         "they describe");
     if (cfg->costs.f < 0 || cfg->costs.b < 0 || cfg->costs.i < 0 || cfg->costs.w < 0)
@@ -449,87 +697,93 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     max_vpp = cfg->max_vpp ? cfg->max_vpp : 4;
     vlo = cfg->vpp ? cfg->vpp : 1;
     vhi = cfg->vpp ? cfg->vpp : max_vpp;
-    memset(&S, 0, sizeof S);
-    S.cfg = cfg;
-#define PP__TRY() do { st = pp__search_try(&S, &c, err); if (st != PP_OK) goto done; } while (0)
-    for (vpp = vlo; vpp <= vhi; vpp++) {
-        int groups[3], ng = 0, g, L, Lcap;
-        memset(&c, 0, sizeof c);
-        c.vpp = vpp;
-        if (vpp == 1) {
-            c.kind = PP_GPIPE; PP__TRY();
-            c.kind = PP_1F1B; PP__TRY();
-            c.kind = PP_ZB_H1; PP__TRY();
-            /* zb-h2 at every cap from 1F1B's pp up to its own 2pp-1 (capped by max_memory) */
-            c.kind = PP_ZB_H2;
-            for (L = cfg->pp; L <= 2 * cfg->pp - 1; L++) {
-                if (cfg->max_memory > 0 && L > cfg->max_memory + 1e-9 && L > cfg->pp) break;
-                c.max_live = L; PP__TRY();
-                if (cfg->pp > 16 && L < 2 * cfg->pp - 2) L = 2 * cfg->pp - 2;   /* ends only, when large */
-            }
-            c.max_live = 0;
-        } else {
-            /* microbatch groups: pp (Megatron's default), PyTorch's mb / max(1, mb/pp), and all mb */
-            groups[ng++] = cfg->pp;
-            g = cfg->mb / (cfg->mb / cfg->pp > 1 ? cfg->mb / cfg->pp : 1);
-            if (g != groups[0]) groups[ng++] = g;
-            if (cfg->mb != groups[0] && cfg->mb != g) groups[ng++] = cfg->mb;
-            for (k = 0; k < ng; k++) {
-                c.group = groups[k];
-                c.kind = PP_INTERLEAVED_1F1B; PP__TRY();
-                c.kind = PP_INTERLEAVED_ZB; PP__TRY();
-            }
-            c.group = 0;
-            c.kind = PP_LOOPED_BFS; PP__TRY();
-            if (vpp == 2) {
-                c.placement = PP_PLACEMENT_V;
-                c.kind = PP_ZBV; PP__TRY();
-                /* the FB kinds twice: as built, and split into F then B (what a runtime without an
-                 * overlapped F&B callback runs; the simulator costs an FB as F + B either way) */
-                for (c.split = 0; c.split <= 1; c.split++) {
-                    c.kind = PP_DUALPIPEV; PP__TRY();
-                    /* DualPipe (even pp and mb): its two chunks are whole model stages, so per-stage
-                     * costs written for a vpp = 2 split of the model do not describe it */
-                    if (!has_stage_costs && cfg->pp % 2 == 0 && cfg->mb % 2 == 0) {
-                        c.placement = PP_PLACEMENT_DUAL;
-                        c.kind = PP_DUALPIPE; PP__TRY();
-                        c.placement = PP_PLACEMENT_V;
-                    }
-                }
-                c.split = 0;
-                c.placement = PP_PLACEMENT_LOOPED;
+    spread = cfg->layout_spread ? cfg->layout_spread : 1;
+    max_layouts = cfg->max_layouts ? cfg->max_layouts : 4096;
+    if (cfg->layers) {
+        /* every vpp's splits are counted before any is searched: a refusal costs no time */
+        long most = (long)cfg->pp * vhi;
+        if ((long)cfg->pp * vlo > cfg->layers) {
+            st = pp__fail(err, PP_EINVAL, "layers=%d: fewer than the pp*vpp = %ld stages of %s", cfg->layers,
+                          (long)cfg->pp * vlo, cfg->vpp ? "this vpp" : "vpp 1 (every stage needs a layer)");
+            goto done;
+        }
+        if (most > cfg->layers) most = cfg->layers;
+        split = (int32_t *)pp__calloc((size_t)most, sizeof *split);
+        even = (int32_t *)pp__calloc((size_t)most, sizeof *even);
+        for (k = 0; k < 5; k++) split_cost[k] = (double *)pp__calloc((size_t)most, sizeof(double));
+        if (!split || !even || !split_cost[0] || !split_cost[1] || !split_cost[2] || !split_cost[3] || !split_cost[4]) {
+            st = pp__fail(err, PP_ENOMEM, "out of memory");
+            goto done;
+        }
+        for (vpp = vlo; vpp <= vhi && (long)cfg->pp * vpp <= cfg->layers; vpp++) {
+            int stages = cfg->pp * vpp, lo = cfg->layers / stages - spread, hi = (cfg->layers + stages - 1) / stages + spread;
+            long n = pp__splits_count(cfg->layers, stages, lo < 1 ? 1 : lo, hi, max_layouts);
+            if (n < 0) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+            if (n > max_layouts) {
+                st = pp__fail(err, PP_EINVAL, "layers=%d over pp*vpp = %d stages (vpp=%d) with layout_spread=%d: more "
+                              "than max_layouts=%ld splits (narrow the spread, fix vpp, raise max_layouts, or give "
+                              "a layout)", cfg->layers, stages, vpp, spread, max_layouts);
+                goto done;
             }
         }
-        /* greedy: at 1F1B's memory and at the cap (or twice 1F1B's without one), every policy,
-         * looped and, for vpp = 2, V */
-        Lcap = cfg->max_memory > 0 ? (int)(cfg->max_memory * vpp + 1e-9) : 2 * cfg->pp * vpp;
-        c.kind = PP_CUSTOM;
-        for (k = 0; k < (vpp == 2 ? 2 : 1); k++) {
-            int Ls[2], nL = 0, li;
-            c.placement = k ? PP_PLACEMENT_V : PP_PLACEMENT_LOOPED;
-            if (cfg->pp * vpp <= Lcap) Ls[nL++] = cfg->pp * vpp;
-            if (Lcap != cfg->pp * vpp && Lcap >= vpp) Ls[nL++] = Lcap;
-            for (li = 0; li < nL; li++)
-                for (c.flags = 0; c.flags < PP_GREEDY_FLAG_LIMIT; c.flags++) {
-                    if ((c.flags & PP_GREEDY_I_FIRST) && (c.flags & PP_GREEDY_READY_ORDER)) continue;
-                    if ((c.flags & PP_GREEDY_EAGER_ADMIT) && vpp != 2) continue;   /* same as without */
-                    c.max_live = Ls[li]; PP__TRY();
-                }
-            c.flags = 0;
+        cfg_copy.costs.f_stage = split_cost[0]; cfg_copy.costs.b_stage = split_cost[1];
+        cfg_copy.costs.i_stage = split_cost[2]; cfg_copy.costs.w_stage = split_cost[3];
+        cfg_copy.costs.memory_stage = split_cost[4];
+        S.has_stage_costs = 1;
+    }
+    for (vpp = vlo; vpp <= vhi; vpp++) {
+        int stages = cfg->pp * vpp, lo, hi, sn, have;
+        if (!cfg->layers) {
+            st = pp__search_vpp(&S, vpp, err);
+            if (st != PP_OK) goto done;
+            continue;
+        }
+        if (stages > cfg->layers) break;
+        lo = cfg->layers / stages - spread;
+        if (lo < 1) lo = 1;
+        hi = (cfg->layers + stages - 1) / stages + spread;
+        /* the even split first, so that a tie keeps it; then every other split in order */
+        for (sn = 0; sn < stages; sn++) even[sn] = cfg->layers / stages + (sn >= stages - cfg->layers % stages);
+        S.stages = stages;
+        S.first = S.count;
+        S.layout = split;
+        S.even = even;
+        memcpy(split, even, (size_t)stages * sizeof *split);
+        for (have = 0;; have = 1) {
+            S.cursor = S.first;
+            pp__split_costs(&cfg_copy.costs, split, stages, split_cost);
+            st = pp__search_vpp(&S, vpp, err);
+            if (st != PP_OK) goto done;
+            layouts++;
+            if (!have ? !pp__split_fill(split, 0, stages, cfg->layers, lo, hi) : !pp__split_next(split, stages, lo, hi))
+                break;
+            if (!memcmp(split, even, (size_t)stages * sizeof *split) && !pp__split_next(split, stages, lo, hi)) break;
         }
     }
-#undef PP__TRY
+    if (S.count == 0 && cfg->kind != PP_KIND_NONE) {
+        st = pp__fail(err, PP_EUNSUPPORTED, "kind=%s: none of this kind at pp=%d mb=%d vpp %d..%d (zbv and dualpipev "
+                      "take vpp 2, gpipe and 1f1b vpp 1, interleaved at least 2)",
+                      cfg->kind == PP_CUSTOM ? "greedy" : pp_schedule_kind_name(cfg->kind), cfg->pp, cfg->mb, vlo, vhi);
+        goto done;
+    }
+    if (cfg->layers)
+        for (k = 0; k < S.count; k++) S.entries[k].stage_layers = S.pool + S.layout_at[k];
     qsort(S.entries, (size_t)S.count, sizeof *S.entries, pp__entry_cmp);
     res = (pp_search_result *)pp__calloc(1, sizeof *res);
     if (!res) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
     res->count = S.count;
     res->entries = S.entries;
     S.entries = NULL;
+    res->layouts = layouts;
+    res->layout_pool = S.pool;
+    S.pool = NULL;
     if (res->count > 0 && res->entries[0].fits) {
         const pp_search_entry *b = &res->entries[0];
         memset(&c, 0, sizeof c);
         c.kind = b->kind; c.placement = b->placement; c.vpp = b->vpp; c.group = b->group;
         c.max_live = b->max_live; c.flags = b->greedy_flags; c.split = b->split_overlaps;
+        /* a greedy order comes from the costs: the winner's split's */
+        if (b->stage_layers) pp__split_costs(&cfg_copy.costs, b->stage_layers, cfg->pp * b->vpp, split_cost);
         st = pp__candidate_build(cfg, &c, &res->best, err);
         if (st == PP_OK && c.split) st = pp_schedule_split_overlaps(res->best, err);
         if (st == PP_OK) st = pp_schedule_lower(res->best, err);
@@ -540,7 +794,12 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     st = pp__ok(err);
 done:
     PIPEPAR_FREE(S.entries);
+    PIPEPAR_FREE(S.layout_at);
+    PIPEPAR_FREE(S.pool);
     PIPEPAR_FREE(b_stage);
+    PIPEPAR_FREE(split);
+    PIPEPAR_FREE(even);
+    for (k = 0; k < 5; k++) PIPEPAR_FREE(split_cost[k]);
     pp_search_result_free(res);
     return st;
 }

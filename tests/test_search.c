@@ -922,6 +922,264 @@ static void simulate_takes_per_action_costs(void)
     pp_schedule_free(s); pp_schedule_free(raw);
 }
 
+
+/* --- the layout search (cfg.layers) ------------------------------------------------------------- */
+
+static pp_search_config sr_layers_cfg(int pp, int mb, int vpp, int layers, pp_schedule_kind kind)
+{
+    pp_search_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.pp = pp; cfg.mb = mb; cfg.vpp = vpp; cfg.layers = layers; cfg.kind = kind;
+    cfg.costs.f = 1; cfg.costs.i = 1; cfg.costs.w = 1;
+    return cfg;
+}
+
+/* Simulates the entry's schedule on its own split, from scratch (pp_schedule_build + per-stage
+ * costs written here), so the search's bookkeeping of which split goes with which time is checked
+ * against an independent run. */
+static double sr_resimulate(const pp_search_entry *e, int pp, int mb)
+{
+    pp_schedule_config sc;
+    pp_schedule *s = NULL;
+    pp_sim_result *sim = NULL;
+    pp_sim_costs c;
+    pp_error err;
+    double f[64], b[64], i[64], w[64], m[64], t = -1;
+    int st, n = pp * e->vpp;
+    memset(&sc, 0, sizeof sc);
+    memset(&c, 0, sizeof c);
+    for (st = 0; st < n && st < 64; st++) {
+        f[st] = i[st] = w[st] = m[st] = e->stage_layers[st];
+        b[st] = 2.0 * e->stage_layers[st];
+    }
+    c.f_stage = f; c.b_stage = b; c.i_stage = i; c.w_stage = w; c.memory_stage = m;
+    sc.kind = e->kind; sc.pp = pp; sc.vpp = e->vpp; sc.mb = mb; sc.group = e->group; sc.max_live = e->max_live;
+    PP_CHECK_OK(pp_schedule_build(&sc, &s, &err), &err);
+    if (s) PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+    if (s) PP_CHECK_OK(pp_simulate(s, &c, &sim, &err), &err);
+    if (sim) t = sim->makespan;
+    pp_sim_result_free(sim);
+    pp_schedule_free(s);
+    return t;
+}
+
+/* pp = 2, vpp = 4, mb = 8, 16 layers, F = I = W = 1 per layer: even stages of 2 take 198 units
+ * under Megatron's interleaved order at any group (a 2-layer F waited for at the start, a 2-layer
+ * B alone at the end: 192 + 6). A 1-layer first stage with group 4 takes 195. The search finds
+ * that split and that group, over exactly the 1107 splits of 16 into 8 stages of 1..3 layers
+ * (the central trinomial coefficient T(8)), counted here by brute force. */
+static void search_layers_finds_the_interleaved_split_and_group(void)
+{
+    pp_search_config cfg = sr_layers_cfg(2, 8, 4, 16, PP_INTERLEAVED_1F1B);
+    pp_search_result *res = NULL;
+    pp_error err;
+    static const int32_t want[8] = { 1, 2, 2, 2, 2, 2, 3, 2 };
+    long brute = 0;
+    int a[8], k, g4 = 0, g2 = 0;
+    for (a[0] = 1; a[0] <= 3; a[0]++) for (a[1] = 1; a[1] <= 3; a[1]++) for (a[2] = 1; a[2] <= 3; a[2]++)
+    for (a[3] = 1; a[3] <= 3; a[3]++) for (a[4] = 1; a[4] <= 3; a[4]++) for (a[5] = 1; a[5] <= 3; a[5]++)
+    for (a[6] = 1; a[6] <= 3; a[6]++) for (a[7] = 1; a[7] <= 3; a[7]++)
+        brute += a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7] == 16;
+    PP_CHECK_INT(brute, 1107);
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    if (!res) return;
+    PP_CHECK_INT(res->layouts, brute);
+    PP_CHECK_INT(res->count, 3);   /* groups 2, 4, 8 */
+    PP_CHECK(res->best != NULL);
+    PP_CHECK_INT(res->entries[0].kind, PP_INTERLEAVED_1F1B);
+    PP_CHECK_INT(res->entries[0].group, 4);
+    PP_CHECK_NEAR(res->entries[0].makespan, 195, 1e-9);
+    PP_CHECK(res->entries[0].stage_layers && !memcmp(res->entries[0].stage_layers, want, sizeof want));
+    for (k = 0; k < res->count; k++) {
+        const pp_search_entry *e = &res->entries[k];
+        int st, sum = 0;
+        PP_CHECK(e->stage_layers != NULL);
+        if (!e->stage_layers) continue;
+        for (st = 0; st < 8; st++) {
+            PP_CHECK(e->stage_layers[st] >= 1 && e->stage_layers[st] <= 3);
+            sum += e->stage_layers[st];
+        }
+        PP_CHECK_INT(sum, 16);
+        PP_CHECK_NEAR(sr_resimulate(e, 2, 8), e->makespan, 1e-9);
+        g4 += e->group == 4; g2 += e->group == 2;
+    }
+    PP_CHECK_INT(g4, 1);
+    PP_CHECK_INT(g2, 1);
+    pp_search_result_free(res);
+    /* the even split alone, every group: 198 */
+    {
+        pp_search_config even;
+        static const double two[8] = { 2, 2, 2, 2, 2, 2, 2, 2 }, four[8] = { 4, 4, 4, 4, 4, 4, 4, 4 };
+        memset(&even, 0, sizeof even);
+        even.pp = 2; even.mb = 8; even.vpp = 4; even.kind = PP_INTERLEAVED_1F1B;
+        even.costs.f_stage = two; even.costs.i_stage = two; even.costs.w_stage = two; even.costs.b_stage = four;
+        even.costs.memory_stage = two;
+        PP_CHECK_OK(pp_search(&even, &res, &err), &err);
+        if (res) {
+            for (k = 0; k < res->count; k++) PP_CHECK_NEAR(res->entries[k].makespan, 198, 1e-9);
+            PP_CHECK(res->entries[0].stage_layers == NULL);
+            PP_CHECK_INT(res->layouts, 0);
+        }
+        pp_search_result_free(res);
+    }
+}
+
+/* Every kind, every vpp that has room: each entry on a split of its own vpp, every split within
+ * the spread, the winner at least as fast as the even split's best, and the winner's schedule
+ * (built for its split's costs) simulating to the entry's time. */
+static void search_layers_over_every_kind_and_vpp(void)
+{
+    pp_search_config cfg = sr_layers_cfg(2, 4, 0, 6, PP_KIND_NONE);
+    pp_search_result *res = NULL, *plain = NULL;
+    pp_sim_result *sim = NULL;
+    pp_error err;
+    int k, v[5] = { 0, 0, 0, 0, 0 };
+    cfg.max_vpp = 4;   /* vpp 4 would need 8 stages: skipped, 6 layers */
+    cfg.layout_spread = 2;
+    cfg.costs.p2p_latency = 0.1;
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    if (!res) return;
+    PP_CHECK(res->layouts > 3);
+    for (k = 0; k < res->count; k++) {
+        const pp_search_entry *e = &res->entries[k];
+        int st, sum = 0, n = 2 * e->vpp, even = 6 / n;
+        PP_CHECK(e->vpp >= 1 && e->vpp <= 3);
+        if (e->vpp >= 1 && e->vpp <= 4) v[e->vpp]++;
+        PP_CHECK(e->stage_layers != NULL);
+        if (!e->stage_layers) continue;
+        for (st = 0; st < n; st++) {
+            PP_CHECK(e->stage_layers[st] >= 1 && e->stage_layers[st] >= even - 2 && e->stage_layers[st] <= even + 2);
+            sum += e->stage_layers[st];
+        }
+        PP_CHECK_INT(sum, 6);
+    }
+    PP_CHECK(v[1] > 0 && v[2] > 0 && v[3] > 0);
+    PP_CHECK_INT(v[4], 0);
+    PP_CHECK(sr_find(res, "dualpipe") == NULL);   /* its chunks are whole model stages */
+    PP_CHECK(res->best != NULL);
+    if (res->best) {
+        pp_sim_costs c;
+        double f[8], b[8], w[8], m[8];
+        int st, n = 2 * res->entries[0].vpp;
+        memset(&c, 0, sizeof c);
+        for (st = 0; st < n; st++) { f[st] = w[st] = m[st] = res->entries[0].stage_layers[st]; b[st] = 2 * f[st]; }
+        c.f_stage = f; c.i_stage = w; c.w_stage = w; c.b_stage = b; c.memory_stage = m; c.p2p_latency = 0.1;
+        PP_CHECK_OK(pp_schedule_validate(res->best, &err), &err);
+        PP_CHECK_OK(pp_simulate(res->best, &c, &sim, &err), &err);
+        if (sim) PP_CHECK_NEAR(sim->makespan, res->entries[0].makespan, 1e-9);
+        pp_sim_result_free(sim);
+    }
+    /* no worse than the even split: vpp 1, 3 layers a stage */
+    cfg.layers = 0; cfg.layout_spread = 0; cfg.max_vpp = 0; cfg.vpp = 1;
+    cfg.costs.f = 3; cfg.costs.i = 3; cfg.costs.w = 3;
+    PP_CHECK_OK(pp_search(&cfg, &plain, &err), &err);
+    if (plain) PP_CHECK(res->entries[0].makespan <= plain->entries[0].makespan * (1 + 1e-12));
+    pp_search_result_free(plain);
+    pp_search_result_free(res);
+}
+
+/* One rank: no bubble whatever the split, so every split ties on time and bubble; where memory
+ * ties too, the even split (tried first) is kept. (Two other splits tying, the one nearer the
+ * even split is kept: the 195-unit winner above, against 1,1,1,2,3,3,3,2, which comes first.) */
+static void search_layers_tie_keeps_the_split_nearest_even(void)
+{
+    pp_search_config cfg = sr_layers_cfg(1, 3, 3, 9, PP_INTERLEAVED_1F1B);
+    pp_search_result *res = NULL;
+    pp_error err;
+    int k;
+    cfg.layout_spread = 2;
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    if (!res) return;
+    for (k = 0; k < res->count; k++) {
+        const pp_search_entry *e = &res->entries[k];
+        PP_CHECK_NEAR(e->makespan, 81, 1e-9);
+        /* group 1 runs one microbatch through all three stages at a time: 1 live microbatch's
+         * stages at most, 9 layers whatever the split, so the even split is kept */
+        if (e->group == 1 && e->stage_layers)
+            PP_CHECK(e->stage_layers[0] == 3 && e->stage_layers[1] == 3 && e->stage_layers[2] == 3);
+    }
+    pp_search_result_free(res);
+}
+
+static void search_layers_names_the_parameter_it_refuses(void)
+{
+    pp_search_config cfg = sr_layers_cfg(2, 8, 4, 16, PP_INTERLEAVED_1F1B);
+    pp_search_result *res = NULL;
+    pp_error err;
+    static const double one[8] = { 1, 1, 1, 1, 1, 1, 1, 1 };
+    cfg.layers = -1;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "layers=-1: must be >= 0");
+    cfg.layers = 7;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "layers=7: fewer than the pp*vpp = 8 stages");
+    cfg.layers = 16; cfg.layout_spread = -1;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "layout_spread=-1");
+    cfg.layout_spread = 0; cfg.max_layouts = -5;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "max_layouts=-5");
+    cfg.max_layouts = 1000;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "more than max_layouts=1000 splits");
+    cfg.max_layouts = 0; cfg.costs.f_stage = one;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "layers=16 with per-stage costs");
+    cfg.costs.f_stage = NULL; cfg.kind = PP_ZBV;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EUNSUPPORTED, "kind=zbv: none of this kind");
+    cfg.kind = (pp_schedule_kind)99;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "kind=99: not a schedule kind");
+    PP_CHECK(res == NULL);
+}
+
+/* Out of memory at every allocation of a small layout search, in turn: PP_ENOMEM each time
+ * (ASan sees nothing leak), then the full answer. */
+static void search_layers_survives_out_of_memory_at_every_allocation(void)
+{
+    pp_search_config cfg = sr_layers_cfg(2, 4, 2, 6, PP_KIND_NONE);
+    pp_search_result *res = NULL;
+    pp_error err;
+    long k;
+    int done = 0, failures = 0;
+    double want = 0;
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    if (res) want = res->entries[0].makespan;
+    pp_search_result_free(res);
+    res = NULL;
+    for (k = 0; k < 1000000 && !done; k += 1 + k / 64) {
+        pp_status st;
+        pp_test_alloc_countdown = k;
+        st = pp_search(&cfg, &res, &err);
+        pp_test_alloc_countdown = -1;
+        if (st == PP_OK) { done = 1; break; }
+        failures++;
+        PP_CHECK_MSG(st == PP_ENOMEM, "allocation %ld failing gave %s: %s", k, pp_status_name(st), err.message);
+        PP_CHECK(res == NULL);
+    }
+    PP_CHECK_MSG(done && failures > 10, "search succeeded after %d failures (done=%d)", failures, done);
+    if (res) PP_CHECK_NEAR(res->entries[0].makespan, want, 1e-12);
+    pp_search_result_free(res);
+}
+
+/* The layout text parses back (pp_layers_build) to the same split; a short buffer is told the
+ * length it needs and is never left unterminated. */
+static void search_layout_text_round_trips(void)
+{
+    static const int32_t split[6] = { 1, 2, 12, 1, 3, 10 };
+    pp_layers_config lc;
+    pp_layers *l = NULL;
+    pp_error err;
+    char buf[128], tiny[6];
+    int n = pp_search_layout_text(split, 6, buf, sizeof buf), k;
+    PP_CHECK_STR(buf, "Et|t*2|t*12|t|t*3|t*10L");
+    PP_CHECK_INT(n, (int)strlen(buf));
+    PP_CHECK_INT(pp_search_layout_text(split, 6, tiny, sizeof tiny), n);
+    PP_CHECK_INT((int)strlen(tiny), (int)sizeof tiny - 1);
+    PP_CHECK_INT(pp_search_layout_text(split, 6, NULL, 0), n);
+    memset(&lc, 0, sizeof lc);
+    lc.pp = 3; lc.layout = buf;
+    PP_CHECK_OK(pp_layers_build(&lc, &l, &err), &err);
+    if (l) {
+        PP_CHECK_INT(l->num_stages, 6);
+        for (k = 0; k < 6 && k < l->num_stages; k++) PP_CHECK_INT(l->count[k], split[k]);
+    }
+    pp_layers_free(l);
+}
+
 const pp_test_case pp_suite_search[] = {
     PP_TEST(simulate_takes_per_action_costs),
     PP_TEST(simulate_weighs_live_activations_by_memory_stage),
@@ -947,5 +1205,11 @@ const pp_test_case pp_suite_search[] = {
     PP_TEST(search_names_the_parameter_it_refuses),
     PP_TEST(search_prices_a_full_backward_as_i_plus_w),
     PP_TEST(search_winner_csv_reads_back_identical),
+    PP_TEST(search_layers_finds_the_interleaved_split_and_group),
+    PP_TEST(search_layers_over_every_kind_and_vpp),
+    PP_TEST(search_layers_tie_keeps_the_split_nearest_even),
+    PP_TEST(search_layers_names_the_parameter_it_refuses),
+    PP_TEST(search_layers_survives_out_of_memory_at_every_allocation),
+    PP_TEST(search_layout_text_round_trips),
     {0}
 };

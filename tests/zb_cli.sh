@@ -68,6 +68,32 @@ expect_error 2 "the first layer must be E" search --pp 2 --mb 8 --layout 't|t'
 expect_error 2 "--layout with --b: give the halves" search --pp 2 --mb 8 --layout 'Et|t|t|tL' --b 2
 expect_error 2 "--mem-stage: 2 values, expected pp*vpp = 4" search --pp 2 --mb 4 --vpp 2 --mem-stage 1,3
 
+# search --layers: the layout chosen too. Interleaved vpp 4 on 16 layers (F = I = W = 1 per layer):
+# a 1-layer first stage with group 4 takes 195 units against 198 for even stages; the winner's
+# layout is printed in a form `schedule --layout` and mlp_gpu take back
+out=$($P search --pp 2 --mb 8 --vpp 4 --layers 16 --kind interleaved) && ok || bad "search --layers exit $?"
+echo "$out" | grep -q '^best: interleaved vpp=4 group=4, step time 195$' && ok || bad "search --layers: best is not group 4 at 195: $out"
+echo "$out" | grep -q "^layout: 'Et|t\*2|t\*2|t\*2|t\*2|t\*2|t\*3|t\*2L'$" && ok || bad "search --layers: layout line: $out"
+echo "$out" | grep -q '(1107 splits)' && ok || bad "search --layers: split count: $out"
+$P simulate --kind interleaved --pp 2 --mb 8 --group 4 --layout 'Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L' | grep -q 'makespan)  195$' \
+    && ok || bad "simulate on the searched layout: not 195"
+$P search --pp 2 --mb 8 --vpp 2 --layers 16 --spread 3 --kind zbv --json | python3 -c '
+import json, sys
+e = json.load(sys.stdin)["entries"]
+assert len(e) == 1 and e[0]["kind"] == "zbv", e
+l = e[0]["layout"]
+assert l.startswith("E") and l.endswith("L") and l.count("|") == 3, l
+' && ok || bad "search --layers --kind zbv --json: one entry with a layout"
+expect_error 2 "--spread: only with --layers" search --pp 2 --mb 8 --spread 2
+expect_error 2 "--max-layouts: only with --layers" search --pp 2 --mb 8 --max-layouts 5
+expect_error 2 "--layers and --layout: give one" search --pp 2 --mb 8 --layers 16 --layout 'Et|t|t|tL'
+expect_error 2 "--layers and --f-stage: give one" search --pp 2 --mb 8 --vpp 2 --layers 16 --f-stage 1,1,1,1
+expect_error 2 "--layers with --b: give the halves" search --pp 2 --mb 8 --layers 16 --b 2
+expect_error 1 "more than max_layouts=100 splits" search --pp 2 --mb 8 --vpp 4 --layers 16 --max-layouts 100
+expect_error 1 "layers=3: fewer than the pp*vpp = 4 stages" search --pp 2 --mb 8 --vpp 2 --layers 3
+expect_error 2 "--kind=foo:" search --pp 2 --mb 8 --kind foo
+expect_error 1 "kind=zbv: none of this kind" search --pp 2 --mb 8 --vpp 4 --kind zbv
+
 # simulate --layout: per-layer costs summed per stage; ZB-V's fixed order loses on 2,6,2,6
 # (204 units against 196 on even stages) and its memory is weighed by the stages' layers
 out=$($P simulate --kind zbv --pp 2 --mb 8 --i 1 --w 1 --layout 'Et*2|t*6|t*2|t*6L' --json) && ok || bad "simulate --layout exit $?"
@@ -93,7 +119,7 @@ $P schedule --kind zbv --pp 2 --mb 8 --layout 'Et*2|t*6|t*2|t*6L' --format svg -
 expect_error 2 "--layout=Et|t|t|t|t|tL: 6 stages, but the CSV's schedule has 4" schedule --from-csv "$T/uneven.csv" --layout 'Et|t|t|t|t|tL'
 expect_error 2 "--max-mem=-1: must be at least 0" search --pp 2 --mb 4 --max-mem -1
 expect_error 2 "--bytes: needs --bandwidth" search --pp 2 --mb 4 --bytes 1000
-expect_error 2 "unknown flag '--kind'" search --pp 2 --mb 4 --kind zbv
+expect_error 2 "unknown flag '--group'" search --pp 2 --mb 4 --group 2
 expect_error 2 "--csv '$T/no/such/dir.csv': cannot open" search --pp 2 --mb 4 --csv "$T/no/such/dir.csv"
 $P search --help | grep -q -- '--max-mem' && ok || bad "search --help"
 

@@ -109,6 +109,18 @@ grep -q "stages of 2,6,2,6 blocks" "$log/layout-search" && grep -q "search: .* t
 grep -Eq "activation slots .*: [0-9]+ of 2 blocks, [0-9]+ of 6 blocks" "$log/layout-search" &&
     ok "layout-search: slots of 2 and of 6 blocks" || bad "layout-search: $(grep 'activation slots' "$log/layout-search")"
 run2 layout-looped $SMALL --schedule interleaved --layout 'Et*3|t|t*2|t*2L' --check; expect_match layout-looped $?
+# interleaved with Megatron's microbatch group of 4 on a 1-block first stage (bench/gpu_interleaved.sh's
+# fastest), and with group and stages chosen by pp_search (--search-layout, --search-kind): here, with
+# this small model's dearer transfers, a 1-block first stage and group 4 again
+run2 interleaved-group4 $SMALL --layers 16 --schedule interleaved --group 4 --layout 'Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L' --check
+expect_match interleaved-group4 $?
+grep -q "schedule interleaved group=4 pp 2 vpp 4 mb 8: 8 stages of 1,2,2,2,2,2,3,2 blocks" "$log/interleaved-group4" &&
+    ok "interleaved-group4: group 4 on stages 1,2,2,2,2,2,3,2" || bad "interleaved-group4: $(grep '^schedule' "$log/interleaved-group4")"
+run2 search-layout $SMALL --layers 16 --vpp 4 --schedule search --search-kind interleaved --search-layout --check
+expect_match search-layout $?
+grep -q "search: .* each on 1107 splits of the 16 blocks; the fastest: interleaved vpp=4 group=4" "$log/search-layout" &&
+    grep -q "search: its layout 'Et|" "$log/search-layout" && grep -q "stages of 1," "$log/search-layout" &&
+    ok "search-layout: interleaved group 4, first stage of 1 block" || bad "search-layout: $(grep -E '^(search|schedule)' "$log/search-layout")"
 
 # NCCL over its socket transport (a stand-in for two nodes)
 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 run2 sockets $SMALL --schedule 1f1b --check; expect_match sockets $?
