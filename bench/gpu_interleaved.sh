@@ -9,7 +9,7 @@
 # stage 0's last 2-block B alone at the end: about 18.7 ms that no order of even stages hides.
 # A 1-block first stage halves both; with Megatron's default group (pp = 2 microbatches per chunk
 # round) the order then stalls elsewhere, with a group of 4 it does not. Runs, each against the
-# faster GPU's single-GPU step of the same run: Megatron's defaults (even, group 2), even with group 4, the
+# single-GPU steps of the same run (below): Megatron's defaults (even, group 2), even with group 4, the
 # layout 1,2,2,2,2,2,3,2 with group 4 (once with the gradient check, once with its GPUs swapped,
 # then twice more), the runner-up 1,1,1,2,3,3,3,2, and what `--schedule search --search-kind
 # interleaved --search-layout` picks by itself.
@@ -40,15 +40,11 @@ launch2() {   # launch2 NAME ARGS...: two processes, one per GPU
     return $rc
 }
 
-# The baseline on each GPU: one of them may compute a little faster (power, silicon), and the
-# efficiency takes the faster one, so that a fast pipeline GPU against a slow baseline GPU cannot
-# flatter it.
+# The baseline on each GPU (single_baseline, bench/gpu_lib.sh): GPUs of one host differ by about
+# 1%, so the efficiency is against what these two would take with the work split in proportion to
+# their speeds, and the summary gives it against the faster GPU alone too.
 say "== single GPU, on GPU 0 and on GPU 1"
-build/mlp_gpu --single $MODEL 2>&1 | tee "$OUTDIR/single.log" >>"$LOG"
-CUDA_VISIBLE_DEVICES=1 build/mlp_gpu --single $MODEL 2>&1 | tee "$OUTDIR/single-gpu1.log" >>"$LOG"
-S0=$(single_step_ms "$OUTDIR/single.log"); S1=$(single_step_ms "$OUTDIR/single-gpu1.log")
-SINGLE_MS=$(awk -v a="${S0:-0}" -v b="${S1:-0}" 'BEGIN { m = a; if (b > 0 && (m == 0 || b < m)) m = b; print m }')
-say "single-GPU step: GPU 0 ${S0:-?} ms, GPU 1 ${S1:-?} ms; baseline the faster, $SINGLE_MS ms"
+single_baseline 2 "$OUTDIR" $MODEL
 
 run() {   # run NAME ARGS...
     local name=$1; shift
@@ -70,6 +66,8 @@ run tuned-again          --schedule interleaved --layout "$T1" --group 4
 
 say "== summary (step ms, efficiency = single / 2 / step)"
 grep -E "^(-- |single-gpu|single-GPU|search:|schedule |pipeline|  efficiency|  simulator|  exposed on|  bound:|  compute busy|  peak|gradient check)" "$LOG" | tee "$OUTDIR/summary.txt"
+say "== against the faster GPU's single step alone (the most conservative baseline)"
+efficiency_vs_fastest "$LOG" 2 | tee -a "$LOG"
 say "== SM clock (MHz) and power (W) over the run, per GPU: min / median / max"
 python3 - "$OUTDIR/clocks.csv" <<'EOF' | tee -a "$LOG"
 import sys, statistics as st

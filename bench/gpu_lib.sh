@@ -18,3 +18,30 @@ ranks_run() {
     rm -f "$id"
     return $rc
 }
+
+# single_baseline N OUTDIR MODEL...: mlp_gpu --single on each of GPUs 0..N-1 (logs OUTDIR/single-gpuG.log,
+# appended to $LOG), then sets SINGLE_MS, the baseline of the pipeline efficiency: the step N GPUs
+# would take together with the work split in proportion to their speeds, times N, i.e. the
+# harmonic mean of their single-GPU steps (GPUs of one host differ by about 1%; GPU 0's alone
+# would flatter a pipeline whose busiest rank sits on a slower GPU, or wrong it on a faster one).
+# SINGLE_FASTEST_MS: the fastest GPU's step, the most conservative baseline.
+single_baseline() {
+    local n=$1 out=$2 g ms inv=0 list=""; shift 2
+    SINGLE_FASTEST_MS=0
+    for g in $(seq 0 $((n - 1))); do
+        CUDA_VISIBLE_DEVICES=$g build/mlp_gpu --single "$@" >"$out/single-gpu$g.log" 2>&1
+        cat "$out/single-gpu$g.log" >>"$LOG"
+        ms=$(single_step_ms "$out/single-gpu$g.log")
+        if [ -z "$ms" ]; then SINGLE_MS=0; say "single-GPU step on GPU $g: none (see $out/single-gpu$g.log)"; return 1; fi
+        list="$list GPU $g $ms ms;"
+        inv=$(awk -v a="$inv" -v b="$ms" 'BEGIN { print a + 1 / b }')
+        SINGLE_FASTEST_MS=$(awk -v a="$SINGLE_FASTEST_MS" -v b="$ms" 'BEGIN { print (a == 0 || b < a) ? b : a }')
+    done
+    SINGLE_MS=$(awk -v n="$n" -v i="$inv" 'BEGIN { printf "%.1f", n / i }')
+    say "single-GPU step:$list baseline $SINGLE_MS ms (their harmonic mean), fastest $SINGLE_FASTEST_MS ms"
+}
+
+# efficiency_vs_fastest LOG N: each run's step against the fastest GPU's single step / N.
+efficiency_vs_fastest() {
+    awk -v f="$SINGLE_FASTEST_MS" -v n="$2" '/^-- /{name=$2} /^pipeline /{for(i=1;i<=NF;i++) if($i=="step"){s=$(i+1)}; if (name != "" && s > 0) printf "  %-28s %.1f%% against the fastest GPU alone\n", name, 100 * f / n / s}' "$1"
+}

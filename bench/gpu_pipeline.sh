@@ -59,18 +59,12 @@ say "== NCCL point-to-point bandwidth"
 launch2 nccl_bw build/bench_nccl_bw || say "nccl_bw failed ($?)"
 cat "$OUTDIR/nccl_bw.rank0.log"
 
-# pipepar's baseline on every pipeline GPU: one may compute a little faster (power, silicon), and
-# the efficiencies take the fastest, so that a slow baseline GPU cannot flatter a pipeline
+# pipepar's baseline on every pipeline GPU (single_baseline, bench/gpu_lib.sh): GPUs of one host
+# differ by about 1% (power, silicon), so the efficiency is against what these GPUs would take with
+# the work split in proportion to their speeds
 say "== pipepar single GPU, on each of the $NPROC GPUs"
-SINGLE_MS=0; SINGLES=""
-for g in $(seq 0 $((NPROC - 1))); do
-    CUDA_VISIBLE_DEVICES=$g build/mlp_gpu --single $MODEL 2>&1 | tee "$OUTDIR/single-gpu$g.log" >>"$LOG"
-    [ "$g" = 0 ] && cp "$OUTDIR/single-gpu0.log" "$OUTDIR/single.log"
-    ms=$(single_step_ms "$OUTDIR/single-gpu$g.log")
-    SINGLES="$SINGLES GPU $g ${ms:-?} ms;"
-    SINGLE_MS=$(awk -v a="$SINGLE_MS" -v b="${ms:-0}" 'BEGIN { m = a; if (b > 0 && (m == 0 || b < m)) m = b; print m }')
-done
-say "single-GPU step:$SINGLES baseline the fastest, $SINGLE_MS ms"
+single_baseline "$NPROC" "$OUTDIR" $MODEL
+cp "$OUTDIR/single-gpu0.log" "$OUTDIR/single.log"   # GPU 0's, against PyTorch's on GPU 0
 
 run_pp() {   # run_pp NAME ARGS...: a pipepar run on NPROC GPUs
     local name=$1; shift
@@ -129,3 +123,5 @@ fi
 
 say "== summary (step ms, efficiency = single / $NPROC / step)"
 grep -E "^(-- |== NCCL over|single-gpu|single-GPU|search:|schedule |pipeline|  efficiency|  simulator|  compute busy|  rank 0|  peak|gradient check|  where the last|    rank [0-9]+:|  exposed transfer \(the|  exposed on the critical|  bound:)" "$LOG" | tee "$OUTDIR/summary.txt"
+say "== pipepar against the fastest GPU's single step alone (the most conservative baseline)"
+efficiency_vs_fastest "$LOG" "$NPROC" | tee -a "$LOG" "$OUTDIR/summary.txt" >/dev/null
