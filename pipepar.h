@@ -227,6 +227,26 @@ PIPEPAR_API pp_status pp_grid_dims_parse(const char *text, unsigned *dims, pp_er
 /* The grid's order as text, e.g. "tp-cp-dp-pp" (all four, fastest first). */
 PIPEPAR_API int pp_grid_order_format(const pp_grid *grid, char *buf, size_t size);
 
+/* Placement by speed. GPUs of one host differ by about 1% under their power cap (silicon), and a
+ * pipeline's ranks rarely compute the same amount (the first stage's first layer needs no input
+ * gradient, the last holds the loss). A step waits for its slowest rank, so the heaviest rank
+ * belongs on the fastest GPU: on 2 H200s this moved interleaved 1F1B from 95.1% to 96.5%
+ * efficiency (bench/RESULTS.md, session 9). Pairing loads sorted down with GPU times sorted up
+ * minimises the largest load x time over all assignments (exchange argument), which is what
+ * bounds the step.
+ *
+ *     n            pipeline ranks, and GPUs (processes), >= 1
+ *     rank_load    [n] compute of pipeline rank r, any unit (pp_simulate's busy[], or a count)
+ *     gpu_time     [n] time GPU g takes for one fixed piece of work (all measured at once, under
+ *                  load: a cold GPU runs faster than it will in a step), > 0
+ *     min_gain     keep each GPU on its own rank (rank_of[g] = g) unless the largest load x time
+ *                  falls by more than this fraction: measurement noise must not shuffle ranks
+ *     rank_of      [n] out: the pipeline rank that GPU g's process should take
+ *     gain         out, may be NULL: the fraction by which the largest load x time fell (0 kept)
+ * Equal loads or equal times keep the identity. */
+PIPEPAR_API pp_status pp_place_by_speed(int n, const double *rank_load, const double *gpu_time, double min_gain,
+                                        int *rank_of, double *gain, pp_error *err);
+
 /* ============================================================================================
  * >>layers
  * Which layers each (pipeline rank, virtual stage) builds, and what their global indices are.
@@ -2151,6 +2171,12 @@ PIPEPAR_API pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_
  * parent's size. */
 PIPEPAR_API pp_status pp_nccl_split(pp_nccl *parent, const pp_grid *grid, unsigned dims, pp_nccl **out,
                                     pp_error *err);
+/* The same ranks, renumbered: this rank becomes new_rank (ncclCommSplit with key new_rank). Every
+ * rank of parent calls it, and the new_ranks must be a permutation of 0..size-1 (otherwise every
+ * rank gets PP_EINVAL, naming a number asked for twice or never). For placement by speed
+ * (pp_place_by_speed): split the pipeline, measure each GPU, then give its process the
+ * pipeline rank it should run, before the transport is made on the new communicator. */
+PIPEPAR_API pp_status pp_nccl_reorder(pp_nccl *parent, int new_rank, pp_nccl **out, pp_error *err);
 /* Finalises (or, after an abort, only releases) and frees. NULL is allowed. */
 PIPEPAR_API void pp_nccl_free(pp_nccl *nc);
 
@@ -2663,6 +2689,62 @@ int pp_grid_order_format(const pp_grid *grid, char *buf, size_t size)
     if (!grid) { if (buf && size) buf[0] = '\0'; return -1; }
     return snprintf(buf, size, "%s-%s-%s-%s", pp__dim_names[grid->order[0]], pp__dim_names[grid->order[1]],
                     pp__dim_names[grid->order[2]], pp__dim_names[grid->order[3]]);
+}
+
+/* --- placement by speed ----------------------------------------------------------------------- */
+
+static double pp__placement_bottleneck(int n, const double *rank_load, const double *gpu_time, const int *rank_of)
+{
+    double worst = 0;
+    int g;
+    for (g = 0; g < n; g++)
+        if (rank_load[rank_of[g]] * gpu_time[g] > worst) worst = rank_load[rank_of[g]] * gpu_time[g];
+    return worst;
+}
+
+pp_status pp_place_by_speed(int n, const double *rank_load, const double *gpu_time, double min_gain, int *rank_of,
+                            double *gain, pp_error *err)
+{
+    int *by_load, *by_time, i, j;
+    double before, after;
+    if (gain) *gain = 0;
+    if (n < 1) return pp__fail(err, PP_EINVAL, "n=%d: must be at least 1", n);
+    if (!rank_load || !gpu_time || !rank_of)
+        return pp__fail(err, PP_EINVAL, "rank_load, gpu_time and rank_of must not be NULL");
+    if (!(min_gain >= 0 && min_gain < 1))
+        return pp__fail(err, PP_EINVAL, "min_gain=%g: must be in [0, 1)", min_gain);
+    for (i = 0; i < n; i++) {
+        if (!(rank_load[i] >= 0 && rank_load[i] <= DBL_MAX))
+            return pp__fail(err, PP_EINVAL, "rank_load[%d]=%g: must be a finite number >= 0", i, rank_load[i]);
+        if (!(gpu_time[i] > 0 && gpu_time[i] <= DBL_MAX))
+            return pp__fail(err, PP_EINVAL, "gpu_time[%d]=%g: must be a finite number > 0", i, gpu_time[i]);
+    }
+    by_load = (int *)pp__calloc((size_t)n, sizeof(int));
+    by_time = (int *)pp__calloc((size_t)n, sizeof(int));
+    if (!by_load || !by_time) {
+        PIPEPAR_FREE(by_load); PIPEPAR_FREE(by_time);
+        return pp__fail(err, PP_ENOMEM, "out of memory");
+    }
+    /* insertion sorts, stable (ties keep index order, so equal inputs give the identity): ranks
+     * by load, heaviest first; GPUs by time, fastest first */
+    for (i = 0; i < n; i++) {
+        for (j = i; j > 0 && rank_load[by_load[j - 1]] < rank_load[i]; j--) by_load[j] = by_load[j - 1];
+        by_load[j] = i;
+        for (j = i; j > 0 && gpu_time[by_time[j - 1]] > gpu_time[i]; j--) by_time[j] = by_time[j - 1];
+        by_time[j] = i;
+    }
+    for (i = 0; i < n; i++) rank_of[i] = i;
+    before = pp__placement_bottleneck(n, rank_load, gpu_time, rank_of);
+    for (i = 0; i < n; i++) rank_of[by_time[i]] = by_load[i];
+    after = pp__placement_bottleneck(n, rank_load, gpu_time, rank_of);
+    PIPEPAR_FREE(by_load);
+    PIPEPAR_FREE(by_time);
+    if (!(before > 0) || !(after < before * (1 - min_gain))) {
+        for (i = 0; i < n; i++) rank_of[i] = i;
+        return pp__ok(err);
+    }
+    if (gain) *gain = 1 - after / before;
+    return pp__ok(err);
 }
 
 

@@ -667,27 +667,20 @@ pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_error *err)
     return pp__nccl_ok(err);
 }
 
-pp_status pp_nccl_split(pp_nccl *parent, const pp_grid *grid, unsigned dims, pp_nccl **out, pp_error *err)
+/* A new communicator from parent's ranks of `color`, this rank at position `key` among them
+ * (ncclCommSplit), expected to hold `size` ranks: what pp_nccl_split and pp_nccl_reorder share. */
+static pp_status pp__nccl_split_as(pp_nccl *parent, int color, int key, int size, const char *desc, pp_nccl **out,
+                                   pp_error *err)
 {
-    pp_grid_group_info info;
     pp_nccl *nc;
     ncclConfig_t config;
     ncclResult_t r;
     pp_status st;
-    char desc[64], name[32];
-    if (!parent || !grid || !out) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_split: parent, grid and out must not be NULL");
-    *out = NULL;
-    if (parent->aborted) return pp__nccl_aborted(parent, err, "pp_nccl_split");
-    if (grid->world != parent->world)
-        return pp__nccl_fail(err, PP_EINVAL, "grid world=%d: must equal the communicator's size %d", grid->world,
-                             parent->world);
-    st = pp_grid_group(grid, parent->rank, dims, &info, err);
-    if (st != PP_OK) return st;
     nc = (pp_nccl *)calloc(1, sizeof *nc);
     if (!nc) return pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_split: out of memory");
     if ((st = pp__nccl_watchdog_start(nc, err)) != PP_OK) { free(nc); return st; }
-    nc->rank = info.index;
-    nc->world = info.size;
+    nc->rank = key;
+    nc->world = size;
     nc->device = parent->device;
     nc->timeout_s = parent->timeout_s;
     nc->max_ctas = parent->max_ctas;
@@ -696,7 +689,7 @@ pp_status pp_nccl_split(pp_nccl *parent, const pp_grid *grid, unsigned dims, pp_
     nc->debug = parent->debug;
     config = pp__nccl_comm_config(parent->nonblocking, parent->max_ctas, parent->cta_policy);
     pp__nccl_arm(parent, parent->timeout_s, "ncclCommSplit");
-    r = ncclCommSplit(parent->comm, info.color, info.index, &nc->comm, &config);
+    r = ncclCommSplit(parent->comm, color, key, &nc->comm, &config);
     if (pp__nccl_disarm(parent, err)) {
         nc->comm = NULL;
         st = PP_ETIMEOUT;
@@ -708,12 +701,66 @@ pp_status pp_nccl_split(pp_nccl *parent, const pp_grid *grid, unsigned dims, pp_
         if (st == PP_OK && nc->comm)
             st = pp__nccl_settle(nc, nc->comm, pp__nccl_now() + parent->timeout_s, "ncclCommSplit", err);
     }
-    pp_grid_dims_format(dims, name, sizeof name);
-    snprintf(desc, sizeof desc, "%s group %d", name, info.color);
+    if (st == PP_OK && nc->comm) {
+        /* ncclCommSplit orders equal keys by the parent's rank: a duplicate key shows up here */
+        int got = -1, count = -1;
+        if (ncclCommUserRank(nc->comm, &got) != ncclSuccess || ncclCommCount(nc->comm, &count) != ncclSuccess)
+            st = pp__nccl_fail(err, PP_ETRANSPORT, "ncclCommUserRank/ncclCommCount failed after ncclCommSplit");
+        else if (got != key || count != size)
+            st = pp__nccl_fail(err, PP_EINVAL, "key=%d: this rank became rank %d of %d, not %d of %d: the ranks' "
+                               "keys are not a permutation of 0..%d", key, got, count, key, size, size - 1);
+    }
     if (st == PP_OK) st = pp__nccl_finish_setup(nc, desc, err);
     if (st != PP_OK) { pp_nccl_free(nc); return st; }
     *out = nc;
     return pp__nccl_ok(err);
+}
+
+pp_status pp_nccl_split(pp_nccl *parent, const pp_grid *grid, unsigned dims, pp_nccl **out, pp_error *err)
+{
+    pp_grid_group_info info;
+    pp_status st;
+    char desc[64], name[32];
+    if (!parent || !grid || !out) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_split: parent, grid and out must not be NULL");
+    *out = NULL;
+    if (parent->aborted) return pp__nccl_aborted(parent, err, "pp_nccl_split");
+    if (grid->world != parent->world)
+        return pp__nccl_fail(err, PP_EINVAL, "grid world=%d: must equal the communicator's size %d", grid->world,
+                             parent->world);
+    st = pp_grid_group(grid, parent->rank, dims, &info, err);
+    if (st != PP_OK) return st;
+    pp_grid_dims_format(dims, name, sizeof name);
+    snprintf(desc, sizeof desc, "%s group %d", name, info.color);
+    return pp__nccl_split_as(parent, info.color, info.index, info.size, desc, out, err);
+}
+
+pp_status pp_nccl_reorder(pp_nccl *parent, int new_rank, pp_nccl **out, pp_error *err)
+{
+    char desc[64];
+    if (!parent || !out) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_reorder: parent and out must not be NULL");
+    *out = NULL;
+    if (parent->aborted) return pp__nccl_aborted(parent, err, "pp_nccl_reorder");
+    if (new_rank < 0 || new_rank >= parent->world)
+        return pp__nccl_fail(err, PP_EINVAL, "new_rank=%d: must be in 0..%d (the communicator's size is %d)", new_rank,
+                             parent->world - 1, parent->world);
+    {
+        /* every rank learns every new number first (a sum of one-hot rows), so that a duplicate
+         * fails on all ranks alike instead of leaving some with a communicator the others drop */
+        float *hot = (float *)calloc((size_t)parent->world, sizeof(float));
+        pp_status st;
+        int k;
+        if (!hot) return pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_reorder: out of memory");
+        hot[new_rank] = 1;
+        st = pp_nccl_all_reduce_host(parent, hot, parent->world, parent->timeout_s, err);
+        for (k = 0; st == PP_OK && k < parent->world; k++)
+            if (hot[k] != 1)
+                st = pp__nccl_fail(err, PP_EINVAL, "new_rank=%d: the ranks' new numbers are not a permutation of "
+                                   "0..%d (%g ranks asked for %d)", new_rank, parent->world - 1, (double)hot[k], k);
+        free(hot);
+        if (st != PP_OK) return st;
+    }
+    snprintf(desc, sizeof desc, "reordered (rank %d was %d)", new_rank, parent->rank);
+    return pp__nccl_split_as(parent, 0, new_rank, parent->world, desc, out, err);
 }
 
 void pp_nccl_free(pp_nccl *nc)

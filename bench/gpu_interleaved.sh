@@ -9,10 +9,12 @@
 # stage 0's last 2-block B alone at the end: about 18.7 ms that no order of even stages hides.
 # A 1-block first stage halves both; with Megatron's default group (pp = 2 microbatches per chunk
 # round) the order then stalls elsewhere, with a group of 4 it does not. Runs, each against the
-# single-GPU steps of the same run (below): Megatron's defaults (even, group 2), even with group 4, the
-# layout 1,2,2,2,2,2,3,2 with group 4 (once with the gradient check, once with its GPUs swapped,
-# then twice more), the runner-up 1,1,1,2,3,3,3,2, and what `--schedule search --search-kind
-# interleaved --search-layout` picks by itself.
+# single-GPU steps of the same run (below): Megatron's defaults (even, group 2); the layout
+# 1,2,2,2,2,2,3,2 with group 4, as launched and with its GPUs swapped; the same with placement by
+# speed (--place-by-speed: the rank with the most GEMMs on the GPU that measures faster), as
+# launched and swapped; what `--schedule search --search-kind interleaved --search-layout` picks;
+# Megatron's defaults placed by speed. (Session 9's first passes also ran even stages with group 4,
+# 93.3-95.3%, and the runner-up 1,1,1,2,3,3,3,2, within 0.3 points of 1,2,2,2,2,2,3,2.)
 # The GPUs' SM clocks and power are logged once a second to OUTDIR/clocks.csv.
 # Env: SKIP_BUILD=1 uses binaries already in build/.
 set -u
@@ -51,21 +53,21 @@ run() {   # run NAME ARGS...
     say "-- $name"
     launch2 "$name" build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --timeout 30 "$@" || say "$name: exit $?"
 }
-E8='Et*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2L'
 T1='Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L'
-T2='Et|t|t|t*2|t*3|t*3|t*3|t*2L'
 run megatron-default     --schedule interleaved --vpp 4
-run even-group4          --schedule interleaved --layout "$E8" --group 4
 run tuned-check          --schedule interleaved --layout "$T1" --group 4 --check
-run tuned                --schedule interleaved --layout "$T1" --group 4
 CUDA_VISIBLE_DEVICES=1,0 run tuned-gpus-swapped --schedule interleaved --layout "$T1" --group 4
-run runner-up            --schedule interleaved --layout "$T2" --group 4
-run searched             --schedule search --search-kind interleaved --search-layout --vpp 4
-run megatron-default-again --schedule interleaved --vpp 4
+# placement by speed: the rank with the most GEMMs on the GPU that measures faster, whichever
+# process order the launcher gave (so the swapped launch must land where the plain one does)
+run placed-check         --schedule interleaved --layout "$T1" --group 4 --place-by-speed --check
+CUDA_VISIBLE_DEVICES=1,0 run placed-gpus-swapped --schedule interleaved --layout "$T1" --group 4 --place-by-speed
+run searched-placed      --schedule search --search-kind interleaved --search-layout --vpp 4 --place-by-speed
+run megatron-placed      --schedule interleaved --vpp 4 --place-by-speed
+run placed-again         --schedule interleaved --layout "$T1" --group 4 --place-by-speed
 run tuned-again          --schedule interleaved --layout "$T1" --group 4
 
 say "== summary (step ms, efficiency = single / 2 / step)"
-grep -E "^(-- |single-gpu|single-GPU|search:|schedule |pipeline|  efficiency|  simulator|  exposed on|  bound:|  compute busy|  peak|gradient check)" "$LOG" | tee "$OUTDIR/summary.txt"
+grep -E "^(-- |single-gpu|single-GPU|search:|placement by speed|schedule |pipeline|  efficiency|  simulator|  exposed on|  bound:|  compute busy|  peak|gradient check)" "$LOG" | tee "$OUTDIR/summary.txt"
 say "== against the faster GPU's single step alone (the most conservative baseline)"
 efficiency_vs_fastest "$LOG" 2 | tee -a "$LOG"
 say "== SM clock (MHz) and power (W) over the run, per GPU: min / median / max"

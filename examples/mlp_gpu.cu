@@ -44,6 +44,7 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -106,6 +107,8 @@ struct Options {
     int keep_overlaps = 0;          /* --keep-overlaps: DualPipeV's FBs lowered as one action each */
     int search_layout = 0;          /* --search-layout: --schedule search splits the blocks into stages too */
     const char *search_kind = nullptr; /* --search-kind K: --schedule search tries only kind K */
+    int place_by_speed = 0;         /* --place-by-speed: the heaviest pipeline rank on the fastest GPU */
+    const char *gpu_ms = nullptr;   /* --gpu-ms LIST: those GPU times instead of measuring (tests) */
 };
 
 static const char usage[] =
@@ -115,7 +118,7 @@ static const char usage[] =
     "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--cta-policy P] [--no-gate] [--no-copy-engine]\n"
     "               [--no-tune] [--quiet]\n"
     "               [--layout STR] [--max-memory X] [--yield-us X] [--gemm-split N] [--gemm-times] [--keep-overlaps]\n"
-    "               [--search-layout] [--search-kind K]\n"
+    "               [--search-layout] [--search-kind K] [--place-by-speed [--gpu-ms LIST]]\n"
     "               [--kill-rank R --kill-step K]\n"
     "  --single        the whole model on one GPU: the baseline of the pipeline efficiency\n"
     "  --threads N     one process driving N GPUs, one thread each (else one process per GPU,\n"
@@ -127,6 +130,10 @@ static const char usage[] =
     "                  every split near the even one; each block F = I = W), and run the fastest\n"
     "  --search-kind K with --schedule search: only schedules of kind K (e.g. interleaved: Megatron's\n"
     "                  order, its microbatch group and, with --search-layout, its stages chosen)\n"
+    "  --place-by-speed time every GPU on the model's largest GEMM (all at once, under load, 2 s) and\n"
+    "                  renumber the pipeline (pp_place_by_speed, pp_nccl_reorder) so that the rank with\n"
+    "                  the most GEMMs runs on the fastest GPU; GPUs of one host differ by about 1%\n"
+    "  --gpu-ms LIST   with --place-by-speed: these per-GPU times (ms, by process) instead of measuring\n"
     "  --layout STR    blocks per stage, a Megatron layout in stage order: 'Et*2|t*6|t*2|t*6L' (E input,\n"
     "                  t block, L loss; '|' between stages); which rank holds stage s is the schedule's\n"
     "  --pp P          pipeline ranks (default: the world size); --vpp V chunks per rank\n"
@@ -170,11 +177,11 @@ static int parse_args(int argc, char **argv, Options *o)
         snprintf(flag, sizeof flag, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
         static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", "--gate", "--no-gate",
                                               "--copy-engine", "--no-copy-engine", "--gemm-times",
-                                              "--keep-overlaps", "--search-layout", NULL };
+                                              "--keep-overlaps", "--search-layout", "--place-by-speed", NULL };
         static const char *const valued[] = { "--threads", "--pp", "--vpp", "--group", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
             "--single-ms", "--sm-margin", "--max-ctas", "--cta-policy", "--kill-rank", "--kill-step", "--layout",
-            "--max-memory", "--yield-us", "--gemm-split", "--search-kind", NULL };
+            "--max-memory", "--yield-us", "--gemm-split", "--search-kind", "--gpu-ms", NULL };
         bool is_bool = false, known = false;
         for (int b = 0; bools[b]; b++) if (!strcmp(flag, bools[b])) is_bool = known = true;
         for (int b = 0; valued[b]; b++) if (!strcmp(flag, valued[b])) known = true;
@@ -214,6 +221,8 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--gemm-times")) o->gemm_times = 1;
         else if (!strcmp(flag, "--keep-overlaps")) o->keep_overlaps = 1;
         else if (!strcmp(flag, "--search-layout")) o->search_layout = 1;
+        else if (!strcmp(flag, "--place-by-speed")) o->place_by_speed = 1;
+        else if (!strcmp(flag, "--gpu-ms")) o->gpu_ms = v;
         else if (!strcmp(flag, "--search-kind")) {
             pp_schedule_kind k;
             pp_error ke;
@@ -275,6 +284,14 @@ static int parse_args(int argc, char **argv, Options *o)
     }
     if ((o->search_layout || o->search_kind) && strcmp(o->schedule, "search")) {
         fprintf(stderr, "mlp_gpu: %s: only with --schedule search\n", o->search_layout ? "--search-layout" : "--search-kind");
+        return 2;
+    }
+    if (o->gpu_ms && !o->place_by_speed) {
+        fprintf(stderr, "mlp_gpu: --gpu-ms: only with --place-by-speed\n");
+        return 2;
+    }
+    if (o->place_by_speed && (o->threads || o->single)) {
+        fprintf(stderr, "mlp_gpu: --place-by-speed: one process per GPU only (not with --%s)\n", o->threads ? "threads" : "single");
         return 2;
     }
     if (o->search_layout && o->layout) {
@@ -1257,6 +1274,55 @@ static double check_gradients(Rank &R, double *ref_step_s)
     return worst;
 }
 
+/* --place-by-speed: the mean time of the model's fwd2 GEMM (H x T x 4H, bf16) on this GPU, after
+ * a second of the same work, so that the GPU runs at the clock its power cap allows it in a
+ * step rather than a cold one's. Every rank runs it at once (the caller's barrier). */
+static double measure_gpu_ms(const Options &o, int device)
+{
+    const int H = o.hidden, T = o.tokens, F = 4 * H, batch = 20;
+    const double warm_s = 1.0, measure_s = 1.0;
+    bf16 *A, *B, *C;
+    cublasHandle_t h;
+    cudaStream_t s;
+    cudaEvent_t e0, e1;
+    float alpha = 1, beta = 0, ms = 0;
+    double total_ms = 0, t0;
+    long gemms = 0;
+    CK(cudaSetDevice(device));
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaMalloc(&A, (size_t)H * F * 2)); CK(cudaMalloc(&B, (size_t)F * T * 2)); CK(cudaMalloc(&C, (size_t)H * T * 2));
+    init_kernel<<<grid_for((size_t)H * F), 256, 0, s>>>(A, (size_t)H * F, 11, 0.02f);
+    init_kernel<<<grid_for((size_t)F * T), 256, 0, s>>>(B, (size_t)F * T, 12, 0.02f);
+    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "mlp_gpu: cublasCreate failed\n"); exit(1); }
+    cublasSetStream(h, s);
+    auto run = [&](int n) {
+        for (int i = 0; i < n; i++)
+            if (cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, H, T, F, &alpha, A, CUDA_R_16BF, H, B, CUDA_R_16BF, F, &beta,
+                             C, CUDA_R_16BF, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
+                fprintf(stderr, "mlp_gpu: cublasGemmEx failed\n");
+                exit(1);
+            }
+    };
+    t0 = now_s();
+    while (now_s() - t0 < warm_s) { run(batch); CK(cudaStreamSynchronize(s)); }
+    t0 = now_s();
+    while (now_s() - t0 < measure_s) {
+        CK(cudaEventRecord(e0, s));
+        run(batch);
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        total_ms += ms;
+        gemms += batch;
+    }
+    cublasDestroy(h);
+    CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
+    CK(cudaFree(A)); CK(cudaFree(B)); CK(cudaFree(C));
+    CK(cudaStreamDestroy(s));
+    return total_ms / (double)gemms;
+}
+
 static int run_rank(const Options &o, Shared *sh, int thread_rank)
 {
     Rank R;
@@ -1434,6 +1500,53 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         for (int i = 0; i < R.sched->length[r]; i++) split |= R.sched->actions[r][i].op == PP_OP_I;
     }
 
+    /* placement by speed: the rank with the most GEMMs on the fastest GPU. A block costs 6 GEMMs a
+     * microbatch (2 forward, 4 backward); block 0 skips its input gradient, one fewer. */
+    if (o.place_by_speed) {
+        std::vector<double> load(pp, 0.0), gpu(pp, 0.0);
+        std::vector<float> shared(pp, 0.0f);
+        std::vector<int> rank_of(pp);
+        double gain = 0;
+        for (int st = 0; st < S; st++)
+            load[pp_stage_rank(R.sched, st)] += 6.0 * (lay ? lay->count[st] : o.layers / S) - (st == 0 ? 1 : 0);
+        if (o.gpu_ms) {
+            const char *p = o.gpu_ms;
+            for (int g = 0; g < pp; g++) {
+                char *end;
+                double x = strtod(p, &end);
+                if (end == p || !(x > 0) || (g + 1 < pp ? *end != ',' : *end != '\0')) {
+                    if (lead) fprintf(stderr, "mlp_gpu: --gpu-ms=%s: expected %d positive numbers, comma-separated\n", o.gpu_ms, pp);
+                    return 2;
+                }
+                shared[g] = (float)x;
+                p = end + 1;
+            }
+        } else {
+            PPCK(pp_nccl_barrier(R.pipe, o.timeout, &e_));
+            shared[rank] = (float)measure_gpu_ms(o, pp_nccl_device(R.pipe));
+            PPCK(pp_nccl_all_reduce_host(R.pipe, shared.data(), pp, o.timeout, &e_));
+        }
+        for (int g = 0; g < pp; g++) gpu[g] = shared[g];
+        PPCK(pp_place_by_speed(pp, load.data(), gpu.data(), 0.002, rank_of.data(), &gain, &e_));
+        if (lead && !o.quiet) {
+            printf("placement by speed: fwd2 GEMM");
+            for (int g = 0; g < pp; g++) printf(" %.4f", gpu[g]);
+            printf(" ms by process; GEMMs per rank");
+            for (int r = 0; r < pp; r++) printf(" %.0f", load[r] * o.mb);
+            printf(";");
+            for (int g = 0; g < pp; g++) printf(" process %d -> rank %d%s", g, rank_of[g], g + 1 < pp ? "," : "");
+            printf(" (bottleneck %.2f%% lower)\n", 100 * gain);
+        }
+        if (gain > 0) {   /* the same decision on every rank: the same inputs */
+            pp_nccl *renumbered = nullptr;
+            PPCK(pp_nccl_reorder(R.pipe, rank_of[rank], &renumbered, &e_));
+            pp_nccl_free(R.pipe);
+            R.pipe = renumbered;
+            rank = rank_of[rank];
+            R.rank = rank;   /* `lead`, the process that prints, stays world rank 0 */
+        }
+    }
+
     /* this rank's blocks: stage s holds blocks [first[s], first[s] + count[s]), placed by the schedule */
     CK(cudaSetDevice(pp_nccl_device(R.pipe)));
     CK(cudaStreamCreateWithFlags(&R.stream, cudaStreamNonBlocking));
@@ -1531,7 +1644,8 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         for (int st = 0; st < S; st++) per += (st ? "," : "") + std::to_string(R.m.count[st]);
         printf("schedule %s pp %d vpp %d mb %d: %d stages of %s blocks, H %d, %d tokens per microbatch; set-up %.1f s\n",
                R.sched_name[0] ? R.sched_name : pp_schedule_kind_name(R.sched->kind), pp, vpp, o.mb, S, per.c_str(), o.hidden, o.tokens, now_s() - t_start);
-        printf("rank 0 activation slots (one per live stage and microbatch, by stage size): %s\n", R.slot_summary.c_str());
+        printf("rank %d activation slots (one per live stage and microbatch, by stage size): %s\n", R.rank,
+               R.slot_summary.c_str());
         fflush(stdout);
     }
 
@@ -1747,14 +1861,14 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         }
         printf("  compute busy per rank (ms of %.1f):", step * 1e3);
         for (int r = 0; r < world; r++) printf(" %.1f", busy_of[r] * 1e3);
-        printf("\n  rank 0 transfers: %d groups, %.0f MiB, best %.1f GB/s per group, %.1f ms on the comm stream\n",
-               ngroups, bytes_moved / 1048576.0, best_bw / 1e9, xfer_time * 1e3);
+        printf("\n  rank %d transfers: %d groups, %.0f MiB, best %.1f GB/s per group, %.1f ms on the comm stream\n",
+               R.rank, ngroups, bytes_moved / 1048576.0, best_bw / 1e9, xfer_time * 1e3);
         if (o.copy_engine) {
             long long how[3] = { 0, 0, 0 };
             PPCK(pp_nccl_transport_copy_engine_counts(&R.tp, how, &e_));
             if (how[0] + how[1] + how[2] > 0)
-                printf("  rank 0 copy-engine transfers (every step): %lld pushed (receive posted first), %lld pulled "
-                       "(send posted first), %lld through the ring\n", how[0], how[1], how[2]);
+                printf("  rank %d copy-engine transfers (every step): %lld pushed (receive posted first), %lld pulled "
+                       "(send posted first), %lld through the ring\n", R.rank, how[0], how[1], how[2]);
         }
         printf("  peak memory (max over ranks): %.1f GiB allocated by the program, %.1f GiB in use on the device\n",
                (double)mine[8 * S + 2], (double)mine[8 * S + 3]);

@@ -236,3 +236,59 @@ int pp_grid_order_format(const pp_grid *grid, char *buf, size_t size)
     return snprintf(buf, size, "%s-%s-%s-%s", pp__dim_names[grid->order[0]], pp__dim_names[grid->order[1]],
                     pp__dim_names[grid->order[2]], pp__dim_names[grid->order[3]]);
 }
+
+/* --- placement by speed ----------------------------------------------------------------------- */
+
+static double pp__placement_bottleneck(int n, const double *rank_load, const double *gpu_time, const int *rank_of)
+{
+    double worst = 0;
+    int g;
+    for (g = 0; g < n; g++)
+        if (rank_load[rank_of[g]] * gpu_time[g] > worst) worst = rank_load[rank_of[g]] * gpu_time[g];
+    return worst;
+}
+
+pp_status pp_place_by_speed(int n, const double *rank_load, const double *gpu_time, double min_gain, int *rank_of,
+                            double *gain, pp_error *err)
+{
+    int *by_load, *by_time, i, j;
+    double before, after;
+    if (gain) *gain = 0;
+    if (n < 1) return pp__fail(err, PP_EINVAL, "n=%d: must be at least 1", n);
+    if (!rank_load || !gpu_time || !rank_of)
+        return pp__fail(err, PP_EINVAL, "rank_load, gpu_time and rank_of must not be NULL");
+    if (!(min_gain >= 0 && min_gain < 1))
+        return pp__fail(err, PP_EINVAL, "min_gain=%g: must be in [0, 1)", min_gain);
+    for (i = 0; i < n; i++) {
+        if (!(rank_load[i] >= 0 && rank_load[i] <= DBL_MAX))
+            return pp__fail(err, PP_EINVAL, "rank_load[%d]=%g: must be a finite number >= 0", i, rank_load[i]);
+        if (!(gpu_time[i] > 0 && gpu_time[i] <= DBL_MAX))
+            return pp__fail(err, PP_EINVAL, "gpu_time[%d]=%g: must be a finite number > 0", i, gpu_time[i]);
+    }
+    by_load = (int *)pp__calloc((size_t)n, sizeof(int));
+    by_time = (int *)pp__calloc((size_t)n, sizeof(int));
+    if (!by_load || !by_time) {
+        PIPEPAR_FREE(by_load); PIPEPAR_FREE(by_time);
+        return pp__fail(err, PP_ENOMEM, "out of memory");
+    }
+    /* insertion sorts, stable (ties keep index order, so equal inputs give the identity): ranks
+     * by load, heaviest first; GPUs by time, fastest first */
+    for (i = 0; i < n; i++) {
+        for (j = i; j > 0 && rank_load[by_load[j - 1]] < rank_load[i]; j--) by_load[j] = by_load[j - 1];
+        by_load[j] = i;
+        for (j = i; j > 0 && gpu_time[by_time[j - 1]] > gpu_time[i]; j--) by_time[j] = by_time[j - 1];
+        by_time[j] = i;
+    }
+    for (i = 0; i < n; i++) rank_of[i] = i;
+    before = pp__placement_bottleneck(n, rank_load, gpu_time, rank_of);
+    for (i = 0; i < n; i++) rank_of[by_time[i]] = by_load[i];
+    after = pp__placement_bottleneck(n, rank_load, gpu_time, rank_of);
+    PIPEPAR_FREE(by_load);
+    PIPEPAR_FREE(by_time);
+    if (!(before > 0) || !(after < before * (1 - min_gain))) {
+        for (i = 0; i < n; i++) rank_of[i] = i;
+        return pp__ok(err);
+    }
+    if (gain) *gain = 1 - after / before;
+    return pp__ok(err);
+}

@@ -3,6 +3,7 @@
  * (first fastest) and numbers groups and members by decomposing indices over the masked and
  * unmasked dimensions, first dimension fastest. The 16-GPU example is the one in the docstring
  * of Megatron's initialize_model_parallel (tp 2, pp 4, so dp 2).                           */
+#include <stdlib.h>
 #include "pp_test.h"
 
 static pp_grid make_grid(int world, int tp, int cp, int dp, int pp, const char *order)
@@ -259,7 +260,116 @@ static void grid_dims_text_round_trips(void)
     PP_CHECK_STR(pp_dim_name((pp_dim)9), "?");
 }
 
+
+/* --- placement by speed ------------------------------------------------------------------------ */
+
+static double pl_bottleneck(int n, const double *load, const double *t, const int *rank_of)
+{
+    double worst = 0;
+    int g;
+    for (g = 0; g < n; g++) if (load[rank_of[g]] * t[g] > worst) worst = load[rank_of[g]] * t[g];
+    return worst;
+}
+
+/* The least bottleneck over all n! assignments, by brute force (Heap's algorithm). */
+static double pl_brute(int n, const double *load, const double *t)
+{
+    int a[8], c[8], i = 0, k;
+    double best;
+    for (k = 0; k < n; k++) { a[k] = k; c[k] = 0; }
+    best = pl_bottleneck(n, load, t, a);
+    while (i < n) {
+        if (c[i] < i) {
+            int j = i % 2 ? c[i] : 0, tmp = a[j];
+            a[j] = a[i]; a[i] = tmp;
+            if (pl_bottleneck(n, load, t, a) < best) best = pl_bottleneck(n, load, t, a);
+            c[i]++; i = 0;
+        } else {
+            c[i] = 0; i++;
+        }
+    }
+    return best;
+}
+
+/* Two H200s of session 9: rank 1 computes 48 GEMMs a microbatch-block where rank 0 computes 47
+ * (block 0 skips its input gradient), and GPU 0 runs 1.2% faster: rank 1 goes to GPU 0. */
+static void place_by_speed_puts_the_heavier_rank_on_the_faster_gpu(void)
+{
+    const double load[2] = { 47, 48 }, fast0[2] = { 1272.8, 1288.5 }, fast1[2] = { 1305.8, 1292.0 };
+    int rank_of[2];
+    double gain = -1;
+    pp_error err;
+    PP_CHECK_OK(pp_place_by_speed(2, load, fast0, 0.001, rank_of, &gain, &err), &err);
+    PP_CHECK_INT(rank_of[0], 1);
+    PP_CHECK_INT(rank_of[1], 0);
+    /* before: 48 x 1288.5 on GPU 1; after: max(48 x 1272.8, 47 x 1288.5) */
+    PP_CHECK_NEAR(gain, 1 - 48 * 1272.8 / (48 * 1288.5), 1e-12);
+    /* GPU 1 faster: rank 1 is already there */
+    PP_CHECK_OK(pp_place_by_speed(2, load, fast1, 0.001, rank_of, &gain, &err), &err);
+    PP_CHECK(rank_of[0] == 0 && rank_of[1] == 1);
+    PP_CHECK_NEAR(gain, 0, 0);
+    /* a gain under min_gain keeps the identity: 1.2% is not more than 2% */
+    PP_CHECK_OK(pp_place_by_speed(2, load, fast0, 0.02, rank_of, &gain, &err), &err);
+    PP_CHECK(rank_of[0] == 0 && rank_of[1] == 1);
+    PP_CHECK_NEAR(gain, 0, 0);
+}
+
+/* Random loads and times, n = 1..7: the result is a permutation and reaches the brute-force
+ * least bottleneck; equal loads or equal times keep the identity. */
+static void place_by_speed_matches_brute_force_and_keeps_ties_in_place(void)
+{
+    unsigned long long x = 0x9e3779b97f4a7c15ull;
+    int n, trial, g;
+    pp_error err;
+    for (n = 1; n <= 7; n++)
+        for (trial = 0; trial < 60; trial++) {
+            double load[8], t[8], gain;
+            int rank_of[8], seen[8] = { 0 };
+            for (g = 0; g < n; g++) {
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                load[g] = 1 + (double)(x >> 40) / (1 << 20) * (trial % 3 ? 1 : 0.001);   /* some nearly equal */
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                t[g] = 1 + (double)(x >> 40) / (1 << 22);
+            }
+            PP_CHECK_OK(pp_place_by_speed(n, load, t, 0, rank_of, &gain, &err), &err);
+            for (g = 0; g < n; g++) {
+                PP_CHECK(rank_of[g] >= 0 && rank_of[g] < n);
+                if (rank_of[g] >= 0 && rank_of[g] < n) seen[rank_of[g]]++;
+            }
+            for (g = 0; g < n; g++) PP_CHECK_INT(seen[g], 1);
+            PP_CHECK_NEAR(pl_bottleneck(n, load, t, rank_of), pl_brute(n, load, t), 1e-12);
+            PP_CHECK(gain >= 0 && gain < 1);
+        }
+    {
+        const double same[4] = { 3, 3, 3, 3 }, t[4] = { 4, 1, 3, 2 }, l[4] = { 5, 1, 9, 2 }, tsame[4] = { 2, 2, 2, 2 };
+        int rank_of[4];
+        PP_CHECK_OK(pp_place_by_speed(4, same, t, 0, rank_of, NULL, &err), &err);
+        for (g = 0; g < 4; g++) PP_CHECK_INT(rank_of[g], g);
+        PP_CHECK_OK(pp_place_by_speed(4, l, tsame, 0, rank_of, NULL, &err), &err);
+        for (g = 0; g < 4; g++) PP_CHECK_INT(rank_of[g], g);
+    }
+}
+
+static void place_by_speed_names_the_parameter_it_refuses(void)
+{
+    const double load[2] = { 1, 2 }, t[2] = { 1, 1 }, bad_t[2] = { 1, 0 }, bad_l[2] = { 1, -1 };
+    double nan_t[2] = { 1, 1 };
+    int rank_of[2];
+    pp_error err;
+    nan_t[1] = strtod("nan", NULL);
+    PP_CHECK_FAILS(pp_place_by_speed(0, load, t, 0, rank_of, NULL, &err), &err, PP_EINVAL, "n=0: must be at least 1");
+    PP_CHECK_FAILS(pp_place_by_speed(2, NULL, t, 0, rank_of, NULL, &err), &err, PP_EINVAL, "must not be NULL");
+    PP_CHECK_FAILS(pp_place_by_speed(2, load, bad_t, 0, rank_of, NULL, &err), &err, PP_EINVAL, "gpu_time[1]=0");
+    PP_CHECK_FAILS(pp_place_by_speed(2, load, nan_t, 0, rank_of, NULL, &err), &err, PP_EINVAL, "gpu_time[1]=");
+    PP_CHECK_FAILS(pp_place_by_speed(2, bad_l, t, 0, rank_of, NULL, &err), &err, PP_EINVAL, "rank_load[1]=-1");
+    PP_CHECK_FAILS(pp_place_by_speed(2, load, t, 1, rank_of, NULL, &err), &err, PP_EINVAL, "min_gain=1: must be in [0, 1)");
+    PP_CHECK_FAILS(pp_place_by_speed(2, load, t, -0.5, rank_of, NULL, &err), &err, PP_EINVAL, "min_gain=-0.5");
+}
+
 const pp_test_case pp_suite_grid[] = {
+    PP_TEST(place_by_speed_puts_the_heavier_rank_on_the_faster_gpu),
+    PP_TEST(place_by_speed_matches_brute_force_and_keeps_ties_in_place),
+    PP_TEST(place_by_speed_names_the_parameter_it_refuses),
     PP_TEST(grid_megatron_16_gpus_tp2_pp4_gives_its_documented_groups),
     PP_TEST(grid_default_order_puts_tp_fastest_and_pp_slowest),
     PP_TEST(grid_dp_cp_group_holds_the_ranks_that_average_gradients),

@@ -122,6 +122,21 @@ grep -q "search: .* each on 1107 splits of the 16 blocks; the fastest: interleav
     grep -q "search: its layout 'Et|" "$log/search-layout" && grep -q "stages of 1," "$log/search-layout" &&
     ok "search-layout: interleaved group 4, first stage of 1 block" || bad "search-layout: $(grep -E '^(search|schedule)' "$log/search-layout")"
 
+# placement by speed: with GPU 0 said to be faster, rank 1 (no skipped input gradient: the most
+# GEMMs) moves to process 0 and rank 0 to process 1 (pp_nccl_reorder), and the gradients still
+# match; then measured (whatever it decides, the run is right)
+run2 place-forced $SMALL --schedule 1f1b --place-by-speed --gpu-ms 1,1.5 --check; expect_match place-forced $?
+grep -q "process 0 -> rank 1, process 1 -> rank 0" "$log/place-forced" &&
+    ok "place-forced: the heavier rank 1 on the faster GPU 0" || bad "place-forced: $(grep 'placement by speed' "$log/place-forced")"
+grep -q "^rank 1 activation slots" "$log/place-forced" &&
+    ok "place-forced: process 0 reports as pipeline rank 1" || bad "place-forced: $(grep 'activation slots' "$log/place-forced")"
+run2 place-measured $SMALL --schedule interleaved --vpp 2 --place-by-speed --check; expect_match place-measured $?
+grep -Eq "placement by speed: fwd2 GEMM [0-9.]+ [0-9.]+ ms by process" "$log/place-measured" &&
+    ok "place-measured: $(grep -o 'fwd2 GEMM [0-9.]* [0-9.]* ms' "$log/place-measured")" || bad "place-measured: no measurement line"
+run2 place-equal $SMALL --schedule 1f1b --place-by-speed --gpu-ms 1,1 --check; expect_match place-equal $?
+grep -q "process 0 -> rank 0, process 1 -> rank 1 (bottleneck 0.00% lower)" "$log/place-equal" &&
+    ok "place-equal: equal GPUs keep their ranks" || bad "place-equal: $(grep 'placement by speed' "$log/place-equal")"
+
 # NCCL over its socket transport (a stand-in for two nodes)
 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 run2 sockets $SMALL --schedule 1f1b --check; expect_match sockets $?
 

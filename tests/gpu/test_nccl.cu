@@ -13,6 +13,7 @@
 #pragma GCC diagnostic ignored "-Wpedantic"
 #endif
 #include <cuda_runtime.h>
+#include <nccl.h>
 #if defined(__GNUC__)
 #pragma GCC diagnostic pop
 #endif
@@ -566,6 +567,42 @@ static void *gate_bad_base_rank(void *argp)
     return NULL;
 }
 
+/* pp_nccl_reorder: the two ranks swap numbers; the new communicator's rank, size and a transfer
+ * between the renumbered ranks agree; new numbers that are not a permutation fail on both ranks. */
+static void *reorder_rank(void *argp)
+{
+    gate_test *g = (gate_test *)argp;
+    pp_nccl *nc = NULL, *swapped = NULL, *dup = NULL;
+    pp_error e;
+    float *d = NULL, h = -1;
+    if (!(nc = two_rank_init(g))) return NULL;
+    CHECK_FAILS(pp_nccl_reorder(nc, 2, &swapped, &e), &e, PP_EINVAL, "new_rank=2: must be in 0..1");
+    CHECK_OK(pp_nccl_reorder(nc, 1 - g->rank, &swapped, &e), &e);
+    if (swapped) {
+        CHECK(pp_nccl_rank(swapped) == 1 - g->rank);
+        CHECK(pp_nccl_world(swapped) == 2);
+        CHECK(pp_nccl_device(swapped) == g->rank);
+        /* new rank 0 (GPU 1) sends its new number plus 40 to new rank 1 (GPU 0) */
+        cudaMalloc((void **)&d, sizeof(float));
+        h = pp_nccl_rank(swapped) == 0 ? 40.0f : -1.0f;
+        cudaMemcpy(d, &h, sizeof h, cudaMemcpyHostToDevice);
+        ncclGroupStart();
+        if (pp_nccl_rank(swapped) == 0) ncclSend(d, 1, ncclFloat, 1, (ncclComm_t)pp_nccl_comm(swapped), (cudaStream_t)pp_nccl_stream(swapped));
+        else ncclRecv(d, 1, ncclFloat, 0, (ncclComm_t)pp_nccl_comm(swapped), (cudaStream_t)pp_nccl_stream(swapped));
+        ncclGroupEnd();
+        CHECK_OK(pp_nccl_sync(swapped, NULL, 30, &e), &e);
+        cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost);
+        CHECK(h == 40.0f);
+        cudaFree(d);
+    }
+    /* both ask for 0: refused on both, naming the number nobody asked for */
+    CHECK_FAILS(pp_nccl_reorder(nc, 0, &dup, &e), &e, PP_EINVAL, "not a permutation of 0..1 (2 ranks asked for 0)");
+    CHECK(dup == NULL);
+    pp_nccl_free(swapped);
+    pp_nccl_free(nc);
+    return NULL;
+}
+
 /* --- copy-engine transfers, two ranks as two threads ---------------------------------------- */
 
 /* Takes every SM of the device until the host lets go: blocks of 1024 threads, as many as can be
@@ -1012,6 +1049,7 @@ int main(void)
         setenv("PIPEPAR_NCCL_GATE_BASE", "12x", 1);
         two_rank_threads(gate_bad_base_rank, 0);
         unsetenv("PIPEPAR_NCCL_GATE_BASE");
+        two_rank_threads(reorder_rank, 0);
         two_rank_threads(gate_rank_main, 1);
         /* threads of one process: the copy engines only with PIPEPAR_NCCL_CE_SAME_PROCESS=1 */
         two_rank_threads(ce_left_rank, 0);
