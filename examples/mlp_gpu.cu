@@ -130,7 +130,7 @@ static const char usage[] =
     "                  every split near the even one; each block F = I = W), and run the fastest\n"
     "  --search-kind K with --schedule search: only schedules of kind K (e.g. interleaved: Megatron's\n"
     "                  order, its microbatch group and, with --search-layout, its stages chosen)\n"
-    "  --place-by-speed time every GPU on the model's largest GEMM (all at once, under load, 2 s) and\n"
+    "  --place-by-speed time every GPU on the model's largest GEMM (all at once, under load, 3.5 s) and\n"
     "                  renumber the pipeline (pp_place_by_speed, pp_nccl_reorder) so that the rank with\n"
     "                  the most GEMMs runs on the fastest GPU; GPUs of one host differ by about 1%\n"
     "  --gpu-ms LIST   with --place-by-speed: these per-GPU times (ms, by process) instead of measuring\n"
@@ -1274,13 +1274,14 @@ static double check_gradients(Rank &R, double *ref_step_s)
     return worst;
 }
 
-/* --place-by-speed: the mean time of the model's fwd2 GEMM (H x T x 4H, bf16) on this GPU, after
- * a second of the same work, so that the GPU runs at the clock its power cap allows it in a
- * step rather than a cold one's. Every rank runs it at once (the caller's barrier). */
+/* --place-by-speed: the mean time of the model's fwd2 GEMM (H x T x 4H, bf16) on this GPU over
+ * 1.5 s, after 2 s of the same work, so that the GPU runs at the clock its power cap allows it in
+ * a step rather than a cold one's (with 1 s + 1 s, one of five measurements on 2 H200s all but
+ * missed a 1.1% difference). Every rank runs it at once (the caller's barrier). */
 static double measure_gpu_ms(const Options &o, int device)
 {
     const int H = o.hidden, T = o.tokens, F = 4 * H, batch = 20;
-    const double warm_s = 1.0, measure_s = 1.0;
+    const double warm_s = 2.0, measure_s = 1.5;
     bf16 *A, *B, *C;
     cublasHandle_t h;
     cudaStream_t s;
@@ -1527,7 +1528,9 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
             PPCK(pp_nccl_all_reduce_host(R.pipe, shared.data(), pp, o.timeout, &e_));
         }
         for (int g = 0; g < pp; g++) gpu[g] = shared[g];
-        PPCK(pp_place_by_speed(pp, load.data(), gpu.data(), 0.002, rank_of.data(), &gain, &e_));
+        /* any measured gain moves the ranks: a wrong call on noise costs what the GPUs differ by, which
+         * is then little */
+        PPCK(pp_place_by_speed(pp, load.data(), gpu.data(), 0.0005, rank_of.data(), &gain, &e_));
         if (lead && !o.quiet) {
             printf("placement by speed: fwd2 GEMM");
             for (int g = 0; g < pp; g++) printf(" %.4f", gpu[g]);
