@@ -230,8 +230,8 @@ PIPEPAR_API int pp_grid_order_format(const pp_grid *grid, char *buf, size_t size
 /* Placement by speed. GPUs of one host differ by about 1% under their power cap (silicon), and a
  * pipeline's ranks rarely compute the same amount (the first stage's first layer needs no input
  * gradient, the last holds the loss). A step waits for its slowest rank, so the heaviest rank
- * belongs on the fastest GPU: on 2 H200s this moved interleaved 1F1B from 95.1% to 96.5%
- * efficiency (bench/RESULTS.md, session 9). Pairing loads sorted down with GPU times sorted up
+ * belongs on the fastest GPU: on 2 H200s whose GPU 0 ran 1.1% faster, this moved interleaved
+ * 1F1B from 95.0-95.5% to 96.5-96.7% efficiency (`mlp_gpu --place-by-speed`, bench/RESULTS.md). Pairing loads sorted down with GPU times sorted up
  * minimises the largest load x time over all assignments (exchange argument), which is what
  * bounds the step.
  *
