@@ -771,7 +771,9 @@ PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
  * Choosing the layout too (cfg.layers). Give the model's layer count and per-layer costs, and the
  * search also splits the layers into stages: every split into pp*vpp stages of between
  * even - layout_spread and even + layout_spread layers (at least 1), each schedule tried on each,
- * each entry reporting its schedule's fastest split (entry.stage_layers). This is how Megatron's
+ * each entry reporting its schedule's fastest split (entry.stage_layers); where that is more than
+ * max_layouts splits, a descent from the even split that moves one layer at a time (pp = 4 and
+ * 12 stages already have more than 4096). This is how Megatron's
  * interleaved 1F1B gets its last points: with even 2-layer stages (pp = 2, vpp = 4, mb = 8, 16
  * layers, F = 1 and B = 2 per layer) rank 1 waits for rank 0's first 2-layer F at the start, and
  * rank 0 runs stage 0's last 2-layer B alone at the end. A 1-layer first stage halves both, but
@@ -838,8 +840,11 @@ typedef struct pp_search_config {
                                memory_stage to its layers. A vpp with more stages than layers is skipped */
     int layout_spread;      /* with layers: how far a stage's layer count may stray from the even
                                split (layers / stages, rounded down or up); 0 means 1 */
-    long max_layouts;       /* with layers: refuse (PP_EINVAL, naming the count) a vpp with more splits
-                               than this; 0 means 4096 (each costs a whole search of that vpp) */
+    long max_layouts;       /* with layers: a vpp with at most this many splits has every one tried;
+                               one with more is searched by descent from the even split (each round,
+                               the one-layer move between two stages that shortens the step most,
+                               until none does), trying at most this many; 0 means 4096 (each split
+                               costs a whole search of that vpp) */
 } pp_search_config;
 
 typedef struct pp_search_entry {
@@ -864,6 +869,8 @@ typedef struct pp_search_result {
     pp_schedule *best;        /* entries[0] when it fits, lowered (ready for CSV or the runtime);
                                  NULL when nothing fits the cap */
     long layouts;             /* with cfg.layers: splits tried, over every vpp; else 0 */
+    int layouts_local;        /* 1: some vpp had more splits than max_layouts, and was searched by
+                                 descent from the even split (so its best may be a local one) */
     int32_t *layout_pool;     /* storage of the entries' stage_layers */
 } pp_search_result;
 
@@ -6746,6 +6753,8 @@ typedef struct pp__search {
     size_t *layout_at;              /* [cap] */
     int32_t *pool;
     size_t pool_len, pool_cap;
+    int split_fits;                 /* the current split's best entry: fits the cap? */
+    double split_makespan;          /*   and its step time (DBL_MAX before any) */
 } pp__search;
 
 static void pp__candidate_name(const pp__candidate *c, char *buf, size_t size)
@@ -6812,6 +6821,10 @@ static int pp__entry_cmp(const void *pa, const void *pb)
 static pp_status pp__search_keep(pp__search *S, const pp_search_entry *t, pp_error *err)
 {
     int k = -1, j;
+    if (S->layout && (t->fits > S->split_fits || (t->fits == S->split_fits && t->makespan < S->split_makespan))) {
+        S->split_fits = t->fits;
+        S->split_makespan = t->makespan;
+    }
     if (S->layout) {
         if (S->cursor < S->count && !strcmp(S->entries[S->cursor].name, t->name)) k = S->cursor;
         for (j = S->first; k < 0 && j < S->count; j++)
@@ -7090,6 +7103,18 @@ static void pp__split_costs(const pp_sim_costs *per_layer, const int32_t *split,
     }
 }
 
+/* Searches every kind at vpp on one split (S->layout, S->stages), each entry keeping its best
+ * split so far; S->split_fits / split_makespan end as this split's best. */
+static pp_status pp__search_split(pp__search *S, const pp_sim_costs *per_layer, int vpp, double **split_cost,
+                                  pp_error *err)
+{
+    S->cursor = S->first;
+    S->split_fits = -1;
+    S->split_makespan = DBL_MAX;
+    pp__split_costs(per_layer, S->layout, S->stages, split_cost);
+    return pp__search_vpp(S, vpp, err);
+}
+
 pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp_error *err)
 {
     pp__search S;
@@ -7099,9 +7124,9 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     pp_search_result *res = NULL;
     pp_status st = PP_OK;
     double *b_stage = NULL, *split_cost[5] = { NULL, NULL, NULL, NULL, NULL };
-    int32_t *split = NULL, *even = NULL;
-    int vpp, vlo, vhi, max_vpp, k, spread;
-    long max_layouts, layouts = 0;
+    int32_t *split = NULL, *even = NULL, *trial = NULL;
+    int vpp, vlo, vhi, max_vpp, k, spread, local = 0;
+    long max_layouts, layouts = 0, count;
     if (!user_cfg || !out) return pp__fail(err, PP_EINVAL, "cfg and out: must not be NULL");
     *out = NULL;
     cfg_copy = *user_cfg;
@@ -7169,17 +7194,8 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
             st = pp__fail(err, PP_ENOMEM, "out of memory");
             goto done;
         }
-        for (vpp = vlo; vpp <= vhi && (long)cfg->pp * vpp <= cfg->layers; vpp++) {
-            int stages = cfg->pp * vpp, lo = cfg->layers / stages - spread, hi = (cfg->layers + stages - 1) / stages + spread;
-            long n = pp__splits_count(cfg->layers, stages, lo < 1 ? 1 : lo, hi, max_layouts);
-            if (n < 0) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
-            if (n > max_layouts) {
-                st = pp__fail(err, PP_EINVAL, "layers=%d over pp*vpp = %d stages (vpp=%d) with layout_spread=%d: more "
-                              "than max_layouts=%ld splits (narrow the spread, fix vpp, raise max_layouts, or give "
-                              "a layout)", cfg->layers, stages, vpp, spread, max_layouts);
-                goto done;
-            }
-        }
+        trial = (int32_t *)pp__calloc((size_t)most, sizeof *trial);
+        if (!trial) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
         cfg_copy.costs.f_stage = split_cost[0]; cfg_copy.costs.b_stage = split_cost[1];
         cfg_copy.costs.i_stage = split_cost[2]; cfg_copy.costs.w_stage = split_cost[3];
         cfg_copy.costs.memory_stage = split_cost[4];
@@ -7203,15 +7219,54 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
         S.layout = split;
         S.even = even;
         memcpy(split, even, (size_t)stages * sizeof *split);
-        for (have = 0;; have = 1) {
-            S.cursor = S.first;
-            pp__split_costs(&cfg_copy.costs, split, stages, split_cost);
-            st = pp__search_vpp(&S, vpp, err);
+        count = pp__splits_count(cfg->layers, stages, lo, hi, max_layouts);
+        if (count < 0) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+        if (count <= max_layouts) {
+            for (have = 0;; have = 1) {
+                st = pp__search_split(&S, &cfg_copy.costs, vpp, split_cost, err);
+                if (st != PP_OK) goto done;
+                layouts++;
+                if (!have ? !pp__split_fill(split, 0, stages, cfg->layers, lo, hi)
+                          : !pp__split_next(split, stages, lo, hi))
+                    break;
+                if (!memcmp(split, even, (size_t)stages * sizeof *split) && !pp__split_next(split, stages, lo, hi))
+                    break;
+            }
+        } else {
+            /* too many to try them all: descend from the even split, each round taking the move of
+             * one layer from a stage to another that shortens the step most, until none does or
+             * max_layouts splits have been tried */
+            int fits, a, b, best_a, best_b;
+            double makespan;
+            long tried = 0;
+            local = 1;
+            st = pp__search_split(&S, &cfg_copy.costs, vpp, split_cost, err);
             if (st != PP_OK) goto done;
-            layouts++;
-            if (!have ? !pp__split_fill(split, 0, stages, cfg->layers, lo, hi) : !pp__split_next(split, stages, lo, hi))
-                break;
-            if (!memcmp(split, even, (size_t)stages * sizeof *split) && !pp__split_next(split, stages, lo, hi)) break;
+            tried++;
+            fits = S.split_fits;
+            makespan = S.split_makespan;
+            for (;;) {
+                best_a = -1; best_b = -1;
+                memcpy(trial, split, (size_t)stages * sizeof *trial);
+                S.layout = trial;
+                for (a = 0; a < stages && tried < max_layouts; a++)
+                    for (b = 0; b < stages && tried < max_layouts; b++) {
+                        if (a == b || split[a] <= lo || split[b] >= hi) continue;
+                        trial[a]--; trial[b]++;
+                        st = pp__search_split(&S, &cfg_copy.costs, vpp, split_cost, err);
+                        trial[a]++; trial[b]--;
+                        if (st != PP_OK) goto done;
+                        tried++;
+                        if (S.split_fits > fits || (S.split_fits == fits && S.split_makespan < makespan * (1 - 1e-12))) {
+                            fits = S.split_fits; makespan = S.split_makespan;
+                            best_a = a; best_b = b;
+                        }
+                    }
+                S.layout = split;
+                if (best_a < 0) break;
+                split[best_a]--; split[best_b]++;
+            }
+            layouts += tried;
         }
     }
     if (S.count == 0 && cfg->kind != PP_KIND_NONE) {
@@ -7229,6 +7284,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     res->entries = S.entries;
     S.entries = NULL;
     res->layouts = layouts;
+    res->layouts_local = local;
     res->layout_pool = S.pool;
     S.pool = NULL;
     if (res->count > 0 && res->entries[0].fits) {
@@ -7253,6 +7309,7 @@ done:
     PIPEPAR_FREE(b_stage);
     PIPEPAR_FREE(split);
     PIPEPAR_FREE(even);
+    PIPEPAR_FREE(trial);
     for (k = 0; k < 5; k++) PIPEPAR_FREE(split_cost[k]);
     pp_search_result_free(res);
     return st;

@@ -28,8 +28,9 @@ static void search_usage(FILE *out)
             "                 activations in proportion (stage s is model piece s; the schedule places it)\n"
             "  --layers N     choose the layout too: N layers split into pp*vpp stages every way that keeps\n"
             "                 each stage within --spread S (default 1) layers of the even split; --f, --i,\n"
-            "                 --w are per layer; each schedule is shown with its fastest split. Refused\n"
-            "                 above --max-layouts splits per vpp (default 4096)\n"
+            "                 --w are per layer; each schedule is shown with its fastest split. Above\n"
+            "                 --max-layouts splits per vpp (default 4096), a descent from the even split\n"
+            "                 (one layer moved at a time) that tries at most that many\n"
             "  --kind K       only this kind (interleaved, zbv, ..., greedy): a trainer without a split\n"
             "                 backward wants --kind interleaved or 1f1b\n"
             "  --p2p L        latency per transfer; --bytes N --bandwidth GBPS add N bytes at GBPS\n"
@@ -213,7 +214,10 @@ int pp_cli_search(int argc, char **argv)
 
     if (pp_search(&cfg, &res, &err) != PP_OK) { rc = cli_report(&err); goto done; }
     if (json) {
-        printf("{\"pp\": %d, \"mb\": %d, \"max_memory\": %.9g, \"entries\": [", cfg.pp, cfg.mb, cfg.max_memory);
+        printf("{\"pp\": %d, \"mb\": %d, \"max_memory\": %.9g, ", cfg.pp, cfg.mb, cfg.max_memory);
+        if (cfg.layers) printf("\"layers\": %d, \"layouts\": %ld, \"layouts_local\": %s, ", cfg.layers, res->layouts,
+                               res->layouts_local ? "true" : "false");
+        printf("\"entries\": [");
         for (k = 0; k < res->count; k++) {
             const pp_search_entry *e = &res->entries[k];
             printf("%s\n  {\"name\": \"%s\", \"kind\": \"%s\", \"vpp\": %d, \"group\": %d, \"max_live\": %d, "
@@ -235,7 +239,10 @@ int pp_cli_search(int argc, char **argv)
         for (k = 0; k < res->count; k++)
             if (res->entries[k].kind == PP_1F1B) base = &res->entries[k];
         printf("pipepar search  pp=%d mb=%d  %d schedules proven and simulated", cfg.pp, cfg.mb, res->count);
-        if (cfg.layers) printf(", each on every split of %d layers (%ld splits)", cfg.layers, res->layouts);
+        if (cfg.layers && !res->layouts_local) printf(", each on every split of %d layers (%ld splits)", cfg.layers, res->layouts);
+        if (cfg.layers && res->layouts_local)
+            printf(", each on %ld splits of %d layers (where a vpp has more than --max-layouts, found by descent "
+                   "from the even split)", res->layouts, cfg.layers);
         if (cfg.max_memory > 0) printf("; memory cap %g (1F1B needs %d)", cfg.max_memory, cfg.pp);
         printf("\n\n  #  %-54s %12s %8s %9s  %s\n", "schedule", "step time", "bubble", "peak mem",
                cfg.layers ? "its fastest layout" : "");

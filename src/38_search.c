@@ -292,6 +292,8 @@ typedef struct pp__search {
     size_t *layout_at;              /* [cap] */
     int32_t *pool;
     size_t pool_len, pool_cap;
+    int split_fits;                 /* the current split's best entry: fits the cap? */
+    double split_makespan;          /*   and its step time (DBL_MAX before any) */
 } pp__search;
 
 static void pp__candidate_name(const pp__candidate *c, char *buf, size_t size)
@@ -358,6 +360,10 @@ static int pp__entry_cmp(const void *pa, const void *pb)
 static pp_status pp__search_keep(pp__search *S, const pp_search_entry *t, pp_error *err)
 {
     int k = -1, j;
+    if (S->layout && (t->fits > S->split_fits || (t->fits == S->split_fits && t->makespan < S->split_makespan))) {
+        S->split_fits = t->fits;
+        S->split_makespan = t->makespan;
+    }
     if (S->layout) {
         if (S->cursor < S->count && !strcmp(S->entries[S->cursor].name, t->name)) k = S->cursor;
         for (j = S->first; k < 0 && j < S->count; j++)
@@ -636,6 +642,18 @@ static void pp__split_costs(const pp_sim_costs *per_layer, const int32_t *split,
     }
 }
 
+/* Searches every kind at vpp on one split (S->layout, S->stages), each entry keeping its best
+ * split so far; S->split_fits / split_makespan end as this split's best. */
+static pp_status pp__search_split(pp__search *S, const pp_sim_costs *per_layer, int vpp, double **split_cost,
+                                  pp_error *err)
+{
+    S->cursor = S->first;
+    S->split_fits = -1;
+    S->split_makespan = DBL_MAX;
+    pp__split_costs(per_layer, S->layout, S->stages, split_cost);
+    return pp__search_vpp(S, vpp, err);
+}
+
 pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp_error *err)
 {
     pp__search S;
@@ -645,9 +663,9 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     pp_search_result *res = NULL;
     pp_status st = PP_OK;
     double *b_stage = NULL, *split_cost[5] = { NULL, NULL, NULL, NULL, NULL };
-    int32_t *split = NULL, *even = NULL;
-    int vpp, vlo, vhi, max_vpp, k, spread;
-    long max_layouts, layouts = 0;
+    int32_t *split = NULL, *even = NULL, *trial = NULL;
+    int vpp, vlo, vhi, max_vpp, k, spread, local = 0;
+    long max_layouts, layouts = 0, count;
     if (!user_cfg || !out) return pp__fail(err, PP_EINVAL, "cfg and out: must not be NULL");
     *out = NULL;
     cfg_copy = *user_cfg;
@@ -715,17 +733,8 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
             st = pp__fail(err, PP_ENOMEM, "out of memory");
             goto done;
         }
-        for (vpp = vlo; vpp <= vhi && (long)cfg->pp * vpp <= cfg->layers; vpp++) {
-            int stages = cfg->pp * vpp, lo = cfg->layers / stages - spread, hi = (cfg->layers + stages - 1) / stages + spread;
-            long n = pp__splits_count(cfg->layers, stages, lo < 1 ? 1 : lo, hi, max_layouts);
-            if (n < 0) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
-            if (n > max_layouts) {
-                st = pp__fail(err, PP_EINVAL, "layers=%d over pp*vpp = %d stages (vpp=%d) with layout_spread=%d: more "
-                              "than max_layouts=%ld splits (narrow the spread, fix vpp, raise max_layouts, or give "
-                              "a layout)", cfg->layers, stages, vpp, spread, max_layouts);
-                goto done;
-            }
-        }
+        trial = (int32_t *)pp__calloc((size_t)most, sizeof *trial);
+        if (!trial) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
         cfg_copy.costs.f_stage = split_cost[0]; cfg_copy.costs.b_stage = split_cost[1];
         cfg_copy.costs.i_stage = split_cost[2]; cfg_copy.costs.w_stage = split_cost[3];
         cfg_copy.costs.memory_stage = split_cost[4];
@@ -749,15 +758,54 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
         S.layout = split;
         S.even = even;
         memcpy(split, even, (size_t)stages * sizeof *split);
-        for (have = 0;; have = 1) {
-            S.cursor = S.first;
-            pp__split_costs(&cfg_copy.costs, split, stages, split_cost);
-            st = pp__search_vpp(&S, vpp, err);
+        count = pp__splits_count(cfg->layers, stages, lo, hi, max_layouts);
+        if (count < 0) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+        if (count <= max_layouts) {
+            for (have = 0;; have = 1) {
+                st = pp__search_split(&S, &cfg_copy.costs, vpp, split_cost, err);
+                if (st != PP_OK) goto done;
+                layouts++;
+                if (!have ? !pp__split_fill(split, 0, stages, cfg->layers, lo, hi)
+                          : !pp__split_next(split, stages, lo, hi))
+                    break;
+                if (!memcmp(split, even, (size_t)stages * sizeof *split) && !pp__split_next(split, stages, lo, hi))
+                    break;
+            }
+        } else {
+            /* too many to try them all: descend from the even split, each round taking the move of
+             * one layer from a stage to another that shortens the step most, until none does or
+             * max_layouts splits have been tried */
+            int fits, a, b, best_a, best_b;
+            double makespan;
+            long tried = 0;
+            local = 1;
+            st = pp__search_split(&S, &cfg_copy.costs, vpp, split_cost, err);
             if (st != PP_OK) goto done;
-            layouts++;
-            if (!have ? !pp__split_fill(split, 0, stages, cfg->layers, lo, hi) : !pp__split_next(split, stages, lo, hi))
-                break;
-            if (!memcmp(split, even, (size_t)stages * sizeof *split) && !pp__split_next(split, stages, lo, hi)) break;
+            tried++;
+            fits = S.split_fits;
+            makespan = S.split_makespan;
+            for (;;) {
+                best_a = -1; best_b = -1;
+                memcpy(trial, split, (size_t)stages * sizeof *trial);
+                S.layout = trial;
+                for (a = 0; a < stages && tried < max_layouts; a++)
+                    for (b = 0; b < stages && tried < max_layouts; b++) {
+                        if (a == b || split[a] <= lo || split[b] >= hi) continue;
+                        trial[a]--; trial[b]++;
+                        st = pp__search_split(&S, &cfg_copy.costs, vpp, split_cost, err);
+                        trial[a]++; trial[b]--;
+                        if (st != PP_OK) goto done;
+                        tried++;
+                        if (S.split_fits > fits || (S.split_fits == fits && S.split_makespan < makespan * (1 - 1e-12))) {
+                            fits = S.split_fits; makespan = S.split_makespan;
+                            best_a = a; best_b = b;
+                        }
+                    }
+                S.layout = split;
+                if (best_a < 0) break;
+                split[best_a]--; split[best_b]++;
+            }
+            layouts += tried;
         }
     }
     if (S.count == 0 && cfg->kind != PP_KIND_NONE) {
@@ -775,6 +823,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     res->entries = S.entries;
     S.entries = NULL;
     res->layouts = layouts;
+    res->layouts_local = local;
     res->layout_pool = S.pool;
     S.pool = NULL;
     if (res->count > 0 && res->entries[0].fits) {
@@ -799,6 +848,7 @@ done:
     PIPEPAR_FREE(b_stage);
     PIPEPAR_FREE(split);
     PIPEPAR_FREE(even);
+    PIPEPAR_FREE(trial);
     for (k = 0; k < 5; k++) PIPEPAR_FREE(split_cost[k]);
     pp_search_result_free(res);
     return st;

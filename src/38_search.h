@@ -37,7 +37,9 @@
  * Choosing the layout too (cfg.layers). Give the model's layer count and per-layer costs, and the
  * search also splits the layers into stages: every split into pp*vpp stages of between
  * even - layout_spread and even + layout_spread layers (at least 1), each schedule tried on each,
- * each entry reporting its schedule's fastest split (entry.stage_layers). This is how Megatron's
+ * each entry reporting its schedule's fastest split (entry.stage_layers); where that is more than
+ * max_layouts splits, a descent from the even split that moves one layer at a time (pp = 4 and
+ * 12 stages already have more than 4096). This is how Megatron's
  * interleaved 1F1B gets its last points: with even 2-layer stages (pp = 2, vpp = 4, mb = 8, 16
  * layers, F = 1 and B = 2 per layer) rank 1 waits for rank 0's first 2-layer F at the start, and
  * rank 0 runs stage 0's last 2-layer B alone at the end. A 1-layer first stage halves both, but
@@ -104,8 +106,11 @@ typedef struct pp_search_config {
                                memory_stage to its layers. A vpp with more stages than layers is skipped */
     int layout_spread;      /* with layers: how far a stage's layer count may stray from the even
                                split (layers / stages, rounded down or up); 0 means 1 */
-    long max_layouts;       /* with layers: refuse (PP_EINVAL, naming the count) a vpp with more splits
-                               than this; 0 means 4096 (each costs a whole search of that vpp) */
+    long max_layouts;       /* with layers: a vpp with at most this many splits has every one tried;
+                               one with more is searched by descent from the even split (each round,
+                               the one-layer move between two stages that shortens the step most,
+                               until none does), trying at most this many; 0 means 4096 (each split
+                               costs a whole search of that vpp) */
 } pp_search_config;
 
 typedef struct pp_search_entry {
@@ -130,6 +135,8 @@ typedef struct pp_search_result {
     pp_schedule *best;        /* entries[0] when it fits, lowered (ready for CSV or the runtime);
                                  NULL when nothing fits the cap */
     long layouts;             /* with cfg.layers: splits tried, over every vpp; else 0 */
+    int layouts_local;        /* 1: some vpp had more splits than max_layouts, and was searched by
+                                 descent from the even split (so its best may be a local one) */
     int32_t *layout_pool;     /* storage of the entries' stage_layers */
 } pp_search_result;
 

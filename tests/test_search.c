@@ -1078,6 +1078,61 @@ static void search_layers_over_every_kind_and_vpp(void)
     pp_search_result_free(res);
 }
 
+/* More splits than max_layouts: a descent from the even split. For the interleaved case above one
+ * move (a layer from stage 0 to stage 6) reaches the 195-unit split, and the descent finds it
+ * trying at most max_layouts splits; at pp = 4 (32 layers, vpp 3 and 4: far more than 4096
+ * splits) it ends no slower than the even split, with every entry's split summing to the layers. */
+static void search_layers_descends_where_there_are_too_many_splits(void)
+{
+    pp_search_config cfg = sr_layers_cfg(2, 8, 4, 16, PP_INTERLEAVED_1F1B);
+    pp_search_result *res = NULL, *even = NULL;
+    pp_error err;
+    static const int32_t want[8] = { 1, 2, 2, 2, 2, 2, 3, 2 };
+    int k;
+    cfg.max_layouts = 100;
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    if (res) {
+        PP_CHECK_INT(res->layouts_local, 1);
+        PP_CHECK(res->layouts > 1 && res->layouts <= 100);
+        PP_CHECK_NEAR(res->entries[0].makespan, 195, 1e-9);
+        PP_CHECK_INT(res->entries[0].group, 4);
+        PP_CHECK(res->entries[0].stage_layers && !memcmp(res->entries[0].stage_layers, want, sizeof want));
+    }
+    pp_search_result_free(res);
+    res = NULL;
+    /* the exhaustive search of the same: not local */
+    cfg.max_layouts = 0;
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    if (res) PP_CHECK_INT(res->layouts_local, 0);
+    pp_search_result_free(res);
+    res = NULL;
+    cfg = sr_layers_cfg(4, 8, 0, 24, PP_INTERLEAVED_1F1B);
+    cfg.max_vpp = 3;
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    if (res) {
+        PP_CHECK_INT(res->layouts_local, 1);
+        for (k = 0; k < res->count; k++) {
+            int st, sum = 0;
+            for (st = 0; st < 4 * res->entries[k].vpp; st++) sum += res->entries[k].stage_layers[st];
+            PP_CHECK_INT(sum, 24);
+        }
+        /* the even split, 24 / 12 = 2 layers a stage at vpp 3, every group: the descent starts there */
+        {
+            pp_search_config e;
+            double two[12], four[12];
+            for (k = 0; k < 12; k++) { two[k] = 2; four[k] = 4; }
+            memset(&e, 0, sizeof e);
+            e.pp = 4; e.mb = 8; e.vpp = 3; e.kind = PP_INTERLEAVED_1F1B;
+            e.costs.f_stage = two; e.costs.i_stage = two; e.costs.w_stage = two; e.costs.b_stage = four;
+            e.costs.memory_stage = two;
+            PP_CHECK_OK(pp_search(&e, &even, &err), &err);
+            if (even) PP_CHECK(res->entries[0].makespan <= even->entries[0].makespan * (1 + 1e-12));
+            pp_search_result_free(even);
+        }
+    }
+    pp_search_result_free(res);
+}
+
 /* One rank: no bubble whatever the split, so every split ties on time and bubble; where memory
  * ties too, the even split (tried first) is kept. (Two other splits tying, the one nearer the
  * even split is kept: the 195-unit winner above, against 1,1,1,2,3,3,3,2, which comes first.) */
@@ -1115,8 +1170,6 @@ static void search_layers_names_the_parameter_it_refuses(void)
     PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "layout_spread=-1");
     cfg.layout_spread = 0; cfg.max_layouts = -5;
     PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "max_layouts=-5");
-    cfg.max_layouts = 1000;
-    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "more than max_layouts=1000 splits");
     cfg.max_layouts = 0; cfg.costs.f_stage = one;
     PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "layers=16 with per-stage costs");
     cfg.costs.f_stage = NULL; cfg.kind = PP_ZBV;
@@ -1133,26 +1186,31 @@ static void search_layers_survives_out_of_memory_at_every_allocation(void)
     pp_search_config cfg = sr_layers_cfg(2, 4, 2, 6, PP_KIND_NONE);
     pp_search_result *res = NULL;
     pp_error err;
-    long k;
-    int done = 0, failures = 0;
-    double want = 0;
-    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
-    if (res) want = res->entries[0].makespan;
-    pp_search_result_free(res);
-    res = NULL;
-    for (k = 0; k < 1000000 && !done; k += 1 + k / 64) {
-        pp_status st;
-        pp_test_alloc_countdown = k;
-        st = pp_search(&cfg, &res, &err);
-        pp_test_alloc_countdown = -1;
-        if (st == PP_OK) { done = 1; break; }
-        failures++;
-        PP_CHECK_MSG(st == PP_ENOMEM, "allocation %ld failing gave %s: %s", k, pp_status_name(st), err.message);
-        PP_CHECK(res == NULL);
+    long k, cap;
+    for (cap = 0; cap <= 5; cap += 5) {   /* every split, then (max_layouts 5) the descent */
+        int done = 0, failures = 0;
+        double want = 0;
+        cfg.max_layouts = cap;
+        PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+        if (res) { want = res->entries[0].makespan; PP_CHECK_INT(res->layouts_local, cap ? 1 : 0); }
+        pp_search_result_free(res);
+        res = NULL;
+        for (k = 0; k < 1000000 && !done; k += 1 + k / 64) {
+            pp_status st;
+            pp_test_alloc_countdown = k;
+            st = pp_search(&cfg, &res, &err);
+            pp_test_alloc_countdown = -1;
+            if (st == PP_OK) { done = 1; break; }
+            failures++;
+            PP_CHECK_MSG(st == PP_ENOMEM, "max_layouts %ld: allocation %ld failing gave %s: %s", cap, k,
+                         pp_status_name(st), err.message);
+            PP_CHECK(res == NULL);
+        }
+        PP_CHECK_MSG(done && failures > 10, "search succeeded after %d failures (done=%d)", failures, done);
+        if (res) PP_CHECK_NEAR(res->entries[0].makespan, want, 1e-12);
+        pp_search_result_free(res);
+        res = NULL;
     }
-    PP_CHECK_MSG(done && failures > 10, "search succeeded after %d failures (done=%d)", failures, done);
-    if (res) PP_CHECK_NEAR(res->entries[0].makespan, want, 1e-12);
-    pp_search_result_free(res);
 }
 
 /* The layout text parses back (pp_layers_build) to the same split; a short buffer is told the
@@ -1208,6 +1266,7 @@ const pp_test_case pp_suite_search[] = {
     PP_TEST(search_layers_finds_the_interleaved_split_and_group),
     PP_TEST(search_layers_over_every_kind_and_vpp),
     PP_TEST(search_layers_tie_keeps_the_split_nearest_even),
+    PP_TEST(search_layers_descends_where_there_are_too_many_splits),
     PP_TEST(search_layers_names_the_parameter_it_refuses),
     PP_TEST(search_layers_survives_out_of_memory_at_every_allocation),
     PP_TEST(search_layout_text_round_trips),

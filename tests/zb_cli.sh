@@ -89,7 +89,9 @@ expect_error 2 "--max-layouts: only with --layers" search --pp 2 --mb 8 --max-la
 expect_error 2 "--layers and --layout: give one" search --pp 2 --mb 8 --layers 16 --layout 'Et|t|t|tL'
 expect_error 2 "--layers and --f-stage: give one" search --pp 2 --mb 8 --vpp 2 --layers 16 --f-stage 1,1,1,1
 expect_error 2 "--layers with --b: give the halves" search --pp 2 --mb 8 --layers 16 --b 2
-expect_error 1 "more than max_layouts=100 splits" search --pp 2 --mb 8 --vpp 4 --layers 16 --max-layouts 100
+out=$($P search --pp 2 --mb 8 --vpp 4 --layers 16 --kind interleaved --max-layouts 100) && ok || bad "search --max-layouts 100 exit $?"
+echo "$out" | grep -q "found by descent from the even split" && echo "$out" | grep -q '^best: interleaved vpp=4 group=4, step time 195$' \
+    && ok || bad "search --max-layouts 100: no descent, or not 195: $out"
 expect_error 1 "layers=3: fewer than the pp*vpp = 4 stages" search --pp 2 --mb 8 --vpp 2 --layers 3
 expect_error 2 "--kind=foo:" search --pp 2 --mb 8 --kind foo
 expect_error 1 "kind=zbv: none of this kind" search --pp 2 --mb 8 --vpp 4 --kind zbv
