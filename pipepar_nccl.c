@@ -669,15 +669,15 @@ pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_error *err)
 
 /* A new communicator from parent's ranks of `color`, this rank at position `key` among them
  * (ncclCommSplit), expected to hold `size` ranks: what pp_nccl_split and pp_nccl_reorder share. */
-static pp_status pp__nccl_split_as(pp_nccl *parent, int color, int key, int size, const char *desc, pp_nccl **out,
-                                   pp_error *err)
+static pp_status pp__nccl_split_as(pp_nccl *parent, int color, int key, int size, const char *desc,
+                                   const char *caller, pp_nccl **out, pp_error *err)
 {
     pp_nccl *nc;
     ncclConfig_t config;
     ncclResult_t r;
     pp_status st;
     nc = (pp_nccl *)calloc(1, sizeof *nc);
-    if (!nc) return pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_split: out of memory");
+    if (!nc) return pp__nccl_fail(err, PP_ENOMEM, "%s: out of memory", caller);
     if ((st = pp__nccl_watchdog_start(nc, err)) != PP_OK) { free(nc); return st; }
     nc->rank = key;
     nc->world = size;
@@ -731,36 +731,45 @@ pp_status pp_nccl_split(pp_nccl *parent, const pp_grid *grid, unsigned dims, pp_
     if (st != PP_OK) return st;
     pp_grid_dims_format(dims, name, sizeof name);
     snprintf(desc, sizeof desc, "%s group %d", name, info.color);
-    return pp__nccl_split_as(parent, info.color, info.index, info.size, desc, out, err);
+    return pp__nccl_split_as(parent, info.color, info.index, info.size, desc, "pp_nccl_split", out, err);
 }
 
 pp_status pp_nccl_reorder(pp_nccl *parent, int new_rank, pp_nccl **out, pp_error *err)
 {
     char desc[64];
+    float *hot, flag;
+    pp_status st;
+    int k, bad;
     if (!parent || !out) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_reorder: parent and out must not be NULL");
     *out = NULL;
     if (parent->aborted) return pp__nccl_aborted(parent, err, "pp_nccl_reorder");
-    if (new_rank < 0 || new_rank >= parent->world)
-        return pp__nccl_fail(err, PP_EINVAL, "new_rank=%d: must be in 0..%d (the communicator's size is %d)", new_rank,
-                             parent->world - 1, parent->world);
-    {
-        /* every rank learns every new number first (a sum of one-hot rows), so that a duplicate
-         * fails on all ranks alike instead of leaving some with a communicator the others drop */
-        float *hot = (float *)calloc((size_t)parent->world, sizeof(float));
-        pp_status st;
-        int k;
-        if (!hot) return pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_reorder: out of memory");
+    /* Every rank joins both reductions whatever it holds, so that a bad number or a failed
+     * allocation on one rank fails all of them alike rather than leaving the others waiting:
+     * first a flag (1 where this rank cannot go on), then every new number (a sum of one-hot
+     * rows), so that a duplicate is seen everywhere before any rank splits. */
+    hot = (float *)calloc((size_t)parent->world, sizeof(float));
+    bad = !hot || new_rank < 0 || new_rank >= parent->world;
+    flag = bad ? 1.0f : 0.0f;
+    st = pp_nccl_all_reduce_host(parent, &flag, 1, parent->timeout_s, err);
+    if (st == PP_OK && bad)
+        st = !hot ? pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_reorder: out of memory")
+                  : pp__nccl_fail(err, PP_EINVAL, "new_rank=%d: must be in 0..%d (the communicator's size is %d)",
+                                  new_rank, parent->world - 1, parent->world);
+    else if (st == PP_OK && flag > 0)
+        st = pp__nccl_fail(err, PP_EINVAL, "new_rank=%d: %g other rank(s) gave a number outside 0..%d or ran out of "
+                           "memory", new_rank, (double)flag, parent->world - 1);
+    if (st == PP_OK) {
         hot[new_rank] = 1;
         st = pp_nccl_all_reduce_host(parent, hot, parent->world, parent->timeout_s, err);
         for (k = 0; st == PP_OK && k < parent->world; k++)
             if (hot[k] != 1)
                 st = pp__nccl_fail(err, PP_EINVAL, "new_rank=%d: the ranks' new numbers are not a permutation of "
                                    "0..%d (%g ranks asked for %d)", new_rank, parent->world - 1, (double)hot[k], k);
-        free(hot);
-        if (st != PP_OK) return st;
     }
+    free(hot);
+    if (st != PP_OK) return st;
     snprintf(desc, sizeof desc, "reordered (rank %d was %d)", new_rank, parent->rank);
-    return pp__nccl_split_as(parent, 0, new_rank, parent->world, desc, out, err);
+    return pp__nccl_split_as(parent, 0, new_rank, parent->world, desc, "pp_nccl_reorder", out, err);
 }
 
 void pp_nccl_free(pp_nccl *nc)

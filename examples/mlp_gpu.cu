@@ -133,6 +133,7 @@ static const char usage[] =
     "  --place-by-speed time every GPU on the model's largest GEMM (all at once, under load, 3.5 s) and\n"
     "                  renumber the pipeline (pp_place_by_speed, pp_nccl_reorder) so that the rank with\n"
     "                  the most GEMMs runs on the fastest GPU; GPUs of one host differ by about 1%\n"
+    "                  (one host: ranks on several stay as launched, so neighbours stay on their nodes)\n"
     "  --gpu-ms LIST   with --place-by-speed: these per-GPU times (ms, by process) instead of measuring\n"
     "  --layout STR    blocks per stage, a Megatron layout in stage order: 'Et*2|t*6|t*2|t*6L' (E input,\n"
     "                  t block, L loss; '|' between stages); which rank holds stage s is the schedule's\n"
@@ -1443,7 +1444,7 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
             lc.layout = text.data();
             PPCK(pp_layers_build(&lc, &lay, &e_));
         }
-        if (lead && !o.quiet) {
+        if (lead) {   /* even with --quiet: what ran is part of every result */
             double work = 0;   /* F + I + W of every stage and microbatch, over pp ranks */
             if (choose) work = 3.0 * o.layers * o.mb;
             else for (int st = 0; st < S0; st++) work += 3.0 * fs[st] * o.mb;
@@ -1503,7 +1504,22 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
 
     /* placement by speed: the rank with the most GEMMs on the fastest GPU. A block costs 6 GEMMs a
      * microbatch (2 forward, 4 backward); block 0 skips its input gradient, one fewer. */
+    bool one_host = true;
     if (o.place_by_speed) {
+        /* one host only: renumbered across nodes, pipeline neighbours could land on other hosts */
+        std::vector<float> host(pp, 0.0f);
+        char name[256] = "";
+        unsigned hash = 2166136261u;   /* FNV-1a, 24 bits: exact in a float */
+        gethostname(name, sizeof name - 1);
+        for (const char *c = name; *c; c++) hash = (hash ^ (unsigned char)*c) * 16777619u;
+        host[pp_nccl_rank(R.pipe)] = (float)(hash & 0xffffffu);
+        PPCK(pp_nccl_all_reduce_host(R.pipe, host.data(), pp, o.timeout, &e_));
+        for (int g = 1; g < pp; g++) one_host = one_host && host[g] == host[0];
+        if (!one_host && lead)
+            printf("placement by speed: the ranks are on more than one host; kept as launched (renumbered, "
+                   "pipeline neighbours could land on other hosts)\n");
+    }
+    if (o.place_by_speed && one_host) {
         std::vector<double> load(pp, 0.0), gpu(pp, 0.0);
         std::vector<float> shared(pp, 0.0f);
         std::vector<int> rank_of(pp);
@@ -1524,14 +1540,14 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
             }
         } else {
             PPCK(pp_nccl_barrier(R.pipe, o.timeout, &e_));
-            shared[rank] = (float)measure_gpu_ms(o, pp_nccl_device(R.pipe));
+            shared[pp_nccl_rank(R.pipe)] = (float)measure_gpu_ms(o, pp_nccl_device(R.pipe));
             PPCK(pp_nccl_all_reduce_host(R.pipe, shared.data(), pp, o.timeout, &e_));
         }
         for (int g = 0; g < pp; g++) gpu[g] = shared[g];
         /* any measured gain moves the ranks: a wrong call on noise costs what the GPUs differ by, which
          * is then little */
         PPCK(pp_place_by_speed(pp, load.data(), gpu.data(), 0.0005, rank_of.data(), &gain, &e_));
-        if (lead && !o.quiet) {
+        if (lead) {   /* even with --quiet, as the search's choice */
             printf("placement by speed: fwd2 GEMM");
             for (int g = 0; g < pp; g++) printf(" %.4f", gpu[g]);
             printf(" ms by process; GEMMs per rank");
@@ -1545,6 +1561,8 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
             PPCK(pp_nccl_reorder(R.pipe, rank_of[rank], &renumbered, &e_));
             pp_nccl_free(R.pipe);
             R.pipe = renumbered;
+            if (rank_of[rank] != rank)   /* this process's messages name its pipeline rank from here on */
+                fprintf(stderr, "mlp_gpu: process %d runs pipeline rank %d (placement by speed)\n", rank, rank_of[rank]);
             rank = rank_of[rank];
             R.rank = rank;   /* `lead`, the process that prints, stays world rank 0 */
         }

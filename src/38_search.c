@@ -573,22 +573,25 @@ static pp_status pp__search_vpp(pp__search *S, int vpp, pp_error *err)
 
 /* --- the layout search (cfg.layers) ------------------------------------------------------------ */
 
-/* Splits of `layers` into `stages` stages of lo..hi layers each: how many (counted up to `limit`
- * + 1, then stopped), and the next one after `split` in lexicographic order. */
+/* Splits of `layers` into `stages` stages of lo..hi layers each: how many (any count over `limit`
+ * reads limit + 1), the first, and the next one after `split` in lexicographic order. */
 static long pp__splits_count(int layers, int stages, int lo, int hi, long limit)
 {
-    /* ways[n]: splits of n layers into the stages counted so far */
-    long *ways = (long *)pp__calloc((size_t)layers + 1, sizeof(long)), *next, total;
-    int s, n, k;
+    /* ways[n]: splits of n layers into the stages counted so far, capped at limit + 1 (limit is at
+     * most 2^40 and layers at most 4096, so a window's sum of capped values stays exact in a long);
+     * each stage is a sliding-window sum: O(stages x layers) */
+    long *ways = (long *)pp__calloc((size_t)layers + 1, sizeof(long)), *next, total, window;
+    int s, n;
     if (!ways) return -1;
     next = (long *)pp__calloc((size_t)layers + 1, sizeof(long));
     if (!next) { PIPEPAR_FREE(ways); return -1; }
     ways[0] = 1;
     for (s = 0; s < stages; s++) {
+        window = 0;   /* ways[n - hi .. n - lo] */
         for (n = 0; n <= layers; n++) {
-            long w = 0;
-            for (k = lo; k <= hi && k <= n; k++) { w += ways[n - k]; if (w > limit) w = limit + 1; }
-            next[n] = w;
+            if (n - lo >= 0) window += ways[n - lo];
+            if (n - hi - 1 >= 0) window -= ways[n - hi - 1];
+            next[n] = window > limit ? limit + 1 : window;
         }
         memcpy(ways, next, ((size_t)layers + 1) * sizeof(long));
     }
@@ -642,6 +645,19 @@ static void pp__split_costs(const pp_sim_costs *per_layer, const int32_t *split,
     }
 }
 
+/* Whether pp__search_vpp can build `kind` (PP_KIND_NONE: any) at this vpp: the layout search
+ * spends no splits on a vpp the asked-for kind never runs at. */
+static int pp__kind_takes_vpp(pp_schedule_kind kind, int vpp, int has_stage_costs)
+{
+    switch (kind) {
+    case PP_GPIPE: case PP_1F1B: case PP_ZB_H1: case PP_ZB_H2: return vpp == 1;
+    case PP_ZBV: case PP_DUALPIPEV: return vpp == 2;
+    case PP_DUALPIPE: return vpp == 2 && !has_stage_costs;
+    case PP_INTERLEAVED_1F1B: case PP_INTERLEAVED_ZB: case PP_LOOPED_BFS: return vpp >= 2;
+    default: return 1;
+    }
+}
+
 /* Searches every kind at vpp on one split (S->layout, S->stages), each entry keeping its best
  * split so far; S->split_fits / split_makespan end as this split's best. */
 static pp_status pp__search_split(pp__search *S, const pp_sim_costs *per_layer, int vpp, double **split_cost,
@@ -680,8 +696,10 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     if (cfg->layers < 0) return pp__fail(err, PP_EINVAL, "layers=%d: must be >= 0 (0: the costs as given)", cfg->layers);
     if (cfg->layout_spread < 0)
         return pp__fail(err, PP_EINVAL, "layout_spread=%d: must be >= 0 (0 means 1)", cfg->layout_spread);
-    if (cfg->max_layouts < 0)
-        return pp__fail(err, PP_EINVAL, "max_layouts=%ld: must be >= 0 (0 means 4096)", cfg->max_layouts);
+    if (cfg->max_layouts < 0 || cfg->max_layouts > (1L << 40))
+        return pp__fail(err, PP_EINVAL, "max_layouts=%ld: must be in 0..2^40 (0 means 4096)", cfg->max_layouts);
+    if (cfg->layers > 4096)
+        return pp__fail(err, PP_EINVAL, "layers=%d: at most 4096 for a layout search", cfg->layers);
     if (cfg->costs.action_cost)
         return pp__fail(err, PP_EINVAL, "costs: action_cost: times one schedule's own actions; a search builds "
                         "others (give per-stage costs)");
@@ -748,6 +766,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
             continue;
         }
         if (stages > cfg->layers) break;
+        if (!pp__kind_takes_vpp(cfg->kind, vpp, 1)) continue;
         lo = cfg->layers / stages - spread;
         if (lo < 1) lo = 1;
         hi = (cfg->layers + stages - 1) / stages + spread;
@@ -775,7 +794,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
             /* too many to try them all: descend from the even split, each round taking the move of
              * one layer from a stage to another that shortens the step most, until none does or
              * max_layouts splits have been tried */
-            int fits, a, b, best_a, best_b;
+            int fits, a, b, best_a, best_b, last_a = -1, last_b = -1;
             double makespan;
             long tried = 0;
             local = 1;
@@ -791,6 +810,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
                 for (a = 0; a < stages && tried < max_layouts; a++)
                     for (b = 0; b < stages && tried < max_layouts; b++) {
                         if (a == b || split[a] <= lo || split[b] >= hi) continue;
+                        if (a == last_b && b == last_a) continue;   /* back where the last round came from */
                         trial[a]--; trial[b]++;
                         st = pp__search_split(&S, &cfg_copy.costs, vpp, split_cost, err);
                         trial[a]++; trial[b]--;
@@ -804,14 +824,17 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
                 S.layout = split;
                 if (best_a < 0) break;
                 split[best_a]--; split[best_b]++;
+                last_a = best_a; last_b = best_b;
             }
             layouts += tried;
         }
     }
     if (S.count == 0 && cfg->kind != PP_KIND_NONE) {
-        st = pp__fail(err, PP_EUNSUPPORTED, "kind=%s: none of this kind at pp=%d mb=%d vpp %d..%d (zbv and dualpipev "
-                      "take vpp 2, gpipe and 1f1b vpp 1, interleaved at least 2)",
-                      cfg->kind == PP_CUSTOM ? "greedy" : pp_schedule_kind_name(cfg->kind), cfg->pp, cfg->mb, vlo, vhi);
+        st = pp__fail(err, PP_EUNSUPPORTED, "kind=%s: none of this kind at pp=%d mb=%d vpp %d..%d%s (gpipe, 1f1b, zb-h1 "
+                      "and zb-h2 run at vpp 1; zbv, dualpipev and dualpipe at vpp 2, dualpipe only with even pp and "
+                      "mb and no per-stage costs or layers; interleaved, interleaved-zb and looped-bfs at vpp 2 and up)",
+                      cfg->kind == PP_CUSTOM ? "greedy" : pp_schedule_kind_name(cfg->kind), cfg->pp, cfg->mb, vlo, vhi,
+                      cfg->layers && (long)cfg->pp * vhi > cfg->layers ? " (fewer, as every stage needs a layer)" : "");
         goto done;
     }
     if (cfg->layers)

@@ -103,7 +103,8 @@ PIPEPAR_API pp_status pp_nccl_split(pp_nccl *parent, const pp_grid *grid, unsign
  * rank of parent calls it, and the new_ranks must be a permutation of 0..size-1 (otherwise every
  * rank gets PP_EINVAL, naming a number asked for twice or never). For placement by speed
  * (pp_place_by_speed): split the pipeline, measure each GPU, then give its process the
- * pipeline rank it should run, before the transport is made on the new communicator. */
+ * pipeline rank it should run, before the transport is made on the new communicator. The new
+ * numbering ignores where ranks sit: across nodes, keep pipeline neighbours on one node yourself. */
 PIPEPAR_API pp_status pp_nccl_reorder(pp_nccl *parent, int new_rank, pp_nccl **out, pp_error *err);
 /* Finalises (or, after an abort, only releases) and frees. NULL is allowed. */
 PIPEPAR_API void pp_nccl_free(pp_nccl *nc);

@@ -1106,6 +1106,13 @@ static void search_layers_descends_where_there_are_too_many_splits(void)
     if (res) PP_CHECK_INT(res->layouts_local, 0);
     pp_search_result_free(res);
     res = NULL;
+    /* a kind spends splits only on the vpps it runs at: 1f1b at pp 4 on 32 layers tries vpp 1's
+     * 19 splits (4 stages of 7..9) and none of vpp 2..4's, which alone would need a descent */
+    cfg = sr_layers_cfg(4, 8, 0, 32, PP_1F1B);
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    if (res) { PP_CHECK_INT(res->layouts, 19); PP_CHECK_INT(res->layouts_local, 0); PP_CHECK_INT(res->count, 1); }
+    pp_search_result_free(res);
+    res = NULL;
     cfg = sr_layers_cfg(4, 8, 0, 24, PP_INTERLEAVED_1F1B);
     cfg.max_vpp = 3;
     PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
@@ -1170,10 +1177,17 @@ static void search_layers_names_the_parameter_it_refuses(void)
     PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "layout_spread=-1");
     cfg.layout_spread = 0; cfg.max_layouts = -5;
     PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "max_layouts=-5");
-    cfg.max_layouts = 0; cfg.costs.f_stage = one;
+    cfg.max_layouts = (1L << 40) + 1;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "must be in 0..2^40");
+    cfg.max_layouts = 0; cfg.layers = 4097;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "layers=4097: at most 4096 for a layout search");
+    cfg.layers = 16; cfg.costs.f_stage = one;
     PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "layers=16 with per-stage costs");
     cfg.costs.f_stage = NULL; cfg.kind = PP_ZBV;
     PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EUNSUPPORTED, "kind=zbv: none of this kind");
+    cfg.vpp = 0; cfg.kind = PP_DUALPIPE;   /* never with layers: its chunks are whole model stages */
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EUNSUPPORTED, "dualpipe only with even pp and mb and no per-stage");
+    cfg.vpp = 4;
     cfg.kind = (pp_schedule_kind)99;
     PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "kind=99: not a schedule kind");
     PP_CHECK(res == NULL);

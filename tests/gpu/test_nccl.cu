@@ -576,7 +576,9 @@ static void *reorder_rank(void *argp)
     pp_error e;
     float *d = NULL, h = -1;
     if (!(nc = two_rank_init(g))) return NULL;
-    CHECK_FAILS(pp_nccl_reorder(nc, 2, &swapped, &e), &e, PP_EINVAL, "new_rank=2: must be in 0..1");
+    /* one rank out of range: it is told why, the other that a rank gave a bad number; neither waits */
+    if (g->rank == 0) CHECK_FAILS(pp_nccl_reorder(nc, 2, &swapped, &e), &e, PP_EINVAL, "new_rank=2: must be in 0..1");
+    else CHECK_FAILS(pp_nccl_reorder(nc, 0, &swapped, &e), &e, PP_EINVAL, "1 other rank(s) gave a number outside 0..1");
     CHECK_OK(pp_nccl_reorder(nc, 1 - g->rank, &swapped, &e), &e);
     if (swapped) {
         CHECK(pp_nccl_rank(swapped) == 1 - g->rank);
@@ -595,7 +597,7 @@ static void *reorder_rank(void *argp)
         CHECK(h == 40.0f);
         cudaFree(d);
     }
-    /* both ask for 0: refused on both, naming the number nobody asked for */
+    /* both ask for 0: refused on both, naming the number asked for twice */
     CHECK_FAILS(pp_nccl_reorder(nc, 0, &dup, &e), &e, PP_EINVAL, "not a permutation of 0..1 (2 ranks asked for 0)");
     CHECK(dup == NULL);
     pp_nccl_free(swapped);
