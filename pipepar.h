@@ -41,14 +41,16 @@
  *
  * TABLE OF CONTENTS (search for the marker, e.g. ">>schedule"); sections follow the data's path
  *     >>errors      pp_status, pp_error: every call that can fail says which parameter and rule
- *     >>grid        rank grids: a rank's (tp, cp, dp, pp) coordinates and its groups
+ *     >>grid        rank grids: a rank's (tp, cp, dp, pp) coordinates and its groups; placement
+ *                   by speed (the heaviest pipeline rank on the fastest GPU)
  *     >>layers      which layers each (pipeline rank, virtual stage) builds; layout strings
  *     >>schedule    the schedule IR, generators (GPipe, 1F1B, interleaved, looped BFS), lowering,
  *                   validator
  *     >>simulate    per-action costs -> timeline, bubble, peak activations
  *     >>draw        ASCII and SVG timelines, PyTorch text and CSV forms, JSON
  *     >>zerobubble  ZB-H1, ZB-H2, ZB-V, DualPipeV, DualPipe, interleaved zero bubble
- *     >>search      greedy zero-bubble schedules; the best schedule under a memory cap
+ *     >>search      greedy zero-bubble schedules; the best schedule under a memory cap, and
+ *                   the split of the layers into stages that suits it
  *     >>pack        sequence packing into bins for DP x PP, padding, cu_seqlens
  *     >>cp          context-parallel partitions (load-balanced 2*cp chunks, BSHD and THD)
  *     >>replay      router-replay index maps for MoE

@@ -515,14 +515,14 @@ int main(int argc, char **argv)
     pp_layers *lay = NULL;
     int search = 0;
     char search_name[192] = "";
-    int i, l, pp = 4, vpp = 0, mb = 8, steps = 20, D = 64, H = 256, rows = 16, L = 0, model_stages;
+    int i, l, pp = 4, vpp = 0, group = 0, mb = 8, steps = 20, D = 64, H = 256, rows = 16, L = 0, model_stages;
     double lr = 4, timeout = 60;
 
     for (i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = 1;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            printf("usage: mlp_threads [--pp N] [--vpp N] [--mb N] [--schedule KIND] [--steps N]\n"
+            printf("usage: mlp_threads [--pp N] [--vpp N] [--group G] [--mb N] [--schedule KIND] [--steps N]\n"
                    "                   [--layers L] [--width D] [--hidden H] [--rows R] [--lr X]\n"
                    "                   [--timeout S] [--trace FILE] [--layout STR]\n"
                    "Trains a residual MLP pipeline-parallel on CPU threads and checks every step\n"
@@ -531,13 +531,15 @@ int main(int argc, char **argv)
                    "stage, their gradients summed), or search: the fastest schedule pp_search finds\n"
                    "for the stages' sizes (F = I = W per block). --layout: blocks per stage as a\n"
                    "Megatron layout in stage order, e.g. 'Et*1|t*3|t*1|t*3L' for pp 2 (E input,\n"
-                   "t block, L loss). Defaults: --pp 4\n"
+                   "t block, L loss). --group: interleaved's microbatches per chunk round (Megatron's\n"
+                   "microbatch group size; default pp). Defaults: --pp 4\n"
                    "--mb 8 --schedule interleaved (vpp 2) --steps 20 --layers pp*vpp --width 64\n"
                    "--hidden 256 --rows 16 --lr 4.\n");
             return 0;
         }
         if (!strcmp(f, "--pp")) ok = int_flag(v, 1, 64, &pp);
         else if (!strcmp(f, "--vpp")) ok = int_flag(v, 1, 64, &vpp);
+        else if (!strcmp(f, "--group")) ok = int_flag(v, 1, 4096, &group);
         else if (!strcmp(f, "--mb")) ok = int_flag(v, 1, 4096, &mb);
         else if (!strcmp(f, "--steps")) ok = int_flag(v, 1, 100000, &steps);
         else if (!strcmp(f, "--layers")) ok = int_flag(v, 1, 4096, &L);
@@ -583,7 +585,13 @@ int main(int argc, char **argv)
     /* the schedule: build the compute order, lower it (adds the sends and receives), validate;
      * or let pp_search time every kind and its own greedy schedules for these stage sizes */
     memset(&sc, 0, sizeof sc);
-    sc.kind = kind; sc.pp = pp; sc.vpp = vpp; sc.mb = mb;
+    sc.kind = kind; sc.pp = pp; sc.vpp = vpp; sc.mb = mb; sc.group = group;
+    if (group && search) {
+        char v[32];
+        snprintf(v, sizeof v, "%d", group);
+        pp_layers_free(lay);
+        return usage("--group", v, "not with --schedule search (it tries the group sizes itself)");
+    }
     if (vpp == 0 && (kind == PP_INTERLEAVED_1F1B || kind == PP_LOOPED_BFS || kind == PP_INTERLEAVED_ZB)) sc.vpp = 2;
     memset(&rn, 0, sizeof rn);
     rn.trace = trace;

@@ -81,6 +81,12 @@ run_ok "interleaved pp 3, stages 2,1,1,1,1,2" "6 stages of 2,1,1,1,1,2 blocks" -
     --layout 'Et*2|t|t|t|t|t*2L'
 run_ok "1f1b pp 4, Megatron's uneven first stage" "4 stages of 3,2,2,1 blocks" --pp 4 --mb 8 --schedule 1f1b \
     --layout 'Et*3|t*2|t*2|tL'
+# interleaved with a microbatch group of 4 on a 1-block first stage: what `pipepar search --layers 16
+# --kind interleaved` picks for pp 2, mb 8 (bench/RESULTS.md, session 9)
+run_ok "interleaved group 4, stages 1,2,2,2,2,2,3,2" "8 stages of 1,2,2,2,2,2,3,2 blocks" --pp 2 --mb 8 \
+    --schedule interleaved --group 4 --layout 'Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L'
+run_ok "interleaved group 8 (all microbatches), pp 3" "interleaved, pp=3 vpp=2 mb=8" --pp 3 --mb 8 --schedule interleaved \
+    --group 8
 
 # 5. bad flags: exit 2 and one line naming the flag and the rule
 expect_usage() {   # expect_usage NEEDLE ARGS...
@@ -97,6 +103,8 @@ expect_usage "mlp_threads: --layout=t|t: layout 't|t': the first layer must be E
 expect_usage "mlp_threads: vpp=2: 1f1b runs one chunk per rank" --pp 2 --schedule 1f1b --layout 'Et|t|t|tL'
 expect_usage "mlp_threads: --layout=4 stages: must have pp \* vpp stages" --pp 2 --schedule dualpipe --layout 'Et|t|t|tL'
 expect_usage "mlp_threads: --layout=Et||tL: every stage needs" --pp 3 --layout 'Et||tL'
+expect_usage "mlp_threads: --group=4: not with --schedule search" --pp 2 --schedule search --group 4
+expect_usage "group=2: only interleaved schedules take a microbatch group size" --pp 2 --schedule 1f1b --group 2
 expect_usage "mlp_threads: --vpp=3: must match the layout" --pp 2 --vpp 3 --layout 'Et|t|t|tL'
 expect_usage "mlp_threads: --layout=: needs a value" --layout
 if "$BIN" --help >"$tmp/h.txt" 2>&1 && grep -q '^usage: mlp_threads' "$tmp/h.txt"; then ok "--help"; else bad "--help" "$tmp/h.txt"; fi
