@@ -488,7 +488,8 @@ static pp_status rank_main(void *user, int rank, pp_transport *t, pp_error *err)
 
 static int usage(const char *flag, const char *value, const char *rule)
 {
-    fprintf(stderr, "mlp_threads: %s=%s: %s\n", flag, value ? value : "", rule);
+    if (value && !*value) fprintf(stderr, "mlp_threads: %s: %s\n", flag, rule);   /* a flag without a value */
+    else fprintf(stderr, "mlp_threads: %s=%s: %s\n", flag, value ? value : "", rule);
     return 2;
 }
 
@@ -513,7 +514,7 @@ int main(int argc, char **argv)
     pp_status st;
     const char *kind_name = "interleaved", *trace = NULL, *layout = NULL;
     pp_layers *lay = NULL;
-    int search = 0;
+    int search = 0, search_layout = 0;
     char search_name[192] = "";
     int i, l, pp = 4, vpp = 0, group = 0, mb = 8, steps = 20, D = 64, H = 256, rows = 16, L = 0, model_stages;
     double lr = 4, timeout = 60;
@@ -524,7 +525,7 @@ int main(int argc, char **argv)
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
             printf("usage: mlp_threads [--pp N] [--vpp N] [--group G] [--mb N] [--schedule KIND] [--steps N]\n"
                    "                   [--layers L] [--width D] [--hidden H] [--rows R] [--lr X]\n"
-                   "                   [--timeout S] [--trace FILE] [--layout STR]\n"
+                   "                   [--timeout S] [--trace FILE] [--layout STR] [--search-layout]\n"
                    "Trains a residual MLP pipeline-parallel on CPU threads and checks every step\n"
                    "against the same model run as one stage. KIND: gpipe, 1f1b, interleaved,\n"
                    "looped-bfs, the zero-bubble kinds, dualpipe (even pp and mb: two copies of every\n"
@@ -532,11 +533,13 @@ int main(int argc, char **argv)
                    "for the stages' sizes (F = I = W per block). --layout: blocks per stage as a\n"
                    "Megatron layout in stage order, e.g. 'Et*1|t*3|t*1|t*3L' for pp 2 (E input,\n"
                    "t block, L loss). --group: interleaved's microbatches per chunk round (Megatron's\n"
-                   "microbatch group size; default pp). Defaults: --pp 4\n"
+                   "microbatch group size; default pp). --search-layout: with --schedule search, the\n"
+                   "split of --layers blocks into stages chosen too (pp_search's layers). Defaults: --pp 4\n"
                    "--mb 8 --schedule interleaved (vpp 2) --steps 20 --layers pp*vpp --width 64\n"
                    "--hidden 256 --rows 16 --lr 4.\n");
             return 0;
         }
+        if (!strcmp(f, "--search-layout")) { search_layout = 1; continue; }
         if (!strcmp(f, "--pp")) ok = int_flag(v, 1, 64, &pp);
         else if (!strcmp(f, "--vpp")) ok = int_flag(v, 1, 64, &vpp);
         else if (!strcmp(f, "--group")) ok = int_flag(v, 1, 4096, &group);
@@ -561,6 +564,9 @@ int main(int argc, char **argv)
         i++;
     }
 
+    if (search_layout && (!search || layout || L == 0))
+        return usage("--search-layout", "", !search ? "only with --schedule search"
+                     : layout ? "not with --layout (it chooses the layout)" : "needs --layers (the blocks to split)");
     /* the stages' sizes, when --layout gives them (pp_layers_build applies Megatron's rules) */
     if (layout) {
         pp_layers_config lc;
@@ -601,19 +607,43 @@ int main(int argc, char **argv)
         int S0, s0;
         double *cost;
         memset(&q, 0, sizeof q);
-        q.pp = pp; q.mb = mb; q.vpp = vpp ? vpp : 2;
-        S0 = pp * q.vpp;
+        q.pp = pp; q.mb = mb; q.vpp = vpp ? vpp : (search_layout ? 0 : 2);
+        S0 = pp * (q.vpp ? q.vpp : 1);
         cost = (double *)malloc(sizeof(double) * 2 * (size_t)S0);
         for (s0 = 0; s0 < S0; s0++) {
             cost[s0] = lay ? lay->count[s0] : 1;      /* F = I = W per block, B = I + W */
             cost[S0 + s0] = 2 * cost[s0];
         }
-        q.costs.f = cost[0];
-        q.costs.f_stage = cost; q.costs.i_stage = cost; q.costs.w_stage = cost; q.costs.b_stage = cost + S0;
-        q.costs.memory_stage = cost;           /* activations grow with a stage's blocks too */
+        if (search_layout) {   /* per block; the search splits the blocks into stages too */
+            q.layers = L;
+            q.costs.f = q.costs.i = q.costs.w = 1;
+        } else {
+            q.costs.f = cost[0];
+            q.costs.f_stage = cost; q.costs.i_stage = cost; q.costs.w_stage = cost; q.costs.b_stage = cost + S0;
+            q.costs.memory_stage = cost;           /* activations grow with a stage's blocks too */
+        }
         st = pp_search(&q, &found, &err);
         free(cost);
         if (st != PP_OK) { fprintf(stderr, "mlp_threads: %s\n", err.message); pp_layers_free(lay); return 1; }
+        if (found->best && found->entries[0].stage_layers) {   /* the model's stages from here on */
+            char text[1024];
+            pp_layers_config lc;
+            int n = pp * found->entries[0].vpp;
+            if ((size_t)pp_search_layout_text(found->entries[0].stage_layers, n, text, sizeof text) >= sizeof text) {
+                fprintf(stderr, "mlp_threads: the searched layout is over %zu characters\n", sizeof text);
+                pp_search_result_free(found);
+                return 1;
+            }
+            memset(&lc, 0, sizeof lc);
+            lc.num_layers = L; lc.pp = pp; lc.layout = text;
+            if ((st = pp_layers_build(&lc, &lay, &err)) != PP_OK) {
+                fprintf(stderr, "mlp_threads: %s: %s\n", text, err.message);
+                pp_search_result_free(found);
+                return 1;
+            }
+            printf("  search    %ld splits of %d blocks; the fastest: %s on '%s'\n", found->layouts, L,
+                   found->entries[0].name, text);
+        }
         rn.schedule = found->best;
         found->best = NULL;
         if (!rn.schedule) snprintf(err.message, sizeof err.message, "--schedule=search: no schedule was built");

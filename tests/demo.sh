@@ -85,6 +85,8 @@ run_ok "1f1b pp 4, Megatron's uneven first stage" "4 stages of 3,2,2,1 blocks" -
 # --kind interleaved` picks for pp 2, mb 8 (bench/RESULTS.md, session 9)
 run_ok "interleaved group 4, stages 1,2,2,2,2,2,3,2" "8 stages of 1,2,2,2,2,2,3,2 blocks" --pp 2 --mb 8 \
     --schedule interleaved --group 4 --layout 'Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L'
+run_ok "search with its layout chosen (1107 splits)" "search    1107 splits of 16 blocks; the fastest: " --pp 2 --mb 8 \
+    --schedule search --search-layout --layers 16 --vpp 4
 run_ok "interleaved group 8 (all microbatches), pp 3" "interleaved, pp=3 vpp=2 mb=8" --pp 3 --mb 8 --schedule interleaved \
     --group 8
 
@@ -104,6 +106,8 @@ expect_usage "mlp_threads: vpp=2: 1f1b runs one chunk per rank" --pp 2 --schedul
 expect_usage "mlp_threads: --layout=4 stages: must have pp \* vpp stages" --pp 2 --schedule dualpipe --layout 'Et|t|t|tL'
 expect_usage "mlp_threads: --layout=Et||tL: every stage needs" --pp 3 --layout 'Et||tL'
 expect_usage "mlp_threads: --group=4: not with --schedule search" --pp 2 --schedule search --group 4
+expect_usage "mlp_threads: --search-layout: only with --schedule search" --pp 2 --search-layout --layers 8
+expect_usage "mlp_threads: --search-layout: needs --layers" --pp 2 --schedule search --search-layout
 expect_usage "group=2: only interleaved schedules take a microbatch group size" --pp 2 --schedule 1f1b --group 2
 expect_usage "mlp_threads: --vpp=3: must match the layout" --pp 2 --vpp 3 --layout 'Et|t|t|tL'
 expect_usage "mlp_threads: --layout=: needs a value" --layout
