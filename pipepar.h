@@ -826,6 +826,12 @@ typedef struct pp_greedy_config {
 /* A compute order (kind PP_CUSTOM, backward split into I and W), not lowered. */
 PIPEPAR_API pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_schedule **out, pp_error *err);
 
+/* What one layer costs, for the layout search's embedding and loss (cfg.layers). */
+typedef struct pp_layer_costs {
+    double f, i, w;         /* forward, input gradient, weight gradient (a full backward is i + w) */
+    double memory;          /* activations one microbatch keeps there, in decoder layers (1 = one) */
+} pp_layer_costs;
+
 typedef struct pp_search_config {
     int pp;                 /* pipeline ranks, >= 1 */
     int mb;                 /* microbatches per step, >= 1 */
@@ -842,6 +848,13 @@ typedef struct pp_search_config {
                                memory_stage to its layers. A vpp with more stages than layers is skipped */
     int layout_spread;      /* with layers: how far a stage's layer count may stray from the even
                                split (layers / stages, rounded down or up); 0 means 1 */
+    pp_layer_costs embedding; /* with layers: the input layer (Megatron's E), on the first stage: added
+                               to stage 0's costs. All 0 (the default): free */
+    pp_layer_costs loss;    /* with layers: the output layer and loss (L), on the last stage: added to
+                               it. An LLM's vocabulary projection often costs one or two decoder
+                               layers, which is why Megatron can count it in the split
+                               (account_for_loss_in_pipeline_split); the search then gives the last
+                               stage fewer layers */
     long max_layouts;       /* with layers: a vpp with at most this many splits has every one tried;
                                one with more is searched by descent from the even split (each round,
                                the one-layer move between two stages that shortens the step most,
@@ -7094,9 +7107,13 @@ static int pp__split_next(int32_t *split, int stages, int lo, int hi)
     return 0;
 }
 
-/* Per-stage costs of a split: each stage its layers times the per-layer costs. */
-static void pp__split_costs(const pp_sim_costs *per_layer, const int32_t *split, int stages, double **arrays)
+/* Per-stage costs of a split: each stage its layers times the per-layer costs, the first stage
+ * the embedding's on top and the last the loss's. */
+static void pp__split_costs(const pp_search_config *cfg, const pp_sim_costs *per_layer, const int32_t *split,
+                            int stages, double **arrays)
 {
+    const pp_layer_costs *ends[2];
+    int e;
     double f = per_layer->f > 0 ? per_layer->f : 1, b, i, w;
     int s;
     b = per_layer->b > 0 ? per_layer->b : per_layer->i + per_layer->w > 0 ? per_layer->i + per_layer->w : 2 * f;
@@ -7106,6 +7123,13 @@ static void pp__split_costs(const pp_sim_costs *per_layer, const int32_t *split,
         arrays[0][s] = f * split[s]; arrays[1][s] = b * split[s];
         arrays[2][s] = i * split[s]; arrays[3][s] = w * split[s];
         arrays[4][s] = split[s];
+    }
+    ends[0] = &cfg->embedding; ends[1] = &cfg->loss;
+    for (e = 0; e < 2; e++) {
+        s = e ? stages - 1 : 0;
+        arrays[0][s] += ends[e]->f; arrays[1][s] += ends[e]->i + ends[e]->w;
+        arrays[2][s] += ends[e]->i; arrays[3][s] += ends[e]->w;
+        arrays[4][s] += ends[e]->memory;
     }
 }
 
@@ -7130,7 +7154,7 @@ static pp_status pp__search_split(pp__search *S, const pp_sim_costs *per_layer, 
     S->cursor = S->first;
     S->split_fits = -1;
     S->split_makespan = DBL_MAX;
-    pp__split_costs(per_layer, S->layout, S->stages, split_cost);
+    pp__split_costs(S->cfg, per_layer, S->layout, S->stages, split_cost);
     return pp__search_vpp(S, vpp, err);
 }
 
@@ -7164,6 +7188,17 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
         return pp__fail(err, PP_EINVAL, "max_layouts=%ld: must be in 0..2^40 (0 means 4096)", cfg->max_layouts);
     if (cfg->layers > 4096)
         return pp__fail(err, PP_EINVAL, "layers=%d: at most 4096 for a layout search", cfg->layers);
+    for (k = 0; k < 2; k++) {
+        const pp_layer_costs *lc = k ? &cfg->loss : &cfg->embedding;
+        const char *name = k ? "loss" : "embedding";
+        if (!(lc->f >= 0 && lc->f <= DBL_MAX && lc->i >= 0 && lc->i <= DBL_MAX && lc->w >= 0 && lc->w <= DBL_MAX &&
+              lc->memory >= 0 && lc->memory <= DBL_MAX))
+            return pp__fail(err, PP_EINVAL, "%s: f=%g i=%g w=%g memory=%g: each must be a finite number >= 0", name,
+                            lc->f, lc->i, lc->w, lc->memory);
+        if (!cfg->layers && (lc->f > 0 || lc->i > 0 || lc->w > 0 || lc->memory > 0))
+            return pp__fail(err, PP_EINVAL, "%s: only with layers (the layout search); otherwise put it in the "
+                            "per-stage costs", name);
+    }
     if (cfg->costs.action_cost)
         return pp__fail(err, PP_EINVAL, "costs: action_cost: times one schedule's own actions; a search builds "
                         "others (give per-stage costs)");
@@ -7319,7 +7354,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
         c.kind = b->kind; c.placement = b->placement; c.vpp = b->vpp; c.group = b->group;
         c.max_live = b->max_live; c.flags = b->greedy_flags; c.split = b->split_overlaps;
         /* a greedy order comes from the costs: the winner's split's */
-        if (b->stage_layers) pp__split_costs(&cfg_copy.costs, b->stage_layers, cfg->pp * b->vpp, split_cost);
+        if (b->stage_layers) pp__split_costs(cfg, &cfg_copy.costs, b->stage_layers, cfg->pp * b->vpp, split_cost);
         st = pp__candidate_build(cfg, &c, &res->best, err);
         if (st == PP_OK && c.split) st = pp_schedule_split_overlaps(res->best, err);
         if (st == PP_OK) st = pp_schedule_lower(res->best, err);

@@ -14,7 +14,8 @@ static void search_usage(FILE *out)
 {
     fprintf(out,
             "usage: pipepar search --pp P --mb M [costs] [--max-mem X] [--vpp V | --max-vpp V] [--top N]\n"
-            "                      [--kind K] [--layers N [--spread S] [--max-layouts N]] [--csv FILE] [--json]\n"
+            "                      [--kind K] [--layers N [--spread S] [--max-layouts N] [--embedding F,I,W[,M]]\n"
+            "                      [--loss F,I,W[,M]]] [--csv FILE] [--json]\n"
             "  costs, in time units for one rank's share of the model (a chunk costs 1/vpp of it):\n"
             "  --f F          forward (default 1)\n"
             "  --i I --w W    input-gradient and weight-gradient halves of the backward (default B/2 each)\n"
@@ -31,6 +32,10 @@ static void search_usage(FILE *out)
             "                 --w are per layer; each schedule is shown with its fastest split. Above\n"
             "                 --max-layouts splits per vpp (default 4096), a descent from the even split\n"
             "                 (one layer moved at a time) that tries at most that many\n"
+            "  --embedding F,I,W[,M]  --loss F,I,W[,M]   with --layers: the input layer's costs on the first\n"
+            "                 stage and the output layer and loss's on the last (forward, input and weight\n"
+            "                 gradient, and activation memory in layers; default 0): a dear loss gets a\n"
+            "                 last stage with fewer layers\n"
             "  --kind K       only this kind (interleaved, zbv, ..., greedy): a trainer without a split\n"
             "                 backward wants --kind interleaved or 1f1b\n"
             "  --p2p L        latency per transfer; --bytes N --bandwidth GBPS add N bytes at GBPS\n"
@@ -74,6 +79,29 @@ static int parse_list(const char *flag, const char *text, int want, double *out)
     return 1;
 }
 
+/* Parses "F,I,W" or "F,I,W,M" (numbers >= 0) into *c; 0 after printing why on failure. */
+static int parse_layer_costs(const char *flag, const char *text, pp_layer_costs *c)
+{
+    double v[4] = { 0, 0, 0, 0 };
+    int n = 0;
+    const char *p = text;
+    for (;;) {
+        char *end;
+        if (n == 4) { cli_usage_error("%s: '%s': at most 4 numbers (F,I,W[,M])", flag, text); return 0; }
+        v[n] = strtod(p, &end);
+        if (end == p || v[n] != v[n] || v[n] < 0 || v[n] > 1e300 || (*end != ',' && *end != '\0')) {
+            cli_usage_error("%s: '%s': expected F,I,W or F,I,W,M, numbers >= 0", flag, text);
+            return 0;
+        }
+        n++;
+        if (*end == '\0') break;
+        p = end + 1;
+    }
+    if (n < 3) { cli_usage_error("%s: '%s': expected F,I,W or F,I,W,M, numbers >= 0", flag, text); return 0; }
+    c->f = v[0]; c->i = v[1]; c->w = v[2]; c->memory = v[3];
+    return 1;
+}
+
 /* An entry's split as a Megatron layout string ('Et|t*2|t*3L'), for --layout of schedule and mlp_gpu. */
 static void print_layout(const pp_search_entry *e, int pp)
 {
@@ -95,7 +123,7 @@ int pp_cli_search(int argc, char **argv)
     double *stage[5] = { NULL, NULL, NULL, NULL, NULL }, bytes = 0, gbps = 0;
     pp_layers *lay = NULL;
     long v, top = 15, spread = 0;
-    int i, k, json = 0, have_pp = 0, have_mb = 0, rc = 0;
+    int i, k, json = 0, have_pp = 0, have_mb = 0, have_ends = 0, rc = 0;
     memset(&cfg, 0, sizeof cfg);
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -142,6 +170,9 @@ int pp_cli_search(int argc, char **argv)
             cfg.layout_spread = (int)spread;
         } else if (!strcmp(a, "--max-layouts")) {
             if (!cli_parse_int("--max-layouts", val, 1, 1L << 30, &cfg.max_layouts)) return 2;
+        } else if (!strcmp(a, "--embedding") || !strcmp(a, "--loss")) {
+            if (!parse_layer_costs(a, val, !strcmp(a, "--loss") ? &cfg.loss : &cfg.embedding)) return 2;
+            have_ends = 1;
         } else if (!strcmp(a, "--kind")) {
             if (!strcmp(val, "greedy")) cfg.kind = PP_CUSTOM;
             else if (pp_schedule_kind_parse(val, &cfg.kind, &err) != PP_OK)
@@ -169,6 +200,9 @@ int pp_cli_search(int argc, char **argv)
         return cli_usage_error("--b=%g: with --i and --w it must be their sum (%g), or leave it out", cfg.costs.b,
                                cfg.costs.i + cfg.costs.w);
     if (cfg.vpp && cfg.max_vpp) return cli_usage_error("--vpp and --max-vpp: give one (--vpp tries only that vpp)");
+    if (!cfg.layers && have_ends)
+        return cli_usage_error("--embedding/--loss: only with --layers (the layout search; a --layout's E and L cost "
+                               "nothing)");
     if (!cfg.layers && (cfg.layout_spread || cfg.max_layouts))
         return cli_usage_error("%s: only with --layers (the layout search)", cfg.layout_spread ? "--spread" : "--max-layouts");
     if (cfg.layers && layout) return cli_usage_error("--layers and --layout: give one (--layers searches the layouts)");

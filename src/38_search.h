@@ -90,6 +90,12 @@ typedef struct pp_greedy_config {
 /* A compute order (kind PP_CUSTOM, backward split into I and W), not lowered. */
 PIPEPAR_API pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_schedule **out, pp_error *err);
 
+/* What one layer costs, for the layout search's embedding and loss (cfg.layers). */
+typedef struct pp_layer_costs {
+    double f, i, w;         /* forward, input gradient, weight gradient (a full backward is i + w) */
+    double memory;          /* activations one microbatch keeps there, in decoder layers (1 = one) */
+} pp_layer_costs;
+
 typedef struct pp_search_config {
     int pp;                 /* pipeline ranks, >= 1 */
     int mb;                 /* microbatches per step, >= 1 */
@@ -106,6 +112,13 @@ typedef struct pp_search_config {
                                memory_stage to its layers. A vpp with more stages than layers is skipped */
     int layout_spread;      /* with layers: how far a stage's layer count may stray from the even
                                split (layers / stages, rounded down or up); 0 means 1 */
+    pp_layer_costs embedding; /* with layers: the input layer (Megatron's E), on the first stage: added
+                               to stage 0's costs. All 0 (the default): free */
+    pp_layer_costs loss;    /* with layers: the output layer and loss (L), on the last stage: added to
+                               it. An LLM's vocabulary projection often costs one or two decoder
+                               layers, which is why Megatron can count it in the split
+                               (account_for_loss_in_pipeline_split); the search then gives the last
+                               stage fewer layers */
     long max_layouts;       /* with layers: a vpp with at most this many splits has every one tried;
                                one with more is searched by descent from the even split (each round,
                                the one-layer move between two stages that shortens the step most,

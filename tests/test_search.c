@@ -1140,6 +1140,71 @@ static void search_layers_descends_where_there_are_too_many_splits(void)
     pp_search_result_free(res);
 }
 
+/* A dear loss (3 layers' worth on the last stage) and a cheap embedding (half a layer on the
+ * first): 1F1B at pp 2 over 16 layers, every split from 1 to 15 layers first, simulated here from
+ * scratch with the costs written out per stage. The search's winner is the brute-force best
+ * (ties: the split nearer even), the loss's stage holds fewer layers than the first, and the
+ * simulation of the returned schedule on the winner's costs gives the entry's time. */
+static void search_layers_counts_the_embedding_and_the_loss(void)
+{
+    pp_search_config cfg = sr_layers_cfg(2, 8, 1, 16, PP_1F1B);
+    pp_search_result *res = NULL;
+    pp_sim_result *sim = NULL;
+    pp_schedule_config sc;
+    pp_schedule *s1 = NULL;
+    pp_error err;
+    double best = DBL_MAX, f[2], b[2], i[2], w[2], m[2];
+    int a, best_a = -1;
+    cfg.layout_spread = 8;
+    cfg.loss.f = 3; cfg.loss.i = 3; cfg.loss.w = 3; cfg.loss.memory = 2;
+    cfg.embedding.f = 0.5; cfg.embedding.i = 0; cfg.embedding.w = 0.5;
+    memset(&sc, 0, sizeof sc);
+    sc.kind = PP_1F1B; sc.pp = 2; sc.mb = 8;
+    PP_CHECK_OK(pp_schedule_build(&sc, &s1, &err), &err);
+    if (s1) PP_CHECK_OK(pp_schedule_lower(s1, &err), &err);
+    for (a = 1; a <= 15 && s1; a++) {
+        pp_sim_costs c;
+        memset(&c, 0, sizeof c);
+        f[0] = a + 0.5; i[0] = a; w[0] = a + 0.5; b[0] = i[0] + w[0]; m[0] = a;
+        f[1] = 16 - a + 3; i[1] = 16 - a + 3; w[1] = 16 - a + 3; b[1] = i[1] + w[1]; m[1] = 16 - a + 2;
+        c.f_stage = f; c.b_stage = b; c.i_stage = i; c.w_stage = w; c.memory_stage = m;
+        PP_CHECK_OK(pp_simulate(s1, &c, &sim, &err), &err);
+        if (sim && (sim->makespan < best - 1e-9 || (sim->makespan < best + 1e-9 && abs(a - 8) < abs(best_a - 8)))) {
+            best = sim->makespan;
+            best_a = a;
+        }
+        pp_sim_result_free(sim);
+        sim = NULL;
+    }
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    if (res && res->count > 0 && res->entries[0].stage_layers) {
+        PP_CHECK_NEAR(res->entries[0].makespan, best, 1e-9);
+        PP_CHECK_INT(res->entries[0].stage_layers[0], best_a);
+        PP_CHECK(res->entries[0].stage_layers[1] < res->entries[0].stage_layers[0]);
+        PP_CHECK_INT(res->layouts, 15);
+        if (res->best) {
+            pp_sim_costs c;
+            int st = res->entries[0].stage_layers[0];
+            memset(&c, 0, sizeof c);
+            f[0] = st + 0.5; i[0] = st; w[0] = st + 0.5; b[0] = i[0] + w[0]; m[0] = st;
+            f[1] = 16 - st + 3; i[1] = 16 - st + 3; w[1] = 16 - st + 3; b[1] = i[1] + w[1]; m[1] = 16 - st + 2;
+            c.f_stage = f; c.b_stage = b; c.i_stage = i; c.w_stage = w; c.memory_stage = m;
+            PP_CHECK_OK(pp_simulate(res->best, &c, &sim, &err), &err);
+            if (sim) PP_CHECK_NEAR(sim->makespan, res->entries[0].makespan, 1e-9);
+            pp_sim_result_free(sim);
+        }
+    } else {
+        PP_CHECK_MSG(0, "no winner with a split");
+    }
+    pp_search_result_free(res);
+    pp_schedule_free(s1);
+    /* refusals: a negative cost, and the ends without layers */
+    cfg.loss.w = -1;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "loss: f=3 i=3 w=-1 memory=2: each must be a finite");
+    cfg.loss.w = 3; cfg.layers = 0; cfg.layout_spread = 0;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "embedding: only with layers");
+}
+
 /* One rank: no bubble whatever the split, so every split ties on time and bubble; where memory
  * ties too, the even split (tried first) is kept. (Two other splits tying, the one nearer the
  * even split is kept: the 195-unit winner above, against 1,1,1,2,3,3,3,2, which comes first.) */
@@ -1281,6 +1346,7 @@ const pp_test_case pp_suite_search[] = {
     PP_TEST(search_layers_over_every_kind_and_vpp),
     PP_TEST(search_layers_tie_keeps_the_split_nearest_even),
     PP_TEST(search_layers_descends_where_there_are_too_many_splits),
+    PP_TEST(search_layers_counts_the_embedding_and_the_loss),
     PP_TEST(search_layers_names_the_parameter_it_refuses),
     PP_TEST(search_layers_survives_out_of_memory_at_every_allocation),
     PP_TEST(search_layout_text_round_trips),

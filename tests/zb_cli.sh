@@ -84,6 +84,14 @@ assert len(e) == 1 and e[0]["kind"] == "zbv", e
 l = e[0]["layout"]
 assert l.startswith("E") and l.endswith("L") and l.count("|") == 3, l
 ' && ok || bad "search --layers --kind zbv --json: one entry with a layout"
+# --loss: a dear output layer on the last stage (3 layers' worth) takes layers off it
+$P search --pp 2 --mb 8 --vpp 1 --layers 16 --kind 1f1b --spread 8 --loss 3,3,3 | grep -q "^layout: 'Et\*10|t\*6L'$" \
+    && ok || bad "search --loss 3,3,3: not 10 and 6 layers"
+$P search --pp 2 --mb 8 --vpp 1 --layers 16 --kind 1f1b --spread 8 | grep -q "^layout: 'Et\*8|t\*8L'$" \
+    && ok || bad "search without --loss: not 8 and 8 layers"
+expect_error 2 "--loss: '1,1': expected F,I,W or F,I,W,M" search --pp 2 --mb 8 --layers 16 --loss 1,1
+expect_error 2 "--embedding: '1,2,3,4,5': at most 4 numbers" search --pp 2 --mb 8 --layers 16 --embedding 1,2,3,4,5
+expect_error 2 "--embedding/--loss: only with --layers" search --pp 2 --mb 8 --loss 1,1,1
 expect_error 2 "--spread: only with --layers" search --pp 2 --mb 8 --spread 2
 expect_error 2 "--max-layouts: only with --layers" search --pp 2 --mb 8 --max-layouts 5
 expect_error 2 "--layers and --layout: give one" search --pp 2 --mb 8 --layers 16 --layout 'Et|t|t|tL'
