@@ -80,8 +80,9 @@ run_pp interleaved-zb4   --schedule interleaved-zb --vpp 4 --check
 run_pp dualpipev         --schedule dualpipev --check
 run_pp dualpipev-fb      --schedule dualpipev --keep-overlaps
 # interleaved 1F1B with its microbatch group and stages chosen by pp_search (a 1-block first stage
-# and group 4 on 2 GPUs; bench/gpu_interleaved.sh)
+# and group 4 on 2 GPUs; bench/gpu_interleaved.sh), then with the heavier rank on the faster GPU
 run_pp interleaved4-searched --schedule search --search-kind interleaved --search-layout --vpp 4 --check
+run_pp interleaved4-searched-placed --schedule search --search-kind interleaved --search-layout --vpp 4 --place-by-speed
 if [ "$NPROC" = 2 ] && [ "$L" = 16 ]; then   # uneven stages: small first and last chunk, pp_search's order
     run_pp search-2-6-2-6 --schedule search --layout 'Et*2|t*6|t*2|t*6L'
 fi
