@@ -34,21 +34,25 @@
  * 'Et*2|t*6|t*2|t*6L'`; on 2 H200s 0.6-0.9 points over ZB-V, bench/RESULTS.md). ZB-V's fixed
  * order on the same stages is worse than on even ones: the order must come from the costs.
  *
- * Choosing the layout too (cfg.layers). Give the model's layer count and per-layer costs, and the
- * search also splits the layers into stages: every split into pp*vpp stages of between
- * even - layout_spread and even + layout_spread layers (at least 1), each schedule tried on each,
- * each entry reporting its schedule's fastest split (entry.stage_layers); where that is more than
- * max_layouts splits, a descent from the even split that moves one layer at a time (pp = 4 and
- * 12 stages already have more than 4096). This is how Megatron's
- * interleaved 1F1B gets its last points: with even 2-layer stages (pp = 2, vpp = 4, mb = 8, 16
- * layers, F = 1 and B = 2 per layer) rank 1 waits for rank 0's first 2-layer F at the start, and
- * rank 0 runs stage 0's last 2-layer B alone at the end. A 1-layer first stage halves both, but
- * with Megatron's default group of pp microbatches per chunk round the order then stalls
- * elsewhere; with a group of 4 it does not: stages 1,2,2,2,2,2,3,2 and group 4 take 195 time
- * units against 198 for even stages at any group (`pipepar search --pp 2 --mb 8 --vpp 4 --layers
- * 16 --kind interleaved`), for 1.6x the activation memory, and ran at 96.5-97.1% efficiency
- * against 94.7-95.7% on 2 H200s (bench/RESULTS.md). A tie keeps the split nearest the even one.
- * The microbatch groups tried are pp, 2pp, 4pp, ... below mb, PyTorch's mb / max(1, mb/pp), mb.
+ * Choosing the layout too (cfg.layers). Give the model's layer count and per-layer costs (and, if
+ * they cost anything, the embedding on the first stage and the loss on the last: cfg.embedding,
+ * cfg.loss), and the search also splits the layers into stages. It tries every split into pp*vpp
+ * stages of even - layout_spread to even + layout_spread layers (at least 1), each schedule on
+ * each; where a vpp has more than max_layouts such splits (pp = 4 with 12 stages already has
+ * over 4096), it descends from the even split instead, one layer moved per round. Each entry
+ * reports its schedule's fastest split (entry.stage_layers; a tie keeps the split nearest the
+ * even one), and a kind asked for (cfg.kind) spends splits only on the vpps it runs at.
+ *
+ * This is how Megatron's interleaved 1F1B gets its last points. On even 2-layer stages (pp = 2,
+ * vpp = 4, mb = 8, 16 layers, F = 1 and B = 2 per layer) rank 1 waits for rank 0's first 2-layer
+ * F at the start, and rank 0 runs stage 0's last 2-layer B alone at the end. A 1-layer first
+ * stage halves both, but with Megatron's default group of pp microbatches per chunk round the
+ * order then stalls elsewhere; with a group of 4 it does not. Stages 1,2,2,2,2,2,3,2 with group 4
+ * take 195 time units against 198 for even stages at any group (`pipepar search --pp 2 --mb 8
+ * --vpp 4 --layers 16 --kind interleaved`), for 1.6x the activation memory. On 2 H200s that ran
+ * 0.9-1.5 points of efficiency above Megatron's defaults, and 96.4% on average with the heavier
+ * rank on the faster GPU (pp_place_by_speed; bench/RESULTS.md, session 9). The microbatch groups
+ * tried are pp, 2pp, 4pp, ... below mb, PyTorch's mb / max(1, mb/pp), and mb.
  *
  * Greedy schedules (pp_schedule_build_greedy). The paper's automatic scheduler (Qi et al., ICLR
  * 2024, section 3.1) in our words: play the pipeline forward in time with the given costs; when
