@@ -245,8 +245,8 @@ PIPEPAR_API int pp_grid_order_format(const pp_grid *grid, char *buf, size_t size
  *                  falls by more than this fraction: measurement noise must not shuffle ranks
  *     rank_of      [n] out: the pipeline rank that GPU g's process should take
  *     gain         out, may be NULL: the fraction by which the largest load x time fell (0 kept)
- * Equal loads or equal times keep the identity. When it moves ranks it applies the whole sorted
- * pairing, which may renumber more ranks than the same bottleneck needs. */
+ * Equal loads or equal times keep the identity. Of the assignments with the least bottleneck it
+ * returns one that moves the fewest ranks (up to 512 ranks; beyond, the sorted pairing itself). */
 PIPEPAR_API pp_status pp_place_by_speed(int n, const double *rank_load, const double *gpu_time, double min_gain,
                                         int *rank_of, double *gain, pp_error *err);
 
@@ -2730,6 +2730,54 @@ static double pp__placement_bottleneck(int n, const double *rank_load, const dou
     return worst;
 }
 
+/* Of the assignments whose bottleneck is at most `bound`, one that keeps the most GPUs on their
+ * own rank: a least-cost perfect matching (the Hungarian method, O(n^3)) where keeping costs 0,
+ * moving 1, and a pair over the bound more than every move together. rank_of holds one such
+ * assignment on entry (the sorted pairing), so a matching within the bound exists. */
+static pp_status pp__placement_fewest_moves(int n, const double *rank_load, const double *gpu_time, double bound,
+                                            int *rank_of, pp_error *err)
+{
+    long *u, *v, *minv, big = (long)n + 1;
+    int *p, *way, *used, i, j;
+    u = (long *)pp__calloc((size_t)n + 1, sizeof(long));
+    v = (long *)pp__calloc((size_t)n + 1, sizeof(long));
+    minv = (long *)pp__calloc((size_t)n + 1, sizeof(long));
+    p = (int *)pp__calloc((size_t)n + 1, sizeof(int));
+    way = (int *)pp__calloc((size_t)n + 1, sizeof(int));
+    used = (int *)pp__calloc((size_t)n + 1, sizeof(int));
+    if (!u || !v || !minv || !p || !way || !used) {
+        PIPEPAR_FREE(u); PIPEPAR_FREE(v); PIPEPAR_FREE(minv); PIPEPAR_FREE(p); PIPEPAR_FREE(way); PIPEPAR_FREE(used);
+        return pp__fail(err, PP_ENOMEM, "out of memory");
+    }
+#define PP__PLACE_COST(g, r) (rank_load[r] * gpu_time[g] > bound ? big : (g) == (r) ? 0L : 1L)
+    /* rows: GPUs 1..n, columns: ranks 1..n (1-based, column 0 the sentinel) */
+    for (i = 1; i <= n; i++) {
+        int j0 = 0, j1 = 0;
+        p[0] = i;
+        for (j = 0; j <= n; j++) { minv[j] = LONG_MAX; used[j] = 0; }
+        do {
+            int i0 = p[j0];
+            long delta = LONG_MAX;
+            used[j0] = 1;
+            for (j = 1; j <= n; j++)
+                if (!used[j]) {
+                    long cur = PP__PLACE_COST(i0 - 1, j - 1) - u[i0] - v[j];
+                    if (cur < minv[j]) { minv[j] = cur; way[j] = j0; }
+                    if (minv[j] < delta) { delta = minv[j]; j1 = j; }
+                }
+            for (j = 0; j <= n; j++)
+                if (used[j]) { u[p[j]] += delta; v[j] -= delta; }
+                else minv[j] -= delta;
+            j0 = j1;
+        } while (p[j0] != 0);
+        do { j1 = way[j0]; p[j0] = p[j1]; j0 = j1; } while (j0);
+    }
+#undef PP__PLACE_COST
+    for (j = 1; j <= n; j++) rank_of[p[j] - 1] = j - 1;
+    PIPEPAR_FREE(u); PIPEPAR_FREE(v); PIPEPAR_FREE(minv); PIPEPAR_FREE(p); PIPEPAR_FREE(way); PIPEPAR_FREE(used);
+    return pp__ok(err);
+}
+
 pp_status pp_place_by_speed(int n, const double *rank_load, const double *gpu_time, double min_gain, int *rank_of,
                             double *gain, pp_error *err)
 {
@@ -2772,6 +2820,9 @@ pp_status pp_place_by_speed(int n, const double *rank_load, const double *gpu_ti
         return pp__ok(err);
     }
     if (gain) *gain = 1 - after / before;
+    /* the same bottleneck with as few ranks moved as possible (pipeline neighbours the launcher
+     * placed together stay together where they can); past 512 ranks the O(n^3) costs too much */
+    if (n <= 512) return pp__placement_fewest_moves(n, rank_load, gpu_time, after, rank_of, err);
     return pp__ok(err);
 }
 

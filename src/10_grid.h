@@ -110,7 +110,7 @@ PIPEPAR_API int pp_grid_order_format(const pp_grid *grid, char *buf, size_t size
  *                  falls by more than this fraction: measurement noise must not shuffle ranks
  *     rank_of      [n] out: the pipeline rank that GPU g's process should take
  *     gain         out, may be NULL: the fraction by which the largest load x time fell (0 kept)
- * Equal loads or equal times keep the identity. When it moves ranks it applies the whole sorted
- * pairing, which may renumber more ranks than the same bottleneck needs. */
+ * Equal loads or equal times keep the identity. Of the assignments with the least bottleneck it
+ * returns one that moves the fewest ranks (up to 512 ranks; beyond, the sorted pairing itself). */
 PIPEPAR_API pp_status pp_place_by_speed(int n, const double *rank_load, const double *gpu_time, double min_gain,
                                         int *rank_of, double *gain, pp_error *err);

@@ -271,21 +271,36 @@ static double pl_bottleneck(int n, const double *load, const double *t, const in
     return worst;
 }
 
-/* The least bottleneck over all n! assignments, by brute force (Heap's algorithm). */
-static double pl_brute(int n, const double *load, const double *t)
+static int pl_fixed(int n, const int *a)
 {
-    int a[8], c[8], i = 0, k;
-    double best;
-    for (k = 0; k < n; k++) { a[k] = k; c[k] = 0; }
-    best = pl_bottleneck(n, load, t, a);
-    while (i < n) {
-        if (c[i] < i) {
-            int j = i % 2 ? c[i] : 0, tmp = a[j];
-            a[j] = a[i]; a[i] = tmp;
-            if (pl_bottleneck(n, load, t, a) < best) best = pl_bottleneck(n, load, t, a);
-            c[i]++; i = 0;
-        } else {
-            c[i] = 0; i++;
+    int g, k = 0;
+    for (g = 0; g < n; g++) k += a[g] == g;
+    return k;
+}
+
+/* The least bottleneck over all n! assignments, by brute force (Heap's algorithm), and the most
+ * GPUs kept on their own rank by any assignment that reaches it. */
+static double pl_brute(int n, const double *load, const double *t, int *most_fixed)
+{
+    int a[8], c[8], i = 0, k, pass;
+    double best = 0;
+    for (pass = 0; pass < 2; pass++) {   /* first the bottleneck, then the fixed points at it */
+        for (k = 0; k < n; k++) { a[k] = k; c[k] = 0; }
+        i = 0;
+        if (pass == 0) best = pl_bottleneck(n, load, t, a);
+        else *most_fixed = n;   /* the identity: at the bottleneck only if it is optimal */
+        if (pass == 1 && pl_bottleneck(n, load, t, a) > best) *most_fixed = -1;
+        while (i < n) {
+            if (c[i] < i) {
+                int j = i % 2 ? c[i] : 0, tmp = a[j];
+                a[j] = a[i]; a[i] = tmp;
+                if (pass == 0 && pl_bottleneck(n, load, t, a) < best) best = pl_bottleneck(n, load, t, a);
+                if (pass == 1 && pl_bottleneck(n, load, t, a) <= best && pl_fixed(n, a) > *most_fixed)
+                    *most_fixed = pl_fixed(n, a);
+                c[i]++; i = 0;
+            } else {
+                c[i] = 0; i++;
+            }
         }
     }
     return best;
@@ -314,8 +329,10 @@ static void place_by_speed_puts_the_heavier_rank_on_the_faster_gpu(void)
     PP_CHECK_NEAR(gain, 0, 0);
 }
 
-/* Random loads and times, n = 1..7: the result is a permutation and reaches the brute-force
- * least bottleneck; equal loads or equal times keep the identity. */
+/* Random loads and times, n = 1..7: the result is a permutation, reaches the brute-force least
+ * bottleneck, and keeps as many GPUs on their own rank as any assignment that does; equal loads
+ * or equal times keep the identity. Loads come in few distinct values, so that many assignments
+ * tie and the fewest-moves choice matters. */
 static void place_by_speed_matches_brute_force_and_keeps_ties_in_place(void)
 {
     unsigned long long x = 0x9e3779b97f4a7c15ull;
@@ -327,7 +344,8 @@ static void place_by_speed_matches_brute_force_and_keeps_ties_in_place(void)
             int rank_of[8], seen[8] = { 0 };
             for (g = 0; g < n; g++) {
                 x = x * 6364136223846793005ull + 1442695040888963407ull;
-                load[g] = 1 + (double)(x >> 40) / (1 << 20) * (trial % 3 ? 1 : 0.001);   /* some nearly equal */
+                load[g] = trial % 2 ? 1 + (double)((x >> 40) % 3)   /* few distinct loads: many ties */
+                                    : 1 + (double)(x >> 40) / (1 << 20) * (trial % 3 ? 1 : 0.001);
                 x = x * 6364136223846793005ull + 1442695040888963407ull;
                 t[g] = 1 + (double)(x >> 40) / (1 << 22);
             }
@@ -337,7 +355,13 @@ static void place_by_speed_matches_brute_force_and_keeps_ties_in_place(void)
                 if (rank_of[g] >= 0 && rank_of[g] < n) seen[rank_of[g]]++;
             }
             for (g = 0; g < n; g++) PP_CHECK_INT(seen[g], 1);
-            PP_CHECK_NEAR(pl_bottleneck(n, load, t, rank_of), pl_brute(n, load, t), 1e-12);
+            {
+                int most_fixed = -1;
+                double best = pl_brute(n, load, t, &most_fixed);
+                PP_CHECK_NEAR(pl_bottleneck(n, load, t, rank_of), best, 1e-12);
+                PP_CHECK_MSG(pl_fixed(n, rank_of) == most_fixed, "n=%d trial %d: %d GPUs kept, the most at the "
+                             "least bottleneck is %d", n, trial, pl_fixed(n, rank_of), most_fixed);
+            }
             PP_CHECK(gain >= 0 && gain < 1);
         }
     {
@@ -364,6 +388,21 @@ static void place_by_speed_names_the_parameter_it_refuses(void)
     PP_CHECK_FAILS(pp_place_by_speed(2, bad_l, t, 0, rank_of, NULL, &err), &err, PP_EINVAL, "rank_load[1]=-1");
     PP_CHECK_FAILS(pp_place_by_speed(2, load, t, 1, rank_of, NULL, &err), &err, PP_EINVAL, "min_gain=1: must be in [0, 1)");
     PP_CHECK_FAILS(pp_place_by_speed(2, load, t, -0.5, rank_of, NULL, &err), &err, PP_EINVAL, "min_gain=-0.5");
+    {   /* out of memory at each allocation in turn: PP_ENOMEM, then the answer (rank 1 to GPU 0) */
+        const double fast0[2] = { 1, 2 };
+        long k;
+        int done = 0;
+        for (k = 0; k < 64 && !done; k++) {
+            pp_status st;
+            pp_test_alloc_countdown = k;
+            st = pp_place_by_speed(2, load, fast0, 0, rank_of, NULL, &err);
+            pp_test_alloc_countdown = -1;
+            if (st == PP_OK) done = 1;
+            else PP_CHECK_MSG(st == PP_ENOMEM, "allocation %ld failing gave %s", k, pp_status_name(st));
+        }
+        PP_CHECK(done && k > 3);
+        PP_CHECK(rank_of[0] == 1 && rank_of[1] == 0);
+    }
 }
 
 const pp_test_case pp_suite_grid[] = {
