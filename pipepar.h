@@ -771,9 +771,10 @@ PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
  * 'Et*2|t*6|t*2|t*6L'`; on 2 H200s 0.6-0.9 points over ZB-V, bench/RESULTS.md). ZB-V's fixed
  * order on the same stages is worse than on even ones: the order must come from the costs.
  *
- * Choosing the layout too (cfg.layers). Give the model's layer count and per-layer costs (and, if
- * they cost anything, the embedding on the first stage and the loss on the last: cfg.embedding,
- * cfg.loss), and the search also splits the layers into stages. It tries every split into pp*vpp
+ * Choosing the layout too (cfg.layers). Give the model's layer count and per-layer costs (the same
+ * for every layer, or each layer's own in cfg.layer_costs; and, if they cost anything, the
+ * embedding on the first stage and the loss on the last: cfg.embedding, cfg.loss), and the search
+ * also splits the layers into stages. It tries every split into pp*vpp
  * stages of even - layout_spread to even + layout_spread layers (at least 1), each schedule on
  * each; where a vpp has more than max_layouts such splits (pp = 4 with 12 stages already has
  * over 4096), it descends from the even split instead, one layer moved per round. Each entry
@@ -860,6 +861,10 @@ typedef struct pp_search_config {
                                layers, which is why Megatron can count it in the split
                                (account_for_loss_in_pipeline_split); the search then gives the last
                                stage fewer layers */
+    const pp_layer_costs *layer_costs; /* with layers, optional: [layers] each layer's own costs, in
+                               model order (dense and MoE layers, attention and Mamba); a stage costs
+                               the sum of its layers'. NULL: every layer costs costs.f, i, w and
+                               keeps 1 layer of memory */
     long max_layouts;       /* with layers: a vpp with at most this many splits has every one tried;
                                one with more is searched by descent from the even split (each round,
                                the one-layer move between two stages that shortens the step most,
@@ -7180,6 +7185,18 @@ static void pp__split_costs(const pp_search_config *cfg, const pp_sim_costs *per
         arrays[2][s] = i * split[s]; arrays[3][s] = w * split[s];
         arrays[4][s] = split[s];
     }
+    if (cfg->layer_costs) {   /* each layer its own: the stage sums its layers */
+        int layer = 0, k;
+        for (s = 0; s < stages; s++) {
+            arrays[0][s] = arrays[1][s] = arrays[2][s] = arrays[3][s] = arrays[4][s] = 0;
+            for (k = 0; k < split[s]; k++, layer++) {
+                const pp_layer_costs *lc = &cfg->layer_costs[layer];
+                arrays[0][s] += lc->f; arrays[1][s] += lc->i + lc->w;
+                arrays[2][s] += lc->i; arrays[3][s] += lc->w;
+                arrays[4][s] += lc->memory;
+            }
+        }
+    }
     ends[0] = &cfg->embedding; ends[1] = &cfg->loss;
     for (e = 0; e < 2; e++) {
         s = e ? stages - 1 : 0;
@@ -7254,6 +7271,15 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
         if (!cfg->layers && (lc->f > 0 || lc->i > 0 || lc->w > 0 || lc->memory > 0))
             return pp__fail(err, PP_EINVAL, "%s: only with layers (the layout search); otherwise put it in the "
                             "per-stage costs", name);
+    }
+    if (cfg->layer_costs && !cfg->layers)
+        return pp__fail(err, PP_EINVAL, "layer_costs: only with layers (they hold one entry per layer)");
+    for (k = 0; cfg->layer_costs && k < cfg->layers; k++) {
+        const pp_layer_costs *lc = &cfg->layer_costs[k];
+        if (!(lc->f >= 0 && lc->f <= DBL_MAX && lc->i >= 0 && lc->i <= DBL_MAX && lc->w >= 0 && lc->w <= DBL_MAX &&
+              lc->memory >= 0 && lc->memory <= DBL_MAX))
+            return pp__fail(err, PP_EINVAL, "layer_costs[%d]: f=%g i=%g w=%g memory=%g: each must be a finite number "
+                            ">= 0", k, lc->f, lc->i, lc->w, lc->memory);
     }
     if (cfg->costs.action_cost)
         return pp__fail(err, PP_EINVAL, "costs: action_cost: times one schedule's own actions; a search builds "

@@ -15,7 +15,7 @@ static void search_usage(FILE *out)
     fprintf(out,
             "usage: pipepar search --pp P --mb M [costs] [--max-mem X] [--vpp V | --max-vpp V] [--top N]\n"
             "                      [--kind K] [--layers N [--spread S] [--max-layouts N] [--embedding F,I,W[,M]]\n"
-            "                      [--loss F,I,W[,M]]] [--csv FILE] [--json]\n"
+            "                      [--loss F,I,W[,M]] [--layer-costs FILE]] [--csv FILE] [--json]\n"
             "  costs, in time units for one rank's share of the model (a chunk costs 1/vpp of it):\n"
             "  --f F          forward (default 1)\n"
             "  --i I --w W    input-gradient and weight-gradient halves of the backward (default B/2 each)\n"
@@ -36,6 +36,8 @@ static void search_usage(FILE *out)
             "                 stage and the output layer and loss's on the last (forward, input and weight\n"
             "                 gradient, and activation memory in layers; default 0): a dear loss gets a\n"
             "                 last stage with fewer layers\n"
+            "  --layer-costs FILE  each layer's own costs, a line per layer in model order: F I W [M]\n"
+            "                 (blank lines and # comments skipped); sets --layers to the line count\n"
             "  --kind K       only this kind (interleaved, zbv, ..., greedy): a trainer without a split\n"
             "                 backward wants --kind interleaved or 1f1b\n"
             "  --p2p L        latency per transfer; --bytes N --bandwidth GBPS add N bytes at GBPS\n"
@@ -102,6 +104,63 @@ static int parse_layer_costs(const char *flag, const char *text, pp_layer_costs 
     return 1;
 }
 
+/* Reads FILE's "F I W [M]" lines (spaces, tabs or commas between; '#' comments and blank lines
+ * skipped) into a new array; *count receives the number of layers. 0 after printing why. */
+static int read_layer_costs(const char *path, pp_layer_costs **out, int *count)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    int n = 0, cap = 0, lineno = 0;
+    pp_layer_costs *all = NULL;
+    *out = NULL; *count = 0;
+    if (!f) { cli_usage_error("--layer-costs '%s': cannot open for reading", path); return 0; }
+    while (fgets(line, sizeof line, f)) {
+        double v[4] = { 0, 0, 0, 0 };
+        char *p = line, *hash = strchr(line, '#');
+        int k = 0;
+        lineno++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            cli_usage_error("--layer-costs '%s': line %d: over %d characters", path, lineno, (int)sizeof line - 2);
+            goto fail;
+        }
+        if (hash) *hash = '\0';
+        for (;;) {
+            char *end;
+            while (*p == ' ' || *p == '\t' || *p == ',' || *p == '\r' || *p == '\n') p++;
+            if (!*p) break;
+            if (k == 4) { cli_usage_error("--layer-costs '%s': line %d: more than 4 numbers (F I W [M])", path, lineno); goto fail; }
+            v[k] = strtod(p, &end);
+            if (end == p || v[k] != v[k] || v[k] < 0 || v[k] > 1e300) {
+                int len = (int)strcspn(p, " \t,\r\n");
+                cli_usage_error("--layer-costs '%s': line %d: '%.*s' is not a number >= 0", path, lineno,
+                                len < 20 ? len : 20, p);
+                goto fail;
+            }
+            k++;
+            p = end;
+        }
+        if (k == 0) continue;
+        if (k < 3) { cli_usage_error("--layer-costs '%s': line %d: %d number(s), expected F I W [M]", path, lineno, k); goto fail; }
+        if (n == 4096) { cli_usage_error("--layer-costs '%s': more than 4096 layers", path); goto fail; }
+        if (n == cap) {
+            pp_layer_costs *na = (pp_layer_costs *)realloc(all, (size_t)(cap ? 2 * cap : 64) * sizeof *na);
+            if (!na) { cli_usage_error("out of memory"); goto fail; }
+            all = na; cap = cap ? 2 * cap : 64;
+        }
+        all[n].f = v[0]; all[n].i = v[1]; all[n].w = v[2]; all[n].memory = k == 4 ? v[3] : 1;
+        n++;
+    }
+    if (ferror(f)) { cli_usage_error("--layer-costs '%s': read error", path); goto fail; }
+    fclose(f);
+    if (n == 0) { free(all); cli_usage_error("--layer-costs '%s': no layers in it", path); return 0; }
+    *out = all; *count = n;
+    return 1;
+fail:
+    fclose(f);
+    free(all);
+    return 0;
+}
+
 /* An entry's split as a Megatron layout string ('Et|t*2|t*3L'), for --layout of schedule and mlp_gpu. */
 static void print_layout(const pp_search_entry *e, int pp)
 {
@@ -118,10 +177,11 @@ int pp_cli_search(int argc, char **argv)
     pp_search_config cfg;
     pp_search_result *res = NULL;
     pp_error err;
-    const char *csv = NULL, *layout = NULL, *stage_text[5] = { NULL, NULL, NULL, NULL, NULL };
+    const char *csv = NULL, *layout = NULL, *layer_costs_path = NULL, *stage_text[5] = { NULL, NULL, NULL, NULL, NULL };
     static const char *const stage_flag[5] = { "--f-stage", "--i-stage", "--w-stage", "--b-stage", "--mem-stage" };
     double *stage[5] = { NULL, NULL, NULL, NULL, NULL }, bytes = 0, gbps = 0;
     pp_layers *lay = NULL;
+    pp_layer_costs *layer_costs = NULL;
     long v, top = 15, spread = 0;
     int i, k, json = 0, have_pp = 0, have_mb = 0, have_ends = 0, rc = 0;
     memset(&cfg, 0, sizeof cfg);
@@ -170,6 +230,8 @@ int pp_cli_search(int argc, char **argv)
             cfg.layout_spread = (int)spread;
         } else if (!strcmp(a, "--max-layouts")) {
             if (!cli_parse_int("--max-layouts", val, 1, 1L << 30, &cfg.max_layouts)) return 2;
+        } else if (!strcmp(a, "--layer-costs")) {
+            layer_costs_path = val;
         } else if (!strcmp(a, "--embedding") || !strcmp(a, "--loss")) {
             if (!parse_layer_costs(a, val, !strcmp(a, "--loss") ? &cfg.loss : &cfg.embedding)) return 2;
             have_ends = 1;
@@ -200,18 +262,38 @@ int pp_cli_search(int argc, char **argv)
         return cli_usage_error("--b=%g: with --i and --w it must be their sum (%g), or leave it out", cfg.costs.b,
                                cfg.costs.i + cfg.costs.w);
     if (cfg.vpp && cfg.max_vpp) return cli_usage_error("--vpp and --max-vpp: give one (--vpp tries only that vpp)");
-    if (!cfg.layers && have_ends)
-        return cli_usage_error("--embedding/--loss: only with --layers (the layout search; a --layout's E and L cost "
-                               "nothing)");
-    if (!cfg.layers && (cfg.layout_spread || cfg.max_layouts))
-        return cli_usage_error("%s: only with --layers (the layout search)", cfg.layout_spread ? "--spread" : "--max-layouts");
-    if (cfg.layers && layout) return cli_usage_error("--layers and --layout: give one (--layers searches the layouts)");
-    if (cfg.layers && cfg.costs.b > 0 && cfg.costs.i <= 0)
-        return cli_usage_error("--layers with --b: give the halves --i and --w per layer instead");
+    if (layer_costs_path) {
+        int n = 0;
+        if (!read_layer_costs(layer_costs_path, &layer_costs, &n)) return 2;
+        if (cfg.layers && cfg.layers != n) {
+            free(layer_costs);
+            return cli_usage_error("--layers=%d: --layer-costs '%s' has %d layers", cfg.layers, layer_costs_path, n);
+        }
+        cfg.layers = n;
+        cfg.layer_costs = layer_costs;
+        if (cfg.costs.f > 0 || cfg.costs.i > 0 || cfg.costs.w > 0 || cfg.costs.b > 0) {
+            free(layer_costs);
+            return cli_usage_error("--layer-costs and --f/--i/--w/--b: give one (the file has every layer's)");
+        }
+    }
+    if (!cfg.layers && have_ends) {
+        rc = cli_usage_error("--embedding/--loss: only with --layers (the layout search; a --layout's E and L cost "
+                             "nothing)");
+        goto done;
+    }
+    if (!cfg.layers && (cfg.layout_spread || cfg.max_layouts)) {
+        rc = cli_usage_error("%s: only with --layers (the layout search)", cfg.layout_spread ? "--spread" : "--max-layouts");
+        goto done;
+    }
+    if (cfg.layers && layout) { rc = cli_usage_error("--layers and --layout: give one (--layers searches the layouts)"); goto done; }
+    if (cfg.layers && cfg.costs.b > 0 && cfg.costs.i <= 0) {
+        rc = cli_usage_error("--layers with --b: give the halves --i and --w per layer instead");
+        goto done;
+    }
     for (k = 0; k < 5 && cfg.layers; k++)
-        if (stage_text[k]) return cli_usage_error("--layers and %s: give one (each split sets every stage's cost)", stage_flag[k]);
+        if (stage_text[k]) { rc = cli_usage_error("--layers and %s: give one (each split sets every stage's cost)", stage_flag[k]); goto done; }
     if (bytes > 0) {
-        if (gbps <= 0) return cli_usage_error("--bytes: needs --bandwidth (GB/s) too");
+        if (gbps <= 0) { rc = cli_usage_error("--bytes: needs --bandwidth (GB/s) too"); goto done; }
         cfg.costs.activation_bytes = bytes;
         cfg.costs.p2p_seconds_per_byte = 1.0 / (gbps * 1e9);
     }
@@ -219,9 +301,9 @@ int pp_cli_search(int argc, char **argv)
         /* per layer F, I, W (default 1 each), B = I + W, and one unit of memory */
         double per[5];
         for (k = 0; k < 5; k++)
-            if (stage_text[k]) return cli_usage_error("--layout and %s: give one (the layout sets every stage's cost)", stage_flag[k]);
+            if (stage_text[k]) { rc = cli_usage_error("--layout and %s: give one (the layout sets every stage's cost)", stage_flag[k]); goto done; }
         if (cfg.costs.b > 0 && cfg.costs.i <= 0)
-            return cli_usage_error("--layout with --b: give the halves --i and --w per layer instead");
+            { rc = cli_usage_error("--layout with --b: give the halves --i and --w per layer instead"); goto done; }
         per[0] = cfg.costs.f > 0 ? cfg.costs.f : 1;
         per[1] = cfg.costs.i > 0 ? cfg.costs.i : 1;
         per[2] = cfg.costs.w > 0 ? cfg.costs.w : 1;
@@ -238,7 +320,7 @@ int pp_cli_search(int argc, char **argv)
     }
     for (k = 0; k < 5; k++) {
         if (!stage_text[k]) continue;
-        if (!cfg.vpp) return cli_usage_error("%s: per-stage costs need --vpp (they hold pp*vpp values)", stage_flag[k]);
+        if (!cfg.vpp) { rc = cli_usage_error("%s: per-stage costs need --vpp (they hold pp*vpp values)", stage_flag[k]); goto done; }
         stage[k] = (double *)calloc((size_t)cfg.pp * (size_t)cfg.vpp, sizeof(double));
         if (!stage[k]) { rc = cli_usage_error("out of memory"); goto done; }
         if (!parse_list(stage_flag[k], stage_text[k], cfg.pp * cfg.vpp, stage[k])) { rc = 2; goto done; }
@@ -317,6 +399,7 @@ int pp_cli_search(int argc, char **argv)
 done:
     pp_search_result_free(res);
     pp_layers_free(lay);
+    free(layer_costs);
     for (k = 0; k < 5; k++) free(stage[k]);
     return rc;
 }

@@ -647,6 +647,18 @@ static void pp__split_costs(const pp_search_config *cfg, const pp_sim_costs *per
         arrays[2][s] = i * split[s]; arrays[3][s] = w * split[s];
         arrays[4][s] = split[s];
     }
+    if (cfg->layer_costs) {   /* each layer its own: the stage sums its layers */
+        int layer = 0, k;
+        for (s = 0; s < stages; s++) {
+            arrays[0][s] = arrays[1][s] = arrays[2][s] = arrays[3][s] = arrays[4][s] = 0;
+            for (k = 0; k < split[s]; k++, layer++) {
+                const pp_layer_costs *lc = &cfg->layer_costs[layer];
+                arrays[0][s] += lc->f; arrays[1][s] += lc->i + lc->w;
+                arrays[2][s] += lc->i; arrays[3][s] += lc->w;
+                arrays[4][s] += lc->memory;
+            }
+        }
+    }
     ends[0] = &cfg->embedding; ends[1] = &cfg->loss;
     for (e = 0; e < 2; e++) {
         s = e ? stages - 1 : 0;
@@ -721,6 +733,15 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
         if (!cfg->layers && (lc->f > 0 || lc->i > 0 || lc->w > 0 || lc->memory > 0))
             return pp__fail(err, PP_EINVAL, "%s: only with layers (the layout search); otherwise put it in the "
                             "per-stage costs", name);
+    }
+    if (cfg->layer_costs && !cfg->layers)
+        return pp__fail(err, PP_EINVAL, "layer_costs: only with layers (they hold one entry per layer)");
+    for (k = 0; cfg->layer_costs && k < cfg->layers; k++) {
+        const pp_layer_costs *lc = &cfg->layer_costs[k];
+        if (!(lc->f >= 0 && lc->f <= DBL_MAX && lc->i >= 0 && lc->i <= DBL_MAX && lc->w >= 0 && lc->w <= DBL_MAX &&
+              lc->memory >= 0 && lc->memory <= DBL_MAX))
+            return pp__fail(err, PP_EINVAL, "layer_costs[%d]: f=%g i=%g w=%g memory=%g: each must be a finite number "
+                            ">= 0", k, lc->f, lc->i, lc->w, lc->memory);
     }
     if (cfg->costs.action_cost)
         return pp__fail(err, PP_EINVAL, "costs: action_cost: times one schedule's own actions; a search builds "

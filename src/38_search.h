@@ -34,9 +34,10 @@
  * 'Et*2|t*6|t*2|t*6L'`; on 2 H200s 0.6-0.9 points over ZB-V, bench/RESULTS.md). ZB-V's fixed
  * order on the same stages is worse than on even ones: the order must come from the costs.
  *
- * Choosing the layout too (cfg.layers). Give the model's layer count and per-layer costs (and, if
- * they cost anything, the embedding on the first stage and the loss on the last: cfg.embedding,
- * cfg.loss), and the search also splits the layers into stages. It tries every split into pp*vpp
+ * Choosing the layout too (cfg.layers). Give the model's layer count and per-layer costs (the same
+ * for every layer, or each layer's own in cfg.layer_costs; and, if they cost anything, the
+ * embedding on the first stage and the loss on the last: cfg.embedding, cfg.loss), and the search
+ * also splits the layers into stages. It tries every split into pp*vpp
  * stages of even - layout_spread to even + layout_spread layers (at least 1), each schedule on
  * each; where a vpp has more than max_layouts such splits (pp = 4 with 12 stages already has
  * over 4096), it descends from the even split instead, one layer moved per round. Each entry
@@ -123,6 +124,10 @@ typedef struct pp_search_config {
                                layers, which is why Megatron can count it in the split
                                (account_for_loss_in_pipeline_split); the search then gives the last
                                stage fewer layers */
+    const pp_layer_costs *layer_costs; /* with layers, optional: [layers] each layer's own costs, in
+                               model order (dense and MoE layers, attention and Mamba); a stage costs
+                               the sum of its layers'. NULL: every layer costs costs.f, i, w and
+                               keeps 1 layer of memory */
     long max_layouts;       /* with layers: a vpp with at most this many splits has every one tried;
                                one with more is searched by descent from the even split (each round,
                                the one-layer move between two stages that shortens the step most,

@@ -1205,6 +1205,79 @@ static void search_layers_counts_the_embedding_and_the_loss(void)
     PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "embedding: only with layers");
 }
 
+/* Each layer its own costs (layer_costs): the first 4 of 16 layers dense and cheap (half a layer),
+ * the rest dearer MoE layers (1.25). 1F1B at pp 2: every split simulated here from the per-stage
+ * sums gives the best; the search agrees, and gives the first stage more layers. Layer costs all
+ * equal to the uniform ones change nothing. */
+static void search_layers_takes_each_layers_own_costs(void)
+{
+    pp_search_config cfg = sr_layers_cfg(2, 8, 1, 16, PP_1F1B);
+    pp_layer_costs lc[16];
+    pp_search_result *res = NULL, *plain = NULL;
+    pp_sim_result *sim = NULL;
+    pp_schedule_config sc;
+    pp_schedule *s1 = NULL;
+    pp_error err;
+    double best = DBL_MAX;
+    int a, k, best_a = -1;
+    for (k = 0; k < 16; k++) {
+        double c = k < 4 ? 0.5 : 1.25;
+        lc[k].f = c; lc[k].i = c; lc[k].w = c; lc[k].memory = c;
+    }
+    cfg.layout_spread = 8;
+    cfg.layer_costs = lc;
+    memset(&sc, 0, sizeof sc);
+    sc.kind = PP_1F1B; sc.pp = 2; sc.mb = 8;
+    PP_CHECK_OK(pp_schedule_build(&sc, &s1, &err), &err);
+    if (s1) PP_CHECK_OK(pp_schedule_lower(s1, &err), &err);
+    for (a = 1; a <= 15 && s1; a++) {
+        double f[2] = { 0, 0 }, b[2], m[2];
+        pp_sim_costs c;
+        for (k = 0; k < 16; k++) f[k >= a] += lc[k].f;
+        b[0] = 2 * f[0]; b[1] = 2 * f[1]; m[0] = f[0]; m[1] = f[1];
+        memset(&c, 0, sizeof c);
+        c.f_stage = f; c.b_stage = b; c.i_stage = f; c.w_stage = f; c.memory_stage = m;
+        PP_CHECK_OK(pp_simulate(s1, &c, &sim, &err), &err);
+        if (sim && (sim->makespan < best - 1e-9 || (sim->makespan < best + 1e-9 && abs(a - 8) < abs(best_a - 8)))) {
+            best = sim->makespan;
+            best_a = a;
+        }
+        pp_sim_result_free(sim);
+        sim = NULL;
+    }
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    if (res && res->entries[0].stage_layers) {
+        PP_CHECK_NEAR(res->entries[0].makespan, best, 1e-9);
+        PP_CHECK_INT(res->entries[0].stage_layers[0], best_a);
+        PP_CHECK(res->entries[0].stage_layers[0] > 8);
+    }
+    pp_search_result_free(res);
+    res = NULL;
+    pp_schedule_free(s1);
+    /* every layer at the uniform cost: the same as no layer_costs, entry for entry */
+    for (k = 0; k < 16; k++) { lc[k].f = lc[k].i = lc[k].w = 1; lc[k].memory = 1; }
+    cfg = sr_layers_cfg(2, 8, 0, 16, PP_KIND_NONE);
+    cfg.max_vpp = 2;
+    PP_CHECK_OK(pp_search(&cfg, &plain, &err), &err);
+    cfg.layer_costs = lc;
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    if (res && plain) {
+        PP_CHECK_INT(res->count, plain->count);
+        for (k = 0; k < res->count && k < plain->count; k++) {
+            PP_CHECK_STR(res->entries[k].name, plain->entries[k].name);
+            PP_CHECK_NEAR(res->entries[k].makespan, plain->entries[k].makespan, 1e-9);
+        }
+    }
+    pp_search_result_free(res);
+    pp_search_result_free(plain);
+    res = NULL;
+    /* refusals */
+    lc[5].w = -2;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "layer_costs[5]: f=1 i=1 w=-2 memory=1");
+    lc[5].w = 1; cfg.layers = 0; cfg.max_vpp = 0;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "layer_costs: only with layers");
+}
+
 /* One rank: no bubble whatever the split, so every split ties on time and bubble; where memory
  * ties too, the even split (tried first) is kept. (Two other splits tying, the one nearer the
  * even split is kept: the 195-unit winner above, against 1,1,1,2,3,3,3,2, which comes first.) */
@@ -1347,6 +1420,7 @@ const pp_test_case pp_suite_search[] = {
     PP_TEST(search_layers_tie_keeps_the_split_nearest_even),
     PP_TEST(search_layers_descends_where_there_are_too_many_splits),
     PP_TEST(search_layers_counts_the_embedding_and_the_loss),
+    PP_TEST(search_layers_takes_each_layers_own_costs),
     PP_TEST(search_layers_names_the_parameter_it_refuses),
     PP_TEST(search_layers_survives_out_of_memory_at_every_allocation),
     PP_TEST(search_layout_text_round_trips),

@@ -89,6 +89,32 @@ $P search --pp 2 --mb 8 --vpp 1 --layers 16 --kind 1f1b --spread 8 --loss 3,3,3 
     && ok || bad "search --loss 3,3,3: not 10 and 6 layers"
 $P search --pp 2 --mb 8 --vpp 1 --layers 16 --kind 1f1b --spread 8 | grep -q "^layout: 'Et\*8|t\*8L'$" \
     && ok || bad "search without --loss: not 8 and 8 layers"
+# --layer-costs: each layer its own; 4 cheap dense layers first (0.5), 12 MoE layers (1.25): the
+# first stage takes more layers (the library test checks the split against a brute-force sweep)
+{ echo "# dense, then MoE"; for k in 1 2 3 4; do echo "0.5 0.5 0.5 0.5"; done; for k in $(seq 12); do echo "1.25,1.25,1.25,1.25"; done; } >"$T/layers.txt"
+out=$($P search --pp 2 --mb 8 --vpp 1 --kind 1f1b --spread 8 --layer-costs "$T/layers.txt") && ok || bad "search --layer-costs exit $?"
+echo "$out" | grep -q "every split of 16 layers" && echo "$out" | grep -Eq "^layout: 'Et\*(9|10|11)\|t\*(7|6|5)L'$" \
+    && ok || bad "search --layer-costs: the first stage does not take more layers: $out"
+printf '1 1\n' >"$T/short.txt"
+expect_error 2 "--layer-costs '$T/short.txt': line 1: 2 number(s), expected F I W [M]" search --pp 2 --mb 8 --layer-costs "$T/short.txt"
+printf '1 1 1 x\n' >"$T/bad.txt"
+expect_error 2 "line 1: 'x' is not a number >= 0" search --pp 2 --mb 8 --layer-costs "$T/bad.txt"
+# fuzz: random bytes, long lines, many numbers: exit 0 or 2 with one line, never a crash
+fuzz_ok=1
+for k in $(seq 40); do
+    case $((k % 4)) in
+    0) head -c $((k * 37)) /dev/urandom >"$T/fz.txt" ;;
+    1) { head -c 700 /dev/zero | tr '\0' '1'; echo; } >"$T/fz.txt" ;;
+    2) for j in $(seq $((k * 5))); do echo "$j.5 ${j}e-3 1,2 # c"; done >"$T/fz.txt" ;;
+    3) printf '%s\n' "1 1 1" "" "#" "  2\t2\t2  " "1e400 1 1" >"$T/fz.txt" ;;
+    esac
+    err=$($P search --pp 2 --mb 4 --kind 1f1b --layer-costs "$T/fz.txt" 2>&1 >/dev/null); rc=$?
+    if [ $rc -ne 0 ] && { [ $rc -ne 2 ] || [ "$(printf '%s\n' "$err" | wc -l)" -ne 1 ]; }; then fuzz_ok=0; echo "fuzz case $k: exit $rc: $err"; fi
+done
+[ $fuzz_ok = 1 ] && ok || bad "search --layer-costs fuzz"
+expect_error 2 "--layers=9: --layer-costs '$T/layers.txt' has 16 layers" search --pp 2 --mb 8 --layers 9 --layer-costs "$T/layers.txt"
+expect_error 2 "--layer-costs and --f/--i/--w/--b: give one" search --pp 2 --mb 8 --f 2 --layer-costs "$T/layers.txt"
+expect_error 2 "--layer-costs '$T/none.txt': cannot open" search --pp 2 --mb 8 --layer-costs "$T/none.txt"
 expect_error 2 "--loss: '1,1': expected F,I,W or F,I,W,M" search --pp 2 --mb 8 --layers 16 --loss 1,1
 expect_error 2 "--embedding: '1,2,3,4,5': at most 4 numbers" search --pp 2 --mb 8 --layers 16 --embedding 1,2,3,4,5
 expect_error 2 "--embedding/--loss: only with --layers" search --pp 2 --mb 8 --loss 1,1,1
