@@ -127,7 +127,8 @@ static const char usage[] =
     "                  pp_search's fastest for this layout (simulated; --max-memory X caps activations\n"
     "                  at X microbatches through one rank's blocks)\n"
     "  --search-layout with --schedule search: split the blocks into stages too (pp_search's layers:\n"
-    "                  every split near the even one; each block F = I = W), and run the fastest\n"
+    "                  every split near the even one; each block F = I = W, block 0's I half), and run\n"
+    "                  the fastest\n"
     "  --search-kind K with --schedule search: only schedules of kind K (e.g. interleaved: Megatron's\n"
     "                  order, its microbatch group and, with --search-layout, its stages chosen)\n"
     "  --place-by-speed time every GPU on the model's largest GEMM (all at once, under load, 3.5 s) and\n"
@@ -1410,9 +1411,16 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         pp_search_config q;
         memset(&q, 0, sizeof q);
         q.pp = pp; q.mb = o.mb; q.vpp = vpp; q.max_memory = o.max_memory;
+        std::vector<pp_layer_costs> per_block((size_t)o.layers);
         if (choose) {
+            /* per block, in units of its forward (2 GEMMs): I = W = 1 too, but block 0 skips its
+             * input gradient (one GEMM of I's two) */
+            for (int b = 0; b < o.layers; b++) {
+                per_block[b].f = 1; per_block[b].i = b == 0 ? 0.5 : 1; per_block[b].w = 1; per_block[b].memory = 1;
+            }
             q.layers = o.layers;
-            q.costs.f = q.costs.i = q.costs.w = 1;   /* per block */
+            q.layer_costs = per_block.data();
+            q.costs.f = q.costs.i = q.costs.w = 1;
         } else {
             q.costs.f = fs[0];
             q.costs.f_stage = fs.data(); q.costs.i_stage = fs.data(); q.costs.w_stage = fs.data(); q.costs.b_stage = bs.data();
@@ -1446,7 +1454,7 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         }
         if (lead) {   /* even with --quiet: what ran is part of every result */
             double work = 0;   /* F + I + W of every stage and microbatch, over pp ranks */
-            if (choose) work = 3.0 * o.layers * o.mb;
+            if (choose) work = (3.0 * o.layers - 0.5) * o.mb;
             else for (int st = 0; st < S0; st++) work += 3.0 * fs[st] * o.mb;
             printf("search: %d schedules simulated", found->count);
             if (choose) printf(", each on %ld splits of the %d blocks", found->layouts, o.layers);
