@@ -7206,14 +7206,15 @@ static void pp__split_costs(const pp_search_config *cfg, const pp_sim_costs *per
     }
 }
 
-/* Whether pp__search_vpp can build `kind` (PP_KIND_NONE: any) at this vpp: the layout search
- * spends no splits on a vpp the asked-for kind never runs at. */
-static int pp__kind_takes_vpp(pp_schedule_kind kind, int vpp, int has_stage_costs)
+/* Whether the layout search can build `kind` (PP_KIND_NONE: any) at this vpp, so that it spends
+ * no splits on a vpp the asked-for kind never runs at. DualPipe never: its chunks are whole model
+ * stages, which per-stage costs of a split do not describe. */
+static int pp__layout_kind_takes_vpp(pp_schedule_kind kind, int vpp)
 {
     switch (kind) {
     case PP_GPIPE: case PP_1F1B: case PP_ZB_H1: case PP_ZB_H2: return vpp == 1;
     case PP_ZBV: case PP_DUALPIPEV: return vpp == 2;
-    case PP_DUALPIPE: return vpp == 2 && !has_stage_costs;
+    case PP_DUALPIPE: return 0;
     case PP_INTERLEAVED_1F1B: case PP_INTERLEAVED_ZB: case PP_LOOPED_BFS: return vpp >= 2;
     default: return 1;
     }
@@ -7347,7 +7348,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
             continue;
         }
         if (stages > cfg->layers) break;
-        if (!pp__kind_takes_vpp(cfg->kind, vpp, 1)) continue;
+        if (!pp__layout_kind_takes_vpp(cfg->kind, vpp)) continue;
         lo = cfg->layers / stages - spread;
         if (lo < 1) lo = 1;
         hi = (cfg->layers + stages - 1) / stages + spread;

@@ -1,4 +1,4 @@
-# bench/gpu_lib.sh — sourced by the bench/gpu_*.sh scripts: the two things they all do.
+# bench/gpu_lib.sh — sourced by the bench/gpu_*.sh scripts: what more than one of them does.
 
 # single_step_ms LOG: the step time that `mlp_gpu --single` printed into LOG (empty if none)
 single_step_ms() { sed -n 's/^single-gpu *step *\([0-9.]*\) ms.*/\1/p' "$1"; }
@@ -44,4 +44,37 @@ single_baseline() {
 # efficiency_vs_fastest LOG N: each run's step against the fastest GPU's single step / N.
 efficiency_vs_fastest() {
     awk -v f="$SINGLE_FASTEST_MS" -v n="$2" '/^-- /{name=$2} /^pipeline /{for(i=1;i<=NF;i++) if($i=="step"){s=$(i+1)}; if (name != "" && s > 0) printf "  %-28s %.1f%% against the fastest GPU alone\n", name, 100 * f / n / s}' "$1"
+}
+
+# clocks_start OUTDIR: SM clock, power and temperature of every GPU once a second into
+# OUTDIR/clocks.csv, until the script exits.
+clocks_start() {
+    nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu --format=csv -l 1 >"$1/clocks.csv" 2>/dev/null &
+    CLOCKS_PID=$!
+    trap 'kill $CLOCKS_PID 2>/dev/null' EXIT
+}
+
+# clocks_summary CSV: per GPU, min / median / max clock and power, and the median clock while it
+# drew over 300 W (busy), from clocks_start's file.
+clocks_summary() {
+    python3 - "$1" <<'EOF'
+import sys, statistics as st
+rows = [l.split(",") for l in open(sys.argv[1]).read().splitlines()[1:] if l.count(",") >= 4]
+for g in sorted(set(r[1].strip() for r in rows)):
+    c = [float(r[2].split()[0]) for r in rows if r[1].strip() == g and r[2].split()[0].replace(".", "").isdigit()]
+    p = [float(r[3].split()[0]) for r in rows if r[1].strip() == g and r[3].split()[0].replace(".", "").isdigit()]
+    busy = [x for x, w in zip(c, p) if w > 300]
+    if c: print(f"GPU {g}: clock {min(c):.0f} / {st.median(c):.0f} / {max(c):.0f}; power {min(p):.0f} / {st.median(p):.0f} / {max(p):.0f};"
+                f" clock while above 300 W: median {st.median(busy) if busy else 0:.0f} over {len(busy)} s")
+EOF
+}
+
+# launch2 NAME ARGS...: two processes, one per GPU (ranks_run), logs in $OUTDIR/NAME.rankR.log;
+# rank 0's log and rank 1's error lines appended to $LOG.
+launch2() {
+    local name=$1 rc=0; shift
+    ranks_run 2 "$OUTDIR/$name" "$@" || rc=$?
+    cat "$OUTDIR/$name.rank0.log" >>"$LOG"
+    grep -h "mlp_gpu:" "$OUTDIR/$name.rank1.log" | sed "s/^/rank 1: /" >>"$LOG" 2>/dev/null
+    return $rc
 }

@@ -25,17 +25,7 @@ say() { echo "$@" | tee -a "$LOG"; }
 say "== $(date -u +%Y-%m-%dT%H:%MZ)  $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n 1) x $(nvidia-smi -L | wc -l)"
 if [ "${SKIP_BUILD:-0}" != 1 ]; then make -s -j16 build/mlp_gpu >"$OUTDIR/build.log" 2>&1 || { cat "$OUTDIR/build.log"; exit 1; }; fi
 
-nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu --format=csv -l 1 >"$OUTDIR/clocks.csv" 2>/dev/null &
-smi=$!
-trap 'kill $smi 2>/dev/null' EXIT
-
-launch2() {   # launch2 NAME ARGS...: two processes, one per GPU
-    local name=$1 rc=0; shift
-    ranks_run 2 "$OUTDIR/$name" "$@" || rc=$?
-    cat "$OUTDIR/$name.rank0.log" >>"$LOG"
-    grep -h "mlp_gpu:" "$OUTDIR/$name.rank1.log" | sed "s/^/rank 1: /" >>"$LOG" 2>/dev/null
-    return $rc
-}
+clocks_start "$OUTDIR"
 
 say "== single GPU"
 build/mlp_gpu --single $MODEL 2>&1 | tee "$OUTDIR/single.log" >>"$LOG"
@@ -62,13 +52,4 @@ run zbv-again            --schedule zbv
 say "== summary (step ms, efficiency = single / 2 / step)"
 grep -E "^(-- |single-gpu|search:|schedule |pipeline|  efficiency|  simulator|  exposed on|  bound:|  compute busy|  peak|gradient check)" "$LOG" | tee "$OUTDIR/summary.txt"
 say "== SM clock (MHz) and power (W) over the run, per GPU: min / median / max"
-python3 - "$OUTDIR/clocks.csv" <<'EOF' | tee -a "$LOG"
-import sys, statistics as st
-rows = [l.split(",") for l in open(sys.argv[1]).read().splitlines()[1:] if l.count(",") >= 4]
-for g in sorted(set(r[1].strip() for r in rows)):
-    c = [float(r[2].split()[0]) for r in rows if r[1].strip() == g and r[2].split()[0].replace(".", "").isdigit()]
-    p = [float(r[3].split()[0]) for r in rows if r[1].strip() == g and r[3].split()[0].replace(".", "").isdigit()]
-    busy = [x for x, w in zip(c, p) if w > 300]
-    if c: print(f"GPU {g}: clock {min(c):.0f} / {st.median(c):.0f} / {max(c):.0f}; power {min(p):.0f} / {st.median(p):.0f} / {max(p):.0f};"
-                f" clock while above 300 W: median {st.median(busy) if busy else 0:.0f} over {len(busy)} s")
-EOF
+clocks_summary "$OUTDIR/clocks.csv" | tee -a "$LOG"

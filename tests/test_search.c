@@ -1140,6 +1140,72 @@ static void search_layers_descends_where_there_are_too_many_splits(void)
     pp_search_result_free(res);
 }
 
+/* The two stages of 1F1B at pp 2 over 16 layers, the first holding a of them, with their costs
+ * written out from scratch: each stage sums its layers' (layer[k]); the first adds the
+ * embedding's, the last the loss's. */
+typedef struct sr_two_stages {
+    double f[2], b[2], i[2], w[2], m[2];
+    pp_sim_costs c;
+} sr_two_stages;
+
+static void sr_two_stage_costs(sr_two_stages *t, const pp_layer_costs *layer, const pp_layer_costs *first,
+                               const pp_layer_costs *last, int a)
+{
+    const pp_layer_costs *end[2];
+    int k, st;
+    memset(t, 0, sizeof *t);
+    end[0] = first; end[1] = last;
+    for (k = 0; k < 16; k++) {
+        st = k >= a;
+        t->f[st] += layer[k].f; t->i[st] += layer[k].i; t->w[st] += layer[k].w; t->m[st] += layer[k].memory;
+    }
+    for (st = 0; st < 2; st++) {
+        t->f[st] += end[st]->f; t->i[st] += end[st]->i; t->w[st] += end[st]->w; t->m[st] += end[st]->memory;
+        t->b[st] = t->i[st] + t->w[st];
+    }
+    t->c.f_stage = t->f; t->c.b_stage = t->b; t->c.i_stage = t->i; t->c.w_stage = t->w; t->c.memory_stage = t->m;
+}
+
+/* The step time of schedule s on the split with a layers first (sr_two_stage_costs); -1 on failure. */
+static double sr_two_stage_time(const pp_schedule *s, const pp_layer_costs *layer, const pp_layer_costs *first,
+                                const pp_layer_costs *last, int a)
+{
+    sr_two_stages t;
+    pp_sim_result *sim = NULL;
+    pp_error err;
+    double time = -1;
+    sr_two_stage_costs(&t, layer, first, last, a);
+    PP_CHECK_OK(pp_simulate(s, &t.c, &sim, &err), &err);
+    if (sim) time = sim->makespan;
+    pp_sim_result_free(sim);
+    return time;
+}
+
+/* Every split of 1F1B at pp 2, mb 8 over 16 layers (1 to 15 first), simulated: the best first
+ * stage's size (a tie: the one nearer 8), its step time in *best. */
+static int sr_best_two_stage_split(const pp_layer_costs *layer, const pp_layer_costs *first,
+                                   const pp_layer_costs *last, double *best)
+{
+    pp_schedule_config sc;
+    pp_schedule *s1 = NULL;
+    pp_error err;
+    int a, best_a = -1;
+    *best = DBL_MAX;
+    memset(&sc, 0, sizeof sc);
+    sc.kind = PP_1F1B; sc.pp = 2; sc.mb = 8;
+    PP_CHECK_OK(pp_schedule_build(&sc, &s1, &err), &err);
+    if (s1) PP_CHECK_OK(pp_schedule_lower(s1, &err), &err);
+    for (a = 1; a <= 15 && s1; a++) {
+        double t = sr_two_stage_time(s1, layer, first, last, a);
+        if (t >= 0 && (t < *best - 1e-9 || (t < *best + 1e-9 && abs(a - 8) < abs(best_a - 8)))) {
+            *best = t;
+            best_a = a;
+        }
+    }
+    pp_schedule_free(s1);
+    return best_a;
+}
+
 /* A dear loss (3 layers' worth on the last stage) and a cheap embedding (half a layer on the
  * first): 1F1B at pp 2 over 16 layers, every split from 1 to 15 layers first, simulated here from
  * scratch with the costs written out per stage. The search's winner is the brute-force best
@@ -1148,56 +1214,30 @@ static void search_layers_descends_where_there_are_too_many_splits(void)
 static void search_layers_counts_the_embedding_and_the_loss(void)
 {
     pp_search_config cfg = sr_layers_cfg(2, 8, 1, 16, PP_1F1B);
+    pp_layer_costs one[16];
     pp_search_result *res = NULL;
-    pp_sim_result *sim = NULL;
-    pp_schedule_config sc;
-    pp_schedule *s1 = NULL;
     pp_error err;
-    double best = DBL_MAX, f[2], b[2], i[2], w[2], m[2];
-    int a, best_a = -1;
+    double best;
+    int k, best_a;
+    for (k = 0; k < 16; k++) { one[k].f = one[k].i = one[k].w = 1; one[k].memory = 1; }
     cfg.layout_spread = 8;
     cfg.loss.f = 3; cfg.loss.i = 3; cfg.loss.w = 3; cfg.loss.memory = 2;
     cfg.embedding.f = 0.5; cfg.embedding.i = 0; cfg.embedding.w = 0.5;
-    memset(&sc, 0, sizeof sc);
-    sc.kind = PP_1F1B; sc.pp = 2; sc.mb = 8;
-    PP_CHECK_OK(pp_schedule_build(&sc, &s1, &err), &err);
-    if (s1) PP_CHECK_OK(pp_schedule_lower(s1, &err), &err);
-    for (a = 1; a <= 15 && s1; a++) {
-        pp_sim_costs c;
-        memset(&c, 0, sizeof c);
-        f[0] = a + 0.5; i[0] = a; w[0] = a + 0.5; b[0] = i[0] + w[0]; m[0] = a;
-        f[1] = 16 - a + 3; i[1] = 16 - a + 3; w[1] = 16 - a + 3; b[1] = i[1] + w[1]; m[1] = 16 - a + 2;
-        c.f_stage = f; c.b_stage = b; c.i_stage = i; c.w_stage = w; c.memory_stage = m;
-        PP_CHECK_OK(pp_simulate(s1, &c, &sim, &err), &err);
-        if (sim && (sim->makespan < best - 1e-9 || (sim->makespan < best + 1e-9 && abs(a - 8) < abs(best_a - 8)))) {
-            best = sim->makespan;
-            best_a = a;
-        }
-        pp_sim_result_free(sim);
-        sim = NULL;
-    }
+    best_a = sr_best_two_stage_split(one, &cfg.embedding, &cfg.loss, &best);
     PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
     if (res && res->count > 0 && res->entries[0].stage_layers) {
         PP_CHECK_NEAR(res->entries[0].makespan, best, 1e-9);
         PP_CHECK_INT(res->entries[0].stage_layers[0], best_a);
         PP_CHECK(res->entries[0].stage_layers[1] < res->entries[0].stage_layers[0]);
         PP_CHECK_INT(res->layouts, 15);
-        if (res->best) {
-            pp_sim_costs c;
-            int st = res->entries[0].stage_layers[0];
-            memset(&c, 0, sizeof c);
-            f[0] = st + 0.5; i[0] = st; w[0] = st + 0.5; b[0] = i[0] + w[0]; m[0] = st;
-            f[1] = 16 - st + 3; i[1] = 16 - st + 3; w[1] = 16 - st + 3; b[1] = i[1] + w[1]; m[1] = 16 - st + 2;
-            c.f_stage = f; c.b_stage = b; c.i_stage = i; c.w_stage = w; c.memory_stage = m;
-            PP_CHECK_OK(pp_simulate(res->best, &c, &sim, &err), &err);
-            if (sim) PP_CHECK_NEAR(sim->makespan, res->entries[0].makespan, 1e-9);
-            pp_sim_result_free(sim);
-        }
+        if (res->best)
+            PP_CHECK_NEAR(sr_two_stage_time(res->best, one, &cfg.embedding, &cfg.loss, res->entries[0].stage_layers[0]),
+                          res->entries[0].makespan, 1e-9);
     } else {
         PP_CHECK_MSG(0, "no winner with a split");
     }
     pp_search_result_free(res);
-    pp_schedule_free(s1);
+    res = NULL;
     /* refusals: a negative cost, and the ends without layers */
     cfg.loss.w = -1;
     PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "loss: f=3 i=3 w=-1 memory=2: each must be a finite");
@@ -1212,39 +1252,19 @@ static void search_layers_counts_the_embedding_and_the_loss(void)
 static void search_layers_takes_each_layers_own_costs(void)
 {
     pp_search_config cfg = sr_layers_cfg(2, 8, 1, 16, PP_1F1B);
-    pp_layer_costs lc[16];
+    pp_layer_costs lc[16], none;
     pp_search_result *res = NULL, *plain = NULL;
-    pp_sim_result *sim = NULL;
-    pp_schedule_config sc;
-    pp_schedule *s1 = NULL;
     pp_error err;
-    double best = DBL_MAX;
-    int a, k, best_a = -1;
+    double best;
+    int k, best_a;
+    memset(&none, 0, sizeof none);
     for (k = 0; k < 16; k++) {
         double c = k < 4 ? 0.5 : 1.25;
         lc[k].f = c; lc[k].i = c; lc[k].w = c; lc[k].memory = c;
     }
     cfg.layout_spread = 8;
     cfg.layer_costs = lc;
-    memset(&sc, 0, sizeof sc);
-    sc.kind = PP_1F1B; sc.pp = 2; sc.mb = 8;
-    PP_CHECK_OK(pp_schedule_build(&sc, &s1, &err), &err);
-    if (s1) PP_CHECK_OK(pp_schedule_lower(s1, &err), &err);
-    for (a = 1; a <= 15 && s1; a++) {
-        double f[2] = { 0, 0 }, b[2], m[2];
-        pp_sim_costs c;
-        for (k = 0; k < 16; k++) f[k >= a] += lc[k].f;
-        b[0] = 2 * f[0]; b[1] = 2 * f[1]; m[0] = f[0]; m[1] = f[1];
-        memset(&c, 0, sizeof c);
-        c.f_stage = f; c.b_stage = b; c.i_stage = f; c.w_stage = f; c.memory_stage = m;
-        PP_CHECK_OK(pp_simulate(s1, &c, &sim, &err), &err);
-        if (sim && (sim->makespan < best - 1e-9 || (sim->makespan < best + 1e-9 && abs(a - 8) < abs(best_a - 8)))) {
-            best = sim->makespan;
-            best_a = a;
-        }
-        pp_sim_result_free(sim);
-        sim = NULL;
-    }
+    best_a = sr_best_two_stage_split(lc, &none, &none, &best);
     PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
     if (res && res->entries[0].stage_layers) {
         PP_CHECK_NEAR(res->entries[0].makespan, best, 1e-9);
@@ -1253,7 +1273,6 @@ static void search_layers_takes_each_layers_own_costs(void)
     }
     pp_search_result_free(res);
     res = NULL;
-    pp_schedule_free(s1);
     /* every layer at the uniform cost: the same as no layer_costs, entry for entry */
     for (k = 0; k < 16; k++) { lc[k].f = lc[k].i = lc[k].w = 1; lc[k].memory = 1; }
     cfg = sr_layers_cfg(2, 8, 0, 16, PP_KIND_NONE);
