@@ -576,6 +576,15 @@ PIPEPAR_API void pp_schedule_strip_comm(pp_schedule *s);
  * next F finds it there. The compute order is unchanged. A schedule without FB is left as it is;
  * on any failure (PP_EINVAL for NULL, PP_ENOMEM, the lowering's errors) s is unchanged. */
 PIPEPAR_API pp_status pp_schedule_split_overlaps(pp_schedule *s, pp_error *err);
+/* Replaces every B (a whole backward) with its I (input gradient) followed at once by its W
+ * (weight gradient), and lowers again if the schedule was lowered. The order of the work is
+ * unchanged, but the B's output gradient now leaves after the I, and the peer's next backward
+ * starts while this rank computes the W: on the comparison model a chunk's W is about half its
+ * backward, and interleaved 1F1B's step shrinks by about 1% (bench/RESULTS.md, session 10).
+ * Needs a trainer with backward_input and backward_weight callbacks; the W keeps what it reads
+ * (the I's saved tensors) for one action longer. A schedule without B is left as it is; on any
+ * failure (PP_EINVAL for NULL, PP_ENOMEM, the lowering's errors) s is unchanged. */
+PIPEPAR_API pp_status pp_schedule_split_backward(pp_schedule *s, pp_error *err);
 
 /* Proves a schedule correct, or names its first violation (rank, position, action, rule):
  *   - each (stage, mb) has exactly one F and one B (or one I and one W), on the stage's rank;
@@ -865,6 +874,10 @@ typedef struct pp_search_config {
                                model order (dense and MoE layers, attention and Mamba); a stage costs
                                the sum of its layers'. NULL: every layer costs costs.f, i, w and
                                keeps 1 layer of memory */
+    int split_backward;     /* 1: every schedule with whole backwards runs each B as its I then its W
+                               (pp_schedule_split_backward), so a B's output gradient leaves before
+                               its weight gradient is computed; for a trainer with backward_input and
+                               backward_weight callbacks. Those entries are named "..., B as I then W" */
     long max_layouts;       /* with layers: a vpp with at most this many splits has every one tried;
                                one with more is searched by descent from the even split (each round,
                                the one-layer move between two stages that shortens the step most,
@@ -879,6 +892,7 @@ typedef struct pp_search_entry {
     int vpp, group, max_live; /* the parameters used (0 where the kind takes none) */
     unsigned greedy_flags;
     int split_overlaps;     /* 1: its FBs run as F then B (pp_schedule_split_overlaps), named "... split" */
+    int split_backward;     /* 1: its B's run as I then W (cfg.split_backward; the schedule had B's) */
     double makespan;        /* simulated step time */
     double bubble;          /* mean over ranks of 1 - busy / makespan */
     double peak_memory;     /* largest over ranks, units above */
@@ -4886,6 +4900,39 @@ pp_status pp_schedule_split_overlaps(pp_schedule *s, pp_error *err)
     return pp__ok(err);
 }
 
+pp_status pp_schedule_split_backward(pp_schedule *s, pp_error *err)
+{
+    pp_schedule *c = NULL;
+    pp_status st;
+    int r, i, bs = 0, *ip;
+    pp_action **ap;
+    if (!s) return pp__fail(err, PP_EINVAL, "schedule: must not be NULL");
+    for (r = 0; r < s->pp; r++)
+        for (i = 0; i < s->length[r]; i++) bs += s->actions[r][i].op == PP_OP_B;
+    if (bs == 0) return pp__ok(err);   /* nothing to split: s stays as it is, communication too */
+    st = pp_schedule_create(s->pp, s->vpp, s->mb, s->placement, &c, err);
+    if (st != PP_OK) return st;
+    c->kind = s->kind; c->group = s->group;
+    for (r = 0; r < s->pp && st == PP_OK; r++)
+        for (i = 0; i < s->length[r] && st == PP_OK; i++) {
+            pp_action x = s->actions[r][i], half = x;
+            if (pp__is_comm(x.op)) continue;           /* lowered again below */
+            if (x.op != PP_OP_B) { st = pp_schedule_append(c, r, x, err); continue; }
+            half.op = PP_OP_I;
+            st = pp_schedule_append(c, r, half, err);
+            half.op = PP_OP_W;
+            if (st == PP_OK) st = pp_schedule_append(c, r, half, err);
+        }
+    if (st == PP_OK && s->lowered) st = pp_schedule_lower(c, err);
+    if (st != PP_OK) { pp_schedule_free(c); return st; }
+    ap = s->actions; s->actions = c->actions; c->actions = ap;
+    ip = s->length; s->length = c->length; c->length = ip;
+    ip = s->capacity; s->capacity = c->capacity; c->capacity = ip;
+    s->lowered = c->lowered;
+    pp_schedule_free(c);
+    return pp__ok(err);
+}
+
 /* Lowering walks the compute orders in lock-step rounds: in each round every rank runs its next
  * compute action if its inputs arrived in an earlier round, then every tensor produced in the
  * round that crosses ranks gets a SEND on its producer and a RECV on its consumer, both placed
@@ -6963,12 +7010,18 @@ static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error 
     pp_sim_result *sim = NULL;
     pp_search_entry t, *e;
     pp_status st;
-    int r;
+    int r, split_b = 0;
     if (cfg->kind != PP_KIND_NONE && c->kind != cfg->kind) return pp__ok(err);
     st = pp__candidate_build(cfg, c, &s, err);
     if (st == PP_EUNSUPPORTED) return pp__ok(err);
     if (st != PP_OK) return st;
     if (c->split) st = pp_schedule_split_overlaps(s, err);
+    if (st == PP_OK && cfg->split_backward) {
+        int i;
+        for (r = 0; r < s->pp && !split_b; r++)
+            for (i = 0; i < s->length[r]; i++) split_b |= s->actions[r][i].op == PP_OP_B;
+        st = pp_schedule_split_backward(s, err);
+    }
     if (st == PP_OK) st = pp_schedule_lower(s, err);
     if (st == PP_OK) st = pp_schedule_validate(s, err);
     if (st == PP_OK) st = pp_simulate(s, &cfg->costs, &sim, err);
@@ -6987,8 +7040,13 @@ static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error 
     memset(&t, 0, sizeof t);
     e = &t;
     pp__candidate_name(c, e->name, sizeof e->name);
+    if (split_b) {
+        size_t n = strlen(e->name);
+        snprintf(e->name + n, sizeof e->name - n, ", B as I then W");
+    }
     e->kind = c->kind; e->placement = c->placement; e->vpp = c->vpp; e->group = c->group;
     e->max_live = c->max_live; e->greedy_flags = c->flags; e->split_overlaps = c->split;
+    e->split_backward = split_b;
     e->makespan = sim->makespan;
     e->bubble = sim->bubble_mean;
     for (r = 0; r < sim->pp; r++) {
@@ -7440,6 +7498,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
         if (b->stage_layers) pp__split_costs(cfg, &cfg_copy.costs, b->stage_layers, cfg->pp * b->vpp, split_cost);
         st = pp__candidate_build(cfg, &c, &res->best, err);
         if (st == PP_OK && c.split) st = pp_schedule_split_overlaps(res->best, err);
+        if (st == PP_OK && b->split_backward) st = pp_schedule_split_backward(res->best, err);
         if (st == PP_OK) st = pp_schedule_lower(res->best, err);
         if (st != PP_OK) goto done;
     }

@@ -37,6 +37,8 @@ clocks_start "$OUTDIR"
 # their speeds, and the summary gives it against the faster GPU alone too.
 say "== single GPU, on GPU 0 and on GPU 1"
 single_baseline 2 "$OUTDIR" $MODEL
+say "== single GPU, on both GPUs at once (the pipeline's thermal and power conditions)"
+single_concurrent 2 "$OUTDIR" $MODEL
 
 run() {   # run NAME ARGS...
     local name=$1; shift
@@ -46,19 +48,27 @@ run() {   # run NAME ARGS...
 T1='Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L'
 run megatron-default     --schedule interleaved --vpp 4
 run tuned-check          --schedule interleaved --layout "$T1" --group 4 --check
-CUDA_VISIBLE_DEVICES=1,0 run tuned-gpus-swapped --schedule interleaved --layout "$T1" --group 4
+# each B as I then W (--split-backward): the B's output gradient leaves before its weight gradients
+run split-check          --schedule interleaved --layout "$T1" --group 4 --split-backward --check
+CUDA_VISIBLE_DEVICES=1,0 run split-gpus-swapped --schedule interleaved --layout "$T1" --group 4 --split-backward
 # placement by speed: the rank with the most GEMMs on the GPU that measures faster, whichever
 # process order the launcher gave (so the swapped launch must land where the plain one does)
-run placed-check         --schedule interleaved --layout "$T1" --group 4 --place-by-speed --check
-CUDA_VISIBLE_DEVICES=1,0 run placed-gpus-swapped --schedule interleaved --layout "$T1" --group 4 --place-by-speed
-run searched-placed      --schedule search --search-kind interleaved --search-layout --vpp 4 --place-by-speed
-run megatron-placed      --schedule interleaved --vpp 4 --place-by-speed
-run placed-again         --schedule interleaved --layout "$T1" --group 4 --place-by-speed
-run tuned-again          --schedule interleaved --layout "$T1" --group 4
+run split-placed         --schedule interleaved --layout "$T1" --group 4 --split-backward --place-by-speed
+CUDA_VISIBLE_DEVICES=1,0 run split-placed-swapped --schedule interleaved --layout "$T1" --group 4 --split-backward --place-by-speed
+run searched-split-placed --schedule search --search-kind interleaved --search-layout --vpp 4 --split-backward --place-by-speed
+run megatron-split       --schedule interleaved --vpp 4 --split-backward
+run placed               --schedule interleaved --layout "$T1" --group 4 --place-by-speed
+run split-again          --schedule interleaved --layout "$T1" --group 4 --split-backward
+run megatron-again       --schedule interleaved --vpp 4
 
 say "== summary (step ms, efficiency = single / 2 / step)"
 grep -E "^(-- |single-gpu|single-GPU|search:|placement by speed|schedule |pipeline|  efficiency|  simulator|  exposed on|  bound:|  compute busy|  peak|gradient check)" "$LOG" | tee "$OUTDIR/summary.txt"
 say "== against the faster GPU's single step alone (the most conservative baseline)"
 efficiency_vs_fastest "$LOG" 2 | tee -a "$LOG"
+say "== against both GPUs' single steps run at once (harmonic mean $SINGLE_TOGETHER_MS ms)"
+efficiency_against "$LOG" 2 "$SINGLE_TOGETHER_MS" "single steps run together" | tee -a "$LOG"
+say "== single GPU again at the end, one GPU at a time (warm GPUs)"
+mkdir -p "$OUTDIR/end"
+single_baseline 2 "$OUTDIR/end" $MODEL || true
 say "== SM clock (MHz) and power (W) over the run, per GPU: min / median / max"
 clocks_summary "$OUTDIR/clocks.csv" | tee -a "$LOG"

@@ -41,10 +41,36 @@ single_baseline() {
     say "single-GPU step:$list baseline $SINGLE_MS ms (their harmonic mean), fastest $SINGLE_FASTEST_MS ms"
 }
 
-# efficiency_vs_fastest LOG N: each run's step against the fastest GPU's single step / N.
-efficiency_vs_fastest() {
-    awk -v f="$SINGLE_FASTEST_MS" -v n="$2" '/^-- /{name=$2} /^pipeline /{for(i=1;i<=NF;i++) if($i=="step"){s=$(i+1)}; if (name != "" && s > 0) printf "  %-28s %.1f%% against the fastest GPU alone\n", name, 100 * f / n / s}' "$1"
+# single_concurrent N OUTDIR MODEL...: mlp_gpu --single on GPUs 0..N-1 at the same time (logs
+# OUTDIR/single-together-gpuG.log, appended to $LOG); sets SINGLE_TOGETHER_MS, their harmonic mean.
+# A pipeline keeps every GPU busy at once, and GPUs under their power cap run slower warm and
+# beside a busy neighbour than alone after a rest (H200: 1365-1425 MHz against 1440-1485 MHz,
+# session 10): this baseline has the pipeline's conditions. The scripts print both.
+single_concurrent() {
+    local n=$1 out=$2 g ms inv=0 list="" pids=(); shift 2
+    for g in $(seq 0 $((n - 1))); do
+        CUDA_VISIBLE_DEVICES=$g build/mlp_gpu --single "$@" >"$out/single-together-gpu$g.log" 2>&1 &
+        pids+=($!)
+    done
+    for g in "${pids[@]}"; do wait "$g"; done
+    for g in $(seq 0 $((n - 1))); do
+        cat "$out/single-together-gpu$g.log" >>"$LOG"
+        ms=$(single_step_ms "$out/single-together-gpu$g.log")
+        if [ -z "$ms" ]; then SINGLE_TOGETHER_MS=0; say "single-GPU step on GPU $g (together): none"; return 1; fi
+        list="$list GPU $g $ms ms;"
+        inv=$(awk -v a="$inv" -v b="$ms" 'BEGIN { print a + 1 / b }')
+    done
+    SINGLE_TOGETHER_MS=$(awk -v n="$n" -v i="$inv" 'BEGIN { printf "%.1f", n / i }')
+    say "single-GPU step, every GPU at once:$list harmonic mean $SINGLE_TOGETHER_MS ms"
 }
+
+# efficiency_against LOG N MS LABEL: each run's step against MS / N.
+efficiency_against() {
+    awk -v f="$3" -v n="$2" -v label="$4" '/^-- /{name=$2} /^pipeline /{for(i=1;i<=NF;i++) if($i=="step"){s=$(i+1)}; if (name != "" && s > 0) printf "  %-28s %.1f%% against %s\n", name, 100 * f / n / s, label}' "$1"
+}
+
+# efficiency_vs_fastest LOG N: each run's step against the fastest GPU's single step / N.
+efficiency_vs_fastest() { efficiency_against "$1" "$2" "$SINGLE_FASTEST_MS" "the fastest GPU alone"; }
 
 # clocks_start OUTDIR: SM clock, power and temperature of every GPU once a second into
 # OUTDIR/clocks.csv, until the script exits.

@@ -65,6 +65,8 @@ cat "$OUTDIR/nccl_bw.rank0.log"
 say "== pipepar single GPU, on each of the $NPROC GPUs"
 single_baseline "$NPROC" "$OUTDIR" $MODEL
 cp "$OUTDIR/single-gpu0.log" "$OUTDIR/single.log"   # GPU 0's, against PyTorch's on GPU 0
+say "== pipepar single GPU, on all $NPROC GPUs at once (the pipeline's power and thermal conditions)"
+single_concurrent "$NPROC" "$OUTDIR" $MODEL
 
 run_pp() {   # run_pp NAME ARGS...: a pipepar run on NPROC GPUs
     local name=$1; shift
@@ -83,6 +85,10 @@ run_pp dualpipev-fb      --schedule dualpipev --keep-overlaps
 # and group 4 on 2 GPUs; bench/gpu_interleaved.sh), then with the heavier rank on the faster GPU
 run_pp interleaved4-searched --schedule search --search-kind interleaved --search-layout --vpp 4 --check
 run_pp interleaved4-searched-placed --schedule search --search-kind interleaved --search-layout --vpp 4 --place-by-speed
+# the same order with each B as I then W (--split-backward): a B's gradient leaves before its
+# weight gradients are computed, so the previous stage's rank starts its B sooner
+run_pp interleaved4-split --schedule search --search-kind interleaved --search-layout --vpp 4 --split-backward --check
+run_pp interleaved4-megatron-split --schedule interleaved --vpp 4 --split-backward
 if [ "$NPROC" = 2 ] && [ "$L" = 16 ]; then   # uneven stages: small first and last chunk, pp_search's order
     run_pp search-2-6-2-6 --schedule search --layout 'Et*2|t*6|t*2|t*6L'
 fi
@@ -126,3 +132,5 @@ say "== summary (step ms, efficiency = single / $NPROC / step)"
 grep -E "^(-- |== NCCL over|single-gpu|single-GPU|search:|schedule |pipeline|  efficiency|  simulator|  compute busy|  rank 0|  peak|gradient check|  where the last|    rank [0-9]+:|  exposed transfer \(the|  exposed on the critical|  bound:)" "$LOG" | tee "$OUTDIR/summary.txt"
 say "== pipepar against the fastest GPU's single step alone (the most conservative baseline)"
 efficiency_vs_fastest "$LOG" "$NPROC" | tee -a "$LOG" "$OUTDIR/summary.txt" >/dev/null
+say "== against the single steps run on every GPU at once (harmonic mean $SINGLE_TOGETHER_MS ms)"
+efficiency_against "$LOG" "$NPROC" "$SINGLE_TOGETHER_MS" "single steps run together" | tee -a "$LOG" "$OUTDIR/summary.txt" >/dev/null

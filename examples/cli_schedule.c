@@ -21,6 +21,7 @@ typedef struct schedule_flags {
     int json;
     int relower;             /* --relower: drop the CSV's communication and lower it again */
     int split_overlaps;      /* --split-overlaps: each FB as F then B (pp_schedule_split_overlaps) */
+    int split_backward;      /* --split-backward: each B as I then W (pp_schedule_split_backward) */
     const char *layout;      /* simulate --layout: stages of unequal size */
 } schedule_flags;
 
@@ -41,6 +42,8 @@ static void schedule_usage(FILE *out, int simulate)
             "              (for CSVs from other tools whose groups do not pair one to one)\n"
             "  --split-overlaps  each overlapped F&B (DualPipeV) as its F then its B, lowered so: the F's\n"
             "              output leaves before the B runs (for a runtime with no overlapped F&B callback)\n"
+            "  --split-backward  each whole backward B as its I then its W (a trainer with both halves),\n"
+            "              lowered so: the B's output gradient leaves before its weight gradient is computed\n"
             "  --layout STR  stages of unequal size, a Megatron layout ('Et*2|t*6|t*2|t*6L': E input,\n"
             "              t layer, L loss, '|' between stages; vpp = stages / pp, or the CSV's stages): the\n"
             "              costs are then per layer, each stage costs its layers' sum, and peak memory\n"
@@ -79,6 +82,7 @@ static int parse_schedule_flags(int argc, char **argv, int simulate, schedule_fl
         if (!strcmp(a, "--groups") && simulate) { fl->costs.grouped = 1; continue; }
         if (!strcmp(a, "--relower")) { fl->relower = 1; continue; }
         if (!strcmp(a, "--split-overlaps")) { fl->split_overlaps = 1; continue; }
+        if (!strcmp(a, "--split-backward")) { fl->split_backward = 1; continue; }
         if (a[0] != '-') return cli_usage_error("unexpected argument '%s' (see pipepar %s --help)", a, simulate ? "simulate" : "schedule");
         {
             static const char *const common[] = { "--kind", "--pp", "--vpp", "--mb", "--group", "--max-live", "--from-csv",
@@ -180,6 +184,7 @@ static int make_schedule(const schedule_flags *fl, pp_schedule **out)
     }
     if (!s->lowered && pp_schedule_lower(s, &err) != PP_OK) { pp_schedule_free(s); return cli_report(&err); }
     if (fl->split_overlaps && pp_schedule_split_overlaps(s, &err) != PP_OK) { pp_schedule_free(s); return cli_report(&err); }
+    if (fl->split_backward && pp_schedule_split_backward(s, &err) != PP_OK) { pp_schedule_free(s); return cli_report(&err); }
     if (pp_schedule_validate(s, &err) != PP_OK) {
         fprintf(stderr, "pipepar: the schedule is invalid: %s\n", err.message);
         pp_schedule_free(s);

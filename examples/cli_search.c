@@ -15,7 +15,7 @@ static void search_usage(FILE *out)
     fprintf(out,
             "usage: pipepar search --pp P --mb M [costs] [--max-mem X] [--vpp V | --max-vpp V] [--top N]\n"
             "                      [--kind K] [--layers N [--spread S] [--max-layouts N] [--embedding F,I,W[,M]]\n"
-            "                      [--loss F,I,W[,M]] [--layer-costs FILE]] [--csv FILE] [--json]\n"
+            "                      [--loss F,I,W[,M]] [--layer-costs FILE]] [--split-backward] [--csv FILE] [--json]\n"
             "  costs, in time units for one rank's share of the model (a chunk costs 1/vpp of it):\n"
             "  --f F          forward (default 1)\n"
             "  --i I --w W    input-gradient and weight-gradient halves of the backward (default B/2 each)\n"
@@ -40,6 +40,8 @@ static void search_usage(FILE *out)
             "                 (blank lines and # comments skipped); sets --layers to the line count\n"
             "  --kind K       only this kind (interleaved, zbv, ..., greedy): a trainer without a split\n"
             "                 backward wants --kind interleaved or 1f1b\n"
+            "  --split-backward  each whole backward B as its I then its W (a trainer with both halves):\n"
+            "                 the B's output gradient leaves before its weight gradient is computed\n"
             "  --p2p L        latency per transfer; --bytes N --bandwidth GBPS add N bytes at GBPS\n"
             "  --max-mem X    cap on every rank's peak activations, in microbatches through the rank's\n"
             "                 layers (1F1B's first rank needs pp); default: no cap\n"
@@ -189,6 +191,7 @@ int pp_cli_search(int argc, char **argv)
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { search_usage(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (!strcmp(a, "--split-backward")) { cfg.split_backward = 1; continue; }
         if (a[0] != '-') return cli_usage_error("unexpected argument '%s' (see pipepar search --help)", a);
         if (!val) return cli_usage_error("%s: needs a value (or unknown flag; see pipepar search --help)", a);
         i++;
@@ -337,10 +340,11 @@ int pp_cli_search(int argc, char **argv)
         for (k = 0; k < res->count; k++) {
             const pp_search_entry *e = &res->entries[k];
             printf("%s\n  {\"name\": \"%s\", \"kind\": \"%s\", \"vpp\": %d, \"group\": %d, \"max_live\": %d, "
-                   "\"split_overlaps\": %s, \"makespan\": %.9g, \"bubble\": %.9g, \"peak_memory\": %.9g, "
+                   "\"split_overlaps\": %s, \"split_backward\": %s, \"makespan\": %.9g, \"bubble\": %.9g, \"peak_memory\": %.9g, "
                    "\"peak_live\": %d, \"fits\": %s",
                    k ? "," : "", e->name, e->kind == PP_CUSTOM ? "greedy" : pp_schedule_kind_name(e->kind), e->vpp,
-                   e->group, e->max_live, e->split_overlaps ? "true" : "false", e->makespan, e->bubble, e->peak_memory,
+                   e->group, e->max_live, e->split_overlaps ? "true" : "false",
+                   e->split_backward ? "true" : "false", e->makespan, e->bubble, e->peak_memory,
                    e->peak_live, e->fits ? "true" : "false");
             if (e->stage_layers) {
                 printf(", \"layout\": \"");

@@ -514,7 +514,7 @@ int main(int argc, char **argv)
     pp_status st;
     const char *kind_name = "interleaved", *trace = NULL, *layout = NULL;
     pp_layers *lay = NULL;
-    int search = 0, search_layout = 0;
+    int search = 0, search_layout = 0, split_backward = 0;
     char search_name[192] = "";
     int i, l, pp = 4, vpp = 0, group = 0, mb = 8, steps = 20, D = 64, H = 256, rows = 16, L = 0, model_stages;
     double lr = 4, timeout = 60;
@@ -526,6 +526,7 @@ int main(int argc, char **argv)
             printf("usage: mlp_threads [--pp N] [--vpp N] [--group G] [--mb N] [--schedule KIND] [--steps N]\n"
                    "                   [--layers L] [--width D] [--hidden H] [--rows R] [--lr X]\n"
                    "                   [--timeout S] [--trace FILE] [--layout STR] [--search-layout]\n"
+                   "                   [--split-backward]\n"
                    "Trains a residual MLP pipeline-parallel on CPU threads and checks every step\n"
                    "against the same model run as one stage. KIND: gpipe, 1f1b, interleaved,\n"
                    "looped-bfs, the zero-bubble kinds, dualpipe (even pp and mb: two copies of every\n"
@@ -534,12 +535,15 @@ int main(int argc, char **argv)
                    "Megatron layout in stage order, e.g. 'Et*1|t*3|t*1|t*3L' for pp 2 (E input,\n"
                    "t block, L loss). --group: interleaved's microbatches per chunk round (Megatron's\n"
                    "microbatch group size; default pp). --search-layout: with --schedule search, the\n"
-                   "split of --layers blocks into stages chosen too (pp_search's layers). Defaults: --pp 4\n"
+                   "split of --layers blocks into stages chosen too (pp_search's layers). --split-backward:\n"
+                   "each whole backward as its input-gradient half then its weight-gradient half\n"
+                   "(pp_schedule_split_backward; with search, pp_search's split_backward). Defaults: --pp 4\n"
                    "--mb 8 --schedule interleaved (vpp 2) --steps 20 --layers pp*vpp --width 64\n"
                    "--hidden 256 --rows 16 --lr 4.\n");
             return 0;
         }
         if (!strcmp(f, "--search-layout")) { search_layout = 1; continue; }
+        if (!strcmp(f, "--split-backward")) { split_backward = 1; continue; }
         if (!strcmp(f, "--pp")) ok = int_flag(v, 1, 64, &pp);
         else if (!strcmp(f, "--vpp")) ok = int_flag(v, 1, 64, &vpp);
         else if (!strcmp(f, "--group")) ok = int_flag(v, 1, 4096, &group);
@@ -607,6 +611,7 @@ int main(int argc, char **argv)
         int S0, s0;
         double *cost;
         memset(&q, 0, sizeof q);
+        q.split_backward = split_backward;
         q.pp = pp; q.mb = mb; q.vpp = vpp ? vpp : (search_layout ? 0 : 2);
         S0 = pp * (q.vpp ? q.vpp : 1);
         cost = (double *)malloc(sizeof(double) * 2 * (size_t)S0);
@@ -653,7 +658,8 @@ int main(int argc, char **argv)
         pp_search_result_free(found);
         st = rn.schedule ? pp_schedule_validate(rn.schedule, &err) : PP_EINVAL;
     } else if ((st = pp_schedule_build(&sc, &rn.schedule, &err)) == PP_OK &&
-               (st = pp_schedule_lower(rn.schedule, &err)) == PP_OK) {
+               (st = pp_schedule_lower(rn.schedule, &err)) == PP_OK &&
+               (!split_backward || (st = pp_schedule_split_backward(rn.schedule, &err)) == PP_OK)) {
         st = pp_schedule_validate(rn.schedule, &err);
     }
     if (st != PP_OK) {
@@ -721,7 +727,8 @@ int main(int argc, char **argv)
 
     printf("pipepar demo: a residual MLP trained pipeline-parallel, one CPU thread per rank\n\n");
     printf("  model     %d blocks of x + W2 gelu(W1 x + b1) + b2, width %d, hidden %d (fp32)\n", L, D, H);
-    printf("  pipeline  %s, pp=%d vpp=%d mb=%d: %d stages of ", kind_name, pp, rn.schedule->vpp, mb,
+    printf("  pipeline  %s%s, pp=%d vpp=%d mb=%d: %d stages of ", kind_name,
+           split_backward && !search ? ", B as I then W" : "", pp, rn.schedule->vpp, mb,
            rn.schedule->num_stages);
     for (i = 1; i < rn.schedule->num_stages && rn.stage_count[i] == rn.stage_count[0]; i++) {}
     if (i == rn.schedule->num_stages) {   /* even: one number */

@@ -747,6 +747,39 @@ pp_status pp_schedule_split_overlaps(pp_schedule *s, pp_error *err)
     return pp__ok(err);
 }
 
+pp_status pp_schedule_split_backward(pp_schedule *s, pp_error *err)
+{
+    pp_schedule *c = NULL;
+    pp_status st;
+    int r, i, bs = 0, *ip;
+    pp_action **ap;
+    if (!s) return pp__fail(err, PP_EINVAL, "schedule: must not be NULL");
+    for (r = 0; r < s->pp; r++)
+        for (i = 0; i < s->length[r]; i++) bs += s->actions[r][i].op == PP_OP_B;
+    if (bs == 0) return pp__ok(err);   /* nothing to split: s stays as it is, communication too */
+    st = pp_schedule_create(s->pp, s->vpp, s->mb, s->placement, &c, err);
+    if (st != PP_OK) return st;
+    c->kind = s->kind; c->group = s->group;
+    for (r = 0; r < s->pp && st == PP_OK; r++)
+        for (i = 0; i < s->length[r] && st == PP_OK; i++) {
+            pp_action x = s->actions[r][i], half = x;
+            if (pp__is_comm(x.op)) continue;           /* lowered again below */
+            if (x.op != PP_OP_B) { st = pp_schedule_append(c, r, x, err); continue; }
+            half.op = PP_OP_I;
+            st = pp_schedule_append(c, r, half, err);
+            half.op = PP_OP_W;
+            if (st == PP_OK) st = pp_schedule_append(c, r, half, err);
+        }
+    if (st == PP_OK && s->lowered) st = pp_schedule_lower(c, err);
+    if (st != PP_OK) { pp_schedule_free(c); return st; }
+    ap = s->actions; s->actions = c->actions; c->actions = ap;
+    ip = s->length; s->length = c->length; c->length = ip;
+    ip = s->capacity; s->capacity = c->capacity; c->capacity = ip;
+    s->lowered = c->lowered;
+    pp_schedule_free(c);
+    return pp__ok(err);
+}
+
 /* Lowering walks the compute orders in lock-step rounds: in each round every rank runs its next
  * compute action if its inputs arrived in an earlier round, then every tensor produced in the
  * round that crosses ranks gets a SEND on its producer and a RECV on its consumer, both placed

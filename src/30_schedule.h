@@ -145,6 +145,15 @@ PIPEPAR_API void pp_schedule_strip_comm(pp_schedule *s);
  * next F finds it there. The compute order is unchanged. A schedule without FB is left as it is;
  * on any failure (PP_EINVAL for NULL, PP_ENOMEM, the lowering's errors) s is unchanged. */
 PIPEPAR_API pp_status pp_schedule_split_overlaps(pp_schedule *s, pp_error *err);
+/* Replaces every B (a whole backward) with its I (input gradient) followed at once by its W
+ * (weight gradient), and lowers again if the schedule was lowered. The order of the work is
+ * unchanged, but the B's output gradient now leaves after the I, and the peer's next backward
+ * starts while this rank computes the W: on the comparison model a chunk's W is about half its
+ * backward, and interleaved 1F1B's step shrinks by about 1% (bench/RESULTS.md, session 10).
+ * Needs a trainer with backward_input and backward_weight callbacks; the W keeps what it reads
+ * (the I's saved tensors) for one action longer. A schedule without B is left as it is; on any
+ * failure (PP_EINVAL for NULL, PP_ENOMEM, the lowering's errors) s is unchanged. */
+PIPEPAR_API pp_status pp_schedule_split_backward(pp_schedule *s, pp_error *err);
 
 /* Proves a schedule correct, or names its first violation (rank, position, action, rule):
  *   - each (stage, mb) has exactly one F and one B (or one I and one W), on the stage's rank;

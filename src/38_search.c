@@ -425,12 +425,18 @@ static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error 
     pp_sim_result *sim = NULL;
     pp_search_entry t, *e;
     pp_status st;
-    int r;
+    int r, split_b = 0;
     if (cfg->kind != PP_KIND_NONE && c->kind != cfg->kind) return pp__ok(err);
     st = pp__candidate_build(cfg, c, &s, err);
     if (st == PP_EUNSUPPORTED) return pp__ok(err);
     if (st != PP_OK) return st;
     if (c->split) st = pp_schedule_split_overlaps(s, err);
+    if (st == PP_OK && cfg->split_backward) {
+        int i;
+        for (r = 0; r < s->pp && !split_b; r++)
+            for (i = 0; i < s->length[r]; i++) split_b |= s->actions[r][i].op == PP_OP_B;
+        st = pp_schedule_split_backward(s, err);
+    }
     if (st == PP_OK) st = pp_schedule_lower(s, err);
     if (st == PP_OK) st = pp_schedule_validate(s, err);
     if (st == PP_OK) st = pp_simulate(s, &cfg->costs, &sim, err);
@@ -449,8 +455,13 @@ static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error 
     memset(&t, 0, sizeof t);
     e = &t;
     pp__candidate_name(c, e->name, sizeof e->name);
+    if (split_b) {
+        size_t n = strlen(e->name);
+        snprintf(e->name + n, sizeof e->name - n, ", B as I then W");
+    }
     e->kind = c->kind; e->placement = c->placement; e->vpp = c->vpp; e->group = c->group;
     e->max_live = c->max_live; e->greedy_flags = c->flags; e->split_overlaps = c->split;
+    e->split_backward = split_b;
     e->makespan = sim->makespan;
     e->bubble = sim->bubble_mean;
     for (r = 0; r < sim->pp; r++) {
@@ -902,6 +913,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
         if (b->stage_layers) pp__split_costs(cfg, &cfg_copy.costs, b->stage_layers, cfg->pp * b->vpp, split_cost);
         st = pp__candidate_build(cfg, &c, &res->best, err);
         if (st == PP_OK && c.split) st = pp_schedule_split_overlaps(res->best, err);
+        if (st == PP_OK && b->split_backward) st = pp_schedule_split_backward(res->best, err);
         if (st == PP_OK) st = pp_schedule_lower(res->best, err);
         if (st != PP_OK) goto done;
     }

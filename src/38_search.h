@@ -128,6 +128,10 @@ typedef struct pp_search_config {
                                model order (dense and MoE layers, attention and Mamba); a stage costs
                                the sum of its layers'. NULL: every layer costs costs.f, i, w and
                                keeps 1 layer of memory */
+    int split_backward;     /* 1: every schedule with whole backwards runs each B as its I then its W
+                               (pp_schedule_split_backward), so a B's output gradient leaves before
+                               its weight gradient is computed; for a trainer with backward_input and
+                               backward_weight callbacks. Those entries are named "..., B as I then W" */
     long max_layouts;       /* with layers: a vpp with at most this many splits has every one tried;
                                one with more is searched by descent from the even split (each round,
                                the one-layer move between two stages that shortens the step most,
@@ -142,6 +146,7 @@ typedef struct pp_search_entry {
     int vpp, group, max_live; /* the parameters used (0 where the kind takes none) */
     unsigned greedy_flags;
     int split_overlaps;     /* 1: its FBs run as F then B (pp_schedule_split_overlaps), named "... split" */
+    int split_backward;     /* 1: its B's run as I then W (cfg.split_backward; the schedule had B's) */
     double makespan;        /* simulated step time */
     double bubble;          /* mean over ranks of 1 - busy / makespan */
     double peak_memory;     /* largest over ranks, units above */

@@ -89,6 +89,11 @@ run_ok "search with its layout chosen (1107 splits)" "search    1107 splits of 1
     --schedule search --search-layout --layers 16 --vpp 4
 run_ok "interleaved group 8 (all microbatches), pp 3" "interleaved, pp=3 vpp=2 mb=8" --pp 3 --mb 8 --schedule interleaved \
     --group 8
+# each B as I then W (--split-backward): the B's gradient leaves before its weight gradient
+run_ok "interleaved group 4, B as I then W" "interleaved, B as I then W, pp=2 vpp=4 mb=8: 8 stages of 1,2,2,2,2,2,3,2" \
+    --pp 2 --mb 8 --schedule interleaved --group 4 --layout 'Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L' --split-backward
+run_ok "1f1b pp 3, B as I then W" "1f1b, B as I then W, pp=3" --pp 3 --mb 6 --schedule 1f1b --split-backward
+run_ok "search with --split-backward" "search: " --pp 2 --mb 8 --schedule search --layers 8 --vpp 2 --split-backward
 
 # 5. bad flags: exit 2 and one line naming the flag and the rule
 expect_usage() {   # expect_usage NEEDLE ARGS...

@@ -890,6 +890,32 @@ static void split_dualpipev_gives_single_stage_gradients(void)
         }
 }
 
+/* Each B split into I then W (pp_schedule_split_backward): the gradients equal the single stage's
+ * exactly as the whole B's did, for GPipe, 1F1B and interleaved 1F1B (vpp 2 and 4) over the
+ * threads transport; no B is left, so only the two halves are called. */
+static void split_backward_gives_single_stage_gradients(void)
+{
+    static const pp_schedule_kind kinds[] = { PP_GPIPE, PP_1F1B, PP_INTERLEAVED_1F1B, PP_INTERLEAVED_1F1B };
+    static const int vpps[] = { 1, 1, 2, 4 };
+    int pp, k;
+    for (k = 0; k < 4; k++)
+        for (pp = 2; pp <= 4; pp++) {
+            pp_schedule *s = tm_schedule(kinds[k], pp, vpps[k], 2 * pp);
+            pp_error err;
+            tm_run *run;
+            char what[80];
+            if (!s) continue;
+            PP_CHECK_OK(pp_schedule_split_backward(s, &err), &err);
+            PP_CHECK_INT(pp_test_count_op(s, PP_OP_B), 0);
+            PP_CHECK(pp_test_count_op(s, PP_OP_I) == pp_test_count_op(s, PP_OP_W) && pp_test_count_op(s, PP_OP_I) > 0);
+            snprintf(what, sizeof what, "%s pp=%d vpp=%d, B as I then W", pp_schedule_kind_name(kinds[k]), pp, vpps[k]);
+            run = tm_new(s, 2);
+            tm_check_against_reference(run, what);
+            tm_free(run);
+            pp_schedule_free(s);
+        }
+}
+
 /* V placement: rank pp-1 holds stages pp-1 and pp, which pass tensors in place. */
 static pp_schedule *tm_v_schedule(int pp, int mb)
 {
@@ -1693,6 +1719,7 @@ const pp_test_case pp_suite_runtime[] = {
     PP_TEST(searched_and_greedy_schedules_give_single_stage_gradients),
     PP_TEST(overlapped_fb_actions_give_single_stage_gradients),
     PP_TEST(split_dualpipev_gives_single_stage_gradients),
+    PP_TEST(split_backward_gives_single_stage_gradients),
     PP_TEST(same_rank_neighbours_pass_tensors_in_place),
     PP_TEST(pp_1_runs_through_the_same_calls),
     PP_TEST(loss_and_metrics_reach_every_rank),

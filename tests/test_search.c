@@ -955,6 +955,7 @@ static double sr_resimulate(const pp_search_entry *e, int pp, int mb)
     c.f_stage = f; c.b_stage = b; c.i_stage = i; c.w_stage = w; c.memory_stage = m;
     sc.kind = e->kind; sc.pp = pp; sc.vpp = e->vpp; sc.mb = mb; sc.group = e->group; sc.max_live = e->max_live;
     PP_CHECK_OK(pp_schedule_build(&sc, &s, &err), &err);
+    if (s && e->split_backward) PP_CHECK_OK(pp_schedule_split_backward(s, &err), &err);
     if (s) PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
     if (s) PP_CHECK_OK(pp_simulate(s, &c, &sim, &err), &err);
     if (sim) t = sim->makespan;
@@ -1022,6 +1023,50 @@ static void search_layers_finds_the_interleaved_split_and_group(void)
         }
         pp_search_result_free(res);
     }
+}
+
+/* cfg.split_backward: every interleaved entry runs each B as I then W and is named so; the winner
+ * comes back split (no B left), and each entry re-simulates, split, to its time. Split, the
+ * interleaved order on 16 layers takes 193 units against 195 whole: 1 over the 192 of compute,
+ * where whole B's leave 3. Kinds with I and W already (ZB-V, interleaved ZB, greedy) are not marked. */
+static void search_split_backward_runs_each_b_as_i_then_w(void)
+{
+    pp_search_config cfg = sr_layers_cfg(2, 8, 4, 16, PP_INTERLEAVED_1F1B);
+    pp_search_result *res = NULL;
+    pp_error err;
+    int k;
+    cfg.split_backward = 1;
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    if (!res) return;
+    PP_CHECK_INT(res->count, 3);
+    PP_CHECK_NEAR(res->entries[0].makespan, 193, 1e-9);
+    PP_CHECK(res->best != NULL);
+    if (res->best) {
+        PP_CHECK_INT(pp_test_count_op(res->best, PP_OP_B), 0);
+        PP_CHECK(pp_test_count_op(res->best, PP_OP_I) == 8 * 8 && pp_test_count_op(res->best, PP_OP_W) == 8 * 8);
+        PP_CHECK_OK(pp_schedule_validate(res->best, &err), &err);
+    }
+    for (k = 0; k < res->count; k++) {
+        const pp_search_entry *e = &res->entries[k];
+        size_t n = strlen(e->name);
+        PP_CHECK_INT(e->split_backward, 1);
+        PP_CHECK_MSG(n > 15 && !strcmp(e->name + n - 15, ", B as I then W"), "entry %d named '%s'", k, e->name);
+        PP_CHECK_NEAR(sr_resimulate(e, 2, 8), e->makespan, 1e-9);
+    }
+    pp_search_result_free(res);
+    /* every kind at vpp 2: only the kinds with whole B's are split */
+    memset(&cfg, 0, sizeof cfg);
+    cfg.pp = 4; cfg.mb = 8; cfg.vpp = 2; cfg.split_backward = 1;
+    cfg.costs.f = 1; cfg.costs.i = 1; cfg.costs.w = 1;
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    if (!res) return;
+    for (k = 0; k < res->count; k++) {
+        const pp_search_entry *e = &res->entries[k];
+        int whole = e->kind == PP_INTERLEAVED_1F1B || e->kind == PP_LOOPED_BFS;
+        if (e->kind == PP_INTERLEAVED_ZB || e->kind == PP_ZBV || e->kind == PP_CUSTOM || whole)
+            PP_CHECK_MSG(e->split_backward == whole, "%s: split_backward %d", e->name, e->split_backward);
+    }
+    pp_search_result_free(res);
 }
 
 /* Every kind, every vpp that has room: each entry on a split of its own vpp, every split within
@@ -1436,6 +1481,7 @@ const pp_test_case pp_suite_search[] = {
     PP_TEST(search_winner_csv_reads_back_identical),
     PP_TEST(search_layers_finds_the_interleaved_split_and_group),
     PP_TEST(search_layers_over_every_kind_and_vpp),
+    PP_TEST(search_split_backward_runs_each_b_as_i_then_w),
     PP_TEST(search_layers_tie_keeps_the_split_nearest_even),
     PP_TEST(search_layers_descends_where_there_are_too_many_splits),
     PP_TEST(search_layers_counts_the_embedding_and_the_loss),

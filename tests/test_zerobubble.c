@@ -519,6 +519,209 @@ static void split_overlaps_leaves_the_schedule_as_it_was_when_it_fails(void)
     }
 }
 
+/* pp_schedule_split_backward on s (lowered or not): the copy has no B, the same compute order with
+ * each B replaced by its I and then at once its W, is as lowered as s was, and is valid. Lowered,
+ * the point of it: every gradient the I sends to another rank is sent before the W runs. */
+static void zb_check_split_backward(const pp_schedule *s, const char *what)
+{
+    pp_schedule *c = NULL;
+    pp_error err;
+    int r, i, j;
+    PP_CHECK_OK(pp_schedule_copy(s, &c, &err), &err);
+    if (!c) return;
+    PP_CHECK_OK(pp_schedule_split_backward(c, &err), &err);
+    PP_CHECK_INT(c->lowered, s->lowered);
+    PP_CHECK_INT(pp_test_count_op(c, PP_OP_B), 0);
+    for (r = 0; r < s->pp; r++) {
+        for (i = 0, j = 0; i < s->length[r]; i++) {
+            pp_action a = s->actions[r][i];
+            if (a.op >= PP_OP_SEND_F) continue;
+            while (j < c->length[r] && c->actions[r][j].op >= PP_OP_SEND_F) j++;
+            if (j >= c->length[r]) { PP_CHECK_MSG(0, "%s rank %d: the split program ends early", what, r); break; }
+            if (a.op == PP_OP_B) {
+                pp_action x = c->actions[r][j], w;
+                int k = j + 1, q, sent = 0, sends = 0;
+                for (; k < c->length[r] && c->actions[r][k].op >= PP_OP_SEND_F; k++)
+                    sent += c->actions[r][k].op == PP_OP_SEND_B && c->actions[r][k].stage == a.stage &&
+                            c->actions[r][k].mb == a.mb;
+                PP_CHECK_MSG(k < c->length[r], "%s rank %d: a B's W half is missing", what, r);
+                if (k >= c->length[r]) break;
+                w = c->actions[r][k];
+                PP_CHECK_MSG(x.op == PP_OP_I && w.op == PP_OP_W && x.stage == a.stage && x.mb == a.mb &&
+                                 w.stage == a.stage && w.mb == a.mb,
+                             "%s rank %d position %d: B(%d,%d) became %s(%d,%d) then %s(%d,%d)", what, r, i, a.stage,
+                             a.mb, pp_op_name((pp_op)x.op), x.stage, x.mb, pp_op_name((pp_op)w.op), w.stage, w.mb);
+                /* the gradient leaves between the halves, if it leaves this rank at all */
+                for (q = 0; q < s->length[r]; q++)
+                    sends += s->actions[r][q].op == PP_OP_SEND_B && s->actions[r][q].stage == a.stage &&
+                             s->actions[r][q].mb == a.mb;
+                if (s->lowered)
+                    PP_CHECK_MSG(sent == sends, "%s rank %d: B(%d,%d)'s gradient is sent %d time(s) between I and W, "
+                                 "%d in all", what, r, a.stage, a.mb, sent, sends);
+                j = k + 1;
+            } else {
+                pp_action x = c->actions[r][j];
+                PP_CHECK_MSG(x.op == a.op && x.stage == a.stage && x.mb == a.mb, "%s rank %d position %d changed", what,
+                             r, i);
+                j++;
+            }
+        }
+        for (; j < c->length[r]; j++)
+            PP_CHECK_MSG(c->actions[r][j].op >= PP_OP_SEND_F, "%s rank %d: compute actions added at the end", what, r);
+    }
+    zb_check_valid(c, what);
+    pp_schedule_free(c);
+}
+
+static void split_backward_runs_each_b_as_i_then_w_in_every_kind_with_pp_1_to_8_mb_1_to_32(void)
+{
+    static const pp_schedule_kind kinds[] = { PP_GPIPE, PP_1F1B, PP_INTERLEAVED_1F1B, PP_LOOPED_BFS };
+    pp_schedule *s;
+    pp_error err;
+    char what[96];
+    int pp, mb, k, vpp, group, built = 0;
+    for (k = 0; k < 4; k++)
+        for (pp = 1; pp <= 8; pp++)
+            for (mb = 1; mb <= 32; mb++)
+                for (vpp = 1; vpp <= (k >= 2 ? 4 : 1); vpp *= 2)
+                    for (group = 0; group <= (k == 2 ? 2 * pp : 0); group += pp) {
+                        if (k >= 2 && vpp == 1) continue;
+                        s = zb_build(kinds[k], pp, k >= 2 ? vpp : 0, mb, group, 0, &err);
+                        if (!s) continue;   /* a config the kind refuses: test_schedule.c covers those */
+                        built++;
+                        snprintf(what, sizeof what, "%s pp=%d vpp=%d mb=%d group=%d split backward",
+                                 pp_schedule_kind_name(kinds[k]), pp, vpp, mb, group);
+                        zb_check_split_backward(s, what);
+                        PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+                        zb_check_split_backward(s, what);
+                        pp_schedule_free(s);
+                    }
+    PP_CHECK_MSG(built > 1500, "only %d schedules built", built);
+    /* a schedule without B (ZB-H1 has I and W already) comes back as it was; NULL is refused */
+    s = zb_build_ok(PP_ZB_H1, 4, 0, 8, 0, 0);
+    if (s) {
+        pp_schedule *c = NULL;
+        int r;
+        PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+        PP_CHECK_OK(pp_schedule_copy(s, &c, &err), &err);
+        PP_CHECK_OK(pp_schedule_split_backward(c, &err), &err);
+        for (r = 0; c && r < s->pp; r++) {
+            PP_CHECK_INT(c->length[r], s->length[r]);
+            PP_CHECK(memcmp(c->actions[r], s->actions[r], (size_t)s->length[r] * sizeof(pp_action)) == 0);
+        }
+        pp_schedule_free(c);
+        pp_schedule_free(s);
+    }
+    PP_CHECK_FAILS(pp_schedule_split_backward(NULL, &err), &err, PP_EINVAL, "schedule: must not be NULL");
+}
+
+/* Out of memory at every allocation the split makes: PP_ENOMEM, the schedule as it was. */
+static void split_backward_leaves_the_schedule_as_it_was_when_it_fails(void)
+{
+    pp_schedule *s = zb_build_ok(PP_INTERLEAVED_1F1B, 4, 2, 16, 0, 0), *ref = NULL;
+    pp_error err;
+    long k;
+    int r, failures = 0, done = 0;
+    if (!s) return;
+    PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+    PP_CHECK_OK(pp_schedule_copy(s, &ref, &err), &err);
+    if (!ref) { pp_schedule_free(s); return; }
+    for (k = 0; k < 100000 && !done; k++) {
+        pp_status st;
+        pp_test_alloc_countdown = k;
+        st = pp_schedule_split_backward(s, &err);
+        pp_test_alloc_countdown = -1;
+        if (st == PP_OK) { done = 1; break; }
+        failures++;
+        PP_CHECK_MSG(st == PP_ENOMEM, "allocation %ld failing gave %s: %s", k, pp_status_name(st), err.message);
+        PP_CHECK_INT(s->lowered, ref->lowered);
+        for (r = 0; r < s->pp; r++) {
+            PP_CHECK_INT(s->length[r], ref->length[r]);
+            if (s->length[r] == ref->length[r])
+                PP_CHECK_MSG(memcmp(s->actions[r], ref->actions[r], (size_t)s->length[r] * sizeof(pp_action)) == 0,
+                             "allocation %ld failing changed rank %d's program", k, r);
+        }
+    }
+    PP_CHECK_MSG(done && failures > 5, "split succeeded after %d failures (done=%d)", failures, done);
+    zb_check_split_backward(ref, "interleaved pp=4 vpp=2 mb=16 after out-of-memory tries");
+    pp_schedule_free(ref);
+    pp_schedule_free(s);
+}
+
+/* Why split a B: its output gradient leaves after the I, and the previous stage's rank starts its
+ * B while this one computes the W. Interleaved 1F1B on the comparison model's per-layer costs
+ * (H200, session 8: F 3.25, I 3.58, W 3.33 ms per block, 0.2 ms transfers; stages
+ * 1,2,2,2,2,2,3,2, group 4) runs 1% faster, and so does every other B kind, with unit costs too. */
+static void split_backward_shortens_the_step_of_every_kind_with_whole_backwards(void)
+{
+    static const pp_schedule_kind kinds[] = { PP_GPIPE, PP_1F1B, PP_INTERLEAVED_1F1B };
+    pp_error err;
+    int k, pp, mb;
+    for (k = 0; k < 3; k++)
+        for (pp = 2; pp <= 8; pp *= 2)
+            for (mb = 2 * pp; mb <= 16; mb += pp) {
+                pp_schedule *s = zb_build_ok(kinds[k], pp, k == 2 ? 2 : 0, mb, 0, 0), *c = NULL;
+                pp_sim_costs cost;
+                pp_sim_result *a = NULL, *b = NULL;
+                if (!s) continue;
+                PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+                PP_CHECK_OK(pp_schedule_copy(s, &c, &err), &err);
+                PP_CHECK_OK(pp_schedule_split_backward(c, &err), &err);
+                memset(&cost, 0, sizeof cost);
+                cost.f = 1; cost.i = 1; cost.w = 1; cost.b = 2;
+                PP_CHECK_OK(pp_simulate(s, &cost, &a, &err), &err);
+                PP_CHECK_OK(pp_simulate(c, &cost, &b, &err), &err);
+                if (a && b)
+                    PP_CHECK_MSG(b->makespan < a->makespan - 1e-9, "%s pp=%d mb=%d: split %.3f, whole %.3f",
+                                 pp_schedule_kind_name(kinds[k]), pp, mb, b->makespan, a->makespan);
+                pp_sim_result_free(a);
+                pp_sim_result_free(b);
+                pp_schedule_free(c);
+                pp_schedule_free(s);
+            }
+    {
+        pp_schedule_config cfg;
+        pp_layers_config lc;
+        pp_layers *lay = NULL;
+        pp_schedule *s = NULL, *c = NULL;
+        pp_sim_costs cost;
+        pp_sim_result *a = NULL, *b = NULL;
+        double f[8], in[8], w[8], bb[8];
+        int st;
+        memset(&lc, 0, sizeof lc);
+        lc.num_layers = 16; lc.pp = 2; lc.layout = "Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L";
+        PP_CHECK_OK(pp_layers_build(&lc, &lay, &err), &err);
+        memset(&cfg, 0, sizeof cfg);
+        cfg.kind = PP_INTERLEAVED_1F1B; cfg.pp = 2; cfg.vpp = 4; cfg.mb = 8; cfg.group = 4;
+        PP_CHECK_OK(pp_schedule_build(&cfg, &s, &err), &err);
+        if (s) PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+        if (s) PP_CHECK_OK(pp_schedule_copy(s, &c, &err), &err);
+        if (c) PP_CHECK_OK(pp_schedule_split_backward(c, &err), &err);
+        for (st = 0; lay && st < 8; st++) {
+            f[st] = 3.25 * lay->count[st];
+            in[st] = 3.58 * lay->count[st];
+            w[st] = 3.33 * lay->count[st];
+            bb[st] = in[st] + w[st];
+        }
+        memset(&cost, 0, sizeof cost);
+        cost.f = f[0]; cost.f_stage = f; cost.i_stage = in; cost.w_stage = w; cost.b_stage = bb;
+        cost.p2p_latency = 0.2;
+        cost.grouped = 1;
+        if (s && c && lay) {
+            PP_CHECK_OK(pp_simulate(s, &cost, &a, &err), &err);
+            PP_CHECK_OK(pp_simulate(c, &cost, &b, &err), &err);
+        }
+        if (a && b)   /* 667.0 against 659.9 ms when written */
+            PP_CHECK_MSG(b->makespan < 0.99 * a->makespan, "interleaved on H200's costs: split %.2f, whole %.2f",
+                         b->makespan, a->makespan);
+        pp_sim_result_free(a);
+        pp_sim_result_free(b);
+        pp_schedule_free(c);
+        pp_schedule_free(s);
+        pp_layers_free(lay);
+    }
+}
+
 /* Run in turn (no overlapped F&B callback), DualPipeV's FB sends its F half's output only once its
  * B half is done; split, that output leaves while the B half runs. With the costs measured on
  * H200 (a 4-layer chunk: F 13 ms, B 27.65 ms, 64 MiB in 0.2 ms; bench/RESULTS.md, session 8) the
@@ -638,6 +841,9 @@ const pp_test_case pp_suite_zerobubble[] = {
     PP_TEST(every_zb_h1_zbv_dualpipev_schedule_with_pp_1_to_8_mb_1_to_32_is_valid),
     PP_TEST(split_overlaps_runs_each_fb_as_f_then_b_in_every_dualpipev_and_dualpipe),
     PP_TEST(split_overlaps_leaves_the_schedule_as_it_was_when_it_fails),
+    PP_TEST(split_backward_runs_each_b_as_i_then_w_in_every_kind_with_pp_1_to_8_mb_1_to_32),
+    PP_TEST(split_backward_leaves_the_schedule_as_it_was_when_it_fails),
+    PP_TEST(split_backward_shortens_the_step_of_every_kind_with_whole_backwards),
     PP_TEST(split_dualpipev_is_faster_when_f_and_b_run_in_turn),
     PP_TEST(every_zb_h2_schedule_with_pp_1_to_8_mb_1_to_32_and_any_cap_is_valid),
     PP_TEST(every_interleaved_zb_schedule_with_pp_1_to_8_mb_1_to_32_is_valid),

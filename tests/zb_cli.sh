@@ -187,6 +187,20 @@ $P schedule --kind dualpipev --pp 4 --mb 12 --split-overlaps --format text | gre
 a=$($P simulate --kind dualpipev --pp 2 --mb 8 --f 26 --b 55.3 --p2p 0.2 --groups | sed -n 's/^step time (makespan) *//p')
 b=$($P simulate --kind dualpipev --pp 2 --mb 8 --f 26 --b 55.3 --p2p 0.2 --groups --split-overlaps | sed -n 's/^step time (makespan) *//p')
 python3 -c "import sys; a, b = float('$a'), float('$b'); sys.exit(0 if b < 0.985 * a else 1)" && ok || bad "split dualpipev '$b' not below overlapped '$a'"
+# --split-backward: each B as I then W, valid, and interleaved on H200's costs 1% faster
+out=$($P schedule --kind interleaved --pp 2 --vpp 4 --mb 8 --group 4 --split-backward --format torch) && ok || bad "split-backward exit $?"
+echo "$out" | grep -q '0I0' && echo "$out" | grep -q '0W0' && ! echo "$out" | grep -Eq '[0-9]B[0-9]' && ok ||
+    bad "split-backward: not every B became I and W: $out"
+L='Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L'
+a=$($P simulate --kind interleaved --pp 2 --vpp 4 --mb 8 --group 4 --layout "$L" --f 3.25 --i 3.58 --w 3.33 --p2p 0.2 --groups | sed -n 's/^step time (makespan) *//p')
+b=$($P simulate --kind interleaved --pp 2 --vpp 4 --mb 8 --group 4 --layout "$L" --f 3.25 --i 3.58 --w 3.33 --p2p 0.2 --groups --split-backward | sed -n 's/^step time (makespan) *//p')
+python3 -c "import sys; a, b = float('$a'), float('$b'); sys.exit(0 if b < 0.99 * a else 1)" && ok || bad "split interleaved '$b' not 1% below whole '$a'"
+$P search --pp 2 --mb 8 --vpp 4 --layers 16 --kind interleaved --split-backward | grep -q 'group=4, B as I then W  *193 ' && ok ||
+    bad "search --split-backward: not 193 for group 4: $($P search --pp 2 --mb 8 --vpp 4 --layers 16 --kind interleaved --split-backward | sed -n 4p)"
+$P search --pp 2 --mb 8 --vpp 2 --kind interleaved --split-backward --json | grep -q '"split_backward": true' && ok ||
+    bad "search --json: no split_backward"
+$P schedule --help | grep -q -- '--split-backward' && $P simulate --help | grep -q -- '--split-backward' &&
+    $P search --help | grep -q -- '--split-backward' && ok || bad "--help: no --split-backward"
 # a CSV without FB keeps its own communication: a missing send is still reported
 $P schedule --kind 1f1b --pp 2 --mb 4 --format csv > "$T/f.csv" && ok || bad "1f1b csv"
 python3 - "$T/f.csv" "$T/bad.csv" <<'PY' && ok || bad "could not remove a send from the CSV"

@@ -122,6 +122,20 @@ grep -q "search: .* each on 1107 splits of the 16 blocks; the fastest: interleav
     grep -q "search: its layout 'Et|" "$log/search-layout" && grep -q "stages of 1," "$log/search-layout" &&
     ok "search-layout: interleaved group 4, first stage of 1 block" || bad "search-layout: $(grep -E '^(search|schedule)' "$log/search-layout")"
 
+# each B as I then W (--split-backward): gradients still match, the schedule is named so, and the
+# search marks its candidates; also with 1F1B, and with the peak memory the largest rank's
+run2 split-backward $SMALL --layers 16 --schedule interleaved --group 4 --layout 'Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L' \
+    --split-backward --check
+expect_match split-backward $?
+grep -q "schedule interleaved group=4, B as I then W pp 2 vpp 4 mb 8" "$log/split-backward" &&
+    ok "split-backward: interleaved group 4, B as I then W" || bad "split-backward: $(grep '^schedule' "$log/split-backward")"
+run2 split-backward-1f1b $SMALL --schedule 1f1b --split-backward --check; expect_match split-backward-1f1b $?
+run2 split-backward-search $SMALL --layers 16 --vpp 4 --schedule search --search-kind interleaved --search-layout \
+    --split-backward --check
+expect_match split-backward-search $?
+grep -q "the fastest: interleaved vpp=4 group=[0-9]*, B as I then W" "$log/split-backward-search" &&
+    ok "split-backward-search: the search's candidates split" || bad "split-backward-search: $(grep '^search' "$log/split-backward-search")"
+
 # placement by speed: with GPU 0 said to be faster, rank 1 (no skipped input gradient: the most
 # GEMMs) moves to process 0 and rank 0 to process 1 (pp_nccl_reorder), and the gradients still
 # match; then measured (whatever it decides, the run is right)
