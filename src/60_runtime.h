@@ -189,7 +189,9 @@ typedef struct pp_loss {
 
 /* The user's model. Callbacks return 0 on success; anything else fails the step with
  * PP_ECALLBACK (the message names the rank, action and the value returned). Optional ones may
- * be NULL: backward_input/backward_weight only when the schedule has no I/W actions;
+ * be NULL: backward_input/backward_weight only when the schedule has no I/W actions (a trainer
+ * that has them should run a B schedule split by pp_schedule_split_backward: its gradients then
+ * leave before the weight gradients are computed);
  * forward_backward always (FB actions then run the F half, then the B half: give such a rank a
  * schedule split by pp_schedule_split_overlaps, on every rank alike, so that the F half's output
  * leaves before the B half runs); loss in forward-only mode. Callbacks of one rank run on the thread that called pp_run_step. */
