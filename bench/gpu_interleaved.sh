@@ -8,13 +8,17 @@
 # stages of 2 blocks, rank 1 waits for rank 0's first 2-block F at the start and rank 0 runs
 # stage 0's last 2-block B alone at the end: about 18.7 ms that no order of even stages hides.
 # A 1-block first stage halves both; with Megatron's default group (pp = 2 microbatches per chunk
-# round) the order then stalls elsewhere, with a group of 4 it does not. Runs, each against the
-# single-GPU steps of the same run (below): Megatron's defaults (even, group 2); the layout
-# 1,2,2,2,2,2,3,2 with group 4, as launched and with its GPUs swapped; the same with placement by
-# speed (--place-by-speed: the rank with the most GEMMs on the GPU that measures faster), as
-# launched and swapped; what `--schedule search --search-kind interleaved --search-layout` picks;
-# Megatron's defaults placed by speed. (Session 9's first passes also ran even stages with group 4,
-# 93.3-95.3%, and the runner-up 1,1,1,2,3,3,3,2, within 0.3 points of 1,2,2,2,2,2,3,2.)
+# round) the order then stalls elsewhere, with a group of 4 it does not. Each B run as its I then
+# its W (--split-backward, session 10) sends the B's gradient before its weight gradients. Runs,
+# each against the single-GPU steps of the same run: Megatron's defaults (even, group 2); the
+# layout 1,2,2,2,2,2,3,2 with group 4 ("tuned"), whole B's; tuned with B as I then W, as launched,
+# GPUs swapped, placed by speed (--place-by-speed: the rank with the most GEMMs on the GPU that
+# measures faster) as launched and swapped; what `--schedule search --search-kind interleaved
+# --search-layout --split-backward` picks, placed; Megatron's defaults with B as I then W; tuned
+# placed; tuned split again; Megatron's defaults again. Baselines: each GPU's single step alone
+# (their harmonic mean, and the faster alone), both at once (single_concurrent), and alone again
+# at the end (a GPU's single step moves 1-2% within one pass). (Session 9's first passes also ran
+# even stages with group 4, 93.3-95.3%, and the runner-up 1,1,1,2,3,3,3,2, within 0.3 points.)
 # The GPUs' SM clocks and power are logged once a second to OUTDIR/clocks.csv.
 # Env: SKIP_BUILD=1 uses binaries already in build/.
 set -u

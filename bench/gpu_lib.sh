@@ -47,12 +47,12 @@ single_baseline() {
 # beside a busy neighbour than alone after a rest (H200: 1365-1425 MHz against 1440-1485 MHz,
 # session 10): this baseline has the pipeline's conditions. The scripts print both.
 single_concurrent() {
-    local n=$1 out=$2 g ms inv=0 list="" pids=(); shift 2
+    local n=$1 out=$2 g p ms inv=0 list="" pids=(); shift 2
     for g in $(seq 0 $((n - 1))); do
-        CUDA_VISIBLE_DEVICES=$g build/mlp_gpu --single "$@" >"$out/single-together-gpu$g.log" 2>&1 &
+        CUDA_VISIBLE_DEVICES=$g timeout "${RANK_TIMEOUT:-120}" build/mlp_gpu --single "$@" >"$out/single-together-gpu$g.log" 2>&1 &
         pids+=($!)
     done
-    for g in "${pids[@]}"; do wait "$g"; done
+    for p in "${pids[@]}"; do wait "$p"; done
     for g in $(seq 0 $((n - 1))); do
         cat "$out/single-together-gpu$g.log" >>"$LOG"
         ms=$(single_step_ms "$out/single-together-gpu$g.log")
@@ -64,8 +64,9 @@ single_concurrent() {
     say "single-GPU step, every GPU at once:$list harmonic mean $SINGLE_TOGETHER_MS ms"
 }
 
-# efficiency_against LOG N MS LABEL: each run's step against MS / N.
+# efficiency_against LOG N MS LABEL: each run's step against MS / N (nothing when MS is 0: no baseline).
 efficiency_against() {
+    awk -v f="$3" 'BEGIN { exit !(f > 0) }' || { echo "  (no baseline: $4 did not run)"; return 0; }
     awk -v f="$3" -v n="$2" -v label="$4" '/^-- /{name=$2} /^pipeline /{for(i=1;i<=NF;i++) if($i=="step"){s=$(i+1)}; if (name != "" && s > 0) printf "  %-28s %.1f%% against %s\n", name, 100 * f / n / s, label}' "$1"
 }
 

@@ -8,9 +8,10 @@
 #                                                  to 4 blocks per GPU, 16 microbatches
 #
 # In order: build; NCCL point-to-point bandwidth (raw and through pipepar's transport);
-# pipepar single-GPU baseline; pipepar's schedules on NPROC GPUs (gradient check on four); the
+# pipepar single-GPU baseline (each GPU alone, then all at once); pipepar's schedules on NPROC GPUs
+# (gradient check on most; interleaved also with each B as I then W); the
 # best schedules again with NCCL forced onto sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, a
-# stand-in for two nodes); the failure test; PyTorch's bench (GELU=tanh: the same model); the
+# stand-in for two nodes) and the failure test (both skipped by SKIP_SOCKET=1); PyTorch's bench (GELU=tanh: the same model); the
 # summary table (each run under its "-- name" line). Logs of every run land in OUTDIR. Env: H, L, T, M override the model size;
 # SKIP_TORCH=1, SKIP_SOCKET=1 skip parts; FULL=1 adds more runs (interleaved vpp 2,
 # looped-BFS, interleaved ZB vpp 2, ZB-H1, NCCL CTA settings, runs without the arrival gate); TORCH_CONFIGS picks PyTorch's schedules;

@@ -168,7 +168,7 @@ static const char usage[] =
     "  --split-backward  run each whole backward B as its input-gradient half then its weight-gradient\n"
     "                  half (pp_schedule_split_backward): the B's output gradient leaves for the previous\n"
     "                  stage before the weight gradients are computed, so that rank starts its B sooner;\n"
-    "                  with --schedule search, every candidate so (pp_search's split_backward)\n"
+    "                  with --schedule search, every candidate with whole B's so (pp_search's split_backward)\n"
     "  --gemm-times    time every GEMM of the last step (CUDA events around each): per GEMM kind, its\n"
     "                  count and mean, and the step's GEMM time against its compute (a slow rank: slower\n"
     "                  kernels, or gaps between them?)\n"
@@ -780,7 +780,7 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, double
             CKLT(cublasLtMatmulPreferenceDestroy(ppref));
             int pbest_i = -1;
             g.pieces = split;
-            for (int i = 0; i < pfound; i++) {
+            for (int i = 0; i < pfound; i++) {   /* timed once each: --gemm-split is an experiment knob */
                 if (pres[i].state != CUBLAS_STATUS_SUCCESS) continue;
                 g.palgo = pres[i].algo;
                 if (!tune) {   /* the heuristic's first that runs */
@@ -1543,8 +1543,10 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         int bs = 0;
         for (int r = 0; r < R.sched->pp; r++)
             for (int i = 0; i < R.sched->length[r]; i++) bs += R.sched->actions[r][i].op == PP_OP_B;
-        PPCK(pp_schedule_split_backward(R.sched, &e_));   /* a searched one is split already */
-        if (bs) {
+        /* a searched one is split already, unless it kept overlapped FBs (split above into F and a
+         * whole B): those B's are split here, and the name already says so */
+        PPCK(pp_schedule_split_backward(R.sched, &e_));
+        if (bs && !strstr(R.sched_name, "B as I then W")) {
             char named[sizeof R.sched_name];
             snprintf(named, sizeof named, "%s", R.sched_name[0] ? R.sched_name : pp_schedule_kind_name(R.sched->kind));
             snprintf(R.sched_name, sizeof R.sched_name, "%.90s, B as I then W", named);
@@ -1819,10 +1821,12 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     busy_of[rank] = (float)busy;
     PPCK(pp_nccl_all_reduce_host(R.pipe, busy_of.data(), world, 0, &e_));
     std::vector<float> mem_of(2 * (size_t)world, 0.0f);   /* the sum reduces: each rank fills its own pair */
-    mem_of[2 * rank] = red[8 * S + 2]; mem_of[2 * rank + 1] = red[8 * S + 3];
+    mem_of[2 * rank] = mine[8 * S + 2]; mem_of[2 * rank + 1] = mine[8 * S + 3];   /* red is summed by now */
     PPCK(pp_nccl_all_reduce_host(R.pipe, mem_of.data(), 2 * world, 0, &e_));
     float mem_alloc = 0, mem_used = 0;
     for (int r = 0; r < world; r++) { mem_alloc = std::max(mem_alloc, mem_of[2 * r]); mem_used = std::max(mem_used, mem_of[2 * r + 1]); }
+    printf("rank %d peak memory: %.1f GiB allocated by the program, %.1f GiB in use on the device\n", rank,
+           (double)mine[8 * S + 2], (double)mine[8 * S + 3]);
     std::vector<double> fst(S), bst(S), ist(S), wst(S);
     for (int s = 0; s < S; s++) {
         auto avg = [&](int col) { return red[4 * S + 4 * s + col] > 0 ? red[4 * s + col] / red[4 * S + 4 * s + col] : 0.0; };

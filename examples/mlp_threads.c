@@ -493,6 +493,15 @@ static int usage(const char *flag, const char *value, const char *rule)
     return 2;
 }
 
+/* How many whole backwards (B) the schedule holds: --split-backward names the run only if some. */
+static int count_b(const pp_schedule *s)
+{
+    int r, i, n = 0;
+    for (r = 0; r < s->pp; r++)
+        for (i = 0; i < s->length[r]; i++) n += s->actions[r][i].op == PP_OP_B;
+    return n;
+}
+
 static int int_flag(const char *v, int lo, int hi, int *out)
 {
     char *end;
@@ -514,7 +523,8 @@ int main(int argc, char **argv)
     pp_status st;
     const char *kind_name = "interleaved", *trace = NULL, *layout = NULL;
     pp_layers *lay = NULL;
-    int search = 0, search_layout = 0, split_backward = 0;
+    int search = 0, search_layout = 0, split_backward = 0, split_bs = 0;
+    pp_schedule_kind search_kind = PP_KIND_NONE;
     char search_name[192] = "";
     int i, l, pp = 4, vpp = 0, group = 0, mb = 8, steps = 20, D = 64, H = 256, rows = 16, L = 0, model_stages;
     double lr = 4, timeout = 60;
@@ -526,7 +536,7 @@ int main(int argc, char **argv)
             printf("usage: mlp_threads [--pp N] [--vpp N] [--group G] [--mb N] [--schedule KIND] [--steps N]\n"
                    "                   [--layers L] [--width D] [--hidden H] [--rows R] [--lr X]\n"
                    "                   [--timeout S] [--trace FILE] [--layout STR] [--search-layout]\n"
-                   "                   [--split-backward]\n"
+                   "                   [--search-kind K] [--split-backward]\n"
                    "Trains a residual MLP pipeline-parallel on CPU threads and checks every step\n"
                    "against the same model run as one stage. KIND: gpipe, 1f1b, interleaved,\n"
                    "looped-bfs, the zero-bubble kinds, dualpipe (even pp and mb: two copies of every\n"
@@ -535,7 +545,8 @@ int main(int argc, char **argv)
                    "Megatron layout in stage order, e.g. 'Et*1|t*3|t*1|t*3L' for pp 2 (E input,\n"
                    "t block, L loss). --group: interleaved's microbatches per chunk round (Megatron's\n"
                    "microbatch group size; default pp). --search-layout: with --schedule search, the\n"
-                   "split of --layers blocks into stages chosen too (pp_search's layers). --split-backward:\n"
+                   "split of --layers blocks into stages chosen too (pp_search's layers). --search-kind K:\n"
+                   "with search, only schedules of kind K (or greedy). --split-backward:\n"
                    "each whole backward as its input-gradient half then its weight-gradient half\n"
                    "(pp_schedule_split_backward; with search, pp_search's split_backward). Defaults: --pp 4\n"
                    "--mb 8 --schedule interleaved (vpp 2) --steps 20 --layers pp*vpp --width 64\n"
@@ -557,6 +568,11 @@ int main(int argc, char **argv)
         else if (!strcmp(f, "--timeout")) ok = v && (timeout = atof(v)) > 0;
         else if (!strcmp(f, "--trace")) ok = v != NULL;
         else if (!strcmp(f, "--layout")) { ok = v != NULL; layout = v; }
+        else if (!strcmp(f, "--search-kind")) {
+            if (!v) ok = 0;
+            else if (!strcmp(v, "greedy")) search_kind = PP_CUSTOM;
+            else if (pp_schedule_kind_parse(v, &search_kind, &err) != PP_OK) return usage(f, v, err.message);
+        }
         else if (!strcmp(f, "--schedule")) {
             if (!v) ok = 0;
             else if (!strcmp(v, "search")) { search = 1; kind_name = v; }
@@ -568,6 +584,7 @@ int main(int argc, char **argv)
         i++;
     }
 
+    if (search_kind != PP_KIND_NONE && !search) return usage("--search-kind", "", "only with --schedule search");
     if (search_layout && (!search || layout || L == 0))
         return usage("--search-layout", "", !search ? "only with --schedule search"
                      : layout ? "not with --layout (it chooses the layout)" : "needs --layers (the blocks to split)");
@@ -612,6 +629,7 @@ int main(int argc, char **argv)
         double *cost;
         memset(&q, 0, sizeof q);
         q.split_backward = split_backward;
+        q.kind = search_kind;
         q.pp = pp; q.mb = mb; q.vpp = vpp ? vpp : (search_layout ? 0 : 2);
         S0 = pp * (q.vpp ? q.vpp : 1);
         cost = (double *)malloc(sizeof(double) * 2 * (size_t)S0);
@@ -659,7 +677,8 @@ int main(int argc, char **argv)
         st = rn.schedule ? pp_schedule_validate(rn.schedule, &err) : PP_EINVAL;
     } else if ((st = pp_schedule_build(&sc, &rn.schedule, &err)) == PP_OK &&
                (st = pp_schedule_lower(rn.schedule, &err)) == PP_OK &&
-               (!split_backward || (st = pp_schedule_split_backward(rn.schedule, &err)) == PP_OK)) {
+               (!split_backward || ((split_bs = count_b(rn.schedule)) >= 0 &&
+                                    (st = pp_schedule_split_backward(rn.schedule, &err)) == PP_OK))) {
         st = pp_schedule_validate(rn.schedule, &err);
     }
     if (st != PP_OK) {
@@ -728,7 +747,7 @@ int main(int argc, char **argv)
     printf("pipepar demo: a residual MLP trained pipeline-parallel, one CPU thread per rank\n\n");
     printf("  model     %d blocks of x + W2 gelu(W1 x + b1) + b2, width %d, hidden %d (fp32)\n", L, D, H);
     printf("  pipeline  %s%s, pp=%d vpp=%d mb=%d: %d stages of ", kind_name,
-           split_backward && !search ? ", B as I then W" : "", pp, rn.schedule->vpp, mb,
+           split_bs > 0 ? ", B as I then W" : "", pp, rn.schedule->vpp, mb,
            rn.schedule->num_stages);
     for (i = 1; i < rn.schedule->num_stages && rn.stage_count[i] == rn.stage_count[0]; i++) {}
     if (i == rn.schedule->num_stages) {   /* even: one number */

@@ -713,29 +713,37 @@ void pp_schedule_strip_comm(pp_schedule *s)
     s->lowered = 0;
 }
 
-pp_status pp_schedule_split_overlaps(pp_schedule *s, pp_error *err)
+/* Replaces every `from` action (PP_OP_FB or PP_OP_B) with its two halves, in place, and lowers
+ * again if s was lowered. The split schedule is built (and lowered) aside, and swapped in only
+ * once all went well, so that a failure leaves s as it was. */
+static pp_status pp__split_actions(pp_schedule *s, pp_op from, pp_error *err)
 {
     pp_schedule *c = NULL;
     pp_status st;
-    int r, i, fbs = 0, *ip;
+    int r, i, found = 0, *ip;
     pp_action **ap;
     if (!s) return pp__fail(err, PP_EINVAL, "schedule: must not be NULL");
     for (r = 0; r < s->pp; r++)
-        for (i = 0; i < s->length[r]; i++) fbs += s->actions[r][i].op == PP_OP_FB;
-    if (fbs == 0) return pp__ok(err);   /* nothing to split: s stays as it is, communication too */
-    /* the split schedule is built (and lowered) aside, and swapped in only once all went well */
+        for (i = 0; i < s->length[r]; i++) found += s->actions[r][i].op == (int32_t)from;
+    if (found == 0) return pp__ok(err);   /* nothing to split: s stays as it is, communication too */
     st = pp_schedule_create(s->pp, s->vpp, s->mb, s->placement, &c, err);
     if (st != PP_OK) return st;
     c->kind = s->kind; c->group = s->group;
     for (r = 0; r < s->pp && st == PP_OK; r++)
         for (i = 0; i < s->length[r] && st == PP_OK; i++) {
-            pp_action x = s->actions[r][i], half = x;
+            pp_action x = s->actions[r][i], first = x, second = x;
             if (pp__is_comm(x.op)) continue;           /* lowered again below */
-            if (x.op != PP_OP_FB) { st = pp_schedule_append(c, r, x, err); continue; }
-            half.op = PP_OP_F;
-            st = pp_schedule_append(c, r, half, err);
-            half.op = PP_OP_B; half.stage = x.stage2; half.mb = x.mb2;
-            if (st == PP_OK) st = pp_schedule_append(c, r, half, err);
+            if (x.op != (int32_t)from) { st = pp_schedule_append(c, r, x, err); continue; }
+            if (from == PP_OP_FB) {   /* the F half, then the B half of another (stage, microbatch) */
+                first.op = PP_OP_F;
+                second.op = PP_OP_B; second.stage = x.stage2; second.mb = x.mb2;
+                first.stage2 = first.mb2 = second.stage2 = second.mb2 = -1;
+            } else {                  /* the input gradient, then the weight gradient */
+                first.op = PP_OP_I;
+                second.op = PP_OP_W;
+            }
+            st = pp_schedule_append(c, r, first, err);
+            if (st == PP_OK) st = pp_schedule_append(c, r, second, err);
         }
     if (st == PP_OK && s->lowered) st = pp_schedule_lower(c, err);
     if (st != PP_OK) { pp_schedule_free(c); return st; }
@@ -747,37 +755,14 @@ pp_status pp_schedule_split_overlaps(pp_schedule *s, pp_error *err)
     return pp__ok(err);
 }
 
+pp_status pp_schedule_split_overlaps(pp_schedule *s, pp_error *err)
+{
+    return pp__split_actions(s, PP_OP_FB, err);
+}
+
 pp_status pp_schedule_split_backward(pp_schedule *s, pp_error *err)
 {
-    pp_schedule *c = NULL;
-    pp_status st;
-    int r, i, bs = 0, *ip;
-    pp_action **ap;
-    if (!s) return pp__fail(err, PP_EINVAL, "schedule: must not be NULL");
-    for (r = 0; r < s->pp; r++)
-        for (i = 0; i < s->length[r]; i++) bs += s->actions[r][i].op == PP_OP_B;
-    if (bs == 0) return pp__ok(err);   /* nothing to split: s stays as it is, communication too */
-    st = pp_schedule_create(s->pp, s->vpp, s->mb, s->placement, &c, err);
-    if (st != PP_OK) return st;
-    c->kind = s->kind; c->group = s->group;
-    for (r = 0; r < s->pp && st == PP_OK; r++)
-        for (i = 0; i < s->length[r] && st == PP_OK; i++) {
-            pp_action x = s->actions[r][i], half = x;
-            if (pp__is_comm(x.op)) continue;           /* lowered again below */
-            if (x.op != PP_OP_B) { st = pp_schedule_append(c, r, x, err); continue; }
-            half.op = PP_OP_I;
-            st = pp_schedule_append(c, r, half, err);
-            half.op = PP_OP_W;
-            if (st == PP_OK) st = pp_schedule_append(c, r, half, err);
-        }
-    if (st == PP_OK && s->lowered) st = pp_schedule_lower(c, err);
-    if (st != PP_OK) { pp_schedule_free(c); return st; }
-    ap = s->actions; s->actions = c->actions; c->actions = ap;
-    ip = s->length; s->length = c->length; c->length = ip;
-    ip = s->capacity; s->capacity = c->capacity; c->capacity = ip;
-    s->lowered = c->lowered;
-    pp_schedule_free(c);
-    return pp__ok(err);
+    return pp__split_actions(s, PP_OP_B, err);
 }
 
 /* Lowering walks the compute orders in lock-step rounds: in each round every rank runs its next

@@ -131,7 +131,8 @@ typedef struct pp_search_config {
     int split_backward;     /* 1: every schedule with whole backwards runs each B as its I then its W
                                (pp_schedule_split_backward), so a B's output gradient leaves before
                                its weight gradient is computed; for a trainer with backward_input and
-                               backward_weight callbacks. Those entries are named "..., B as I then W" */
+                               backward_weight callbacks. Those entries are named "..., B as I then W"
+                               (an FB kind entered unsplit keeps its FBs whole: only its plain B's) */
     long max_layouts;       /* with layers: a vpp with at most this many splits has every one tried;
                                one with more is searched by descent from the even split (each round,
                                the one-layer move between two stages that shortens the step most,

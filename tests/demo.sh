@@ -93,7 +93,9 @@ run_ok "interleaved group 8 (all microbatches), pp 3" "interleaved, pp=3 vpp=2 m
 run_ok "interleaved group 4, B as I then W" "interleaved, B as I then W, pp=2 vpp=4 mb=8: 8 stages of 1,2,2,2,2,2,3,2" \
     --pp 2 --mb 8 --schedule interleaved --group 4 --layout 'Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L' --split-backward
 run_ok "1f1b pp 3, B as I then W" "1f1b, B as I then W, pp=3" --pp 3 --mb 6 --schedule 1f1b --split-backward
-run_ok "search with --split-backward" "search: " --pp 2 --mb 8 --schedule search --layers 8 --vpp 2 --split-backward
+run_ok "search, interleaved, B as I then W" "search: interleaved vpp=2 group=[0-9]*, B as I then W" --pp 2 --mb 8 \
+    --schedule search --search-kind interleaved --layers 8 --vpp 2 --split-backward
+run_ok "zbv with --split-backward (no B to split)" "zbv, pp=2" --pp 2 --mb 8 --schedule zbv --split-backward
 
 # 5. bad flags: exit 2 and one line naming the flag and the rule
 expect_usage() {   # expect_usage NEEDLE ARGS...
@@ -112,6 +114,8 @@ expect_usage "mlp_threads: --layout=4 stages: must have pp \* vpp stages" --pp 2
 expect_usage "mlp_threads: --layout=Et||tL: every stage needs" --pp 3 --layout 'Et||tL'
 expect_usage "mlp_threads: --group=4: not with --schedule search" --pp 2 --schedule search --group 4
 expect_usage "mlp_threads: --search-layout: only with --schedule search" --pp 2 --search-layout --layers 8
+expect_usage "mlp_threads: --search-kind: only with --schedule search" --pp 2 --search-kind interleaved
+expect_usage "mlp_threads: --search-kind=bogus:" --pp 2 --schedule search --search-kind bogus
 expect_usage "mlp_threads: --search-layout: needs --layers" --pp 2 --schedule search --search-layout
 expect_usage "group=2: only interleaved schedules take a microbatch group size" --pp 2 --schedule 1f1b --group 2
 expect_usage "mlp_threads: --vpp=3: must match the layout" --pp 2 --vpp 3 --layout 'Et|t|t|tL'

@@ -1060,11 +1060,18 @@ static void search_split_backward_runs_each_b_as_i_then_w(void)
     cfg.costs.f = 1; cfg.costs.i = 1; cfg.costs.w = 1;
     PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
     if (!res) return;
-    for (k = 0; k < res->count; k++) {
-        const pp_search_entry *e = &res->entries[k];
-        int whole = e->kind == PP_INTERLEAVED_1F1B || e->kind == PP_LOOPED_BFS;
-        if (e->kind == PP_INTERLEAVED_ZB || e->kind == PP_ZBV || e->kind == PP_CUSTOM || whole)
-            PP_CHECK_MSG(e->split_backward == whole, "%s: split_backward %d", e->name, e->split_backward);
+    {
+        int seen_whole = 0, seen_split = 0;
+        for (k = 0; k < res->count; k++) {
+            const pp_search_entry *e = &res->entries[k];
+            int whole = e->kind == PP_INTERLEAVED_1F1B || e->kind == PP_LOOPED_BFS;
+            if (e->kind == PP_INTERLEAVED_ZB || e->kind == PP_ZBV || e->kind == PP_CUSTOM || whole) {
+                PP_CHECK_MSG(e->split_backward == whole, "%s: split_backward %d", e->name, e->split_backward);
+                seen_whole += whole; seen_split += !whole;
+            }
+        }
+        PP_CHECK_MSG(seen_whole >= 2 && seen_split >= 2, "entries checked: %d with whole B's, %d without", seen_whole,
+                     seen_split);
     }
     pp_search_result_free(res);
 }

@@ -123,13 +123,17 @@ grep -q "search: .* each on 1107 splits of the 16 blocks; the fastest: interleav
     ok "search-layout: interleaved group 4, first stage of 1 block" || bad "search-layout: $(grep -E '^(search|schedule)' "$log/search-layout")"
 
 # each B as I then W (--split-backward): gradients still match, the schedule is named so, and the
-# search marks its candidates; also with 1F1B, and with the peak memory the largest rank's
+# search marks its candidates; also with 1F1B. The peak memory line is the largest rank's own
 run2 split-backward $SMALL --layers 16 --schedule interleaved --group 4 --layout 'Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L' \
     --split-backward --check
 expect_match split-backward $?
 grep -q "schedule interleaved group=4, B as I then W pp 2 vpp 4 mb 8" "$log/split-backward" &&
     ok "split-backward: interleaved group 4, B as I then W" || bad "split-backward: $(grep '^schedule' "$log/split-backward")"
 run2 split-backward-1f1b $SMALL --schedule 1f1b --split-backward --check; expect_match split-backward-1f1b $?
+peak_max=$(sed -n 's/^  peak memory (max over ranks): \([0-9.]*\) GiB.*/\1/p' "$log/split-backward")
+peak_own=$(cat "$log/split-backward" "$log/split-backward.1" | sed -n 's/^rank [01] peak memory: \([0-9.]*\) GiB.*/\1/p' | sort -g | tail -n 1)
+[ -n "$peak_max" ] && [ "$peak_max" = "$peak_own" ] && ok "split-backward: peak memory $peak_max GiB, the larger rank's own" ||
+    bad "split-backward: peak memory line '$peak_max' against the ranks' own '$(grep -h 'peak memory' "$log/split-backward" "$log/split-backward.1" | tr '\n' ';')'"
 run2 split-backward-search $SMALL --layers 16 --vpp 4 --schedule search --search-kind interleaved --search-layout \
     --split-backward --check
 expect_match split-backward-search $?
