@@ -146,7 +146,8 @@ PIPEPAR_API void pp_schedule_strip_comm(pp_schedule *s);
  * on any failure (PP_EINVAL for NULL, PP_ENOMEM, the lowering's errors) s is unchanged. */
 PIPEPAR_API pp_status pp_schedule_split_overlaps(pp_schedule *s, pp_error *err);
 /* Replaces every B (a whole backward) with its I (input gradient) followed at once by its W
- * (weight gradient), and lowers again if the schedule was lowered. The order of the work is
+ * (weight gradient), and lowers again if the schedule was lowered (its communication is then
+ * pipepar's own lowering, whatever it was before: a CSV's sends and receives too). The order of the work is
  * unchanged, but the B's output gradient now leaves after the I, and the peer's next backward
  * starts while this rank computes the W: on the comparison model a chunk's W is about half its
  * backward, and interleaved 1F1B's step shrinks by about 1% (bench/RESULTS.md, session 10).
