@@ -800,7 +800,10 @@ PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
  * --vpp 4 --layers 16 --kind interleaved`), for 1.6x the activation memory. On 2 H200s that ran
  * 0.9-1.5 points of efficiency above Megatron's defaults, and 96.4% on average with the heavier
  * rank on the faster GPU (pp_place_by_speed; bench/RESULTS.md, session 9). The microbatch groups
- * tried are pp, 2pp, 4pp, ... below mb, PyTorch's mb / max(1, mb/pp), and mb.
+ * tried are pp, 2pp, 4pp, ... below mb, PyTorch's mb / max(1, mb/pp), and mb. A trainer with both
+ * backward halves gets the rest with cfg.split_backward: each B run as its I then its W sends its
+ * gradient before the weight gradients, and the same order takes 193 units, 1 over its compute,
+ * tying the greedy zero-bubble schedules (96.9-97.2% on one lease of 2 H200s, session 10).
  *
  * Greedy schedules (pp_schedule_build_greedy). The paper's automatic scheduler (Qi et al., ICLR
  * 2024, section 3.1) in our words: play the pipeline forward in time with the given costs; when

@@ -1410,10 +1410,13 @@ static void search_layers_survives_out_of_memory_at_every_allocation(void)
     pp_search_result *res = NULL;
     pp_error err;
     long k, cap;
-    for (cap = 0; cap <= 5; cap += 5) {   /* every split, then (max_layouts 5) the descent */
+    int pass;
+    for (pass = 0; pass < 3; pass++) {   /* every split, (max_layouts 5) the descent, B as I then W */
         int done = 0, failures = 0;
         double want = 0;
+        cap = pass == 1 ? 5 : 0;
         cfg.max_layouts = cap;
+        cfg.split_backward = pass == 2;
         PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
         if (res) { want = res->entries[0].makespan; PP_CHECK_INT(res->layouts_local, cap ? 1 : 0); }
         pp_search_result_free(res);
