@@ -845,7 +845,10 @@ static void gemms_free(Gemms &G)
 struct Model {
     int H, F, T, L, M, S, nb;       /* nb = the most blocks a stage holds (L / S unless --layout) */
     std::vector<int> first, count;  /* [S] stage s holds blocks [first[s], first[s] + count[s]) */
-    int split;                      /* the schedule has I/W: keep dh and dy per block for W */
+    int split;                      /* the schedule has I/W: keep dh and dy per block for W; 2: every
+                                       I is followed at once by its W (pp_schedule_split_backward), so
+                                       one scratch per rank holds them instead of every slot */
+    bf16 *iw_scratch = nullptr;     /* split 2: dh[j] [T, F] for j < nb, then dy[j] [T, H] for j < nb - 1 */
     cudaStream_t stream;
     Gemms G;
     std::vector<bf16 *> W1, W2;     /* [L], NULL where another rank holds the block */
@@ -890,7 +893,16 @@ static size_t off_dh(const Model &m, int nb, int j) { return off_x(m, nb, nb) + 
 static size_t off_dy(const Model &m, int nb, int j) { return off_dh(m, nb, nb) + (size_t)j * m.T * m.H; }
 static size_t slot_size(const Model &m, int nb)
 {
-    return m.split ? 2 * off_dy(m, nb, nb - 1) : 2 * off_x(m, nb, nb);
+    return m.split == 1 ? 2 * off_dy(m, nb, nb - 1) : 2 * off_x(m, nb, nb);
+}
+/* Where the I leaves block j's dh and dy for the W: in the slot, or (split 2) in the scratch. */
+static bf16 *iw_dh(const Model &m, char *slot, int nb, int j)
+{
+    return m.split == 2 ? m.iw_scratch + (size_t)j * m.T * m.F : sub(slot, off_dh(m, nb, j));
+}
+static bf16 *iw_dy(const Model &m, char *slot, int nb, int j)
+{
+    return m.split == 2 ? m.iw_scratch + (size_t)nb * m.T * m.F + (size_t)j * m.T * m.H : sub(slot, off_dy(m, nb, j));
 }
 
 static int slot_get(Model &m, int nb)
@@ -953,6 +965,8 @@ static void model_setup(Model &m, const Options &o, int S, const int *counts, in
     m.work[0] = (bf16 *)dev_alloc(m, th * 2);
     m.work[1] = (bf16 *)dev_alloc(m, th * 2);
     m.d_loss = (float *)dev_alloc(m, sizeof(float));
+    if (m.split == 2)   /* for the largest stage; a smaller one uses its start */
+        m.iw_scratch = (bf16 *)dev_alloc(m, ((size_t)m.nb * m.T * m.F + (size_t)(m.nb - 1) * th) * 2);
     gemms_create(m.G, m.H, m.T, sm_target, o.tune, o.yield_us, o.gemm_split, stream, verbose);
     m.G.timing = o.gemm_times != 0;
     /* Load every kernel of this file now (CUDA loads modules lazily by default): a first launch
@@ -1024,10 +1038,10 @@ static void backward_input_blocks(Model &m, const bf16 *grad_out, bf16 *grad_in,
     const bf16 *dy = grad_out;
     for (int j = nb - 1; j >= 0; j--) {
         int b = b0 + j;
-        bf16 *h = sub(slot, off_h(m, j)), *dh = sub(slot, off_dh(m, nb, j));
+        bf16 *h = sub(slot, off_h(m, j)), *dh = iw_dh(m, slot, nb, j);
         gemm_run(m.G, G_DH, m.W2[b], dy, dh, dh, 0.0f, h, m.stream);
         if (j == 0 && !grad_in) break;
-        bf16 *dx = j > 0 ? sub(slot, off_dy(m, nb, j - 1)) : grad_in;
+        bf16 *dx = j > 0 ? iw_dy(m, slot, nb, j - 1) : grad_in;
         gemm_run(m.G, G_DX, m.W1[b], dh, dy, dx, 1.0f, nullptr, m.stream);
         dy = dx;
     }
@@ -1039,10 +1053,10 @@ static void backward_weight_blocks(Model &m, const bf16 *in, const bf16 *grad_ou
     for (int j = nb - 1; j >= 0; j--) {
         int b = b0 + j;
         const bf16 *x = j > 0 ? sub(slot, off_x(m, nb, j)) : in;
-        const bf16 *dy = j == nb - 1 ? grad_out : sub(slot, off_dy(m, nb, j));
+        const bf16 *dy = j == nb - 1 ? grad_out : iw_dy(m, slot, nb, j);
         float beta = grad_beta(m, b);
         gemm_run(m.G, G_DW2, sub(slot, off_g(m, j)), dy, m.dW2[b], m.dW2[b], beta, nullptr, m.stream);
-        gemm_run(m.G, G_DW1, x, sub(slot, off_dh(m, nb, j)), m.dW1[b], m.dW1[b], beta, nullptr, m.stream);
+        gemm_run(m.G, G_DW1, x, iw_dh(m, slot, nb, j), m.dW1[b], m.dW1[b], beta, nullptr, m.stream);
     }
 }
 
@@ -1563,11 +1577,19 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         fprintf(stderr, "mlp_gpu: --layers=%d: must be a multiple of pp*vpp = %d stages\n", o.layers, S);
         return 2;
     }
-    int split = 0, maxlen = 0;
+    int split = 0, maxlen = 0, iw_adjacent = 1;
     for (int r = 0; r < pp; r++) {
+        const pp_action *a = R.sched->actions[r];
         maxlen = std::max(maxlen, R.sched->length[r]);
-        for (int i = 0; i < R.sched->length[r]; i++) split |= R.sched->actions[r][i].op == PP_OP_I;
+        for (int i = 0; i < R.sched->length[r]; i++) {
+            if (a[i].op != PP_OP_I) continue;
+            split = 1;
+            int k = i + 1;   /* the next compute action: its own W, or the I's tensors must wait in the slot */
+            while (k < R.sched->length[r] && a[k].op >= PP_OP_SEND_F) k++;
+            iw_adjacent &= k < R.sched->length[r] && a[k].op == PP_OP_W && a[k].stage == a[i].stage && a[k].mb == a[i].mb;
+        }
     }
+    if (split && iw_adjacent) split = 2;
 
     /* placement by speed: the rank with the most GEMMs on the fastest GPU. A block costs 6 GEMMs a
      * microbatch (2 forward, 4 backward); block 0 skips its input gradient, one fewer. */
@@ -1732,8 +1754,8 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         for (int st = 0; st < S; st++) per += (st ? "," : "") + std::to_string(R.m.count[st]);
         printf("schedule %s pp %d vpp %d mb %d: %d stages of %s blocks, H %d, %d tokens per microbatch; set-up %.1f s\n",
                R.sched_name[0] ? R.sched_name : pp_schedule_kind_name(R.sched->kind), pp, vpp, o.mb, S, per.c_str(), o.hidden, o.tokens, now_s() - t_start);
-        printf("rank %d activation slots (one per live stage and microbatch, by stage size): %s\n", R.rank,
-               R.slot_summary.c_str());
+        printf("rank %d activation slots (one per live stage and microbatch, by stage size): %s%s\n", R.rank,
+               R.slot_summary.c_str(), R.m.split == 2 ? "; each I's dh and dy in one scratch, its W next" : "");
         fflush(stdout);
     }
 

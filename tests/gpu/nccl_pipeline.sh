@@ -129,6 +129,11 @@ run2 split-backward $SMALL --layers 16 --schedule interleaved --group 4 --layout
 expect_match split-backward $?
 grep -q "schedule interleaved group=4, B as I then W pp 2 vpp 4 mb 8" "$log/split-backward" &&
     ok "split-backward: interleaved group 4, B as I then W" || bad "split-backward: $(grep '^schedule' "$log/split-backward")"
+# each I is followed at once by its W: dh and dy wait in one scratch, not in every slot; ZB-V's do not
+grep -q "each I's dh and dy in one scratch" "$log/split-backward" && ok "split-backward: the I's tensors in one scratch" ||
+    bad "split-backward: $(grep 'activation slots' "$log/split-backward")"
+grep -q "activation slots" "$log/zbv-vpp2" && ! grep -q "each I's dh and dy in one scratch" "$log/zbv-vpp2" &&
+    ok "zbv: its I's tensors stay in their slots (its W's wait)" || bad "zbv-vpp2: $(grep 'activation slots' "$log/zbv-vpp2")"
 run2 split-backward-1f1b $SMALL --schedule 1f1b --split-backward --check; expect_match split-backward-1f1b $?
 peak_max=$(sed -n 's/^  peak memory (max over ranks): \([0-9.]*\) GiB.*/\1/p' "$log/split-backward")
 peak_own=$(cat "$log/split-backward" "$log/split-backward.1" | sed -n 's/^rank [01] peak memory: \([0-9.]*\) GiB.*/\1/p' | sort -g | tail -n 1)
