@@ -1847,7 +1847,7 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     PPCK(pp_nccl_all_reduce_host(R.pipe, mem_of.data(), 2 * world, 0, &e_));
     float mem_alloc = 0, mem_used = 0;
     for (int r = 0; r < world; r++) { mem_alloc = std::max(mem_alloc, mem_of[2 * r]); mem_used = std::max(mem_used, mem_of[2 * r + 1]); }
-    printf("rank %d peak memory: %.1f GiB allocated by the program, %.1f GiB in use on the device\n", rank,
+    printf("rank %d peak memory: %.2f GiB allocated by the program, %.2f GiB in use on the device\n", rank,
            (double)mine[8 * S + 2], (double)mine[8 * S + 3]);
     std::vector<double> fst(S), bst(S), ist(S), wst(S);
     for (int s = 0; s < S; s++) {
@@ -1987,7 +1987,7 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
                 printf("  rank %d copy-engine transfers (every step): %lld pushed (receive posted first), %lld pulled "
                        "(send posted first), %lld through the ring\n", R.rank, how[0], how[1], how[2]);
         }
-        printf("  peak memory (max over ranks): %.1f GiB allocated by the program, %.1f GiB in use on the device\n",
+        printf("  peak memory (max over ranks): %.2f GiB allocated by the program, %.2f GiB in use on the device\n",
                (double)mem_alloc, (double)mem_used);
         fflush(stdout);
     }

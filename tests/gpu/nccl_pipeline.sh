@@ -135,10 +135,14 @@ grep -q "each I's dh and dy in one scratch" "$log/split-backward" && ok "split-b
 grep -q "activation slots" "$log/zbv-vpp2" && ! grep -q "each I's dh and dy in one scratch" "$log/zbv-vpp2" &&
     ok "zbv: its I's tensors stay in their slots (its W's wait)" || bad "zbv-vpp2: $(grep 'activation slots' "$log/zbv-vpp2")"
 run2 split-backward-1f1b $SMALL --schedule 1f1b --split-backward --check; expect_match split-backward-1f1b $?
-peak_max=$(sed -n 's/^  peak memory (max over ranks): \([0-9.]*\) GiB.*/\1/p' "$log/split-backward")
-peak_own=$(cat "$log/split-backward" "$log/split-backward.1" | sed -n 's/^rank [01] peak memory: \([0-9.]*\) GiB.*/\1/p' | sort -g | tail -n 1)
-[ -n "$peak_max" ] && [ "$peak_max" = "$peak_own" ] && ok "split-backward: peak memory $peak_max GiB, the larger rank's own" ||
-    bad "split-backward: peak memory line '$peak_max' against the ranks' own '$(grep -h 'peak memory' "$log/split-backward" "$log/split-backward.1" | tr '\n' ';')'"
+peak_is_largest() {   # peak_is_largest NAME: the max-over-ranks line is the larger rank's own figure
+    local name=$1 max own
+    max=$(sed -n 's/^  peak memory (max over ranks): \([0-9.]*\) GiB.*/\1/p' "$log/$name")
+    own=$(cat "$log/$name" "$log/$name.1" | sed -n 's/^rank [01] peak memory: \([0-9.]*\) GiB.*/\1/p' | sort -g | tail -n 1)
+    [ -n "$max" ] && [ "$max" = "$own" ] && ok "$name: peak memory $max GiB, the larger rank's own" ||
+        bad "$name: peak memory line '$max' against the ranks' own '$(grep -h 'peak memory' "$log/$name" "$log/$name.1" | tr '\n' ';')'"
+}
+peak_is_largest split-backward
 run2 split-backward-search $SMALL --layers 16 --vpp 4 --schedule search --search-kind interleaved --search-layout \
     --split-backward --check
 expect_match split-backward-search $?
@@ -153,6 +157,9 @@ grep -q "process 0 -> rank 1, process 1 -> rank 0" "$log/place-forced" &&
     ok "place-forced: the heavier rank 1 on the faster GPU 0" || bad "place-forced: $(grep 'placement by speed' "$log/place-forced")"
 grep -q "^rank 1 activation slots" "$log/place-forced" &&
     ok "place-forced: process 0 reports as pipeline rank 1" || bad "place-forced: $(grep 'activation slots' "$log/place-forced")"
+# process 0 is rank 1 here, 1F1B's smaller rank (one live microbatch against two): the line must
+# still be rank 0's figure, not the reporting process's own
+peak_is_largest place-forced
 run2 place-measured $SMALL --schedule interleaved --vpp 2 --place-by-speed --check; expect_match place-measured $?
 grep -Eq "placement by speed: fwd2 GEMM [0-9.]+ [0-9.]+ ms by process" "$log/place-measured" &&
     ok "place-measured: $(grep -o 'fwd2 GEMM [0-9.]* [0-9.]* ms' "$log/place-measured")" || bad "place-measured: no measurement line"
