@@ -1229,6 +1229,15 @@ static int cb_backward_weight(void *user, const pp_mb_info *info, const void *in
     return cudaGetLastError() != cudaSuccess;
 }
 
+/* How many actions of kind op the schedule holds (what a split will rename the run by). */
+static int count_op(const pp_schedule *s, int op)
+{
+    int n = 0;
+    for (int r = 0; r < s->pp; r++)
+        for (int i = 0; i < s->length[r]; i++) n += s->actions[r][i].op == op;
+    return n;
+}
+
 static void *cb_alloc(void *user, size_t bytes)
 {
     Rank *r = (Rank *)user;
@@ -1543,9 +1552,7 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     /* this example gives the executor no forward_backward callback, so an FB runs as F then B;
      * lowered split, the F's output leaves before the B runs (2% off DualPipeV's step on H200) */
     if (!o.keep_overlaps) {
-        int fbs = 0;
-        for (int r = 0; r < R.sched->pp; r++)
-            for (int i = 0; i < R.sched->length[r]; i++) fbs += R.sched->actions[r][i].op == PP_OP_FB;
+        int fbs = count_op(R.sched, PP_OP_FB);
         PPCK(pp_schedule_split_overlaps(R.sched, &e_));
         if (fbs) {   /* what ran: a searched one's simulated time was of the FBs lowered whole */
             char named[sizeof R.sched_name];
@@ -1554,9 +1561,7 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         }
     }
     if (o.split_backward) {
-        int bs = 0;
-        for (int r = 0; r < R.sched->pp; r++)
-            for (int i = 0; i < R.sched->length[r]; i++) bs += R.sched->actions[r][i].op == PP_OP_B;
+        int bs = count_op(R.sched, PP_OP_B);
         /* a searched one is split already, unless it kept overlapped FBs (split above into F and a
          * whole B): those B's are split here, and the name already says so */
         PPCK(pp_schedule_split_backward(R.sched, &e_));

@@ -422,6 +422,62 @@ static void every_zb_h1_zbv_dualpipev_schedule_with_pp_1_to_8_mb_1_to_32_is_vali
         }
 }
 
+typedef pp_status (*zb_split_fn)(pp_schedule *s, pp_error *err);
+
+/* A lowered schedule with nothing for `split` to split comes back exactly as it was; NULL is
+ * refused. */
+static void zb_check_split_leaves_alone(pp_schedule_kind kind, zb_split_fn split, const char *what)
+{
+    pp_schedule *s = zb_build_ok(kind, 4, 0, 8, 0, 0), *c = NULL;
+    pp_error err;
+    int r;
+    if (s) {
+        PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+        PP_CHECK_OK(pp_schedule_copy(s, &c, &err), &err);
+        PP_CHECK_OK(split(c, &err), &err);
+        for (r = 0; c && r < s->pp; r++) {
+            PP_CHECK_MSG(c->length[r] == s->length[r] &&
+                             memcmp(c->actions[r], s->actions[r], (size_t)s->length[r] * sizeof(pp_action)) == 0,
+                         "%s: rank %d's program changed", what, r);
+        }
+        pp_schedule_free(c);
+        pp_schedule_free(s);
+    }
+    PP_CHECK_FAILS(split(NULL, &err), &err, PP_EINVAL, "schedule: must not be NULL");
+}
+
+/* Out of memory at every allocation `split` makes on s (lowered here), in turn: each failure is
+ * PP_ENOMEM and leaves s exactly as it was; once enough memory is there, it succeeds. Returns the
+ * schedule as it was (the caller checks the split of it and frees it), or NULL. */
+static pp_schedule *zb_check_split_survives_out_of_memory(pp_schedule *s, zb_split_fn split)
+{
+    pp_schedule *ref = NULL;
+    pp_error err;
+    long k;
+    int r, failures = 0, done = 0;
+    PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+    PP_CHECK_OK(pp_schedule_copy(s, &ref, &err), &err);
+    if (!ref) return NULL;
+    for (k = 0; k < 100000 && !done; k++) {
+        pp_status st;
+        pp_test_alloc_countdown = k;
+        st = split(s, &err);
+        pp_test_alloc_countdown = -1;
+        if (st == PP_OK) { done = 1; break; }
+        failures++;
+        PP_CHECK_MSG(st == PP_ENOMEM, "allocation %ld failing gave %s: %s", k, pp_status_name(st), err.message);
+        PP_CHECK_INT(s->lowered, ref->lowered);
+        for (r = 0; r < s->pp; r++) {
+            PP_CHECK_INT(s->length[r], ref->length[r]);
+            if (s->length[r] == ref->length[r])
+                PP_CHECK_MSG(memcmp(s->actions[r], ref->actions[r], (size_t)s->length[r] * sizeof(pp_action)) == 0,
+                             "allocation %ld failing changed rank %d's program", k, r);
+        }
+    }
+    PP_CHECK_MSG(done && failures > 5, "split succeeded after %d failures (done=%d)", failures, done);
+    return ref;
+}
+
 static void split_overlaps_runs_each_fb_as_f_then_b_in_every_dualpipev_and_dualpipe(void)
 {
     pp_schedule *s;
@@ -445,22 +501,7 @@ static void split_overlaps_runs_each_fb_as_f_then_b_in_every_dualpipev_and_dualp
             zb_check_split(s, what);
             pp_schedule_free(s);
         }
-    /* a schedule without FB comes back as it was; NULL is refused */
-    s = zb_build_ok(PP_ZBV, 4, 0, 8, 0, 0);
-    if (s) {
-        pp_schedule *c = NULL;
-        int r;
-        PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
-        PP_CHECK_OK(pp_schedule_copy(s, &c, &err), &err);
-        PP_CHECK_OK(pp_schedule_split_overlaps(c, &err), &err);
-        for (r = 0; c && r < s->pp; r++) {
-            PP_CHECK_INT(c->length[r], s->length[r]);
-            PP_CHECK(memcmp(c->actions[r], s->actions[r], (size_t)s->length[r] * sizeof(pp_action)) == 0);
-        }
-        pp_schedule_free(c);
-        pp_schedule_free(s);
-    }
-    PP_CHECK_FAILS(pp_schedule_split_overlaps(NULL, &err), &err, PP_EINVAL, "schedule: must not be NULL");
+    zb_check_split_leaves_alone(PP_ZBV, pp_schedule_split_overlaps, "split overlaps of zbv");   /* no FB */
 }
 
 /* Out of memory at every allocation the split makes, in turn: each failure is PP_ENOMEM and leaves
@@ -470,31 +511,12 @@ static void split_overlaps_leaves_the_schedule_as_it_was_when_it_fails(void)
 {
     pp_schedule *s = zb_build_ok(PP_DUALPIPEV, 4, 0, 16, 0, 0), *ref = NULL;
     pp_error err;
-    long k;
-    int r, failures = 0, done = 0;
+    int r;
     if (!s) return;
-    PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
-    PP_CHECK_OK(pp_schedule_copy(s, &ref, &err), &err);
-    if (!ref) { pp_schedule_free(s); return; }
-    for (k = 0; k < 100000 && !done; k++) {
-        pp_status st;
-        pp_test_alloc_countdown = k;
-        st = pp_schedule_split_overlaps(s, &err);
-        pp_test_alloc_countdown = -1;
-        if (st == PP_OK) { done = 1; break; }
-        failures++;
-        PP_CHECK_MSG(st == PP_ENOMEM, "allocation %ld failing gave %s: %s", k, pp_status_name(st), err.message);
-        PP_CHECK_INT(s->lowered, ref->lowered);
-        for (r = 0; r < s->pp; r++) {
-            PP_CHECK_INT(s->length[r], ref->length[r]);
-            if (s->length[r] == ref->length[r])
-                PP_CHECK_MSG(memcmp(s->actions[r], ref->actions[r], (size_t)s->length[r] * sizeof(pp_action)) == 0,
-                             "allocation %ld failing changed rank %d's program", k, r);
-        }
-    }
-    PP_CHECK_MSG(done && failures > 5, "split succeeded after %d failures (done=%d)", failures, done);
-    zb_check_split(ref, "dualpipev pp=4 mb=16 after out-of-memory tries");
+    ref = zb_check_split_survives_out_of_memory(s, pp_schedule_split_overlaps);
+    if (ref) zb_check_split(ref, "dualpipev pp=4 mb=16 after out-of-memory tries");
     pp_schedule_free(ref);
+    ref = NULL;
     pp_schedule_free(s);
     /* no FB: a lowered 1F1B with one of its sends moved to the end stays exactly as given */
     s = zb_build_ok(PP_1F1B, 2, 0, 4, 0, 0);
@@ -618,53 +640,17 @@ static void split_backward_runs_each_b_as_i_then_w_in_every_kind_with_pp_1_to_8_
                 }
             }
     PP_CHECK_MSG(built > 1800, "only %d schedules built", built);
-    /* a schedule without B (ZB-H1 has I and W already) comes back as it was; NULL is refused */
-    s = zb_build_ok(PP_ZB_H1, 4, 0, 8, 0, 0);
-    if (s) {
-        pp_schedule *c = NULL;
-        int r;
-        PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
-        PP_CHECK_OK(pp_schedule_copy(s, &c, &err), &err);
-        PP_CHECK_OK(pp_schedule_split_backward(c, &err), &err);
-        for (r = 0; c && r < s->pp; r++) {
-            PP_CHECK_INT(c->length[r], s->length[r]);
-            PP_CHECK(memcmp(c->actions[r], s->actions[r], (size_t)s->length[r] * sizeof(pp_action)) == 0);
-        }
-        pp_schedule_free(c);
-        pp_schedule_free(s);
-    }
-    PP_CHECK_FAILS(pp_schedule_split_backward(NULL, &err), &err, PP_EINVAL, "schedule: must not be NULL");
+    /* ZB-H1 has I and W already: nothing to split */
+    zb_check_split_leaves_alone(PP_ZB_H1, pp_schedule_split_backward, "split backward of zb-h1");
 }
 
 /* Out of memory at every allocation the split makes: PP_ENOMEM, the schedule as it was. */
 static void split_backward_leaves_the_schedule_as_it_was_when_it_fails(void)
 {
-    pp_schedule *s = zb_build_ok(PP_INTERLEAVED_1F1B, 4, 2, 16, 0, 0), *ref = NULL;
-    pp_error err;
-    long k;
-    int r, failures = 0, done = 0;
+    pp_schedule *s = zb_build_ok(PP_INTERLEAVED_1F1B, 4, 2, 16, 0, 0), *ref;
     if (!s) return;
-    PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
-    PP_CHECK_OK(pp_schedule_copy(s, &ref, &err), &err);
-    if (!ref) { pp_schedule_free(s); return; }
-    for (k = 0; k < 100000 && !done; k++) {
-        pp_status st;
-        pp_test_alloc_countdown = k;
-        st = pp_schedule_split_backward(s, &err);
-        pp_test_alloc_countdown = -1;
-        if (st == PP_OK) { done = 1; break; }
-        failures++;
-        PP_CHECK_MSG(st == PP_ENOMEM, "allocation %ld failing gave %s: %s", k, pp_status_name(st), err.message);
-        PP_CHECK_INT(s->lowered, ref->lowered);
-        for (r = 0; r < s->pp; r++) {
-            PP_CHECK_INT(s->length[r], ref->length[r]);
-            if (s->length[r] == ref->length[r])
-                PP_CHECK_MSG(memcmp(s->actions[r], ref->actions[r], (size_t)s->length[r] * sizeof(pp_action)) == 0,
-                             "allocation %ld failing changed rank %d's program", k, r);
-        }
-    }
-    PP_CHECK_MSG(done && failures > 5, "split succeeded after %d failures (done=%d)", failures, done);
-    zb_check_split_backward(ref, "interleaved pp=4 vpp=2 mb=16 after out-of-memory tries");
+    ref = zb_check_split_survives_out_of_memory(s, pp_schedule_split_backward);
+    if (ref) zb_check_split_backward(ref, "interleaved pp=4 vpp=2 mb=16 after out-of-memory tries");
     pp_schedule_free(ref);
     pp_schedule_free(s);
 }
