@@ -670,6 +670,21 @@ PIPEPAR_API pp_status pp_simulate(const pp_schedule *s, const pp_sim_costs *cost
                                   pp_sim_result **out, pp_error *err);
 PIPEPAR_API void pp_sim_result_free(pp_sim_result *r);
 
+/* What one rank holds at once, from its program alone. A rank runs its compute in program order,
+ * so these peaks hold whatever the timing; a trainer that allocates everything before its first
+ * step sizes its pools by them:
+ *   live_peak         (stage, microbatch) activations kept for the backward: from the F until
+ *                     the B or W that frees them (pp_sim_result.peak_live counts the same);
+ *   awaiting_w_peak   input gradients awaiting their W: from an I until its W, what the I leaves
+ *                     for the W (e.g. each layer's dh and dy). Zero without I/W. A schedule after
+ *                     pp_schedule_split_backward needs 1 on every rank; ZB-V on 2 ranks, 1 and 3.
+ * stage_class (optional, [num_stages], values 0 .. classes-1) counts by class, e.g. the layer count
+ * of the stage where slots of one size serve only stages of that size: then live_peak[c] and
+ * awaiting_w_peak[c] are class c's own peaks (they need not fall at the same moment). NULL puts
+ * every stage in class 0 (classes >= 1; only [0] is written). Either output may be NULL. */
+PIPEPAR_API pp_status pp_schedule_rank_peaks(const pp_schedule *s, int rank, const int *stage_class, int classes,
+                                             int *live_peak, int *awaiting_w_peak, pp_error *err);
+
 /* ============================================================================================
  * >>draw
  * Pictures and text forms of a schedule.
@@ -5766,6 +5781,54 @@ static pp_status pp__build_zero_bubble(const pp_schedule_config *cfg, pp_schedul
 /* ============================================================================================
  * >>simulate (implementation)
  * ============================================================================================ */
+
+pp_status pp_schedule_rank_peaks(const pp_schedule *s, int rank, const int *stage_class, int classes,
+                                 int *live_peak, int *awaiting_w_peak, pp_error *err)
+{
+    int *live = NULL, *awaiting = NULL, c, i;
+    if (!s) return pp__fail(err, PP_EINVAL, "s: must not be NULL");
+    if (rank < 0 || rank >= s->pp)
+        return pp__fail(err, PP_EINVAL, "rank=%d: must be between 0 and pp-1=%d", rank, s->pp - 1);
+    if (classes < 1 || classes > (1 << 20))
+        return pp__fail(err, PP_EINVAL, "classes=%d: must be between 1 and %d", classes, 1 << 20);
+    if (stage_class)
+        for (i = 0; i < s->num_stages; i++)
+            if (stage_class[i] < 0 || stage_class[i] >= classes)
+                return pp__fail(err, PP_EINVAL, "stage_class[%d]=%d: must be between 0 and classes-1=%d", i,
+                                stage_class[i], classes - 1);
+    live = (int *)pp__calloc((size_t)classes * 2, sizeof(int));
+    if (!live) return pp__fail(err, PP_ENOMEM, "out of memory");
+    awaiting = live + classes;
+    if (live_peak) memset(live_peak, 0, (size_t)classes * sizeof(int));
+    if (awaiting_w_peak) memset(awaiting_w_peak, 0, (size_t)classes * sizeof(int));
+    for (i = 0; i < s->length[rank]; i++) {
+        pp_action a = s->actions[rank][i];
+        int ops[2], stg[2], mbs[2], h, nh;
+        if (pp__is_comm(a.op)) continue;
+        nh = pp__halves(a, ops, stg, mbs);
+        for (h = 0; h < nh; h++) {
+            if (stg[h] < 0 || stg[h] >= s->num_stages) {
+                PIPEPAR_FREE(live);
+                return pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: stage %d out of range (%d stages)",
+                                rank, i, stg[h], s->num_stages);
+            }
+            c = stage_class ? stage_class[stg[h]] : 0;
+            switch (ops[h]) {
+            case PP_OP_F:
+                if (++live[c] > (live_peak ? live_peak[c] : 0) && live_peak) live_peak[c] = live[c];
+                break;
+            case PP_OP_I:
+                if (++awaiting[c] > (awaiting_w_peak ? awaiting_w_peak[c] : 0) && awaiting_w_peak)
+                    awaiting_w_peak[c] = awaiting[c];
+                break;
+            case PP_OP_W: live[c]--; awaiting[c]--; break;
+            default: live[c]--; break;   /* a whole B */
+            }
+        }
+    }
+    PIPEPAR_FREE(live);
+    return PP_OK;
+}
 
 void pp_sim_result_free(pp_sim_result *r)
 {

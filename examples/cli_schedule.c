@@ -288,7 +288,7 @@ int pp_cli_simulate(int argc, char **argv)
     pp_sim_result *sim = NULL;
     pp_error err;
     double *arrays[5] = { NULL, NULL, NULL, NULL, NULL };
-    int rc = parse_schedule_flags(argc, argv, 1, &fl), r, k;
+    int rc = parse_schedule_flags(argc, argv, 1, &fl), r, k, *awaiting = NULL, any_awaiting = 0;
     if (rc) return rc < 0 ? 0 : rc;
     if (fl.layout && !fl.from_csv && (rc = layout_costs(&fl, NULL, arrays)) != 0) {
         for (k = 0; k < 5; k++) free(arrays[k]);
@@ -305,6 +305,25 @@ int pp_cli_simulate(int argc, char **argv)
         for (k = 0; k < 5; k++) free(arrays[k]);
         return cli_report(&err);
     }
+    /* what a trainer sizes its I->W buffers by (pp_schedule_rank_peaks); any I at all shows it */
+    awaiting = (int *)calloc((size_t)s->pp, sizeof(int));
+    for (r = 0; awaiting && r < s->pp; r++) {
+        if (pp_schedule_rank_peaks(s, r, NULL, 1, NULL, &awaiting[r], &err) != PP_OK) {
+            free(awaiting);
+            pp_sim_result_free(sim);
+            pp_schedule_free(s);
+            for (k = 0; k < 5; k++) free(arrays[k]);
+            return cli_report(&err);
+        }
+        any_awaiting |= awaiting[r] > 0;
+    }
+    if (!awaiting) {
+        fprintf(stderr, "pipepar: out of memory\n");
+        pp_sim_result_free(sim);
+        pp_schedule_free(s);
+        for (k = 0; k < 5; k++) free(arrays[k]);
+        return 1;
+    }
     if (fl.json) {
         printf("{\"kind\": \"%s\", \"pp\": %d, \"vpp\": %d, \"mb\": %d, \"makespan\": %.9g, \"bubble_mean\": %.9g, "
                "\"bubble\": [", pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb, sim->makespan, sim->bubble_mean);
@@ -313,17 +332,24 @@ int pp_cli_simulate(int argc, char **argv)
         for (r = 0; r < s->pp; r++) printf("%s%d", r ? ", " : "", sim->peak_live[r]);
         printf("], \"peak_memory\": [");
         for (r = 0; r < s->pp; r++) printf("%s%.9g", r ? ", " : "", sim->peak_memory[r]);
+        printf("], \"awaiting_w\": [");
+        for (r = 0; r < s->pp; r++) printf("%s%d", r ? ", " : "", awaiting[r]);
         printf("]}\n");
     } else {
         printf("%s  pp=%d vpp=%d mb=%d\n", pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb);
         printf("step time (makespan)  %.6g\n", sim->makespan);
         printf("mean bubble           %.2f%%\n", 100.0 * sim->bubble_mean);
-        printf("rank  bubble   peak live activations (chunks)   peak memory (x one rank's layers%s)\n",
-               s->placement == PP_PLACEMENT_DUAL ? "; dualpipe: x one model stage, the rank holds two" : "");
-        for (r = 0; r < s->pp; r++)
-            printf("%4d  %5.2f%%   %6d                           %8.3f\n", r, 100.0 * sim->bubble[r],
+        printf("rank  bubble   peak live activations (chunks)   peak memory (x one rank's layers%s)%s\n",
+               s->placement == PP_PLACEMENT_DUAL ? "; dualpipe: x one model stage, the rank holds two" : "",
+               any_awaiting ? "   I's awaiting their W (chunks, at most)" : "");
+        for (r = 0; r < s->pp; r++) {
+            printf("%4d  %5.2f%%   %6d                           %8.3f", r, 100.0 * sim->bubble[r],
                    sim->peak_live[r], sim->peak_memory[r]);
+            if (any_awaiting) printf("                            %6d", awaiting[r]);
+            printf("\n");
+        }
     }
+    free(awaiting);
     pp_sim_result_free(sim);
     pp_schedule_free(s);
     for (k = 0; k < 5; k++) free(arrays[k]);

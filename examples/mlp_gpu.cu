@@ -12,6 +12,8 @@
  *     build/mlp_gpu --threads 2 --schedule interleaved --vpp 4 one process, one thread per GPU
  *     ... --layout 'Et*2|t*6|t*2|t*6L' --schedule search     stages of unequal size, in the order
  *                                                              pp_search picks for their costs
+ *     ... --schedule-csv best.csv                              a schedule from a file ('pipepar
+ *                                                              search --csv', or any tool's CSV)
  *
  * Transfers between processes on one host go through the copy engines
  * (pp_nccl_transport_copy_engine) unless --no-copy-engine: one copy from the send buffer into
@@ -21,7 +23,8 @@
  *
  * What a rank does, top to bottom (search for the step names):
  *   1. set-up      NCCL communicators (pp_nccl_init, then ncclCommSplit by the rank grid), the
- *                  schedule (build, lower, validate; or pp_search for --schedule search), this
+ *                  schedule (build, lower, validate; pp_search for --schedule search; or read
+ *                  from --schedule-csv), this rank's I->W buffers (pp_schedule_rank_peaks), this
  *                  rank's blocks (L / stages each, or --layout's), cuBLASLt plans
  *   2. callbacks   forward / loss / backward (or the I and W halves) of a stage, called by the
  *                  executor pp_run_step as it walks this rank's program; every GEMM is one
@@ -46,6 +49,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <pthread.h>
+#include <errno.h>
 #include <signal.h>
 #include <unistd.h>
 #include <math.h>
@@ -91,6 +95,8 @@ struct Options {
     int single = 0, threads = 0;
     int pp = 0, vpp = 0, group = 0, mb = 8, tokens = 8192, hidden = 4096, layers = 16;
     const char *schedule = "1f1b";
+    int schedule_given = 0;
+    const char *schedule_csv = nullptr;  /* --schedule-csv FILE: this schedule instead of building one */
     int steps = 5, warmup = 2, check = 0, train = 0;
     const char *optimizer = "sgd";
     float lr = 1e-3f, clip = 1.0f;
@@ -119,7 +125,7 @@ static const char usage[] =
     "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--cta-policy P] [--no-gate] [--no-copy-engine]\n"
     "               [--no-tune] [--quiet]\n"
     "               [--layout STR] [--max-memory X] [--yield-us X] [--gemm-split N] [--gemm-times] [--keep-overlaps]\n"
-    "               [--split-backward]\n"
+    "               [--split-backward] [--schedule-csv FILE]\n"
     "               [--search-layout] [--search-kind K] [--place-by-speed [--gpu-ms LIST]]\n"
     "               [--kill-rank R --kill-step K]\n"
     "  --single        the whole model on one GPU: the baseline of the pipeline efficiency\n"
@@ -128,6 +134,9 @@ static const char usage[] =
     "  --schedule K    gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zbv, interleaved-zb, ..., or search:\n"
     "                  pp_search's fastest for this layout (simulated; --max-memory X caps activations\n"
     "                  at X microbatches through one rank's blocks)\n"
+    "  --schedule-csv FILE  run the schedule in FILE instead: PyTorch's pipeline-order CSV, one row per rank\n"
+    "                  (what 'pipepar schedule --format csv' and 'pipepar search --csv' write); its rows must be\n"
+    "                  the pipeline's ranks and its microbatches --mb; sends and receives are lowered again\n"
     "  --search-layout with --schedule search: split the blocks into stages too (pp_search's layers:\n"
     "                  every split near the even one; each block F = I = W, block 0's I half), and run\n"
     "                  the fastest\n"
@@ -189,7 +198,7 @@ static int parse_args(int argc, char **argv, Options *o)
         static const char *const valued[] = { "--threads", "--pp", "--vpp", "--group", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
             "--single-ms", "--sm-margin", "--max-ctas", "--cta-policy", "--kill-rank", "--kill-step", "--layout",
-            "--max-memory", "--yield-us", "--gemm-split", "--search-kind", "--gpu-ms", NULL };
+            "--max-memory", "--yield-us", "--gemm-split", "--search-kind", "--gpu-ms", "--schedule-csv", NULL };
         bool is_bool = false, known = false;
         for (int b = 0; bools[b]; b++) if (!strcmp(flag, bools[b])) is_bool = known = true;
         for (int b = 0; valued[b]; b++) if (!strcmp(flag, valued[b])) known = true;
@@ -252,7 +261,8 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--steps")) ok = integer(1, 100000, &o->steps);
         else if (!strcmp(flag, "--warmup")) ok = integer(0, 100000, &o->warmup);
         else if (!strcmp(flag, "--train")) ok = integer(0, 1000000, &o->train);
-        else if (!strcmp(flag, "--schedule")) o->schedule = v;
+        else if (!strcmp(flag, "--schedule")) { o->schedule = v; o->schedule_given = 1; }
+        else if (!strcmp(flag, "--schedule-csv")) o->schedule_csv = v;
         else if (!strcmp(flag, "--optimizer")) {
             o->optimizer = v;
             if (strcmp(v, "sgd") && strcmp(v, "adamw")) { fprintf(stderr, "mlp_gpu: --optimizer=%s: sgd or adamw\n", v); ok = false; }
@@ -293,6 +303,11 @@ static int parse_args(int argc, char **argv, Options *o)
     }
     if ((o->search_layout || o->search_kind) && strcmp(o->schedule, "search")) {
         fprintf(stderr, "mlp_gpu: %s: only with --schedule search\n", o->search_layout ? "--search-layout" : "--search-kind");
+        return 2;
+    }
+    if (o->schedule_csv && (o->schedule_given || o->group || o->single)) {
+        fprintf(stderr, "mlp_gpu: --schedule-csv: the file is the whole schedule (not with --%s)\n",
+                o->schedule_given ? "schedule" : o->group ? "group" : "single");
         return 2;
     }
     if (o->gpu_ms && !o->place_by_speed) {
@@ -845,10 +860,16 @@ static void gemms_free(Gemms &G)
 struct Model {
     int H, F, T, L, M, S, nb;       /* nb = the most blocks a stage holds (L / S unless --layout) */
     std::vector<int> first, count;  /* [S] stage s holds blocks [first[s], first[s] + count[s]) */
-    int split;                      /* the schedule has I/W: keep dh and dy per block for W; 2: every
-                                       I is followed at once by its W (pp_schedule_split_backward), so
-                                       one scratch per rank holds them instead of every slot */
-    bf16 *iw_scratch = nullptr;     /* split 2: dh[j] [T, F] for j < nb, then dy[j] [T, H] for j < nb - 1 */
+    /* Between an I and its W, the I's dh and dy of every block wait for the W in one of this
+     * rank's I->W buffers: dh[j] [T, F] for j < iw_nb, then dy[j] [T, H] for j < iw_nb - 1 (the
+     * last block's dy is the grad_out), iw_nb = the rank's largest stage. There are as many as the
+     * most I's awaiting their W at once in the rank's program (pp_schedule_rank_peaks): one after
+     * pp_schedule_split_backward, where each W follows its I at once; ZB-V's held W's need more,
+     * but fewer than its live activations, which is why they are not kept in the slots. */
+    int iw_nb = 0;
+    std::vector<bf16 *> iw_bufs;
+    std::vector<int> iw_free;       /* buffers not awaiting a W */
+    std::vector<int> iw_of;         /* [num_chunks * M] buffer of (chunk, mb) between its I and W, or -1 */
     cudaStream_t stream;
     Gemms G;
     std::vector<bf16 *> W1, W2;     /* [L], NULL where another rank holds the block */
@@ -856,8 +877,7 @@ struct Model {
     std::vector<float *> m1, v1, m2, v2;   /* AdamW state */
     std::vector<char> fresh;        /* [L] the block's gradient was not written yet this step */
     /* Saved activations of one (stage, microbatch) of nb blocks, in one slot of slot_size(nb):
-     *   h[j], g[j]  [T, F] for j < nb;  x[j] [T, H] for 1 <= j < nb (x[0] is the stage input);
-     *   split only: dh[j] [T, F], dy[j] [T, H] for j < nb - 1 (dy[nb-1] is the grad_out).
+     *   h[j], g[j]  [T, F] for j < nb;  x[j] [T, H] for 1 <= j < nb (x[0] is the stage input).
      * Slots are kept by their stage size (stages of a --layout differ), so a small stage's
      * activations do not take a large stage's room. */
     size_t slot_bytes = 0;                      /* slot_size(nb), the largest */
@@ -889,21 +909,12 @@ static bf16 *sub(char *slot, size_t offset_elems) { return (bf16 *)slot + offset
 static size_t off_h(const Model &m, int j) { return (size_t)j * 2 * m.T * m.F; }
 static size_t off_g(const Model &m, int j) { return off_h(m, j) + (size_t)m.T * m.F; }
 static size_t off_x(const Model &m, int nb, int j) { return (size_t)nb * 2 * m.T * m.F + (size_t)(j - 1) * m.T * m.H; }
-static size_t off_dh(const Model &m, int nb, int j) { return off_x(m, nb, nb) + (size_t)j * m.T * m.F; }
-static size_t off_dy(const Model &m, int nb, int j) { return off_dh(m, nb, nb) + (size_t)j * m.T * m.H; }
-static size_t slot_size(const Model &m, int nb)
-{
-    return m.split == 1 ? 2 * off_dy(m, nb, nb - 1) : 2 * off_x(m, nb, nb);
-}
-/* Where the I leaves block j's dh and dy for the W: in the slot, or (split 2) in the scratch. */
-static bf16 *iw_dh(const Model &m, char *slot, int nb, int j)
-{
-    return m.split == 2 ? m.iw_scratch + (size_t)j * m.T * m.F : sub(slot, off_dh(m, nb, j));
-}
-static bf16 *iw_dy(const Model &m, char *slot, int nb, int j)
-{
-    return m.split == 2 ? m.iw_scratch + (size_t)nb * m.T * m.F + (size_t)j * m.T * m.H : sub(slot, off_dy(m, nb, j));
-}
+static size_t slot_size(const Model &m, int nb) { return 2 * off_x(m, nb, nb); }
+/* Where the I leaves block j's dh and dy for the W: in its I->W buffer (a smaller stage uses the
+ * start of each half). */
+static size_t iw_size(const Model &m) { return ((size_t)m.iw_nb * m.T * m.F + (size_t)(m.iw_nb - 1) * m.T * m.H) * 2; }
+static bf16 *iw_dh(const Model &m, bf16 *iw, int j) { return iw + (size_t)j * m.T * m.F; }
+static bf16 *iw_dy(const Model &m, bf16 *iw, int j) { return iw + (size_t)m.iw_nb * m.T * m.F + (size_t)j * m.T * m.H; }
 
 static int slot_get(Model &m, int nb)
 {
@@ -940,7 +951,7 @@ static void model_init_blocks(Model &m, const std::vector<int> &blocks, bool ada
 }
 
 /* counts: blocks of each of the S stages (NULL: L / S each) */
-static void model_setup(Model &m, const Options &o, int S, const int *counts, int split, cudaStream_t stream,
+static void model_setup(Model &m, const Options &o, int S, const int *counts, cudaStream_t stream,
                         int sm_target, int verbose)
 {
     m.H = o.hidden; m.F = 4 * o.hidden; m.T = o.tokens; m.L = o.layers; m.M = o.mb; m.S = S;
@@ -952,7 +963,6 @@ static void model_setup(Model &m, const Options &o, int S, const int *counts, in
         b += m.count[s];
         m.nb = std::max(m.nb, m.count[s]);
     }
-    m.split = split;
     m.stream = stream;
     m.W1.assign(m.L, nullptr); m.W2.assign(m.L, nullptr);
     m.dW1.assign(m.L, nullptr); m.dW2.assign(m.L, nullptr);
@@ -965,8 +975,6 @@ static void model_setup(Model &m, const Options &o, int S, const int *counts, in
     m.work[0] = (bf16 *)dev_alloc(m, th * 2);
     m.work[1] = (bf16 *)dev_alloc(m, th * 2);
     m.d_loss = (float *)dev_alloc(m, sizeof(float));
-    if (m.split == 2)   /* for the largest stage; a smaller one uses its start */
-        m.iw_scratch = (bf16 *)dev_alloc(m, ((size_t)m.nb * m.T * m.F + (size_t)(m.nb - 1) * th) * 2);
     gemms_create(m.G, m.H, m.T, sm_target, o.tune, o.yield_us, o.gemm_split, stream, verbose);
     m.G.timing = o.gemm_times != 0;
     /* Load every kernel of this file now (CUDA loads modules lazily by default): a first launch
@@ -1032,31 +1040,32 @@ static void backward_blocks(Model &m, int b0, int nb, const bf16 *in, const bf16
     }
 }
 
-/* The input-gradient half (I): dh and dy of every block are kept in the slot for W. */
-static void backward_input_blocks(Model &m, const bf16 *grad_out, bf16 *grad_in, int b0, int nb, char *slot)
+/* The input-gradient half (I): dh and dy of every block are left in the I->W buffer iw for W. */
+static void backward_input_blocks(Model &m, const bf16 *grad_out, bf16 *grad_in, int b0, int nb, char *slot, bf16 *iw)
 {
     const bf16 *dy = grad_out;
     for (int j = nb - 1; j >= 0; j--) {
         int b = b0 + j;
-        bf16 *h = sub(slot, off_h(m, j)), *dh = iw_dh(m, slot, nb, j);
+        bf16 *h = sub(slot, off_h(m, j)), *dh = iw_dh(m, iw, j);
         gemm_run(m.G, G_DH, m.W2[b], dy, dh, dh, 0.0f, h, m.stream);
         if (j == 0 && !grad_in) break;
-        bf16 *dx = j > 0 ? iw_dy(m, slot, nb, j - 1) : grad_in;
+        bf16 *dx = j > 0 ? iw_dy(m, iw, j - 1) : grad_in;
         gemm_run(m.G, G_DX, m.W1[b], dh, dy, dx, 1.0f, nullptr, m.stream);
         dy = dx;
     }
 }
 
 /* The weight-gradient half (W). */
-static void backward_weight_blocks(Model &m, const bf16 *in, const bf16 *grad_out, int b0, int nb, char *slot)
+static void backward_weight_blocks(Model &m, const bf16 *in, const bf16 *grad_out, int b0, int nb, char *slot,
+                                   const bf16 *iw)
 {
     for (int j = nb - 1; j >= 0; j--) {
         int b = b0 + j;
         const bf16 *x = j > 0 ? sub(slot, off_x(m, nb, j)) : in;
-        const bf16 *dy = j == nb - 1 ? grad_out : iw_dy(m, slot, nb, j);
+        const bf16 *dy = j == nb - 1 ? grad_out : iw_dy(m, (bf16 *)iw, j);
         float beta = grad_beta(m, b);
         gemm_run(m.G, G_DW2, sub(slot, off_g(m, j)), dy, m.dW2[b], m.dW2[b], beta, nullptr, m.stream);
-        gemm_run(m.G, G_DW1, x, iw_dh(m, slot, nb, j), m.dW1[b], m.dW1[b], beta, nullptr, m.stream);
+        gemm_run(m.G, G_DW1, x, iw_dh(m, (bf16 *)iw, j), m.dW1[b], m.dW1[b], beta, nullptr, m.stream);
     }
 }
 
@@ -1086,7 +1095,7 @@ struct Single {
 
 static void single_setup(Single &s, const Options &o, cudaStream_t stream, bool adamw, int verbose)
 {
-    model_setup(s.m, o, 1, nullptr, 0, stream, 0, verbose);
+    model_setup(s.m, o, 1, nullptr, stream, 0, verbose);
     std::vector<int> all(o.layers);
     for (int b = 0; b < o.layers; b++) all[b] = b;
     model_init_blocks(s.m, all, adamw);
@@ -1213,19 +1222,32 @@ static int cb_backward(void *user, const pp_mb_info *info, const void *in, const
 static int cb_backward_input(void *user, const pp_mb_info *info, const void *in, const void *grad_out, void *grad_in)
 {
     Rank *r = (Rank *)user;
+    Model &m = r->m;
     char *slot;
     (void)in;
-    if (!take_slot(r->m, info, &slot, 0)) return 3;
-    backward_input_blocks(r->m, (const bf16 *)grad_out, (bf16 *)grad_in, r->m.first[info->stage], r->m.count[info->stage], slot);
+    int k = info->chunk * m.M + info->mb;
+    if (!take_slot(m, info, &slot, 0)) return 3;
+    /* the buffers were counted from this program, whose I's and W's run in its order */
+    if (m.iw_of[k] >= 0 || m.iw_free.empty()) return 4;
+    m.iw_of[k] = m.iw_free.back();   /* reuse is stream-ordered */
+    m.iw_free.pop_back();
+    backward_input_blocks(m, (const bf16 *)grad_out, (bf16 *)grad_in, m.first[info->stage], m.count[info->stage], slot,
+                          m.iw_bufs[m.iw_of[k]]);
     return cudaGetLastError() != cudaSuccess;
 }
 
 static int cb_backward_weight(void *user, const pp_mb_info *info, const void *in, const void *grad_out)
 {
     Rank *r = (Rank *)user;
+    Model &m = r->m;
     char *slot;
-    if (!take_slot(r->m, info, &slot, 1)) return 3;
-    backward_weight_blocks(r->m, (const bf16 *)in, (const bf16 *)grad_out, r->m.first[info->stage], r->m.count[info->stage], slot);
+    int k = info->chunk * m.M + info->mb;
+    if (m.iw_of[k] < 0) return 4;    /* a W before its I */
+    if (!take_slot(m, info, &slot, 1)) return 3;
+    backward_weight_blocks(m, (const bf16 *)in, (const bf16 *)grad_out, m.first[info->stage], m.count[info->stage], slot,
+                           m.iw_bufs[m.iw_of[k]]);
+    m.iw_free.push_back(m.iw_of[k]);
+    m.iw_of[k] = -1;
     return cudaGetLastError() != cudaSuccess;
 }
 
@@ -1459,7 +1481,44 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     pp_schedule_config sc;
     memset(&sc, 0, sizeof sc);
     pp_search_result *found = nullptr;
-    if (!strcmp(o.schedule, "search")) {
+    if (o.schedule_csv) {
+        FILE *f = fopen(o.schedule_csv, "rb");
+        std::vector<char> text;
+        if (f) {
+            char buf[65536];
+            size_t n;
+            while ((n = fread(buf, 1, sizeof buf, f)) > 0) text.insert(text.end(), buf, buf + n);
+            if (ferror(f)) { fclose(f); f = nullptr; }
+            else fclose(f);
+        }
+        if (!f) {
+            if (lead) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: %s\n", o.schedule_csv, strerror(errno));
+            return 2;
+        }
+        pp_error csv_err;
+        text.push_back('\0');   /* never an empty buffer; the length excludes it */
+        if (pp_schedule_read_csv(text.data(), text.size() - 1, &R.sched, &csv_err) != PP_OK) {
+            if (lead) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: %s\n", o.schedule_csv, csv_err.message);
+            return 2;
+        }
+        if (R.sched->pp != pp || R.sched->mb != o.mb || (o.vpp && R.sched->vpp != o.vpp) ||
+            R.sched->placement == PP_PLACEMENT_DUAL) {
+            if (lead) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: %d ranks, %d microbatches, %d chunks per rank%s; the run "
+                              "has pp=%d and --mb=%d%s%s\n", o.schedule_csv, R.sched->pp, R.sched->mb, R.sched->vpp,
+                              R.sched->placement == PP_PLACEMENT_DUAL ? ", DualPipe's two copies of each stage (this "
+                              "example keeps one)" : "", pp, o.mb, o.vpp ? " and --vpp=" : "",
+                              o.vpp ? std::to_string(o.vpp).c_str() : "");
+            return 2;
+        }
+        pp_schedule_strip_comm(R.sched);
+        if (pp_schedule_validate(R.sched, &csv_err) != PP_OK) {   /* its compute order, before any set-up */
+            if (lead) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: %s\n", o.schedule_csv, csv_err.message);
+            return 2;
+        }
+        PPCK(pp_schedule_lower(R.sched, &e_));
+        const char *base = strrchr(o.schedule_csv, '/');
+        snprintf(R.sched_name, sizeof R.sched_name, "from %.100s", base ? base + 1 : o.schedule_csv);
+    } else if (!strcmp(o.schedule, "search")) {
         /* costs in units of one block's forward: F = I = W per block (each is two GEMMs of the
          * same size); a transfer of T x H bf16 at ~300 GB/s against 16 T H^2 flops at ~700
          * TFLOP/s is about 290 / H of that, plus ~20 us of latency */
@@ -1582,19 +1641,8 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         fprintf(stderr, "mlp_gpu: --layers=%d: must be a multiple of pp*vpp = %d stages\n", o.layers, S);
         return 2;
     }
-    int split = 0, maxlen = 0, iw_adjacent = 1;
-    for (int r = 0; r < pp; r++) {
-        const pp_action *a = R.sched->actions[r];
-        maxlen = std::max(maxlen, R.sched->length[r]);
-        for (int i = 0; i < R.sched->length[r]; i++) {
-            if (a[i].op != PP_OP_I) continue;
-            split = 1;
-            int k = i + 1;   /* the next compute action: its own W, or the I's tensors must wait in the slot */
-            while (k < R.sched->length[r] && a[k].op >= PP_OP_SEND_F) k++;
-            iw_adjacent &= k < R.sched->length[r] && a[k].op == PP_OP_W && a[k].stage == a[i].stage && a[k].mb == a[i].mb;
-        }
-    }
-    if (split && iw_adjacent) split = 2;
+    int split = count_op(R.sched, PP_OP_I) > 0, maxlen = 0;
+    for (int r = 0; r < pp; r++) maxlen = std::max(maxlen, R.sched->length[r]);
 
     /* placement by speed: the rank with the most GEMMs on the fastest GPU. A block costs 6 GEMMs a
      * microbatch (2 forward, 4 backward); block 0 skips its input gradient, one fewer. */
@@ -1667,7 +1715,7 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     CK(cudaStreamCreateWithFlags(&R.stream, cudaStreamNonBlocking));
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, pp_nccl_device(R.pipe)));
-    model_setup(R.m, o, S, lay ? lay->count : nullptr, split, R.stream, o.sm_margin ? sms - o.sm_margin : 0,
+    model_setup(R.m, o, S, lay ? lay->count : nullptr, R.stream, o.sm_margin ? sms - o.sm_margin : 0,
                 lead && !o.quiet);
     pp_layers_free(lay);   /* the stages' sizes now live in R.m.first / count */
     lay = nullptr;
@@ -1683,6 +1731,7 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     model_init_blocks(R.m, blocks, adamw);
     model_data(R.m, first, last);
     R.m.saved.assign((size_t)vpp * o.mb, -1);
+    R.m.iw_of.assign((size_t)vpp * o.mb, -1);
 
     /* the executor over the NCCL transport, timing every action with CUDA events */
     PPCK(pp_nccl_transport(R.pipe, R.stream, &R.tp, &e_));
@@ -1731,16 +1780,14 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         R.arena_bytes = tb * (size_t)(stats.planned_slots > 0 ? stats.planned_slots : 1);
         R.arena = (char *)dev_alloc(R.m, R.arena_bytes);
         /* per stage size: slots of one size serve only stages of that size */
-        std::vector<int> live(R.m.nb + 1, 0), peak(R.m.nb + 1, 0);
-        const pp_action *prog = R.sched->actions[rank];
-        for (int i = 0; i < R.sched->length[rank]; i++) {
-            int op = prog[i].op;
-            if (op == PP_OP_F || op == PP_OP_FB) {
-                int c = R.m.count[prog[i].stage];
-                peak[c] = std::max(peak[c], ++live[c]);
-            }
-            if (op == PP_OP_B || op == PP_OP_W) live[R.m.count[prog[i].stage]]--;
-            if (op == PP_OP_FB) live[R.m.count[prog[i].stage2]]--;
+        std::vector<int> peak(R.m.nb + 1, 0), unused(R.m.nb + 1, 0);
+        int awaiting = 0;
+        PPCK(pp_schedule_rank_peaks(R.sched, rank, R.m.count.data(), R.m.nb + 1, peak.data(), unused.data(), &e_));
+        PPCK(pp_schedule_rank_peaks(R.sched, rank, nullptr, 1, nullptr, &awaiting, &e_));
+        for (int c = 0; c < vpp; c++) R.m.iw_nb = std::max(R.m.iw_nb, R.m.count[pp_rank_chunk_stage(R.sched, rank, c)]);
+        for (int i = 0; i < awaiting; i++) {
+            R.m.iw_bufs.push_back((bf16 *)dev_alloc(R.m, iw_size(R.m)));
+            R.m.iw_free.push_back(i);
         }
         int nslots = 0;
         for (int c = 1; c <= R.m.nb; c++) {
@@ -1759,8 +1806,15 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
         for (int st = 0; st < S; st++) per += (st ? "," : "") + std::to_string(R.m.count[st]);
         printf("schedule %s pp %d vpp %d mb %d: %d stages of %s blocks, H %d, %d tokens per microbatch; set-up %.1f s\n",
                R.sched_name[0] ? R.sched_name : pp_schedule_kind_name(R.sched->kind), pp, vpp, o.mb, S, per.c_str(), o.hidden, o.tokens, now_s() - t_start);
-        printf("rank %d activation slots (one per live stage and microbatch, by stage size): %s%s\n", R.rank,
-               R.slot_summary.c_str(), R.m.split == 2 ? "; each I's dh and dy in one scratch, its W next" : "");
+        printf("rank %d activation slots (one per live stage and microbatch, by stage size): %s\n", R.rank,
+               R.slot_summary.c_str());
+        fflush(stdout);
+    }
+    if (!o.quiet && !R.m.iw_bufs.empty()) {   /* every rank: their programs hold different numbers */
+        char line[200];
+        snprintf(line, sizeof line, "rank %d I->W buffers (each I's dh and dy until its W): %zu of %d block%s, for the "
+                 "most I's awaiting their W at once", R.rank, R.m.iw_bufs.size(), R.m.iw_nb, R.m.iw_nb > 1 ? "s" : "");
+        printf("%s\n", line);
         fflush(stdout);
     }
 

@@ -3,6 +3,54 @@
  * >>simulate (implementation)
  * ============================================================================================ */
 
+pp_status pp_schedule_rank_peaks(const pp_schedule *s, int rank, const int *stage_class, int classes,
+                                 int *live_peak, int *awaiting_w_peak, pp_error *err)
+{
+    int *live = NULL, *awaiting = NULL, c, i;
+    if (!s) return pp__fail(err, PP_EINVAL, "s: must not be NULL");
+    if (rank < 0 || rank >= s->pp)
+        return pp__fail(err, PP_EINVAL, "rank=%d: must be between 0 and pp-1=%d", rank, s->pp - 1);
+    if (classes < 1 || classes > (1 << 20))
+        return pp__fail(err, PP_EINVAL, "classes=%d: must be between 1 and %d", classes, 1 << 20);
+    if (stage_class)
+        for (i = 0; i < s->num_stages; i++)
+            if (stage_class[i] < 0 || stage_class[i] >= classes)
+                return pp__fail(err, PP_EINVAL, "stage_class[%d]=%d: must be between 0 and classes-1=%d", i,
+                                stage_class[i], classes - 1);
+    live = (int *)pp__calloc((size_t)classes * 2, sizeof(int));
+    if (!live) return pp__fail(err, PP_ENOMEM, "out of memory");
+    awaiting = live + classes;
+    if (live_peak) memset(live_peak, 0, (size_t)classes * sizeof(int));
+    if (awaiting_w_peak) memset(awaiting_w_peak, 0, (size_t)classes * sizeof(int));
+    for (i = 0; i < s->length[rank]; i++) {
+        pp_action a = s->actions[rank][i];
+        int ops[2], stg[2], mbs[2], h, nh;
+        if (pp__is_comm(a.op)) continue;
+        nh = pp__halves(a, ops, stg, mbs);
+        for (h = 0; h < nh; h++) {
+            if (stg[h] < 0 || stg[h] >= s->num_stages) {
+                PIPEPAR_FREE(live);
+                return pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: stage %d out of range (%d stages)",
+                                rank, i, stg[h], s->num_stages);
+            }
+            c = stage_class ? stage_class[stg[h]] : 0;
+            switch (ops[h]) {
+            case PP_OP_F:
+                if (++live[c] > (live_peak ? live_peak[c] : 0) && live_peak) live_peak[c] = live[c];
+                break;
+            case PP_OP_I:
+                if (++awaiting[c] > (awaiting_w_peak ? awaiting_w_peak[c] : 0) && awaiting_w_peak)
+                    awaiting_w_peak[c] = awaiting[c];
+                break;
+            case PP_OP_W: live[c]--; awaiting[c]--; break;
+            default: live[c]--; break;   /* a whole B */
+            }
+        }
+    }
+    PIPEPAR_FREE(live);
+    return PP_OK;
+}
+
 void pp_sim_result_free(pp_sim_result *r)
 {
     int k;

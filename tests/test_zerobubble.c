@@ -655,6 +655,157 @@ static void split_backward_leaves_the_schedule_as_it_was_when_it_fails(void)
     pp_schedule_free(s);
 }
 
+/* pp_schedule_rank_peaks against a recount by intervals: each F opens an interval its B or W
+ * closes, each I one its W closes (positions inclusive: an FB's F half is live beside its B
+ * half); a class's peak is the most intervals of that class over any one position. Live peaks
+ * must also equal the simulator's peak_live (same definition, counted in time). */
+static void zb_check_rank_peaks(const pp_schedule *s, const char *what)
+{
+    pp_error err;
+    pp_sim_costs cost;
+    pp_sim_result *sim = NULL;
+    int r, i, j, h, k, c, classes = s->num_stages < 3 ? s->num_stages : 3;
+    int cls[64], live[3], awaiting[3], live1, awaiting1;
+    memset(&cost, 0, sizeof cost);
+    PP_CHECK_OK(pp_simulate(s, &cost, &sim, &err), &err);
+    for (i = 0; i < s->num_stages && i < 64; i++) cls[i] = (i * 7) % classes;   /* classes mixed across ranks */
+    for (r = 0; r < s->pp; r++) {
+        int want_live[3] = { 0, 0, 0 }, want_awaiting[3] = { 0, 0, 0 }, total_live = 0, total_awaiting = 0;
+        PP_CHECK_OK(pp_schedule_rank_peaks(s, r, NULL, 1, &live1, &awaiting1, &err), &err);
+        if (s->num_stages <= 64)
+            PP_CHECK_OK(pp_schedule_rank_peaks(s, r, cls, classes, live, awaiting, &err), &err);
+        for (i = 0; i < s->length[r]; i++) {
+            int n_live[3] = { 0, 0, 0 }, n_awaiting[3] = { 0, 0, 0 }, all_live = 0, all_awaiting = 0;
+            for (j = 0; j <= i; j++) {       /* intervals opened at or before i ... */
+                pp_action a = s->actions[r][j];
+                int ops[2], st[2], mbs[2], n = 1;
+                ops[0] = a.op; st[0] = a.stage; mbs[0] = a.mb;
+                if (a.op == PP_OP_FB) { ops[0] = PP_OP_F; ops[1] = PP_OP_B; st[1] = a.stage2; mbs[1] = a.mb2; n = 2; }
+                for (h = 0; h < n; h++) {
+                    int close_op = ops[h] == PP_OP_F ? -1 : ops[h] == PP_OP_I ? PP_OP_W : -2, closed_at = -1;
+                    if (close_op == -2) continue;
+                    for (k = j; k < s->length[r] && closed_at < 0; k++) {   /* ... and closed at or after i */
+                        pp_action b = s->actions[r][k];
+                        if (close_op == -1 && ((b.op == PP_OP_B || b.op == PP_OP_W) && b.stage == st[h] && b.mb == mbs[h]))
+                            closed_at = k;
+                        if (close_op == -1 && b.op == PP_OP_FB && b.stage2 == st[h] && b.mb2 == mbs[h]) closed_at = k;
+                        if (close_op == PP_OP_W && b.op == PP_OP_W && b.stage == st[h] && b.mb == mbs[h]) closed_at = k;
+                    }
+                    if (closed_at < i) continue;
+                    c = s->num_stages <= 64 ? cls[st[h]] : 0;
+                    if (ops[h] == PP_OP_F) { n_live[c]++; all_live++; } else { n_awaiting[c]++; all_awaiting++; }
+                }
+            }
+            for (c = 0; c < 3; c++) {
+                if (n_live[c] > want_live[c]) want_live[c] = n_live[c];
+                if (n_awaiting[c] > want_awaiting[c]) want_awaiting[c] = n_awaiting[c];
+            }
+            if (all_live > total_live) total_live = all_live;
+            if (all_awaiting > total_awaiting) total_awaiting = all_awaiting;
+        }
+        PP_CHECK_MSG(live1 == total_live && awaiting1 == total_awaiting,
+                     "%s rank %d: peaks live %d awaiting W %d, recounted %d and %d", what, r, live1, awaiting1,
+                     total_live, total_awaiting);
+        if (sim) PP_CHECK_MSG(live1 == sim->peak_live[r], "%s rank %d: live peak %d, the simulator's %d", what, r,
+                              live1, sim->peak_live[r]);
+        if (s->num_stages <= 64)
+            for (c = 0; c < classes; c++)
+                PP_CHECK_MSG(live[c] == want_live[c] && awaiting[c] == want_awaiting[c],
+                             "%s rank %d class %d: peaks live %d awaiting W %d, recounted %d and %d", what, r, c,
+                             live[c], awaiting[c], want_live[c], want_awaiting[c]);
+    }
+    pp_sim_result_free(sim);
+}
+
+static void rank_peaks_match_a_recount_in_every_kind_split_or_not(void)
+{
+    static const pp_schedule_kind kinds[] = { PP_GPIPE, PP_1F1B, PP_INTERLEAVED_1F1B, PP_LOOPED_BFS, PP_ZB_H1,
+                                              PP_ZB_H2, PP_ZBV, PP_DUALPIPEV, PP_INTERLEAVED_ZB, PP_DUALPIPE };
+    pp_error err;
+    char what[96];
+    int k, pp, mb, split, checked = 0;
+    for (k = 0; k < 10; k++)
+        for (pp = 1; pp <= 5; pp++)
+            for (mb = 1; mb <= 12; mb++)
+                for (split = 0; split <= 2; split++) {
+                    int vpp = kinds[k] == PP_INTERLEAVED_1F1B || kinds[k] == PP_LOOPED_BFS ||
+                              kinds[k] == PP_INTERLEAVED_ZB ? 2 : 0;
+                    pp_schedule *s = zb_build(kinds[k], pp, vpp, mb, 0, 0, &err);
+                    if (!s) continue;
+                    PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+                    if (split >= 1) PP_CHECK_OK(pp_schedule_split_overlaps(s, &err), &err);
+                    if (split == 2) PP_CHECK_OK(pp_schedule_split_backward(s, &err), &err);
+                    snprintf(what, sizeof what, "%s pp=%d mb=%d%s", pp_schedule_kind_name(kinds[k]), pp, mb,
+                             split == 2 ? ", split backward" : split ? ", split overlaps" : "");
+                    zb_check_rank_peaks(s, what);
+                    checked++;
+                    pp_schedule_free(s);
+                }
+    PP_CHECK_MSG(checked > 1200, "only %d schedules checked", checked);
+}
+
+/* What a trainer sizes its pools by: after the split every I is followed at once by its W (one
+ * buffer for the I's tensors on every rank); ZB-V on 2 ranks holds 1 and 3 while its W's wait;
+ * whole backwards hold none. */
+static void rank_peaks_give_one_awaiting_w_after_the_split_and_zbvs_own_otherwise(void)
+{
+    pp_error err;
+    int r, live, awaiting, classes_live[2], classes_awaiting[2];
+    static const int cls[4] = { 0, 1, 1, 0 };   /* ZB-V pp 2: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2 */
+    pp_schedule *s = zb_build_ok(PP_INTERLEAVED_1F1B, 4, 2, 8, 0, 0);
+    if (s) {
+        for (r = 0; r < 4; r++) {
+            PP_CHECK_OK(pp_schedule_rank_peaks(s, r, NULL, 1, &live, &awaiting, &err), &err);
+            PP_CHECK_INT(awaiting, 0);
+        }
+        PP_CHECK_OK(pp_schedule_split_backward(s, &err), &err);
+        for (r = 0; r < 4; r++) {
+            PP_CHECK_OK(pp_schedule_rank_peaks(s, r, NULL, 1, NULL, &awaiting, &err), &err);
+            PP_CHECK_INT(awaiting, 1);
+        }
+        pp_schedule_free(s);
+    }
+    s = zb_build_ok(PP_ZBV, 2, 0, 8, 0, 0);
+    if (s) {
+        PP_CHECK_OK(pp_schedule_rank_peaks(s, 0, NULL, 1, &live, &awaiting, &err), &err);
+        PP_CHECK_INT(live, 4); PP_CHECK_INT(awaiting, 1);
+        PP_CHECK_OK(pp_schedule_rank_peaks(s, 1, NULL, 1, &live, &awaiting, &err), &err);
+        PP_CHECK_INT(live, 4); PP_CHECK_INT(awaiting, 3);
+        /* by class: rank 1's stage 1 and stage 2 each wait */
+        PP_CHECK_OK(pp_schedule_rank_peaks(s, 1, cls, 2, classes_live, classes_awaiting, &err), &err);
+        PP_CHECK_INT(classes_live[0], 0); PP_CHECK_INT(classes_awaiting[0], 0);
+        PP_CHECK_MSG(classes_live[1] == 4 && classes_awaiting[1] == 3, "rank 1 class 1: live %d awaiting %d",
+                     classes_live[1], classes_awaiting[1]);
+        pp_schedule_free(s);
+    }
+}
+
+static void rank_peaks_name_the_bad_parameter(void)
+{
+    pp_error err;
+    int live[4], awaiting[4], cls[4] = { 0, 1, 2, 0 };
+    pp_schedule *s = zb_build_ok(PP_ZBV, 2, 0, 4, 0, 0);
+    if (!s) return;
+    PP_CHECK_FAILS(pp_schedule_rank_peaks(NULL, 0, NULL, 1, live, awaiting, &err), &err, PP_EINVAL, "s: must not be NULL");
+    PP_CHECK_FAILS(pp_schedule_rank_peaks(s, 2, NULL, 1, live, awaiting, &err), &err, PP_EINVAL,
+                   "rank=2: must be between 0 and pp-1=1");
+    PP_CHECK_FAILS(pp_schedule_rank_peaks(s, -1, NULL, 1, live, awaiting, &err), &err, PP_EINVAL, "rank=-1");
+    PP_CHECK_FAILS(pp_schedule_rank_peaks(s, 0, NULL, 0, live, awaiting, &err), &err, PP_EINVAL,
+                   "classes=0: must be between 1 and 1048576");
+    PP_CHECK_FAILS(pp_schedule_rank_peaks(s, 0, cls, (1 << 20) + 1, live, awaiting, &err), &err, PP_EINVAL,
+                   "classes=1048577");
+    PP_CHECK_FAILS(pp_schedule_rank_peaks(s, 0, cls, 2, live, awaiting, &err), &err, PP_EINVAL,
+                   "stage_class[2]=2: must be between 0 and classes-1=1");
+    cls[2] = -1;
+    PP_CHECK_FAILS(pp_schedule_rank_peaks(s, 0, cls, 3, live, awaiting, &err), &err, PP_EINVAL, "stage_class[2]=-1");
+    pp_test_alloc_countdown = 0;
+    PP_CHECK_FAILS(pp_schedule_rank_peaks(s, 0, NULL, 1, live, awaiting, &err), &err, PP_ENOMEM, "out of memory");
+    pp_test_alloc_countdown = -1;
+    /* both outputs NULL: still checks, writes nothing */
+    PP_CHECK_OK(pp_schedule_rank_peaks(s, 1, NULL, 1, NULL, NULL, &err), &err);
+    pp_schedule_free(s);
+}
+
 /* Why split a B: its output gradient leaves after the I, and the previous stage's rank starts its
  * B while this one computes the W. Interleaved 1F1B on the comparison model's per-layer costs
  * (H200, session 8: F 3.25, I 3.58, W 3.33 ms per block, 0.2 ms transfers; stages
@@ -851,6 +1002,9 @@ const pp_test_case pp_suite_zerobubble[] = {
     PP_TEST(split_backward_runs_each_b_as_i_then_w_in_every_kind_with_pp_1_to_8_mb_1_to_32),
     PP_TEST(split_backward_leaves_the_schedule_as_it_was_when_it_fails),
     PP_TEST(split_backward_shortens_the_step_of_every_kind_with_whole_backwards),
+    PP_TEST(rank_peaks_match_a_recount_in_every_kind_split_or_not),
+    PP_TEST(rank_peaks_give_one_awaiting_w_after_the_split_and_zbvs_own_otherwise),
+    PP_TEST(rank_peaks_name_the_bad_parameter),
     PP_TEST(split_dualpipev_is_faster_when_f_and_b_run_in_turn),
     PP_TEST(every_zb_h2_schedule_with_pp_1_to_8_mb_1_to_32_and_any_cap_is_valid),
     PP_TEST(every_interleaved_zb_schedule_with_pp_1_to_8_mb_1_to_32_is_valid),

@@ -201,6 +201,16 @@ $P search --pp 2 --mb 8 --vpp 2 --kind interleaved --split-backward --json | gre
     bad "search --json: no split_backward"
 $P schedule --help | grep -q -- '--split-backward' && $P simulate --help | grep -q -- '--split-backward' &&
     $P search --help | grep -q -- '--split-backward' && ok || bad "--help: no --split-backward"
+# what each rank holds for its W's (pp_schedule_rank_peaks): ZB-V on 2 ranks 1 and 3; 1 after the
+# split; no column without I's; a CSV that holds back its W's holds as many
+$P simulate --kind zbv --pp 2 --mb 8 --json | grep -q '"awaiting_w": \[1, 3\]' && ok || bad "zbv awaiting_w: $($P simulate --kind zbv --pp 2 --mb 8 --json)"
+$P simulate --kind zbv --pp 2 --mb 8 | grep -Eq "^   1 .* 4 .* 2\.000 +3$" && ok || bad "zbv: no awaiting column: $($P simulate --kind zbv --pp 2 --mb 8)"
+$P simulate --kind interleaved --pp 2 --vpp 2 --mb 8 --split-backward --json | grep -q '"awaiting_w": \[1, 1\]' && ok || bad "split awaiting_w not 1, 1"
+$P simulate --kind 1f1b --pp 2 --mb 8 | grep -q "awaiting" && bad "1f1b shows an awaiting column" || ok
+$P simulate --kind 1f1b --pp 2 --mb 8 --json | grep -q '"awaiting_w": \[0, 0\]' && ok || bad "1f1b awaiting_w not 0, 0"
+echo "0F0,1F0,2F0,2I0,1I0,0I0,0F1,1F1,2F1,2I1,1I1,0I1,2W0,1W0,0W0,2W1,1W1,0W1" > "$T/held.csv"
+$P simulate --from-csv "$T/held.csv" --json | grep -q '"awaiting_w": \[6\]' && ok || bad "held W's: $($P simulate --from-csv "$T/held.csv" --json)"
+
 # a CSV without FB keeps its own communication: a missing send is still reported
 $P schedule --kind 1f1b --pp 2 --mb 4 --format csv > "$T/f.csv" && ok || bad "1f1b csv"
 python3 - "$T/f.csv" "$T/bad.csv" <<'PY' && ok || bad "could not remove a send from the CSV"

@@ -129,11 +129,24 @@ run2 split-backward $SMALL --layers 16 --schedule interleaved --group 4 --layout
 expect_match split-backward $?
 grep -q "schedule interleaved group=4, B as I then W pp 2 vpp 4 mb 8" "$log/split-backward" &&
     ok "split-backward: interleaved group 4, B as I then W" || bad "split-backward: $(grep '^schedule' "$log/split-backward")"
-# each I is followed at once by its W: dh and dy wait in one scratch, not in every slot; ZB-V's do not
-grep -q "each I's dh and dy in one scratch" "$log/split-backward" && ok "split-backward: the I's tensors in one scratch" ||
-    bad "split-backward: $(grep 'activation slots' "$log/split-backward")"
-grep -q "activation slots" "$log/zbv-vpp2" && ! grep -q "each I's dh and dy in one scratch" "$log/zbv-vpp2" &&
-    ok "zbv: its I's tensors stay in their slots (its W's wait)" || bad "zbv-vpp2: $(grep 'activation slots' "$log/zbv-vpp2")"
+# the I's dh and dy wait for its W in buffers counted from each rank's program (pp_schedule_rank_peaks),
+# the size of the rank's largest stage: one after the split, where each W follows its I at once
+# (rank 0 holds stages of 1, 2, 2 and 3 blocks, rank 1 four of 2); ZB-V's held W's need 1 and 3
+iw_line() { grep -h "^rank $2 I->W buffers" "$log/$1" "$log/$1.1" 2>/dev/null; }
+iw_line split-backward 0 | grep -q ": 1 of 3 blocks, for the most" && iw_line split-backward 1 | grep -q ": 1 of 2 blocks, for" &&
+    ok "split-backward: one I->W buffer per rank, of its largest stage" ||
+    bad "split-backward: $(iw_line split-backward 0) / $(iw_line split-backward 1)"
+iw_line zbv-vpp2 0 | grep -q ": 1 of 2 blocks, for" && iw_line zbv-vpp2 1 | grep -q ": 3 of 2 blocks, for" &&
+    ok "zbv: 1 and 3 I->W buffers (its W's wait)" || bad "zbv-vpp2: $(iw_line zbv-vpp2 0) / $(iw_line zbv-vpp2 1)"
+iw_line 1f1b-vpp1 0 | grep -q . && bad "1f1b: I->W buffers without I's" || ok "1f1b: no I->W buffers"
+# a schedule from a file (--schedule-csv): pp_search's greedy V schedule, written by the CLI; each
+# rank's I->W buffers are what 'pipepar simulate' says its program holds
+"$BUILD/pipepar" search --pp 2 --mb 8 --kind greedy --vpp 2 --csv "$log/greedy.csv" >/dev/null
+run2 csv-greedy $SMALL --schedule-csv "$log/greedy.csv" --check; expect_match csv-greedy $?
+want=$("$BUILD/pipepar" simulate --from-csv "$log/greedy.csv" --json | sed -n 's/.*"awaiting_w": \[\([0-9]*\), \([0-9]*\)\].*/\1 \2/p')
+got="$(iw_line csv-greedy 0 | sed -n 's/.*: \([0-9]*\) of .*/\1/p') $(iw_line csv-greedy 1 | sed -n 's/.*: \([0-9]*\) of .*/\1/p')"
+[ -n "$want" ] && [ "$got" = "$want" ] && ok "csv-greedy: I->W buffers $got, as simulated" ||
+    bad "csv-greedy: I->W buffers '$got', simulate says '$want'"
 run2 split-backward-1f1b $SMALL --schedule 1f1b --split-backward --check; expect_match split-backward-1f1b $?
 peak_is_largest() {   # peak_is_largest NAME: the max-over-ranks line is the larger rank's own figure
     local name=$1 max own
