@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <errno.h>
 
 /* --- the model --------------------------------------------------------------------------- */
 
@@ -521,7 +522,9 @@ int main(int argc, char **argv)
     pp_schedule_kind kind = PP_INTERLEAVED_1F1B;
     pp_error err;
     pp_status st;
-    const char *kind_name = "interleaved", *trace = NULL, *layout = NULL;
+    const char *kind_name = "interleaved", *trace = NULL, *layout = NULL, *csv = NULL;
+    char csv_name[192] = "";
+    int given_pp = 0, given_mb = 0, given_schedule = 0;
     pp_layers *lay = NULL;
     int search = 0, search_layout = 0, split_backward = 0, split_bs = 0;
     pp_schedule_kind search_kind = PP_KIND_NONE;
@@ -529,6 +532,7 @@ int main(int argc, char **argv)
     int i, l, pp = 4, vpp = 0, group = 0, mb = 8, steps = 20, D = 64, H = 256, rows = 16, L = 0, model_stages;
     double lr = 4, timeout = 60;
 
+    memset(&rn, 0, sizeof rn);
     for (i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = 1;
@@ -536,7 +540,7 @@ int main(int argc, char **argv)
             printf("usage: mlp_threads [--pp N] [--vpp N] [--group G] [--mb N] [--schedule KIND] [--steps N]\n"
                    "                   [--layers L] [--width D] [--hidden H] [--rows R] [--lr X]\n"
                    "                   [--timeout S] [--trace FILE] [--layout STR] [--search-layout]\n"
-                   "                   [--search-kind K] [--split-backward]\n"
+                   "                   [--search-kind K] [--split-backward] [--schedule-csv FILE]\n"
                    "Trains a residual MLP pipeline-parallel on CPU threads and checks every step\n"
                    "against the same model run as one stage. KIND: gpipe, 1f1b, interleaved,\n"
                    "looped-bfs, the zero-bubble kinds, dualpipe (even pp and mb: two copies of every\n"
@@ -548,17 +552,19 @@ int main(int argc, char **argv)
                    "split of --layers blocks into stages chosen too (pp_search's layers). --search-kind K:\n"
                    "with search, only schedules of kind K (or greedy). --split-backward:\n"
                    "each whole backward as its input-gradient half then its weight-gradient half\n"
-                   "(pp_schedule_split_backward; with search, pp_search's split_backward). Defaults: --pp 4\n"
+                   "(pp_schedule_split_backward; with search, pp_search's split_backward). --schedule-csv:\n"
+                   "the schedule in FILE (PyTorch's pipeline-order CSV, as 'pipepar search --csv' writes\n"
+                   "it; pp, vpp and mb are the file's; its sends and receives are lowered again). Defaults: --pp 4\n"
                    "--mb 8 --schedule interleaved (vpp 2) --steps 20 --layers pp*vpp --width 64\n"
                    "--hidden 256 --rows 16 --lr 4.\n");
             return 0;
         }
         if (!strcmp(f, "--search-layout")) { search_layout = 1; continue; }
         if (!strcmp(f, "--split-backward")) { split_backward = 1; continue; }
-        if (!strcmp(f, "--pp")) ok = int_flag(v, 1, 64, &pp);
+        if (!strcmp(f, "--pp")) { ok = int_flag(v, 1, 64, &pp); given_pp = 1; }
         else if (!strcmp(f, "--vpp")) ok = int_flag(v, 1, 64, &vpp);
         else if (!strcmp(f, "--group")) ok = int_flag(v, 1, 4096, &group);
-        else if (!strcmp(f, "--mb")) ok = int_flag(v, 1, 4096, &mb);
+        else if (!strcmp(f, "--mb")) { ok = int_flag(v, 1, 4096, &mb); given_mb = 1; }
         else if (!strcmp(f, "--steps")) ok = int_flag(v, 1, 100000, &steps);
         else if (!strcmp(f, "--layers")) ok = int_flag(v, 1, 4096, &L);
         else if (!strcmp(f, "--width")) ok = int_flag(v, 1, 4096, &D);
@@ -568,12 +574,14 @@ int main(int argc, char **argv)
         else if (!strcmp(f, "--timeout")) ok = v && (timeout = atof(v)) > 0;
         else if (!strcmp(f, "--trace")) ok = v != NULL;
         else if (!strcmp(f, "--layout")) { ok = v != NULL; layout = v; }
+        else if (!strcmp(f, "--schedule-csv")) { ok = v != NULL; csv = v; }
         else if (!strcmp(f, "--search-kind")) {
             if (!v) ok = 0;
             else if (!strcmp(v, "greedy")) search_kind = PP_CUSTOM;
             else if (pp_schedule_kind_parse(v, &search_kind, &err) != PP_OK) return usage(f, v, err.message);
         }
         else if (!strcmp(f, "--schedule")) {
+            given_schedule = 1;
             if (!v) ok = 0;
             else if (!strcmp(v, "search")) { search = 1; kind_name = v; }
             else if (pp_schedule_kind_parse(v, &kind, &err) != PP_OK) return usage(f, v, err.message);
@@ -585,6 +593,41 @@ int main(int argc, char **argv)
     }
 
     if (search_kind != PP_KIND_NONE && !search) return usage("--search-kind", "", "only with --schedule search");
+    if (csv && (given_schedule || group || vpp))
+        return usage("--schedule-csv", csv, given_schedule ? "not with --schedule (the file is the schedule)"
+                     : group ? "not with --group (the file is the schedule)" : "not with --vpp (the file's stages say it)");
+    /* a schedule from a file: its pp and mb, unless the flags say otherwise (then they must agree) */
+    if (csv) {
+        FILE *fp = fopen(csv, "rb");
+        char *text = NULL;
+        size_t len = 0, cap = 0, n;
+        if (!fp) return usage("--schedule-csv", csv, strerror(errno));
+        for (;;) {
+            if (len + 65536 + 1 > cap) {
+                char *t = (char *)realloc(text, cap = 2 * cap + 65536 + 1);
+                if (!t) { free(text); fclose(fp); return usage("--schedule-csv", csv, "out of memory"); }
+                text = t;
+            }
+            if ((n = fread(text + len, 1, 65536, fp)) == 0) break;
+            len += n;
+        }
+        fclose(fp);
+        text[len] = '\0';
+        st = pp_schedule_read_csv(text, len, &rn.schedule, &err);
+        free(text);
+        if (st != PP_OK) return usage("--schedule-csv", csv, err.message);
+        if ((given_pp && rn.schedule->pp != pp) || (given_mb && rn.schedule->mb != mb)) {
+            char rule[160];
+            snprintf(rule, sizeof rule, "the file has %d rank(s) and %d microbatch(es), the flags say --pp %d --mb %d",
+                     rn.schedule->pp, rn.schedule->mb, pp, mb);
+            pp_schedule_free(rn.schedule);
+            return usage("--schedule-csv", csv, rule);
+        }
+        pp = rn.schedule->pp; mb = rn.schedule->mb; vpp = rn.schedule->vpp;
+        snprintf(csv_name, sizeof csv_name, "from %.150s", strrchr(csv, '/') ? strrchr(csv, '/') + 1 : csv);
+        kind_name = csv_name;
+        search = 0;
+    }
     if (search_layout && (!search || layout || L == 0))
         return usage("--search-layout", "", !search ? "only with --schedule search"
                      : layout ? "not with --layout (it chooses the layout)" : "needs --layers (the blocks to split)");
@@ -603,6 +646,10 @@ int main(int argc, char **argv)
             char v[32];
             snprintf(v, sizeof v, "%d", vpp);
             pp_layers_free(lay);
+            if (csv) {
+                pp_schedule_free(rn.schedule);
+                return usage("--layout", layout, "must have as many stages as the --schedule-csv file (pp * vpp)");
+            }
             return usage("--vpp", v, "must match the layout's stages / pp (or be left out)");
         }
         vpp = lay->vpp;
@@ -620,9 +667,21 @@ int main(int argc, char **argv)
         return usage("--group", v, "not with --schedule search (it tries the group sizes itself)");
     }
     if (vpp == 0 && (kind == PP_INTERLEAVED_1F1B || kind == PP_LOOPED_BFS || kind == PP_INTERLEAVED_ZB)) sc.vpp = 2;
-    memset(&rn, 0, sizeof rn);
     rn.trace = trace;
-    if (search) {
+    if (csv) {
+        /* its compute order proven first, then lowered by pipepar (a file's own sends may not pair) */
+        pp_schedule_strip_comm(rn.schedule);
+        if ((st = pp_schedule_validate(rn.schedule, &err)) == PP_OK && (st = pp_schedule_lower(rn.schedule, &err)) == PP_OK &&
+            (!split_backward || ((split_bs = count_b(rn.schedule)) >= 0 &&
+                                 (st = pp_schedule_split_backward(rn.schedule, &err)) == PP_OK)))
+            st = pp_schedule_validate(rn.schedule, &err);
+        if (st != PP_OK) {
+            fprintf(stderr, "mlp_threads: --schedule-csv=%s: %s\n", csv, err.message);
+            pp_schedule_free(rn.schedule);
+            pp_layers_free(lay);
+            return 2;
+        }
+    } else if (search) {
         pp_search_config q;
         pp_search_result *found = NULL;
         int S0, s0;

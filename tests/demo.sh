@@ -96,6 +96,16 @@ run_ok "1f1b pp 3, B as I then W" "1f1b, B as I then W, pp=3" --pp 3 --mb 6 --sc
 run_ok "search, interleaved, B as I then W" "search: interleaved vpp=2 group=[0-9]*, B as I then W" --pp 2 --mb 8 \
     --schedule search --search-kind interleaved --layers 8 --vpp 2 --split-backward
 run_ok "zbv with --split-backward (no B to split)" "zbv, pp=2" --pp 2 --mb 8 --schedule zbv --split-backward
+# a schedule from a file (--schedule-csv): the CLI's search winner, a CSV whose B's are split here,
+# and one that holds six W's back, on 1,3,1,3 blocks and on even stages
+build/pipepar search --pp 2 --mb 8 --vpp 2 --kind greedy --csv "$tmp/greedy.csv" >/dev/null
+build/pipepar schedule --kind interleaved --pp 3 --vpp 2 --mb 6 --format csv >"$tmp/inter.csv"
+echo "0F0,1F0,2F0,2I0,1I0,0I0,0F1,1F1,2F1,2I1,1I1,0I1,2W0,1W0,0W0,2W1,1W1,0W1,0F2,1F2,2F2,2B2,1I2,0B2,1W2" >"$tmp/held.csv"
+run_ok "--schedule-csv, the search's greedy V" "from greedy.csv, pp=2 vpp=2 mb=8: 4 stages of 1,3,1,3" \
+    --schedule-csv "$tmp/greedy.csv" --layout 'Et*1|t*3|t*1|t*3L'
+run_ok "--schedule-csv interleaved, B as I then W" "from inter.csv, B as I then W, pp=3 vpp=2 mb=6" \
+    --schedule-csv "$tmp/inter.csv" --split-backward --layers 12
+run_ok "--schedule-csv holding W's back, pp 1" "from held.csv, pp=1 vpp=3 mb=3" --schedule-csv "$tmp/held.csv"
 
 # 5. bad flags: exit 2 and one line naming the flag and the rule
 expect_usage() {   # expect_usage NEEDLE ARGS...
@@ -120,6 +130,15 @@ expect_usage "mlp_threads: --search-layout: needs --layers" --pp 2 --schedule se
 expect_usage "group=2: only interleaved schedules take a microbatch group size" --pp 2 --schedule 1f1b --group 2
 expect_usage "mlp_threads: --vpp=3: must match the layout" --pp 2 --vpp 3 --layout 'Et|t|t|tL'
 expect_usage "mlp_threads: --layout=: needs a value" --layout
+expect_usage "the file has 2 rank(s) and 8 microbatch(es), the flags say --pp 3 --mb 8" --schedule-csv "$tmp/greedy.csv" --pp 3
+expect_usage "mlp_threads: --schedule-csv=$tmp/none.csv: No such file" --schedule-csv "$tmp/none.csv"
+expect_usage "--layout=Et|tL: must have as many stages as the --schedule-csv file" --schedule-csv "$tmp/greedy.csv" --layout 'Et|tL'
+expect_usage "not with --schedule (the file is the schedule)" --schedule-csv "$tmp/greedy.csv" --schedule zbv
+expect_usage "not with --vpp" --schedule-csv "$tmp/greedy.csv" --vpp 2
+echo "0F0,1F0,2F0,2W0,2I0,1I0,1W0,0I0,0W0,0F1,1F1,2F1,2B1,1B1,0B1" >"$tmp/w-first.csv"
+expect_usage "rank 0 position 3: 2W0 comes before its I" --schedule-csv "$tmp/w-first.csv"
+echo "0F0,zz" >"$tmp/garbage.csv"
+expect_usage "action 'zz': expected <stage><op><microbatch>" --schedule-csv "$tmp/garbage.csv"
 if "$BIN" --help >"$tmp/h.txt" 2>&1 && grep -q '^usage: mlp_threads' "$tmp/h.txt"; then ok "--help"; else bad "--help" "$tmp/h.txt"; fi
 
 echo "$pass passed, $fail failed"
