@@ -676,12 +676,14 @@ PIPEPAR_API void pp_sim_result_free(pp_sim_result *r);
  *   live_peak         (stage, microbatch) activations kept for the backward: from the F until
  *                     the B or W that frees them (pp_sim_result.peak_live counts the same);
  *   awaiting_w_peak   input gradients awaiting their W: from an I until its W, what the I leaves
- *                     for the W (e.g. each layer's dh and dy). Zero without I/W. A schedule after
- *                     pp_schedule_split_backward needs 1 on every rank; ZB-V on 2 ranks, 1 and 3.
+ *                     for the W (e.g. each layer's dh and dy). Zero without I/W. 1 on every rank
+ *                     where each I/W pair came from pp_schedule_split_backward splitting a whole B;
+ *                     ZB-V on 2 ranks, 1 and 3 (and still so after the split: its I/W were there).
  * stage_class (optional, [num_stages], values 0 .. classes-1) counts by class, e.g. the layer count
  * of the stage where slots of one size serve only stages of that size: then live_peak[c] and
  * awaiting_w_peak[c] are class c's own peaks (they need not fall at the same moment). NULL puts
- * every stage in class 0 (classes >= 1; only [0] is written). Either output may be NULL. */
+ * every stage in class 0 (classes >= 1 is still checked; only [0] is written). Either output may
+ * be NULL. */
 PIPEPAR_API pp_status pp_schedule_rank_peaks(const pp_schedule *s, int rank, const int *stage_class, int classes,
                                              int *live_peak, int *awaiting_w_peak, pp_error *err);
 
@@ -5796,6 +5798,7 @@ pp_status pp_schedule_rank_peaks(const pp_schedule *s, int rank, const int *stag
             if (stage_class[i] < 0 || stage_class[i] >= classes)
                 return pp__fail(err, PP_EINVAL, "stage_class[%d]=%d: must be between 0 and classes-1=%d", i,
                                 stage_class[i], classes - 1);
+    if (!stage_class) classes = 1;   /* every stage in class 0: only [0] is written */
     live = (int *)pp__calloc((size_t)classes * 2, sizeof(int));
     if (!live) return pp__fail(err, PP_ENOMEM, "out of memory");
     awaiting = live + classes;

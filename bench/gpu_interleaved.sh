@@ -28,6 +28,11 @@ OUTDIR=${1:-${OUT:-bench/out}}
 mkdir -p "$OUTDIR"
 export NCCL_NVLS_ENABLE=0
 MODEL="--hidden 4096 --layers 16 --tokens 8192 --mb 8"
+# Every mlp_gpu run takes the GEMM kernels that the first single-GPU run tunes (--gemm-picks): each
+# process tuning on its own picked near-ties that ran 2-3% apart in a step, so a rank could compute
+# slower than the single-GPU baseline by chance (bench/RESULTS.md, session 11). PICKS=0: tune each.
+rm -f "$OUTDIR/gemm_picks.txt"
+[ "${PICKS:-1}" = 1 ] && MODEL="$MODEL --gemm-picks $OUTDIR/gemm_picks.txt"
 LOG=$OUTDIR/interleaved.log
 : > "$LOG"
 say() { echo "$@" | tee -a "$LOG"; }

@@ -110,6 +110,7 @@ struct Options {
     double yield_us = 0;            /* GEMMs must let a high-priority kernel in within this (0: any) */
     int gemm_split = 1;             /* GEMMs that do not (or all, without --yield-us) run as this many pieces */
     int gemm_times = 0;             /* --gemm-times: every GEMM of the last step timed with events */
+    const char *gemm_picks = nullptr; /* --gemm-picks FILE: the tuned GEMM kernels, shared between runs */
     int keep_overlaps = 0;          /* --keep-overlaps: DualPipeV's FBs lowered as one action each */
     int split_backward = 0;         /* --split-backward: each B as I then W (its output leaves after the I) */
     int search_layout = 0;          /* --search-layout: --schedule search splits the blocks into stages too */
@@ -125,7 +126,7 @@ static const char usage[] =
     "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--cta-policy P] [--no-gate] [--no-copy-engine]\n"
     "               [--no-tune] [--quiet]\n"
     "               [--layout STR] [--max-memory X] [--yield-us X] [--gemm-split N] [--gemm-times] [--keep-overlaps]\n"
-    "               [--split-backward] [--schedule-csv FILE]\n"
+    "               [--split-backward] [--schedule-csv FILE] [--gemm-picks FILE]\n"
     "               [--search-layout] [--search-kind K] [--place-by-speed [--gpu-ms LIST]]\n"
     "               [--kill-rank R --kill-step K]\n"
     "  --single        the whole model on one GPU: the baseline of the pipeline efficiency\n"
@@ -163,6 +164,10 @@ static const char usage[] =
     "  --cta-policy P  NCCL's CTA policy: default, efficiency (fewer CTAs) or zero (copy engines)\n"
     "  --yield-us X    keep only GEMM kernels that let a high-priority kernel (NCCL's) onto SMs within X us\n"
     "                  while they run (persistent kernels free none until they end); the fastest of those\n"
+    "  --gemm-picks FILE  the GEMM kernels from FILE if it exists, else tuned and written there: every\n"
+    "                  run and rank that reads it runs the same kernels (tuning picks near-ties that run\n"
+    "                  2-3%% apart in a step by chance, so a pipeline's ranks and its single-GPU baseline\n"
+    "                  would otherwise compute at different speeds); for the same GPU, cuBLASLt and --sm-margin\n"
     "  --gemm-split N  run each GEMM whose kernel does not let one in (every GEMM, without --yield-us) as N\n"
     "                  GEMMs over 1/N of its output columns: NCCL's kernel waits for one piece, not one GEMM\n"
     "  --no-gate       launch NCCL groups at once (default: the arrival gate, pp_nccl_transport_gate:\n"
@@ -198,7 +203,8 @@ static int parse_args(int argc, char **argv, Options *o)
         static const char *const valued[] = { "--threads", "--pp", "--vpp", "--group", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
             "--single-ms", "--sm-margin", "--max-ctas", "--cta-policy", "--kill-rank", "--kill-step", "--layout",
-            "--max-memory", "--yield-us", "--gemm-split", "--search-kind", "--gpu-ms", "--schedule-csv", NULL };
+            "--max-memory", "--yield-us", "--gemm-split", "--search-kind", "--gpu-ms", "--schedule-csv",
+            "--gemm-picks", NULL };
         bool is_bool = false, known = false;
         for (int b = 0; bools[b]; b++) if (!strcmp(flag, bools[b])) is_bool = known = true;
         for (int b = 0; valued[b]; b++) if (!strcmp(flag, valued[b])) known = true;
@@ -263,6 +269,7 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--train")) ok = integer(0, 1000000, &o->train);
         else if (!strcmp(flag, "--schedule")) { o->schedule = v; o->schedule_given = 1; }
         else if (!strcmp(flag, "--schedule-csv")) o->schedule_csv = v;
+        else if (!strcmp(flag, "--gemm-picks")) o->gemm_picks = v;
         else if (!strcmp(flag, "--optimizer")) {
             o->optimizer = v;
             if (strcmp(v, "sgd") && strcmp(v, "adamw")) { fprintf(stderr, "mlp_gpu: --optimizer=%s: sgd or adamw\n", v); ok = false; }
@@ -323,6 +330,11 @@ static int parse_args(int argc, char **argv, Options *o)
         return 2;
     }
     if (o->single && o->threads) { fprintf(stderr, "mlp_gpu: --single and --threads: choose one\n"); return 2; }
+    if (o->gemm_picks && (o->yield_us > 0 || o->gemm_split > 1 || !o->tune)) {
+        fprintf(stderr, "mlp_gpu: --gemm-picks: not with %s (the file holds whole GEMMs' tuned kernels)\n",
+                o->yield_us > 0 ? "--yield-us" : o->gemm_split > 1 ? "--gemm-split" : "--no-tune");
+        return 2;
+    }
     if (o->yield_us > 0 && !o->tune) {
         fprintf(stderr, "mlp_gpu: --yield-us is measured while the GEMMs are tuned: drop --no-tune\n");
         return 2;
@@ -634,13 +646,82 @@ static double probe_gap_us(const std::function<cublasStatus_t(void)> &gemm, cuda
     return gap;
 }
 
+/* --gemm-picks FILE: the candidate each GEMM was tuned to, so that other runs and ranks run the
+ * same kernels. Line 1 names what the picks hold for (the GPU, cuBLASLt's version, the SMs the
+ * plans target); then one line per GEMM: "m n k candidate name". */
+static std::string picks_header(int sm_target)
+{
+    cudaDeviceProp prop;
+    int dev = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaGetDeviceProperties(&prop, dev));
+    return std::string("# mlp_gpu GEMM picks: ") + prop.name + ", cuBLASLt " + std::to_string(cublasLtGetVersion()) +
+           ", SM target " + std::to_string(sm_target);
+}
+
+/* Reads FILE into picks[G_COUNT] (-1 where absent). Returns false if there is no file; exits with
+ * the reason if it is for another GPU, library or SM target, or a line does not parse. */
+static bool picks_read(const char *path, const std::string &header, const Gemms &G, int picks[G_COUNT])
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    char line[512];
+    std::string first = fgets(line, sizeof line, f) ? std::string(line) : std::string();
+    while (!first.empty() && (first.back() == '\n' || first.back() == '\r')) first.pop_back();
+    if (first != header) {
+        fprintf(stderr, "mlp_gpu: --gemm-picks=%s: holds \"%s\", but this run needs \"%s\" (delete the file to tune "
+                "again)\n", path, first.c_str(), header.c_str());
+        exit(2);
+    }
+    for (int id = 0; id < G_COUNT; id++) picks[id] = -1;
+    for (int no = 2; fgets(line, sizeof line, f); no++) {
+        int m, n, k, c, id;
+        char name[64];
+        if (sscanf(line, "%d %d %d %d %63[^\r\n]", &m, &n, &k, &c, name) != 5) {
+            fprintf(stderr, "mlp_gpu: --gemm-picks=%s line %d: expected \"m n k candidate name\"\n", path, no);
+            exit(2);
+        }
+        for (id = 0; id < G_COUNT && strcmp(name, gemm_names[id]); id++) {}
+        if (id == G_COUNT || m != G.g[id].m || n != G.g[id].n || k != G.g[id].k || c < 0) {
+            fprintf(stderr, "mlp_gpu: --gemm-picks=%s line %d: GEMM '%s' %d x %d x %d candidate %d is not one of this "
+                    "model's (its --hidden and --tokens must match)\n", path, no, name, m, n, k, c);
+            exit(2);
+        }
+        picks[id] = c;
+    }
+    fclose(f);
+    for (int id = 0; id < G_COUNT; id++)
+        if (picks[id] < 0) {
+            fprintf(stderr, "mlp_gpu: --gemm-picks=%s: no line for GEMM '%s'\n", path, gemm_names[id]);
+            exit(2);
+        }
+    return true;
+}
+
+/* Writes the picks to FILE unless another process got there first (written aside, then linked:
+ * a reader sees a whole file or none). */
+static void picks_write(const char *path, const std::string &header, const Gemms &G, const int picks[G_COUNT])
+{
+    std::string tmp = std::string(path) + ".tmp." + std::to_string((long)getpid()) + "." +
+                      std::to_string((unsigned long long)(uintptr_t)&G);   /* --threads: one per rank */
+    FILE *f = fopen(tmp.c_str(), "w");
+    if (!f) { fprintf(stderr, "mlp_gpu: --gemm-picks=%s: %s\n", tmp.c_str(), strerror(errno)); exit(2); }
+    fprintf(f, "%s\n", header.c_str());
+    for (int id = 0; id < G_COUNT; id++)
+        fprintf(f, "%d %d %d %d %s\n", G.g[id].m, G.g[id].n, G.g[id].k, picks[id], gemm_names[id]);
+    bool ok = fclose(f) == 0;
+    if (ok && link(tmp.c_str(), path) != 0 && errno != EEXIST) ok = false;
+    if (!ok) { fprintf(stderr, "mlp_gpu: --gemm-picks=%s: %s\n", path, strerror(errno)); unlink(tmp.c_str()); exit(2); }
+    unlink(tmp.c_str());
+}
+
 /* Plans the six GEMMs; with tune, times the heuristic's top candidates on real-size buffers and
  * keeps the fastest of each (cuBLASLt's first choice is not always its best). With yield_us > 0,
  * only candidates whose probe gap is at most yield_us compete (the fastest overall if none).
  * With split > 1, a GEMM left with a kernel that does not yield (every GEMM if yield_us is 0)
  * runs as split pieces of its output columns, their kernel tuned the same way. */
 static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, double yield_us, int split, cudaStream_t s,
-                         int verbose)
+                         int verbose, const char *picks_path = nullptr)
 {
     const int F = 4 * H;
     CKLT(cublasLtCreate(&G.lt));
@@ -671,6 +752,9 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, double
     CKLT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &G.workspace_bytes,
                                               sizeof G.workspace_bytes));
     const int probes = 3000, max_cands = 16;
+    int picks[G_COUNT];
+    const std::string header = picks_path ? picks_header(sm_target) : std::string();
+    const bool picked = picks_path && picks_read(picks_path, header, G, picks);
     cudaStream_t probe_stream = nullptr;
     unsigned long long *stamps = nullptr;
     if (tune && yield_us > 0) {
@@ -679,7 +763,7 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, double
         CK(cudaStreamCreateWithPriority(&probe_stream, cudaStreamNonBlocking, hi));
         CK(cudaMalloc(&stamps, (probes + 2) * sizeof *stamps));
     }
-    if (tune) {
+    if (tune && !picked) {
         /* 1.5 s of the largest GEMM first: candidates timed on a cold GPU at its boost clock are
          * ranked for a clock the steps never see (they run at the power cap's, ~1430 MHz on H200) */
         Gemm &g = G.g[G_FWD2];
@@ -727,6 +811,19 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, double
          * the later candidates looked slower (two processes picked dW1 kernels 5% apart) */
         const int rounds = 5;
         std::vector<float> med(found, -1.0f), runs((size_t)found * rounds, -1.0f);
+        if (picked) {   /* what the file says, after checking the heuristic still offers it */
+            const int c = picks[id];
+            if (c >= found || res[c].state != CUBLAS_STATUS_SUCCESS) {
+                fprintf(stderr, "mlp_gpu: --gemm-picks=%s: GEMM '%s' candidate %d: cuBLASLt offers %d here (delete the "
+                        "file to tune again)\n", picks_path, gemm_names[id], c, found);
+                exit(2);
+            }
+            g.algo = res[c].algo;
+            CKLT(gemm_try(G, id, A, B, cd, cd, 1.0f, aux, s));   /* loaded now, not mid-step */
+            if (verbose) printf("  gemm %-15s %5d x %5d x %5d  (candidate %d of %d, from %s)\n", gemm_names[id], g.m, g.n,
+                                g.k, c, found, picks_path);
+            continue;
+        }
         for (int r = 0; r < rounds && tune; r++)
             for (int i = 0; i < found; i++) {
                 if (res[i].state != CUBLAS_STATUS_SUCCESS || (r > 0 && runs[(size_t)i * rounds] < 0)) continue;
@@ -772,6 +869,7 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, double
             best_i = best_any_i; best = best_any;
         }
         g.algo = res[best_i].algo;
+        picks[id] = best_i;
         float pbest = 1e30f;
         if (try_pieces) {
             /* each piece's B and C/D start p * (n / pieces) columns (or rows of a transposed B) in:
@@ -831,6 +929,7 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, double
                        g.m, g.n, g.k, best / 3, g.flops / (best / 3 * 1e-3) / 1e12, best_i, found);
         }
     }
+    if (picks_path && !picked) picks_write(picks_path, header, G, picks);
     if (probe_stream) { CK(cudaStreamDestroy(probe_stream)); CK(cudaFree(stamps)); }
     CKLT(cublasLtMatmulPreferenceDestroy(pref));
     CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
@@ -975,7 +1074,7 @@ static void model_setup(Model &m, const Options &o, int S, const int *counts, cu
     m.work[0] = (bf16 *)dev_alloc(m, th * 2);
     m.work[1] = (bf16 *)dev_alloc(m, th * 2);
     m.d_loss = (float *)dev_alloc(m, sizeof(float));
-    gemms_create(m.G, m.H, m.T, sm_target, o.tune, o.yield_us, o.gemm_split, stream, verbose);
+    gemms_create(m.G, m.H, m.T, sm_target, o.tune, o.yield_us, o.gemm_split, stream, verbose, o.gemm_picks);
     m.G.timing = o.gemm_times != 0;
     /* Load every kernel of this file now (CUDA loads modules lazily by default): a first launch
      * in the middle of a step would load it while NCCL kernels may be waiting on a peer. */
@@ -1228,7 +1327,11 @@ static int cb_backward_input(void *user, const pp_mb_info *info, const void *in,
     int k = info->chunk * m.M + info->mb;
     if (!take_slot(m, info, &slot, 0)) return 3;
     /* the buffers were counted from this program, whose I's and W's run in its order */
-    if (m.iw_of[k] >= 0 || m.iw_free.empty()) return 4;
+    if (m.iw_of[k] >= 0 || m.iw_free.empty()) {
+        fprintf(stderr, "mlp_gpu: rank %d: I of stage %d microbatch %d: %s\n", r->rank, info->stage, info->mb,
+                m.iw_of[k] >= 0 ? "an I twice without its W" : "no free I->W buffer (the program's count was short)");
+        return 4;
+    }
     m.iw_of[k] = m.iw_free.back();   /* reuse is stream-ordered */
     m.iw_free.pop_back();
     backward_input_blocks(m, (const bf16 *)grad_out, (bf16 *)grad_in, m.first[info->stage], m.count[info->stage], slot,
@@ -1242,7 +1345,10 @@ static int cb_backward_weight(void *user, const pp_mb_info *info, const void *in
     Model &m = r->m;
     char *slot;
     int k = info->chunk * m.M + info->mb;
-    if (m.iw_of[k] < 0) return 4;    /* a W before its I */
+    if (m.iw_of[k] < 0) {
+        fprintf(stderr, "mlp_gpu: rank %d: W of stage %d microbatch %d before its I\n", r->rank, info->stage, info->mb);
+        return 4;
+    }
     if (!take_slot(m, info, &slot, 1)) return 3;
     backward_weight_blocks(m, (const bf16 *)in, (const bf16 *)grad_out, m.first[info->stage], m.count[info->stage], slot,
                            m.iw_bufs[m.iw_of[k]]);
@@ -1501,13 +1607,16 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
             if (lead) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: %s\n", o.schedule_csv, csv_err.message);
             return 2;
         }
-        if (R.sched->pp != pp || R.sched->mb != o.mb || (o.vpp && R.sched->vpp != o.vpp) ||
-            R.sched->placement == PP_PLACEMENT_DUAL) {
-            if (lead) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: %d ranks, %d microbatches, %d chunks per rank%s; the run "
+        if (R.sched->placement == PP_PLACEMENT_DUAL) {
+            if (lead) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: a DualPipe schedule (two copies of every stage, their "
+                              "gradients summed): not supported by this example (it keeps one copy of each stage's "
+                              "weights); use dualpipev, or examples/mlp_threads.c on CPU\n", o.schedule_csv);
+            return 2;
+        }
+        if (R.sched->pp != pp || R.sched->mb != o.mb || (o.vpp && R.sched->vpp != o.vpp)) {
+            if (lead) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: %d ranks, %d microbatches, %d chunks per rank; the run "
                               "has pp=%d and --mb=%d%s%s\n", o.schedule_csv, R.sched->pp, R.sched->mb, R.sched->vpp,
-                              R.sched->placement == PP_PLACEMENT_DUAL ? ", DualPipe's two copies of each stage (this "
-                              "example keeps one)" : "", pp, o.mb, o.vpp ? " and --vpp=" : "",
-                              o.vpp ? std::to_string(o.vpp).c_str() : "");
+                              pp, o.mb, o.vpp ? " and --vpp=" : "", o.vpp ? std::to_string(o.vpp).c_str() : "");
             return 2;
         }
         pp_schedule_strip_comm(R.sched);

@@ -618,8 +618,9 @@ int main(int argc, char **argv)
         if (st != PP_OK) return usage("--schedule-csv", csv, err.message);
         if ((given_pp && rn.schedule->pp != pp) || (given_mb && rn.schedule->mb != mb)) {
             char rule[160];
-            snprintf(rule, sizeof rule, "the file has %d rank(s) and %d microbatch(es), the flags say --pp %d --mb %d",
-                     rn.schedule->pp, rn.schedule->mb, pp, mb);
+            snprintf(rule, sizeof rule, "the file has %d rank(s) and %d microbatch(es), the flags say%s%.0d%s%.0d",
+                     rn.schedule->pp, rn.schedule->mb, given_pp ? " --pp " : "", given_pp ? pp : 0,
+                     given_mb ? " --mb " : "", given_mb ? mb : 0);
             pp_schedule_free(rn.schedule);
             return usage("--schedule-csv", csv, rule);
         }

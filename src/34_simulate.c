@@ -17,6 +17,7 @@ pp_status pp_schedule_rank_peaks(const pp_schedule *s, int rank, const int *stag
             if (stage_class[i] < 0 || stage_class[i] >= classes)
                 return pp__fail(err, PP_EINVAL, "stage_class[%d]=%d: must be between 0 and classes-1=%d", i,
                                 stage_class[i], classes - 1);
+    if (!stage_class) classes = 1;   /* every stage in class 0: only [0] is written */
     live = (int *)pp__calloc((size_t)classes * 2, sizeof(int));
     if (!live) return pp__fail(err, PP_ENOMEM, "out of memory");
     awaiting = live + classes;

@@ -130,7 +130,8 @@ expect_usage "mlp_threads: --search-layout: needs --layers" --pp 2 --schedule se
 expect_usage "group=2: only interleaved schedules take a microbatch group size" --pp 2 --schedule 1f1b --group 2
 expect_usage "mlp_threads: --vpp=3: must match the layout" --pp 2 --vpp 3 --layout 'Et|t|t|tL'
 expect_usage "mlp_threads: --layout=: needs a value" --layout
-expect_usage "the file has 2 rank(s) and 8 microbatch(es), the flags say --pp 3 --mb 8" --schedule-csv "$tmp/greedy.csv" --pp 3
+expect_usage "the file has 2 rank(s) and 8 microbatch(es), the flags say --pp 3$" --schedule-csv "$tmp/greedy.csv" --pp 3
+expect_usage "the file has 2 rank(s) and 8 microbatch(es), the flags say --mb 4$" --schedule-csv "$tmp/greedy.csv" --mb 4
 expect_usage "mlp_threads: --schedule-csv=$tmp/none.csv: No such file" --schedule-csv "$tmp/none.csv"
 expect_usage "--layout=Et|tL: must have as many stages as the --schedule-csv file" --schedule-csv "$tmp/greedy.csv" --layout 'Et|tL'
 expect_usage "not with --schedule (the file is the schedule)" --schedule-csv "$tmp/greedy.csv" --schedule zbv

@@ -801,6 +801,11 @@ static void rank_peaks_name_the_bad_parameter(void)
     pp_test_alloc_countdown = 0;
     PP_CHECK_FAILS(pp_schedule_rank_peaks(s, 0, NULL, 1, live, awaiting, &err), &err, PP_ENOMEM, "out of memory");
     pp_test_alloc_countdown = -1;
+    /* no stage_class: one class, only [0] written however many classes are named */
+    live[1] = awaiting[1] = -7;
+    PP_CHECK_OK(pp_schedule_rank_peaks(s, 1, NULL, 4, live, awaiting, &err), &err);
+    PP_CHECK_INT(live[1], -7); PP_CHECK_INT(awaiting[1], -7);
+    PP_CHECK_INT(awaiting[0], 3);
     /* both outputs NULL: still checks, writes nothing */
     PP_CHECK_OK(pp_schedule_rank_peaks(s, 1, NULL, 1, NULL, NULL, &err), &err);
     pp_schedule_free(s);

@@ -76,6 +76,24 @@ expect_error csv-and-schedule "the file is the whole schedule (not with --schedu
 echo "0F0,1F0,2F0,2W0,2I0,1I0,1W0,0I0,0W0,0F1,1F1,2F1,2B1,1B1,0B1,0F2,1F2,2F2,2B2,1B2,0B2,0F3,1F3,2F3,2B3,1B3,0B3" >"$log/w-first.csv"
 expect_error w-first "rank 0 position 3: 2W0 comes before its I" $SMALL --schedule-csv "$log/w-first.csv"
 
+# --gemm-picks: the first run tunes and writes the file, the next runs its kernels without tuning;
+# a file for another model, GPU or library, or one that does not parse, stops the run with exit 2
+run picks-write $SMALL --schedule 1f1b --gemm-picks "$log/picks.txt"; rc=$?
+[ "$rc" -eq 0 ] && [ "$(wc -l <"$log/picks.txt")" -eq 7 ] && head -n 1 "$log/picks.txt" | grep -q "^# mlp_gpu GEMM picks: " &&
+    ok "picks: written ($(head -n 1 "$log/picks.txt"))" || { bad "picks-write (exit $rc)"; cat "$log/picks.txt"; }
+run picks-read $SMALL --schedule zbv --gemm-picks "$log/picks.txt" --check; expect_match picks-read $?
+[ "$(grep -c "from $log/picks.txt)" "$log/picks-read")" -ge 6 ] && ok "picks: every GEMM from the file" ||
+    bad "picks-read: $(grep -c 'from ' "$log/picks-read") GEMMs from the file"
+sed '1s/.*/# mlp_gpu GEMM picks: some other GPU, cuBLASLt 1, SM target 0/' "$log/picks.txt" >"$log/picks-other.txt"
+expect_error picks-other "holds \"# mlp_gpu GEMM picks: some other GPU" $SMALL --gemm-picks "$log/picks-other.txt"
+expect_error picks-model "is not one of this model's (its --hidden and --tokens must match)" \
+    ${SMALL/--hidden 512/--hidden 256} --gemm-picks "$log/picks.txt"
+{ head -n 1 "$log/picks.txt"; echo "garbage"; } >"$log/picks-bad.txt"
+expect_error picks-bad "line 2: expected \"m n k candidate name\"" $SMALL --gemm-picks "$log/picks-bad.txt"
+head -n 3 "$log/picks.txt" >"$log/picks-short.txt"
+expect_error picks-short "no line for GEMM 'dW2'" $SMALL --gemm-picks "$log/picks-short.txt"
+expect_error picks-no-tune "--gemm-picks: not with --no-tune" $SMALL --gemm-picks "$log/picks.txt" --no-tune
+
 # compute-sanitizer memcheck on the held W's (NCCL's init probes report API errors: not counted)
 SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 if [ -x "$SAN" ]; then
