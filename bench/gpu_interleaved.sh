@@ -28,11 +28,6 @@ OUTDIR=${1:-${OUT:-bench/out}}
 mkdir -p "$OUTDIR"
 export NCCL_NVLS_ENABLE=0
 MODEL="--hidden 4096 --layers 16 --tokens 8192 --mb 8"
-# Every mlp_gpu run takes the GEMM kernels that the first single-GPU run tunes (--gemm-picks): each
-# process tuning on its own picked near-ties that ran 2-3% apart in a step, so a rank could compute
-# slower than the single-GPU baseline by chance (bench/RESULTS.md, session 11). PICKS=0: tune each.
-rm -f "$OUTDIR/gemm_picks.txt"
-[ "${PICKS:-1}" = 1 ] && MODEL="$MODEL --gemm-picks $OUTDIR/gemm_picks.txt"
 LOG=$OUTDIR/interleaved.log
 : > "$LOG"
 say() { echo "$@" | tee -a "$LOG"; }
@@ -41,6 +36,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then make -s -j16 build/mlp_gpu >"$OUTDIR/build.
 
 clocks_start "$OUTDIR"
 
+tune_picks "$OUTDIR"
 # The baseline on each GPU (single_baseline, bench/gpu_lib.sh): GPUs of one host differ by about
 # 1%, so the efficiency is against what these two would take with the work split in proportion to
 # their speeds, and the summary gives it against the faster GPU alone too.

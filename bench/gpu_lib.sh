@@ -105,3 +105,24 @@ launch2() {
     grep -h "mlp_gpu:" "$OUTDIR/$name.rank1.log" | sed "s/^/rank 1: /" >>"$LOG" 2>/dev/null
     return $rc
 }
+
+# tune_picks OUTDIR: the GEMM kernels every later mlp_gpu run of the script takes. One --single run
+# on GPU 0 tunes them in place (--tune-in-step 2: each kind's candidates take turns inside real
+# steps) and writes OUTDIR/gemm_picks.txt; MODEL then gets --gemm-picks. Each process tuning on its
+# own picked near-ties that ran 2-3% apart in a step (dW2's candidate 2 against 7, session 11), so a
+# pipeline rank could compute slower than the single-GPU baseline by chance. PICKS=0: every run
+# tunes its own, as before session 11. Needs MODEL, LOG and say.
+tune_picks() {
+    local f=$1/gemm_picks.txt
+    rm -f "$f"
+    [ "${PICKS:-1}" = 1 ] || { say "GEMM picks: every run tunes its own (PICKS=0)"; return 0; }
+    CUDA_VISIBLE_DEVICES=0 timeout 300 build/mlp_gpu --single $MODEL --tune-in-step 2 --gemm-picks "$f" --warmup 0 \
+        --steps 1 >"$1/tune.log" 2>&1
+    cat "$1/tune.log" >>"$LOG"
+    if [ -s "$f" ]; then
+        MODEL="$MODEL --gemm-picks $f"
+        say "GEMM picks for every run, tuned in 2 steps on GPU 0: $(tail -n +2 "$f" | awk '{printf "%s%s %s", n++ ? ", " : "", $5, $4}')"
+    else
+        say "GEMM picks: the tuning run failed (see $1/tune.log); every run tunes its own"
+    fi
+}

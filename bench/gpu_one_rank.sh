@@ -13,10 +13,11 @@
 # Runs, alternating: single; 1F1B (one stage); interleaved vpp 4 (four chunks, whole B's);
 # interleaved vpp 4 with each B as I then W; ZB-V (vpp 2); single again. Each with --gemm-times
 # (every GEMM of the last step timed with events) and the first single step as the efficiency's
-# baseline. The first single run tunes the GEMMs and writes OUTDIR/gemm_picks.txt; every later run
-# reads it (--gemm-picks), so all run the same kernels: each process tuning on its own picked
-# near-ties that ran 2-3% apart in the steps (session 11: 99.2% and 99.4% for the runs whose
-# dx, dh or dW2 pick differed from the single run's, 99.8-99.9% for those whose did not).
+# baseline. First, tune_picks (bench/gpu_lib.sh) tunes the GEMMs inside two real steps and writes
+# OUTDIR/gemm_picks.txt; every run reads it (--gemm-picks), so all run the same kernels. Each
+# process tuning on its own picked near-ties that ran 2-3% apart in the steps (session 11: 99.2%
+# and 99.4% for the runs whose dx, dh or dW2 pick differed from the single run's, 99.8-99.9% for
+# those whose did not; with shared picks 100.0-100.1%).
 # The GPU's SM clock and power are logged once a second to OUTDIR/clocks.csv.
 # Env: SKIP_BUILD=1 uses binaries already in build/; PICKS=0 lets every run tune on its own.
 set -u
@@ -26,8 +27,6 @@ OUTDIR=${1:-${OUT:-bench/out}}
 mkdir -p "$OUTDIR"
 export NCCL_NVLS_ENABLE=0
 MODEL="--hidden 4096 --layers 16 --tokens 8192 --mb 8 --gemm-times"
-rm -f "$OUTDIR/gemm_picks.txt"
-[ "${PICKS:-1}" = 1 ] && MODEL="$MODEL --gemm-picks $OUTDIR/gemm_picks.txt"
 LOG=$OUTDIR/one_rank.log
 : > "$LOG"
 say() { echo "$@" | tee -a "$LOG"; }
@@ -35,6 +34,7 @@ say "== $(date -u +%Y-%m-%dT%H:%MZ)  $(nvidia-smi --query-gpu=name,driver_versio
 if [ "${SKIP_BUILD:-0}" != 1 ]; then make -s -j16 build/mlp_gpu >"$OUTDIR/build.log" 2>&1 || { cat "$OUTDIR/build.log"; exit 1; }; fi
 clocks_start "$OUTDIR"
 
+tune_picks "$OUTDIR"
 CUDA_VISIBLE_DEVICES=0 build/mlp_gpu --single $MODEL >"$OUTDIR/single-a.log" 2>&1
 cat "$OUTDIR/single-a.log" >>"$LOG"
 SINGLE_MS=$(single_step_ms "$OUTDIR/single-a.log")

@@ -27,11 +27,6 @@ if [ "$NPROC" -gt "$(nvidia-smi -L | wc -l)" ]; then echo "NPROC=$NPROC: this ma
 H=${H:-4096}; T=${T:-8192}; M=${M:-8}
 if [ "$NPROC" -gt 2 ]; then L=${L:-$((4 * NPROC))}; else L=${L:-16}; fi
 MODEL="--hidden $H --layers $L --tokens $T --mb $M"
-# Every mlp_gpu run takes the GEMM kernels that the first single-GPU run tunes (--gemm-picks): each
-# process tuning on its own picked near-ties that ran 2-3% apart in a step, so a rank could compute
-# slower than the single-GPU baseline by chance (bench/RESULTS.md, session 11). PICKS=0: tune each.
-rm -f "$OUTDIR/gemm_picks.txt"
-[ "${PICKS:-1}" = 1 ] && MODEL="$MODEL --gemm-picks $OUTDIR/gemm_picks.txt"
 GATE=${GATE-}           # extra mlp_gpu flags of every pipepar run (GATE=--no-copy-engine: transfers through
                         # NCCL with the arrival gate instead of the copy engines, mlp_gpu's default;
                         # GATE="--no-copy-engine --no-gate": NCCL alone); the FULL set adds NCCL runs
@@ -65,6 +60,8 @@ say "== NCCL point-to-point bandwidth"
 launch2 nccl_bw build/bench_nccl_bw || say "nccl_bw failed ($?)"
 cat "$OUTDIR/nccl_bw.rank0.log"
 
+say "== GEMM kernels"
+tune_picks "$OUTDIR"
 # pipepar's baseline on every pipeline GPU (single_baseline, bench/gpu_lib.sh): GPUs of one host
 # differ by about 1% (power, silicon), so the efficiency is against what these GPUs would take with
 # the work split in proportion to their speeds

@@ -17,11 +17,6 @@ OUTDIR=${1:-${OUT:-bench/out}}
 mkdir -p "$OUTDIR"
 export NCCL_NVLS_ENABLE=0
 MODEL="--hidden 4096 --layers 16 --tokens 8192 --mb 8"
-# Every mlp_gpu run takes the GEMM kernels that the first single-GPU run tunes (--gemm-picks): each
-# process tuning on its own picked near-ties that ran 2-3% apart in a step, so a rank could compute
-# slower than the single-GPU baseline by chance (bench/RESULTS.md, session 11). PICKS=0: tune each.
-rm -f "$OUTDIR/gemm_picks.txt"
-[ "${PICKS:-1}" = 1 ] && MODEL="$MODEL --gemm-picks $OUTDIR/gemm_picks.txt"
 LOG=$OUTDIR/ranks.log
 : > "$LOG"
 : > "$OUTDIR/windows.txt"
@@ -33,6 +28,7 @@ smi=$!
 trap 'kill $smi 2>/dev/null' EXIT
 window() { echo "$1 $2 $(date +%s.%N)" >>"$OUTDIR/windows.txt"; }
 
+tune_picks "$OUTDIR"
 window single begin
 build/mlp_gpu --single --gemm-times $MODEL >"$OUTDIR/single.log" 2>&1
 window single end

@@ -111,6 +111,7 @@ struct Options {
     int gemm_split = 1;             /* GEMMs that do not (or all, without --yield-us) run as this many pieces */
     int gemm_times = 0;             /* --gemm-times: every GEMM of the last step timed with events */
     const char *gemm_picks = nullptr; /* --gemm-picks FILE: the tuned GEMM kernels, shared between runs */
+    int tune_in_step = 0;           /* --tune-in-step N: --single picks each GEMM's kernel in N real steps */
     int keep_overlaps = 0;          /* --keep-overlaps: DualPipeV's FBs lowered as one action each */
     int split_backward = 0;         /* --split-backward: each B as I then W (its output leaves after the I) */
     int search_layout = 0;          /* --search-layout: --schedule search splits the blocks into stages too */
@@ -126,7 +127,7 @@ static const char usage[] =
     "               [--single-ms X] [--sm-margin N] [--max-ctas N] [--cta-policy P] [--no-gate] [--no-copy-engine]\n"
     "               [--no-tune] [--quiet]\n"
     "               [--layout STR] [--max-memory X] [--yield-us X] [--gemm-split N] [--gemm-times] [--keep-overlaps]\n"
-    "               [--split-backward] [--schedule-csv FILE] [--gemm-picks FILE]\n"
+    "               [--split-backward] [--schedule-csv FILE] [--gemm-picks FILE] [--tune-in-step N]\n"
     "               [--search-layout] [--search-kind K] [--place-by-speed [--gpu-ms LIST]]\n"
     "               [--kill-rank R --kill-step K]\n"
     "  --single        the whole model on one GPU: the baseline of the pipeline efficiency\n"
@@ -168,6 +169,9 @@ static const char usage[] =
     "                  run and rank that reads it runs the same kernels (tuning picks near-ties that run\n"
     "                  2-3%% apart in a step by chance, so a pipeline's ranks and its single-GPU baseline\n"
     "                  would otherwise compute at different speeds); for the same GPU, cuBLASLt and --sm-margin\n"
+    "  --tune-in-step N  with --single: after the usual tuning, N steps in which each GEMM kind's calls take its\n"
+    "                  candidates in turn, each timed in place (the step's data, neighbours and clock), and\n"
+    "                  each kind keeps its fastest median; with --gemm-picks, those are what the file holds\n"
     "  --gemm-split N  run each GEMM whose kernel does not let one in (every GEMM, without --yield-us) as N\n"
     "                  GEMMs over 1/N of its output columns: NCCL's kernel waits for one piece, not one GEMM\n"
     "  --no-gate       launch NCCL groups at once (default: the arrival gate, pp_nccl_transport_gate:\n"
@@ -204,7 +208,7 @@ static int parse_args(int argc, char **argv, Options *o)
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
             "--single-ms", "--sm-margin", "--max-ctas", "--cta-policy", "--kill-rank", "--kill-step", "--layout",
             "--max-memory", "--yield-us", "--gemm-split", "--search-kind", "--gpu-ms", "--schedule-csv",
-            "--gemm-picks", NULL };
+            "--gemm-picks", "--tune-in-step", NULL };
         bool is_bool = false, known = false;
         for (int b = 0; bools[b]; b++) if (!strcmp(flag, bools[b])) is_bool = known = true;
         for (int b = 0; valued[b]; b++) if (!strcmp(flag, valued[b])) known = true;
@@ -270,6 +274,7 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--schedule")) { o->schedule = v; o->schedule_given = 1; }
         else if (!strcmp(flag, "--schedule-csv")) o->schedule_csv = v;
         else if (!strcmp(flag, "--gemm-picks")) o->gemm_picks = v;
+        else if (!strcmp(flag, "--tune-in-step")) ok = integer(0, 100, &o->tune_in_step);
         else if (!strcmp(flag, "--optimizer")) {
             o->optimizer = v;
             if (strcmp(v, "sgd") && strcmp(v, "adamw")) { fprintf(stderr, "mlp_gpu: --optimizer=%s: sgd or adamw\n", v); ok = false; }
@@ -330,6 +335,11 @@ static int parse_args(int argc, char **argv, Options *o)
         return 2;
     }
     if (o->single && o->threads) { fprintf(stderr, "mlp_gpu: --single and --threads: choose one\n"); return 2; }
+    if (o->tune_in_step && (!o->single || o->yield_us > 0 || o->gemm_split > 1 || !o->tune)) {
+        fprintf(stderr, "mlp_gpu: --tune-in-step: %s\n", !o->single ? "only with --single (pipelines take its picks "
+                "through --gemm-picks)" : "not with --yield-us, --gemm-split or --no-tune");
+        return 2;
+    }
     if (o->gemm_picks && (o->yield_us > 0 || o->gemm_split > 1 || !o->tune)) {
         fprintf(stderr, "mlp_gpu: --gemm-picks: not with %s (the file holds whole GEMMs' tuned kernels)\n",
                 o->yield_us > 0 ? "--yield-us" : o->gemm_split > 1 ? "--gemm-split" : "--no-tune");
@@ -486,6 +496,16 @@ struct Gemms {
     std::vector<cudaEvent_t> ev;
     std::vector<int> ev_id;
     size_t ev_used = 0;
+    /* The candidates each GEMM kind was timed on (the heuristic's index of each, what --gemm-picks
+     * holds) and the index in use. While `rotating` (--tune-in-step), each call of a kind takes its
+     * next candidate in turn, timed with events (ev_id = kind * 16 + position in cand). */
+    std::vector<cublasLtMatmulAlgo_t> cand[G_COUNT];
+    std::vector<int> cand_index[G_COUNT];
+    int picks[G_COUNT] = { 0 };
+    bool picked_from_file = false, rotating = false;
+    unsigned rot_next[G_COUNT] = { 0 };
+    const char *picks_pending = nullptr;   /* --gemm-picks file to write once --tune-in-step chose */
+    std::string picks_header;
 };
 
 static void gemm_plan(Gemm &g, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda, int ldb,
@@ -559,18 +579,24 @@ static cublasStatus_t gemm_try(Gemms &G, int id, const void *A, const void *B, c
 static void gemm_run(Gemms &G, int id, const void *A, const void *B, const void *C, void *D, float beta, void *aux,
                      cudaStream_t s)
 {
-    if (G.timing) {
+    int slot_id = id;
+    if (G.rotating && !G.cand[id].empty()) {
+        const int c = (int)(G.rot_next[id]++ % G.cand[id].size());
+        G.g[id].algo = G.cand[id][c];
+        slot_id = id * 16 + c;
+    }
+    if (G.timing || G.rotating) {
         if (G.ev_used + 2 > G.ev.size()) {
             size_t n = G.ev.size();
             G.ev.resize(n ? 2 * n : 1024);
             G.ev_id.resize(G.ev.size() / 2);
             for (size_t i = n; i < G.ev.size(); i++) CK(cudaEventCreate(&G.ev[i]));
         }
-        G.ev_id[G.ev_used / 2] = id;
+        G.ev_id[G.ev_used / 2] = slot_id;
         CK(cudaEventRecord(G.ev[G.ev_used], s));
     }
     CKLT(gemm_try(G, id, A, B, C, D, beta, aux, s));
-    if (G.timing) {
+    if (G.timing || G.rotating) {
         CK(cudaEventRecord(G.ev[G.ev_used + 1], s));
         G.ev_used += 2;
     }
@@ -721,7 +747,7 @@ static void picks_write(const char *path, const std::string &header, const Gemms
  * With split > 1, a GEMM left with a kernel that does not yield (every GEMM if yield_us is 0)
  * runs as split pieces of its output columns, their kernel tuned the same way. */
 static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, double yield_us, int split, cudaStream_t s,
-                         int verbose, const char *picks_path = nullptr)
+                         int verbose, const char *picks_path = nullptr, bool defer_picks = false)
 {
     const int F = 4 * H;
     CKLT(cublasLtCreate(&G.lt));
@@ -819,6 +845,7 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, double
                 exit(2);
             }
             g.algo = res[c].algo;
+            G.picks[id] = c;
             CKLT(gemm_try(G, id, A, B, cd, cd, 1.0f, aux, s));   /* loaded now, not mid-step */
             if (verbose) printf("  gemm %-15s %5d x %5d x %5d  (candidate %d of %d, from %s)\n", gemm_names[id], g.m, g.n,
                                 g.k, c, found, picks_path);
@@ -869,7 +896,9 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, double
             best_i = best_any_i; best = best_any;
         }
         g.algo = res[best_i].algo;
-        picks[id] = best_i;
+        picks[id] = G.picks[id] = best_i;
+        for (int i = 0; i < found && tune; i++)
+            if (med[i] >= 0) { G.cand[id].push_back(res[i].algo); G.cand_index[id].push_back(i); }
         float pbest = 1e30f;
         if (try_pieces) {
             /* each piece's B and C/D start p * (n / pieces) columns (or rows of a transposed B) in:
@@ -929,7 +958,12 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, double
                        g.m, g.n, g.k, best / 3, g.flops / (best / 3 * 1e-3) / 1e12, best_i, found);
         }
     }
-    if (picks_path && !picked) picks_write(picks_path, header, G, picks);
+    G.picked_from_file = picked;
+    G.picks_header = header;
+    if (picks_path && !picked) {
+        if (defer_picks) G.picks_pending = picks_path;   /* --tune-in-step picks again, then writes */
+        else picks_write(picks_path, header, G, picks);
+    }
     if (probe_stream) { CK(cudaStreamDestroy(probe_stream)); CK(cudaFree(stamps)); }
     CKLT(cublasLtMatmulPreferenceDestroy(pref));
     CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
@@ -1074,7 +1108,8 @@ static void model_setup(Model &m, const Options &o, int S, const int *counts, cu
     m.work[0] = (bf16 *)dev_alloc(m, th * 2);
     m.work[1] = (bf16 *)dev_alloc(m, th * 2);
     m.d_loss = (float *)dev_alloc(m, sizeof(float));
-    gemms_create(m.G, m.H, m.T, sm_target, o.tune, o.yield_us, o.gemm_split, stream, verbose, o.gemm_picks);
+    gemms_create(m.G, m.H, m.T, sm_target, o.tune, o.yield_us, o.gemm_split, stream, verbose, o.gemm_picks,
+                 o.single && o.tune_in_step > 0);
     m.G.timing = o.gemm_times != 0;
     /* Load every kernel of this file now (CUDA loads modules lazily by default): a first launch
      * in the middle of a step would load it while NCCL kernels may be waiting on a peer. */
@@ -1407,6 +1442,56 @@ static double median(std::vector<double> v)
 #define PPCK(call) do { pp_error e_; pp_status s_ = (call); if (s_ != PP_OK) { \
     fprintf(stderr, "mlp_gpu: rank %d: %s: %s\n", rank, pp_status_name(s_), e_.message); return fail(s_); } } while (0)
 
+/* --tune-in-step N: tuning times each candidate alone, on random operands, the same GEMM again
+ * and again; in a step the kernels run on the model's data between other GEMMs, under the power
+ * cap, and near-ties there come out 2-3% apart in either order (session 11). So: N steps in which
+ * each kind's calls take its candidates in turn (128 calls a step: 16 per candidate of 8), each
+ * call timed with events; the first step is a warm-up; each kind keeps the candidate of the
+ * lowest median, and --gemm-picks (if given and not read) is written with those. */
+static void tune_in_steps(Single &s, int steps, bool print)
+{
+    Gemms &G = s.m.G;
+    const bool timing = G.timing;
+    std::vector<float> t[G_COUNT][16];
+    G.timing = false;
+    G.rotating = true;
+    for (int i = 0; i < steps + 1; i++) {
+        G.ev_used = 0;
+        single_step(s);
+        CK(cudaStreamSynchronize(s.m.stream));
+        if (i == 0) continue;
+        for (size_t e = 0; e + 1 < G.ev_used; e += 2) {
+            float ms = 0;
+            CK(cudaEventElapsedTime(&ms, G.ev[e], G.ev[e + 1]));
+            const int id = G.ev_id[e / 2] / 16, c = G.ev_id[e / 2] % 16;
+            t[id][c].push_back(ms);
+        }
+    }
+    G.rotating = false;
+    G.timing = timing;
+    G.ev_used = 0;
+    std::string line = "in-step tuning (" + std::to_string(steps) + " steps), median ms per call:";
+    for (int id = 0; id < G_COUNT; id++) {
+        int best = -1;
+        float best_ms = 0;
+        char part[64];
+        line += std::string(" ") + gemm_names[id] + ":";
+        for (size_t c = 0; c < G.cand[id].size(); c++) {
+            if (t[id][c].empty()) continue;
+            const float ms = (float)median(std::vector<double>(t[id][c].begin(), t[id][c].end()));
+            snprintf(part, sizeof part, " %d %.3f%s", G.cand_index[id][c], ms, G.cand_index[id][c] == G.picks[id] ? "*" : "");
+            line += part;
+            if (best < 0 || ms < best_ms) { best = (int)c; best_ms = ms; }
+        }
+        if (best >= 0) { G.g[id].algo = G.cand[id][best]; G.picks[id] = G.cand_index[id][best]; }
+        snprintf(part, sizeof part, " -> %d;", G.picks[id]);
+        line += part;
+    }
+    if (print) { printf("%s\n  (* the isolated tuning's pick)\n", line.c_str()); fflush(stdout); }
+    if (G.picks_pending) picks_write(G.picks_pending, G.picks_header, G, G.picks);
+    G.picks_pending = nullptr;
+}
+
 /* The single-GPU baseline: set up, time, report. Returns the median step time (s). */
 static double run_single(const Options &o, int device, bool print, Single *keep)
 {
@@ -1416,6 +1501,7 @@ static double run_single(const Options &o, int device, bool print, Single *keep)
     Single local, &s = keep ? *keep : local;
     single_setup(s, o, stream, false, print && !o.quiet);
     if (!print) s.m.G.timing = false;   /* --gemm-times reports the runs it prints, not --check's reference */
+    if (o.tune_in_step > 0 && !s.m.G.picked_from_file) tune_in_steps(s, o.tune_in_step, print && !o.quiet);
     std::vector<double> times;
     for (int i = 0; i < o.warmup + o.steps; i++) {
         CK(cudaStreamSynchronize(stream));

@@ -94,6 +94,19 @@ head -n 3 "$log/picks.txt" >"$log/picks-short.txt"
 expect_error picks-short "no line for GEMM 'dW2'" $SMALL --gemm-picks "$log/picks-short.txt"
 expect_error picks-no-tune "--gemm-picks: not with --no-tune" $SMALL --gemm-picks "$log/picks.txt" --no-tune
 
+# --tune-in-step: the candidates take turns inside real steps; the picks written are those, and a
+# pipeline reading them runs them
+ONE="--hidden 512 --layers 6 --tokens 1024 --mb 4 --warmup 1 --steps 2"
+run tis $ONE --single --tune-in-step 2 --gemm-picks "$log/tis.txt"; rc=$?
+line=$(grep "^in-step tuning (2 steps)" "$log/tis")
+[ "$rc" -eq 0 ] && [ -n "$line" ] && [ "$(wc -l <"$log/tis.txt")" -eq 7 ] && ok "tune-in-step: $(echo "$line" | cut -c1-120)" ||
+    { bad "tune-in-step (exit $rc)"; tail -n 5 "$log/tis"; }
+want=$(echo "$line" | grep -o -- '-> [0-9]*' | awk '{printf "%s ", $2}')
+got=$(tail -n +2 "$log/tis.txt" | awk '{printf "%s ", $4}')
+[ -n "$want" ] && [ "$want" = "$got" ] && ok "tune-in-step: the file holds its picks ($got)" || bad "tune-in-step: picks '$want', file '$got'"
+run tis-read $SMALL --schedule 1f1b --gemm-picks "$log/tis.txt" --check; expect_match tis-read $?
+expect_error tis-pipeline "--tune-in-step: only with --single" $SMALL --tune-in-step 2
+
 # compute-sanitizer memcheck on the held W's (NCCL's init probes report API errors: not counted)
 SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 if [ -x "$SAN" ]; then
