@@ -4,7 +4,8 @@
 # (pipepar's copy of ../shared/bench/torch_pp_bench.py; one addition: GELU=tanh selects
 #  gelu(approximate="tanh"), the GELU of cuBLASLt's epilogue that examples/mlp_gpu.cu uses, so
 #  both sides time the same model; unset, PyTorch's exact erf GELU as in the original; and
-#  CONFIGS=Name:v,... runs a subset of the schedules.)
+#  CONFIGS=Name:v,... runs a subset of the schedules, CONFIGS=none none of them; and on one GPU
+#  (--nproc_per_node=1) only the single-GPU step runs, for bench/gpu_single.sh.)
 import os, sys, time, statistics, traceback
 import torch, torch.nn as nn, torch.nn.functional as Fn, torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
@@ -50,8 +51,8 @@ flop_step = 3 * 2 * (2 * T * H * 4 * H) * L * M  # fwd+bwd(2x) matmul flops, who
 if rank == 0:
     print(f"torch {torch.__version__} nccl {torch.cuda.nccl.version()} dev {torch.cuda.get_device_name()} H={H} L={L} T={T} M={M} world={world} gelu={GELU}", flush=True)
 
-# P2P bandwidth
-for nbytes in [1 << 20, 16 << 20, 64 << 20, 256 << 20]:
+# P2P bandwidth (pipepar addition: skipped on one GPU, where there is no peer)
+for nbytes in ([1 << 20, 16 << 20, 64 << 20, 256 << 20] if world > 1 else []):
     buf = torch.empty(nbytes // 2, device=dev, dtype=torch.bfloat16).normal_()
     rbuf = torch.empty_like(buf)
     def uni():
@@ -74,9 +75,11 @@ def single():
     for i in range(M):
         o = full(x[i * T:(i + 1) * T]); loss_fn(o, y[i * T:(i + 1) * T]).backward()
     full.zero_grad(set_to_none=True)
+torch.cuda.reset_peak_memory_stats()
 med1, _ = timed(single)
 if rank == 0:
-    print(f"single-gpu       step {med1*1e3:8.1f} ms  {flop_step/med1/1e12:6.1f} TFLOP/s  ideal pp{world} {med1/world*1e3:8.1f} ms", flush=True)
+    print(f"single-gpu       step {med1*1e3:8.1f} ms  {flop_step/med1/1e12:6.1f} TFLOP/s  ideal pp{world} {med1/world*1e3:8.1f} ms"
+          f"  peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB", flush=True)   # pipepar addition: the peak
     del full; torch.cuda.empty_cache()
 
 def placement(name, v):
@@ -88,8 +91,10 @@ def placement(name, v):
 configs = [("GPipe", 1), ("1F1B", 1), ("Interleaved1F1B", 2), ("Interleaved1F1B", 4), ("LoopedBFS", 2),
            ("InterleavedZeroBubble", 2), ("ZBVZeroBubble", 2), ("DualPipeV", 2)]
 if os.environ.get("CONFIGS"):   # pipepar addition: e.g. CONFIGS=GPipe:1,1F1B:1,ZBVZeroBubble:2
-    want = [(c.split(":")[0], int(c.split(":")[1])) for c in os.environ["CONFIGS"].split(",")]
+    want = [(c.split(":")[0], int(c.split(":")[1])) for c in os.environ["CONFIGS"].split(",") if ":" in c]
     configs = [c for c in configs if c in want]
+if world < 2:   # pipepar addition: one GPU times the single-GPU step alone
+    configs = []
 for name, v in configs:
     try:
         cls = getattr(S, "Schedule" + name)
