@@ -111,14 +111,21 @@ launch2() {
 # steps) and writes OUTDIR/gemm_picks.txt; MODEL then gets --gemm-picks. Each process tuning on its
 # own picked near-ties that ran 2-3% apart in a step (dW2's candidate 2 against 7, session 11), so a
 # pipeline rank could compute slower than the single-GPU baseline by chance. PICKS=0: every run
-# tunes its own, as before session 11. Needs MODEL, LOG and say.
+# tunes its own, as before session 11, and so does a script whose EXTRA or GATE holds a flag that
+# changes the GEMMs (--yield-us, --gemm-split, --no-tune, --sm-margin). Needs MODEL, LOG and say.
 tune_picks() {
     local f=$1/gemm_picks.txt
     rm -f "$f"
     [ "${PICKS:-1}" = 1 ] || { say "GEMM picks: every run tunes its own (PICKS=0)"; return 0; }
+    # runs whose flags change the GEMMs (EXTRA in gpu_ranks.sh, say) cannot share whole GEMMs' picks
+    case " ${EXTRA:-} ${GATE:-} " in
+        *" --yield-us"*|*" --gemm-split"*|*" --no-tune"*|*" --sm-margin"*)
+            say "GEMM picks: off, as EXTRA/GATE change the GEMMs; every run tunes its own"; return 0 ;;
+    esac
+    case "$f" in *[[:space:]]*) say "GEMM picks: off, as the output folder's name has blanks"; return 0 ;; esac
     CUDA_VISIBLE_DEVICES=0 timeout 300 build/mlp_gpu --single $MODEL --tune-in-step 2 --gemm-picks "$f" --warmup 0 \
         --steps 1 >"$1/tune.log" 2>&1
-    cat "$1/tune.log" >>"$LOG"
+    sed 's/^/tune: /' "$1/tune.log" >>"$LOG"   # prefixed: its one-step single line is no baseline
     if [ -s "$f" ]; then
         MODEL="$MODEL --gemm-picks $f"
         say "GEMM picks for every run, tuned in 2 steps on GPU 0: $(tail -n +2 "$f" | awk '{printf "%s%s %s", n++ ? ", " : "", $5, $4}')"

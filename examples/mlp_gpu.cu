@@ -167,8 +167,10 @@ static const char usage[] =
     "                  while they run (persistent kernels free none until they end); the fastest of those\n"
     "  --gemm-picks FILE  the GEMM kernels from FILE if it exists, else tuned and written there: every\n"
     "                  run and rank that reads it runs the same kernels (tuning picks near-ties that run\n"
-    "                  2-3%% apart in a step by chance, so a pipeline's ranks and its single-GPU baseline\n"
-    "                  would otherwise compute at different speeds); for the same GPU, cuBLASLt and --sm-margin\n"
+    "                  2-3% apart in a step by chance, so a pipeline's ranks and its single-GPU baseline\n"
+    "                  would otherwise compute at different speeds); for the same GPU and cuBLASLt, not with\n"
+    "                  --sm-margin, --yield-us, --gemm-split or --no-tune; runs that tuned at once all take\n"
+    "                  the picks of the one that wrote the file first\n"
     "  --tune-in-step N  with --single: after the usual tuning, N steps in which each GEMM kind's calls take its\n"
     "                  candidates in turn, each timed in place (the step's data, neighbours and clock), and\n"
     "                  each kind keeps its fastest median; with --gemm-picks, those are what the file holds\n"
@@ -340,9 +342,9 @@ static int parse_args(int argc, char **argv, Options *o)
                 "through --gemm-picks)" : "not with --yield-us, --gemm-split or --no-tune");
         return 2;
     }
-    if (o->gemm_picks && (o->yield_us > 0 || o->gemm_split > 1 || !o->tune)) {
-        fprintf(stderr, "mlp_gpu: --gemm-picks: not with %s (the file holds whole GEMMs' tuned kernels)\n",
-                o->yield_us > 0 ? "--yield-us" : o->gemm_split > 1 ? "--gemm-split" : "--no-tune");
+    if (o->gemm_picks && (o->yield_us > 0 || o->gemm_split > 1 || !o->tune || o->sm_margin > 0)) {
+        fprintf(stderr, "mlp_gpu: --gemm-picks: not with %s (the file holds whole GEMMs' kernels tuned for all SMs)\n",
+                o->yield_us > 0 ? "--yield-us" : o->gemm_split > 1 ? "--gemm-split" : !o->tune ? "--no-tune" : "--sm-margin");
         return 2;
     }
     if (o->yield_us > 0 && !o->tune) {
@@ -504,6 +506,8 @@ struct Gemms {
     int picks[G_COUNT] = { 0 };
     bool picked_from_file = false, rotating = false;
     unsigned rot_next[G_COUNT] = { 0 };
+    std::vector<int> rot_order[G_COUNT];   /* each round of a kind's candidates in a fresh random order */
+    uint64_t rot_seed = 1;
     const char *picks_pending = nullptr;   /* --gemm-picks file to write once --tune-in-step chose */
     std::string picks_header;
 };
@@ -580,12 +584,26 @@ static void gemm_run(Gemms &G, int id, const void *A, const void *B, const void 
                      cudaStream_t s)
 {
     int slot_id = id;
-    if (G.rotating && !G.cand[id].empty()) {
-        const int c = (int)(G.rot_next[id]++ % G.cand[id].size());
+    const bool rotate = G.rotating && !G.cand[id].empty();
+    if (rotate) {
+        /* every candidate once per round, each round in a new order: a candidate's neighbours (the
+         * other kinds' calls beside it) change from round to round */
+        std::vector<int> &order = G.rot_order[id];
+        const unsigned n = (unsigned)G.cand[id].size(), at = G.rot_next[id]++ % n;
+        if (at == 0 || order.size() != n) {
+            order.resize(n);
+            for (unsigned i = 0; i < n; i++) order[i] = (int)i;
+            for (unsigned i = n - 1; i > 0; i--) {   /* Fisher-Yates on splitmix64 */
+                uint64_t z = (G.rot_seed += 0x9E3779B97F4A7C15ull);
+                z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull; z = (z ^ (z >> 27)) * 0x94D049BB133111EBull; z ^= z >> 31;
+                std::swap(order[i], order[z % (i + 1)]);
+            }
+        }
+        const int c = order[at];
         G.g[id].algo = G.cand[id][c];
         slot_id = id * 16 + c;
     }
-    if (G.timing || G.rotating) {
+    if (G.timing || rotate) {   /* while rotating, a kind without candidates goes untimed */
         if (G.ev_used + 2 > G.ev.size()) {
             size_t n = G.ev.size();
             G.ev.resize(n ? 2 * n : 1024);
@@ -596,7 +614,7 @@ static void gemm_run(Gemms &G, int id, const void *A, const void *B, const void 
         CK(cudaEventRecord(G.ev[G.ev_used], s));
     }
     CKLT(gemm_try(G, id, A, B, C, D, beta, aux, s));
-    if (G.timing || G.rotating) {
+    if (G.timing || rotate) {
         CK(cudaEventRecord(G.ev[G.ev_used + 1], s));
         G.ev_used += 2;
     }
@@ -685,14 +703,38 @@ static std::string picks_header(int sm_target)
            ", SM target " + std::to_string(sm_target);
 }
 
-/* Reads FILE into picks[G_COUNT] (-1 where absent). Returns false if there is no file; exits with
- * the reason if it is for another GPU, library or SM target, or a line does not parse. */
+/* One line of a picks file: "m n k candidate name", each number a decimal in [0, 2^31), the name
+ * one of gemm_names, blanks around it ignored. Returns the GEMM kind, or -1 if it does not parse. */
+static int picks_parse_line(const char *line, long v[4])
+{
+    const char *p = line;
+    for (int i = 0; i < 4; i++) {
+        char *end;
+        while (*p == ' ' || *p == '\t') p++;
+        if (*p < '0' || *p > '9') return -1;   /* no sign, no blank value */
+        errno = 0;
+        v[i] = strtol(p, &end, 10);
+        if (errno || v[i] > 0x7fffffffL || (*end != ' ' && *end != '\t')) return -1;
+        p = end;
+    }
+    while (*p == ' ' || *p == '\t') p++;
+    size_t len = strcspn(p, "\r\n");
+    while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
+    for (int id = 0; id < G_COUNT; id++)
+        if (strlen(gemm_names[id]) == len && !strncmp(p, gemm_names[id], len)) return id;
+    return -1;
+}
+
+/* Reads FILE into picks[G_COUNT]. Returns false if there is no file; exits with the reason if it
+ * cannot be read, is for another GPU, library or SM target, or a line does not parse. */
 static bool picks_read(const char *path, const std::string &header, const Gemms &G, int picks[G_COUNT])
 {
     FILE *f = fopen(path, "r");
-    if (!f) return false;
+    if (!f && errno == ENOENT) return false;
+    if (!f) { fprintf(stderr, "mlp_gpu: --gemm-picks=%s: %s\n", path, strerror(errno)); exit(2); }
     char line[512];
     std::string first = fgets(line, sizeof line, f) ? std::string(line) : std::string();
+    if (ferror(f)) { fprintf(stderr, "mlp_gpu: --gemm-picks=%s: %s\n", path, strerror(errno)); exit(2); }
     while (!first.empty() && (first.back() == '\n' || first.back() == '\r')) first.pop_back();
     if (first != header) {
         fprintf(stderr, "mlp_gpu: --gemm-picks=%s: holds \"%s\", but this run needs \"%s\" (delete the file to tune "
@@ -701,20 +743,28 @@ static bool picks_read(const char *path, const std::string &header, const Gemms 
     }
     for (int id = 0; id < G_COUNT; id++) picks[id] = -1;
     for (int no = 2; fgets(line, sizeof line, f); no++) {
-        int m, n, k, c, id;
-        char name[64];
-        if (sscanf(line, "%d %d %d %d %63[^\r\n]", &m, &n, &k, &c, name) != 5) {
-            fprintf(stderr, "mlp_gpu: --gemm-picks=%s line %d: expected \"m n k candidate name\"\n", path, no);
+        if (line[strspn(line, " \t\r\n")] == '\0') continue;   /* blank lines */
+        long v[4];
+        const int id = picks_parse_line(line, v);
+        if (id < 0) {
+            fprintf(stderr, "mlp_gpu: --gemm-picks=%s line %d: expected \"m n k candidate name\" (numbers from 0 to "
+                    "2147483647, then a GEMM's name as mlp_gpu writes it: fwd1 gelu_aux, fwd2 +residual, dW2, dh dgelu, "
+                    "dW1, dx +residual)\n", path, no);
             exit(2);
         }
-        for (id = 0; id < G_COUNT && strcmp(name, gemm_names[id]); id++) {}
-        if (id == G_COUNT || m != G.g[id].m || n != G.g[id].n || k != G.g[id].k || c < 0) {
-            fprintf(stderr, "mlp_gpu: --gemm-picks=%s line %d: GEMM '%s' %d x %d x %d candidate %d is not one of this "
-                    "model's (its --hidden and --tokens must match)\n", path, no, name, m, n, k, c);
+        if (v[0] != G.g[id].m || v[1] != G.g[id].n || v[2] != G.g[id].k) {
+            fprintf(stderr, "mlp_gpu: --gemm-picks=%s line %d: GEMM '%s' is %ld x %ld x %ld there and %d x %d x %d in "
+                    "this run (its --hidden and --tokens must match)\n", path, no, gemm_names[id], v[0], v[1], v[2],
+                    G.g[id].m, G.g[id].n, G.g[id].k);
             exit(2);
         }
-        picks[id] = c;
+        if (picks[id] >= 0) {
+            fprintf(stderr, "mlp_gpu: --gemm-picks=%s line %d: a second line for GEMM '%s'\n", path, no, gemm_names[id]);
+            exit(2);
+        }
+        picks[id] = (int)v[3];
     }
+    if (ferror(f)) { fprintf(stderr, "mlp_gpu: --gemm-picks=%s: %s\n", path, strerror(errno)); exit(2); }
     fclose(f);
     for (int id = 0; id < G_COUNT; id++)
         if (picks[id] < 0) {
@@ -724,9 +774,35 @@ static bool picks_read(const char *path, const std::string &header, const Gemms 
     return true;
 }
 
+/* Another process (or rank thread) wrote FILE while this one tuned: run its picks, so that every
+ * run given the file runs the same kernels. Each pick must be among this run's timed candidates. */
+static void picks_adopt(const char *path, const std::string &header, Gemms &G)
+{
+    int picks[G_COUNT];
+    if (!picks_read(path, header, G, picks)) {
+        fprintf(stderr, "mlp_gpu: --gemm-picks=%s: vanished while this run tuned\n", path);
+        exit(2);
+    }
+    for (int id = 0; id < G_COUNT; id++) {
+        size_t c = 0;
+        while (c < G.cand_index[id].size() && G.cand_index[id][c] != picks[id]) c++;
+        if (c == G.cand_index[id].size()) {
+            fprintf(stderr, "mlp_gpu: --gemm-picks=%s: written by another run while this one tuned, and its GEMM '%s' "
+                    "candidate %d did not run here (delete the file to tune again)\n", path, gemm_names[id], picks[id]);
+            exit(2);
+        }
+        G.g[id].algo = G.cand[id][c];
+        G.picks[id] = picks[id];
+    }
+    G.picked_from_file = true;
+    printf("GEMM picks: %s was written by another run while this one tuned; running its picks\n", path);
+    fflush(stdout);
+}
+
 /* Writes the picks to FILE unless another process got there first (written aside, then linked:
- * a reader sees a whole file or none). */
-static void picks_write(const char *path, const std::string &header, const Gemms &G, const int picks[G_COUNT])
+ * a reader sees a whole file or none); then this run takes the file's picks instead (picks_adopt)
+ * and the return is true: its kernels changed. */
+static bool picks_write(const char *path, const std::string &header, Gemms &G, const int picks[G_COUNT])
 {
     std::string tmp = std::string(path) + ".tmp." + std::to_string((long)getpid()) + "." +
                       std::to_string((unsigned long long)(uintptr_t)&G);   /* --threads: one per rank */
@@ -735,10 +811,12 @@ static void picks_write(const char *path, const std::string &header, const Gemms
     fprintf(f, "%s\n", header.c_str());
     for (int id = 0; id < G_COUNT; id++)
         fprintf(f, "%d %d %d %d %s\n", G.g[id].m, G.g[id].n, G.g[id].k, picks[id], gemm_names[id]);
-    bool ok = fclose(f) == 0;
-    if (ok && link(tmp.c_str(), path) != 0 && errno != EEXIST) ok = false;
+    bool ok = fclose(f) == 0, lost = false;
+    if (ok && link(tmp.c_str(), path) != 0) { if (errno == EEXIST) lost = true; else ok = false; }
     if (!ok) { fprintf(stderr, "mlp_gpu: --gemm-picks=%s: %s\n", path, strerror(errno)); unlink(tmp.c_str()); exit(2); }
     unlink(tmp.c_str());
+    if (lost) picks_adopt(path, header, G);
+    return lost;
 }
 
 /* Plans the six GEMMs; with tune, times the heuristic's top candidates on real-size buffers and
@@ -962,7 +1040,11 @@ static void gemms_create(Gemms &G, int H, int T, int sm_target, int tune, double
     G.picks_header = header;
     if (picks_path && !picked) {
         if (defer_picks) G.picks_pending = picks_path;   /* --tune-in-step picks again, then writes */
-        else picks_write(picks_path, header, G, picks);
+        else if (picks_write(picks_path, header, G, picks))
+            for (int id = 0; id < G_COUNT; id++) {   /* load the adopted kernels now, not mid-step */
+                const bool f32 = id == G_DW1 || id == G_DW2;
+                CKLT(gemm_try(G, id, A, B, f32 ? (void *)C32 : (void *)C, f32 ? (void *)C32 : (void *)C, 1.0f, aux, s));
+            }
     }
     if (probe_stream) { CK(cudaStreamDestroy(probe_stream)); CK(cudaFree(stamps)); }
     CKLT(cublasLtMatmulPreferenceDestroy(pref));
@@ -1445,7 +1527,8 @@ static double median(std::vector<double> v)
 /* --tune-in-step N: tuning times each candidate alone, on random operands, the same GEMM again
  * and again; in a step the kernels run on the model's data between other GEMMs, under the power
  * cap, and near-ties there come out 2-3% apart in either order (session 11). So: N steps in which
- * each kind's calls take its candidates in turn (128 calls a step: 16 per candidate of 8), each
+ * each kind's calls take its candidates in turn, each round of them in a new random order (128
+ * calls a step: 16 per candidate of 8; the other kinds' calls beside a candidate vary), each
  * call timed with events; the first step is a warm-up; each kind keeps the candidate of the
  * lowest median, and --gemm-picks (if given and not read) is written with those. */
 static void tune_in_steps(Single &s, int steps, bool print)

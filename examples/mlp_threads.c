@@ -611,6 +611,11 @@ int main(int argc, char **argv)
             if ((n = fread(text + len, 1, 65536, fp)) == 0) break;
             len += n;
         }
+        if (ferror(fp)) {   /* a directory, say: its error, not "no actions found" */
+            const int e = errno;
+            free(text); fclose(fp);
+            return usage("--schedule-csv", csv, strerror(e));
+        }
         fclose(fp);
         text[len] = '\0';
         st = pp_schedule_read_csv(text, len, &rn.schedule, &err);
@@ -621,6 +626,14 @@ int main(int argc, char **argv)
             snprintf(rule, sizeof rule, "the file has %d rank(s) and %d microbatch(es), the flags say%s%.0d%s%.0d",
                      rn.schedule->pp, rn.schedule->mb, given_pp ? " --pp " : "", given_pp ? pp : 0,
                      given_mb ? " --mb " : "", given_mb ? mb : 0);
+            pp_schedule_free(rn.schedule);
+            return usage("--schedule-csv", csv, rule);
+        }
+        if (rn.schedule->pp > 64 || rn.schedule->vpp > 64 || rn.schedule->mb > 4096) {
+            /* the flags' limits hold for a file too: the demo keeps 64 ranks' timelines */
+            char rule[160];
+            snprintf(rule, sizeof rule, "the file has %d rank(s), %d chunk(s) per rank and %d microbatch(es); this demo "
+                     "runs at most 64, 64 and 4096", rn.schedule->pp, rn.schedule->vpp, rn.schedule->mb);
             pp_schedule_free(rn.schedule);
             return usage("--schedule-csv", csv, rule);
         }

@@ -133,6 +133,10 @@ expect_usage "mlp_threads: --layout=: needs a value" --layout
 expect_usage "the file has 2 rank(s) and 8 microbatch(es), the flags say --pp 3$" --schedule-csv "$tmp/greedy.csv" --pp 3
 expect_usage "the file has 2 rank(s) and 8 microbatch(es), the flags say --mb 4$" --schedule-csv "$tmp/greedy.csv" --mb 4
 expect_usage "mlp_threads: --schedule-csv=$tmp/none.csv: No such file" --schedule-csv "$tmp/none.csv"
+expect_usage "mlp_threads: --schedule-csv=$tmp: Is a directory" --schedule-csv "$tmp"
+build/pipepar schedule --kind 1f1b --pp 65 --mb 65 --format csv >"$tmp/p65.csv"
+expect_usage "the file has 65 rank(s), 1 chunk(s) per rank and 65 microbatch(es); this demo runs at most 64, 64 and 4096" \
+    --schedule-csv "$tmp/p65.csv"
 expect_usage "--layout=Et|tL: must have as many stages as the --schedule-csv file" --schedule-csv "$tmp/greedy.csv" --layout 'Et|tL'
 expect_usage "not with --schedule (the file is the schedule)" --schedule-csv "$tmp/greedy.csv" --schedule zbv
 expect_usage "not with --vpp" --schedule-csv "$tmp/greedy.csv" --vpp 2

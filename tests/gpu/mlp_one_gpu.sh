@@ -47,6 +47,11 @@ run held-train $SMALL --schedule-csv "$log/held.csv" --train 3 --optimizer adamw
 rc=$?; [ "$rc" -eq 0 ] && [ "$(grep -c '^train step' "$log/held-train")" -eq 3 ] && ok "held: trains 3 steps (AdamW)" ||
     { bad "held-train (exit $rc)"; tail -n 5 "$log/held-train"; }
 
+# stages of different sizes on the rank (1, 3 and 2 blocks): each buffer holds the largest
+# stage's dh and dy, and a smaller stage's I uses the start of each half
+run held-uneven $SMALL --schedule-csv "$log/held.csv" --layout 'Et|t*3|t*2L' --check; expect_match held-uneven $?
+iw_is held-uneven "6 of 3 blocks"
+
 # the built kinds: one buffer where each W follows its I at once (at pp 1 every I/W kind does)
 run zbv $SMALL --schedule zbv --check; expect_match zbv $?
 iw_is zbv "1 of 3 blocks"
@@ -86,13 +91,39 @@ run picks-read $SMALL --schedule zbv --gemm-picks "$log/picks.txt" --check; expe
     bad "picks-read: $(grep -c 'from ' "$log/picks-read") GEMMs from the file"
 sed '1s/.*/# mlp_gpu GEMM picks: some other GPU, cuBLASLt 1, SM target 0/' "$log/picks.txt" >"$log/picks-other.txt"
 expect_error picks-other "holds \"# mlp_gpu GEMM picks: some other GPU" $SMALL --gemm-picks "$log/picks-other.txt"
-expect_error picks-model "is not one of this model's (its --hidden and --tokens must match)" \
+expect_error picks-model "in this run (its --hidden and --tokens must match)" \
     ${SMALL/--hidden 512/--hidden 256} --gemm-picks "$log/picks.txt"
 { head -n 1 "$log/picks.txt"; echo "garbage"; } >"$log/picks-bad.txt"
 expect_error picks-bad "line 2: expected \"m n k candidate name\"" $SMALL --gemm-picks "$log/picks-bad.txt"
 head -n 3 "$log/picks.txt" >"$log/picks-short.txt"
 expect_error picks-short "no line for GEMM 'dW2'" $SMALL --gemm-picks "$log/picks-short.txt"
 expect_error picks-no-tune "--gemm-picks: not with --no-tune" $SMALL --gemm-picks "$log/picks.txt" --no-tune
+expect_error picks-sm-margin "--gemm-picks: not with --sm-margin" $SMALL --gemm-picks "$log/picks.txt" --sm-margin 4
+# numbers that overflow an int, a GEMM twice, a folder: refused; blanks after a name and a blank
+# last line: read
+awk 'NR == 2 { $4 = 4294967296 } { print }' "$log/picks.txt" >"$log/picks-big.txt"
+expect_error picks-big "line 2: expected \"m n k candidate name\" (numbers from 0 to 2147483647" $SMALL --gemm-picks "$log/picks-big.txt"
+{ cat "$log/picks.txt"; sed -n 2p "$log/picks.txt"; } >"$log/picks-twice.txt"
+expect_error picks-twice "line 8: a second line for GEMM 'fwd1 gelu_aux'" $SMALL --gemm-picks "$log/picks-twice.txt"
+mkdir "$log/picks-dir"
+expect_error picks-dir "--gemm-picks=$log/picks-dir: Is a directory" $SMALL --gemm-picks "$log/picks-dir"
+{ sed 's/$/  /' "$log/picks.txt" | sed '1s/  $//'; echo; } >"$log/picks-blanks.txt"
+run picks-blanks $SMALL --schedule 1f1b --gemm-picks "$log/picks-blanks.txt"; rc=$?
+[ "$rc" -eq 0 ] && [ "$(grep -c "from $log/picks-blanks.txt)" "$log/picks-blanks")" -ge 6 ] && ok "picks: trailing blanks and a blank line read" ||
+    { bad "picks-blanks (exit $rc)"; tail -n 3 "$log/picks-blanks"; }
+# two runs started together on a file neither finds: both tune, one writes, and the other must run
+# the written picks (it read the file, or it lost the race and says so), never its own
+ONE_P="--single --hidden 512 --layers 6 --tokens 1024 --mb 4 --warmup 1 --steps 2 --gemm-picks $log/race.txt"
+timeout 180 "$BIN" $ONE_P >"$log/race-a" 2>&1 & pa=$!
+timeout 180 "$BIN" $ONE_P >"$log/race-b" 2>&1 & pb=$!
+wait $pa; ra=$?; wait $pb; rb=$?
+took=0
+for f in race-a race-b; do
+    grep -q "from $log/race.txt)\|running its picks" "$log/$f" && took=$((took + 1))
+done
+[ "$ra" -eq 0 ] && [ "$rb" -eq 0 ] && [ "$took" -eq 1 ] &&
+    ok "picks: two runs at once, one writes, the other runs its picks$(grep -h -o 'written by another run' "$log"/race-? | head -n 1 | sed 's/^/ (/; s/$/)/')" ||
+    { bad "picks race: exits $ra $rb, $took run(s) took the file's picks (expected 1)"; tail -n 3 "$log/race-a" "$log/race-b"; }
 
 # --tune-in-step: the candidates take turns inside real steps; the picks written are those, and a
 # pipeline reading them runs them
