@@ -328,18 +328,22 @@ static pp_status pp__build_looped_bfs(pp_schedule *s, pp_error *err)
 }
 #undef PP__EMIT
 
-/* Megatron's table with a last, smaller group (mb not a multiple of the group size) and vpp >= 3
- * can deadlock: e.g. pp=4, vpp=3, mb=5: rank 0's F(mb 4, chunk 2) waits for rank 3's F(4, chunk
- * 1), which rank 3 runs only after B(0, chunk 1), which waits for rank 0's B(0, chunk 2), which
- * rank 0 runs after that F. Where the exact order deadlocks, every rank found waiting on a
- * backward takes one more warmup forward, until the order runs (this always ends: all-forward
- * warmup is GPipe-like and deadlock-free). Where Megatron's order runs, it is kept exactly. */
+/* Megatron's table deadlocks outside the range Megatron-LM accepts (schedules.py raises unless
+ * pp <= group <= mb and the last group is empty or at least pp). A last, smaller group with vpp >= 3:
+ * e.g. pp=4, vpp=3, mb=5: rank 0's F(mb 4, chunk 2) waits for rank 3's F(4, chunk 1), which rank
+ * 3 runs only after B(0, chunk 1), which waits for rank 0's B(0, chunk 2), which rank 0 runs after
+ * that F. A group below pp (pp=4, vpp=2, mb=8, group 2): a rank's warmup ends before the microbatch
+ * its first backward needs has reached the last stage. pipepar accepts any group and mb: where the
+ * exact order deadlocks, every rank found waiting on a backward takes one more warmup forward,
+ * until the order runs (this always ends: all-forward warmup is GPipe-like and deadlock-free).
+ * Where Megatron's order runs, it is kept exactly. */
 static pp_status pp__build_interleaved_deadlock_free(pp_schedule *s, pp_error *err)
 {
     int *extra = NULL, r, attempt, total = s->mb * s->vpp;
     unsigned char *stuck = NULL;
     pp_status st;
-    if (s->mb % s->group == 0 || s->vpp == 1 || s->pp == 1) return pp__build_interleaved(s, NULL, err);
+    if ((s->mb % s->group == 0 && s->group >= s->pp) || s->vpp == 1 || s->pp == 1)
+        return pp__build_interleaved(s, NULL, err);   /* Megatron's own range: its order runs as is */
     extra = (int *)pp__calloc((size_t)s->pp, sizeof(int));
     stuck = (unsigned char *)pp__calloc((size_t)s->pp, 1);
     if (!extra || !stuck) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
@@ -416,7 +420,8 @@ pp_status pp_schedule_build(const pp_schedule_config *cfg, pp_schedule **out, pp
                             c.vpp, kn);
         break;
     case PP_INTERLEAVED_1F1B:
-        /* Megatron-LM accepts any mb >= 1 and any group >= 1 (a last, smaller group takes the rest). */
+        /* any mb >= 1 and group >= 1: outside Megatron-LM's range (pp <= group <= mb, a last group
+         * of 0 or >= pp) the deadlock-free builder below makes the order run */
         break;
     default: break;
     }

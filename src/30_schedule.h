@@ -85,7 +85,9 @@ typedef struct pp_schedule_config {
     int pp;         /* pipeline ranks, >= 1 */
     int vpp;        /* chunks per rank; 0 means 1 (2 for V-shaped kinds and dualpipe) */
     int mb;         /* microbatches per step, >= 1 */
-    int group;      /* interleaved: microbatch_group_size_per_vp_stage; 0 means pp */
+    int group;      /* interleaved: microbatch_group_size_per_vp_stage; 0 means pp. Any >= 1:
+                       outside Megatron's range (pp <= group <= mb, a last group of 0 or >= pp),
+                       where its table would deadlock, ranks take extra warmup forwards */
     int max_live;   /* kinds that take one: cap on live activations per rank; 0 means the kind's own */
 } pp_schedule_config;
 

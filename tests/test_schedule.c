@@ -136,6 +136,33 @@ static void interleaved_last_partial_group_that_would_deadlock_gets_extra_warmup
     }
 }
 
+static void interleaved_runs_for_every_group_and_mb(void)
+{
+    /* Megatron-LM accepts pp <= group <= mb with a last group of 0 or >= pp; pipepar any group
+     * and mb. Every one must build, lower and validate (group 2 at pp 4 deadlocked before: its
+     * warmup ended before the first backward's microbatch reached the last stage). Inside
+     * Megatron's range the order is its table's exactly (the tests above and the PyTorch data). */
+    int pp, vpp, mb, group, bad = 0;
+    for (pp = 2; pp <= 6; pp++)
+        for (vpp = 2; vpp <= 4; vpp++)
+            for (mb = 1; mb <= 12; mb++)
+                for (group = 1; group <= mb + 1 && !bad; group++) {
+                    pp_schedule_config cfg;
+                    pp_schedule *s = NULL;
+                    pp_error err;
+                    memset(&cfg, 0, sizeof cfg);
+                    cfg.kind = PP_INTERLEAVED_1F1B; cfg.pp = pp; cfg.vpp = vpp; cfg.mb = mb; cfg.group = group;
+                    if (pp_schedule_build(&cfg, &s, &err) != PP_OK || pp_schedule_lower(s, &err) != PP_OK ||
+                        pp_schedule_validate(s, &err) != PP_OK) {
+                        pp_test_fail(__FILE__, __LINE__, "interleaved pp=%d vpp=%d mb=%d group=%d: %s", pp, vpp, mb,
+                                     group, err.message);
+                        bad = 1;
+                    }
+                    pp_schedule_free(s);
+                }
+    PP_CHECK(!bad);
+}
+
 /* --- generators: PyTorch reference orders ------------------------------------------------- */
 
 static void orders_equal_pytorch_reference(void)
@@ -839,6 +866,7 @@ const pp_test_case pp_suite_schedule[] = {
     PP_TEST(interleaved_follows_megatron_group_table_and_warmup),
     PP_TEST(interleaved_with_one_chunk_is_1f1b),
     PP_TEST(interleaved_last_partial_group_that_would_deadlock_gets_extra_warmup),
+    PP_TEST(interleaved_runs_for_every_group_and_mb),
     PP_TEST(orders_equal_pytorch_reference),
     PP_TEST(every_generator_validates_for_pp_1_to_8_vpp_1_to_4_mb_1_to_32),
     PP_TEST(simulated_bubbles_equal_the_textbook_formulas),
