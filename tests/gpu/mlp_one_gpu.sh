@@ -47,10 +47,8 @@ run held-train $SMALL --schedule-csv "$log/held.csv" --train 3 --optimizer adamw
 rc=$?; [ "$rc" -eq 0 ] && [ "$(grep -c '^train step' "$log/held-train")" -eq 3 ] && ok "held: trains 3 steps (AdamW)" ||
     { bad "held-train (exit $rc)"; tail -n 5 "$log/held-train"; }
 
-# stages of different sizes on the rank (1, 3 and 2 blocks): each buffer holds the largest
-# stage's dh and dy, and a smaller stage's I uses the start of each half
-run held-uneven $SMALL --schedule-csv "$log/held.csv" --layout 'Et|t*3|t*2L' --check; expect_match held-uneven $?
-iw_is held-uneven "6 of 3 blocks"
+# (Stages of different sizes on one rank need a layout, and a layout of several chunks per rank
+# needs pp >= 2, Megatron's rule: nccl_pipeline.sh checks them on two GPUs.)
 
 # the built kinds: one buffer where each W follows its I at once (at pp 1 every I/W kind does)
 run zbv $SMALL --schedule zbv --check; expect_match zbv $?
@@ -105,8 +103,8 @@ awk 'NR == 2 { $4 = 4294967296 } { print }' "$log/picks.txt" >"$log/picks-big.tx
 expect_error picks-big "line 2: expected \"m n k candidate name\" (numbers from 0 to 2147483647" $SMALL --gemm-picks "$log/picks-big.txt"
 { cat "$log/picks.txt"; sed -n 2p "$log/picks.txt"; } >"$log/picks-twice.txt"
 expect_error picks-twice "line 8: a second line for GEMM 'fwd1 gelu_aux'" $SMALL --gemm-picks "$log/picks-twice.txt"
-mkdir "$log/picks-dir"
-expect_error picks-dir "--gemm-picks=$log/picks-dir: Is a directory" $SMALL --gemm-picks "$log/picks-dir"
+mkdir "$log/picks-folder"
+expect_error picks-dir "--gemm-picks=$log/picks-folder: Is a directory" $SMALL --gemm-picks "$log/picks-folder"
 { sed 's/$/  /' "$log/picks.txt" | sed '1s/  $//'; echo; } >"$log/picks-blanks.txt"
 run picks-blanks $SMALL --schedule 1f1b --gemm-picks "$log/picks-blanks.txt"; rc=$?
 [ "$rc" -eq 0 ] && [ "$(grep -c "from $log/picks-blanks.txt)" "$log/picks-blanks")" -ge 6 ] && ok "picks: trailing blanks and a blank line read" ||
