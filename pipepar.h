@@ -870,6 +870,14 @@ typedef struct pp_layer_costs {
     double memory;          /* activations one microbatch keeps there, in decoder layers (1 = one) */
 } pp_layer_costs;
 
+/* Where a running search is, for pp_search_config.progress. */
+typedef struct pp_search_progress {
+    long simulated;         /* schedules proven and simulated so far, every vpp and split */
+    int vpp;                /* the vpp being searched now */
+    long splits_done;       /* with layers: the splits of this vpp searched so far */
+    long splits_total;      /*   and the most it will try (0 without layers) */
+} pp_search_progress;
+
 typedef struct pp_search_config {
     int pp;                 /* pipeline ranks, >= 1 */
     int mb;                 /* microbatches per step, >= 1 */
@@ -907,6 +915,11 @@ typedef struct pp_search_config {
                                the one-layer move between two stages that shortens the step most,
                                until none does), trying at most this many; 0 means 4096 (each split
                                costs a whole search of that vpp) */
+    void (*progress)(void *user, const pp_search_progress *where);
+                            /* optional: called after every schedule simulated (often: a layout
+                               search simulates hundreds of thousands), so a caller can show how far
+                               a long search is; it must be cheap and may not call pp_search */
+    void *progress_user;    /* passed to progress */
 } pp_search_config;
 
 typedef struct pp_search_entry {
@@ -6944,6 +6957,7 @@ typedef struct pp__search {
     size_t pool_len, pool_cap;
     int split_fits;                 /* the current split's best entry: fits the cap? */
     double split_makespan;          /*   and its step time (DBL_MAX before any) */
+    pp_search_progress where;       /* what cfg->progress is told */
 } pp__search;
 
 static void pp__candidate_name(const pp__candidate *c, char *buf, size_t size)
@@ -7120,6 +7134,8 @@ static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error 
     }
     e->fits = cfg->max_memory <= 0 || e->peak_memory <= cfg->max_memory * (1 + 1e-12);
     pp_sim_result_free(sim);
+    S->where.simulated++;
+    if (cfg->progress) cfg->progress(cfg->progress_user, &S->where);
     return pp__search_keep(S, &t, err);
 }
 
@@ -7212,7 +7228,10 @@ static pp_status pp__search_vpp(pp__search *S, int vpp, pp_error *err)
         }
     }
     /* greedy: at 1F1B's memory and at the cap (or twice 1F1B's without one), every policy,
-     * looped and, for vpp = 2, V */
+     * looped and, for vpp = 2, V. A cap below one microbatch through every chunk (max_live vpp)
+     * fits no schedule: each rank holds a microbatch in all its chunks while it reaches the last
+     * stage. The greedy at vpp live is then built anyway, over the cap, so that the least memory
+     * the caller is told of is the least any schedule has. */
     Lcap = cfg->max_memory > 0 ? (int)(cfg->max_memory * vpp + 1e-9) : 2 * cfg->pp * vpp;
     c.kind = PP_CUSTOM;
     for (k = 0; k < (vpp == 2 ? 2 : 1); k++) {
@@ -7220,6 +7239,7 @@ static pp_status pp__search_vpp(pp__search *S, int vpp, pp_error *err)
         c.placement = k ? PP_PLACEMENT_V : PP_PLACEMENT_LOOPED;
         if (cfg->pp * vpp <= Lcap) Ls[nL++] = cfg->pp * vpp;
         if (Lcap != cfg->pp * vpp && Lcap >= vpp) Ls[nL++] = Lcap;
+        else if (Lcap < vpp) Ls[nL++] = vpp;
         for (li = 0; li < nL; li++)
             for (c.flags = 0; c.flags < PP_GREEDY_FLAG_LIMIT; c.flags++) {
                 if ((c.flags & PP_GREEDY_I_FIRST) && (c.flags & PP_GREEDY_READY_ORDER)) continue;
@@ -7352,6 +7372,7 @@ static pp_status pp__search_split(pp__search *S, const pp_sim_costs *per_layer, 
     S->split_fits = -1;
     S->split_makespan = DBL_MAX;
     pp__split_costs(S->cfg, per_layer, S->layout, S->stages, split_cost);
+    S->where.splits_done++;   /* counted as it starts: "split 1 of N" while the first runs */
     return pp__search_vpp(S, vpp, err);
 }
 
@@ -7465,6 +7486,8 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     }
     for (vpp = vlo; vpp <= vhi; vpp++) {
         int stages = cfg->pp * vpp, lo, hi, sn, have;
+        S.where.vpp = vpp;
+        S.where.splits_done = S.where.splits_total = 0;
         if (!cfg->layers) {
             st = pp__search_vpp(&S, vpp, err);
             if (st != PP_OK) goto done;
@@ -7484,6 +7507,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
         memcpy(split, even, (size_t)stages * sizeof *split);
         count = pp__splits_count(cfg->layers, stages, lo, hi, max_layouts);
         if (count < 0) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+        S.where.splits_total = count <= max_layouts ? count : max_layouts;
         if (count <= max_layouts) {
             for (have = 0;; have = 1) {
                 st = pp__search_split(&S, &cfg_copy.costs, vpp, split_cost, err);

@@ -3,7 +3,9 @@
  * A subcommand lives in examples/cli_*.c and defines two things; the Makefile finds them:
  *     const char pp_cli_NAME_summary[] = "one line for `pipepar help`";
  *     int pp_cli_NAME(int argc, char **argv)   // argv[0] is "NAME"; returns the exit code
- * Every bad flag exits 2 with one line on stderr naming the flag and the rule.              */
+ * Exit codes: 0 done; 2 the input breaks a rule (a flag, a value, a file's contents, a combination
+ * the library refuses), with one line on stderr naming the parameter and the rule; 1 anything
+ * else (out of memory, a failed write, `search` finding no schedule under --max-mem).        */
 #ifndef PP_CLI_H
 #define PP_CLI_H
 #include <errno.h>
@@ -31,7 +33,8 @@ static int cli_usage_error(const char *fmt, ...)
     return 2;
 }
 
-/* Prints a pp_error as "pipepar: message" and returns exit code 1. */
+/* Prints a pp_error as "pipepar: message"; returns 2 when the input broke a rule (the library
+ * names the parameter and the rule), else 1. */
 static int cli_report(const pp_error *err)
 #if defined(__GNUC__)
     __attribute__((unused))
@@ -40,7 +43,10 @@ static int cli_report(const pp_error *err)
 static int cli_report(const pp_error *err)
 {
     fprintf(stderr, "pipepar: %s\n", err->message);
-    return 1;
+    switch (err->status) {
+    case PP_EINVAL: case PP_EPARSE: case PP_EUNSUPPORTED: case PP_EINVALID_SCHEDULE: case PP_EDEADLOCK: return 2;
+    default: return 1;
+    }
 }
 
 /* Parses a whole decimal integer in [lo, hi]; on failure prints why and returns 0. */

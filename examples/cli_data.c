@@ -36,19 +36,39 @@ static int data_int(const char *flag, const char *val, long lo, long hi, int *ou
     return 1;
 }
 
-/* Integers separated by spaces, commas or newlines; '#' starts a comment to the end of the line.
- * Returns the count (>= 0) or -1 after printing why (exit code 1 then). */
-static int data_parse_ints(const char *what, const char *text, int32_t **out)
+/* Integers separated by blanks, newlines or single commas; '#' starts a comment to the end of the
+ * line. An empty entry ("1,,2", a leading or trailing comma) is refused, not
+ * skipped: it is a length the user meant to give. Where is "line N" for a file, "entry N" for a
+ * flag's list (inline). Returns the count (>= 0), or -1 after printing why (exit code 2 then:
+ * the input breaks a rule), or -3 when out of memory (exit 1). */
+static int data_parse_ints(const char *what, const char *text, int inline_list, int32_t **out)
 {
-    int n = 0, cap = 0, line = 1;
+    int n = 0, cap = 0, line = 1, after_comma = 1, commas = 0;
     int32_t *v = NULL;
     const char *p = text;
     for (;;) {
         char *end;
         long x;
-        while (*p == ' ' || *p == '\t' || *p == ',' || *p == '\r' || *p == '\n' || *p == '#') {
-            if (*p == '#') while (*p && *p != '\n') p++;
-            else { if (*p == '\n') line++; p++; }
+        for (;;) {   /* separators; a comma needs an entry before it and after it */
+            if (*p == ',') {
+                if (after_comma) break;
+                after_comma = 1; commas++; p++;
+            } else if (*p == '#') {
+                while (*p && *p != '\n') p++;
+            } else if (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') {
+                if (*p == '\n') { line++; after_comma = 0; }   /* a line's end also ends an entry */
+                p++;
+            } else break;
+        }
+        if (*p == ',' || (!*p && after_comma && commas > 0)) {
+            if (inline_list)
+                fprintf(stderr, "pipepar: %s: entry %d is empty (a comma with no number %s it)\n", what, n + 1,
+                        n == 0 ? "before" : "after");
+            else
+                fprintf(stderr, "pipepar: %s, line %d: an empty entry (a comma with no number %s it)\n", what, line,
+                        n == 0 ? "before" : "after");
+            free(v);
+            return -1;
         }
         if (!*p) break;
         errno = 0;
@@ -57,7 +77,10 @@ static int data_parse_ints(const char *what, const char *text, int32_t **out)
             (*end && !isspace((unsigned char)*end) && *end != ',' && *end != '#')) {
             int k = 0;
             while (p[k] && !isspace((unsigned char)p[k]) && p[k] != ',' && k < 20) k++;
-            fprintf(stderr, "pipepar: %s, line %d: '%.*s' is not a 32-bit integer\n", what, line, k, p);
+            if (inline_list)
+                fprintf(stderr, "pipepar: %s: entry %d, '%.*s', is not a 32-bit integer\n", what, n + 1, k, p);
+            else
+                fprintf(stderr, "pipepar: %s, line %d: '%.*s' is not a 32-bit integer\n", what, line, k, p);
             free(v);
             return -1;
         }
@@ -65,10 +88,11 @@ static int data_parse_ints(const char *what, const char *text, int32_t **out)
             int32_t *w;
             cap = cap ? cap * 2 : 1024;
             w = (int32_t *)realloc(v, sizeof(int32_t) * (size_t)cap);
-            if (!w) { free(v); fprintf(stderr, "pipepar: out of memory reading %s\n", what); return -1; }
+            if (!w) { free(v); fprintf(stderr, "pipepar: out of memory reading %s\n", what); return -3; }
             v = w;
         }
         v[n++] = (int32_t)x;
+        after_comma = 0;
         p = end;
     }
     *out = v;
@@ -94,14 +118,15 @@ static void data_print_rows(const char *prefix, const int64_t *v, int n, int jso
 }
 
 /* The lengths of --lengths, else of the file argument, else of stdin. Returns the count, -1
- * for bad data (exit 1) or -2 when the file cannot be read (exit 2, like a bad flag). */
+ * for bad data or -2 when the file cannot be read (exit 2 either way: the input breaks a rule),
+ * -3 when out of memory (exit 1). */
 static int data_read_lengths(const char *inline_list, const char *path, int32_t **out)
 {
     char *text;
     const char *name = path && strcmp(path, "-") ? path : "stdin";
     size_t len = 0;
     int n;
-    if (inline_list) n = data_parse_ints("--lengths", inline_list, out);
+    if (inline_list) n = data_parse_ints("--lengths", inline_list, 1, out);
     else {
         const char *nul;
         text = cli_read_file(path ? path : "-", &len);
@@ -112,9 +137,10 @@ static int data_read_lengths(const char *inline_list, const char *path, int32_t 
             free(text);
             return -1;
         }
-        n = data_parse_ints(name, text, out);
+        n = data_parse_ints(name, text, 0, out);
         free(text);
     }
+    if (n < 0) return n;
     if (n == 0) {
         fprintf(stderr, "pipepar: %s: no sequence lengths (give --lengths a,b,..., a file or stdin)\n",
                 inline_list ? "--lengths" : name);
@@ -238,7 +264,7 @@ int pp_cli_pack(int argc, char **argv)
     }
     if (cfg.pack.capacity == 0) return cli_usage_error("--capacity: required (tokens per microbatch)");
     if (inline_list && path) return cli_usage_error("--lengths: give the lengths either inline or as a file, not both");
-    if ((n = data_read_lengths(inline_list, path, &lengths)) < 0) return n == -2 ? 2 : 1;
+    if ((n = data_read_lengths(inline_list, path, &lengths)) < 0) return n == -3 ? 1 : 2;
     if (pp_pack_plan_build(lengths, n, &cfg, &plan, &err) != PP_OK) { free(lengths); return cli_report(&err); }
     for (i = 0; i < n; i++) { real += lengths[i]; packed += plan->padded_lengths[i]; }
     for (b = 0; b < plan->num_bins; b++) padded += plan->bin_padded_tokens[b];
@@ -337,13 +363,13 @@ int pp_cli_cp(int argc, char **argv)
         if (!cu) return cli_usage_error("out of memory");
         cu[0] = 0; cu[1] = (int32_t)v; n = 1;
     } else if (cu_s) {
-        int k = data_parse_ints("--cu-seqlens", cu_s, &cu);
-        if (k < 0) return 1;
+        int k = data_parse_ints("--cu-seqlens", cu_s, 1, &cu);
+        if (k < 0) return k == -3 ? 1 : 2;
         if (k < 1) { free(cu); return cli_usage_error("--cu-seqlens: needs at least one boundary (0)"); }
         n = k - 1;
     } else {
         int64_t m = mult ? mult : (cp > 1 ? 2LL * cp * tp : tp), acc = 0;
-        if ((n = data_parse_ints("--lengths", len_s, &lengths)) < 0) return 1;
+        if ((n = data_parse_ints("--lengths", len_s, 1, &lengths)) < 0) return n == -3 ? 1 : 2;
         if (cp > 1 && m % (2 * cp)) { free(lengths); return cli_usage_error("--seq-multiple=%lld: must be a multiple of 2*cp=%d", (long long)m, 2 * cp); }
         cu = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n + 1));
         if (!cu) { free(lengths); return cli_usage_error("out of memory"); }
@@ -352,10 +378,10 @@ int pp_cli_cp(int argc, char **argv)
             if (lengths[i] < 1) {
                 fprintf(stderr, "pipepar: lengths[%d]=%d: a sequence needs at least 1 token\n", i, (int)lengths[i]);
                 free(lengths); free(cu);
-                return 1;
+                return 2;
             }
             acc += (lengths[i] + m - 1) / m * m;
-            if (acc > INT32_MAX) { fprintf(stderr, "pipepar: --lengths: more than 2^31-1 tokens\n"); free(lengths); free(cu); return 1; }
+            if (acc > INT32_MAX) { fprintf(stderr, "pipepar: --lengths: more than 2^31-1 tokens\n"); free(lengths); free(cu); return 2; }
             cu[i + 1] = (int32_t)acc;
         }
     }
@@ -517,7 +543,7 @@ int pp_cli_replay(int argc, char **argv)
     if (tp_rank >= 0 && !sp) return cli_usage_error("--tp-rank=%d: only with --sequence-parallel", tp_rank);
     if (inline_list && path) return cli_usage_error("--lengths: give the lengths either inline or as a file, not both");
     if (!strcmp(payload, "full")) rc.model.payload_layers = rc.model.num_layers;
-    if ((n = data_read_lengths(inline_list, path, &lengths)) < 0) return n == -2 ? 2 : 1;
+    if ((n = data_read_lengths(inline_list, path, &lengths)) < 0) return n == -3 ? 1 : 2;
     layers = (int32_t *)malloc(sizeof(int32_t) * (size_t)(rc.model.num_layers + 1));
     slots = (int32_t *)malloc(sizeof(int32_t) * (size_t)(rc.model.num_layers + 1));
     if (!layers || !slots) { code = cli_usage_error("out of memory"); goto done; }

@@ -33,7 +33,7 @@ static void schedule_usage(FILE *out, int simulate)
             "  --kind      gpipe | 1f1b | interleaved | looped-bfs | zb-h1 | zb-h2 | zbv | dualpipev | interleaved-zb |\n"
             "              dualpipe (bidirectional: even pp and mb, mb/2 microbatches down from rank 0, mb/2 up\n"
             "              from rank pp-1, each rank holding two copies of the model's stages: 2x parameters)\n"
-            "  --pp        pipeline ranks (>= 1)          --vpp   chunks per rank (default 1; 2 for zbv, dualpipev,\n"
+            "  --pp        pipeline ranks (1..4096)       --vpp   chunks per rank (default 1; 2 for zbv, dualpipev,\n"
             "                                                     dualpipe)\n"
             "  --mb        microbatches per step (>= 1)   --group microbatches per chunk round, interleaved only (default pp)\n"
             "  --max-live  zb-h2: cap on live activations per rank (default 2*pp-1; at least pp)\n"
@@ -104,7 +104,7 @@ static int parse_schedule_flags(int argc, char **argv, int simulate, schedule_fl
             if (pp_schedule_kind_parse(val, &fl->cfg.kind, &err) != PP_OK) return cli_usage_error("--kind: %s", err.message);
             have_kind = 1;
         } else if (!strcmp(a, "--pp")) {
-            if (!cli_parse_int("--pp", val, 1, 65536, &v)) return 2;
+            if (!cli_parse_int("--pp", val, 1, 4096, &v)) return 2;
             fl->cfg.pp = (int)v; have_pp = 1;
         } else if (!strcmp(a, "--vpp")) {
             if (!cli_parse_int("--vpp", val, 1, 1024, &v)) return 2;
@@ -188,7 +188,7 @@ static int make_schedule(const schedule_flags *fl, pp_schedule **out)
     if (pp_schedule_validate(s, &err) != PP_OK) {
         fprintf(stderr, "pipepar: the schedule is invalid: %s\n", err.message);
         pp_schedule_free(s);
-        return 1;
+        return 2;   /* a file's schedule breaks a rule (a built one never does: the tests prove it) */
     }
     *out = s;
     return 0;

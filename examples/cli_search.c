@@ -6,7 +6,38 @@
  * cap) plus greedy zero-bubble schedules (pp_search in pipepar.h), proves and simulates each,
  * prints the ranking and writes the winner as PyTorch's pipeline-order CSV, which
  * `pipepar schedule --from-csv` and the runtime read back.                                   */
+#include <time.h>
+#include <unistd.h>
 #include "cli.h"
+
+/* A search can take minutes (a layout search simulates every schedule on every split): on a
+ * terminal, after a second, one line on stderr says where it is, rewritten twice a second. */
+typedef struct search_meter {
+    struct timespec start, last;
+    int shown;
+} search_meter;
+
+static double search_seconds(const struct timespec *a, const struct timespec *b)
+{
+    return (double)(b->tv_sec - a->tv_sec) + 1e-9 * (double)(b->tv_nsec - a->tv_nsec);
+}
+
+static void search_progress(void *user, const pp_search_progress *where)
+{
+    search_meter *m = (search_meter *)user;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (search_seconds(&m->start, &now) < 1.0 || (m->shown && search_seconds(&m->last, &now) < 0.5)) return;
+    m->last = now;
+    m->shown = 1;
+    if (where->splits_total)
+        fprintf(stderr, "\rsearching: vpp %d, split %ld of at most %ld; %ld schedules simulated, %.0f s   ", where->vpp,
+                where->splits_done, where->splits_total, where->simulated, search_seconds(&m->start, &now));
+    else
+        fprintf(stderr, "\rsearching: vpp %d; %ld schedules simulated, %.0f s   ", where->vpp, where->simulated,
+                search_seconds(&m->start, &now));
+    fflush(stderr);
+}
 
 const char pp_cli_search_summary[] = "rank every schedule by simulated step time under a memory cap; emit the best";
 
@@ -184,8 +215,11 @@ int pp_cli_search(int argc, char **argv)
     double *stage[5] = { NULL, NULL, NULL, NULL, NULL }, bytes = 0, gbps = 0;
     pp_layers *lay = NULL;
     pp_layer_costs *layer_costs = NULL;
+    FILE *csv_file = NULL;
+    search_meter meter = { { 0, 0 }, { 0, 0 }, 0 };
+    pp_status st;
     long v, top = 15, spread = 0;
-    int i, k, json = 0, have_pp = 0, have_mb = 0, have_ends = 0, rc = 0;
+    int i, k, name_width = 54, json = 0, have_pp = 0, have_mb = 0, have_ends = 0, rc = 0;
     memset(&cfg, 0, sizeof cfg);
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -331,7 +365,18 @@ int pp_cli_search(int argc, char **argv)
     cfg.costs.f_stage = stage[0]; cfg.costs.i_stage = stage[1]; cfg.costs.w_stage = stage[2]; cfg.costs.b_stage = stage[3];
     cfg.costs.memory_stage = stage[4];
 
-    if (pp_search(&cfg, &res, &err) != PP_OK) { rc = cli_report(&err); goto done; }
+    if (csv) {   /* before the search, which can take minutes: a path that cannot be written fails now */
+        csv_file = fopen(csv, "w");
+        if (!csv_file) { rc = cli_usage_error("--csv '%s': cannot open for writing: %s", csv, strerror(errno)); goto done; }
+    }
+    if (isatty(STDERR_FILENO)) {
+        clock_gettime(CLOCK_MONOTONIC, &meter.start);
+        cfg.progress = search_progress;
+        cfg.progress_user = &meter;
+    }
+    st = pp_search(&cfg, &res, &err);
+    if (meter.shown) fprintf(stderr, "\r%*s\r", 100, "");   /* the meter's line, cleared */
+    if (st != PP_OK) { rc = cli_report(&err); goto done; }
     if (json) {
         printf("{\"pp\": %d, \"mb\": %d, \"max_memory\": %.9g, ", cfg.pp, cfg.mb, cfg.max_memory);
         if (cfg.layers) printf("\"layers\": %d, \"layouts\": %ld, \"layouts_local\": %s, ", cfg.layers, res->layouts,
@@ -364,11 +409,13 @@ int pp_cli_search(int argc, char **argv)
             printf(", each on %ld splits of %d layers (where a vpp has more than --max-layouts, found by descent "
                    "from the even split)", res->layouts, cfg.layers);
         if (cfg.max_memory > 0) printf("; memory cap %g (1F1B needs %d)", cfg.max_memory, cfg.pp);
-        printf("\n\n  #  %-54s %12s %8s %9s  %s\n", "schedule", "step time", "bubble", "peak mem",
+        for (k = 0; k < res->count && (top == 0 || k < top); k++)   /* the widest name shown sets the column */
+            if ((int)strlen(res->entries[k].name) > name_width) name_width = (int)strlen(res->entries[k].name);
+        printf("\n\n  #  %-*s %12s %8s %9s  %s\n", name_width, "schedule", "step time", "bubble", "peak mem",
                cfg.layers ? "its fastest layout" : "");
         for (k = 0; k < res->count && (top == 0 || k < top); k++) {
             const pp_search_entry *e = &res->entries[k];
-            printf("%3d  %-54s %12.6g %7.2f%% %9.3f  ", k + 1, e->name, e->makespan, 100.0 * e->bubble, e->peak_memory);
+            printf("%3d  %-*s %12.6g %7.2f%% %9.3f  ", k + 1, name_width, e->name, e->makespan, 100.0 * e->bubble, e->peak_memory);
             if (e->stage_layers) print_layout(e, cfg.pp);
             printf("%s%s\n", e->stage_layers && !e->fits ? "  " : "", e->fits ? "" : "over the cap");
         }
@@ -388,19 +435,21 @@ int pp_cli_search(int argc, char **argv)
         const pp_search_entry *least = NULL;
         for (k = 0; k < res->count; k++)
             if (!least || res->entries[k].peak_memory < least->peak_memory) least = &res->entries[k];
-        fprintf(stderr, "pipepar: --max-mem=%g: no schedule fits; the least memory is %.3f (%s)\n", cfg.max_memory,
+        fprintf(stderr, "pipepar: --max-mem=%g: no schedule fits; the least memory is %.3f (%s): every schedule "
+                "holds one microbatch through all of a rank's layers at once\n", cfg.max_memory,
                 least ? least->peak_memory : 0.0, least ? least->name : "none");
         rc = 1;
         goto done;
     }
-    if (csv) {
-        FILE *f = fopen(csv, "w");
-        if (!f) { rc = cli_usage_error("--csv '%s': cannot open for writing", csv); goto done; }
+    if (csv_file) {
+        FILE *f = csv_file;
+        csv_file = NULL;
         if (pp_schedule_write_csv(res->best, f, &err) != PP_OK) rc = cli_report(&err);
-        if (fclose(f) != 0 && rc == 0) rc = cli_usage_error("--csv '%s': write failed", csv);
+        if (fclose(f) != 0 && rc == 0) rc = cli_usage_error("--csv '%s': write failed: %s", csv, strerror(errno));
         if (rc == 0 && !json) printf("wrote %s (PyTorch's pipeline-order CSV, sends and receives included)\n", csv);
     }
 done:
+    if (csv_file) { fclose(csv_file); remove(csv); }   /* no winner: no file */
     pp_search_result_free(res);
     pp_layers_free(lay);
     free(layer_costs);

@@ -294,6 +294,7 @@ typedef struct pp__search {
     size_t pool_len, pool_cap;
     int split_fits;                 /* the current split's best entry: fits the cap? */
     double split_makespan;          /*   and its step time (DBL_MAX before any) */
+    pp_search_progress where;       /* what cfg->progress is told */
 } pp__search;
 
 static void pp__candidate_name(const pp__candidate *c, char *buf, size_t size)
@@ -470,6 +471,8 @@ static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error 
     }
     e->fits = cfg->max_memory <= 0 || e->peak_memory <= cfg->max_memory * (1 + 1e-12);
     pp_sim_result_free(sim);
+    S->where.simulated++;
+    if (cfg->progress) cfg->progress(cfg->progress_user, &S->where);
     return pp__search_keep(S, &t, err);
 }
 
@@ -562,7 +565,10 @@ static pp_status pp__search_vpp(pp__search *S, int vpp, pp_error *err)
         }
     }
     /* greedy: at 1F1B's memory and at the cap (or twice 1F1B's without one), every policy,
-     * looped and, for vpp = 2, V */
+     * looped and, for vpp = 2, V. A cap below one microbatch through every chunk (max_live vpp)
+     * fits no schedule: each rank holds a microbatch in all its chunks while it reaches the last
+     * stage. The greedy at vpp live is then built anyway, over the cap, so that the least memory
+     * the caller is told of is the least any schedule has. */
     Lcap = cfg->max_memory > 0 ? (int)(cfg->max_memory * vpp + 1e-9) : 2 * cfg->pp * vpp;
     c.kind = PP_CUSTOM;
     for (k = 0; k < (vpp == 2 ? 2 : 1); k++) {
@@ -570,6 +576,7 @@ static pp_status pp__search_vpp(pp__search *S, int vpp, pp_error *err)
         c.placement = k ? PP_PLACEMENT_V : PP_PLACEMENT_LOOPED;
         if (cfg->pp * vpp <= Lcap) Ls[nL++] = cfg->pp * vpp;
         if (Lcap != cfg->pp * vpp && Lcap >= vpp) Ls[nL++] = Lcap;
+        else if (Lcap < vpp) Ls[nL++] = vpp;
         for (li = 0; li < nL; li++)
             for (c.flags = 0; c.flags < PP_GREEDY_FLAG_LIMIT; c.flags++) {
                 if ((c.flags & PP_GREEDY_I_FIRST) && (c.flags & PP_GREEDY_READY_ORDER)) continue;
@@ -702,6 +709,7 @@ static pp_status pp__search_split(pp__search *S, const pp_sim_costs *per_layer, 
     S->split_fits = -1;
     S->split_makespan = DBL_MAX;
     pp__split_costs(S->cfg, per_layer, S->layout, S->stages, split_cost);
+    S->where.splits_done++;   /* counted as it starts: "split 1 of N" while the first runs */
     return pp__search_vpp(S, vpp, err);
 }
 
@@ -815,6 +823,8 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     }
     for (vpp = vlo; vpp <= vhi; vpp++) {
         int stages = cfg->pp * vpp, lo, hi, sn, have;
+        S.where.vpp = vpp;
+        S.where.splits_done = S.where.splits_total = 0;
         if (!cfg->layers) {
             st = pp__search_vpp(&S, vpp, err);
             if (st != PP_OK) goto done;
@@ -834,6 +844,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
         memcpy(split, even, (size_t)stages * sizeof *split);
         count = pp__splits_count(cfg->layers, stages, lo, hi, max_layouts);
         if (count < 0) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+        S.where.splits_total = count <= max_layouts ? count : max_layouts;
         if (count <= max_layouts) {
             for (have = 0;; have = 1) {
                 st = pp__search_split(&S, &cfg_copy.costs, vpp, split_cost, err);

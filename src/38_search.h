@@ -104,6 +104,14 @@ typedef struct pp_layer_costs {
     double memory;          /* activations one microbatch keeps there, in decoder layers (1 = one) */
 } pp_layer_costs;
 
+/* Where a running search is, for pp_search_config.progress. */
+typedef struct pp_search_progress {
+    long simulated;         /* schedules proven and simulated so far, every vpp and split */
+    int vpp;                /* the vpp being searched now */
+    long splits_done;       /* with layers: the splits of this vpp searched so far */
+    long splits_total;      /*   and the most it will try (0 without layers) */
+} pp_search_progress;
+
 typedef struct pp_search_config {
     int pp;                 /* pipeline ranks, >= 1 */
     int mb;                 /* microbatches per step, >= 1 */
@@ -141,6 +149,11 @@ typedef struct pp_search_config {
                                the one-layer move between two stages that shortens the step most,
                                until none does), trying at most this many; 0 means 4096 (each split
                                costs a whole search of that vpp) */
+    void (*progress)(void *user, const pp_search_progress *where);
+                            /* optional: called after every schedule simulated (often: a layout
+                               search simulates hundreds of thousands), so a caller can show how far
+                               a long search is; it must be cheap and may not call pp_search */
+    void *progress_user;    /* passed to progress */
 } pp_search_config;
 
 typedef struct pp_search_entry {

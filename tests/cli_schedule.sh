@@ -17,7 +17,7 @@ $P simulate --from-csv /tmp/pp_cli_$$.csv --json | grep -q '"makespan": 21' && o
 $P schedule --kind 1f1b --pp 2 --mb 3 --format csv | head -1 | grep -q '0SEND_F1,,0RECV_B0' && ok || bad "csv group separator"
 # a CSV whose rank-0 group meets two groups of rank 1 is refused, and --relower repairs it
 printf '0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n' > /tmp/pp_cli_$$.csv
-expect_error 1 "each group must meet exactly one group of each peer" schedule --from-csv /tmp/pp_cli_$$.csv
+expect_error 2 "each group must meet exactly one group of each peer" schedule --from-csv /tmp/pp_cli_$$.csv
 $P schedule --from-csv /tmp/pp_cli_$$.csv --relower --format csv | head -1 | grep -q '^0F0,0SEND_F0,,0RECV_B0,0B0$' && ok || bad "--relower"
 expect_error 2 "--relower: only with --from-csv" schedule --kind 1f1b --pp 2 --mb 2 --relower
 rm -f /tmp/pp_cli_$$.csv
@@ -37,18 +37,19 @@ expect_error 2 "--pp: expected an integer, got 'four'" schedule --kind 1f1b --pp
 expect_error 2 "--kind: required" schedule --pp 2 --mb 4
 expect_error 2 "unknown flag '--bogus'" schedule --kind 1f1b --pp 2 --mb 4 --bogus 1
 expect_error 2 "--format 'png'" schedule --kind 1f1b --pp 2 --mb 4 --format png
-expect_error 1 "vpp=2: gpipe runs one chunk per rank" schedule --kind gpipe --pp 2 --vpp 2 --mb 4
-expect_error 1 "group=2: only interleaved" schedule --kind 1f1b --pp 2 --mb 4 --group 2
+expect_error 2 "vpp=2: gpipe runs one chunk per rank" schedule --kind gpipe --pp 2 --vpp 2 --mb 4
+expect_error 2 "group=2: only interleaved" schedule --kind 1f1b --pp 2 --mb 4 --group 2
 expect_error 2 "cannot open 'nope.csv'" schedule --from-csv nope.csv
 expect_error 2 "--f=-1: must be at least" simulate --kind 1f1b --pp 2 --mb 4 --f -1
 expect_error 2 "unknown command 'shedule'" shedule
-expect_error 1 "pp*vpp*mb=1099511627776: at most 4194304" schedule --kind 1f1b --pp 65536 --mb 16777216
+expect_error 2 "pp*vpp*mb=68719476736: at most 4194304" schedule --kind 1f1b --pp 4096 --mb 16777216
+expect_error 2 "--pp=65536: must be between 1 and 4096" schedule --kind 1f1b --pp 65536 --mb 8
 expect_error 2 "unknown flag '--bogus'" simulate --kind 1f1b --pp 4 --mb 8 --bogus
 expect_error 2 "unexpected argument 'extra'" schedule --kind 1f1b --pp 4 --mb 8 extra
 expect_error 2 "unknown flag '--json'" schedule --kind 1f1b --pp 4 --mb 8 --json
 expect_error 2 "pp*mb=32768, at most 8192 for a search" search --pp 64 --mb 512
-printf '1\n2\n\0\n3\n' > /tmp/pp_nul_$$; expect_error 1 "byte 4 is a NUL" pack --capacity 10 /tmp/pp_nul_$$; rm -f /tmp/pp_nul_$$
-expect_error 1 "no sequence lengths" pack --capacity 10 --lengths ,
+printf '1\n2\n\0\n3\n' > /tmp/pp_nul_$$; expect_error 2 "byte 4 is a NUL" pack --capacity 10 /tmp/pp_nul_$$; rm -f /tmp/pp_nul_$$
+expect_error 2 "--lengths: entry 1 is empty" pack --capacity 10 --lengths ,
 $P schedule --help >/dev/null && ok || bad "--help exits 0"
 
 echo "$pass passed, $fail failed"

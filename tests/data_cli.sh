@@ -47,14 +47,19 @@ expect_fail "capacity range" 2 "--capacity=0: must be between 1 and" pack --capa
 expect_fail "unknown algorithm" 2 "--algo=next_fit: algo=next_fit: unknown packing algorithm" pack --capacity 9 --algo next_fit --lengths 4
 expect_fail "unknown flag" 2 "--frobnicate: unknown flag" pack --capacity 9 --frobnicate --lengths 4
 expect_fail "bad assign" 2 "--assign=best: must be round-robin, tokens or attention" pack --capacity 9 --assign best --lengths 4
-expect_fail "zero length" 1 "pipepar: lengths[1]=0: a sequence needs at least 1 token" pack --capacity 9 --lengths 4,0
-expect_fail "negative length" 1 "lengths[0]=-3" pack --capacity 9 --lengths -3
-expect_fail "too long" 1 "lengths[1]=10: exceeds the bin capacity (9)" pack --capacity 9 --lengths 4,10
-expect_fail "too long once padded" 1 "lengths[0]=9: padded to a multiple of 4 it is 12 tokens, more than the bin capacity (10)" \
+expect_fail "zero length" 2 "pipepar: lengths[1]=0: a sequence needs at least 1 token" pack --capacity 9 --lengths 4,0
+expect_fail "negative length" 2 "lengths[0]=-3" pack --capacity 9 --lengths -3
+expect_fail "too long" 2 "lengths[1]=10: exceeds the bin capacity (9)" pack --capacity 9 --lengths 4,10
+expect_fail "too long once padded" 2 "lengths[0]=9: padded to a multiple of 4 it is 12 tokens, more than the bin capacity (10)" \
     pack --capacity 10 --cp 2 --lengths 9
-expect_fail "too few sequences" 1 "3 bins are needed but there are only 2 sequences" pack --capacity 9 --min-bins 3 --lengths 4,4
-expect_fail "multiple of dp" 1 "bin_count_multiple=3: must be a multiple of dp (2)" pack --capacity 9 --dp 2 --bin-multiple 3 --lengths 4,4,4
-expect_fail "not an integer" 1 "--lengths, line 1: '4x' is not a 32-bit integer" pack --capacity 9 --lengths 4x
+expect_fail "too few sequences" 2 "3 bins are needed but there are only 2 sequences" pack --capacity 9 --min-bins 3 --lengths 4,4
+expect_fail "multiple of dp" 2 "bin_count_multiple=3: must be a multiple of dp (2)" pack --capacity 9 --dp 2 --bin-multiple 3 --lengths 4,4,4
+expect_fail "not an integer" 2 "--lengths: entry 1, '4x', is not a 32-bit integer" pack --capacity 9 --lengths 4x
+IN=$'3\n4x' expect_fail "not an integer in a file" 2 "stdin, line 2: '4x' is not a 32-bit integer" pack --capacity 9
+expect_fail "empty entry" 2 "--lengths: entry 2 is empty (a comma with no number after it)" pack --capacity 9 --lengths 1,,2
+expect_fail "leading comma" 2 "--lengths: entry 1 is empty (a comma with no number before it)" pack --capacity 9 --lengths ,1
+expect_fail "trailing comma" 2 "--lengths: entry 3 is empty" pack --capacity 9 --lengths 1,2,
+expect_fail "empty cu_seqlens entry" 2 "--cu-seqlens: entry 2 is empty" cp --cp 2 --cu-seqlens 0,,8
 expect_fail "missing file" 2 "cannot open 'no/such/file'" pack --capacity 9 no/such/file
 
 # --- cp ---
@@ -68,10 +73,10 @@ expect_json "cp json" cp --cp 2 --lengths 5,11 --json
 expect_fail "cp required" 2 "--cp: required" cp --seq-len 8
 expect_fail "one input" 2 "give exactly one of them" cp --cp 2 --seq-len 8 --lengths 4
 expect_fail "rank range" 2 "--rank=2: must be below --cp=2" cp --cp 2 --seq-len 8 --rank 2
-expect_fail "bshd multiple" 1 "sequence 0: padded length 10 is not a multiple of 2*cp=4" cp --cp 2 --seq-len 10
-expect_fail "thd multiple" 1 "sequence 1: padded length 6 is not a multiple of 2*cp=4" cp --cp 2 --cu-seqlens 0,8,14
-expect_fail "thd order" 1 "cu_seqlens_padded[2]=4: smaller than the entry before it (8)" cp --cp 2 --cu-seqlens 0,8,4
-expect_fail "thd start" 1 "cu_seqlens_padded[0]=4: must be 0" cp --cp 2 --cu-seqlens 4,8
+expect_fail "bshd multiple" 2 "sequence 0: padded length 10 is not a multiple of 2*cp=4" cp --cp 2 --seq-len 10
+expect_fail "thd multiple" 2 "sequence 1: padded length 6 is not a multiple of 2*cp=4" cp --cp 2 --cu-seqlens 0,8,14
+expect_fail "thd order" 2 "cu_seqlens_padded[2]=4: smaller than the entry before it (8)" cp --cp 2 --cu-seqlens 0,8,4
+expect_fail "thd start" 2 "cu_seqlens_padded[0]=4: must be 0" cp --cp 2 --cu-seqlens 4,8
 expect_fail "seq multiple" 2 "--seq-multiple=6: must be a multiple of 2*cp=4" cp --cp 2 --lengths 5 --seq-multiple 6
 
 # --- replay ---
@@ -87,7 +92,7 @@ expect_out "sequence parallel" "cp rank 1 tp rank 1: 5 tokens  rows [9 10 11 12 
     --seq-multiple 4
 expect_out "uneven split rank 0" "stage layers [0, 13): 12 MoE layers" $R --pp 2 --first-stage-layers 13 --pp-rank 0
 expect_out "uneven split rank 1" "stage layers [13, 27): 14 MoE layers" $R --pp 2 --first-stage-layers 13 --pp-rank 1
-expect_fail "uneven split rule" 1 "does not divide evenly over pp=2" $R --pp 2 --pp-rank 1
+expect_fail "uneven split rule" 2 "does not divide evenly over pp=2" $R --pp 2 --pp-rank 1
 expect_fail "rank outside the split" 2 "--pp-rank=2, --chunk=0: the split has --pp=2 ranks" $R --pp 2 --first-stage-layers 13 --pp-rank 2
 expect_fail "stage twice" 2 "give one of them, not both" $R --pp 2 --pp-rank 0 --stage-layers 0:13
 expect_out "dense stage" "no MoE layer on this stage: nothing to replay" $R --stage-layers 0:1
@@ -95,7 +100,7 @@ expect_json "replay json" $R --stage-layers 0:13 --json
 expect_fail "layers required" 2 "--layers: required" replay --stage-layers 0:1 --capacity 9 --lengths 4
 expect_fail "stage required" 2 "--stage-layers: required" replay --layers 4 --capacity 9 --lengths 4
 expect_fail "stage syntax" 2 "--stage-layers=3: expected A:B" replay --layers 4 --stage-layers 3 --capacity 9 --lengths 4
-expect_fail "stage range" 1 "layers [0, 5): must lie within [0, num_layers=4)" replay --layers 4 --stage-layers 0:5 --capacity 9 --lengths 4
+expect_fail "stage range" 2 "layers [0, 5): must lie within [0, num_layers=4)" replay --layers 4 --stage-layers 0:5 --capacity 9 --lengths 4
 expect_fail "cp rank range" 2 "--cp-rank=2: must be below --cp=2" $R --stage-layers 0:13 --cp-rank 2
 expect_fail "tp rank needs sp" 2 "--tp-rank=0: only with --sequence-parallel" $R --stage-layers 0:13 --tp-rank 0
 expect_fail "payload" 2 "--payload=half: must be compressed or full" $R --stage-layers 0:13 --payload half

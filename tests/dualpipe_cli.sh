@@ -18,8 +18,8 @@ $P schedule --from-csv "$T/dp.csv" --format json | grep -q '"placement": "dual"'
 out=$($P simulate --kind dualpipe --pp 4 --mb 8 --f 1 --i 1 --w 0.5 --json) &&
     case "$out" in *'"peak_live": [5, 5, 5, 5]'*) ok ;; *) bad "simulate peak: $out" ;; esac || bad "simulate failed"
 $P search --pp 4 --mb 8 --top 0 | grep -q " dualpipe " && ok || bad "search lists dualpipe"
-expect_error 1 "pp=3: dualpipe needs an even pp" schedule --kind dualpipe --pp 3 --mb 6
-expect_error 1 "mb=7: dualpipe needs an even mb" simulate --kind dualpipe --pp 4 --mb 7
+expect_error 2 "pp=3: dualpipe needs an even pp" schedule --kind dualpipe --pp 3 --mb 6
+expect_error 2 "mb=7: dualpipe needs an even mb" simulate --kind dualpipe --pp 4 --mb 7
 
 # the CPU example: every step must match the single-stage run (mlp_threads exits 1 otherwise)
 for cfg in "--pp 2 --mb 4" "--pp 4 --mb 8 --layers 8" "--pp 4 --mb 6"; do

@@ -969,6 +969,38 @@ static double sr_resimulate(const pp_search_entry *e, int pp, int mb)
  * B alone at the end: 192 + 6). A 1-layer first stage with group 4 takes 195. The search finds
  * that split and that group, over exactly the 1107 splits of 16 into 8 stages of 1..3 layers
  * (the central trinomial coefficient T(8)), counted here by brute force. */
+/* The progress callback: once per schedule simulated, counting up by one, on every split of the
+ * vpp searched (1107 splits x 3 groups here), and never past the splits it announces. */
+typedef struct sr_meter { long calls, last, bad, most_splits, total; int vpp; } sr_meter;
+static void sr_meter_hook(void *user, const pp_search_progress *w)
+{
+    sr_meter *m = (sr_meter *)user;
+    m->calls++;
+    if (w->simulated != m->last + 1 || w->splits_done < 1 || w->splits_done > w->splits_total) m->bad++;
+    m->last = w->simulated;
+    m->vpp = w->vpp;
+    m->total = w->splits_total;
+    if (w->splits_done > m->most_splits) m->most_splits = w->splits_done;
+}
+
+static void search_reports_its_progress(void)
+{
+    pp_search_config cfg = sr_layers_cfg(2, 8, 4, 16, PP_INTERLEAVED_1F1B);
+    pp_search_result *res = NULL;
+    pp_error err;
+    sr_meter m;
+    memset(&m, 0, sizeof m);
+    cfg.progress = sr_meter_hook;
+    cfg.progress_user = &m;
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    PP_CHECK_INT(m.calls, 1107 * 3);
+    PP_CHECK_INT(m.bad, 0);
+    PP_CHECK_INT(m.vpp, 4);
+    PP_CHECK_INT(m.total, 1107);
+    PP_CHECK_INT(m.most_splits, 1107);
+    pp_search_result_free(res);
+}
+
 static void search_layers_finds_the_interleaved_split_and_group(void)
 {
     pp_search_config cfg = sr_layers_cfg(2, 8, 4, 16, PP_INTERLEAVED_1F1B);
@@ -1469,6 +1501,7 @@ const pp_test_case pp_suite_search[] = {
     PP_TEST(simulate_weighs_live_activations_by_memory_stage),
     PP_TEST(simulate_refuses_a_bad_memory_stage),
     PP_TEST(search_cap_holds_for_weighted_memory),
+    PP_TEST(search_reports_its_progress),
     PP_TEST(simulate_memory_stage_under_the_dual_placement),
     PP_TEST(search_and_greedy_refuse_costs_they_cannot_apply),
     PP_TEST(zb_paper_table2_bubble_and_memory_of_1f1b_zb_h1_zb_h2),

@@ -37,6 +37,13 @@ $P search --pp 2 --mb 8 --vpp 2 --f-stage 1,1,1,1.5 --i-stage 1,1,1,1.5 --w-stag
 
 # nothing fits: exit 1, one line naming the flag and the least memory found
 expect_error 1 "--max-mem=0.5: no schedule fits; the least memory is" search --pp 4 --mb 8 --max-mem 0.5 --max-vpp 2
+# ... and the least memory named is the least any schedule has (one microbatch through all of a
+# rank's layers), not the least of those built for a cap of 1 or more
+expect_error 1 "the least memory is 1.000 (greedy looped vpp=4 max_live=4)" search --pp 4 --mb 8 --max-mem 0.5
+# a --csv path that cannot be written fails before the search runs, and a search with no winner
+# leaves no file
+expect_error 2 "--csv '/nonexistent/x.csv': cannot open for writing: No such file or directory" search --pp 8 --mb 16 --layers 32 --csv /nonexistent/x.csv
+$P search --pp 4 --mb 8 --max-mem 0.5 --csv "$T/none.csv" >/dev/null 2>&1; [ ! -e "$T/none.csv" ] && ok || bad "search with no winner left $T/none.csv"
 
 # bad flags
 expect_error 2 "--pp=0: must be between 1" search --pp 0 --mb 4
@@ -126,9 +133,9 @@ expect_error 2 "--layers with --b: give the halves" search --pp 2 --mb 8 --layer
 out=$($P search --pp 2 --mb 8 --vpp 4 --layers 16 --kind interleaved --max-layouts 100) && ok || bad "search --max-layouts 100 exit $?"
 echo "$out" | grep -q "found by descent from the even split" && echo "$out" | grep -q '^best: interleaved vpp=4 group=4, step time 195$' \
     && ok || bad "search --max-layouts 100: no descent, or not 195: $out"
-expect_error 1 "layers=3: fewer than the pp*vpp = 4 stages" search --pp 2 --mb 8 --vpp 2 --layers 3
+expect_error 2 "layers=3: fewer than the pp*vpp = 4 stages" search --pp 2 --mb 8 --vpp 2 --layers 3
 expect_error 2 "--kind=foo:" search --pp 2 --mb 8 --kind foo
-expect_error 1 "kind=zbv: none of this kind" search --pp 2 --mb 8 --vpp 4 --kind zbv
+expect_error 2 "kind=zbv: none of this kind" search --pp 2 --mb 8 --vpp 4 --kind zbv
 
 # simulate --layout: per-layer costs summed per stage; ZB-V's fixed order loses on 2,6,2,6
 # (204 units against 196 on even stages) and its memory is weighed by the stages' layers
@@ -168,10 +175,10 @@ for k in zb-h1 zb-h2 zbv dualpipev interleaved-zb; do
     $P simulate --kind $k --pp 4 --mb 8 --f 1 --i 1 --w 1 --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["makespan"] > 0' && ok || bad "simulate $k"
 done
 $P simulate --kind zbv --pp 4 --mb 8 --f 2 --i 2 --w 2 --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert max(d["peak_memory"]) == 4' && ok || bad "zbv memory = pp"
-expect_error 1 "max_live=3: zb-h2 needs at least pp=4" schedule --kind zb-h2 --pp 4 --mb 8 --max-live 3
-expect_error 1 "max_live=6: zbv has a fixed memory profile" schedule --kind zbv --pp 4 --mb 8 --max-live 6
-expect_error 1 "vpp=3: zbv uses a V-shaped placement" schedule --kind zbv --pp 4 --vpp 3 --mb 8
-expect_error 1 "group=1: interleaved-zb needs rounds of at least pp=4" schedule --kind interleaved-zb --pp 4 --vpp 2 --mb 8 --group 1
+expect_error 2 "max_live=3: zb-h2 needs at least pp=4" schedule --kind zb-h2 --pp 4 --mb 8 --max-live 3
+expect_error 2 "max_live=6: zbv has a fixed memory profile" schedule --kind zbv --pp 4 --mb 8 --max-live 6
+expect_error 2 "vpp=3: zbv uses a V-shaped placement" schedule --kind zbv --pp 4 --vpp 3 --mb 8
+expect_error 2 "group=1: interleaved-zb needs rounds of at least pp=4" schedule --kind interleaved-zb --pp 4 --vpp 2 --mb 8 --group 1
 
 # --groups: transfers as the runtime posts them (DualPipeV pp 4: an F&B's two outputs share a group)
 $P simulate --kind dualpipev --pp 4 --mb 8 --f 1 --b 2 | grep -q 'makespan)  27$' && ok || bad "dualpipev pp 4: not 27"
