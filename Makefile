@@ -47,7 +47,17 @@ GPU_HOST_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/gpu/%,$(wildcard tests/gpu/h
 GPU_BENCHES  := $(patsubst bench/%.cu,$(BUILD)/bench_%,$(wildcard bench/*.cu))
 GPU_ALL      := $(if $(HAVE_GPU),$(BUILD)/pipepar_cuda.o $(BUILD)/pipepar_nccl.o $(GPU_EXAMPLES) $(GPU_TESTS) $(GPU_TESTS_C) $(GPU_HOST_TESTS) $(GPU_BENCHES))
 
-.PHONY: all host gpu demo test test-host test-gpu bench clean check-header
+.PHONY: all host gpu demo test test-host test-gpu bench clean check-header help
+help:
+	@echo "make            build everything this machine can (GPU parts where nvcc and NCCL are)"
+	@echo "make demo       train a small model pipeline-parallel on CPU threads, with its schedule"
+	@echo "make test       every host test: plain, ASan+UBSan, TSan, the CLI, compile checks (CI's run)"
+	@echo "make test-gpu   the GPU and NCCL tests (on a machine with NVIDIA GPUs; NCCL tests want 2)"
+	@echo "make bench      the host benchmarks (bench/RESULTS.md has the GPU ones and their commands)"
+	@echo "make host       only the host parts: build/pipepar (the CLI), the examples, the test runner"
+	@echo "make clean      remove build/, build-asan/, build-tsan/"
+	@echo "Variables: CUDA_HOME, NCCL_HOME, CUDA_ARCH (GPU build), CC, CFLAGS"
+
 all: host $(GPU_ALL)
 host: pipepar.h $(BUILD)/pipepar $(BUILD)/run_tests $(EXAMPLES) $(BENCHES)
 gpu: $(GPU_ALL)

@@ -63,6 +63,7 @@
  *     PIPEPAR_MALLOC(sz), PIPEPAR_REALLOC(p, sz), PIPEPAR_FREE(p)   default: malloc/realloc/free
  *     PIPEPAR_ASSERT(x)                                             default: assert(x)
  *     PIPEPAR_API                                                   default: extern
+ *     PIPEPAR_NO_THREADS   leave out the threads transport (>>threads), and with it pthreads
  *
  * CONVENTIONS
  *     Public names start with pp_ / PP_, internals with pp__. Config structs: zero means default.
@@ -4617,6 +4618,9 @@ pp_status pp_schedule_build(const pp_schedule_config *cfg, pp_schedule **out, pp
         break;
     default: break;
     }
+    if (c.max_live && c.kind != PP_ZB_H2)   /* for every kind, not only the zero-bubble family */
+        return pp__fail(err, PP_EUNSUPPORTED, "max_live=%d: %s has a fixed memory profile and takes no cap (zb-h2 "
+                        "and the greedy schedule of pp_search do)", c.max_live, kn);
     if (cfg->group != 0 && c.kind != PP_INTERLEAVED_1F1B && c.kind != PP_INTERLEAVED_ZB)
         return pp__fail(err, PP_EUNSUPPORTED, "group=%d: only interleaved schedules take a microbatch group size",
                         cfg->group);
@@ -6320,8 +6324,8 @@ pp_status pp_schedule_draw_ascii(const pp_schedule *s, const pp_sim_result *sim,
     }
     line = (char *)PIPEPAR_MALLOC((size_t)cols + 1);
     if (!line) { pp_sim_result_free(owned); return pp__fail(err, PP_ENOMEM, "out of memory"); }
-    pp__text_printf(&t, "%s  pp=%d vpp=%d mb=%d  (one column = %g time units; cells show the microbatch)\n",
-                    pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb, unit);
+    pp__text_printf(&t, "%s  pp=%d vpp=%d mb=%d  (one column = %g time unit%s; cells show the microbatch)\n",
+                    pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb, unit, unit == 1 ? "" : "s");
     for (r = 0; r < s->pp; r++) {
         int row, nrows = 2 + (has_w ? 1 : 0) + (s->vpp > 1 ? 1 : 0);
         for (row = 0; row < nrows; row++) {

@@ -87,8 +87,12 @@ static int cli_parse_double(const char *flag, const char *text, double lo, doubl
     if (!text) { cli_usage_error("%s: needs a value", flag); return 0; }
     errno = 0;
     v = strtod(text, &end);
-    if (end == text || *end != '\0' || errno == ERANGE || v != v || v > 1e300 || v < -1e300) {
+    if (end == text || *end != '\0' || v != v) {
         cli_usage_error("%s: expected a number, got '%s'", flag, text);
+        return 0;
+    }
+    if ((errno == ERANGE && v != 0) || v > 1e300 || v < -1e300) {   /* sums and products must stay finite */
+        cli_usage_error("%s=%s: out of range (at most 1e300 in size)", flag, text);
         return 0;
     }
     if (v < lo) { cli_usage_error("%s=%g: must be at least %g", flag, v, lo); return 0; }

@@ -197,8 +197,10 @@ static int data_plan_flag(int argc, char **argv, int *i, pp_pack_plan_config *cf
     } else if ((val = data_flag(argc, argv, i, "--microbatch-multiple"))) {
         if (!data_int("--microbatch-multiple", val, 1, INT32_MAX, &cfg->bin_multiple)) return -1;
     } else if (!strcmp(argv[*i], "--variable-shapes")) {
+        if (cfg->same_shape_all_ranks) { cli_usage_error("--variable-shapes: not with --same-shape (one pads, the other does not)"); return -1; }
         cfg->variable_shapes = 1;
     } else if (!strcmp(argv[*i], "--same-shape")) {
+        if (cfg->variable_shapes) { cli_usage_error("--same-shape: not with --variable-shapes (one pads, the other does not)"); return -1; }
         cfg->same_shape_all_ranks = 1;
     } else if ((val = data_flag(argc, argv, i, "--assign"))) {
         if (!strcmp(val, "round-robin")) cfg->assign = PP_ASSIGN_ROUND_ROBIN;

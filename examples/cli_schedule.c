@@ -157,6 +157,11 @@ static int parse_schedule_flags(int argc, char **argv, int simulate, schedule_fl
     if (!have_mb) return cli_usage_error("--mb: required (microbatches per step, >= 1)");
     if (simulate && fl->costs.i > 0 && fl->costs.w == 0 && fl->costs.b == 0)
         return cli_usage_error("--i given without --w: give both halves of the split backward");
+    if (simulate && fl->costs.b > 0 && (fl->costs.i > 0 || fl->costs.w > 0))
+        return cli_usage_error("--b: not with --i/--w (a whole backward costs --b; with the halves given it costs "
+                               "--i + --w)");
+    if (fl->bandwidth_gbps > 0 && fl->bytes <= 0)
+        return cli_usage_error("--bandwidth: needs --bytes too (a transfer's time is bytes / bandwidth)");
     if (fl->bytes > 0) {
         fl->costs.activation_bytes = fl->bytes;
         if (fl->bandwidth_gbps <= 0) return cli_usage_error("--bytes: needs --bandwidth (GB/s) too");

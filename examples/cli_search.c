@@ -403,7 +403,8 @@ int pp_cli_search(int argc, char **argv)
         const pp_search_entry *base = NULL;
         for (k = 0; k < res->count; k++)
             if (res->entries[k].kind == PP_1F1B) base = &res->entries[k];
-        printf("pipepar search  pp=%d mb=%d  %d schedules proven and simulated", cfg.pp, cfg.mb, res->count);
+        printf("pipepar search  pp=%d mb=%d  %d schedule%s proven and simulated", cfg.pp, cfg.mb, res->count,
+               res->count == 1 ? "" : "s");
         if (cfg.layers && !res->layouts_local) printf(", each on every split of %d layers (%ld splits)", cfg.layers, res->layouts);
         if (cfg.layers && res->layouts_local)
             printf(", each on %ld splits of %d layers (where a vpp has more than --max-layouts, found by descent "

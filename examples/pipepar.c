@@ -33,6 +33,14 @@ int main(int argc, char **argv)
     size_t i;
     if (argc < 2) { print_help(stderr); return 2; }
     if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        if (argc > 2 && !strcmp(argv[1], "help")) {   /* pipepar help COMMAND: that command's --help */
+            char *sub[3];
+            sub[0] = argv[2]; sub[1] = (char *)"--help"; sub[2] = NULL;
+            for (i = 0; i < sizeof commands / sizeof commands[0]; i++)
+                if (commands[i].run && strcmp(argv[2], commands[i].name) == 0) return commands[i].run(2, sub);
+            fprintf(stderr, "pipepar: help: unknown command '%s' (try 'pipepar help')\n", argv[2]);
+            return 2;
+        }
         print_help(stdout);
         return 0;
     }

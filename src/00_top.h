@@ -63,6 +63,7 @@
  *     PIPEPAR_MALLOC(sz), PIPEPAR_REALLOC(p, sz), PIPEPAR_FREE(p)   default: malloc/realloc/free
  *     PIPEPAR_ASSERT(x)                                             default: assert(x)
  *     PIPEPAR_API                                                   default: extern
+ *     PIPEPAR_NO_THREADS   leave out the threads transport (>>threads), and with it pthreads
  *
  * CONVENTIONS
  *     Public names start with pp_ / PP_, internals with pp__. Config structs: zero means default.

@@ -425,6 +425,9 @@ pp_status pp_schedule_build(const pp_schedule_config *cfg, pp_schedule **out, pp
         break;
     default: break;
     }
+    if (c.max_live && c.kind != PP_ZB_H2)   /* for every kind, not only the zero-bubble family */
+        return pp__fail(err, PP_EUNSUPPORTED, "max_live=%d: %s has a fixed memory profile and takes no cap (zb-h2 "
+                        "and the greedy schedule of pp_search do)", c.max_live, kn);
     if (cfg->group != 0 && c.kind != PP_INTERLEAVED_1F1B && c.kind != PP_INTERLEAVED_ZB)
         return pp__fail(err, PP_EUNSUPPORTED, "group=%d: only interleaved schedules take a microbatch group size",
                         cfg->group);

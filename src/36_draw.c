@@ -80,8 +80,8 @@ pp_status pp_schedule_draw_ascii(const pp_schedule *s, const pp_sim_result *sim,
     }
     line = (char *)PIPEPAR_MALLOC((size_t)cols + 1);
     if (!line) { pp_sim_result_free(owned); return pp__fail(err, PP_ENOMEM, "out of memory"); }
-    pp__text_printf(&t, "%s  pp=%d vpp=%d mb=%d  (one column = %g time units; cells show the microbatch)\n",
-                    pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb, unit);
+    pp__text_printf(&t, "%s  pp=%d vpp=%d mb=%d  (one column = %g time unit%s; cells show the microbatch)\n",
+                    pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb, unit, unit == 1 ? "" : "s");
     for (r = 0; r < s->pp; r++) {
         int row, nrows = 2 + (has_w ? 1 : 0) + (s->vpp > 1 ? 1 : 0);
         for (row = 0; row < nrows; row++) {

@@ -46,6 +46,7 @@ expect_fail "capacity required" 2 "pipepar: --capacity: required" pack --lengths
 expect_fail "capacity range" 2 "--capacity=0: must be between 1 and" pack --capacity 0 --lengths 4
 expect_fail "unknown algorithm" 2 "--algo=next_fit: algo=next_fit: unknown packing algorithm" pack --capacity 9 --algo next_fit --lengths 4
 expect_fail "unknown flag" 2 "--frobnicate: unknown flag" pack --capacity 9 --frobnicate --lengths 4
+expect_fail "pads and does not" 2 "--same-shape: not with --variable-shapes" pack --capacity 9 --lengths 4 --variable-shapes --same-shape
 expect_fail "bad assign" 2 "--assign=best: must be round-robin, tokens or attention" pack --capacity 9 --assign best --lengths 4
 expect_fail "zero length" 2 "pipepar: lengths[1]=0: a sequence needs at least 1 token" pack --capacity 9 --lengths 4,0
 expect_fail "negative length" 2 "lengths[0]=-3" pack --capacity 9 --lengths -3

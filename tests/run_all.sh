@@ -65,6 +65,13 @@ done
 echo "== compile checks"
 compile_check "header compiles as C++" ${CXX:-c++} -x c++ -std=c++11 -Wall -Wextra -Werror \
     -Wno-unused-function -fsyntax-only tests/impl.c
+# strict C99 with no POSIX feature macro: the header stops with one clear #error naming the two
+# fixes; with PIPEPAR_NO_THREADS (the threads transport left out) it compiles
+printf '#define PIPEPAR_IMPLEMENTATION\n#include "pipepar.h"\n' >"$log/strict.c"
+compile_check "strict C99 names its fix" sh -c "! ${CC:-cc} -std=c99 -I. -c -o /dev/null $log/strict.c 2>$log/strict.err &&
+    grep -q 'compile with -D_POSIX_C_SOURCE=200809L (or -std=gnu99), or define PIPEPAR_NO_THREADS' $log/strict.err"
+compile_check "strict C99 with PIPEPAR_NO_THREADS" ${CC:-cc} -std=c99 -Wall -Wextra -Werror -Wno-unused-function \
+    -DPIPEPAR_NO_THREADS -I. -c -o /dev/null "$log/strict.c"
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
     compile_check "GPU companions build (nvcc, NCCL)" make -s -j"$JOBS" gpu
     for t in build/gpu/host_*; do   # pipepar_nccl.c's host-side logic, no GPU needed

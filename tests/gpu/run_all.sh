@@ -6,6 +6,12 @@ cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
 export NCCL_NVLS_ENABLE=0
 total_pass=0; total_fail=0
+# No GPU here: one clear line, not dozens of failures from programs that cannot start
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    echo "FAIL make test-gpu: no NVIDIA GPU on this machine (nvidia-smi lists none); run it on a GPU machine"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
 run_one() {
     local name=$1; shift
     local out; out=$(mktemp)
