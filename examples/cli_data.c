@@ -358,6 +358,8 @@ int pp_cli_cp(int argc, char **argv)
     if ((seq_len_s != NULL) + (cu_s != NULL) + (len_s != NULL) != 1)
         return cli_usage_error("--seq-len, --cu-seqlens, --lengths: give exactly one of them");
     if (rank >= cp) return cli_usage_error("--rank=%d: must be below --cp=%d", rank, cp);
+    if (!len_s && (tp != 1 || mult))   /* they set how --lengths pad; the other inputs come padded */
+        return cli_usage_error("%s: only with --lengths (it sets the padding of each sequence)", mult ? "--seq-multiple" : "--tp");
     if (seq_len_s) {
         long v;
         if (!cli_parse_int("--seq-len", seq_len_s, 0, 1 << 24, &v)) return 2;   /* the CLI prints every token */

@@ -22,7 +22,8 @@ static const char mimo_usage[] =
     "  --rank R         print rank R's role (its modules, stages, coordinates, forward path)\n"
     "  --program        with --rank: print its physical program (every action, every real peer)\n"
     "  --mb M           microbatches of the step's pipeline (default 4)\n"
-    "  --schedule KIND  a kind with one stage per rank: gpipe | 1f1b | zb-h1 | zb-h2 (default 1f1b)\n";
+    "  --schedule KIND  a kind with one stage per rank: gpipe | 1f1b | zb-h1 | zb-h2 (default 1f1b);\n"
+    "                   interleaved and looped-bfs run with one chunk per rank, as 1F1B and GPipe do\n";
 
 /* "--flag value" or "--flag=value" (see cli_grid.c). */
 static int mimo_flag(int argc, char **argv, int *i, const char *flag, const char **val)

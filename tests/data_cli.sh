@@ -73,6 +73,7 @@ expect_out "gather" "[0 1 10 11 12 13 2 3 4 5 6 14 15 16 17 18 19 7 8 9]" cp --c
 expect_json "cp json" cp --cp 2 --lengths 5,11 --json
 expect_fail "cp required" 2 "--cp: required" cp --seq-len 8
 expect_fail "one input" 2 "give exactly one of them" cp --cp 2 --seq-len 8 --lengths 4
+expect_fail "tp only with lengths" 2 "--tp: only with --lengths" cp --cp 2 --seq-len 8 --tp 2
 expect_fail "rank range" 2 "--rank=2: must be below --cp=2" cp --cp 2 --seq-len 8 --rank 2
 expect_fail "bshd multiple" 2 "sequence 0: padded length 10 is not a multiple of 2*cp=4" cp --cp 2 --seq-len 10
 expect_fail "thd multiple" 2 "sequence 1: padded length 6 is not a multiple of 2*cp=4" cp --cp 2 --cu-seqlens 0,8,14
