@@ -227,7 +227,16 @@ int pp_cli_search(int argc, char **argv)
         if (!strcmp(a, "--json")) { json = 1; continue; }
         if (!strcmp(a, "--split-backward")) { cfg.split_backward = 1; continue; }
         if (a[0] != '-') return cli_usage_error("unexpected argument '%s' (see pipepar search --help)", a);
-        if (!val) return cli_usage_error("%s: needs a value (or unknown flag; see pipepar search --help)", a);
+        if (!val) {   /* a known flag without its value, or an unknown flag at the end */
+            static const char *const with_value[] = { "--pp", "--mb", "--vpp", "--max-vpp", "--f", "--b", "--i", "--w",
+                "--p2p", "--bytes", "--bandwidth", "--max-mem", "--kind", "--top", "--layers", "--spread",
+                "--max-layouts", "--embedding", "--loss", "--layer-costs", "--csv", "--layout", "--f-stage",
+                "--i-stage", "--w-stage", "--b-stage", "--mem-stage" };
+            for (k = 0; k < (int)(sizeof with_value / sizeof with_value[0]) && strcmp(a, with_value[k]); k++) {}
+            if (k == (int)(sizeof with_value / sizeof with_value[0]))
+                return cli_usage_error("unknown flag '%s' (see pipepar search --help)", a);
+            return cli_usage_error("%s: needs a value", a);
+        }
         i++;
         if (!strcmp(a, "--pp")) {
             if (!cli_parse_int("--pp", val, 1, 4096, &v)) return 2;

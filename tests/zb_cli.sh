@@ -40,6 +40,8 @@ expect_error 1 "--max-mem=0.5: no schedule fits; the least memory is" search --p
 # ... and the least memory named is the least any schedule has (one microbatch through all of a
 # rank's layers), not the least of those built for a cap of 1 or more
 expect_error 1 "the least memory is 1.000 (greedy looped vpp=4 max_live=4)" search --pp 4 --mb 8 --max-mem 0.5
+expect_error 2 "unknown flag '--bogus'" search --pp 4 --mb 8 --bogus
+expect_error 2 "--top: needs a value" search --pp 4 --mb 8 --top
 # a --csv path that cannot be written fails before the search runs, and a search with no winner
 # leaves no file
 expect_error 2 "--csv '/nonexistent/x.csv': cannot open for writing: No such file or directory" search --pp 8 --mb 16 --layers 32 --csv /nonexistent/x.csv
