@@ -716,9 +716,15 @@ static pp_status pp__layers_from_layout(const pp_layers_config *cfg, int pp, pp_
     for (i = 0; i < x.len; i++) {
         if (x.c[i] == '|') { stages++; continue; }
         if (pp__layout_type(x.c[i]) < 0) {
-            st = pp__fail(err, PP_EPARSE, "layout '%s': '%s' at position %d (stage %d) is not a layer; known "
-                          "layers are E (embedding), t (decoder), m (MTP), L (loss)",
-                          pp__layers_echo(text, echo, sizeof echo), pp__layers_char(x.c[i], ch), x.pos[i], stages - 1);
+            if (x.c[i] == '(' || x.c[i] == ')' || x.c[i] == '*')   /* left over from step 2 or 3 */
+                st = pp__fail(err, PP_EPARSE, "layout '%s': '%s' at position %d is not part of a repeat; a repeated "
+                              "group is written '(tt|)*2' (closed, then '*' and a count; groups do not nest), a "
+                              "repeated layer 't*3'", pp__layers_echo(text, echo, sizeof echo), pp__layers_char(x.c[i], ch), x.pos[i]);
+            else
+                st = pp__fail(err, PP_EPARSE, "layout '%s': '%s' at position %d (stage %d) is not a layer; known "
+                              "layers are E (embedding), t (decoder), m (MTP), L (loss)",
+                              pp__layers_echo(text, echo, sizeof echo), pp__layers_char(x.c[i], ch), x.pos[i],
+                              stages - 1);
             pp__ptext_free(&x);
             return st;
         }

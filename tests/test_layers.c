@@ -551,7 +551,10 @@ static void layers_layout_expansion_follows_megatrons_two_passes(void)
     l = build_layout("E)*0tL", 1);
     if (l) PP_CHECK_INT(l->num_layers, 1);
     pp_layers_free(l);
-    check_layout_fails("E((t)*2)*2L", 1, PP_EPARSE, "'(' at position 2 (stage 0) is not a layer");
+    check_layout_fails("E((t)*2)*2L", 1, PP_EPARSE, "'(' at position 2 is not part of a repeat");
+    check_layout_fails("E((t)*2)*2L", 1, PP_EPARSE, "groups do not nest");
+    check_layout_fails("(Et|tL", 1, PP_EPARSE, "'(' at position 0 is not part of a repeat");
+    check_layout_fails("Et*|tL", 1, PP_EPARSE, "'*' at position 2 is not part of a repeat");
     check_layout_fails("Et**2L", 1, PP_EPARSE, "'*' at position 2");
     check_layout_fails("Et\n*0L", 1, PP_EPARSE, "'\\x0a' at position 2");   /* '.' skips newlines */
     check_layout_fails("E()*2tL", 1, PP_EPARSE, "'(' at position 1");        /* [^)]+ needs one char */
