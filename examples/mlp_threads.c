@@ -586,7 +586,7 @@ int main(int argc, char **argv)
             else if (!strcmp(v, "search")) { search = 1; kind_name = v; }
             else if (pp_schedule_kind_parse(v, &kind, &err) != PP_OK) return usage(f, v, err.message);
             else { search = 0; kind_name = v; }
-        } else return usage(f, v, "unknown flag (see --help)");
+        } else { fprintf(stderr, "mlp_threads: %s: unknown flag (see --help)\n", f); return 2; }
         if (!ok) return usage(f, v, v ? "expected a positive number in range (see --help)" : "needs a value");
         if (!strcmp(f, "--trace")) trace = v;
         i++;

@@ -117,7 +117,8 @@ expect_usage() {   # expect_usage NEEDLE ARGS...
 expect_usage "mlp_threads: --pp=0:" --pp 0
 expect_usage "mlp_threads: --schedule=nope: kind 'nope': unknown" --schedule nope
 expect_usage "mlp_threads: --layers=3: must be a multiple" --pp 2 --vpp 2 --schedule interleaved --layers 3
-expect_usage "mlp_threads: --bogus=: unknown flag" --bogus
+expect_usage "mlp_threads: --bogus: unknown flag" --bogus
+expect_usage "mlp_threads: --pp=2: unknown flag (see --help)" --pp=2 --steps=1
 expect_usage "mlp_threads: --layout=t|t: layout 't|t': the first layer must be E" --pp 2 --layout 't|t'
 expect_usage "mlp_threads: vpp=2: 1f1b runs one chunk per rank" --pp 2 --schedule 1f1b --layout 'Et|t|t|tL'
 expect_usage "mlp_threads: --layout=4 stages: must have pp \* vpp stages" --pp 2 --schedule dualpipe --layout 'Et|t|t|tL'
