@@ -46,7 +46,8 @@ static void search_usage(FILE *out)
     fprintf(out,
             "usage: pipepar search --pp P --mb M [costs] [--max-mem X] [--vpp V | --max-vpp V] [--top N]\n"
             "                      [--kind K] [--layers N [--spread S] [--max-layouts N] [--embedding F,I,W[,M]]\n"
-            "                      [--loss F,I,W[,M]] [--layer-costs FILE]] [--split-backward] [--csv FILE] [--json]\n"
+            "                      [--loss F,I,W[,M]] [--layer-costs FILE] [--threads T]] [--split-backward] [--csv FILE]\n"
+            "                      [--json]\n"
             "  costs, in time units for one rank's share of the model (a chunk costs 1/vpp of it):\n"
             "  --f F          forward (default 1)\n"
             "  --i I --w W    input-gradient and weight-gradient halves of the backward (default B/2 each)\n"
@@ -63,6 +64,8 @@ static void search_usage(FILE *out)
             "                 --w are per layer; each schedule is shown with its fastest split. Above\n"
             "                 --max-layouts splits per vpp (default 4096), a descent from the even split\n"
             "                 (one layer moved at a time) that tries at most that many\n"
+            "  --threads T    with --layers: search a vpp's splits on T threads (default: this machine's\n"
+            "                 cores; the result is the same for any T)\n"
             "  --embedding F,I,W[,M]  --loss F,I,W[,M]   with --layers: the input layer's costs on the first\n"
             "                 stage and the output layer and loss's on the last (forward, input and weight\n"
             "                 gradient, and activation memory in layers; default 0): a dear loss gets a\n"
@@ -219,7 +222,7 @@ int pp_cli_search(int argc, char **argv)
     search_meter meter = { { 0, 0 }, { 0, 0 }, 0 };
     pp_status st;
     long v, top = 15, spread = 0;
-    int i, k, name_width = 54, json = 0, have_pp = 0, have_mb = 0, have_ends = 0, rc = 0;
+    int i, k, name_width = 54, have_threads = 0, json = 0, have_pp = 0, have_mb = 0, have_ends = 0, rc = 0;
     memset(&cfg, 0, sizeof cfg);
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -230,7 +233,7 @@ int pp_cli_search(int argc, char **argv)
         if (!val) {   /* a known flag without its value, or an unknown flag at the end */
             static const char *const with_value[] = { "--pp", "--mb", "--vpp", "--max-vpp", "--f", "--b", "--i", "--w",
                 "--p2p", "--bytes", "--bandwidth", "--max-mem", "--kind", "--top", "--layers", "--spread",
-                "--max-layouts", "--embedding", "--loss", "--layer-costs", "--csv", "--layout", "--f-stage",
+                "--max-layouts", "--threads", "--embedding", "--loss", "--layer-costs", "--csv", "--layout", "--f-stage",
                 "--i-stage", "--w-stage", "--b-stage", "--mem-stage" };
             for (k = 0; k < (int)(sizeof with_value / sizeof with_value[0]) && strcmp(a, with_value[k]); k++) {}
             if (k == (int)(sizeof with_value / sizeof with_value[0]))
@@ -274,6 +277,9 @@ int pp_cli_search(int argc, char **argv)
         } else if (!strcmp(a, "--spread")) {
             if (!cli_parse_int("--spread", val, 1, 1 << 20, &spread)) return 2;
             cfg.layout_spread = (int)spread;
+        } else if (!strcmp(a, "--threads")) {
+            if (!cli_parse_int("--threads", val, 1, 1024, &v)) return 2;
+            cfg.threads = (int)v; have_threads = 1;
         } else if (!strcmp(a, "--max-layouts")) {
             if (!cli_parse_int("--max-layouts", val, 1, 1L << 30, &cfg.max_layouts)) return 2;
         } else if (!strcmp(a, "--layer-costs")) {
@@ -327,8 +333,9 @@ int pp_cli_search(int argc, char **argv)
                              "nothing)");
         goto done;
     }
-    if (!cfg.layers && (cfg.layout_spread || cfg.max_layouts)) {
-        rc = cli_usage_error("%s: only with --layers (the layout search)", cfg.layout_spread ? "--spread" : "--max-layouts");
+    if (!cfg.layers && (cfg.layout_spread || cfg.max_layouts || have_threads)) {
+        rc = cli_usage_error("%s: only with --layers (the layout search)", cfg.layout_spread ? "--spread" :
+                             cfg.max_layouts ? "--max-layouts" : "--threads");
         goto done;
     }
     if (cfg.layers && layout) { rc = cli_usage_error("--layers and --layout: give one (--layers searches the layouts)"); goto done; }
@@ -377,6 +384,10 @@ int pp_cli_search(int argc, char **argv)
     if (csv) {   /* before the search, which can take minutes: a path that cannot be written fails now */
         csv_file = fopen(csv, "w");
         if (!csv_file) { rc = cli_usage_error("--csv '%s': cannot open for writing: %s", csv, strerror(errno)); goto done; }
+    }
+    if (!have_threads) {   /* every core: the splits are independent */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        cfg.threads = cores > 1 ? (int)(cores < 64 ? cores : 64) : 1;
     }
     if (isatty(STDERR_FILENO)) {
         clock_gettime(CLOCK_MONOTONIC, &meter.start);

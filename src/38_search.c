@@ -3,6 +3,10 @@
  * >>search (implementation): greedy zero-bubble schedules, and the search over every kind.
  * ============================================================================================ */
 
+#ifndef PIPEPAR_NO_THREADS
+#include <pthread.h>   /* pp_search_config.threads */
+#endif
+
 /* --- greedy ---------------------------------------------------------------------------------- */
 
 typedef struct pp__greedy {
@@ -295,6 +299,8 @@ typedef struct pp__search {
     int split_fits;                 /* the current split's best entry: fits the cap? */
     double split_makespan;          /*   and its step time (DBL_MAX before any) */
     pp_search_progress where;       /* what cfg->progress is told */
+    long split_index;               /* cfg.layers: the current split's place in the vpp's enumeration */
+    long *best_at;                  /* [cap] the split_index of each entry's kept split */
 } pp__search;
 
 static void pp__candidate_name(const pp__candidate *c, char *buf, size_t size)
@@ -386,6 +392,7 @@ static pp_status pp__search_keep(pp__search *S, const pp_search_entry *t, pp_err
         if (order < 0) {
             S->entries[k] = *t;
             memcpy(S->pool + S->layout_at[k], S->layout, (size_t)S->stages * sizeof *S->pool);
+            S->best_at[k] = S->split_index;
         }
         return pp__ok(err);
     }
@@ -393,11 +400,15 @@ static pp_status pp__search_keep(pp__search *S, const pp_search_entry *t, pp_err
         int ncap = S->cap ? 2 * S->cap : 64;
         pp_search_entry *ne = (pp_search_entry *)PIPEPAR_REALLOC(S->entries, (size_t)ncap * sizeof *ne);
         size_t *na;
+        long *nb;
         if (!ne) return pp__fail(err, PP_ENOMEM, "out of memory");
         S->entries = ne;
         na = (size_t *)PIPEPAR_REALLOC(S->layout_at, (size_t)ncap * sizeof *na);
         if (!na) return pp__fail(err, PP_ENOMEM, "out of memory");
         S->layout_at = na;
+        nb = (long *)PIPEPAR_REALLOC(S->best_at, (size_t)ncap * sizeof *nb);
+        if (!nb) return pp__fail(err, PP_ENOMEM, "out of memory");
+        S->best_at = nb;
         S->cap = ncap;
     }
     if (S->layout) {
@@ -411,6 +422,7 @@ static pp_status pp__search_keep(pp__search *S, const pp_search_entry *t, pp_err
         S->layout_at[S->count] = S->pool_len;
         S->pool_len += (size_t)S->stages;
     }
+    S->best_at[S->count] = S->split_index;
     S->entries[S->count++] = *t;
     S->cursor = S->count;
     return pp__ok(err);
@@ -713,6 +725,195 @@ static pp_status pp__search_split(pp__search *S, const pp_sim_costs *per_layer, 
     return pp__search_vpp(S, vpp, err);
 }
 
+/* --- the splits of one vpp on several threads (cfg.threads) --------------------------------------
+ * Worker t of T enumerates the splits in the same order as the single-threaded loop and searches
+ * those whose index is t mod T, into a pp__search of its own (its own copy of the config, whose
+ * per-stage costs are its split's). The merge keeps, for every schedule, the best of the workers'
+ * entries under the single-threaded loop's rule: faster (pp__entry_cmp), then nearer the even
+ * split, then earlier in the enumeration; so the result does not depend on the thread count. */
+#ifndef PIPEPAR_NO_THREADS
+typedef struct pp__split_shared {
+    pthread_mutex_t mu;
+    int stop;                       /* a worker failed: the others stop at their next split */
+    pp_search_progress where;       /* summed over workers, for the caller's progress */
+    void (*progress)(void *user, const pp_search_progress *where);
+    void *progress_user;
+} pp__split_shared;
+
+typedef struct pp__split_worker {
+    pp__search W;
+    pp_search_config cfg;
+    double *cost[5];
+    int32_t *split;
+    const pp_sim_costs *per_layer;
+    int vpp, lo, hi, t, T;
+    long splits_seen;               /* W.where.splits_done already added to the shared count */
+    pp__split_shared *shared;
+    pp_status st;
+    pp_error err;
+} pp__split_worker;
+
+static void pp__split_worker_progress(void *user, const pp_search_progress *w)
+{
+    pp__split_worker *k = (pp__split_worker *)user;
+    pp__split_shared *sh = k->shared;
+    pthread_mutex_lock(&sh->mu);
+    sh->where.simulated++;
+    sh->where.splits_done += w->splits_done - k->splits_seen;
+    k->splits_seen = w->splits_done;
+    if (sh->progress) sh->progress(sh->progress_user, &sh->where);
+    pthread_mutex_unlock(&sh->mu);
+}
+
+static void *pp__split_worker_main(void *arg)
+{
+    pp__split_worker *k = (pp__split_worker *)arg;
+    pp__search *W = &k->W;
+    const int stages = W->stages, layers = k->cfg.layers;
+    long idx;
+    int have, stop;
+    memcpy(k->split, W->even, (size_t)stages * sizeof *k->split);
+    for (have = 0, idx = 0;; have = 1, idx++) {
+        if (idx % k->T == k->t) {
+            pthread_mutex_lock(&k->shared->mu);
+            stop = k->shared->stop;
+            pthread_mutex_unlock(&k->shared->mu);
+            if (stop) break;
+            W->split_index = idx;
+            k->st = pp__search_split(W, k->per_layer, k->vpp, k->cost, &k->err);
+            if (k->st != PP_OK) {
+                pthread_mutex_lock(&k->shared->mu);
+                k->shared->stop = 1;
+                pthread_mutex_unlock(&k->shared->mu);
+                break;
+            }
+        }
+        if (!have ? !pp__split_fill(k->split, 0, stages, layers, k->lo, k->hi)
+                  : !pp__split_next(k->split, stages, k->lo, k->hi))
+            break;
+        if (!memcmp(k->split, W->even, (size_t)stages * sizeof *k->split) &&
+            !pp__split_next(k->split, stages, k->lo, k->hi))
+            break;
+    }
+    return NULL;
+}
+
+/* Distance of a split from the even one: layers moved. */
+static long pp__split_distance(const int32_t *split, const int32_t *even, int stages)
+{
+    long d = 0;
+    int s;
+    for (s = 0; s < stages; s++) d += labs((long)split[s] - even[s]);
+    return d;
+}
+
+/* Searches every split of this vpp (count of them, in S's enumeration order) on T threads and
+ * merges the results into S. */
+static pp_status pp__search_splits_threaded(pp__search *S, const pp_search_config *cfg_copy, int vpp, int lo, int hi,
+                                            long count, int T, pp_error *err)
+{
+    pp__split_shared sh;
+    pp__split_worker *k = NULL;
+    pthread_t *tid = NULL;
+    pp_status st = PP_OK;
+    const int32_t *layout = S->layout;
+    int t, started = 0, c, j, e;
+    memset(&sh, 0, sizeof sh);
+    if (pthread_mutex_init(&sh.mu, NULL) != 0) return pp__fail(err, PP_ENOMEM, "search: cannot create a mutex");
+    sh.where = S->where;
+    sh.progress = cfg_copy->progress;
+    sh.progress_user = cfg_copy->progress_user;
+    if ((long)T > count) T = (int)count;
+    k = (pp__split_worker *)pp__calloc((size_t)T, sizeof *k);
+    tid = (pthread_t *)pp__calloc((size_t)T, sizeof *tid);
+    if (!k || !tid) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+    for (t = 0; t < T; t++) {
+        pp__split_worker *w = &k[t];
+        w->cfg = *cfg_copy;
+        for (c = 0; c < 5; c++) {
+            w->cost[c] = (double *)pp__calloc((size_t)S->stages, sizeof(double));
+            if (!w->cost[c]) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+        }
+        w->split = (int32_t *)pp__calloc((size_t)S->stages, sizeof(int32_t));
+        if (!w->split) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+        w->cfg.costs.f_stage = w->cost[0]; w->cfg.costs.b_stage = w->cost[1];
+        w->cfg.costs.i_stage = w->cost[2]; w->cfg.costs.w_stage = w->cost[3];
+        w->cfg.costs.memory_stage = w->cost[4];
+        w->cfg.progress = cfg_copy->progress ? pp__split_worker_progress : NULL;
+        w->cfg.progress_user = w;
+        w->per_layer = &cfg_copy->costs;
+        w->W.cfg = &w->cfg;
+        w->W.has_stage_costs = S->has_stage_costs;
+        w->W.stages = S->stages;
+        w->W.even = S->even;
+        w->W.layout = w->split;
+        w->vpp = vpp; w->lo = lo; w->hi = hi; w->t = t; w->T = T;
+        w->shared = &sh;
+    }
+    for (t = 0; t < T; t++) {
+        if (pthread_create(&tid[t], NULL, pp__split_worker_main, &k[t]) != 0) {
+            pthread_mutex_lock(&sh.mu);
+            sh.stop = 1;
+            pthread_mutex_unlock(&sh.mu);
+            st = pp__fail(err, PP_ENOMEM, "search: cannot start thread %d of %d", t, T);
+            break;
+        }
+        started++;
+    }
+    for (t = 0; t < started; t++) pthread_join(tid[t], NULL);
+    if (st != PP_OK) goto done;
+    for (t = 0; t < T; t++)
+        if (k[t].st != PP_OK) {
+            st = k[t].st;
+            if (err) *err = k[t].err;
+            goto done;
+        }
+    /* the merge */
+    for (t = 0; t < T && st == PP_OK; t++) {
+        const pp__search *W = &k[t].W;
+        for (e = 0; e < W->count && st == PP_OK; e++) {
+            const pp_search_entry *we = &W->entries[e];
+            const int32_t *wl = W->pool + W->layout_at[e];
+            for (j = S->first; j < S->count && strcmp(S->entries[j].name, we->name); j++) {}
+            if (j == S->count) {   /* new here: appended as the loop would, with its split */
+                S->layout = wl;
+                S->split_index = W->best_at[e];
+                S->cursor = S->count;
+                st = pp__search_keep(S, we, err);
+            } else {
+                int order = pp__entry_cmp(we, &S->entries[j]);
+                if (order == 0) {
+                    long dw = pp__split_distance(wl, S->even, S->stages);
+                    long dk = pp__split_distance(S->pool + S->layout_at[j], S->even, S->stages);
+                    order = dw < dk ? -1 : dw > dk ? 1 : (W->best_at[e] < S->best_at[j] ? -1 : 1);
+                }
+                if (order < 0) {
+                    S->entries[j] = *we;
+                    memcpy(S->pool + S->layout_at[j], wl, (size_t)S->stages * sizeof *S->pool);
+                    S->best_at[j] = W->best_at[e];
+                }
+            }
+        }
+    }
+    S->where = sh.where;
+    S->where.splits_done = count;
+done:
+    S->layout = layout;
+    for (t = 0; k && t < T; t++) {
+        for (c = 0; c < 5; c++) PIPEPAR_FREE(k[t].cost[c]);
+        PIPEPAR_FREE(k[t].split);
+        PIPEPAR_FREE(k[t].W.entries);
+        PIPEPAR_FREE(k[t].W.layout_at);
+        PIPEPAR_FREE(k[t].W.best_at);
+        PIPEPAR_FREE(k[t].W.pool);
+    }
+    PIPEPAR_FREE(k);
+    PIPEPAR_FREE(tid);
+    pthread_mutex_destroy(&sh.mu);
+    return st;
+}
+#endif
+
 pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp_error *err)
 {
     pp__search S;
@@ -723,7 +924,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     pp_status st = PP_OK;
     double *b_stage = NULL, *split_cost[5] = { NULL, NULL, NULL, NULL, NULL };
     int32_t *split = NULL, *even = NULL, *trial = NULL;
-    int vpp, vlo, vhi, max_vpp, k, spread, local = 0;
+    int vpp, vlo, vhi, max_vpp, k, spread, local = 0, threads;
     long max_layouts, layouts = 0, count;
     if (!user_cfg || !out) return pp__fail(err, PP_EINVAL, "cfg and out: must not be NULL");
     *out = NULL;
@@ -739,6 +940,8 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     if (cfg->layers < 0) return pp__fail(err, PP_EINVAL, "layers=%d: must be >= 0 (0: the costs as given)", cfg->layers);
     if (cfg->layout_spread < 0)
         return pp__fail(err, PP_EINVAL, "layout_spread=%d: must be >= 0 (0 means 1)", cfg->layout_spread);
+    if (cfg->threads < 0 || cfg->threads > 1024)
+        return pp__fail(err, PP_EINVAL, "threads=%d: must be in 0..1024 (0 or 1: the calling thread alone)", cfg->threads);
     if (cfg->max_layouts < 0 || cfg->max_layouts > (1L << 40))
         return pp__fail(err, PP_EINVAL, "max_layouts=%ld: must be in 0..2^40 (0 means 4096)", cfg->max_layouts);
     if (cfg->layers > 4096)
@@ -798,6 +1001,11 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     vhi = cfg->vpp ? cfg->vpp : max_vpp;
     spread = cfg->layout_spread ? cfg->layout_spread : 1;
     max_layouts = cfg->max_layouts ? cfg->max_layouts : 4096;
+#ifdef PIPEPAR_NO_THREADS
+    threads = 1;
+#else
+    threads = cfg->threads > 1 ? cfg->threads : 1;
+#endif
     if (cfg->layers) {
         /* every vpp's splits are counted before any is searched: a refusal costs no time */
         long most = (long)cfg->pp * vhi;
@@ -845,8 +1053,14 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
         count = pp__splits_count(cfg->layers, stages, lo, hi, max_layouts);
         if (count < 0) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
         S.where.splits_total = count <= max_layouts ? count : max_layouts;
-        if (count <= max_layouts) {
-            for (have = 0;; have = 1) {
+        if (count <= max_layouts && threads > 1 && count > 1) {
+#ifndef PIPEPAR_NO_THREADS
+            st = pp__search_splits_threaded(&S, &cfg_copy, vpp, lo, hi, count, threads, err);
+            if (st != PP_OK) goto done;
+            layouts += count;
+#endif
+        } else if (count <= max_layouts) {
+            for (have = 0, S.split_index = 0;; have = 1, S.split_index++) {
                 st = pp__search_split(&S, &cfg_copy.costs, vpp, split_cost, err);
                 if (st != PP_OK) goto done;
                 layouts++;
@@ -934,6 +1148,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
 done:
     PIPEPAR_FREE(S.entries);
     PIPEPAR_FREE(S.layout_at);
+    PIPEPAR_FREE(S.best_at);
     PIPEPAR_FREE(S.pool);
     PIPEPAR_FREE(b_stage);
     PIPEPAR_FREE(split);

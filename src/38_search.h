@@ -154,6 +154,10 @@ typedef struct pp_search_config {
                                search simulates hundreds of thousands), so a caller can show how far
                                a long search is; it must be cheap and may not call pp_search */
     void *progress_user;    /* passed to progress */
+    int threads;            /* with layers: the splits of a vpp searched on this many threads at once
+                               (pthreads; 0 or 1: the calling thread alone). The result is the same
+                               for any count. progress is then called from those threads, one call
+                               at a time. Under PIPEPAR_NO_THREADS: one thread */
 } pp_search_config;
 
 typedef struct pp_search_entry {

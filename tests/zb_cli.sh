@@ -42,6 +42,10 @@ expect_error 1 "--max-mem=0.5: no schedule fits; the least memory is" search --p
 expect_error 1 "the least memory is 1.000 (greedy looped vpp=4 max_live=4)" search --pp 4 --mb 8 --max-mem 0.5
 expect_error 2 "unknown flag '--bogus'" search --pp 4 --mb 8 --bogus
 expect_error 2 "--top: needs a value" search --pp 4 --mb 8 --top
+expect_error 2 "--threads: only with --layers" search --pp 4 --mb 8 --threads 2
+# the layout search on several threads prints what one thread prints
+a=$($P search --pp 2 --mb 6 --layers 12 --max-vpp 3 --top 0 --threads 1); b=$($P search --pp 2 --mb 6 --layers 12 --max-vpp 3 --top 0 --threads 3)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "search --threads 3 differs from --threads 1"
 # a --csv path that cannot be written fails before the search runs, and a search with no winner
 # leaves no file
 expect_error 2 "--csv '/nonexistent/x.csv': cannot open for writing: No such file or directory" search --pp 8 --mb 16 --layers 32 --csv /nonexistent/x.csv
