@@ -4,8 +4,9 @@
  *     const char pp_cli_NAME_summary[] = "one line for `pipepar help`";
  *     int pp_cli_NAME(int argc, char **argv)   // argv[0] is "NAME"; returns the exit code
  * Exit codes: 0 done; 2 the input breaks a rule (a flag, a value, a file's contents, a combination
- * the library refuses), with one line on stderr naming the parameter and the rule; 1 anything
- * else (out of memory, a failed write, `search` finding no schedule under --max-mem).        */
+ * the library refuses), with one line on stderr naming the parameter and the rule; 1 what the
+ * input could not cause (the library out of memory, a failed write) and `search` finding no
+ * schedule under --max-mem.                                                                  */
 #ifndef PP_CLI_H
 #define PP_CLI_H
 #include <errno.h>
@@ -91,7 +92,7 @@ static int cli_parse_double(const char *flag, const char *text, double lo, doubl
         cli_usage_error("%s: expected a number, got '%s'", flag, text);
         return 0;
     }
-    if ((errno == ERANGE && v != 0) || v > 1e300 || v < -1e300) {   /* sums and products must stay finite */
+    if (v > 1e300 || v < -1e300) {   /* sums and products must stay finite (an underflow reads as tiny) */
         cli_usage_error("%s=%s: out of range (at most 1e300 in size)", flag, text);
         return 0;
     }

@@ -37,13 +37,13 @@ static int data_int(const char *flag, const char *val, long lo, long hi, int *ou
 }
 
 /* Integers separated by blanks, newlines or single commas; '#' starts a comment to the end of the
- * line. An empty entry ("1,,2", a leading or trailing comma) is refused, not
+ * line. A comma needs a number before it and after it (the next line will do). An empty entry ("1,,2", a leading or trailing comma) is refused, not
  * skipped: it is a length the user meant to give. Where is "line N" for a file, "entry N" for a
  * flag's list (inline). Returns the count (>= 0), or -1 after printing why (exit code 2 then:
  * the input breaks a rule), or -3 when out of memory (exit 1). */
 static int data_parse_ints(const char *what, const char *text, int inline_list, int32_t **out)
 {
-    int n = 0, cap = 0, line = 1, after_comma = 1, commas = 0;
+    int n = 0, cap = 0, line = 1, after_comma = 1, commas = 0, comma_line = 1;
     int32_t *v = NULL;
     const char *p = text;
     for (;;) {
@@ -52,11 +52,11 @@ static int data_parse_ints(const char *what, const char *text, int inline_list, 
         for (;;) {   /* separators; a comma needs an entry before it and after it */
             if (*p == ',') {
                 if (after_comma) break;
-                after_comma = 1; commas++; p++;
+                after_comma = 1; commas++; comma_line = line; p++;
             } else if (*p == '#') {
                 while (*p && *p != '\n') p++;
             } else if (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') {
-                if (*p == '\n') { line++; after_comma = 0; }   /* a line's end also ends an entry */
+                if (*p == '\n') line++;   /* a comma still needs its number, on this line or the next */
                 p++;
             } else break;
         }
@@ -65,8 +65,8 @@ static int data_parse_ints(const char *what, const char *text, int inline_list, 
                 fprintf(stderr, "pipepar: %s: entry %d is empty (a comma with no number %s it)\n", what, n + 1,
                         n == 0 ? "before" : "after");
             else
-                fprintf(stderr, "pipepar: %s, line %d: an empty entry (a comma with no number %s it)\n", what, line,
-                        n == 0 ? "before" : "after");
+                fprintf(stderr, "pipepar: %s, line %d: an empty entry (a comma with no number %s it)\n", what,
+                        *p == ',' ? line : comma_line, n == 0 || *p == ',' ? "before" : "after");
             free(v);
             return -1;
         }

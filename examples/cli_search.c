@@ -6,6 +6,7 @@
  * cap) plus greedy zero-bubble schedules (pp_search in pipepar.h), proves and simulates each,
  * prints the ranking and writes the winner as PyTorch's pipeline-order CSV, which
  * `pipepar schedule --from-csv` and the runtime read back.                                   */
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include "cli.h"
@@ -219,6 +220,7 @@ int pp_cli_search(int argc, char **argv)
     pp_layers *lay = NULL;
     pp_layer_costs *layer_costs = NULL;
     FILE *csv_file = NULL;
+    char csv_tmp[4200] = "";
     search_meter meter = { { 0, 0 }, { 0, 0 }, 0 };
     pp_status st;
     long v, top = 15, spread = 0;
@@ -381,9 +383,20 @@ int pp_cli_search(int argc, char **argv)
     cfg.costs.f_stage = stage[0]; cfg.costs.i_stage = stage[1]; cfg.costs.w_stage = stage[2]; cfg.costs.b_stage = stage[3];
     cfg.costs.memory_stage = stage[4];
 
-    if (csv) {   /* before the search, which can take minutes: a path that cannot be written fails now */
-        csv_file = fopen(csv, "w");
-        if (!csv_file) { rc = cli_usage_error("--csv '%s': cannot open for writing: %s", csv, strerror(errno)); goto done; }
+    if (csv) {
+        /* Before the search, which can take minutes, a path that cannot be written fails now. A
+         * file (or none yet) is written aside and renamed over the path once there is a winner,
+         * so a failed or interrupted search leaves what was there; anything else (/dev/stdout,
+         * a pipe) is written directly at the end. */
+        struct stat sb;
+        if (stat(csv, &sb) != 0 || S_ISREG(sb.st_mode)) {
+            snprintf(csv_tmp, sizeof csv_tmp, "%s.tmp.%ld", csv, (long)getpid());
+            csv_file = fopen(csv_tmp, "w");
+            if (!csv_file) { rc = cli_usage_error("--csv '%s': cannot open for writing: %s", csv, strerror(errno)); goto done; }
+        } else if (access(csv, W_OK) != 0) {
+            rc = cli_usage_error("--csv '%s': cannot open for writing: %s", csv, strerror(errno));
+            goto done;
+        }
     }
     if (!have_threads) {   /* every core: the splits are independent */
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -462,15 +475,21 @@ int pp_cli_search(int argc, char **argv)
         rc = 1;
         goto done;
     }
-    if (csv_file) {
-        FILE *f = csv_file;
+    if (csv) {
+        FILE *f = csv_file ? csv_file : fopen(csv, "w");
         csv_file = NULL;
+        if (!f) { rc = cli_usage_error("--csv '%s': cannot open for writing: %s", csv, strerror(errno)); goto done; }
         if (pp_schedule_write_csv(res->best, f, &err) != PP_OK) rc = cli_report(&err);
         if (fclose(f) != 0 && rc == 0) rc = cli_usage_error("--csv '%s': write failed: %s", csv, strerror(errno));
+        if (csv_tmp[0] && rc == 0 && rename(csv_tmp, csv) != 0)
+            rc = cli_usage_error("--csv '%s': cannot rename %s to it: %s", csv, csv_tmp, strerror(errno));
+        if (csv_tmp[0] && rc != 0) remove(csv_tmp);
+        csv_tmp[0] = '\0';
         if (rc == 0 && !json) printf("wrote %s (PyTorch's pipeline-order CSV, sends and receives included)\n", csv);
     }
 done:
-    if (csv_file) { fclose(csv_file); remove(csv); }   /* no winner: no file */
+    if (csv_file) fclose(csv_file);
+    if (csv_tmp[0]) remove(csv_tmp);   /* no winner: the path keeps what it held */
     pp_search_result_free(res);
     pp_layers_free(lay);
     free(layer_costs);

@@ -23,7 +23,7 @@ static const struct { const char *name; int (*run)(int, char **); const char *su
 static void print_help(FILE *out)
 {
     size_t i;
-    fprintf(out, "usage: pipepar <command> [flags]     (pipepar <command> --help for its flags)\n\n");
+    fprintf(out, "usage: pipepar <command> [flags]     (pipepar help <command>, or <command> --help, for its flags)\n\n");
     for (i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
 }
@@ -36,6 +36,7 @@ int main(int argc, char **argv)
         if (argc > 2 && !strcmp(argv[1], "help")) {   /* pipepar help COMMAND: that command's --help */
             char *sub[3];
             sub[0] = argv[2]; sub[1] = (char *)"--help"; sub[2] = NULL;
+            if (!strcmp(argv[2], "help")) { print_help(stdout); return 0; }
             for (i = 0; i < sizeof commands / sizeof commands[0]; i++)
                 if (commands[i].run && strcmp(argv[2], commands[i].name) == 0) return commands[i].run(2, sub);
             fprintf(stderr, "pipepar: help: unknown command '%s' (try 'pipepar help')\n", argv[2]);

@@ -58,6 +58,8 @@ expect_error 2 "--lengths: entry 1 is empty" pack --capacity 10 --lengths ,
 $P schedule --help >/dev/null && ok || bad "--help exits 0"
 [ "$($P help schedule | head -n 1)" = "$($P schedule --help | head -n 1)" ] && ok || bad "help schedule is not schedule --help"
 expect_error 2 "help: unknown command 'nope'" help nope
+expect_error 2 "group=1: below pp=128, outside Megatron-LM's range" schedule --kind interleaved --pp 128 --vpp 2 --mb 128 --group 1
+$P simulate --kind 1f1b --pp 2 --mb 2 --p2p 1e-310 >/dev/null && ok || bad "a tiny --p2p (an underflow) refused"
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -60,6 +60,10 @@ IN=$'3\n4x' expect_fail "not an integer in a file" 2 "stdin, line 2: '4x' is not
 expect_fail "empty entry" 2 "--lengths: entry 2 is empty (a comma with no number after it)" pack --capacity 9 --lengths 1,,2
 expect_fail "leading comma" 2 "--lengths: entry 1 is empty (a comma with no number before it)" pack --capacity 9 --lengths ,1
 expect_fail "trailing comma" 2 "--lengths: entry 3 is empty" pack --capacity 9 --lengths 1,2,
+IN=$'1,2,\n' expect_fail "trailing comma in a file" 2 "stdin, line 1: an empty entry (a comma with no number after it)" pack --capacity 9
+IN=$'1,\n,\n2\n' expect_fail "a line of only a comma" 2 "stdin, line 2: an empty entry" pack --capacity 9
+expect_fail "seq-multiple only with lengths" 2 "--seq-multiple: only with --lengths" cp --cp 2 --seq-len 8 --seq-multiple 4
+expect_fail "shapes either order" 2 "--variable-shapes: not with --same-shape" pack --capacity 9 --lengths 4 --same-shape --variable-shapes
 expect_fail "empty cu_seqlens entry" 2 "--cu-seqlens: entry 2 is empty" cp --cp 2 --cu-seqlens 0,,8
 expect_fail "missing file" 2 "cannot open 'no/such/file'" pack --capacity 9 no/such/file
 

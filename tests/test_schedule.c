@@ -161,6 +161,20 @@ static void interleaved_runs_for_every_group_and_mb(void)
                     pp_schedule_free(s);
                 }
     PP_CHECK(!bad);
+    /* below pp at pp > 64 each try re-lowers a large schedule: refused with the reason */
+    {
+        pp_schedule_config cfg;
+        pp_schedule *s = NULL;
+        pp_error err;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.kind = PP_INTERLEAVED_1F1B; cfg.pp = 65; cfg.vpp = 2; cfg.mb = 130; cfg.group = 64;
+        PP_CHECK_FAILS(pp_schedule_build(&cfg, &s, &err), &err, PP_EUNSUPPORTED,
+                       "group=64: below pp=65, outside Megatron-LM's range");
+        cfg.pp = 64; cfg.group = 1; cfg.mb = 64;   /* the largest pp it builds */
+        PP_CHECK_OK(pp_schedule_build(&cfg, &s, &err), &err);
+        if (s) PP_CHECK_OK(pp_schedule_validate(s, &err), &err);
+        pp_schedule_free(s);
+    }
 }
 
 /* --- generators: PyTorch reference orders ------------------------------------------------- */

@@ -50,6 +50,9 @@ a=$($P search --pp 2 --mb 6 --layers 12 --max-vpp 3 --top 0 --threads 1); b=$($P
 # leaves no file
 expect_error 2 "--csv '/nonexistent/x.csv': cannot open for writing: No such file or directory" search --pp 8 --mb 16 --layers 32 --csv /nonexistent/x.csv
 $P search --pp 4 --mb 8 --max-mem 0.5 --csv "$T/none.csv" >/dev/null 2>&1; [ ! -e "$T/none.csv" ] && ok || bad "search with no winner left $T/none.csv"
+echo keep >"$T/keep.csv"
+$P search --pp 4 --mb 8 --max-mem 0.5 --csv "$T/keep.csv" >/dev/null 2>&1
+[ "$(cat "$T/keep.csv")" = keep ] && [ -z "$(ls "$T"/keep.csv.tmp* 2>/dev/null)" ] && ok || bad "a search with no winner changed $T/keep.csv"
 
 # bad flags
 expect_error 2 "--pp=0: must be between 1" search --pp 0 --mb 4
