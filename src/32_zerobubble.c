@@ -33,7 +33,10 @@ static int pp__wfifo_init(pp__wfifo *q, int cap)
     q->mb = (int *)pp__calloc((size_t)cap, sizeof(int));
     q->head = q->tail = 0;
     q->cap = cap;
-    return q->stage && q->mb;
+    if (q->stage && q->mb) return 1;
+    PIPEPAR_FREE(q->stage); PIPEPAR_FREE(q->mb);   /* one of the two may have succeeded */
+    q->stage = q->mb = NULL;
+    return 0;
 }
 
 static void pp__wfifo_free(pp__wfifo *q)
