@@ -2603,7 +2603,13 @@ pp_status pp_grid_init(const pp_grid_config *cfg, pp_grid *grid, pp_error *err)
     size[PP_DIM_TP] = cfg->tp ? cfg->tp : 1;
     size[PP_DIM_CP] = cfg->cp ? cfg->cp : 1;
     size[PP_DIM_PP] = cfg->pp ? cfg->pp : 1;
-    prod = (long long)size[PP_DIM_TP] * size[PP_DIM_CP] * size[PP_DIM_PP];
+    /* each size is an int, so tp*cp fits 64 bits, and so does its product with pp or dp while it is
+     * at most INT_MAX; past that it is past any world, and multiplying on could overflow */
+    prod = (long long)size[PP_DIM_TP] * size[PP_DIM_CP];
+    if (prod <= INT_MAX) prod *= size[PP_DIM_PP];
+    if (prod > INT_MAX)
+        return pp__fail(err, PP_EINVAL, "world=%d: smaller than tp*cp*pp (tp=%d, cp=%d, pp=%d)", cfg->world,
+                        size[PP_DIM_TP], size[PP_DIM_CP], size[PP_DIM_PP]);
     if (cfg->dp == 0) {
         if (prod > cfg->world || cfg->world % prod != 0)
             return pp__fail(err, PP_EINVAL,
@@ -4049,7 +4055,7 @@ static int pp__finite_nonneg(double x) { return x == x && x >= 0 && x <= DBL_MAX
 pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_error *err)
 {
     int pp, vpp, S, n, s, i, j, k, *count = NULL, *parent = NULL;
-    double front_c, back_c, front_m = 0, back_m = 0, cap, B, *prev = NULL, *cur = NULL, *c = NULL;
+    double front_c, back_c, front_m = 0, back_m = 0, cap, B, unit, *prev = NULL, *cur = NULL, *c = NULL;
     const double *m;
     pp_layers *l = NULL;
     pp_status st;
@@ -4151,6 +4157,7 @@ pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_er
     if (B == HUGE_VAL) { st = pp__fail(err, PP_EINVAL, "memory_cap=%g: no split fits under the cap", cap); goto done; }
 
     /* 2. among splits with bottleneck B, the least sum of squares */
+    unit = B > 0 ? B : 1;
     for (s = 0; s < S; s++) {
         int last = s == S - 1;
         for (j = 0; j <= n; j++) { cur[j] = HUGE_VAL; parent[(size_t)s * (n + 1) + j] = -1; }
@@ -4163,8 +4170,8 @@ pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_er
                 if (!last || j == n) {
                     double sc = last ? acc + back_c : acc, v;
                     if (sc > B || (last && cap > 0 && accm + back_m > cap)) break;
-                    v = p + sc * sc;
-                    if (v < cur[j]) { cur[j] = v; parent[(size_t)s * (n + 1) + j] = i; }
+                    v = p + (sc / unit) * (sc / unit);   /* in units of B: huge costs square to no infinity */
+                    if (v < cur[j] || parent[(size_t)s * (n + 1) + j] < 0) { cur[j] = v; parent[(size_t)s * (n + 1) + j] = i; }
                 }
             }
         }
@@ -8971,6 +8978,8 @@ pp_status pp_pack_plan_build(const int32_t *lengths, int n, const pp_pack_plan_c
         return pp__fail(err, PP_EINVAL, "bin_multiple=%d: with cp=%d it must be a multiple of 2*cp=%d (the tail "
                         "padding joins the last sequence's chunks)", cfg->bin_multiple, cp, 2 * cp);
     pc = cfg->pack;
+    if (vpp > 1 && (int64_t)dp * pp > INT_MAX)
+        return pp__fail(err, PP_EINVAL, "dp=%d, pp=%d: dp*pp microbatches per step is past %d", dp, pp, INT_MAX);
     def = vpp > 1 ? dp * pp : dp;
     if (pc.min_bin_count == 0) pc.min_bin_count = def;
     if (pc.bin_count_multiple == 0) pc.bin_count_multiple = def;
@@ -11271,7 +11280,10 @@ pp_status pp_mimo_init(const pp_mimo_config *cfg, pp_mimo *m, pp_error *err)
         }
         tp = mc->tp ? mc->tp : 1; cp = mc->cp ? mc->cp : 1; dp = mc->dp ? mc->dp : 1;
         pp = mc->pp ? mc->pp : 1; ep = mc->ep ? mc->ep : 1;
-        size = (long long)tp * cp * dp * pp;
+        size = tp;   /* factor by factor: stops past the limit before a product can overflow */
+        if (size <= (1 << 24)) size *= cp;
+        if (size <= (1 << 24)) size *= dp;
+        if (size <= (1 << 24)) size *= pp;
         if (size > (1 << 24) || (long long)mc->offset + size > (1 << 24))
             return pp__fail(err, PP_EINVAL, "module %s: offset=%d + tp*cp*dp*pp = %lld ranks: past the limit of %d ranks",
                             mc->name, mc->offset, size, 1 << 24);

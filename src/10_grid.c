@@ -58,7 +58,13 @@ pp_status pp_grid_init(const pp_grid_config *cfg, pp_grid *grid, pp_error *err)
     size[PP_DIM_TP] = cfg->tp ? cfg->tp : 1;
     size[PP_DIM_CP] = cfg->cp ? cfg->cp : 1;
     size[PP_DIM_PP] = cfg->pp ? cfg->pp : 1;
-    prod = (long long)size[PP_DIM_TP] * size[PP_DIM_CP] * size[PP_DIM_PP];
+    /* each size is an int, so tp*cp fits 64 bits, and so does its product with pp or dp while it is
+     * at most INT_MAX; past that it is past any world, and multiplying on could overflow */
+    prod = (long long)size[PP_DIM_TP] * size[PP_DIM_CP];
+    if (prod <= INT_MAX) prod *= size[PP_DIM_PP];
+    if (prod > INT_MAX)
+        return pp__fail(err, PP_EINVAL, "world=%d: smaller than tp*cp*pp (tp=%d, cp=%d, pp=%d)", cfg->world,
+                        size[PP_DIM_TP], size[PP_DIM_CP], size[PP_DIM_PP]);
     if (cfg->dp == 0) {
         if (prod > cfg->world || cfg->world % prod != 0)
             return pp__fail(err, PP_EINVAL,

@@ -1158,7 +1158,7 @@ static int pp__finite_nonneg(double x) { return x == x && x >= 0 && x <= DBL_MAX
 pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_error *err)
 {
     int pp, vpp, S, n, s, i, j, k, *count = NULL, *parent = NULL;
-    double front_c, back_c, front_m = 0, back_m = 0, cap, B, *prev = NULL, *cur = NULL, *c = NULL;
+    double front_c, back_c, front_m = 0, back_m = 0, cap, B, unit, *prev = NULL, *cur = NULL, *c = NULL;
     const double *m;
     pp_layers *l = NULL;
     pp_status st;
@@ -1260,6 +1260,7 @@ pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_er
     if (B == HUGE_VAL) { st = pp__fail(err, PP_EINVAL, "memory_cap=%g: no split fits under the cap", cap); goto done; }
 
     /* 2. among splits with bottleneck B, the least sum of squares */
+    unit = B > 0 ? B : 1;
     for (s = 0; s < S; s++) {
         int last = s == S - 1;
         for (j = 0; j <= n; j++) { cur[j] = HUGE_VAL; parent[(size_t)s * (n + 1) + j] = -1; }
@@ -1272,8 +1273,8 @@ pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_er
                 if (!last || j == n) {
                     double sc = last ? acc + back_c : acc, v;
                     if (sc > B || (last && cap > 0 && accm + back_m > cap)) break;
-                    v = p + sc * sc;
-                    if (v < cur[j]) { cur[j] = v; parent[(size_t)s * (n + 1) + j] = i; }
+                    v = p + (sc / unit) * (sc / unit);   /* in units of B: huge costs square to no infinity */
+                    if (v < cur[j] || parent[(size_t)s * (n + 1) + j] < 0) { cur[j] = v; parent[(size_t)s * (n + 1) + j] = i; }
                 }
             }
         }

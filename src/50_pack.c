@@ -1125,6 +1125,8 @@ pp_status pp_pack_plan_build(const int32_t *lengths, int n, const pp_pack_plan_c
         return pp__fail(err, PP_EINVAL, "bin_multiple=%d: with cp=%d it must be a multiple of 2*cp=%d (the tail "
                         "padding joins the last sequence's chunks)", cfg->bin_multiple, cp, 2 * cp);
     pc = cfg->pack;
+    if (vpp > 1 && (int64_t)dp * pp > INT_MAX)
+        return pp__fail(err, PP_EINVAL, "dp=%d, pp=%d: dp*pp microbatches per step is past %d", dp, pp, INT_MAX);
     def = vpp > 1 ? dp * pp : dp;
     if (pc.min_bin_count == 0) pc.min_bin_count = def;
     if (pc.bin_count_multiple == 0) pc.bin_count_multiple = def;

@@ -86,7 +86,10 @@ pp_status pp_mimo_init(const pp_mimo_config *cfg, pp_mimo *m, pp_error *err)
         }
         tp = mc->tp ? mc->tp : 1; cp = mc->cp ? mc->cp : 1; dp = mc->dp ? mc->dp : 1;
         pp = mc->pp ? mc->pp : 1; ep = mc->ep ? mc->ep : 1;
-        size = (long long)tp * cp * dp * pp;
+        size = tp;   /* factor by factor: stops past the limit before a product can overflow */
+        if (size <= (1 << 24)) size *= cp;
+        if (size <= (1 << 24)) size *= dp;
+        if (size <= (1 << 24)) size *= pp;
         if (size > (1 << 24) || (long long)mc->offset + size > (1 << 24))
             return pp__fail(err, PP_EINVAL, "module %s: offset=%d + tp*cp*dp*pp = %lld ranks: past the limit of %d ranks",
                             mc->name, mc->offset, size, 1 << 24);

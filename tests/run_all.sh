@@ -62,6 +62,15 @@ for t in tests/*.sh; do
     bash "$t" >"$log/sh.txt" 2>&1; count "$(basename "$t")" "$log/sh.txt" $?
 done
 
+echo "== fuzz corpora and fixed findings, replayed (tests/fuzz: gcc + ASan/UBSan, no libFuzzer needed)"
+sh tests/fuzz/run.sh replay >"$log/fz.txt" 2>&1; rc=$?
+sh tests/fuzz/run.sh crashes >>"$log/fz.txt" 2>&1 || rc=$?
+fz_ok=$(grep -c '^ok ' "$log/fz.txt"); fz_bad=$(grep -c '^FAIL' "$log/fz.txt")
+[ "$rc" -ne 0 ] && [ "$fz_bad" -eq 0 ] && fz_bad=1
+grep '^FAIL' -A3 "$log/fz.txt" | head -n 30
+echo "  fuzz replay: $fz_ok passed, $fz_bad failed"
+total_pass=$((total_pass + fz_ok)); total_fail=$((total_fail + fz_bad))
+
 echo "== compile checks"
 compile_check "header compiles as C++" ${CXX:-c++} -x c++ -std=c++11 -Wall -Wextra -Werror \
     -Wno-unused-function -fsyntax-only tests/impl.c

@@ -1,0 +1,47 @@
+#!/bin/sh
+# tests/fuzz/run.sh — build and run the libFuzzer harnesses of tests/fuzz/ (see each fuzz_*.c).
+#
+#   sh tests/fuzz/run.sh replay [TARGET...]     gcc (or $CC) + ASan/UBSan: replay corpus/TARGET/
+#   sh tests/fuzz/run.sh crashes [TARGET...]    the same over crashes/TARGET-* (FAIL until fixed;
+#                                               the slow ones pass here: no time limit)
+#   sh tests/fuzz/run.sh fuzz TARGET [SECONDS]  clang libFuzzer: fuzz TARGET (default 420 s) into
+#                                               build/fuzz/corpus/TARGET, artifacts in build/fuzz/
+# Run from the repository root. Binaries go to build/fuzz/. Without TARGETs: every harness.
+set -e
+cd "$(dirname "$0")/../.."
+OUT=build/fuzz
+FLAGS="-std=c99 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all"
+mode=${1:-replay}; [ $# -gt 0 ] && shift
+all=$(ls tests/fuzz/fuzz_*.c | sed 's#tests/fuzz/fuzz_\(.*\)\.c#\1#')
+mkdir -p $OUT
+dict_of() {
+    case $1 in
+    action_parse|schedule_csv) echo tests/fuzz/schedule.dict ;;
+    layers_*|moe_freq) echo tests/fuzz/layers.dict ;;
+    grid_dims|mimo_module) echo tests/fuzz/grid.dict ;;
+    schedule_kind|pack_algo) echo tests/fuzz/names.dict ;;
+    *) echo tests/fuzz/data.dict ;;
+    esac
+}
+case $mode in
+replay|crashes)
+    fail=0
+    for t in ${*:-$all}; do
+        ${CC:-gcc} $FLAGS -o $OUT/replay_$t tests/fuzz/fuzz_$t.c tests/fuzz/replay_main.c -lpthread -lm
+        if [ $mode = replay ]; then set -- tests/fuzz/corpus/$t; else set -- $(ls tests/fuzz/crashes/$t-* 2>/dev/null); fi
+        for f in "$@"; do       # one process per crash file, so each one is reported
+            if $OUT/replay_$t "$f" >/dev/null 2>$OUT/replay_$t.err; then echo "ok   $t $f"
+            else echo "FAIL $t $f"; grep -E 'runtime error|ERROR|invariant|SUMMARY' $OUT/replay_$t.err | head -n 3; fail=1; fi
+        done
+    done
+    exit $fail ;;
+fuzz)
+    t=$1; secs=${2:-420}
+    clang -std=c99 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
+        -fno-sanitize-recover=all -o $OUT/fuzz_$t tests/fuzz/fuzz_$t.c -lpthread -lm
+    mkdir -p $OUT/corpus/$t $OUT/artifacts/$t
+    $OUT/fuzz_$t -max_total_time=$secs -max_len=4096 -timeout=1 -close_fd_mask=2 -dict=$(dict_of $t) \
+        -artifact_prefix=$OUT/artifacts/$t/ $OUT/corpus/$t tests/fuzz/corpus/$t ;;
+*)
+    echo "usage: sh tests/fuzz/run.sh replay|crashes [TARGET...] | fuzz TARGET [SECONDS]" >&2; exit 2 ;;
+esac
