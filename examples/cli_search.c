@@ -232,17 +232,10 @@ int pp_cli_search(int argc, char **argv)
         if (!strcmp(a, "--json")) { json = 1; continue; }
         if (!strcmp(a, "--split-backward")) { cfg.split_backward = 1; continue; }
         if (a[0] != '-') return cli_usage_error("unexpected argument '%s' (see pipepar search --help)", a);
-        if (!val) {   /* a known flag without its value, or an unknown flag at the end */
-            static const char *const with_value[] = { "--pp", "--mb", "--vpp", "--max-vpp", "--f", "--b", "--i", "--w",
-                "--p2p", "--bytes", "--bandwidth", "--max-mem", "--kind", "--top", "--layers", "--spread",
-                "--max-layouts", "--threads", "--embedding", "--loss", "--layer-costs", "--csv", "--layout", "--f-stage",
-                "--i-stage", "--w-stage", "--b-stage", "--mem-stage" };
-            for (k = 0; k < (int)(sizeof with_value / sizeof with_value[0]) && strcmp(a, with_value[k]); k++) {}
-            if (k == (int)(sizeof with_value / sizeof with_value[0]))
-                return cli_usage_error("unknown flag '%s' (see pipepar search --help)", a);
-            return cli_usage_error("%s: needs a value", a);
-        }
-        i++;
+        /* a flag's value is the next word; at the end of the line there is none, and each kind of
+         * flag says so (cli_parse_* print "needs a value"; an unknown flag stays unknown) */
+        if (val) i++;
+#define SEARCH_NEEDS_VALUE() do { if (!val) return cli_usage_error("%s: needs a value", a); } while (0)
         if (!strcmp(a, "--pp")) {
             if (!cli_parse_int("--pp", val, 1, 4096, &v)) return 2;
             cfg.pp = (int)v; have_pp = 1;
@@ -285,23 +278,30 @@ int pp_cli_search(int argc, char **argv)
         } else if (!strcmp(a, "--max-layouts")) {
             if (!cli_parse_int("--max-layouts", val, 1, 1L << 30, &cfg.max_layouts)) return 2;
         } else if (!strcmp(a, "--layer-costs")) {
+            SEARCH_NEEDS_VALUE();
             layer_costs_path = val;
         } else if (!strcmp(a, "--embedding") || !strcmp(a, "--loss")) {
+            SEARCH_NEEDS_VALUE();
             if (!parse_layer_costs(a, val, !strcmp(a, "--loss") ? &cfg.loss : &cfg.embedding)) return 2;
             have_ends = 1;
         } else if (!strcmp(a, "--kind")) {
+            SEARCH_NEEDS_VALUE();
             if (!strcmp(val, "greedy")) cfg.kind = PP_CUSTOM;
             else if (pp_schedule_kind_parse(val, &cfg.kind, &err) != PP_OK)
                 return cli_usage_error("--kind=%s: %s", val, err.message);
         } else if (!strcmp(a, "--csv")) {
+            SEARCH_NEEDS_VALUE();
             csv = val;
         } else if (!strcmp(a, "--layout")) {
+            SEARCH_NEEDS_VALUE();
             layout = val;
         } else {
             for (k = 0; k < 5 && strcmp(a, stage_flag[k]); k++) {}
             if (k == 5) return cli_usage_error("unknown flag '%s' (see pipepar search --help)", a);
+            SEARCH_NEEDS_VALUE();
             stage_text[k] = val;
         }
+#undef SEARCH_NEEDS_VALUE
     }
     if (!have_pp) return cli_usage_error("--pp: required (pipeline ranks, >= 1)");
     if (!have_mb) return cli_usage_error("--mb: required (microbatches per step, >= 1)");

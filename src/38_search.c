@@ -364,6 +364,15 @@ static int pp__entry_cmp(const void *pa, const void *pb)
 /* Adds entry t, or under cfg.layers keeps the faster of t and its schedule's entry from an
  * earlier split of this vpp (with the current split). Candidates come in the same order for
  * every split, so the entry at the cursor is nearly always t's. */
+/* Distance of a split from the even one: layers moved. */
+static long pp__split_distance(const int32_t *split, const int32_t *even, int stages)
+{
+    long d = 0;
+    int s;
+    for (s = 0; s < stages; s++) d += labs((long)split[s] - even[s]);
+    return d;
+}
+
 static pp_status pp__search_keep(pp__search *S, const pp_search_entry *t, pp_error *err)
 {
     int k = -1, j;
@@ -381,13 +390,8 @@ static pp_status pp__search_keep(pp__search *S, const pp_search_entry *t, pp_err
         S->cursor = k + 1;
         if (order == 0) {
             /* a tie: the split nearer the even one wins (fewer layers moved) */
-            long now = 0, kept = 0;
-            int s;
-            for (s = 0; s < S->stages; s++) {
-                now += labs((long)S->layout[s] - S->even[s]);
-                kept += labs((long)S->pool[S->layout_at[k] + s] - S->even[s]);
-            }
-            order = now < kept ? -1 : 0;
+            order = pp__split_distance(S->layout, S->even, S->stages) <
+                    pp__split_distance(S->pool + S->layout_at[k], S->even, S->stages) ? -1 : 0;
         }
         if (order < 0) {
             S->entries[k] = *t;
@@ -660,6 +664,15 @@ static int pp__split_next(int32_t *split, int stages, int lo, int hi)
     return 0;
 }
 
+/* The enumeration of a vpp's splits: the even split first (split holds it), then every split in
+ * lexicographic order but that one. Moves split to the next; 0 when there is none. first: split
+ * is the even one, the enumeration's start. */
+static int pp__split_advance(int32_t *split, const int32_t *even, int stages, int layers, int lo, int hi, int first)
+{
+    if (first ? !pp__split_fill(split, 0, stages, layers, lo, hi) : !pp__split_next(split, stages, lo, hi)) return 0;
+    return memcmp(split, even, (size_t)stages * sizeof *split) || pp__split_next(split, stages, lo, hi);
+}
+
 /* Per-stage costs of a split: each stage its layers times the per-layer costs, the first stage
  * the embedding's on top and the last the loss's. */
 static void pp__split_costs(const pp_search_config *cfg, const pp_sim_costs *per_layer, const int32_t *split,
@@ -788,23 +801,9 @@ static void *pp__split_worker_main(void *arg)
                 break;
             }
         }
-        if (!have ? !pp__split_fill(k->split, 0, stages, layers, k->lo, k->hi)
-                  : !pp__split_next(k->split, stages, k->lo, k->hi))
-            break;
-        if (!memcmp(k->split, W->even, (size_t)stages * sizeof *k->split) &&
-            !pp__split_next(k->split, stages, k->lo, k->hi))
-            break;
+        if (!pp__split_advance(k->split, W->even, stages, layers, k->lo, k->hi, !have)) break;
     }
     return NULL;
-}
-
-/* Distance of a split from the even one: layers moved. */
-static long pp__split_distance(const int32_t *split, const int32_t *even, int stages)
-{
-    long d = 0;
-    int s;
-    for (s = 0; s < stages; s++) d += labs((long)split[s] - even[s]);
-    return d;
 }
 
 /* Searches every split of this vpp (count of them, in S's enumeration order) on T threads and
@@ -1064,11 +1063,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
                 st = pp__search_split(&S, &cfg_copy.costs, vpp, split_cost, err);
                 if (st != PP_OK) goto done;
                 layouts++;
-                if (!have ? !pp__split_fill(split, 0, stages, cfg->layers, lo, hi)
-                          : !pp__split_next(split, stages, lo, hi))
-                    break;
-                if (!memcmp(split, even, (size_t)stages * sizeof *split) && !pp__split_next(split, stages, lo, hi))
-                    break;
+                if (!pp__split_advance(split, even, stages, cfg->layers, lo, hi, !have)) break;
             }
         } else {
             /* too many to try them all: descend from the even split, each round taking the move of

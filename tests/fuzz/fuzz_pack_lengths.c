@@ -20,22 +20,7 @@
  *         -fno-sanitize-recover=all tests/fuzz/fuzz_pack_lengths.c -o build/fuzz_pack_lengths -lm -lpthread
  *   build/fuzz_pack_lengths -close_fd_mask=2 -max_len=4096 tests/fuzz/corpus/pack_lengths
  * Replay without clang: see replay_main.c. */
-#include <stdint.h>
-#include <stdio.h>
-#include <string.h>
-
-#define FUZZ_PATH "<fuzz input>"
-static const uint8_t *fuzz_file;
-static size_t fuzz_file_size;
-
-/* fopen of examples/cli.h and cli_data.c: the fuzz input for FUZZ_PATH, the real file otherwise. */
-static FILE *fuzz_fopen(const char *path, const char *mode)
-{
-    if (strcmp(path, FUZZ_PATH) != 0) return fopen(path, mode);
-    if (fuzz_file_size == 0) return fopen("/dev/null", "r");
-    return fmemopen((void *)(uintptr_t)fuzz_file, fuzz_file_size, "r");
-}
-#define fopen(path, mode) fuzz_fopen(path, mode)
+#include "fuzz_fopen.h"   /* fopen in examples/cli.h and cli_data.c reads the fuzz input */
 #define PIPEPAR_IMPLEMENTATION
 #include "../../examples/cli_data.c"
 #undef fopen
