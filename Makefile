@@ -31,7 +31,6 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 $(NCCL_LIB) -lcublasLt -lcublas -lnccl -lcudar
 
 ALL_CFLAGS = $(CSTD) $(WARN) $(OPT) $(SAN) $(CFLAGS)
 
-SECTIONS     := $(sort $(wildcard src/*.h src/*.c))
 CLI_SRCS     := $(sort $(wildcard examples/cli_*.c))
 TEST_SRCS    := $(sort $(wildcard tests/test_*.c))
 EXAMPLE_SRCS := $(filter-out examples/pipepar.c $(CLI_SRCS),$(wildcard examples/*.c))
@@ -47,7 +46,7 @@ GPU_HOST_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/gpu/%,$(wildcard tests/gpu/h
 GPU_BENCHES  := $(patsubst bench/%.cu,$(BUILD)/bench_%,$(wildcard bench/*.cu))
 GPU_ALL      := $(if $(HAVE_GPU),$(BUILD)/pipepar_cuda.o $(BUILD)/pipepar_nccl.o $(GPU_EXAMPLES) $(GPU_TESTS) $(GPU_TESTS_C) $(GPU_HOST_TESTS) $(GPU_BENCHES))
 
-.PHONY: all host gpu demo test test-host test-gpu bench clean check-header help
+.PHONY: all host gpu demo test test-host test-gpu bench clean help
 help:
 	@echo "make            build everything this machine can (GPU parts where nvcc and NCCL are)"
 	@echo "make demo       train a small model pipeline-parallel on CPU threads, with its schedule"
@@ -59,16 +58,8 @@ help:
 	@echo "Variables: CUDA_HOME, NCCL_HOME, CUDA_ARCH (GPU build), CC, CFLAGS"
 
 all: host $(GPU_ALL)
-host: pipepar.h $(BUILD)/pipepar $(BUILD)/run_tests $(EXAMPLES) $(BENCHES)
+host: $(BUILD)/pipepar $(BUILD)/run_tests $(EXAMPLES) $(BENCHES)
 gpu: $(GPU_ALL)
-
-# pipepar.h is assembled from src/ (one file per section) so sections can be worked on apart;
-# the result is committed, and users vendor that one file.
-pipepar.h: $(SECTIONS) tools/amalgamate.sh
-	sh tools/amalgamate.sh > $@.tmp && mv $@.tmp $@
-
-check-header:
-	@sh tools/amalgamate.sh | cmp -s - pipepar.h || { echo "pipepar.h is stale: run make"; exit 1; }
 
 $(BUILD)/.dir:
 	@mkdir -p $(BUILD)/gpu && touch $@
@@ -128,7 +119,7 @@ demo: host
 	 else \
 	   $(BUILD)/pipepar schedule --kind interleaved --pp 4 --vpp 2 --mb 8 --format text; fi
 
-test: check-header
+test:
 	@bash tests/run_all.sh
 
 test-gpu: gpu

@@ -5,7 +5,7 @@ Each function follows the behaviour of NeMo RL's nemo_rl/data/packing/algorithms
 decreasing, first fit shuffle, modified first fit decreasing, concatenative, the bin-count
 adjustment) or Megatron-LM's examples/multimodal/data_loading/knapsacks.py (greedy and balanced
 greedy knapsack) step by step, scanning every bin like the originals, so the C packers in
-src/50_pack.c can be checked against outcomes computed the same way the Python computes them.
+pipepar.h >>pack can be checked against outcomes computed the same way the Python computes them.
 best_fit_decreasing has no NeMo RL original; it is the textbook rule on first fit decreasing's
 order: the bin with the least room that still fits, the earliest bin on ties.
 

@@ -1,4 +1,4 @@
-/* fuzz_action_parse.c — libFuzzer harness for pp_action_parse (src/30_schedule.c).
+/* fuzz_action_parse.c — libFuzzer harness for pp_action_parse (pipepar.h >>schedule).
  *
  * Input: the bytes of one action cell as text ("4F0", "1SEND_F3", "(0F1;3B0)OVERLAP_F_B"),
  * NUL-terminated on a copy. On success the action is formatted with pp_action_format and

@@ -1,4 +1,4 @@
-/* fuzz_grid_dims.c — libFuzzer harness for the rank-grid text parsers (src/10_grid.c):
+/* fuzz_grid_dims.c — libFuzzer harness for the rank-grid text parsers (pipepar.h >>grid):
  * pp_grid_dims_parse (a group mask, `pipepar grid --group dp-cp`) and the order of
  * pp_grid_init (`pipepar grid --order tp-cp-dp-pp`), both through pp__dims_split.
  *

@@ -2,7 +2,7 @@
  * (read_layer_costs in examples/cli_search.c, a static function: this file includes
  * cli_search.c unchanged and redirects its fopen to the fuzz input with fmemopen), then the
  * layout search the CLI runs on the layers it read (pp_search with cfg.layers and
- * cfg.layer_costs, src/38_search.c), and the CLI's --embedding / --loss parser
+ * cfg.layer_costs, pipepar.h >>search), and the CLI's --embedding / --loss parser
  * (parse_layer_costs). Error lines go to stderr: fuzz with -close_fd_mask=2.
  *
  * Input: the file, "F I W [M]" per layer (spaces, tabs or commas; '#' comments; blank lines).

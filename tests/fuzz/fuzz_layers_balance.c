@@ -1,4 +1,4 @@
-/* fuzz_layers_balance.c — libFuzzer harness for pp_layers_balance (src/20_layers.c) fed the way
+/* fuzz_layers_balance.c — libFuzzer harness for pp_layers_balance (pipepar.h >>layers) fed the way
  * `pipepar layers --costs LIST [--memory LIST] ...` feeds it: the lists are read by the CLI's
  * own parser, layers_parse_list of examples/cli_layers.c (included here unchanged; its error
  * lines go to stderr: fuzz with -close_fd_mask=2 to keep them out of the log).

@@ -1,5 +1,5 @@
 /* fuzz_layers_hybrid.c — libFuzzer harness for pp_layers_build with a hybrid (Mamba) layer
- * pattern (src/20_layers.c, pp__layers_from_hybrid), as `pipepar layers --hybrid ...` uses it.
+ * pattern (pipepar.h >>layers, pp__layers_from_hybrid), as `pipepar layers --hybrid ...` uses it.
  *
  * Input, split at the first newline:
  *     line 1   the pattern: M * - E G D + C H W symbols, '|' between stages, "/..." MTP depths

@@ -1,5 +1,5 @@
 /* fuzz_layers_layout.c — libFuzzer harness for pp_layers_build with a Megatron layout string
- * (pipeline_model_parallel_layout, e.g. "Et*3|(tt|)*29,m|L"; src/20_layers.c, the layout and
+ * (pipeline_model_parallel_layout, e.g. "Et*3|(tt|)*29,m|L"; pipepar.h >>layers, the layout and
  * moe_layer_freq parsers), as `pipepar layers --layout ... [--moe-freq ...]` uses it.
  *
  * Input, split at the first two newlines:

@@ -1,4 +1,4 @@
-/* fuzz_mimo_module.c — libFuzzer harness for pp_mimo_module_parse (src/70_mimo.c) and what
+/* fuzz_mimo_module.c — libFuzzer harness for pp_mimo_module_parse (pipepar.h >>mimo) and what
  * `pipepar mimo --grid NAME:key=value,... [--grid ...] [--world W] [--language NAME] [--mb M]
  * [--schedule K]` does with the modules (examples/cli_mimo.c): pp_mimo_init, the bridges, the
  * rank roles and the pipeline of a step.

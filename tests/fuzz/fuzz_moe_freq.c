@@ -1,5 +1,5 @@
 /* fuzz_moe_freq.c — libFuzzer harness for the moe_layer_freq parser of pp_layers_build
- * (src/20_layers.c, pp__moe_pattern: Megatron's --moe-layer-freq, an integer N or a Python list
+ * (pipepar.h >>layers, pp__moe_pattern: Megatron's --moe-layer-freq, an integer N or a Python list
  * expression such as "([1]*3+[0]*1)*3"), as `pipepar layers --layers N --moe-freq ...` uses it.
  *
  * Input: line 1 holds num_layers and pp (integers; default 8 and 1); everything after the first

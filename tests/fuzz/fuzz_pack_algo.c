@@ -1,4 +1,4 @@
-/* fuzz_pack_algo.c — libFuzzer harness for pp_pack_algo_parse (src/50_pack.c), the --algo
+/* fuzz_pack_algo.c — libFuzzer harness for pp_pack_algo_parse (pipepar.h >>pack), the --algo
  * value of `pipepar pack` and `pipepar replay`.
  *
  * Input: the name as bytes, NUL-terminated on a copy. A name that parses must give a real

@@ -2,8 +2,8 @@
  * `pipepar replay` (data_read_lengths in examples/cli_data.c, a static function reading through
  * cli_read_file: this file includes cli_data.c unchanged and redirects its fopen to the fuzz
  * input with fmemopen), then what `pipepar pack` does with the lengths: pp_pack_plan_build
- * (src/50_pack.c, every packing algorithm), and the context-parallel split and router-replay
- * map of each microbatch (src/52_cp.c, src/54_replay.c). Error lines go to stderr: fuzz with
+ * (pipepar.h >>pack, every packing algorithm), and the context-parallel split and router-replay
+ * map of each microbatch (pipepar.h >>cp, pipepar.h >>replay). Error lines go to stderr: fuzz with
  * -close_fd_mask=2.
  *
  * Input: the lengths file (integers separated by spaces, commas or newlines; '#' comments).

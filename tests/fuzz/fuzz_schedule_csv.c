@@ -1,4 +1,4 @@
-/* fuzz_schedule_csv.c — libFuzzer harness for pp_schedule_read_csv (src/36_draw.c) and what
+/* fuzz_schedule_csv.c — libFuzzer harness for pp_schedule_read_csv (pipepar.h >>draw) and what
  * `pipepar schedule|simulate --from-csv FILE` does with its result (examples/cli_schedule.c,
  * make_schedule and the two commands): strip the communication (--relower), lower it when it
  * has none, split overlapped FB actions and backwards (--split-overlaps, --split-backward),

@@ -1,4 +1,4 @@
-/* fuzz_schedule_kind.c — libFuzzer harness for pp_schedule_kind_parse (src/30_schedule.c), the
+/* fuzz_schedule_kind.c — libFuzzer harness for pp_schedule_kind_parse (pipepar.h >>schedule), the
  * --kind / --schedule value of `pipepar schedule`, `simulate`, `search` and `mimo`.
  *
  * Input: the name as bytes, NUL-terminated on a copy. A name that parses must be a real kind
