@@ -233,9 +233,8 @@ PIPEPAR_API int pp_grid_order_format(const pp_grid *grid, char *buf, size_t size
 /* Placement by speed. GPUs of one host differ by about 1% under their power cap (silicon), and a
  * pipeline's ranks rarely compute the same amount (the first stage's first layer needs no input
  * gradient, the last holds the loss). A step waits for its slowest rank, so the heaviest rank
- * belongs on the fastest GPU: on 2 H200s whose GPU 0 ran 1.1% faster, this moved interleaved
- * 1F1B from 95.0-95.5% to 96.5-96.7% efficiency (`mlp_gpu --place-by-speed`, bench/RESULTS.md). Pairing loads sorted down with GPU times sorted up
- * minimises the largest load x time over all assignments (exchange argument), which is what
+ * belongs on the fastest GPU (`mlp_gpu --place-by-speed`). Pairing loads sorted down with GPU
+ * times sorted up minimises the largest load x time over all assignments (exchange argument), which is what
  * bounds the step.
  *
  *     n            pipeline ranks, and GPUs (processes), >= 1
@@ -583,8 +582,7 @@ PIPEPAR_API pp_status pp_schedule_split_overlaps(pp_schedule *s, pp_error *err);
  * (weight gradient), and lowers again if the schedule was lowered (its communication is then
  * pipepar's own lowering, whatever it was before: a CSV's sends and receives too). The order of the work is
  * unchanged, but the B's output gradient now leaves after the I, and the peer's next backward
- * starts while this rank computes the W: on the comparison model a chunk's W is about half its
- * backward, and interleaved 1F1B's step shrinks by about 1% (bench/RESULTS.md, session 10).
+ * starts while this rank computes the W, which is often half the backward.
  * Needs a trainer with backward_input and backward_weight callbacks; the W keeps what it reads
  * (the I's saved tensors) for one action longer. A schedule without B is left as it is; on any
  * failure (PP_EINVAL for NULL, PP_ENOMEM, the lowering's errors) s is unchanged. */
@@ -649,8 +647,7 @@ PIPEPAR_API pp_status pp_action_parse(const char *text, pp_action *out, pp_error
  * B of two microbatches at once (pp_callbacks.forward_backward). A trainer without that callback
  * runs the F half, then the B half; lowered as one action, the F's output would then leave only
  * after the B. pp_schedule_split_overlaps (>>schedule) makes each FB an F then a B and lowers
- * again: the same compute order, the F's output leaving while the B runs (on 2 H200s, 1.2% off
- * DualPipeV's step, and its exposed transfer from 1% to 0.3%; bench/RESULTS.md, session 8).
+ * again: the same compute order, the F's output leaving while the B runs.
  *
  * Beyond these fixed orders, >>search builds greedy zero-bubble schedules for given costs and a
  * memory cap, and ranks every kind by simulated step time.
@@ -666,10 +663,9 @@ PIPEPAR_API pp_status pp_action_parse(const char *text, pp_action *out, pp_error
  * are modelled one by one unless costs.grouped: then as the runtime posts them, a round's
  * transfers in one group that ends as a whole, one group after another on a rank's stream (a
  * receive can wait for the rank's own send of the round, or for a later peer of the group).
- * Either way a transfer costs what it is given: on 2 H200s a 64 MiB group took 0.7-0.85 ms on
- * average against 0.26 ms on an idle pair, which with interleaved vpp 4's many transfers on the
- * critical path costs it about 6% of the step (pp_timeline_idle measures it; bench/RESULTS.md,
- * session 4).
+ * Either way a transfer costs what it is given: a transfer beside running GEMMs can take several
+ * times what it takes on an idle pair, so give costs measured under load (pp_timeline_idle shows
+ * what a step really waited for).
  * ============================================================================================ */
 
 typedef struct pp_sim_costs {
@@ -796,7 +792,7 @@ PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
  * and its mirror at the end, so a smaller first and last chunk shrinks it: with F = I = W per
  * layer, pp = 2, mb = 8 and stages of 2, 6, 2, 6 layers (ranks hold 2 + 6 each), the greedy V
  * schedule is simulated at 98.9% against ZB-V's 97.96% on even stages (`pipepar search --layout
- * 'Et*2|t*6|t*2|t*6L'`; on 2 H200s 0.6-0.9 points over ZB-V, bench/RESULTS.md). ZB-V's fixed
+ * 'Et*2|t*6|t*2|t*6L'`). ZB-V's fixed
  * order on the same stages is worse than on even ones: the order must come from the costs.
  *
  * Choosing the layout too (cfg.layers). Give the model's layer count and per-layer costs (the same
@@ -815,13 +811,11 @@ PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
  * stage halves both, but with Megatron's default group of pp microbatches per chunk round the
  * order then stalls elsewhere; with a group of 4 it does not. Stages 1,2,2,2,2,2,3,2 with group 4
  * take 195 time units against 198 for even stages at any group (`pipepar search --pp 2 --mb 8
- * --vpp 4 --layers 16 --kind interleaved`), for 1.6x the activation memory. On 2 H200s that ran
- * 0.9-1.5 points of efficiency above Megatron's defaults, and 96.4% on average with the heavier
- * rank on the faster GPU (pp_place_by_speed; bench/RESULTS.md, session 9). The microbatch groups
+ * --vpp 4 --layers 16 --kind interleaved`), for 1.6x the activation memory. The microbatch groups
  * tried are pp, 2pp, 4pp, ... below mb, PyTorch's mb / max(1, mb/pp), and mb. A trainer with both
  * backward halves gets the rest with cfg.split_backward: each B run as its I then its W sends its
  * gradient before the weight gradients, and the same order takes 193 units, 1 over its compute,
- * tying the greedy zero-bubble schedules (96.9-97.2% on one lease of 2 H200s, session 10).
+ * tying the greedy zero-bubble schedules.
  *
  * Greedy schedules (pp_schedule_build_greedy). The paper's automatic scheduler (Qi et al., ICLR
  * 2024, section 3.1) in our words: play the pipeline forward in time with the given costs; when
