@@ -222,6 +222,15 @@ PIPEPAR_API pp_status pp_grid_group_members(const pp_grid *grid, unsigned dims, 
 /* Members of each group of mask dims (0 for an invalid mask). */
 PIPEPAR_API int pp_grid_group_size(const pp_grid *grid, unsigned dims);
 
+/* The embedding group (Megatron-LM's): the ranks of rank's pipeline that hold the token
+ * embedding (pipeline rank 0, where stage 0 is) and the output layer tied to it (pipeline rank
+ * last_pp_rank, where the last stage is: pp_stage_rank(schedule, num_stages - 1), which is 0
+ * under the V placements). Their gradients of the tied weight are summed over this group after
+ * the step. members[] gets the group's world ranks in pipeline order (2, or 1 when both ends
+ * are one rank) and *count how many; *count is 0 when rank holds neither end. */
+PIPEPAR_API pp_status pp_grid_embedding_group(const pp_grid *grid, int rank, int last_pp_rank, int members[2],
+                                              int *count, pp_error *err);
+
 /* Names: "tp", "cp", "dp", "pp"; masks as "dp-cp", "tp-pp" (in pp_dim order: tp, cp, dp, pp).
  * pp_grid_dims_parse reads a mask written as names joined by '-', in any order. */
 PIPEPAR_API const char *pp_dim_name(pp_dim dim);
@@ -1373,7 +1382,16 @@ typedef struct pp_transfer {
  *         and the loss broadcast.
  *   abort(status, reason)  this rank failed: every pending and later call of every rank returns
  *         PP_EABORTED promptly (its message naming the reason). Idempotent; the first reason
- *         wins. */
+ *         wins.
+ * Group collectives, optional (NULL where a transport has none; pp_group_all_reduce and its
+ * siblings then fail with PP_EINVAL naming the missing function). Every rank of the transport
+ * calls them in the same order with the same sizes; they work on buffers of the transport's
+ * memory (host memory for the threads transport, device memory ordered on the compute stream
+ * for NCCL's) and end with the same deadline and abort rules as every other wait:
+ *   all_reduce_buf(buf, count, timeout_s)  in place, the element-wise sum of `count` floats over
+ *         all ranks; every rank gets the same bits (a trainer's replicas stay identical).
+ *   all_gather(send, recv, bytes, timeout_s)  recv[r * bytes ..] gets rank r's `bytes` of send.
+ *   barrier(timeout_s)  returns once every rank has called it. */
 typedef struct pp_transport {
     void *user;
     int rank, world;
@@ -1382,7 +1400,19 @@ typedef struct pp_transport {
     pp_status (*test)(void *user, void *handle, int *done, pp_error *err);
     pp_status (*all_reduce)(void *user, float *values, int count, double timeout_s, pp_error *err);
     void (*abort)(void *user, pp_status status, const char *reason);
+    pp_status (*all_reduce_buf)(void *user, float *buf, size_t count, double timeout_s, pp_error *err);
+    pp_status (*all_gather)(void *user, const void *send, void *recv, size_t bytes, double timeout_s, pp_error *err);
+    pp_status (*barrier)(void *user, double timeout_s, pp_error *err);
 } pp_transport;
+
+/* The group collectives of a transport (see above), with their arguments checked. A transport of
+ * one rank needs none of the functions: all_reduce and barrier return at once, all_gather copies
+ * (memcpy: host memory). timeout_s 0 means 60 s. */
+PIPEPAR_API pp_status pp_group_all_reduce(const pp_transport *t, float *buf, size_t count, double timeout_s,
+                                          pp_error *err);
+PIPEPAR_API pp_status pp_group_all_gather(const pp_transport *t, const void *send, void *recv, size_t bytes,
+                                          double timeout_s, pp_error *err);
+PIPEPAR_API pp_status pp_group_barrier(const pp_transport *t, double timeout_s, pp_error *err);
 
 /* Tag of a transfer: the sending action's op (PP_OP_SEND_F or PP_OP_SEND_B), its stage and
  * microbatch, and the step number modulo 256. The receiver computes the same tag from its
@@ -1403,7 +1433,10 @@ PIPEPAR_API int pp_transfer_tag_format(uint64_t tag, char *buf, size_t size);
  *     pp_threads_world *w;  pp_threads_world_create(4, &w, &err);
  *     // on the thread of rank r:  pp_transport t;  pp_threads_transport(w, r, &t, &err);
  *     ... pp_threads_world_free(w) once every thread has joined.
- * Or let pp_threads_run start and join the threads for you. */
+ * Or let pp_threads_run start and join the threads for you.
+ * Cores: every rank is a thread, so a model whose callbacks start threads of their own (an
+ * OpenMP or multi-threaded BLAS build) runs ranks x those threads on the machine's cores. Give
+ * each rank cores / ranks threads (OMP_NUM_THREADS, openblas_set_num_threads), or one. */
 typedef struct pp_threads_world pp_threads_world;
 
 PIPEPAR_API pp_status pp_threads_world_create(int world, pp_threads_world **out, pp_error *err);
@@ -1411,6 +1444,17 @@ PIPEPAR_API pp_status pp_threads_world_create(int world, pp_threads_world **out,
 PIPEPAR_API void pp_threads_world_free(pp_threads_world *w);
 /* Fills *out with rank's transport; valid until the world is freed. */
 PIPEPAR_API pp_status pp_threads_transport(pp_threads_world *w, int rank, pp_transport *out, pp_error *err);
+/* A transport over some of the world's ranks: members[0 .. size-1] (distinct world ranks), this
+ * thread being world rank `rank`, one of them. Its rank and world are rank's index in members
+ * and size, so it serves as a pipeline's transport (the executor's) or as a dp, cp or embedding
+ * group's (the group collectives). Its messages never meet another group's, and an abort on it
+ * aborts the whole world: a failure anywhere ends every rank's waits. Every member must give
+ * the same members in the same order. Valid until the world is freed.
+ * pp_threads_transport_grid takes the members from a grid: rank's group of mask dims. */
+PIPEPAR_API pp_status pp_threads_transport_group(pp_threads_world *w, const int *members, int size, int rank,
+                                                 pp_transport *out, pp_error *err);
+PIPEPAR_API pp_status pp_threads_transport_grid(pp_threads_world *w, const pp_grid *grid, unsigned dims, int rank,
+                                                pp_transport *out, pp_error *err);
 
 /* Runs fn(user, rank, transport, err) on `world` new threads (one per rank) and joins them all.
  * status[world] and errors[world] (both optional) receive each rank's result. Returns PP_OK when
@@ -1445,12 +1489,28 @@ typedef struct pp_mb_info {
      * model stage whose layers this call computes (tensor_bytes: the model boundary), the same
      * for both of DualPipe's weight copies. */
     int first_stage, last_stage, model_stage;
+    /* where this (stage, microbatch) keeps what its backward reads: a slot in
+     * [0, pp_executor_saved_slots(ex)), the same from its F to the B or W that ends it, and
+     * reused once that ends; no two live (stage, microbatch) pairs of the rank share one. A
+     * trainer allocates its saved state once, that many slots (of its largest chunk), and indexes
+     * it by slot. -1 in forward-only steps (nothing is saved) and in tensor_bytes. */
+    int slot;
 } pp_mb_info;
 
 /* What the loss callback reports for its microbatch. The executor sets weight to valid_rows
  * (or 1 without batch_rows) and loss and metrics to 0 before the call. The step's loss is
  * sum(loss) / sum(weight) over microbatches, so return the *sum* of per-row losses over the
- * valid rows (with batch_rows), or the microbatch's mean loss with weight 1 (without). */
+ * valid rows (with batch_rows), or the microbatch's mean loss with weight 1 (without).
+ *
+ * Scaling the gradients (the per-token rule of Megatron-LM's calculate_per_token_loss and NeMo
+ * RL's global valid tokens). Let each microbatch's loss be a sum over its valid tokens, weight
+ * their count (padding counts 0), and grad_out the gradient of that sum, unscaled. Then after
+ * the step: sum every gradient over the ranks that split the batch (dp, and cp: each cp rank
+ * holds part of the same sequences' tokens), sum pp_step_result.weight over the same ranks
+ * (W), and divide the gradients, and the summed loss, by W. The result is the gradient of the
+ * mean loss per valid token of the whole global batch, whatever the packing, the microbatch
+ * count, the padding or the dp and cp sizes: the unsplit model's, bit for bit up to summation
+ * order. Dividing each microbatch by its own count instead weighs short microbatches more. */
 typedef struct pp_loss {
     float loss;
     float weight;
@@ -1459,9 +1519,11 @@ typedef struct pp_loss {
 
 /* The user's model. Callbacks return 0 on success; anything else fails the step with
  * PP_ECALLBACK (the message names the rank, action and the value returned). Optional ones may
- * be NULL: backward_input/backward_weight only when the schedule has no I/W actions (a trainer
- * that has them should run a B schedule split by pp_schedule_split_backward: its gradients then
- * leave before the weight gradients are computed);
+ * be NULL: backward_input/backward_weight together (a trainer that has them should run a B
+ * schedule split by pp_schedule_split_backward: its gradients then leave before the weight
+ * gradients are computed). Without them a schedule's I/W pairs still run: the I calls backward,
+ * the whole backward, and the W calls nothing. The order and gradients stay right; what is lost
+ * is only the W's filling of the bubble (the I now costs a whole backward);
  * forward_backward always (FB actions then run the F half, then the B half: give such a rank a
  * schedule split by pp_schedule_split_overlaps, on every rank alike, so that the F half's output
  * leaves before the B half runs); loss in forward-only mode. Callbacks of one rank run on the thread that called pp_run_step. */
@@ -1485,6 +1547,11 @@ typedef struct pp_callbacks {
     /* DualPipe-style overlap of F(f) and B(b) in one call (e.g. on two streams) */
     int (*forward_backward)(void *user, const pp_mb_info *f, const void *f_in, void *f_out,
                             const pp_mb_info *b, const void *b_in, const void *b_grad_out, void *b_grad_in);
+    /* optional: chunk info->chunk (stage info->stage) has run its last backward action of the step
+     * (info->mb is that action's microbatch), so its weight gradients are complete. A trainer
+     * starts that chunk's data-parallel gradient reduce here, while the pipeline drains
+     * (Megatron-LM's grad_sync_func). Called once per chunk per training step, in program order. */
+    int (*chunk_done)(void *user, const pp_mb_info *info);
 } pp_callbacks;
 
 /* Where boundary tensors live. Zero means host memory from PIPEPAR_MALLOC / PIPEPAR_FREE.
@@ -1511,7 +1578,17 @@ typedef struct pp_timer {
 } pp_timer;
 
 typedef struct pp_executor_config {
-    const pp_schedule *schedule;  /* lowered (pp > 1) and valid; copied, may be freed after */
+    const pp_schedule *schedule;  /* lowered (pp > 1) and valid; copied, may be freed after. Or
+                                     NULL, and the recipe below */
+    /* A step whose microbatch count changes (packing decides how many bins a step has, as
+     * Megatron-LM takes num_microbatches on every call): instead of `schedule`, how to build one
+     * for any count. The executor builds recipe (its mb ignored), split as split_backward and
+     * split_overlaps say (pp_schedule_split_backward, _overlaps), lowers and validates it for
+     * each count pp_step.num_mb asks for, 1 .. max_mb, and keeps each; one buffer pool serves
+     * them all. Every rank must give the same recipe. */
+    pp_schedule_config recipe;
+    int split_backward, split_overlaps;
+    int max_mb;                   /* with a recipe: the most microbatches a step may have, >= 1 */
     pp_transport transport;       /* transport.rank is this rank, transport.world == schedule->pp */
     pp_callbacks callbacks;
     pp_allocator allocator;
@@ -1532,6 +1609,8 @@ typedef struct pp_step {
     void *const *mb_meta;   /* [num_mb] per-microbatch user data handed to every callback, or NULL */
     int batch_rows;         /* R > 0: the batch has R real rows, padded to num_mb * ceil(R/num_mb) */
     int forward_only;
+    int num_mb;             /* microbatches of this step: 0 means the schedule's mb; with a recipe
+                               1 .. max_mb (then required), the same on every rank */
 } pp_step;
 
 typedef struct pp_step_result {
@@ -1561,9 +1640,14 @@ typedef struct pp_executor_stats {
     long long transfers;    /* sends and receives posted so far */
     long long groups;       /* groups posted so far */
     int steps;
+    int saved_slots_used;   /* the most saved-state slots live at once so far */
 } pp_executor_stats;
 
 PIPEPAR_API void pp_executor_get_stats(const pp_executor *ex, pp_executor_stats *out);
+
+/* How many saved-state slots (pp_mb_info.slot) this rank's steps use at most: its schedule's
+ * live peak (pp_schedule_rank_peaks), with a recipe the largest over every count 1 .. max_mb. */
+PIPEPAR_API int pp_executor_saved_slots(const pp_executor *ex);
 
 /* --- >>timeline ------------------------------------------------------------------------------ */
 
@@ -2260,6 +2344,12 @@ PIPEPAR_API pp_status pp_nccl_split(pp_nccl *parent, const pp_grid *grid, unsign
  * pipeline rank it should run, before the transport is made on the new communicator. The new
  * numbering ignores where ranks sit: across nodes, keep pipeline neighbours on one node yourself. */
 PIPEPAR_API pp_status pp_nccl_reorder(pp_nccl *parent, int new_rank, pp_nccl **out, pp_error *err);
+/* The communicator of an arbitrary group of parent's ranks, such as the embedding group
+ * (pp_grid_embedding_group): every rank of parent calls it, each with its own group's members
+ * (parent ranks, in the order that numbers the new communicator; size 0 and *out NULL for a rank
+ * in no group). Groups must not overlap and every member must give the same list. */
+PIPEPAR_API pp_status pp_nccl_split_group(pp_nccl *parent, const int *members, int size, pp_nccl **out,
+                                          pp_error *err);
 /* Finalises (or, after an abort, only releases) and frees. NULL is allowed. */
 PIPEPAR_API void pp_nccl_free(pp_nccl *nc);
 
