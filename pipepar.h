@@ -1262,10 +1262,16 @@ typedef struct pp_replay_map {
     int64_t *rows;          /* [num_tokens] recorded row of each local token in local order, -1 = padding */
 } pp_replay_map;
 
-/* From a layer split (>>layers): the stage of (pp_rank, chunk) gives cfg->first_layer and
- * cfg->last_layer, and cfg->model takes the split's decoder: num_layers, and the MoE layers it
- * marks (from its moe_layer_freq or a hybrid pattern's 'E'; model.pattern points into
- * l->is_moe, so l must outlive cfg's use). cfg->model.payload_layers and the rest stay. */
+/* From a layer split (>>layers): virtual stage `stage` (0 .. l->num_stages-1) gives
+ * cfg->first_layer and cfg->last_layer, and cfg->model takes the split's decoder: num_layers,
+ * and the MoE layers it marks (from its moe_layer_freq or a hybrid pattern's 'E'; model.pattern
+ * points into l->is_moe, so l must outlive cfg's use). cfg->model.payload_layers and the rest
+ * stay. A rank's chunk holds the stage its schedule's placement says (pp_rank_chunk_stage):
+ * under the V placements rank r's chunk 1 is stage 2*pp-1-r, not Megatron's chunk*pp + r.
+ * pp_replay_config_from_layers takes (pp_rank, chunk) in Megatron's looped numbering
+ * (pp_layers_stage) and is only for the looped placement. */
+PIPEPAR_API pp_status pp_replay_config_from_stage(const pp_layers *l, int stage, pp_replay_config *cfg,
+                                                  pp_error *err);
 PIPEPAR_API pp_status pp_replay_config_from_layers(const pp_layers *l, int pp_rank, int chunk, pp_replay_config *cfg,
                                                    pp_error *err);
 /* The map of microbatch `bin` of a pack plan (the plan's cp splits it) for one stage and rank. */
@@ -9431,13 +9437,23 @@ pp_status pp_moe_stage_layers(const pp_moe_layout *m, int first_layer, int last_
 
 pp_status pp_replay_config_from_layers(const pp_layers *l, int pp_rank, int chunk, pp_replay_config *cfg, pp_error *err)
 {
-    int stage, first, count;
-    pp_status st;
+    int stage;
     if (!l || !cfg) return pp__fail(err, PP_EINVAL, "pp_replay_config_from_layers: l and cfg must not be NULL");
     stage = pp_layers_stage(l, pp_rank, chunk);
     if (stage < 0)
         return pp__fail(err, PP_EINVAL, "pp_rank=%d, chunk=%d: the split has pp=%d ranks of vpp=%d chunks", pp_rank, chunk,
                         l->pp, l->vpp);
+    return pp_replay_config_from_stage(l, stage, cfg, err);
+}
+
+pp_status pp_replay_config_from_stage(const pp_layers *l, int stage, pp_replay_config *cfg, pp_error *err)
+{
+    int first, count;
+    pp_status st;
+    if (!l || !cfg) return pp__fail(err, PP_EINVAL, "pp_replay_config_from_stage: l and cfg must not be NULL");
+    if (stage < 0 || stage >= l->num_stages)
+        return pp__fail(err, PP_EINVAL, "stage=%d: the split has %d stages (0 .. %d)", stage, l->num_stages,
+                        l->num_stages - 1);
     if ((st = pp_layers_stage_range(l, stage, &first, &count, err)) != PP_OK) return st;
     cfg->model.num_layers = l->num_layers;
     cfg->model.first_k_dense = 0;
