@@ -8,8 +8,7 @@
 # besides: the exact files, DESTDIR staging, uninstall leaving nothing, an install without the
 # GPU parts, version requests. Ends with "N passed, N failed".
 set -u
-cd "$(dirname "$0")/.."
-repo=$PWD
+cd "$(dirname "$0")/.." || exit 1
 pass=0; fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -152,7 +151,7 @@ if run "make install DESTDIR=<tmp> PREFIX=/opt/pipepar" "$tmp/dest.log" \
     if run "make uninstall DESTDIR=<tmp> PREFIX=/opt/pipepar" "$tmp/un.log" make -s uninstall DESTDIR="$S" PREFIX=/opt/pipepar &&
        [ -z "$(find "$S" -type f)" ] && [ ! -e "$S/opt/pipepar/lib/cmake/pipepar" ]
     then ok "uninstall leaves no file (and no pipepar directory) behind"
-    else bad "uninstall left: $(find "$S" -type f -o -name pipepar | xargs)"; fi
+    else bad "uninstall left: $(find "$S" \( -type f -o -path '*/cmake/pipepar' \) -print | tr '\n' ' ')"; fi
 fi
 if make -s install DESTDIR="$tmp/rel" PREFIX=relative/dir >"$tmp/rel.log" 2>&1; then
     bad "make install PREFIX=relative/dir succeeded"
