@@ -1021,9 +1021,8 @@ typedef struct pp__nccl_stage {    /* a send to this rank, parked until its rece
  * Whichever of the two posts first claims the transfer and publishes its own buffer; the second
  * reads the claim and does the one copy: a sender that comes second pushes straight into the
  * receive buffer, a receiver that comes second pulls straight out of the send buffer. Both are
- * copy-engine copies over NVLink, with no SM on either GPU (bench_nccl_overlap's push and pull
- * lines). A buffer that cannot be shared (not from cudaMalloc) makes the first side claim the
- * ring instead. */
+ * copy-engine copies over NVLink, with no SM on either GPU. A buffer that cannot be shared (not
+ * from cudaMalloc) makes the first side claim the ring instead. */
 enum { PP__NCCL_CLAIM_PUSH = 1, PP__NCCL_CLAIM_PULL = 2, PP__NCCL_CLAIM_RING = 3, PP__NCCL_CLAIM_SEEN = 4 };
 #define PP__NCCL_CLAIMS 4096      /* per ordered pair: how far one side's posts may run ahead of the other's */
 
