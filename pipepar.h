@@ -2279,8 +2279,9 @@ PIPEPAR_API int64_t pp_cuda_l2norm_bytes(const pp_cuda_l2norm *plan);
  * until the step's closing all-reduce or pp_nccl_sync. A transfer whose peer is this rank is
  * copied on the device (cudaMemcpyAsync through a staging buffer), never through NCCL. Tags are
  * not sent: NCCL matches by order, which the validated schedule makes identical on both ends.
- * Two options move a pipeline's transfers off NCCL's kernels on one host: the arrival gate and
- * the copy engines (declared below, explained in the notes before them).
+ * Two options keep a pipeline's transfers on one host from holding SMs while a peer computes:
+ * the arrival gate (an NCCL group launches once both sides are there) and the copy engines (no
+ * NCCL kernel at all); both are declared below, and explained in the notes before them.
  * The group collectives take device memory of the rank's device and are stream-ordered like
  * wait(): all_reduce_buf (ncclAllReduce, sum, in place; NCCL gives every rank the same bits) and
  * all_gather (ncclAllGather) start after the work issued on the compute stream so far and the
