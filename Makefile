@@ -112,7 +112,7 @@ $(BUILD)/libpipepar_gpu.a: $(BUILD)/pipepar_cuda.o $(BUILD)/pipepar_nccl.o
 
 GPU_OBJS := $(BUILD)/pipepar_cuda.o $(BUILD)/pipepar_nccl.o $(BUILD)/pipepar_impl.o
 
-$(BUILD)/%: examples/%.cu $(GPU_OBJS)
+$(BUILD)/%: examples/%.cu $(wildcard examples/*.h) $(GPU_OBJS)
 	$(NVCC) $(NVFLAGS) $(NCCL_INC) -o $@ $< $(GPU_OBJS) $(CUDA_LIBS)
 
 $(BUILD)/gpu/%: tests/gpu/%.cu $(GPU_OBJS) tests/pp_test.h

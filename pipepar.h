@@ -2266,6 +2266,9 @@ PIPEPAR_API int64_t pp_cuda_l2norm_bytes(const pp_cuda_l2norm *plan);
  *     pp_transport t;  pp_nccl_transport(pipe, compute_stream, &t, &err);
  *     ... pp_executor_config.transport = t; pp_run_step(...); pp_nccl_sync(pipe, compute_stream, ...)
  *     pp_nccl_transport_free(&t); pp_nccl_free(pipe); pp_nccl_free(world);
+ * The dp, cp and embedding groups get communicators the same way (pp_nccl_split with their
+ * dims, pp_nccl_split_group for the embedding group) and transports of their own, whose group
+ * collectives (below) sum their gradients.
  * The unique id that every rank needs reaches them, chosen at run time (PP_NCCL_BOOTSTRAP_AUTO):
  *     MPI   MPI_Bcast from rank 0, when pipepar_nccl.c is built with -DPIPEPAR_NCCL_MPI and the
  *           process was started by an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK
@@ -2280,15 +2283,23 @@ PIPEPAR_API int64_t pp_cuda_l2norm_bytes(const pp_cuda_l2norm *plan);
  * Several nodes work through NCCL's own network transports (IB, sockets): nothing here opens a
  * socket of its own.
  *
- * TRANSPORT. pp_nccl_transport wraps a (pipeline) communicator as a pp_transport for the
- * executor. post() makes the communication stream wait for an event recorded on the compute
- * stream (the bytes to send are ready, buffers to receive into are free), issues the group's
- * sends and receives between one ncclGroupStart/End, and records a done-event; wait() makes the
- * compute stream wait for that event and returns at once: the host runs ahead, transfers
- * overlap compute, and nothing blocks until the step's closing all-reduce or pp_nccl_sync. A
- * transfer whose peer is this rank is copied on the device (cudaMemcpyAsync through a staging
- * buffer), never through NCCL. Tags are not sent: NCCL matches by order, which the validated
- * schedule makes identical on both ends.
+ * TRANSPORT. pp_nccl_transport wraps a communicator as a pp_transport. post() makes the
+ * communication stream wait for an event recorded on the compute stream (the bytes to send are
+ * ready, buffers to receive into are free), issues the group's sends and receives between one
+ * ncclGroupStart/End, and records a done-event; wait() makes the compute stream wait for that
+ * event and returns at once: the host runs ahead, transfers overlap compute, and nothing blocks
+ * until the step's closing all-reduce or pp_nccl_sync. A transfer whose peer is this rank is
+ * copied on the device (cudaMemcpyAsync through a staging buffer), never through NCCL. Tags are
+ * not sent: NCCL matches by order, which the validated schedule makes identical on both ends.
+ * Two options keep a pipeline's transfers on one host from holding SMs while a peer computes:
+ * the arrival gate (an NCCL group launches once both sides are there) and the copy engines (no
+ * NCCL kernel at all); both are declared below, and explained in the notes before them.
+ * The group collectives take device memory of the rank's device and are stream-ordered like
+ * wait(): all_reduce_buf (ncclAllReduce, sum, in place; NCCL gives every rank the same bits) and
+ * all_gather (ncclAllGather) start after the work issued on the compute stream so far and the
+ * compute stream's next work waits for them; the call returns once they are enqueued, and
+ * pp_nccl_sync waits for them within the deadline. barrier is pp_nccl_barrier: the host waits.
+ * They use the transport's communicator, with or without the copy engines.
  *
  * FAILURE. Every wait has a deadline: a peer that died or hangs makes the waiting rank call
  * ncclCommAbort and return PP_ETIMEOUT (within timeout_s) instead of hanging. Host waits poll
@@ -2297,17 +2308,21 @@ PIPEPAR_API int64_t pp_cuda_l2norm_bytes(const pp_cuda_l2norm *plan);
  * thread per communicator that aborts it when the call outlives the deadline, as PyTorch's
  * ProcessGroupNCCL watchdog does. An error NCCL reports (ncclRemoteError, a network failure)
  * returns PP_ETRANSPORT with NCCL's message. After an abort every call on that communicator
- * returns PP_EABORTED; free it and exit (or build a new one). Communicators are NCCL's blocking
- * kind by default (config.nonblocking = 1 selects ncclConfig_t.blocking = 0; seen on NCCL 2.28.3
- * to stall p2p groups of 1F1B and GPipe, so it is not the default).
+ * returns PP_EABORTED; free it and exit (or build a new one).
  * Allocate device memory before the first step and set NCCL_RUNTIME_CONNECT=0 (NCCL >= 2.22
  * otherwise connects peers lazily, inside the step): a cudaMalloc, or NCCL's own allocation for
  * a new connection, can wait behind kernels in flight that wait on the peer (NVIDIA/nccl#581;
- * examples/mlp_gpu.cu does both). Seen on the device before it did: 1F1B and GPipe, whose 4.8 GB
- * per-stage buffers were allocated inside the first step, stalled both ranks (the cause is not
- * confirmed yet; bench/RESULTS_gpu.md and bench/gpu_diag.sh).
- * $PIPEPAR_NCCL_DEBUG=1 prints one line on stderr per posted group (its transfers, and when
- * ncclGroupEnd returned), per host all-reduce and per watchdog abort: where a rank stalls.
+ * examples/mlp_gpu.cu does both).
+ *
+ * ENVIRONMENT. Besides the launcher's variables above, NCCL's own and CUDA_DEVICE_MAX_CONNECTIONS
+ * (see the notes), pipepar_nccl.c reads two:
+ *     PIPEPAR_NCCL_ID_FILE   the FILE bootstrap's path when cfg.id_file is not given: a launcher
+ *                            that is neither torchrun nor Slurm names one path for every rank
+ *                            without the program passing it on;
+ *     PIPEPAR_NCCL_DEBUG=1   one line on stderr per posted group (its transfers, and when
+ *                            ncclGroupEnd returned), per collective and host all-reduce, per
+ *                            gate and copy-engine set-up and per watchdog abort: where a rank
+ *                            stalls, in a job that hangs, without rebuilding it (as NCCL_DEBUG).
  * ============================================================================================ */
 
 typedef struct pp_nccl pp_nccl;
@@ -2332,12 +2347,21 @@ typedef struct pp_nccl_config {
     pp_nccl_bootstrap bootstrap;
     const char *id_file;    /* FILE: see above */
     const pp_nccl_id *id;   /* ID: the same id on every rank */
-    double timeout_s;       /* deadline of set-up and of every wait; 0 means 300 s, or
-                               $PIPEPAR_NCCL_TIMEOUT seconds when set */
-    int nonblocking;        /* 1: NCCL's non-blocking communicators (see FAILURE) */
-    int max_ctas;           /* NCCL's maxCTAs: the SMs its kernels may take at once; 0: NCCL's default */
-    int cta_policy;         /* NCCL >= 2.27's CTAPolicy: 0 default, 1 efficiency (fewer CTAs, for
-                               overlap with compute), 2 zero (copy engines where NCCL can) */
+    double timeout_s;       /* deadline of set-up and of every wait; 0 means 300 s */
+    /* NCCL's limits on the SMs its kernels take (ncclConfig_t), for collectives that run beside
+     * compute, such as a dp gradient all-reduce started from pp_callbacks.chunk_done while the
+     * pipeline drains: fewer SMs for NCCL leave more to the GEMMs, at the collective's speed.
+     * Split communicators inherit them. */
+    int max_ctas;           /* maxCTAs: the SMs NCCL's kernels may take at once; 0: NCCL's default */
+    int cta_policy;         /* NCCL >= 2.27's CTAPolicy: 0 default, 1 efficiency (fewer CTAs),
+                               2 zero (copy engines where NCCL can) */
+    /* For pipepar's own tests; leave 0. Split communicators inherit them. */
+    uint64_t test_count_base;   /* the arrival gate's and the copy engines' counts start here
+                                   (below 2^62, the same on every rank), so that a test crosses the
+                                   32-bit wrap of their flags without posting 2^32 groups first */
+    int test_ce_threads;        /* 1: copy engines between threads of one process too, for tests
+                                   whose threads call nothing that takes the driver's lock while
+                                   transfers are queued (see the notes) */
 } pp_nccl_config;
 
 /* A fresh unique id (for PP_NCCL_BOOTSTRAP_ID). */
@@ -2358,8 +2382,13 @@ PIPEPAR_API pp_status pp_nccl_split(pp_nccl *parent, const pp_grid *grid, unsign
 PIPEPAR_API pp_status pp_nccl_reorder(pp_nccl *parent, int new_rank, pp_nccl **out, pp_error *err);
 /* The communicator of an arbitrary group of parent's ranks, such as the embedding group
  * (pp_grid_embedding_group): every rank of parent calls it, each with its own group's members
- * (parent ranks, in the order that numbers the new communicator; size 0 and *out NULL for a rank
- * in no group). Groups must not overlap and every member must give the same list. */
+ * (parent ranks, in the order that numbers the new communicator: this rank becomes its index in
+ * members; size 0 and *out NULL for a rank in no group). Groups must not overlap and every member
+ * must give the same list. Each rank checks its own list (distinct ranks of parent, this rank
+ * among them), then all ranks compare their lists through two small all-reduces, so that a list
+ * that breaks a rule on any rank fails every rank with PP_EINVAL (the rank that found it naming
+ * the member) before the split, where the others would wait until their deadline.
+ * ncclCommSplit's color is the group's smallest member, its key the index. */
 PIPEPAR_API pp_status pp_nccl_split_group(pp_nccl *parent, const int *members, int size, pp_nccl **out,
                                           pp_error *err);
 /* Finalises (or, after an abort, only releases) and frees. NULL is allowed. */
@@ -2388,100 +2417,87 @@ PIPEPAR_API pp_status pp_nccl_all_reduce_host(pp_nccl *nc, float *values, int co
 
 /* --- transport ------------------------------------------------------------------------------ */
 
-/* Fills *out with a transport over nc (rank and world as nc's) whose waits order
+/* Fills *out with a transport over nc (rank and world as nc's; post, wait, test, all_reduce,
+ * abort and the group collectives all_reduce_buf, all_gather, barrier) whose waits order
  * `compute_stream` (a cudaStream_t of nc's device). Free with pp_nccl_transport_free after the
  * executor that uses it. */
 PIPEPAR_API pp_status pp_nccl_transport(pp_nccl *nc, void *compute_stream, pp_transport *out, pp_error *err);
 PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
 
-/* Arrival gate (one node): a group is launched only once every peer in it has reached its
- * matching group. An NCCL point-to-point kernel holds its SMs from launch until the peer's
- * matching kernel runs; in a pipeline one side of each pair is usually ahead, and its waiting
- * kernels slow its own GEMMs (bench/RESULTS.md measured rank 1 of 2 computing 4-10% slower).
- * With the gate, each rank writes "I reached my n-th group with you" into the peer's memory
- * (CUDA IPC; threads of one process use the pointer) and its communication stream waits for
- * the peer's n-th arrival before the group: stream memory operations, which take no SM. A
- * group announces itself to all its peers before it waits on any, so groups with two peers
- * cannot close a ring of waits. The n-th group of a rank with a peer meets the peer's n-th
- * group with it (pp_schedule_validate proves it for every schedule it accepts).
- * Collective over nc: every rank calls it once, before the transport's first post (both are
- * checked, on every rank alike). Peers on other hosts or in other namespaces, or that cannot
- * map this device's memory, are not gated (their groups run as before); *gated_peers gets how
- * many are (optional). Each peer's flag is 64-bit: the peer writes the low word, the high word
- * only when the low one wraps (PIPEPAR_NCCL_GATE_BASE starts the counts elsewhere, for tests
- * that cross 2^32; every rank must set the same). The device must have 64-bit stream memory
- * operations (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS); where it has not, the pair stays ungated,
- * and so does every pair when CUDA_DEVICE_MAX_CONNECTIONS is below 4 (a stream waiting on a flag
- * holds its hardware queue, which the compute stream would then share).
- * Measured on 2 H200s (bench/RESULTS.md): interleaved vpp 4 710 -> 699 ms, ZB-V 691 -> 688 ms.
- * Failure: when the communicator aborts (a deadline passed, pp_nccl_abort), the gate first opens
- * every wait of the communication stream from a stream of its own, so the NCCL kernels queued
- * behind them launch, see NCCL's abort flag and end; a dead peer gives PP_ETIMEOUT within the
- * deadline, as without the gate (tests/gpu/nccl_failure.sh runs both). The abort writes the
- * flags' high words, which the peers' announcements leave alone: a peer that is alive but
- * behind (pp >= 3, a third rank died) and announces afterwards cannot shut an opened wait
- * (tests/gpu/test_nccl.cu stages exactly that), except with the one announcement in 2^32 where
- * its count's low word wraps and it writes the high word too. One gated transport per communicator. Off unless called
- * (examples/mlp_gpu.cu calls it by default). Only pp = 2 has run on GPUs so far. */
+/* NOTES: the arrival gate and the copy engines.
+ * Why. An NCCL point-to-point kernel needs SMs on both GPUs and holds its own from launch until
+ * the peer's matching kernel runs. In a pipeline one side of each pair is usually ahead: its
+ * waiting kernels slow its own GEMMs, and a transfer posted while the peer runs a GEMM whose CTAs
+ * hold every SM (cuBLASLt's persistent kernels) waits until that GEMM ends.
+ * The gate. Each rank writes "I reached my n-th group with you" into the peer's memory (CUDA
+ * IPC; threads of one process use the pointer) and its communication stream waits for the
+ * peer's n-th arrival before the group: stream memory operations, which take no SM. A group
+ * announces itself to all its peers before it waits on any, so groups with two peers cannot
+ * close a ring of waits. Each peer's flag is 64-bit: the peer writes the low word, the high word
+ * only when the low one wraps; the waits compare cyclically. On abort (a deadline passed,
+ * pp_nccl_abort) the gate first opens every wait from a stream of its own, writing the flags'
+ * high words, which the peers' announcements leave alone: the NCCL kernels queued behind the
+ * waits launch, see NCCL's abort flag and end, and a peer that is alive but behind (pp >= 3, a
+ * third rank died) and announces afterwards cannot shut an opened wait (except with the one
+ * announcement in 2^32 whose low word wraps).
+ * The copy engines. Each transfer is one copy over NVLink, straight from the send buffer into the
+ * receive buffer: whichever of the two ranks posts it first publishes its buffer in host memory
+ * the pair shares (a POSIX shared-memory segment, unlinked once set up; 0.9 MB per pair), and the
+ * other does the copy, the sender pushing into the receive buffer or the receiver pulling out of
+ * the send buffer (CUDA IPC maps each allocation once; past 64 mappings the least recently used
+ * whose copies have ended is closed). Either copy runs on a copy engine and needs no SM on either
+ * GPU. A buffer that CUDA IPC cannot share (not from cudaMalloc) goes through the receiver's ring
+ * instead, in slot-sized pieces; the receiver's copy out of the ring is device-to-device, which
+ * CUDA may run as a kernel, so it can wait for the receiver's own GEMM. Counts are written and
+ * waited for by stream memory operations, as the gate's are. Each peer's sends and each peer's
+ * receives run on a stream of their own; a send waits for its receive to be posted (a push) or
+ * taken (a pull), as NCCL's matched groups do, so any order that runs on NCCL runs here. A rank
+ * may post up to 4096 transfers with a peer ahead of it; past that its post waits (within the
+ * deadline) for the peer's posts. A receive whose pp_transfer.buf_free_posts says its buffer has
+ * been free for n posts starts from the compute stream's point at the post n back (up to 63), so
+ * it can land while the compute issued since runs. Group times (pp_nccl_transport_times) of a
+ * copy-engine group run from the compute stream's point to the end of its last stream: a
+ * receive-only group's time includes waiting for the peer's send.
+ * Threads of one process stay on NCCL: one thread inside the driver (cuBLASLt's
+ * cuKernelSetAttribute) holds the process's driver lock while its device waits for a copy that
+ * the other thread cannot queue without that lock. Processes have a driver each.
+ * A stream waiting on a flag holds its hardware queue, so with CUDA_DEVICE_MAX_CONNECTIONS below
+ * 4 (Megatron sets 1) the compute stream would share it: the gate and the copy engines stay off.
+ * On abort the copy engines' waits are opened as the gate's are, after the live peers' flags of
+ * this rank are set far behind, so that nothing sent after the abort is taken as data and no live
+ * peer pushes into this rank's buffers again. What the opened waits let through are this rank's
+ * queued copies: a push into a live peer's receive buffer, or a piece into its ring, before the
+ * peer said it was free. That receive never completes, so the peer's step fails too; but the
+ * buffer may hold what earlier work of the peer still reads, so a peer step that had not finished
+ * on its device could be spoiled. Trainers that synchronise every step (reading the loss does)
+ * are not exposed. */
+
+/* Arrival gate (one host): each NCCL group launches only once every peer in it has reached its
+ * matching group, so that no NCCL kernel sits on SMs waiting for a peer that still computes. The
+ * n-th group of a rank with a peer meets the peer's n-th group with it (pp_schedule_validate
+ * proves it for every schedule it accepts). Collective over nc: every rank calls it once, before
+ * the transport's first post (both checked on every rank alike); one gated transport per
+ * communicator. Pairs that cannot be gated run as before: peers on other hosts or in other
+ * namespaces, or that cannot map this device's memory; devices without 64-bit stream memory
+ * operations (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS); every pair when
+ * CUDA_DEVICE_MAX_CONNECTIONS is below 4; copy-engine peers. *gated_peers (optional) gets how
+ * many are gated. A dead peer still gives PP_ETIMEOUT within the deadline: an abort opens every
+ * gate. How it works: the notes above. */
 PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, pp_error *err);
 
 /* Copy-engine transfers (one host): the transfers between this rank and each peer in another
- * process of its host go through the GPUs' copy engines instead of NCCL's kernels, which need
- * SMs on both sides: a transfer posted while the peer runs a GEMM that holds every SM
- * (cuBLASLt's persistent kernels) waits until it ends, 1-1.5 ms for the comparison model's GEMMs
- * (bench/RESULTS.md, session 5). Each transfer is one copy over NVLink, straight from the send
- * buffer into the receive buffer: whichever of the two ranks posts it first publishes its buffer
- * in host memory the pair shares (a POSIX shared-memory segment, unlinked once set up), and the
- * other does the copy, the sender pushing into the receive buffer or the receiver pulling out of
- * the send buffer (CUDA IPC maps each allocation once). Both copies run on copy engines and need
- * no SM on either GPU (64 MiB: 0.20 / 0.21 ms with GEMMs on both GPUs, NCCL 1.6 ms; session 7).
- * Counts are written and waited for by stream memory operations, as the arrival gate's are. A
- * buffer that CUDA IPC cannot share (not from cudaMalloc) goes through a ring of `slots` buffers
- * of `slot_bytes` in the receiver's memory instead, in slot-sized pieces; the receiver's copy out
- * of the ring is device-to-device, which CUDA runs as a kernel (H200s), so it waits for the
- * receiver's own GEMM. PIPEPAR_NCCL_CE_DIRECT=0 sends everything through the ring (for
- * comparisons). Each peer's sends and each peer's receives run on a stream of their own; a send
- * waits for its receive to be posted (a push) or taken (a pull), as NCCL's matched groups do, so
- * any order that runs on NCCL runs here. A peer maps the allocation of every buffer it copies to
- * or from once (CUDA IPC) and keeps it mapped until pp_nccl_transport_free (past 64 mappings
- * the least recently used whose copies have ended is closed): free the memory of transfer
- * buffers only after pp_nccl_transport_free (an exporter must not free what a peer maps; an
- * arena allocated at set-up, as mlp_gpu's, keeps to that by itself). A rank may post up to 4096 transfers with a peer ahead
- * of it; past that its post waits (within the deadline) for the peer's posts. Memory: slots *
- * slot_bytes per peer on the host, per rank, and 0.9 MB of host memory per pair. Each receive
- * must name the bytes of its send (the executor's tags guarantee it); the second of the two to
- * post checks it, and a mismatch fails the post with PP_ETRANSPORT and aborts.
- * pp_nccl_transport_copy_engine_counts says how the transfers went. slot_bytes: a multiple of
- * 256 from 4096 to 2^32; slots: 2 to 64;
- * the same on every rank (refused on every rank alike otherwise). Collective over nc, before the
- * first post, at most once per transport; may be combined with pp_nccl_transport_gate (call
- * this first), which then gates only the peers left to NCCL. Left on NCCL: peers on other hosts
- * or that cannot be mapped, or whose shared-memory segment cannot be opened (another container's
- * /dev/shm); threads of one process (mlp_gpu --threads 2 hangs with them: one rank's thread
- * spins inside the driver in cuBLASLt's cuKernelSetAttribute holding the process's driver lock,
- * while the other rank's thread waits for that lock in the middle of the copy the first rank's
- * device is waiting for; processes have a driver each. PIPEPAR_NCCL_CE_SAME_PROCESS=1 on every
- * rank allows them, for programs that call no such function while transfers are queued, as the
- * unit tests do); every peer when NCCL_P2P_DISABLE=1, or when CUDA_DEVICE_MAX_CONNECTIONS is below 4
- * (a stream waiting on a flag holds its hardware queue; the gate stays off there too).
- * *ce_peers gets how many peers use the copy engines (optional). Once set up, the transport's
- * pp_nccl_transport_free is collective over nc: it waits (within the deadline) until the peers
- * have taken what it sent, and frees its memory only after every rank closed its mappings.
- * On abort the waits are opened as the gate's are (so that every stream drains), after the live
- * peers' flags of this rank are set far behind, so that nothing sent after the abort is taken as
- * data and no live peer pushes into this rank's buffers again. What the opened waits let through
- * are this rank's queued copies: a push into a live peer's receive buffer, or a piece into its
- * ring, before the peer said it was free. That receive of the peer's never completes, so its
- * step fails too; but the buffer (or a ring slot still being copied out) may hold what earlier
- * work of the peer's still reads, so a peer step that had not finished on its device could be
- * spoiled. Trainers that synchronise every step (reading the loss does) are not exposed. Group times
- * (pp_nccl_transport_times) of a copy-engine group run from the compute stream's point (for a
- * receive-only group whose buffers were free earlier, that earlier post's point) to the end of
- * its last stream: a receive-only group's time includes waiting for the peer's send.
- * PIPEPAR_NCCL_GATE_BASE starts these counts too (tests that cross 2^32). A receive whose
- * pp_transfer.buf_free_posts says its buffer has been free for n posts starts from the compute
- * stream's point at the post n back (up to 63), so it can land while the compute issued since
- * runs (the executor sets it). Measured on 2 H200s: bench/RESULTS.md, sessions 6 and 7. */
+ * process of its host become copies on the GPUs' copy engines instead of NCCL kernels: they need
+ * no SM on either GPU and do not wait for the peer's GEMMs. slot_bytes (a multiple of 256 from
+ * 4096 to 2^32) and slots (2 to 64), the same on every rank, size the ring that carries buffers
+ * CUDA IPC cannot share: slots * slot_bytes of device memory per peer. Collective over nc, before
+ * the first post, at most once per transport (refused on every rank alike otherwise); call it
+ * before pp_nccl_transport_gate, which then gates only the peers left to NCCL: peers on other
+ * hosts, threads of one process, every peer when NCCL_P2P_DISABLE=1 or CUDA_DEVICE_MAX_CONNECTIONS
+ * is below 4. *ce_peers (optional) gets how many use the copy engines. Once set up,
+ * pp_nccl_transport_free is collective over nc, and a peer keeps the allocations of transfer
+ * buffers mapped until then: free them only after it. Each receive must name the bytes of its
+ * send (the second side to post checks; a mismatch fails the post with PP_ETRANSPORT and aborts).
+ * How it works, and what an abort can leave behind: the notes above. */
 PIPEPAR_API pp_status pp_nccl_transport_copy_engine(pp_transport *t, size_t slot_bytes, int slots, int *ce_peers,
                                                     pp_error *err);
 

@@ -723,38 +723,12 @@ extern "C" pp_status pp_cuda_pack(const int64_t *rows, const int *cu_seqlens_pad
  * or with pad_distinct experts 0, 1, ..., topk-1.
  * ============================================================================================ */
 
-#ifndef PP__REPLAY_THREADS          /* tuning knobs; bench/kernels.cu measured 512/2/64 and */
-#define PP__REPLAY_THREADS 256      /* 256/6/32 slower than these on an H100 (RESULTS_kernels.md) */
-#endif
-#ifndef PP__REPLAY_MINB
+#define PP__REPLAY_THREADS 256
 #define PP__REPLAY_MINB 4           /* blocks per SM the register budget must allow */
-#endif
-#ifndef PP__REPLAY_WIDE
 #define PP__REPLAY_WIDE 32          /* longest run (bytes) read with wide loads into registers */
-#endif
-#define PP__REPLAY_SMEM 32768
-#ifndef PP__REPLAY_DIRECT
-#define PP__REPLAY_DIRECT 1         /* 0: never the direct path (for comparison) */
-#endif
-#ifndef PP__REPLAY_STAGED_ON
-#define PP__REPLAY_STAGED_ON 1      /* 0: never the staged path (for comparison) */
-#endif
-/* Staged-path knobs. Measured on an H100 (2026-11-23, two rounds, u8 -> i32 against a copy of
- * the same bytes): the defaults 84.9 .. 85.3%; 8 loads in flight 84.8 .. 86.3%; streaming
- * stores 84.3 .. 84.9%; 32 KiB staged (128 tokens) 84.5%, and int32 recordings fall to 85%;
- * 8 KiB 84.3 .. 84.7%. Loading each token's 15-layer span as 16-byte words (8 loads instead of
- * 15, same sectors; built, tested, then removed): 84.3 .. 85.7% against 85.1 .. 86.5% in the
- * same three rounds. What holds uint8 -> int32 there: each token's 120 recorded bytes span 4 or
- * 5 of DRAM's 32-byte sectors (144 bytes on average): 4% more bytes fetched than counted. */
-#ifndef PP__REPLAY_STAGED_BYTES
+#define PP__REPLAY_SMEM 32768       /* bytes of shared memory for one block's tile */
 #define PP__REPLAY_STAGED_BYTES 16384   /* staged path: recorded bytes a block stages */
-#endif
-#ifndef PP__REPLAY_STAGED_UNROLL
 #define PP__REPLAY_STAGED_UNROLL 4  /* staged path: loads in flight per thread */
-#endif
-#ifndef PP__REPLAY_STCS
-#define PP__REPLAY_STCS 0           /* 1: streaming (evict-first) stores of the staged output */
-#endif       /* bytes of shared memory for one block's tile */
 
 /* The recording slot of local layer l: slots.s[l] when the caller gave a list (the replay map's
  * payload[]), else layer_begin + l. Passed by value: the list lives in the launch's parameters. */
@@ -893,15 +867,11 @@ pp__replay_kernel(const IN *__restrict__ rec, const void *__restrict__ rows, int
  * contiguous run when layer-major, one contiguous block when token-major), so every store
  * instruction of a warp covers 512 contiguous bytes; the inputs, a few bytes per vector, come
  * through L1 (the layers of one token share sectors and the block reads them close together in
- * time). Each thread keeps PP__REPLAY_UNROLL loads in flight before its stores: with one, the
- * latency of the gather set the speed. Which path and tile run is measured, per layout and
- * type pair, in pp_cuda_replay_gather. */
-#ifndef PP__REPLAY_DIRECT_TILE
+ * time). Each thread keeps PP__REPLAY_UNROLL loads in flight before its stores, so the gather's
+ * latency is hidden. pp_cuda_replay_gather picks the path and tile from the layout and the type
+ * pair. */
 #define PP__REPLAY_DIRECT_TILE 64
-#endif
-#ifndef PP__REPLAY_UNROLL
 #define PP__REPLAY_UNROLL 8
-#endif
 template <int BYTES> struct pp__replay_word { typedef uint4 T; };   /* > 16: never launched */
 template <> struct pp__replay_word<1> { typedef uint8_t T; };
 template <> struct pp__replay_word<2> { typedef uint16_t T; };
@@ -1024,11 +994,7 @@ pp__replay_staged_kernel(const IN *__restrict__ rec, const void *__restrict__ ro
 #pragma unroll
             for (int v = 0; v < V; v++) o.v[v] = (OUT)(long long)x.v[v];
         }
-#if PP__REPLAY_STCS
-        __stcs((uint4 *)(dst + ((long long)l * tokens + t0 + j) * topk + c * V), o.u);
-#else
         *(uint4 *)(dst + ((long long)l * tokens + t0 + j) * topk + c * V) = o.u;
-#endif
     }
 }
 
@@ -1159,18 +1125,18 @@ extern "C" pp_status pp_cuda_replay_gather(const pp_cuda_replay *d, void *stream
      * bytes (V * in_bytes; the recording's runs start at multiples of topk, a multiple of V) */
     int in_load = (16 / out_bytes) * in_bytes;
     int direct = 0;     /* > 0: the direct path with this many tokens per block */
-    if (PP__REPLAY_DIRECT && vec && in_load <= 16 && (uintptr_t)d->recorded % in_load == 0) {
-        /* measured on an H100 (bench/RESULTS.md, 256k tokens x 15 layers x topk 8): token-major
-         * output 84% of copy bandwidth direct (32 tokens a block) against 67% through the
-         * transpose. Layer-major output takes the staged path below when it can (77 .. 87%
-         * against 68 .. 86% through the transpose and 72 .. 79% direct). */
+    if (vec && in_load <= 16 && (uintptr_t)d->recorded % in_load == 0) {
+        /* token-major output goes direct (32 tokens a block): its stores are already contiguous,
+         * and the transpose through shared memory would only add a pass. Layer-major output
+         * takes the staged path below when it can, else direct for uint8 -> int32 (64 tokens a
+         * block) and the transpose for the other type pairs. */
         if (d->token_major) direct = PP__REPLAY_DIRECT_TILE / 2;
         else if (in_bytes == 1 && out_bytes == 4) direct = PP__REPLAY_DIRECT_TILE;
     }
-    /* the staged path (layer-major): tokens per block so that their runs fill about 16 KiB
-     * (measured: uint8 recordings best at 64 tokens, 9 KiB; int32 at 32 tokens, 16 KiB) */
+    /* the staged path (layer-major): tokens per block so that their runs fill about
+     * PP__REPLAY_STAGED_BYTES, at most PP__REPLAY_DIRECT_TILE */
     int staged = 0, tstride = 0, wload = 1;
-    if (PP__REPLAY_STAGED_ON && vec && in_load <= 16 && !d->token_major) {
+    if (vec && in_load <= 16 && !d->token_major) {
         long long run = (long long)d->topk * in_bytes, ts = ((long long)d->layer_count * run + 15) / 16;
         if (ts % 2 == 0) ts++;
         ts *= 16;

@@ -11,7 +11,8 @@
  *
  * Reading order: errors and clocks; finding rank, world and device in the environment; the
  * unique id (file, MPI, given); init, split, free; host-side waits with deadlines (the
- * watchdog); the transport; the event timer; the gradient norm.                            */
+ * watchdog); the transport (point-to-point groups, then the group collectives); the arrival
+ * gate; copy-engine transfers; group times; the event timer; the gradient norm.             */
 /* CUDA's headers use anonymous unions, which -std=c99 -Wpedantic flags; they are not ours. */
 #if defined(__GNUC__)
 #pragma GCC diagnostic push
@@ -51,6 +52,7 @@
 typedef char pp__nccl_id_size_check[sizeof(pp_nccl_id) == sizeof(ncclUniqueId) ? 1 : -1];
 
 #define PP__NCCL_DEFAULT_TIMEOUT 300.0
+#define PP__NCCL_MAX_COUNT_BASE (1ull << 62)   /* config.test_count_base stays below it */
 
 struct pp_nccl {
     ncclComm_t comm;
@@ -58,7 +60,9 @@ struct pp_nccl {
     cudaEvent_t host_wait;      /* for all-reduces the host waits on */
     int rank, world, device;
     double timeout_s;
-    int max_ctas, nonblocking, cta_policy;  /* passed on to ncclCommSplit's children */
+    int max_ctas, cta_policy;   /* passed on to ncclCommSplit's children */
+    uint64_t test_count_base;   /* config.test_count_base, passed on too */
+    int test_ce_threads;        /* config.test_ce_threads, passed on too */
     int debug;                  /* $PIPEPAR_NCCL_DEBUG=1: one line on stderr per NCCL call */
     long posts;
     int aborted;
@@ -486,10 +490,10 @@ pp_status pp_nccl_unique_id(pp_nccl_id *id, pp_error *err)
 
 /* --- init, split, free -------------------------------------------------------------------- */
 
-static ncclConfig_t pp__nccl_comm_config(int nonblocking, int max_ctas, int cta_policy)
+static ncclConfig_t pp__nccl_comm_config(int max_ctas, int cta_policy)
 {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = nonblocking ? 0 : 1;
+    config.blocking = 1;
     if (max_ctas > 0) { config.minCTAs = 1; config.maxCTAs = max_ctas; }
 #if defined(NCCL_CTA_POLICY_EFFICIENCY)
     if (cta_policy == 1) config.CTAPolicy = NCCL_CTA_POLICY_EFFICIENCY;
@@ -507,12 +511,9 @@ static pp_status pp__nccl_finish_setup(pp_nccl *nc, const char *how, pp_error *e
     int lo = 0, hi = 0, version = 0;
     struct cudaDeviceProp prop;
     /* The communication stream has the highest priority, so that a transfer starts as soon as
-     * SMs free up; PIPEPAR_NCCL_PRIORITY=low gives it the lowest instead (an experiment knob:
-     * transfers then wait for gaps between compute kernels). */
-    const char *prio = getenv("PIPEPAR_NCCL_PRIORITY");
+     * SMs free up. */
     cudaError_t e = cudaDeviceGetStreamPriorityRange(&lo, &hi);
-    if (e == cudaSuccess)
-        e = cudaStreamCreateWithPriority(&nc->stream, cudaStreamNonBlocking, prio && !strcmp(prio, "low") ? lo : hi);
+    if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&nc->stream, cudaStreamNonBlocking, hi);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&nc->host_wait, cudaEventDisableTiming);
     if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, "pp_nccl_init: stream");
     ncclGetVersion(&version);
@@ -531,7 +532,6 @@ pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_error *err)
     pp_status st = PP_OK;
     pp_nccl_bootstrap how;
     char path[600] = "", desc[700];
-    const char *env_timeout = getenv("PIPEPAR_NCCL_TIMEOUT");
     double deadline;
     cudaError_t e;
     int devices = 0;
@@ -542,6 +542,9 @@ pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_error *err)
     if (cfg->cta_policy < 0 || cfg->cta_policy > 2)
         return pp__nccl_fail(err, PP_EINVAL, "cta_policy=%d: must be 0 (default), 1 (efficiency) or 2 (zero)",
                              cfg->cta_policy);
+    if (cfg->test_count_base >= PP__NCCL_MAX_COUNT_BASE)
+        return pp__nccl_fail(err, PP_EINVAL, "test_count_base=%llu: must be below 2^62",
+                             (unsigned long long)cfg->test_count_base);
     if ((int)cfg->bootstrap < 0 || cfg->bootstrap > PP_NCCL_BOOTSTRAP_ID)
         return pp__nccl_fail(err, PP_EINVAL, "bootstrap=%d: not a pp_nccl_bootstrap", (int)cfg->bootstrap);
     nc = (pp_nccl *)calloc(1, sizeof *nc);
@@ -550,9 +553,9 @@ pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_error *err)
     nc->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : PP__NCCL_DEFAULT_TIMEOUT;
     nc->max_ctas = cfg->max_ctas;
     nc->cta_policy = cfg->cta_policy;
-    nc->nonblocking = cfg->nonblocking;
+    nc->test_count_base = cfg->test_count_base;
+    nc->test_ce_threads = cfg->test_ce_threads != 0;
     nc->debug = getenv("PIPEPAR_NCCL_DEBUG") && atoi(getenv("PIPEPAR_NCCL_DEBUG")) > 0;
-    if (cfg->timeout_s <= 0 && env_timeout && atof(env_timeout) > 0) nc->timeout_s = atof(env_timeout);
     how = cfg->bootstrap;
     if (how == PP_NCCL_BOOTSTRAP_AUTO) {
 #ifdef PIPEPAR_NCCL_MPI
@@ -644,7 +647,7 @@ pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_error *err)
 
     /* The communicator; the watchdog turns a missing peer into a timeout here too. */
     if (st == PP_OK) {
-        config = pp__nccl_comm_config(cfg->nonblocking, cfg->max_ctas, cfg->cta_policy);
+        config = pp__nccl_comm_config(cfg->max_ctas, cfg->cta_policy);
         pp__nccl_arm(nc, nc->timeout_s, "ncclCommInitRankConfig");
         r = ncclCommInitRankConfig(&nc->comm, nc->world, id, nc->rank, &config);
         if (pp__nccl_disarm(nc, err)) {
@@ -669,7 +672,9 @@ pp_status pp_nccl_init(const pp_nccl_config *cfg, pp_nccl **out, pp_error *err)
 }
 
 /* A new communicator from parent's ranks of `color`, this rank at position `key` among them
- * (ncclCommSplit), expected to hold `size` ranks: what pp_nccl_split and pp_nccl_reorder share. */
+ * (ncclCommSplit), expected to hold `size` ranks: what pp_nccl_split, pp_nccl_reorder and
+ * pp_nccl_split_group share. Color NCCL_SPLIT_NOCOLOR joins the split (every parent rank must)
+ * and makes no communicator: *out is NULL. */
 static pp_status pp__nccl_split_as(pp_nccl *parent, int color, int key, int size, const char *desc,
                                    const char *caller, pp_nccl **out, pp_error *err)
 {
@@ -686,11 +691,12 @@ static pp_status pp__nccl_split_as(pp_nccl *parent, int color, int key, int size
     nc->timeout_s = parent->timeout_s;
     nc->max_ctas = parent->max_ctas;
     nc->cta_policy = parent->cta_policy;
-    nc->nonblocking = parent->nonblocking;
+    nc->test_count_base = parent->test_count_base;
+    nc->test_ce_threads = parent->test_ce_threads;
     nc->debug = parent->debug;
-    config = pp__nccl_comm_config(parent->nonblocking, parent->max_ctas, parent->cta_policy);
+    config = pp__nccl_comm_config(parent->max_ctas, parent->cta_policy);
     pp__nccl_arm(parent, parent->timeout_s, "ncclCommSplit");
-    r = ncclCommSplit(parent->comm, color, key, &nc->comm, &config);
+    r = ncclCommSplit(parent->comm, color, color == NCCL_SPLIT_NOCOLOR ? 0 : key, &nc->comm, &config);
     if (pp__nccl_disarm(parent, err)) {
         nc->comm = NULL;
         st = PP_ETIMEOUT;
@@ -701,6 +707,10 @@ static pp_status pp__nccl_split_as(pp_nccl *parent, int color, int key, int size
         st = pp__nccl_settle(parent, parent->comm, pp__nccl_now() + parent->timeout_s, "ncclCommSplit", err);
         if (st == PP_OK && nc->comm)
             st = pp__nccl_settle(nc, nc->comm, pp__nccl_now() + parent->timeout_s, "ncclCommSplit", err);
+    }
+    if (st == PP_OK && color == NCCL_SPLIT_NOCOLOR) {   /* in no group: nothing to keep */
+        pp_nccl_free(nc);
+        return pp__nccl_ok(err);
     }
     if (st == PP_OK && nc->comm) {
         /* ncclCommSplit orders equal keys by the parent's rank: a duplicate key shows up here */
@@ -771,6 +781,109 @@ pp_status pp_nccl_reorder(pp_nccl *parent, int new_rank, pp_nccl **out, pp_error
     if (st != PP_OK) return st;
     snprintf(desc, sizeof desc, "reordered (rank %d was %d)", new_rank, parent->rank);
     return pp__nccl_split_as(parent, 0, new_rank, parent->world, desc, "pp_nccl_reorder", out, err);
+}
+
+/* pp_nccl_split_group's local checks: members distinct parent ranks, this rank among them. Sets
+ * *color (the smallest member) and *index (this rank's place); PP_EINVAL with the reason. */
+static pp_status pp__nccl_group_check(const pp_nccl *parent, const int *members, int size, int *color, int *index,
+                                      pp_error *err)
+{
+    int i, j;
+    *color = -1;
+    *index = -1;
+    if (size < 0 || size > parent->world)
+        return pp__nccl_fail(err, PP_EINVAL, "size=%d: must be between 0 (this rank in no group) and the communicator's "
+                             "size %d", size, parent->world);
+    if (size > 0 && !members) return pp__nccl_fail(err, PP_EINVAL, "members=NULL: needs size=%d parent ranks", size);
+    for (i = 0; i < size; i++) {
+        if (members[i] < 0 || members[i] >= parent->world)
+            return pp__nccl_fail(err, PP_EINVAL, "members[%d]=%d: must be a rank of the parent, 0..%d", i, members[i],
+                                 parent->world - 1);
+        for (j = 0; j < i; j++)
+            if (members[j] == members[i])
+                return pp__nccl_fail(err, PP_EINVAL, "members[%d]=%d: appears twice (also members[%d])", i, members[i], j);
+        if (members[i] == parent->rank) *index = i;
+        if (*color < 0 || members[i] < *color) *color = members[i];
+    }
+    if (size > 0 && *index < 0)
+        return pp__nccl_fail(err, PP_EINVAL, "members: this rank (%d) is not among its %d members (a rank in no group "
+                             "passes size 0)", parent->rank, size);
+    return PP_OK;
+}
+
+/* Whether this rank's members agree with what every rank reported: color_of[r] (its group's
+ * smallest member + 1, 0 for none) and index_of[r] (its place in its own members + 1). Each member
+ * must report this group and place itself where this list does, and only the members may report
+ * this group. Every member of a group checks the same reports, so when all pass, their lists are
+ * one list: member m at index_of[m] - 1. */
+static pp_status pp__nccl_group_agrees(const pp_nccl *parent, const int *members, int size, int color,
+                                       const float *color_of, const float *index_of, pp_error *err)
+{
+    int i, r, n = 0;
+    if (size == 0) return PP_OK;   /* in no group: the groups that list this rank find it */
+    for (i = 0; i < size; i++) {
+        int m = members[i];
+        if (color_of[m] != (float)(color + 1))
+            return color_of[m] == 0
+                ? pp__nccl_fail(err, PP_EINVAL, "members[%d]=%d: rank %d passed size 0 (in no group)", i, m, m)
+                : pp__nccl_fail(err, PP_EINVAL, "members[%d]=%d: rank %d gave another group (its smallest member is %g, "
+                                "this one's %d): groups must not overlap, and every member must give the same members",
+                                i, m, m, (double)color_of[m] - 1, color);
+        if (index_of[m] != (float)(i + 1))
+            return pp__nccl_fail(err, PP_EINVAL, "members[%d]=%d: rank %d puts itself at members[%g]: every member must "
+                                 "give the same members in the same order", i, m, m, (double)index_of[m] - 1);
+    }
+    for (r = 0; r < parent->world; r++) n += color_of[r] == (float)(color + 1);
+    if (n != size)
+        return pp__nccl_fail(err, PP_EINVAL, "members: %d ranks gave the group whose smallest member is %d, but its "
+                             "members list %d (a rank gave members that include these but not itself?)", n, color, size);
+    return PP_OK;
+}
+
+pp_status pp_nccl_split_group(pp_nccl *parent, const int *members, int size, pp_nccl **out, pp_error *err)
+{
+    const char *fn = "pp_nccl_split_group";
+    int color = -1, index = -1, world;
+    float flag, *rep = NULL;
+    pp_error mine;
+    pp_status st, bad;
+    char desc[64];
+    if (out) *out = NULL;
+    if (!parent || !out) return pp__nccl_fail(err, PP_EINVAL, "%s: parent and out must not be NULL", fn);
+    if (parent->aborted) return pp__nccl_aborted(parent, err, fn);
+    world = parent->world;
+    /* Every rank joins every reduction whatever it found, as in pp_nccl_reorder, so that bad
+     * members on any rank fail all ranks alike before ncclCommSplit, where the others would
+     * wait until their deadline: first a flag (1 where this rank's own arguments are bad), then
+     * every rank's report (its group's smallest member and its place in it), then a verdict. */
+    memset(&mine, 0, sizeof mine);
+    bad = pp__nccl_group_check(parent, members, size, &color, &index, &mine);
+    rep = (float *)calloc(2 * (size_t)world, sizeof(float));
+    if (bad == PP_OK && !rep) bad = pp__nccl_fail(&mine, PP_ENOMEM, "%s: out of memory", fn);
+    flag = bad != PP_OK ? 1.0f : 0.0f;
+    st = pp_nccl_all_reduce_host(parent, &flag, 1, parent->timeout_s, err);
+    if (st == PP_OK && bad != PP_OK) st = pp__nccl_fail(err, bad, "%s", mine.message);
+    else if (st == PP_OK && flag > 0)
+        st = pp__nccl_fail(err, PP_EINVAL, "%s: %g other rank(s) passed members that are not a group (see their errors)",
+                           fn, (double)flag);
+    if (st == PP_OK) {
+        rep[parent->rank] = size > 0 ? (float)(color + 1) : 0.0f;
+        rep[world + parent->rank] = size > 0 ? (float)(index + 1) : 0.0f;
+        st = pp_nccl_all_reduce_host(parent, rep, 2 * world, parent->timeout_s, err);
+    }
+    if (st == PP_OK) {
+        bad = pp__nccl_group_agrees(parent, members, size, color, rep, rep + world, &mine);
+        flag = bad != PP_OK ? 1.0f : 0.0f;
+        st = pp_nccl_all_reduce_host(parent, &flag, 1, parent->timeout_s, err);
+        if (st == PP_OK && bad != PP_OK) st = pp__nccl_fail(err, bad, "%s", mine.message);
+        else if (st == PP_OK && flag > 0)
+            st = pp__nccl_fail(err, PP_EINVAL, "%s: %g rank(s) found that the ranks' members do not agree (see their "
+                               "errors)", fn, (double)flag);
+    }
+    free(rep);
+    if (st != PP_OK) return st;
+    snprintf(desc, sizeof desc, "group of %d (smallest member %d)", size, color);
+    return pp__nccl_split_as(parent, size > 0 ? color : NCCL_SPLIT_NOCOLOR, index, size, desc, fn, out, err);
 }
 
 void pp_nccl_free(pp_nccl *nc)
@@ -909,9 +1022,8 @@ typedef struct pp__nccl_stage {    /* a send to this rank, parked until its rece
  * Whichever of the two posts first claims the transfer and publishes its own buffer; the second
  * reads the claim and does the one copy: a sender that comes second pushes straight into the
  * receive buffer, a receiver that comes second pulls straight out of the send buffer. Both are
- * copy-engine copies over NVLink, with no SM on either GPU (bench_nccl_overlap's push and pull
- * lines). A buffer that cannot be shared (not from cudaMalloc) makes the first side claim the
- * ring instead. */
+ * copy-engine copies over NVLink, with no SM on either GPU. A buffer that cannot be shared (not
+ * from cudaMalloc) makes the first side claim the ring instead. */
 enum { PP__NCCL_CLAIM_PUSH = 1, PP__NCCL_CLAIM_PULL = 2, PP__NCCL_CLAIM_RING = 3, PP__NCCL_CLAIM_SEEN = 4 };
 #define PP__NCCL_CLAIMS 4096      /* per ordered pair: how far one side's posts may run ahead of the other's */
 
@@ -956,6 +1068,7 @@ typedef struct pp__nccl_transport {
     cudaStream_t compute;
     cudaEvent_t ready;          /* recorded on the compute stream at this post: ready_hist[posts % N] */
     cudaEvent_t ready_hist[PP__NCCL_READY_HIST];   /* the last posts' points (pp_transfer.buf_free_posts) */
+    cudaEvent_t coll_ready, coll_done;   /* a group collective's place on the compute stream, its end */
     pp__nccl_handle *handles;
     int num_handles;
     int recording;
@@ -981,7 +1094,7 @@ typedef struct pp__nccl_transport {
     int ce_collective;          /* set up on every rank: pp_nccl_transport_free meets the others */
     size_t ce_slot_bytes;
     int ce_slots;
-    uint64_t ce_base;           /* the first count (PIPEPAR_NCCL_GATE_BASE; 0) */
+    uint64_t ce_base;           /* the first count (config.test_count_base; 0) */
     unsigned char *ce_mem;      /* device: flags arrived[world], freed[world], then the rings */
     CUdeviceptr *ce_remote;     /* [world]: peer p's ce_mem as mapped here; 0: p goes through NCCL */
     void **ce_opened;           /* [world]: IPC mappings to close */
@@ -1005,7 +1118,6 @@ typedef struct pp__nccl_transport {
     uint64_t *ce_xsent, *ce_xrecv;       /* [world]: transfers claimed with p, each way */
     uint32_t *ce_posted_high;   /* [world]: the high word last written into p's posted count of us */
     unsigned char *ce_same;     /* [world]: p is a thread of this process (pointers, no IPC) */
-    int ce_no_direct;           /* PIPEPAR_NCCL_CE_DIRECT=0: the first side claims the ring */
     pp__nccl_ce_plan *ce_plans;
     int ce_cap_plans;
     pp__nccl_ce_map *ce_maps;   /* the peers' allocations mapped here (PP__NCCL_CE_MAPS kept) */
@@ -1152,8 +1264,8 @@ static CUresult pp__nccl_announce_sparse(const pp__nccl_transport *t, cudaStream
 /* The arrival gate: announce this group to every gated peer in it first, then wait (on the
  * communication stream, no SM) until each has announced its matching group. All announcements
  * go out before any wait: a rank that waited on its first peer before announcing to its second
- * could close a ring of waits among three ranks (found in review with a valid pp=3 order whose
- * groups list the receive first), where NCCL's own group, launched whole, never waits so.
+ * could close a ring of waits among three ranks (a valid pp=3 order whose groups list the
+ * receive first does), where NCCL's own group, launched whole, never waits so.
  * Announcements are counted per peer: our n-th group with p meets p's n-th group with us. A
  * peer that appears twice in one group is announced once. Copy-engine peers are not NCCL's and
  * pass no gate (both sides skip them alike). */
@@ -1211,8 +1323,8 @@ static pp_status pp__nccl_gate_pass(pp__nccl_transport *t, const pp_transfer *x,
  *   ring (a buffer that cannot be shared): a ring of `slots` slots of `slot_bytes` in the
  *   receiver's memory; per slot-sized piece k
  *                          sender:   wait freed >= k-slots+1; copy into slot k % slots; arrived = k+1
- *                          receiver: wait arrived >= k+1; copy the slot out (a local copy: on
- *                                    H200s a kernel, which waits for the receiver's GEMM); freed = k+1
+ *                          receiver: wait arrived >= k+1; copy the slot out (a local copy, which
+ *                                    CUDA may run as a kernel that waits for the receiver's GEMM); freed = k+1
  * The push and the pull are the one copy of the transfer, over NVLink on a copy engine. Each
  * peer's sends and each peer's receives have a stream of their own, so a transfer waits only for
  * what NCCL's matched groups wait for (a send for its receive, the transfers with one peer in
@@ -1220,9 +1332,8 @@ static pp_status pp__nccl_gate_pass(pp__nccl_transport *t, const pp_transfer *x,
  * posted counts go out before any of its receives waits, as the arrival gate's announcements do. */
 
 /* A copy, with CUDA >= 12.8's hint to leave the SMs to compute (cudaMemcpyBatchAsync,
- * cudaMemcpyFlagPreferOverlapWithCompute). The push to a peer runs on a copy engine either way;
- * a local device-to-device copy ran as a kernel on H200s with or without the hint (session 6),
- * which costs nothing to give. */
+ * cudaMemcpyFlagPreferOverlapWithCompute). A copy to or from a peer runs on a copy engine either
+ * way; a local device-to-device copy may still run as a kernel, and the hint costs nothing. */
 static cudaError_t pp__nccl_ce_copy(void *dst, const void *src, size_t bytes, cudaStream_t stream)
 {
 #if defined(CUDART_VERSION) && CUDART_VERSION >= 12080
@@ -1283,7 +1394,6 @@ static int pp__nccl_ce_publish(pp__nccl_transport *t, int p, const void *buf, si
     b->buffer_id = 0;
     b->base = (uint64_t)(uintptr_t)buf;
     b->offset = 0;
-    if (t->ce_no_direct) return 0;
     if (t->ce_same[p] || bytes == 0) return 1;
     data[0] = &id; data[1] = &base; data[2] = &capable;
     if (!t->attrs || t->attrs(3, which, data, (CUdeviceptr)(uintptr_t)buf) != CUDA_SUCCESS || !id || !base || !capable ||
@@ -1792,6 +1902,111 @@ static void pp__nccl_tp_abort(void *user, pp_status status, const char *reason)
     pp_nccl_abort(t->nc, status, reason);
 }
 
+/* --- the group collectives ------------------------------------------------------------------ */
+
+/* A collective's buffer must be memory of this rank's device (cudaMalloc'ed, or managed): a
+ * host pointer is refused here, naming it, rather than inside NCCL, whose refusal would abort
+ * the communicator. */
+static pp_status pp__nccl_device_buffer(const pp_nccl *nc, const void *p, const char *what, const char *name,
+                                        pp_error *err)
+{
+    struct cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return pp__nccl_fail(err, PP_EINVAL, "%s: %s=%p: not memory CUDA knows (%s)", what, name, p, cudaGetErrorName(e));
+    }
+    if (a.type == cudaMemoryTypeManaged) return PP_OK;
+    if (a.type != cudaMemoryTypeDevice)
+        return pp__nccl_fail(err, PP_EINVAL, "%s: %s=%p: host memory; the NCCL transport's collectives take device "
+                             "memory of device %d", what, name, p, nc->device);
+    if (a.device != nc->device)
+        return pp__nccl_fail(err, PP_EINVAL, "%s: %s=%p: memory of device %d; this rank's device is %d", what, name, p,
+                             a.device, nc->device);
+    return PP_OK;
+}
+
+enum { PP__NCCL_ALL_REDUCE = 0, PP__NCCL_ALL_GATHER = 1 };
+
+/* One collective on the communication stream, in the compute stream's order: it starts once the
+ * compute stream's work so far is done (an event the communication stream waits for), and the
+ * compute stream's next work waits for its end. Its enqueue is armed with the watchdog, as every
+ * NCCL call that may block; its completion is the compute stream's, which pp_nccl_sync waits
+ * for within the deadline. all-reduce: count floats, in place (send == recv); all-gather: count
+ * bytes per rank. */
+static pp_status pp__nccl_collective(pp__nccl_transport *t, int op, const void *send, void *recv, size_t count,
+                                     double timeout_s, const char *what, pp_error *err)
+{
+    pp_nccl *nc = t->nc;
+    ncclResult_t r;
+    cudaError_t e;
+    pp_status st;
+    if ((st = pp__nccl_health(nc, what, err)) != PP_OK) return st;
+    e = cudaEventRecord(t->coll_ready, t->compute);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(nc->stream, t->coll_ready, 0);
+    if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, what);
+    if (nc->debug)
+        fprintf(stderr, "[pipepar_nccl rank %d %.6f] %s: %zu %s\n", nc->rank, pp__nccl_now(), what, count,
+                op == PP__NCCL_ALL_REDUCE ? "floats" : "bytes per rank");
+    pp__nccl_arm(nc, pp__nccl_timeout(nc, timeout_s), what);
+    if (op == PP__NCCL_ALL_REDUCE) r = ncclAllReduce(send, recv, count, ncclFloat, ncclSum, nc->comm, nc->stream);
+    else r = ncclAllGather(send, recv, count, ncclUint8, nc->comm, nc->stream);
+    if (pp__nccl_disarm(nc, err)) return PP_ETIMEOUT;
+    if ((st = pp__nccl_check(nc, r, what, err)) != PP_OK) return st;
+    if (r == ncclInProgress &&
+        (st = pp__nccl_settle(nc, nc->comm, pp__nccl_now() + pp__nccl_timeout(nc, timeout_s), what, err)) != PP_OK)
+        return st;
+    e = cudaEventRecord(t->coll_done, nc->stream);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(t->compute, t->coll_done, 0);   /* captured now: reuse is safe */
+    if (e != cudaSuccess) return pp__nccl_cuda_fail(err, e, what);
+    return pp__nccl_ok(err);
+}
+
+static pp_status pp__nccl_tp_all_reduce_buf(void *user, float *buf, size_t count, double timeout_s, pp_error *err)
+{
+    pp__nccl_transport *t = (pp__nccl_transport *)user;
+    const char *what = "all_reduce_buf";
+    pp_status st;
+    if (!buf && count > 0) return pp__nccl_fail(err, PP_EINVAL, "%s: buf=NULL for %zu floats", what, count);
+    if (t->nc->aborted) return pp__nccl_aborted(t->nc, err, what);
+    if (count == 0) return pp__nccl_ok(err);   /* every rank passes the same count: none calls NCCL */
+    if ((st = pp__nccl_device_buffer(t->nc, buf, what, "buf", err)) != PP_OK) return st;
+    return pp__nccl_collective(t, PP__NCCL_ALL_REDUCE, buf, buf, count, timeout_s, what, err);
+}
+
+static pp_status pp__nccl_tp_all_gather(void *user, const void *send, void *recv, size_t bytes, double timeout_s,
+                                        pp_error *err)
+{
+    pp__nccl_transport *t = (pp__nccl_transport *)user;
+    pp_nccl *nc = t->nc;
+    const char *what = "all_gather";
+    uintptr_t s0 = (uintptr_t)send, r0 = (uintptr_t)recv, mine;
+    size_t total;
+    pp_status st;
+    if ((!send || !recv) && bytes > 0)
+        return pp__nccl_fail(err, PP_EINVAL, "%s: send and recv must not be NULL (bytes=%zu)", what, bytes);
+    if (nc->aborted) return pp__nccl_aborted(nc, err, what);
+    if (bytes == 0) return pp__nccl_ok(err);
+    if (bytes > SIZE_MAX / (size_t)nc->world)
+        return pp__nccl_fail(err, PP_EINVAL, "%s: bytes=%zu: times the %d ranks overflows", what, bytes, nc->world);
+    total = bytes * (size_t)nc->world;
+    mine = r0 + bytes * (size_t)nc->rank;
+    /* in place is send == recv + rank * bytes (NCCL's rule); any other overlap is a mistake */
+    if (s0 < r0 + total && r0 < s0 + bytes && s0 != mine)
+        return pp__nccl_fail(err, PP_EINVAL, "%s: send=%p overlaps recv=%p (%zu bytes) other than at this rank's place "
+                             "recv + %d * %zu (in place)", what, send, recv, total, nc->rank, bytes);
+    if ((st = pp__nccl_device_buffer(nc, send, what, "send", err)) != PP_OK) return st;
+    if ((st = pp__nccl_device_buffer(nc, recv, what, "recv", err)) != PP_OK) return st;
+    return pp__nccl_collective(t, PP__NCCL_ALL_GATHER, send, recv, bytes, timeout_s, what, err);
+}
+
+static pp_status pp__nccl_tp_barrier(void *user, double timeout_s, pp_error *err)
+{
+    pp__nccl_transport *t = (pp__nccl_transport *)user;
+    pp_status st = pp_nccl_barrier(t->nc, timeout_s, err);
+    return st == PP_OK ? pp__nccl_ok(err) : st;
+}
+
 pp_status pp_nccl_transport(pp_nccl *nc, void *compute_stream, pp_transport *out, pp_error *err)
 {
     pp__nccl_transport *t;
@@ -1810,6 +2025,8 @@ pp_status pp_nccl_transport(pp_nccl *nc, void *compute_stream, pp_transport *out
     e = t->handles ? cudaSetDevice(nc->device) : cudaErrorMemoryAllocation;
     for (i = 0; e == cudaSuccess && i < PP__NCCL_READY_HIST; i++)
         e = cudaEventCreateWithFlags(&t->ready_hist[i], cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&t->coll_ready, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&t->coll_done, cudaEventDisableTiming);
     for (i = 0; e == cudaSuccess && i < t->num_handles; i++)
         e = cudaEventCreateWithFlags(&t->handles[i].done, cudaEventDisableTiming);
     if (e != cudaSuccess) {
@@ -1829,6 +2046,9 @@ pp_status pp_nccl_transport(pp_nccl *nc, void *compute_stream, pp_transport *out
     out->test = pp__nccl_test;
     out->all_reduce = pp__nccl_tp_all_reduce;
     out->abort = pp__nccl_tp_abort;
+    out->all_reduce_buf = pp__nccl_tp_all_reduce_buf;
+    out->all_gather = pp__nccl_tp_all_gather;
+    out->barrier = pp__nccl_tp_barrier;
     return pp__nccl_ok(err);
 }
 
@@ -1851,6 +2071,8 @@ void pp_nccl_transport_free(pp_transport *tp)
     }
     for (i = 0; i < t->num_stages; i++) if (t->stages[i].data) cudaFree(t->stages[i].data);
     for (i = 0; i < PP__NCCL_READY_HIST; i++) if (t->ready_hist[i]) cudaEventDestroy(t->ready_hist[i]);
+    if (t->coll_ready) cudaEventDestroy(t->coll_ready);
+    if (t->coll_done) cudaEventDestroy(t->coll_done);
     if (t->gate_remote) pp__nccl_gate_release(t);
     if (t->gate_opener && !t->nc->aborted) cudaStreamDestroy(t->gate_opener);
     free(t->handles);
@@ -1879,26 +2101,8 @@ typedef struct pp__nccl_gate_card {   /* what each rank tells the others */
     int64_t pid;
     int32_t device, ok;
     int64_t posts;                    /* groups this transport has posted so far */
-    uint64_t base;                    /* the first count (PIPEPAR_NCCL_GATE_BASE; 0) */
-    int32_t bad_base;                 /* that variable did not parse: every rank refuses */
+    uint64_t base;                    /* the first count (config.test_count_base; 0) */
 } pp__nccl_gate_card;
-
-/* Where the counts start: 0, or PIPEPAR_NCCL_GATE_BASE for tests that cross the low word's wrap
- * at 2^32 without posting four billion groups first (every rank must set the same). */
-static pp_status pp__nccl_gate_base(uint64_t *base, pp_error *err)
-{
-    const char *s = getenv("PIPEPAR_NCCL_GATE_BASE");
-    char *end = NULL;
-    unsigned long long v;
-    *base = 0;
-    if (!s || !*s) return PP_OK;
-    errno = 0;
-    v = strtoull(s, &end, 10);   /* digits only: strtoull alone takes spaces and a sign */
-    if (*s < '0' || *s > '9' || errno || !end || *end || v >= (1ull << 62))
-        return pp__nccl_fail(err, PP_EINVAL, "PIPEPAR_NCCL_GATE_BASE='%s': must be a whole number below 2^62", s);
-    *base = (uint64_t)v;
-    return PP_OK;
-}
 
 /* An all-gather of `bytes` bytes per rank through the communicator, host to host, within the
  * communicator's deadline. Both host ends are staged through pinned memory: a copy from or to
@@ -2150,8 +2354,7 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
     /* This rank can take part when the driver has stream memory operations and the flags exist;
      * it still joins both all-gathers when it cannot (everyone must). */
     me.ok = pp__nccl_memops(t);
-    /* every rank reads the base, able or not, so that all decide on it alike from the cards */
-    if (pp__nccl_gate_base(&me.base, err) != PP_OK) { me.ok = 0; me.bad_base = 1; me.base = 0; }
+    me.base = nc->test_count_base;
     if (me.ok) {
         e = cudaMalloc((void **)&t->gate_flags, sizeof(uint64_t) * (size_t)nc->world);
         for (p = 0; e == cudaSuccess && p < nc->world; p++)   /* every peer has reached `base` groups */
@@ -2178,19 +2381,10 @@ pp_status pp_nccl_transport_gate(pp_transport *tp, int *gated_peers, pp_error *e
     /* decided from the cards alone, so every rank refuses alike (one that went on alone would
      * wait in the next all-gather until its deadline) */
     for (p = 0; p < nc->world; p++)
-        if (cards[p].bad_base || cards[p].base != cards[0].base) {
-            if (me.bad_base) {
-                uint64_t ignored;
-                pp__nccl_gate_base(&ignored, err);   /* this rank's own message */
-            } else if (cards[p].bad_base) {
-                pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_gate: PIPEPAR_NCCL_GATE_BASE on rank %d is not a whole "
-                              "number below 2^62", p);
-            } else {
-                pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_gate: PIPEPAR_NCCL_GATE_BASE differs between ranks "
-                              "(rank 0: %llu, rank %d: %llu): every rank must set the same",
-                              (unsigned long long)cards[0].base, p, (unsigned long long)cards[p].base);
-            }
-            st = PP_EINVAL;
+        if (cards[p].base != cards[0].base) {
+            st = pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_gate: test_count_base differs between ranks "
+                               "(rank 0: %llu, rank %d: %llu): every rank must set the same",
+                               (unsigned long long)cards[0].base, p, (unsigned long long)cards[p].base);
             goto fail;
         }
     for (p = 0; p < nc->world; p++) t->gate_count[p] = me.base;
@@ -2230,13 +2424,12 @@ fail:
 typedef struct pp__nccl_ce_card {     /* what each rank tells the others, first round */
     uint64_t host, space;
     int64_t pid, posts;
-    uint64_t slot_bytes, base;
-    int32_t device, ok, slots, bad_base;
-    int32_t threads_ok;               /* PIPEPAR_NCCL_CE_SAME_PROCESS=1 */
+    uint64_t slot_bytes, base;        /* base: the first count (config.test_count_base; 0) */
+    int32_t device, ok, slots;
+    int32_t threads_ok;               /* config.test_ce_threads */
     int32_t bad_args;                 /* slots or slot_bytes out of range */
-    uint64_t asked_bytes;             /* what the caller passed, for the message */
-    int32_t asked_slots;
-    int32_t bad_direct;               /* PIPEPAR_NCCL_CE_DIRECT is neither 0 nor 1 */
+    int32_t asked_slots;              /* what the caller passed, for the message */
+    uint64_t asked_bytes;
 } pp__nccl_ce_card;
 
 typedef struct pp__nccl_ce_where {    /* second round: each rank's memory, once made */
@@ -2246,15 +2439,6 @@ typedef struct pp__nccl_ce_where {    /* second round: each rank's memory, once 
     char seg[64];                     /* its claims' shared-memory segment */
     uint64_t seg_bytes;
 } pp__nccl_ce_where;
-
-/* PIPEPAR_NCCL_CE_DIRECT: unset or 1 (direct transfers where the buffers allow), 0 (the ring
- * only, for comparisons); -1 for anything else. */
-static int pp__nccl_ce_direct_env(void)
-{
-    const char *v = getenv("PIPEPAR_NCCL_CE_DIRECT");
-    if (!v || !*v || !strcmp(v, "1")) return 1;
-    return !strcmp(v, "0") ? 0 : -1;
-}
 
 /* The claims' segment: made by the receiver (zeroed: no claims yet), opened by its senders,
  * unlinked once all have it, so nothing is left in /dev/shm after a crash past set-up. */
@@ -2281,12 +2465,8 @@ static void *pp__nccl_shm(const char *name, size_t bytes, int make)
 }
 
 /* Ranks whose transfers may go through the copy engines: both able, on one host, in two
- * processes. Threads of one process stay on NCCL unless every rank sets
- * PIPEPAR_NCCL_CE_SAME_PROCESS=1: mlp_gpu --threads 2 hangs with them (a backtrace, session 7:
- * one rank's thread spins in the driver inside cuBLASLt's cuKernelSetAttribute, holding the
- * process's driver lock; the other rank's thread waits for that lock inside the copy that the
- * first rank's device is waiting for). Processes have a driver each; tests/gpu/test_nccl.cu's
- * threads, which call no such function while transfers are queued, run with the variable set. */
+ * processes (threads of one process only with config.test_ce_threads on both: see
+ * pp_nccl_transport_copy_engine's notes for why they stay on NCCL). */
 static int pp__nccl_ce_pair(const pp__nccl_ce_card *c, int p, int q)
 {
     int same_process = c[p].space == c[q].space && c[p].pid == c[q].pid;
@@ -2448,7 +2628,7 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     }
     /* round 1: who can, where, with which rings; every rank joins, able or not */
     me.ok = pp__nccl_memops(t);
-    if (pp__nccl_gate_base(&me.base, err) != PP_OK) { me.ok = 0; me.bad_base = 1; me.base = 0; }
+    me.base = nc->test_count_base;
     me.pid = (int64_t)getpid();
     me.device = nc->device;
     me.posts = t->posts;
@@ -2456,11 +2636,9 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     me.slots = slots;
     me.asked_bytes = asked_bytes;
     me.asked_slots = asked_slots;
-    me.threads_ok = getenv("PIPEPAR_NCCL_CE_SAME_PROCESS") && !strcmp(getenv("PIPEPAR_NCCL_CE_SAME_PROCESS"), "1");
-    me.bad_direct = pp__nccl_ce_direct_env() < 0;
-    t->ce_no_direct = pp__nccl_ce_direct_env() == 0;
-    /* NCCL_P2P_DISABLE=1 says peer-to-peer between GPUs is off: ours too (so NCCL's socket
-     * transport can stand in for two nodes, bench/gpu_pipeline.sh) */
+    me.threads_ok = nc->test_ce_threads;
+    /* NCCL_P2P_DISABLE=1 says peer-to-peer between GPUs is off: ours too (so that NCCL's socket
+     * transport can stand in for two nodes) */
     if (getenv("NCCL_P2P_DISABLE") && !strcmp(getenv("NCCL_P2P_DISABLE"), "1")) me.ok = 0;
     pp__nccl_identity(&me.host, &me.space);
     if ((st = pp__nccl_all_gather_host(nc, &me, cards, sizeof me, err)) != PP_OK) goto fail;
@@ -2493,17 +2671,10 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
                                (unsigned long long)cards[p].slot_bytes, (int)cards[p].slots);
             goto fail;
         }
-        if (cards[p].bad_base || cards[p].base != cards[0].base) {
-            st = pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: PIPEPAR_NCCL_GATE_BASE on rank %d %s", p,
-                               cards[p].bad_base ? "is not a whole number below 2^62"
-                                                 : "differs from rank 0's: every rank must set the same");
-            goto fail;
-        }
-        if (cards[p].bad_direct) {
-            st = pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: PIPEPAR_NCCL_CE_DIRECT on rank %d%s%s%s: "
-                               "must be 0 (the ring only) or 1 (direct copies, the default)", p,
-                               p == nc->rank ? " is '" : "", p == nc->rank ? getenv("PIPEPAR_NCCL_CE_DIRECT") : "",
-                               p == nc->rank ? "'" : "");
+        if (cards[p].base != cards[0].base) {
+            st = pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: test_count_base differs between ranks "
+                               "(rank 0: %llu, rank %d: %llu): every rank must set the same",
+                               (unsigned long long)cards[0].base, p, (unsigned long long)cards[p].base);
             goto fail;
         }
     }
@@ -2596,8 +2767,8 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     free(cards); free(wheres); free(mapped); free(all_mapped);
     if (ce_peers) *ce_peers = n;
     if (nc->debug)
-        fprintf(stderr, "[pipepar_nccl rank %d] copy engines: %d peers, %d slots of %zu B each (%.1f MiB), direct "
-                "copies %s\n", nc->rank, n, slots, slot_bytes, (double)total / 1048576.0, t->ce_no_direct ? "off" : "on");
+        fprintf(stderr, "[pipepar_nccl rank %d] copy engines: %d peers, %d slots of %zu B each (%.1f MiB)\n", nc->rank,
+                n, slots, slot_bytes, (double)total / 1048576.0);
     return pp__nccl_ok(err);
 fail:
     if (t->ce_seg_name[0]) { shm_unlink(t->ce_seg_name); t->ce_seg_name[0] = 0; }

@@ -6,20 +6,19 @@
 #
 # The model of bench/gpu_pipeline.sh (H=4096, L=16, 8192 tokens, 8 microbatches, bf16). On even
 # stages of 2 blocks, rank 1 waits for rank 0's first 2-block F at the start and rank 0 runs
-# stage 0's last 2-block B alone at the end: about 18.7 ms that no order of even stages hides.
-# A 1-block first stage halves both; with Megatron's default group (pp = 2 microbatches per chunk
-# round) the order then stalls elsewhere, with a group of 4 it does not. Each B run as its I then
-# its W (--split-backward, session 10) sends the B's gradient before its weight gradients. Runs,
-# each against the single-GPU steps of the same run: Megatron's defaults (even, group 2); the
-# layout 1,2,2,2,2,2,3,2 with group 4 ("tuned"), whole B's; tuned with B as I then W, as launched,
-# GPUs swapped, placed by speed (--place-by-speed: the rank with the most GEMMs on the GPU that
-# measures faster); stages 1,2,2,2,2,3,3,1 with Megatron's group of 2, B as I then W (session 11's
-# pick from measured costs); what `--schedule search --search-kind interleaved --search-layout
-# --split-backward` picks, placed; Megatron's defaults with B as I then W; tuned split again; the
-# group-2 stages again; Megatron's defaults again. Baselines: each GPU's single step alone
-# (their harmonic mean, and the faster alone), both at once (single_concurrent), and alone again
-# at the end (a GPU's single step moves 1-2% within one pass). (Session 9's first passes also ran
-# even stages with group 4, 93.3-95.3%, and the runner-up 1,1,1,2,3,3,3,2, within 0.3 points.)
+# stage 0's last 2-block B alone at the end, which no order of even stages hides. A 1-block first
+# stage halves both; with Megatron's default group (pp = 2 microbatches per chunk round) the order
+# then stalls elsewhere, with a group of 4 it does not. Each B run as its I then its W
+# (--split-backward) sends the B's gradient before its weight gradients. Runs, each against the
+# single-GPU steps of the same run: Megatron's defaults (even, group 2); the layout
+# 1,2,2,2,2,2,3,2 with group 4 ("tuned"), whole B's; tuned with B as I then W, as launched, GPUs
+# swapped, placed by speed (--place-by-speed: the rank with the most GEMMs on the GPU that
+# measures faster); stages 1,2,2,2,2,3,3,1 with Megatron's group of 2, B as I then W (what the
+# search picks from measured per-block costs); what `--schedule search --search-kind interleaved
+# --search-layout --split-backward` picks, placed; Megatron's defaults with B as I then W; tuned
+# split again; the group-2 stages again; Megatron's defaults again. Baselines: each GPU's single
+# step alone (their harmonic mean, and the faster alone), both at once (single_concurrent), and
+# alone again at the end (a GPU's single step moves by a percent or two within one pass).
 # The GPUs' SM clocks and power are logged once a second to OUTDIR/clocks.csv.
 # Env: SKIP_BUILD=1 uses binaries already in build/.
 set -u
@@ -61,9 +60,9 @@ CUDA_VISIBLE_DEVICES=1,0 run split-gpus-swapped --schedule interleaved --layout 
 # process order the launcher gave (so the swapped launch must land where the plain one does)
 run split-placed         --schedule interleaved --layout "$T1" --group 4 --split-backward --place-by-speed
 # Megatron's default group (pp = 2) on stages 1,2,2,2,2,3,3,1: what `pipepar search --kind interleaved
-# --vpp 4 --split-backward` picks from session 8's measured per-block costs (F 3.25, I 3.58 with
-# block 0's 1.88, W 3.33 ms, transfers 0.2 ms): 654.9 ms simulated against 656.1 for T1 with group
-# 4, and 2.1 against 3.6 of activation memory (session 11; with unit costs T1 and group 4 win)
+# --vpp 4 --split-backward` picks from measured per-block costs (block 0's I shorter: it skips its
+# input gradient), about as fast as T1 with group 4 in simulation for less activation memory
+# (with unit costs T1 and group 4 win)
 T2='Et|t*2|t*2|t*2|t*2|t*3|t*3|tL'
 run split-g2-check       --schedule interleaved --layout "$T2" --group 2 --split-backward --check
 run searched-split-placed --schedule search --search-kind interleaved --search-layout --vpp 4 --split-backward --place-by-speed

@@ -44,8 +44,8 @@ single_baseline() {
 # single_concurrent N OUTDIR MODEL...: mlp_gpu --single on GPUs 0..N-1 at the same time (logs
 # OUTDIR/single-together-gpuG.log, appended to $LOG); sets SINGLE_TOGETHER_MS, their harmonic mean.
 # A pipeline keeps every GPU busy at once, and GPUs under their power cap run slower warm and
-# beside a busy neighbour than alone after a rest (H200: 1365-1425 MHz against 1440-1485 MHz,
-# session 10): this baseline has the pipeline's conditions. The scripts print both.
+# beside a busy neighbour than alone after a rest: this baseline has the pipeline's conditions.
+# The scripts print both.
 single_concurrent() {
     local n=$1 out=$2 g p ms inv=0 list="" pids=(); shift 2
     for g in $(seq 0 $((n - 1))); do
@@ -109,18 +109,15 @@ launch2() {
 # tune_picks OUTDIR: the GEMM kernels every later mlp_gpu run of the script takes. One --single run
 # on GPU 0 tunes them in place (--tune-in-step 2: each kind's candidates take turns inside real
 # steps) and writes OUTDIR/gemm_picks.txt; MODEL then gets --gemm-picks. Each process tuning on its
-# own picked near-ties that ran 2-3% apart in a step (dW2's candidate 2 against 7, session 11), so a
-# pipeline rank could compute slower than the single-GPU baseline by chance. PICKS=0: every run
-# tunes its own, as before session 11, and so does a script whose EXTRA or GATE holds a flag that
-# changes the GEMMs (--yield-us, --gemm-split, --no-tune, --sm-margin). Needs MODEL, LOG and say.
+# own can pick near-ties that run a few percent apart in a step, so a pipeline rank could compute
+# slower than the single-GPU baseline by chance. PICKS=0: every run tunes its own, and so does a
+# script whose GATE holds --no-tune (untuned runs take no picks). Needs MODEL, LOG and say.
 tune_picks() {
     local f=$1/gemm_picks.txt
     rm -f "$f"
     [ "${PICKS:-1}" = 1 ] || { say "GEMM picks: every run tunes its own (PICKS=0)"; return 0; }
-    # runs whose flags change the GEMMs (EXTRA in gpu_ranks.sh, say) cannot share whole GEMMs' picks
-    case " ${EXTRA:-} ${GATE:-} " in
-        *" --yield-us"*|*" --gemm-split"*|*" --no-tune"*|*" --sm-margin"*)
-            say "GEMM picks: off, as EXTRA/GATE change the GEMMs; every run tunes its own"; return 0 ;;
+    case " ${GATE:-} " in
+        *" --no-tune "*) say "GEMM picks: off, as GATE holds --no-tune"; return 0 ;;
     esac
     case "$f" in *[[:space:]]*) say "GEMM picks: off, as the output folder's name has blanks"; return 0 ;; esac
     CUDA_VISIBLE_DEVICES=0 timeout 300 build/mlp_gpu --single $MODEL --tune-in-step 2 --gemm-picks "$f" --warmup 0 \

@@ -14,7 +14,7 @@
 # stand-in for two nodes) and the failure test (both skipped by SKIP_SOCKET=1); PyTorch's bench (GELU=tanh: the same model); the
 # summary table (each run under its "-- name" line). Logs of every run land in OUTDIR. Env: H, L, T, M override the model size;
 # SKIP_TORCH=1, SKIP_SOCKET=1 skip parts; FULL=1 adds more runs (interleaved vpp 2,
-# looped-BFS, interleaved ZB vpp 2, ZB-H1, NCCL CTA settings, runs without the arrival gate); TORCH_CONFIGS picks PyTorch's schedules;
+# looped-BFS, interleaved ZB vpp 2, ZB-H1, runs through NCCL with and without the arrival gate); TORCH_CONFIGS picks PyTorch's schedules;
 # SKIP_BUILD=1 uses binaries already in build/ when they run.
 set -u
 cd "$(dirname "$0")/.."
@@ -100,9 +100,6 @@ if [ "${FULL:-0}" = 1 ]; then
     run_pp looped-bfs2       --schedule looped-bfs --vpp 2
     run_pp interleaved-zb2   --schedule interleaved-zb --vpp 2
     run_pp zb-h1             --schedule zb-h1
-    run_pp interleaved4-cta2 --schedule interleaved --vpp 4 --max-ctas 2
-    run_pp interleaved4-eff  --schedule interleaved --vpp 4 --cta-policy efficiency
-    run_pp zbv-eff           --schedule zbv --cta-policy efficiency
     GATE=--no-gate run_pp interleaved4-nogate --schedule interleaved --vpp 4 --no-copy-engine
     GATE=--no-gate run_pp zbv-nogate  --schedule zbv --no-copy-engine
     run_pp interleaved4-nccl --schedule interleaved --vpp 4 --no-copy-engine

@@ -4,8 +4,8 @@
 #     bash bench/gpu_vshape.sh [OUTDIR]        (OUTDIR defaults to $OUT, else bench/out)
 #
 # The model of bench/gpu_pipeline.sh (H=4096, L=16, 8192 tokens, 8 microbatches, bf16). ZB-V's
-# bubble is rank 1's wait for rank 0's first chunk at the start and the matching tail at the end:
-# with F = I = W its bound at mb = 8 is 97.96%. Stages of unequal size shrink that wait when the
+# bubble is rank 1's wait for rank 0's first chunk at the start and the matching tail at the end
+# (`pipepar simulate --kind zbv --pp 2 --mb 8` gives its bound). Stages of unequal size shrink that wait when the
 # first (and last) chunk is small; `--schedule search` lets pp_search pick the order for such a
 # layout (a greedy V schedule). Runs, each against the single-GPU step of the same run:
 # ZB-V, ZB-V with its ranks' GPUs swapped (does a slow rank follow the GPU or the rank?), the

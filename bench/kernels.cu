@@ -9,7 +9,7 @@
  * the median of N timed launches (CUDA events around each), after warm-up launches; buffers are
  * filled with random data and are several times larger than the L2 cache unless the job itself
  * is small (those lines say so: they are launch-bound, not bandwidth-bound). Results go to stdout
- * as a Markdown table (bench/RESULTS_kernels.md keeps one run). */
+ * as a Markdown table (bench/RESULTS.md keeps the current one, with its device and date). */
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <stdint.h>

@@ -2,14 +2,17 @@
  * alone: no GPU is touched, so `make test` runs it wherever the CUDA and NCCL headers and
  * libraries are (CI too).
  *
- * Two threads play the two ranks of a pair, as threads of one process (pointers, no CUDA IPC).
- * Each claims 20,000 sends to the other and 20,000 receives from it, interleaved at random, with
- * random pauses, bursts that run up to 2,000 transfers ahead of the peer (every claim table entry
- * is reused about five times), random sizes (a transfer through the ring takes one message per
- * 4 KiB slot, a direct one exactly one), and the ring claimed at random by whichever side comes
- * first. Afterwards both sides must have taken every transfer the same way, at the same first
- * message, with the other side's buffer where they copy; then a receive that names other bytes
- * than its send is refused by the side that comes second, naming both sizes.
+ * Two threads play the two ranks of a pair as two processes would: each publishes its buffers
+ * as allocations (a stand-in for the driver's pointer attributes says which allocation a buffer
+ * is in, and that about one buffer in five cannot be shared by CUDA IPC, as memory from
+ * cudaMallocAsync cannot), and each finds the other's allocation already mapped. Each claims
+ * 20,000 sends to the other and 20,000 receives from it, interleaved at random, with random
+ * pauses, bursts that run up to 2,000 transfers ahead of the peer (every claim table entry is
+ * reused about five times) and random sizes (a transfer through the ring takes one message per
+ * 4 KiB slot, a direct one exactly one); a transfer whose first side cannot share its buffer
+ * goes through the ring. Afterwards both sides must have taken every transfer the same way, at
+ * the same first message, with the other side's buffer where they copy; then a receive that
+ * names other bytes than its send is refused by the side that comes second, naming both sizes.
  * Ends with "N passed, N failed". */
 #include "../../pipepar_nccl.c"
 
@@ -45,9 +48,23 @@ typedef struct side {
 static side sides[2];
 
 static size_t bytes_of(int from, int j) { return (size_t)((j * 2654435761u + (unsigned)from * 97u) % 20000u); }
+/* Rank r's buffers lie in one allocation at base_of(r), its id r + 1. */
+static uint64_t base_of(int rank) { return 0x10000000u * (uint64_t)(rank + 1); }
 static void *buffer_of(int rank, int is_send, int j)
 {
-    return (void *)(uintptr_t)(0x10000000u * (unsigned)(rank + 1) + 0x1000000u * (unsigned)is_send + 64u * (unsigned)j);
+    return (void *)(uintptr_t)(base_of(rank) + 0x1000000u * (unsigned)is_send + 64u * (unsigned)j);
+}
+
+/* The driver's cuPointerGetAttributes as pp__nccl_ce_publish asks it: the buffer's allocation (id
+ * and base, from its address) and whether CUDA IPC can share it (not for one buffer in five). */
+static CUresult fake_attributes(unsigned int n, CUpointer_attribute *which, void **data, CUdeviceptr ptr)
+{
+    uint64_t a = (uint64_t)ptr, rank = (a >> 28) - 1, is_send = (a >> 24) & 1, j = (a & 0xffffffu) / 64;
+    (void)n; (void)which;
+    *(uint64_t *)data[0] = rank + 1;                                  /* BUFFER_ID */
+    *(uint64_t *)data[1] = base_of((int)rank);                        /* RANGE_START_ADDR */
+    *(uint64_t *)data[2] = (j * 31u + rank * 7u + is_send * 3u) % 5u != 0;   /* IS_LEGACY_CUDA_IPC_CAPABLE */
+    return CUDA_SUCCESS;
 }
 
 static void side_init(side *s, int rank, pp__nccl_ce_claim *out, pp__nccl_ce_claim *in)
@@ -66,18 +83,28 @@ static void side_init(side *s, int rank, pp__nccl_ce_claim *out, pp__nccl_ce_cla
     s->t.ce_xrecv = (uint64_t *)calloc(2, sizeof(uint64_t));
     s->t.ce_sent = (uint64_t *)calloc(2, sizeof(uint64_t));
     s->t.ce_taken = (uint64_t *)calloc(2, sizeof(uint64_t));
-    s->t.ce_same = (unsigned char *)calloc(2, 1);
+    s->t.ce_same = (unsigned char *)calloc(2, 1);   /* as two processes: allocations, not pointers */
     s->t.ce_claims_out = (pp__nccl_ce_claim **)calloc(2, sizeof(pp__nccl_ce_claim *));
     s->t.ce_claims_in = (pp__nccl_ce_claim **)calloc(2, sizeof(pp__nccl_ce_claim *));
-    s->t.ce_same[peer] = 1;
     s->t.ce_claims_out[peer] = out;
     s->t.ce_claims_in[peer] = in;
+    s->t.attrs = fake_attributes;
+    /* this side's allocation already exported, the peer's already mapped (at its own address):
+     * publishing and mapping then need no CUDA call */
+    s->t.ce_exports[0].buffer_id = (uint64_t)rank + 1;
+    s->t.ce_exports[0].base = base_of(rank);
+    s->t.ce_num_exports = 1;
+    s->t.ce_maps = (pp__nccl_ce_map *)calloc(1, sizeof(pp__nccl_ce_map));
+    s->t.ce_maps[0].peer = peer;
+    s->t.ce_maps[0].buffer_id = (uint64_t)peer + 1;
+    s->t.ce_maps[0].ptr = (void *)(uintptr_t)base_of(peer);
+    s->t.ce_num_maps = s->t.ce_cap_maps = 1;
 }
 
 static void side_free(side *s)
 {
     free(s->t.ce_xsent); free(s->t.ce_xrecv); free(s->t.ce_sent); free(s->t.ce_taken);
-    free(s->t.ce_same); free(s->t.ce_claims_out); free(s->t.ce_claims_in);
+    free(s->t.ce_same); free(s->t.ce_claims_out); free(s->t.ce_claims_in); free(s->t.ce_maps);
 }
 
 static pp_status claim(side *s, int is_send, int j, size_t bytes, pp__nccl_ce_plan *pl, pp_error *err)
@@ -111,7 +138,6 @@ static void *side_main(void *arg)
                 sched_yield();
             if (rand_r(&s->seed) % 64 == 0) { struct timespec ts = { 0, (long)(rand_r(&s->seed) % 50) * 1000 }; nanosleep(&ts, NULL); }
         }
-        s->t.ce_no_direct = rand_r(&s->seed) % 5 == 0;   /* when first, claim the ring */
         before_k = is_send ? s->t.ce_sent[1 - s->rank] : s->t.ce_taken[1 - s->rank];
         s->status = claim(s, is_send, j, bytes_of(from, j), &pl, &err);
         if (s->status != PP_OK) { snprintf(s->message, sizeof s->message, "%s", err.message); break; }
@@ -185,7 +211,6 @@ int main(void)
         pp_error err;
         pp_status st;
         int n = N_XFERS;
-        sides[0].t.ce_no_direct = sides[1].t.ce_no_direct = 0;
         st = claim(&sides[0], 1, n, 8192, &pl, &err);
         check(st == PP_OK, "the first side's claim of a mismatched transfer goes through");
         st = claim(&sides[1], 0, n, 4096, &pl, &err);

@@ -96,7 +96,6 @@ expect_error picks-bad "line 2: expected \"m n k candidate name\"" $SMALL --gemm
 head -n 3 "$log/picks.txt" >"$log/picks-short.txt"
 expect_error picks-short "no line for GEMM 'dW2'" $SMALL --gemm-picks "$log/picks-short.txt"
 expect_error picks-no-tune "--gemm-picks: not with --no-tune" $SMALL --gemm-picks "$log/picks.txt" --no-tune
-expect_error picks-sm-margin "--gemm-picks: not with --sm-margin" $SMALL --gemm-picks "$log/picks.txt" --sm-margin 4
 # numbers that overflow an int, a GEMM twice, a folder: refused; blanks after a name and a blank
 # last line: read
 awk 'NR == 2 { $4 = 4294967296 } { print }' "$log/picks.txt" >"$log/picks-big.txt"

@@ -1,8 +1,9 @@
 /* tests/gpu/test_ce_procs.cu — copy-engine transfers between two processes, as pipeline ranks
  * launched one per GPU run them: buffers shared by CUDA IPC (pushed into a receive buffer at an
  * offset in its allocation, pulled out of a send buffer), memory CUDA IPC cannot share (from
- * cudaMallocAsync) through the ring, more allocations than the mapping cache holds, a random
- * mix, and a receive that names other bytes than its send.
+ * cudaMallocAsync) through the ring in slot-sized pieces, more allocations than the mapping cache
+ * holds, a random mix, and a receive that names other bytes than its send. Every count starts 6
+ * below 2^32 (test_count_base), so the first ring transfers carry it across the 32-bit wrap.
  * The parent forks the two ranks before any CUDA call, each takes GPU `rank` and the file
  * bootstrap; each reports its counts through a pipe. Needs two GPUs; ends with
  * "N passed, N failed". (C code; a .cu so that nvcc links it with the C++ runtime.)          */
@@ -97,6 +98,7 @@ static void run_rank(int rank, const char *id_file)
     memset(&c, 0, sizeof c);
     c.world = 2; c.rank = rank; c.device = rank; c.timeout_s = 30;
     c.bootstrap = PP_NCCL_BOOTSTRAP_FILE; c.id_file = id_file;
+    c.test_count_base = 4294967290ull;   /* 2^32 - 6 */
     cudaSetDevice(rank);
     CHECK_OK(pp_nccl_init(&c, &r.nc, &e), &e);
     if (!r.nc) return;
@@ -117,8 +119,11 @@ static void run_rank(int rank, const char *id_file)
     CHECK_MSG(a[1] == b[1] + 1 && a[0] == b[0] && a[2] == b[2], "counted as pulled");
     CHECK_MSG(one(&r, big + 17, 1000, 1, 3), "receiver first again, same allocation (its mapping reused), odd offset");
 
-    /* memory from a stream-ordered pool: CUDA IPC cannot share it, the ring carries it */
+    /* memory from a stream-ordered pool: CUDA IPC cannot share it, the ring carries it, 3 MiB in
+     * three pieces of the 4 slots of 1 MiB; the counts (3 messages so far) pass 2^32 in the
+     * first two transfers, and every slot is reused */
     if (cudaMallocAsync((void **)&pool_buf, mib3, r.s) == cudaSuccess && cudaStreamSynchronize(r.s) == cudaSuccess) {
+        int ok = 1;
         counts(&r, a);
         CHECK_MSG(one(&r, pool_buf, mib3, 1, 4), "receiver first with a cudaMallocAsync buffer: 3 MiB through the ring");
         counts(&r, b);
@@ -126,6 +131,8 @@ static void run_rank(int rank, const char *id_file)
         CHECK_MSG(one(&r, pool_buf, mib3, 0, 5), "sender first with a cudaMallocAsync buffer: through the ring");
         counts(&r, a);
         if (rank == 0) CHECK_MSG(a[2] == b[2] + 1, "the sender could not publish it: counted as ring");
+        for (k = 0; k < 6; k++) ok &= one(&r, pool_buf, mib3, k % 2, 300 + k);
+        CHECK_MSG(ok, "six more through the ring, either side first, counts past 2^32: every byte arrived");
         cudaFreeAsync(pool_buf, r.s);
         cudaStreamSynchronize(r.s);
     } else {

@@ -4,7 +4,11 @@
  * watchdog (an unmatched send ends in PP_ETIMEOUT within the deadline, then PP_EABORTED), and
  * the arrival gate's 64-bit flags (counts across 2^32; a late announcement after an abort), and
  * copy-engine transfers (direct: pushed, pulled, random orders, 4096 posts ahead, sizes that
- * differ; the ring: pieces, counts across 2^32; a sender with every SM taken, a dead peer).
+ * differ, counts across 2^32; a sender with every SM taken, a dead peer; the ring between
+ * processes is tests/gpu/test_ce_procs.cu's), the transport's group collectives (all-reduce
+ * bits on both ranks, all-gather order, stream order, barrier, refusals, timeout and abort, with
+ * and without the copy engines) and pp_nccl_split_group (an embedding group, groups of one, a rank
+ * in no group, lists that disagree).
  * Ranks are threads of this process, one GPU each (the file bootstrap and the in-memory id);
  * with one GPU only the one-rank tests run. Ends with "N passed, N failed".
  * (C code; a .cu so that nvcc links it with the C++ runtime pipepar_cuda.o needs.)         */
@@ -17,6 +21,7 @@
 #if defined(__GNUC__)
 #pragma GCC diagnostic pop
 #endif
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,7 +83,9 @@ static void setup_errors_name_the_parameter(void)
     CHECK_FAILS(pp_nccl_init(&c, &nc, &e), &e, PP_EINVAL, "timeout_s=-1");
     c.timeout_s = 0; c.cta_policy = 3;
     CHECK_FAILS(pp_nccl_init(&c, &nc, &e), &e, PP_EINVAL, "cta_policy=3: must be 0 (default), 1 (efficiency) or 2 (zero)");
-    c.cta_policy = 0;
+    c.cta_policy = 0; c.test_count_base = 1ull << 62;
+    CHECK_FAILS(pp_nccl_init(&c, &nc, &e), &e, PP_EINVAL, "test_count_base=4611686018427387904: must be below 2^62");
+    c.test_count_base = 0;
     unsetenv("PIPEPAR_NCCL_ID_FILE"); unsetenv("TORCHELASTIC_RUN_ID"); unsetenv("SLURM_JOB_ID"); unsetenv("MASTER_PORT");
     CHECK_FAILS(pp_nccl_init(&c, &nc, &e), &e, PP_EINVAL, "set PIPEPAR_NCCL_ID_FILE");
     /* rank 1 waiting for a file nobody writes: a timeout, not a hang */
@@ -170,6 +177,41 @@ static void one_rank_transport_all_reduce_and_grad_norm(void)
     cudaMemcpy(v, d, 2 * sizeof(float), cudaMemcpyDeviceToHost);
     CHECK(v[0] == 16.0f && v[1] > 0.4999f && v[1] < 0.5001f);
     CHECK_FAILS(pp_nccl_grad_norm(nc, d, 0.0f, d + 1, s, &e), &e, PP_EINVAL, "max_norm=0");
+    /* the group collectives alone: the sum of one rank is its values, the gather a copy */
+    {
+        float hv[4] = { 1.5f, -2.0f, 0.25f, 8.0f }, got[4] = { 0, 0, 0, 0 };
+        unsigned char *g1 = NULL, *g2 = NULL, hb[100];
+        float *dv = NULL;
+        cudaMalloc((void **)&dv, sizeof hv);
+        cudaMalloc((void **)&g1, 100);
+        cudaMalloc((void **)&g2, 100);
+        cudaMemcpy(dv, hv, sizeof hv, cudaMemcpyHostToDevice);
+        cudaMemset(g1, 0x7e, 100);
+        cudaMemset(g2, 0, 100);
+        CHECK_OK(t.all_reduce_buf(t.user, dv, 4, 5, &e), &e);
+        CHECK_OK(t.all_gather(t.user, g1, g2, 100, 5, &e), &e);
+        CHECK_OK(t.barrier(t.user, 5, &e), &e);
+        CHECK_OK(pp_nccl_sync(nc, s, 5, &e), &e);
+        cudaMemcpy(got, dv, sizeof got, cudaMemcpyDeviceToHost);
+        cudaMemcpy(hb, g2, 100, cudaMemcpyDeviceToHost);
+        CHECK_MSG(!memcmp(got, hv, sizeof hv), "one rank: all_reduce_buf leaves the values");
+        for (i = 0, ok = 1; i < 100; i++) ok &= hb[i] == 0x7e;
+        CHECK_MSG(ok, "one rank: all_gather copies send into recv");
+        cudaFree(dv); cudaFree(g1); cudaFree(g2);
+    }
+    /* pp_nccl_split_group alone: a group of one, no group, a member that is no rank */
+    {
+        const int zero[1] = { 0 }, one[1] = { 1 };
+        pp_nccl *grp = NULL;
+        CHECK_OK(pp_nccl_split_group(nc, zero, 1, &grp, &e), &e);
+        CHECK(grp && pp_nccl_world(grp) == 1 && pp_nccl_rank(grp) == 0);
+        pp_nccl_free(grp);
+        grp = NULL;
+        CHECK_OK(pp_nccl_split_group(nc, NULL, 0, &grp, &e), &e);
+        CHECK_MSG(grp == NULL, "size 0: in no group, no communicator");
+        CHECK_FAILS(pp_nccl_split_group(nc, one, 1, &grp, &e), &e, PP_EINVAL, "members[0]=1: must be a rank of the parent, 0..0");
+        CHECK_FAILS(pp_nccl_split_group(nc, NULL, 1, &grp, &e), &e, PP_EINVAL, "members=NULL: needs size=1 parent ranks");
+    }
     /* the event timer: marks come back as increasing host-clock seconds */
     {
         pp_timer tm;
@@ -419,6 +461,10 @@ static void two_rank_threads(void *(*fn)(void *), int mode)
     cudaFreeHost(release);
 }
 
+/* The test fields of every communicator two_rank_init makes (main sets them per test). */
+static uint64_t g_count_base;   /* pp_nccl_config.test_count_base */
+static int g_ce_threads;        /* pp_nccl_config.test_ce_threads */
+
 /* One rank's communicator in those tests: GPU `rank`, the shared id, a 30 s deadline. NULL (a
  * failed check counted) when it cannot be made. */
 static pp_nccl *two_rank_init(gate_test *g)
@@ -429,6 +475,8 @@ static pp_nccl *two_rank_init(gate_test *g)
     memset(&c, 0, sizeof c);
     c.world = 2; c.rank = g->rank; c.device = g->rank; c.timeout_s = 30;
     c.bootstrap = PP_NCCL_BOOTSTRAP_ID; c.id = &g->tr->id;
+    c.test_count_base = g_count_base;
+    c.test_ce_threads = g_ce_threads;
     cudaSetDevice(g->rank);
     CHECK_OK(pp_nccl_init(&c, &nc, &e), &e);
     return nc;
@@ -541,27 +589,6 @@ static void *gate_rank_main(void *argp)
     cudaStreamSynchronize(s);
     pp_nccl_transport_free(&t);
     cudaFree(sendb); cudaFree(recvb);
-    cudaStreamDestroy(s);
-    pp_nccl_free(nc);
-    return NULL;
-}
-
-/* A base that does not parse is refused on every rank, naming the variable. */
-static void *gate_bad_base_rank(void *argp)
-{
-    gate_test *g = (gate_test *)argp;
-    pp_nccl *nc = NULL;
-    pp_transport t;
-    pp_error e;
-    cudaStream_t s;
-    int gated = -1;
-    if (!(nc = two_rank_init(g))) return NULL;
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    CHECK_OK(pp_nccl_transport(nc, s, &t, &e), &e);
-    CHECK_FAILS(pp_nccl_transport_gate(&t, &gated, &e), &e, PP_EINVAL,
-                "PIPEPAR_NCCL_GATE_BASE='12x': must be a whole number below 2^62");
-    CHECK(gated == 0);
-    pp_nccl_transport_free(&t);
     cudaStreamDestroy(s);
     pp_nccl_free(nc);
     return NULL;
@@ -693,9 +720,9 @@ static void *ce_rank_main(void *argp)
     want = (unsigned char *)malloc(bytes);
     got = (unsigned char *)malloc(bytes);
     if (g->mode == 0) {
-        /* 12 groups each way, 3 pieces each through rings of 3 slots (every slot reused 12
-         * times), counts from 2^32 - 6 (PIPEPAR_NCCL_GATE_BASE): the low word wraps within; every
-         * byte is checked. Each buffer is written on the compute stream right before its post. */
+        /* 12 groups each way of 2.5 MiB, pushed or pulled, counts from 2^32 - 6
+         * (test_count_base): the low word wraps within; every byte is checked. Each buffer is
+         * written on the compute stream right before its post. */
         cudaEvent_t base;
         pp_nccl_group_time times[16];
         int count = 0, ok = 1;
@@ -723,17 +750,10 @@ static void *ce_rank_main(void *argp)
         }
         {
             long long how[3] = { -1, -1, -1 };
-            const char *direct = getenv("PIPEPAR_NCCL_CE_DIRECT");
             CHECK_OK(pp_nccl_transport_copy_engine_counts(&t, how, &e), &e);
-            if (direct && !strcmp(direct, "0")) {
-                CHECK_MSG(ok, "copy engines, ring only: 12 groups of 2.5 MiB each way, in pieces through 3 slots, counts "
-                          "across 2^32: every byte arrived");
-                CHECK_MSG(how[0] == 0 && how[1] == 0 && how[2] == 24, "PIPEPAR_NCCL_CE_DIRECT=0: all 24 through the ring");
-            } else {
-                CHECK_MSG(ok, "copy engines, direct: 12 groups of 2.5 MiB each way, counts across 2^32: every byte arrived");
-                CHECK_MSG(how[0] + how[1] == 24 && how[2] == 0, "direct: each of the 24 transfers pushed or pulled");
-                printf("  copy engines, both ranks posting at once: rank %d pushed %lld, pulled %lld\n", rank, how[0], how[1]);
-            }
+            CHECK_MSG(ok, "copy engines, direct: 12 groups of 2.5 MiB each way, counts across 2^32: every byte arrived");
+            CHECK_MSG(how[0] + how[1] == 24 && how[2] == 0, "direct: each of the 24 transfers pushed or pulled");
+            printf("  copy engines, both ranks posting at once: rank %d pushed %lld, pulled %lld\n", rank, how[0], how[1]);
         }
         CHECK_OK(pp_nccl_transport_times(&t, base, times, 16, &count, &e), &e);
         CHECK(count == 12);
@@ -746,9 +766,7 @@ static void *ce_rank_main(void *argp)
          * the receive buffer or the ring, or the receiver's pull, runs on a copy engine, the
          * counts are stream memory operations), and the receiver, whose SMs are free, gets every
          * byte. Twice: the receive posted first (the sender pushes), then the send (the receiver
-         * pulls; through the ring both times with PIPEPAR_NCCL_CE_DIRECT=0). (A receiver's copy
-         * out of the ring is device-to-device and may run as a kernel: on H200s it waits for
-         * SMs like NCCL's.) */
+         * pulls). */
         for (k = 0; k < 2; k++) {
             pp_transfer x;
             void *hh = NULL;
@@ -997,8 +1015,8 @@ done:
     return NULL;
 }
 
-/* Without PIPEPAR_NCCL_CE_SAME_PROCESS, threads of one process stay on NCCL: no copy-engine peer,
- * and a transfer goes through NCCL as before. */
+/* Without test_ce_threads, threads of one process stay on NCCL: no copy-engine peer, and a
+ * transfer goes through NCCL as before. */
 static void *ce_left_rank(void *argp)
 {
     gate_test *g = (gate_test *)argp;
@@ -1014,7 +1032,7 @@ static void *ce_left_rank(void *argp)
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     CHECK_OK(pp_nccl_transport(nc, s, &t, &e), &e);
     CHECK_OK(pp_nccl_transport_copy_engine(&t, 1 << 20, 4, &peers, &e), &e);
-    CHECK_MSG(peers == 0, "threads of one process stay on NCCL without PIPEPAR_NCCL_CE_SAME_PROCESS=1");
+    CHECK_MSG(peers == 0, "threads of one process stay on NCCL without test_ce_threads");
     cudaMalloc((void **)&buf, 4096);
     cudaMemsetAsync(buf, rank == 0 ? 0x5a : 0, 4096, s);
     memset(&x, 0, sizeof x);
@@ -1027,6 +1045,309 @@ static void *ce_left_rank(void *argp)
     pp_nccl_transport_free(&t);
     cudaFree(buf);
     cudaStreamDestroy(s);
+    pp_nccl_free(nc);
+    return NULL;
+}
+
+/* --- the transport's group collectives, two ranks as two threads ---------------------------- */
+
+enum { COLL_DATA, COLL_BARRIER_ALONE, COLL_ALL_REDUCE_ALONE, COLL_ABORTED, COLL_WITH_CE };
+
+/* Values of every sign and of magnitudes 2^-12 .. 2^12, a different one per rank and element, so
+ * that a sum that lost or doubled a term, or came from stale bytes, shows. */
+__host__ __device__ static float coll_value(int rank, size_t i)
+{
+    uint32_t h = (uint32_t)i * 2654435761u ^ (uint32_t)(rank + 1) * 0x9e3779b9u;
+    h ^= h >> 15; h *= 0x2c1b3c6du; h ^= h >> 12;
+    return (h & 0x80000000u ? -1.0f : 1.0f) * ldexpf(0.5f + (float)(h & 0xffffffu) / 16777216.0f, (int)((h >> 24) % 25) - 12);
+}
+
+__global__ void coll_fill(float *p, size_t n, int rank)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = coll_value(rank, i);
+}
+
+/* Keeps a stream busy for about ns nanoseconds: work that a collective issued after it must wait
+ * for (a collective that ran early would read the buffer before coll_fill wrote it). */
+__global__ void spin_ns(long long ns)
+{
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while ((long long)(t - t0) < ns);
+}
+
+static float *coll_result[2];           /* each rank's all-reduce result, for the bits compared */
+static volatile double coll_called_at;  /* when rank 1 called the barrier */
+
+/* One exchange of 1 MiB each way through the transport's post and wait (with the copy engines:
+ * their path), checked: what the collectives must not disturb. */
+static void coll_exchange(gate_test *g, pp_nccl *nc, pp_transport *t, cudaStream_t s, unsigned char *sendb,
+                          unsigned char *recvb, int seed)
+{
+    unsigned char host[64];
+    pp_transfer x[2];
+    void *h = NULL;
+    pp_error e;
+    int i, ok = 1;
+    cudaMemsetAsync(sendb, seed + 16 * g->rank, 1 << 20, s);
+    cudaMemsetAsync(recvb, 0, 1 << 20, s);
+    memset(x, 0, sizeof x);
+    x[0].is_send = 1; x[0].peer = 1 - g->rank; x[0].buf = sendb; x[0].bytes = 1 << 20;
+    x[1].is_send = 0; x[1].peer = 1 - g->rank; x[1].buf = recvb; x[1].bytes = 1 << 20;
+    CHECK_OK(t->post(t->user, x, 2, &h, &e), &e);
+    CHECK_OK(t->wait(t->user, h, 10, &e), &e);
+    CHECK_OK(pp_nccl_sync(nc, s, 10, &e), &e);
+    cudaMemcpy(host, recvb + 4000, sizeof host, cudaMemcpyDeviceToHost);
+    for (i = 0; i < 64; i++) ok &= host[i] == (unsigned char)(seed + 16 * (1 - g->rank));
+    CHECK_MSG(ok, "a transfer beside the collectives delivered its bytes");
+}
+
+/* all_reduce_buf and all_gather: right bytes, the same bits on both ranks, in the compute
+ * stream's order; refusals that need no peer; barrier. */
+static void coll_data(gate_test *g, pp_nccl *nc, pp_transport *t, cudaStream_t s)
+{
+    const size_t n = (4u << 20) + 3, gb = 1003;   /* 16 MiB of floats and a ragged tail; an odd byte count */
+    int rank = g->rank, r, ok = 1;
+    size_t i;
+    float *d = NULL, *h = NULL, *other = NULL;
+    unsigned char *gs = NULL, *gr = NULL, *hg = NULL, *sendb = NULL, *recvb = NULL;
+    pp_error e;
+    cudaMalloc((void **)&d, n * sizeof(float));
+    cudaMallocHost((void **)&h, n * sizeof(float));
+    cudaMalloc((void **)&gs, gb);
+    cudaMalloc((void **)&gr, 2 * gb);
+    hg = (unsigned char *)malloc(2 * gb);
+    cudaMalloc((void **)&sendb, 1 << 20);
+    cudaMalloc((void **)&recvb, 1 << 20);
+    coll_exchange(g, nc, t, s, sendb, recvb, 1);
+
+    /* all-reduce: the buffer is written behind 50 ms of other work on the compute stream and read
+     * back right after the call, with no host wait between: the collective must come after the
+     * one and before the other */
+    spin_ns<<<1, 1, 0, s>>>(50000000);
+    coll_fill<<<264, 256, 0, s>>>(d, n, rank);
+    CHECK_OK(t->all_reduce_buf(t->user, d, n, 10, &e), &e);
+    cudaMemcpyAsync(h, d, n * sizeof(float), cudaMemcpyDeviceToHost, s);
+    CHECK_OK(pp_nccl_sync(nc, s, 20, &e), &e);
+    for (i = 0; i < n; i++) ok &= h[i] == coll_value(0, i) + coll_value(1, i);
+    CHECK_MSG(ok, "all_reduce_buf: every element is the sum of both ranks' values");
+    coll_result[rank] = h;
+    pthread_barrier_wait(&g->tr->bar);
+    other = coll_result[1 - rank];
+    CHECK_MSG(other && memcmp(h, other, n * sizeof(float)) == 0, "all_reduce_buf: both ranks got the same bits");
+    pthread_barrier_wait(&g->tr->bar);   /* both compared before either frees */
+    CHECK_OK(t->all_reduce_buf(t->user, d, 0, 10, &e), &e);   /* nothing to sum: no NCCL call on any rank */
+    coll_exchange(g, nc, t, s, sendb, recvb, 2);
+
+    /* all-gather: rank r's bytes at recv + r * bytes, written behind other work too; then in
+     * place (send = recv + rank * bytes) */
+    for (r = 0; r < 2; r++) {
+        int in_place = r == 1;
+        unsigned char *src = in_place ? gr + (size_t)rank * gb : gs;
+        unsigned char want[1003];
+        cudaMemsetAsync(gr, 0, 2 * gb, s);
+        spin_ns<<<1, 1, 0, s>>>(20000000);
+        cudaMemsetAsync(src, 0x30 + rank + 4 * r, gb, s);
+        CHECK_OK(t->all_gather(t->user, src, gr, gb, 10, &e), &e);
+        cudaMemcpyAsync(hg, gr, 2 * gb, cudaMemcpyDeviceToHost, s);
+        CHECK_OK(pp_nccl_sync(nc, s, 20, &e), &e);
+        memset(want, 0x30 + 4 * r, gb);
+        ok = memcmp(hg, want, gb) == 0;
+        memset(want, 0x31 + 4 * r, gb);
+        ok &= memcmp(hg + gb, want, gb) == 0;
+        CHECK_MSG(ok, in_place ? "all_gather in place: rank r's bytes at recv + r * bytes"
+                               : "all_gather: rank r's bytes at recv + r * bytes, in rank order");
+    }
+
+    /* refusals that need no peer (no rank calls NCCL): the parameter and the rule */
+    {
+        float host_buf[4] = { 0 }, *on_peer = NULL;
+        CHECK_FAILS(t->all_reduce_buf(t->user, host_buf, 4, 10, &e), &e, PP_EINVAL, "buf=");
+        CHECK(strstr(e.message, "host memory") != NULL);
+        CHECK_FAILS(t->all_reduce_buf(t->user, NULL, 4, 10, &e), &e, PP_EINVAL, "buf=NULL for 4 floats");
+        CHECK_FAILS(t->all_gather(t->user, gr + 1, gr, gb, 10, &e), &e, PP_EINVAL, "overlaps recv=");
+        CHECK_FAILS(t->all_gather(t->user, NULL, gr, gb, 10, &e), &e, PP_EINVAL, "send and recv must not be NULL");
+        cudaSetDevice(1 - rank);
+        cudaMalloc((void **)&on_peer, 4 * sizeof(float));
+        cudaSetDevice(rank);
+        CHECK_FAILS(t->all_reduce_buf(t->user, on_peer, 4, 10, &e), &e, PP_EINVAL, "this rank's device is");
+        cudaFree(on_peer);
+        cudaSetDevice(rank);
+    }
+
+    /* barrier: rank 1 comes 300 ms late; rank 0 must not return before it came */
+    pthread_barrier_wait(&g->tr->bar);
+    if (rank == 1) {
+        struct timespec ts = { 0, 300000000 };
+        nanosleep(&ts, NULL);
+        coll_called_at = now_s();
+        CHECK_OK(t->barrier(t->user, 10, &e), &e);
+    } else {
+        double t0 = now_s();
+        CHECK_OK(t->barrier(t->user, 10, &e), &e);
+        CHECK_MSG(coll_called_at > t0 && now_s() >= coll_called_at, "barrier: returns only once the late rank called it");
+        printf("  barrier: rank 0 waited %.0f ms for rank 1\n", 1e3 * (now_s() - t0));
+    }
+    coll_exchange(g, nc, t, s, sendb, recvb, 3);
+    cudaFree(d); cudaFreeHost(h); cudaFree(gs); cudaFree(gr); free(hg); cudaFree(sendb); cudaFree(recvb);
+}
+
+static void *coll_rank_main(void *argp)
+{
+    gate_test *g = (gate_test *)argp;
+    int rank = g->rank;
+    pp_nccl *nc = NULL;
+    pp_transport t;
+    pp_error e;
+    cudaStream_t s;
+    float *d = NULL;
+    if (!(nc = two_rank_init(g))) return NULL;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    CHECK_OK(pp_nccl_transport(nc, s, &t, &e), &e);
+    CHECK_MSG(t.all_reduce_buf && t.all_gather && t.barrier, "the NCCL transport has the group collectives");
+    cudaMalloc((void **)&d, 1024 * sizeof(float));
+    if (g->mode == COLL_WITH_CE) {
+        int peers = -1;
+        CHECK_OK(pp_nccl_transport_copy_engine(&t, 1 << 20, 4, &peers, &e), &e);
+        CHECK_MSG(peers == 1, "collectives with copy engines: the peer's transfers go through the copy engines");
+    }
+    if (g->mode == COLL_DATA || g->mode == COLL_WITH_CE) {
+        coll_data(g, nc, &t, s);
+        if (g->mode == COLL_WITH_CE) {
+            long long how[3] = { 0, 0, 0 };
+            CHECK_OK(pp_nccl_transport_copy_engine_counts(&t, how, &e), &e);
+            CHECK_MSG(how[0] + how[1] == 6 && how[2] == 0, "and the transfers beside them took the copy engines (3 groups of "
+                      "a send and a receive)");
+        }
+        CHECK_OK(pp_nccl_barrier(nc, 10, &e), &e);
+    } else if (g->mode == COLL_BARRIER_ALONE || g->mode == COLL_ALL_REDUCE_ALONE) {
+        /* a peer that never comes: rank 0 gets PP_ETIMEOUT within its deadline (2 s), then
+         * PP_EABORTED; its streams drain. Rank 1 aborts its side once rank 0 is done. */
+        pthread_barrier_wait(&g->tr->bar);
+        if (rank == 0) {
+            double t0 = now_s();
+            pp_status st;
+            if (g->mode == COLL_BARRIER_ALONE) {
+                st = t.barrier(t.user, 2.0, &e);
+            } else {
+                st = t.all_reduce_buf(t.user, d, 1024, 2.0, &e);   /* enqueued: the wait is the stream's */
+                if (st == PP_OK) st = pp_nccl_sync(nc, s, 2.0, &e);
+            }
+            CHECK_MSG(st == PP_ETIMEOUT, e.message);
+            CHECK_MSG(now_s() - t0 < 2.0 + 5.0, "the timeout came within the deadline");
+            CHECK_MSG(stream_drains(s, 15), "after the abort the compute stream drained");
+            CHECK_FAILS(t.all_gather(t.user, d, d, 16, 1, &e), &e, PP_EABORTED, "was aborted");
+            printf("  %s without its peer -> %s after %.2f s (deadline 2 s)\n",
+                   g->mode == COLL_BARRIER_ALONE ? "barrier" : "all_reduce_buf", pp_status_name(st), now_s() - t0);
+        }
+        pthread_barrier_wait(&g->tr->bar);
+        if (rank == 1) pp_nccl_abort(nc, PP_EABORTED, "collective test: the peer aborted");
+    } else {
+        /* after an abort every collective says so, naming the reason, and returns at once */
+        pp_nccl_abort(nc, PP_EABORTED, "collective test: aborted on purpose");
+        CHECK_FAILS(t.all_reduce_buf(t.user, d, 1024, 1, &e), &e, PP_EABORTED, "aborted on purpose");
+        CHECK_FAILS(t.all_gather(t.user, d, d + 512, 64, 1, &e), &e, PP_EABORTED, "aborted on purpose");
+        CHECK_FAILS(t.barrier(t.user, 1, &e), &e, PP_EABORTED, "aborted on purpose");
+    }
+    cudaStreamSynchronize(s);
+    pp_nccl_transport_free(&t);
+    cudaFree(d);
+    cudaStreamDestroy(s);
+    pp_nccl_free(nc);
+    return NULL;
+}
+
+/* pp_nccl_split_group on two ranks: the embedding group of a pp = 2 pipeline (its first and last
+ * stage, ranks 0 and 1) summing a tied weight's gradient, the same group numbered the other way,
+ * groups of one, a rank in no group, and lists that break a rule: every rank refuses alike, the
+ * one at fault naming the member, and the parent still works afterwards. */
+static void split_group_expect(gate_test *g, pp_nccl *nc, const int *members, int size, const char *needle)
+{
+    pp_nccl *grp = NULL;
+    pp_error e;
+    char what[PP_ERROR_MESSAGE_SIZE + 32];
+    pp_status st = pp_nccl_split_group(nc, members, size, &grp, &e);
+    snprintf(what, sizeof what, "rank %d: %s", g->rank, e.message);
+    check_(st == PP_EINVAL && strstr(e.message, needle) != NULL, __FILE__, __LINE__, needle, what);
+    CHECK(grp == NULL);
+}
+
+static void *split_group_rank(void *argp)
+{
+    gate_test *g = (gate_test *)argp;
+    int rank = g->rank;
+    pp_nccl *nc = NULL, *grp = NULL;
+    pp_error e;
+    if (!(nc = two_rank_init(g))) return NULL;
+    {
+        /* the tied embedding's gradient, summed over the group through a transport on it */
+        const int emb[2] = { 0, 1 };
+        cudaStream_t s;
+        pp_transport t;
+        float *d = NULL, h[256];
+        int i, ok = 1;
+        CHECK_OK(pp_nccl_split_group(nc, emb, 2, &grp, &e), &e);
+        CHECK(grp && pp_nccl_world(grp) == 2 && pp_nccl_rank(grp) == rank && pp_nccl_device(grp) == rank);
+        if (grp) {
+            cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+            cudaMalloc((void **)&d, sizeof h);
+            for (i = 0; i < 256; i++) h[i] = (float)((rank + 1) * i);
+            cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+            CHECK_OK(pp_nccl_transport(grp, s, &t, &e), &e);
+            CHECK_OK(t.all_reduce_buf(t.user, d, 256, 10, &e), &e);
+            CHECK_OK(pp_nccl_sync(grp, s, 10, &e), &e);
+            cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+            for (i = 0; i < 256; i++) ok &= h[i] == (float)(3 * i);
+            CHECK_MSG(ok, "embedding group: the tied weight's gradient summed over its first and last stage");
+            pp_nccl_transport_free(&t);
+            cudaFree(d);
+            cudaStreamDestroy(s);
+        }
+        pp_nccl_free(grp);
+        grp = NULL;
+    }
+    {
+        const int rev[2] = { 1, 0 };
+        CHECK_OK(pp_nccl_split_group(nc, rev, 2, &grp, &e), &e);
+        CHECK_MSG(grp && pp_nccl_rank(grp) == 1 - rank, "the list numbers the new communicator");
+        pp_nccl_free(grp);
+        grp = NULL;
+    }
+    {
+        const int me[1] = { rank };
+        CHECK_OK(pp_nccl_split_group(nc, me, 1, &grp, &e), &e);
+        CHECK_MSG(grp && pp_nccl_world(grp) == 1 && pp_nccl_rank(grp) == 0, "groups of one: a communicator each");
+        pp_nccl_free(grp);
+        grp = NULL;
+    }
+    {
+        const int zero[1] = { 0 };
+        CHECK_OK(pp_nccl_split_group(nc, zero, rank == 0 ? 1 : 0, &grp, &e), &e);
+        CHECK_MSG(rank == 0 ? grp && pp_nccl_world(grp) == 1 : grp == NULL, "a rank in no group gets no communicator");
+        pp_nccl_free(grp);
+        grp = NULL;
+    }
+    {
+        const int both[2] = { 0, 1 }, rev[2] = { 1, 0 }, dup[2] = { 0, 0 }, far[2] = { 0, 2 }, one[1] = { 1 };
+        const char *others = "1 other rank(s) passed members that are not a group";
+        const char *disagree = "1 rank(s) found that the ranks' members do not agree";
+        split_group_expect(g, nc, rank == 0 ? dup : both, 2, rank == 0 ? "members[1]=0: appears twice (also members[0])" : others);
+        split_group_expect(g, nc, rank == 0 ? far : both, 2, rank == 0 ? "members[1]=2: must be a rank of the parent, 0..1" : others);
+        split_group_expect(g, nc, one, 1, rank == 0 ? "this rank (0) is not among its 1 members" : others);
+        split_group_expect(g, nc, both, rank == 1 ? 3 : 2, rank == 1 ? "size=3: must be between 0" : others);
+        split_group_expect(g, nc, rank == 0 ? both : one, rank == 0 ? 2 : 1,
+                           rank == 0 ? "members[1]=1: rank 1 gave another group (its smallest member is 1, this one's 0)"
+                                     : disagree);
+        split_group_expect(g, nc, rank == 0 ? both : rev, 2,
+                           rank == 0 ? "members[1]=1: rank 1 puts itself at members[0]" : "members[1]=0: rank 0 puts itself at members[0]");
+        split_group_expect(g, nc, both, rank == 0 ? 0 : 2, rank == 1 ? "members[0]=0: rank 0 passed size 0 (in no group)" : disagree);
+        CHECK_FAILS(pp_nccl_split_group(nc, both, 2, NULL, &e), &e, PP_EINVAL, "parent and out must not be NULL");
+        /* the parent was not aborted by any of it */
+        CHECK_OK(pp_nccl_split_group(nc, both, 2, &grp, &e), &e);
+        CHECK_MSG(grp && pp_nccl_world(grp) == 2, "after the refusals a good split goes through");
+        pp_nccl_free(grp);
+    }
     pp_nccl_free(nc);
     return NULL;
 }
@@ -1046,31 +1367,33 @@ int main(void)
         snprintf(path, sizeof path, "/tmp/pipepar_test_nccl_%ld.id", (long)getpid());
         two_ranks_run(path);   /* file bootstrap */
         two_ranks_run(NULL);   /* in-memory id */
-        setenv("PIPEPAR_NCCL_GATE_BASE", "4294967290", 1);   /* 2^32 - 6 (threads share the variable) */
+        g_count_base = 4294967290ull;   /* 2^32 - 6 */
         two_rank_threads(gate_rank_main, 0);
-        setenv("PIPEPAR_NCCL_GATE_BASE", "12x", 1);
-        two_rank_threads(gate_bad_base_rank, 0);
-        unsetenv("PIPEPAR_NCCL_GATE_BASE");
+        g_count_base = 0;
         two_rank_threads(reorder_rank, 0);
         two_rank_threads(gate_rank_main, 1);
-        /* threads of one process: the copy engines only with PIPEPAR_NCCL_CE_SAME_PROCESS=1 */
+        /* the group collectives and pp_nccl_split_group (through NCCL) */
+        two_rank_threads(coll_rank_main, COLL_DATA);
+        two_rank_threads(coll_rank_main, COLL_BARRIER_ALONE);
+        two_rank_threads(coll_rank_main, COLL_ALL_REDUCE_ALONE);
+        two_rank_threads(coll_rank_main, COLL_ABORTED);
+        two_rank_threads(split_group_rank, 0);
+        /* threads of one process: the copy engines only with test_ce_threads */
         two_rank_threads(ce_left_rank, 0);
-        setenv("PIPEPAR_NCCL_CE_SAME_PROCESS", "1", 1);
-        setenv("PIPEPAR_NCCL_GATE_BASE", "4294967290", 1);
+        g_ce_threads = 1;
+        g_count_base = 4294967290ull;
         two_rank_threads(ce_rank_main, 0);
-        setenv("PIPEPAR_NCCL_CE_DIRECT", "0", 1);
-        two_rank_threads(ce_rank_main, 0);
-        unsetenv("PIPEPAR_NCCL_CE_DIRECT");
-        unsetenv("PIPEPAR_NCCL_GATE_BASE");
         /* counts from 2^32 - 4: the fourth transfer (a pull) is the one whose count wraps, so the
          * posted counts of the pushes after it must carry the high word themselves */
-        setenv("PIPEPAR_NCCL_GATE_BASE", "4294967292", 1);
+        g_count_base = 4294967292ull;
         two_rank_threads(ce_direct_rank, 0);
-        unsetenv("PIPEPAR_NCCL_GATE_BASE");
+        g_count_base = 0;
         two_rank_threads(ce_direct_rank, 4);
         two_rank_threads(ce_rank_main, 2);
         two_rank_threads(ce_rank_main, 1);
-        unsetenv("PIPEPAR_NCCL_CE_SAME_PROCESS");
+        /* the group collectives beside copy-engine transfers on the same transport */
+        two_rank_threads(coll_rank_main, COLL_WITH_CE);
+        g_ce_threads = 0;
     } else {
         printf("  one GPU: the two-rank tests need two\n");
     }
