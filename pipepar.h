@@ -5289,251 +5289,321 @@ static size_t pp__comm_key(const pp_schedule *s, pp_action a)
     }
 }
 
-static pp_status pp__validate_lowered(const pp_schedule *s, pp_error *err)
+/* The validator's state: each transfer's two ends, found before the programs run, and the run's
+ * progress. Transfers are indexed by pp__comm_key. */
+typedef struct pp__validator {
+    const pp_schedule *s;
+    size_t plane, nkeys;                    /* num_stages * mb, and twice that (both directions) */
+    int *send_rank, *send_pos;              /* [nkeys] where each transfer's SEND is; -1: nowhere */
+    int *recv_rank, *recv_pos;              /* [nkeys] where its RECV is */
+    unsigned char *completed;               /* [nkeys] the transfer took place */
+    unsigned char *arrived_f, *arrived_b;   /* [plane] a RECV_F / RECV_B of (stage, mb) completed */
+    int *pc;                                /* [pp] each rank's next action */
+    int *gstart, *gend;                     /* [pp] the group [gstart, gend) a rank is blocked in;
+                                               -1: none, gstart -2: the rank has finished */
+    pp__progress prog;
+} pp__validator;
+
+static void pp__validator_free(pp__validator *V)
 {
-    size_t plane = (size_t)s->num_stages * (size_t)s->mb, nkeys = 2 * plane;
-    int *send_rank = NULL, *send_pos = NULL, *recv_rank = NULL, *recv_pos = NULL;
-    int *pc = NULL, *gstart = NULL, *gend = NULL;
-    unsigned char *completed = NULL, *arrived_f = NULL, *arrived_b = NULL;
-    pp__progress prog = { NULL, NULL, NULL };
-    pp_status st = PP_OK;
-    int r, i, finished = 0;
+    PIPEPAR_FREE(V->send_rank); PIPEPAR_FREE(V->send_pos); PIPEPAR_FREE(V->recv_rank); PIPEPAR_FREE(V->recv_pos);
+    PIPEPAR_FREE(V->completed); PIPEPAR_FREE(V->arrived_f); PIPEPAR_FREE(V->arrived_b);
+    PIPEPAR_FREE(V->pc); PIPEPAR_FREE(V->gstart); PIPEPAR_FREE(V->gend);
+    pp__progress_free(&V->prog);
+}
+
+static pp_status pp__validator_init(pp__validator *V, const pp_schedule *s, pp_error *err)
+{
+    size_t k;
+    memset(V, 0, sizeof *V);
+    V->s = s;
+    V->plane = (size_t)s->num_stages * (size_t)s->mb;
+    V->nkeys = 2 * V->plane;
+    V->send_rank = (int *)PIPEPAR_MALLOC(V->nkeys * sizeof(int));
+    V->send_pos = (int *)PIPEPAR_MALLOC(V->nkeys * sizeof(int));
+    V->recv_rank = (int *)PIPEPAR_MALLOC(V->nkeys * sizeof(int));
+    V->recv_pos = (int *)PIPEPAR_MALLOC(V->nkeys * sizeof(int));
+    V->completed = (unsigned char *)pp__calloc(V->nkeys, 1);
+    V->arrived_f = (unsigned char *)pp__calloc(V->plane, 1);
+    V->arrived_b = (unsigned char *)pp__calloc(V->plane, 1);
+    V->pc = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    V->gstart = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    V->gend = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    if (!V->send_rank || !V->send_pos || !V->recv_rank || !V->recv_pos || !V->completed || !V->arrived_f ||
+        !V->arrived_b || !V->pc || !V->gstart || !V->gend || !pp__progress_init(&V->prog, s))
+        return pp__fail(err, PP_ENOMEM, "out of memory");
+    for (k = 0; k < V->nkeys; k++) V->send_rank[k] = V->recv_rank[k] = -1;
+    return PP_OK;
+}
+
+/* Step 1, one action: communication action i of rank r is well formed (its stage on this rank
+ * and on the microbatch's route, its peer stage on another rank) and the first of its kind. */
+static pp_status pp__validate_comm_action(pp__validator *V, int r, int i, pp_error *err)
+{
+    const pp_schedule *s = V->s;
+    pp_action a = s->actions[r][i];
+    int peer_stage, is_send = a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B;
+    int *ranks = is_send ? V->send_rank : V->recv_rank, *poss = is_send ? V->send_pos : V->recv_pos;
+    size_t k;
+    char txt[64];
+    if (pp_stage_rank(s, a.stage) != r) {
+        pp_action_format(a, txt, sizeof txt);
+        return pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s belongs to stage %d, which lives on rank %d",
+                        r, i, txt, (int)a.stage, pp_stage_rank(s, a.stage));
+    }
+    peer_stage = (a.op == PP_OP_SEND_F || a.op == PP_OP_RECV_B) ? a.stage + 1 : a.stage - 1;
+    if (!pp__on_route(s, a.stage, a.mb)) {
+        pp_action_format(a, txt, sizeof txt);
+        return pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s: stage %d is not on microbatch %d's "
+                        "route (stages %d..%d)", r, i, txt, (int)a.stage, (int)a.mb, pp__first(s, a.mb),
+                        pp__last(s, a.mb));
+    }
+    if (peer_stage < pp__first(s, a.mb) || peer_stage > pp__last(s, a.mb)) {
+        pp_action_format(a, txt, sizeof txt);
+        return pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s: stage %d has no %s stage to talk to",
+                        r, i, txt, (int)a.stage, peer_stage < pp__first(s, a.mb) ? "previous" : "next");
+    }
+    if (pp_stage_rank(s, peer_stage) == r) {
+        pp_action_format(a, txt, sizeof txt);
+        return pp__fail(err, PP_EINVALID_SCHEDULE,
+                        "rank %d position %d: %s: stages %d and %d share rank %d, the tensor passes in place "
+                        "(no communication)", r, i, txt, (int)a.stage, peer_stage, r);
+    }
+    k = pp__comm_key(s, a);
+    if (ranks[k] >= 0) {
+        pp_action_format(a, txt, sizeof txt);
+        return pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s appears twice (first at rank %d position %d)",
+                        r, i, txt, ranks[k], poss[k]);
+    }
+    ranks[k] = r;
+    poss[k] = i;
+    return PP_OK;
+}
+
+/* Step 1: every communication action is well formed and has exactly one partner. */
+static pp_status pp__validate_pairs(pp__validator *V, pp_error *err)
+{
+    const pp_schedule *s = V->s;
+    pp_status st;
+    int r, i;
     size_t k;
     char txt[64], txt2[64];
-
-    send_rank = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
-    send_pos = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
-    recv_rank = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
-    recv_pos = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
-    completed = (unsigned char *)pp__calloc(nkeys, 1);
-    arrived_f = (unsigned char *)pp__calloc(plane, 1);
-    arrived_b = (unsigned char *)pp__calloc(plane, 1);
-    pc = (int *)pp__calloc((size_t)s->pp, sizeof(int));
-    gstart = (int *)pp__calloc((size_t)s->pp, sizeof(int));
-    gend = (int *)pp__calloc((size_t)s->pp, sizeof(int));
-    if (!send_rank || !send_pos || !recv_rank || !recv_pos || !completed || !arrived_f || !arrived_b || !pc ||
-        !gstart || !gend || !pp__progress_init(&prog, s)) {
-        st = pp__fail(err, PP_ENOMEM, "out of memory");
-        goto done;
-    }
-    for (k = 0; k < nkeys; k++) send_rank[k] = recv_rank[k] = -1;
-
-    /* 1. every communication action is well formed and has exactly one partner */
-    for (r = 0; r < s->pp && st == PP_OK; r++) {
-        for (i = 0; i < s->length[r]; i++) {
-            pp_action a = s->actions[r][i];
-            int peer_stage, is_send = a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B;
-            if (!pp__is_comm(a.op)) continue;
-            if (pp_stage_rank(s, a.stage) != r) {
-                pp_action_format(a, txt, sizeof txt);
-                st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s belongs to stage %d, which lives on rank %d",
-                              r, i, txt, (int)a.stage, pp_stage_rank(s, a.stage));
-                break;
-            }
-            peer_stage = (a.op == PP_OP_SEND_F || a.op == PP_OP_RECV_B) ? a.stage + 1 : a.stage - 1;
-            if (!pp__on_route(s, a.stage, a.mb)) {
-                pp_action_format(a, txt, sizeof txt);
-                st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s: stage %d is not on microbatch %d's "
-                              "route (stages %d..%d)", r, i, txt, (int)a.stage, (int)a.mb, pp__first(s, a.mb),
-                              pp__last(s, a.mb));
-                break;
-            }
-            if (peer_stage < pp__first(s, a.mb) || peer_stage > pp__last(s, a.mb)) {
-                pp_action_format(a, txt, sizeof txt);
-                st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s: stage %d has no %s stage to talk to",
-                              r, i, txt, (int)a.stage, peer_stage < pp__first(s, a.mb) ? "previous" : "next");
-                break;
-            }
-            if (pp_stage_rank(s, peer_stage) == r) {
-                pp_action_format(a, txt, sizeof txt);
-                st = pp__fail(err, PP_EINVALID_SCHEDULE,
-                              "rank %d position %d: %s: stages %d and %d share rank %d, the tensor passes in place "
-                              "(no communication)", r, i, txt, (int)a.stage, peer_stage, r);
-                break;
-            }
-            k = pp__comm_key(s, a);
-            if ((is_send ? send_rank : recv_rank)[k] >= 0) {
-                pp_action_format(a, txt, sizeof txt);
-                st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s appears twice (first at rank %d position %d)",
-                              r, i, txt, (is_send ? send_rank : recv_rank)[k], (is_send ? send_pos : recv_pos)[k]);
-                break;
-            }
-            (is_send ? send_rank : recv_rank)[k] = r;
-            (is_send ? send_pos : recv_pos)[k] = i;
-        }
-    }
-    for (k = 0; k < nkeys && st == PP_OK; k++) {
-        int dir_b = k >= plane;
-        int stg = (int)((k % plane) / (size_t)s->mb), m = (int)(k % (size_t)s->mb);
-        if ((send_rank[k] >= 0) == (recv_rank[k] >= 0)) continue;
-        if (send_rank[k] >= 0) {
-            pp_action_format(s->actions[send_rank[k]][send_pos[k]], txt, sizeof txt);
+    for (r = 0; r < s->pp; r++)
+        for (i = 0; i < s->length[r]; i++)
+            if (pp__is_comm(s->actions[r][i].op) && (st = pp__validate_comm_action(V, r, i, err)) != PP_OK) return st;
+    for (k = 0; k < V->nkeys; k++) {
+        int dir_b = k >= V->plane;
+        int stg = (int)((k % V->plane) / (size_t)s->mb), m = (int)(k % (size_t)s->mb);
+        if ((V->send_rank[k] >= 0) == (V->recv_rank[k] >= 0)) continue;
+        if (V->send_rank[k] >= 0) {
+            pp_action_format(s->actions[V->send_rank[k]][V->send_pos[k]], txt, sizeof txt);
             pp_action_format(pp__action(dir_b ? PP_OP_RECV_B : PP_OP_RECV_F, dir_b ? stg - 1 : stg + 1, m), txt2, sizeof txt2);
-            st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s has no matching %s on rank %d",
-                          send_rank[k], send_pos[k], txt, txt2, pp_stage_rank(s, dir_b ? stg - 1 : stg + 1));
-        } else {
-            pp_action_format(s->actions[recv_rank[k]][recv_pos[k]], txt, sizeof txt);
-            pp_action_format(pp__action(dir_b ? PP_OP_SEND_B : PP_OP_SEND_F, stg, m), txt2, sizeof txt2);
-            st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s has no matching %s on rank %d",
-                          recv_rank[k], recv_pos[k], txt, txt2, pp_stage_rank(s, stg));
+            return pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s has no matching %s on rank %d",
+                            V->send_rank[k], V->send_pos[k], txt, txt2, pp_stage_rank(s, dir_b ? stg - 1 : stg + 1));
+        }
+        pp_action_format(s->actions[V->recv_rank[k]][V->recv_pos[k]], txt, sizeof txt);
+        pp_action_format(pp__action(dir_b ? PP_OP_SEND_B : PP_OP_SEND_F, stg, m), txt2, sizeof txt2);
+        return pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s has no matching %s on rank %d",
+                        V->recv_rank[k], V->recv_pos[k], txt, txt2, pp_stage_rank(s, stg));
+    }
+    return PP_OK;
+}
+
+/* Step 2, a compute action of rank r (at V->pc[r]): each half needs its inputs here already. */
+static pp_status pp__validate_compute(pp__validator *V, int r, pp_action a, pp_error *err)
+{
+    const pp_schedule *s = V->s;
+    int ops[2], stg[2], mbs[2], h, nh = pp__halves(a, ops, stg, mbs);
+    char txt[64];
+    for (h = 0; h < nh; h++) {
+        const char *why = "";
+        int ready = pp__half_ready(s, &V->prog, V->arrived_f, V->arrived_b, ops[h], stg[h], mbs[h], &why), from = 0;
+        if (ready == 1) continue;
+        pp_action_format(a, txt, sizeof txt);
+        if (ready < 0)
+            return pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s %s", r, V->pc[r], txt, why);
+        pp__cross_input(s, ops[h], stg[h], mbs[h], &from);
+        return pp__fail(err, PP_EINVALID_SCHEDULE,
+                        "rank %d position %d: %s needs the %s of stage %d (rank %d), but no %s "
+                        "before it received it", r, V->pc[r], txt,
+                        ops[h] == PP_OP_F ? "output" : "input-gradient", from,
+                        pp_stage_rank(s, from), ops[h] == PP_OP_F ? "RECV_F" : "RECV_B");
+    }
+    for (h = 0; h < nh; h++) pp__mark_done(s, &V->prog, ops[h], stg[h], mbs[h]);
+    return PP_OK;
+}
+
+/* Step 2, rank r reaches the communication group at V->pc[r]: it is posted, which for a send
+ * needs the tensor to exist. */
+static pp_status pp__validate_post_group(pp__validator *V, int r, pp_error *err)
+{
+    const pp_schedule *s = V->s;
+    int i;
+    char txt[64];
+    V->gstart[r] = V->pc[r];
+    V->gend[r] = pp_schedule_group_end(s, r, V->pc[r]);
+    for (i = V->gstart[r]; i < V->gend[r]; i++) {
+        pp_action c = s->actions[r][i];
+        if (c.op == PP_OP_SEND_F && !V->prog.f_done[PP__SM(s, c.stage, c.mb)]) {
+            pp_action_format(c, txt, sizeof txt);
+            return pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s comes before the F it sends", r, i, txt);
+        }
+        if (c.op == PP_OP_SEND_B && !V->prog.b_done[PP__SM(s, c.stage, c.mb)]) {
+            pp_action_format(c, txt, sizeof txt);
+            return pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s comes before the B (or I) "
+                            "whose gradient it sends", r, i, txt);
         }
     }
-    if (st != PP_OK) goto done;
+    return PP_OK;
+}
 
-    /* 2. run the programs: compute needs its inputs already here; a group of consecutive
-     *    communication actions is posted at once and finishes when every partner is posted
-     *    (rendezvous: a send waits for its receive). */
-    for (r = 0; r < s->pp; r++) { gstart[r] = gend[r] = -1; if (s->length[r] == 0) finished++; }
+/* Step 2, rank r posted in its group: each transfer completes once its partner's rank is posted
+ * in the group holding the partner. 1 when all have (the receives then arrive and the rank moves
+ * past the group), 0 while the rank stays blocked. */
+static int pp__validate_group_done(pp__validator *V, int r)
+{
+    const pp_schedule *s = V->s;
+    int i, all = 1;
+    for (i = V->gstart[r]; i < V->gend[r]; i++) {
+        pp_action c = s->actions[r][i];
+        int is_send = c.op == PP_OP_SEND_F || c.op == PP_OP_SEND_B, pr, pq;
+        size_t k = pp__comm_key(s, c);
+        if (V->completed[k]) continue;
+        pr = is_send ? V->recv_rank[k] : V->send_rank[k];
+        pq = is_send ? V->recv_pos[k] : V->send_pos[k];
+        if (V->pc[pr] == V->gstart[pr] && V->gstart[pr] <= pq && pq < V->gend[pr]) V->completed[k] = 1;
+        else all = 0;
+    }
+    if (!all) return 0;
+    for (i = V->gstart[r]; i < V->gend[r]; i++) {
+        pp_action c = s->actions[r][i];
+        if (c.op == PP_OP_RECV_F) V->arrived_f[PP__SM(s, c.stage, c.mb)] = 1;
+        if (c.op == PP_OP_RECV_B) V->arrived_b[PP__SM(s, c.stage, c.mb)] = 1;
+    }
+    V->pc[r] = V->gend[r];
+    V->gstart[r] = V->gend[r] = -1;
+    return 1;
+}
+
+/* Step 2 found no rank that can move: names the first three blocked ranks and whom they wait for. */
+static pp_status pp__validate_deadlock(const pp__validator *V, pp_error *err)
+{
+    const pp_schedule *s = V->s;
+    pp__text t = { NULL, 0, 0, 0 };
+    pp_status st;
+    int r, i, shown = 0;
+    char txt[64];
+    for (r = 0; r < s->pp && shown < 3; r++) {
+        if (V->pc[r] >= s->length[r]) continue;
+        for (i = V->gstart[r]; i >= 0 && i < V->gend[r]; i++) {
+            pp_action c = s->actions[r][i];
+            int is_send = c.op == PP_OP_SEND_F || c.op == PP_OP_SEND_B;
+            size_t k = pp__comm_key(s, c);
+            int peer = is_send ? V->recv_rank[k] : V->send_rank[k];
+            if (V->completed[k]) continue;
+            pp_action_format(c, txt, sizeof txt);
+            pp__text_printf(&t, "%srank %d waits at position %d (%s) for rank %d, which is at position %d",
+                            shown ? "; " : "", r, i, txt, peer, V->pc[peer]);
+            break;
+        }
+        shown++;
+    }
+    st = pp__fail(err, PP_EDEADLOCK, "deadlock (sends wait for their receives): %s", t.data ? t.data : "");
+    pp__text_free(&t);
+    return st;
+}
+
+/* Step 2: runs the programs. Compute needs its inputs already here; a group of consecutive
+ * communication actions is posted at once and finishes when every partner is posted
+ * (rendezvous: a send waits for its receive). */
+static pp_status pp__validate_run(pp__validator *V, pp_error *err)
+{
+    const pp_schedule *s = V->s;
+    pp_status st;
+    int r, finished = 0;
+    for (r = 0; r < s->pp; r++) { V->gstart[r] = V->gend[r] = -1; if (s->length[r] == 0) finished++; }
     while (finished < s->pp) {
         int progress = 0;
         for (r = 0; r < s->pp; r++) {
-            while (pc[r] < s->length[r]) {
-                pp_action a = s->actions[r][pc[r]];
+            while (V->pc[r] < s->length[r]) {
+                pp_action a = s->actions[r][V->pc[r]];
                 if (!pp__is_comm(a.op)) {
-                    int ops[2], stg[2], mbs[2], h, nh = pp__halves(a, ops, stg, mbs);
-                    for (h = 0; h < nh; h++) {
-                        const char *why = "";
-                        int ready = pp__half_ready(s, &prog, arrived_f, arrived_b, ops[h], stg[h], mbs[h], &why);
-                        if (ready != 1) {
-                            int from = 0;
-                            pp_action_format(a, txt, sizeof txt);
-                            if (ready == 0) {
-                                pp__cross_input(s, ops[h], stg[h], mbs[h], &from);
-                                st = pp__fail(err, PP_EINVALID_SCHEDULE,
-                                              "rank %d position %d: %s needs the %s of stage %d (rank %d), but no %s "
-                                              "before it received it", r, pc[r], txt,
-                                              ops[h] == PP_OP_F ? "output" : "input-gradient", from,
-                                              pp_stage_rank(s, from), ops[h] == PP_OP_F ? "RECV_F" : "RECV_B");
-                            } else {
-                                st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s %s", r, pc[r], txt, why);
-                            }
-                            goto done;
-                        }
-                    }
-                    for (h = 0; h < nh; h++) pp__mark_done(s, &prog, ops[h], stg[h], mbs[h]);
-                    pc[r]++;
+                    if ((st = pp__validate_compute(V, r, a, err)) != PP_OK) return st;
+                    V->pc[r]++;
                     progress = 1;
                     continue;
                 }
-                /* a communication group [gstart, gend) */
-                if (gstart[r] != pc[r]) {
-                    gstart[r] = pc[r]; gend[r] = pp_schedule_group_end(s, r, pc[r]);
-                    /* posting a send needs the tensor to exist */
-                    for (i = gstart[r]; i < gend[r]; i++) {
-                        pp_action c = s->actions[r][i];
-                        if (c.op == PP_OP_SEND_F && !prog.f_done[PP__SM(s, c.stage, c.mb)]) {
-                            pp_action_format(c, txt, sizeof txt);
-                            st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s comes before the F it sends",
-                                          r, i, txt);
-                            goto done;
-                        }
-                        if (c.op == PP_OP_SEND_B && !prog.b_done[PP__SM(s, c.stage, c.mb)]) {
-                            pp_action_format(c, txt, sizeof txt);
-                            st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s comes before the B (or I) "
-                                          "whose gradient it sends", r, i, txt);
-                            goto done;
-                        }
-                    }
-                }
-                {
-                    int all = 1;
-                    for (i = gstart[r]; i < gend[r]; i++) {
-                        pp_action c = s->actions[r][i];
-                        int is_send = c.op == PP_OP_SEND_F || c.op == PP_OP_SEND_B, pr, pq;
-                        k = pp__comm_key(s, c);
-                        if (completed[k]) continue;
-                        pr = is_send ? recv_rank[k] : send_rank[k];
-                        pq = is_send ? recv_pos[k] : send_pos[k];
-                        if (pc[pr] == gstart[pr] && gstart[pr] <= pq && pq < gend[pr]) completed[k] = 1;
-                        else all = 0;
-                    }
-                    if (!all) break;   /* blocked in this group */
-                    for (i = gstart[r]; i < gend[r]; i++) {
-                        pp_action c = s->actions[r][i];
-                        if (c.op == PP_OP_RECV_F) arrived_f[PP__SM(s, c.stage, c.mb)] = 1;
-                        if (c.op == PP_OP_RECV_B) arrived_b[PP__SM(s, c.stage, c.mb)] = 1;
-                    }
-                    pc[r] = gend[r];
-                    gstart[r] = gend[r] = -1;
-                    progress = 1;
-                }
+                if (V->gstart[r] != V->pc[r] && (st = pp__validate_post_group(V, r, err)) != PP_OK) return st;
+                if (!pp__validate_group_done(V, r)) break;   /* blocked in this group */
+                progress = 1;
             }
-            if (pc[r] == s->length[r] && gstart[r] != -2) { finished++; gstart[r] = -2; }
+            if (V->pc[r] == s->length[r] && V->gstart[r] != -2) { finished++; V->gstart[r] = -2; }
         }
-        if (!progress && finished < s->pp) {
-            pp__text t = { NULL, 0, 0, 0 };
-            int shown = 0;
-            for (r = 0; r < s->pp && shown < 3; r++) {
-                if (pc[r] >= s->length[r]) continue;
-                for (i = gstart[r]; i >= 0 && i < gend[r]; i++) {
-                    pp_action c = s->actions[r][i];
-                    int is_send = c.op == PP_OP_SEND_F || c.op == PP_OP_SEND_B;
-                    k = pp__comm_key(s, c);
-                    if (completed[k]) continue;
+        if (!progress && finished < s->pp) return pp__validate_deadlock(V, err);
+    }
+    return PP_OK;
+}
+
+/* Step 3: every group meets exactly one group of each peer it talks to (NCCL's blocking group
+ * call may wait for the peer to enter the matching call: partners spread over two groups of one
+ * peer can hang a real run although the send-by-send model of step 2 finishes). */
+static pp_status pp__validate_group_pairs(const pp__validator *V, pp_error *err)
+{
+    const pp_schedule *s = V->s;
+    pp_status st = PP_OK;
+    int r, i, **gfirst = (int **)pp__calloc((size_t)s->pp, sizeof(int *));   /* [pp][length]: start of each action's group */
+    char txt[64];
+    if (!gfirst) return pp__fail(err, PP_ENOMEM, "out of memory");
+    for (r = 0; r < s->pp && st == PP_OK; r++) {
+        gfirst[r] = (int *)PIPEPAR_MALLOC((size_t)(s->length[r] > 0 ? s->length[r] : 1) * sizeof(int));
+        if (!gfirst[r]) { st = pp__fail(err, PP_ENOMEM, "out of memory"); break; }
+        for (i = 0; i < s->length[r];) {
+            int e = pp_schedule_group_end(s, r, i), j;
+            for (j = i; j < e; j++) gfirst[r][j] = i;
+            i = e;
+        }
+    }
+    for (r = 0; r < s->pp && st == PP_OK; r++) {
+        for (i = 0; i < s->length[r] && st == PP_OK;) {
+            int e = pp_schedule_group_end(s, r, i), j, peers[4], pgroups[4], np = 0;
+            if (!pp__is_comm(s->actions[r][i].op)) { i = e; continue; }
+            for (j = i; j < e; j++) {
+                pp_action c = s->actions[r][j];
+                int is_send = c.op == PP_OP_SEND_F || c.op == PP_OP_SEND_B, pr, pq, q;
+                size_t k = pp__comm_key(s, c);
+                pr = is_send ? V->recv_rank[k] : V->send_rank[k];
+                pq = is_send ? V->recv_pos[k] : V->send_pos[k];
+                for (q = 0; q < np && peers[q] != pr; q++) {}
+                if (q == np && np < 4) { peers[np] = pr; pgroups[np++] = gfirst[pr][pq]; continue; }
+                if (q < np && pgroups[q] != gfirst[pr][pq]) {
                     pp_action_format(c, txt, sizeof txt);
-                    pp__text_printf(&t, "%srank %d waits at position %d (%s) for rank %d, which is at position %d",
-                                    shown ? "; " : "", r, i, txt, is_send ? recv_rank[k] : send_rank[k],
-                                    pc[is_send ? recv_rank[k] : send_rank[k]]);
+                    st = pp__fail(err, PP_EINVALID_SCHEDULE,
+                                  "rank %d position %d: %s is in the group that starts at position %d, but its "
+                                  "partner on rank %d is in that rank's group at position %d while the group's "
+                                  "other partners there are in the group at position %d: each group must meet "
+                                  "exactly one group of each peer (NCCL's group calls can hang otherwise; "
+                                  "pp_schedule_lower builds such pairs)", r, j, txt, i, pr, gfirst[pr][pq], pgroups[q]);
                     break;
                 }
-                shown++;
             }
-            st = pp__fail(err, PP_EDEADLOCK, "deadlock (sends wait for their receives): %s", t.data ? t.data : "");
-            pp__text_free(&t);
-            goto done;
+            i = e;
         }
     }
-    /* 3. every group meets exactly one group of each peer it talks to (NCCL's blocking group
-     *    call may wait for the peer to enter the matching call: partners spread over two groups
-     *    of one peer can hang a real run although the send-by-send model above finishes). */
-    {
-        int **gfirst = (int **)pp__calloc((size_t)s->pp, sizeof(int *));
-        if (!gfirst) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
-        for (r = 0; r < s->pp && st == PP_OK; r++) {
-            gfirst[r] = (int *)PIPEPAR_MALLOC((size_t)(s->length[r] > 0 ? s->length[r] : 1) * sizeof(int));
-            if (!gfirst[r]) { st = pp__fail(err, PP_ENOMEM, "out of memory"); break; }
-            for (i = 0; i < s->length[r];) {
-                int e = pp_schedule_group_end(s, r, i), j;
-                for (j = i; j < e; j++) gfirst[r][j] = i;
-                i = e;
-            }
-        }
-        for (r = 0; r < s->pp && st == PP_OK; r++) {
-            for (i = 0; i < s->length[r] && st == PP_OK;) {
-                int e = pp_schedule_group_end(s, r, i), j, peers[4], pgroups[4], np = 0;
-                if (!pp__is_comm(s->actions[r][i].op)) { i = e; continue; }
-                for (j = i; j < e; j++) {
-                    pp_action c = s->actions[r][j];
-                    int is_send = c.op == PP_OP_SEND_F || c.op == PP_OP_SEND_B, pr, pq, q;
-                    k = pp__comm_key(s, c);
-                    pr = is_send ? recv_rank[k] : send_rank[k];
-                    pq = is_send ? recv_pos[k] : send_pos[k];
-                    for (q = 0; q < np && peers[q] != pr; q++) {}
-                    if (q == np && np < 4) { peers[np] = pr; pgroups[np++] = gfirst[pr][pq]; continue; }
-                    if (q < np && pgroups[q] != gfirst[pr][pq]) {
-                        pp_action_format(c, txt, sizeof txt);
-                        st = pp__fail(err, PP_EINVALID_SCHEDULE,
-                                      "rank %d position %d: %s is in the group that starts at position %d, but its "
-                                      "partner on rank %d is in that rank's group at position %d while the group's "
-                                      "other partners there are in the group at position %d: each group must meet "
-                                      "exactly one group of each peer (NCCL's group calls can hang otherwise; "
-                                      "pp_schedule_lower builds such pairs)", r, j, txt, i, pr, gfirst[pr][pq], pgroups[q]);
-                        break;
-                    }
-                }
-                i = e;
-            }
-        }
-        for (r = 0; r < s->pp; r++) PIPEPAR_FREE(gfirst[r]);
-        PIPEPAR_FREE(gfirst);
-        if (st != PP_OK) goto done;
-    }
-    st = PP_OK;
-done:
-    PIPEPAR_FREE(send_rank); PIPEPAR_FREE(send_pos); PIPEPAR_FREE(recv_rank); PIPEPAR_FREE(recv_pos);
-    PIPEPAR_FREE(completed); PIPEPAR_FREE(arrived_f); PIPEPAR_FREE(arrived_b);
-    PIPEPAR_FREE(pc); PIPEPAR_FREE(gstart); PIPEPAR_FREE(gend);
-    pp__progress_free(&prog);
+    for (r = 0; r < s->pp; r++) PIPEPAR_FREE(gfirst[r]);
+    PIPEPAR_FREE(gfirst);
+    return st;
+}
+
+/* A lowered schedule is sound: its transfers pair up (step 1), its programs run to the end with
+ * sends that wait for their receives (step 2), and its groups pair up as NCCL needs (step 3). */
+static pp_status pp__validate_lowered(const pp_schedule *s, pp_error *err)
+{
+    pp__validator V;
+    pp_status st = pp__validator_init(&V, s, err);
+    if (st == PP_OK) st = pp__validate_pairs(&V, err);
+    if (st == PP_OK) st = pp__validate_run(&V, err);
+    if (st == PP_OK) st = pp__validate_group_pairs(&V, err);
+    pp__validator_free(&V);
     return st;
 }
 
@@ -6104,13 +6174,46 @@ static int pp__sim_groups_init(const pp_schedule *s, pp__sim_groups *G)
     return 1;
 }
 
+/* The simulator's state for one pp_simulate call. Transfers are indexed by pp__comm_key. */
+typedef struct pp__sim {
+    const pp_schedule *s;                   /* lowered */
+    const pp_sim_costs *c;
+    pp_sim_result *res;                     /* filled as actions are timed */
+    double *post_send, *post_recv;          /* [nkeys] when each end of a transfer was posted; -1 before */
+    int *send_r, *send_p, *recv_r, *recv_p; /* [nkeys] rank and position of each end; rank -1: unknown yet */
+    double *arr_f, *arr_b;                  /* [plane] when the RECV_F / RECV_B of (stage, mb) completed */
+    unsigned char *arrived_f, *arrived_b;   /* [plane] whether it has */
+    double *t;                              /* [pp] when each rank's compute stream is free */
+    int *pc;                                /* [pp] each rank's next action */
+    pp__progress prog;
+    pp__sim_groups groups;                  /* costs->grouped only */
+    double t0, t1;                          /* first compute start, last compute end */
+} pp__sim;
+
+static void pp__sim_free(pp__sim *S)
+{
+    PIPEPAR_FREE(S->post_send); PIPEPAR_FREE(S->post_recv); PIPEPAR_FREE(S->send_r); PIPEPAR_FREE(S->send_p);
+    PIPEPAR_FREE(S->recv_r); PIPEPAR_FREE(S->recv_p); PIPEPAR_FREE(S->arr_f); PIPEPAR_FREE(S->arr_b);
+    PIPEPAR_FREE(S->arrived_f); PIPEPAR_FREE(S->arrived_b); PIPEPAR_FREE(S->t); PIPEPAR_FREE(S->pc);
+    pp__sim_groups_free(&S->groups);
+    pp__progress_free(&S->prog);
+    pp_sim_result_free(S->res);
+}
+
+/* A RECV (rv) completed at `end`: its tensor is here for the compute that needs it. */
+static void pp__sim_arrive(pp__sim *S, pp_action rv, double end)
+{
+    size_t ck = PP__SM(S->s, rv.stage, rv.mb);
+    if (rv.op == PP_OP_RECV_F) { S->arr_f[ck] = end; S->arrived_f[ck] = 1; }
+    if (rv.op == PP_OP_RECV_B) { S->arr_b[ck] = end; S->arrived_b[ck] = 1; }
+}
+
 /* Resolves every group that can be: in order on each rank, once it and its peers' matching
  * groups are posted and their previous groups over. Its receives then land at its end. */
-static void pp__sim_groups_resolve(const pp_schedule *s, const pp_sim_costs *c, pp__sim_groups *G,
-                                   const int *send_r, const int *send_p, const int *recv_r, const int *recv_p,
-                                   pp_sim_result *res, double *arr_f, double *arr_b, unsigned char *arrived_f,
-                                   unsigned char *arrived_b)
+static void pp__sim_groups_resolve(pp__sim *S)
 {
+    const pp_schedule *s = S->s;
+    pp__sim_groups *G = &S->groups;
     int changed = 1, r;
     while (changed) {
         changed = 0;
@@ -6126,8 +6229,8 @@ static void pp__sim_groups_resolve(const pp_schedule *s, const pp_sim_costs *c, 
                 pp_action a = s->actions[r][i];
                 int is_send = a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B, pr, pos, pg, local;
                 size_t k = pp__comm_key(s, a);
-                pr = is_send ? recv_r[k] : send_r[k];
-                pos = is_send ? recv_p[k] : send_p[k];
+                pr = is_send ? S->recv_r[k] : S->send_r[k];
+                pos = is_send ? S->recv_p[k] : S->send_p[k];
                 if (is_send) sends++; else recvs++;
                 if (pr < 0) { ok = 0; break; }
                 pg = G->gid[G->pos_ofs[pr] + pos];
@@ -6138,14 +6241,13 @@ static void pp__sim_groups_resolve(const pp_schedule *s, const pp_sim_costs *c, 
                 if (local > 0 && G->end[pg - 1] > begin) begin = G->end[pg - 1];
             }
             if (!ok) continue;
-            dur = c->p2p_latency + c->p2p_seconds_per_byte * c->activation_bytes * (sends > recvs ? sends : recvs);
+            dur = S->c->p2p_latency +
+                  S->c->p2p_seconds_per_byte * S->c->activation_bytes * (sends > recvs ? sends : recvs);
             G->end[g] = begin + dur;
             for (i = G->first[g]; i <= G->last[g]; i++) {
-                pp_action a = s->actions[r][i];
-                res->start[r][i] = begin;
-                res->end[r][i] = begin + dur;
-                if (a.op == PP_OP_RECV_F) { arr_f[PP__SM(s, a.stage, a.mb)] = begin + dur; arrived_f[PP__SM(s, a.stage, a.mb)] = 1; }
-                if (a.op == PP_OP_RECV_B) { arr_b[PP__SM(s, a.stage, a.mb)] = begin + dur; arrived_b[PP__SM(s, a.stage, a.mb)] = 1; }
+                S->res->start[r][i] = begin;
+                S->res->end[r][i] = begin + dur;
+                pp__sim_arrive(S, s->actions[r][i], begin + dur);
             }
             G->next[r]++;
             changed = 1;
@@ -6153,71 +6255,55 @@ static void pp__sim_groups_resolve(const pp_schedule *s, const pp_sim_costs *c, 
     }
 }
 
-pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_sim_result **out, pp_error *err)
+/* pp_simulate's checks of the per-stage memory and per-action times against the schedule (its
+ * structure already checked); *mem_all gets the stages' memory in all (0 without memory_stage).
+ * has_comm: the schedule is lowered. */
+static pp_status pp__sim_check_costs(const pp_schedule *s, const pp_sim_costs *costs, int has_comm, double *mem_all,
+                                     pp_error *err)
 {
-    pp_sim_costs zero;
-    const pp_schedule *s = sched;
-    pp_schedule *lowered = NULL;
-    pp_sim_result *res = NULL;
-    pp_status st;
-    size_t plane, nkeys, k;
-    double *post_send = NULL, *post_recv = NULL, *arr_f = NULL, *arr_b = NULL, *t = NULL;
-    int *send_r = NULL, *send_p = NULL, *recv_r = NULL, *recv_p = NULL, *pc = NULL;
-    unsigned char *arrived_f = NULL, *arrived_b = NULL;
-    pp__progress prog = { NULL, NULL, NULL };
-    pp__sim_groups groups;
-    int r, i, finished = 0, has_comm = 0;
-    double t0 = DBL_MAX, t1 = 0, mem_all = 0;
-
-    memset(&groups, 0, sizeof groups);
-
-    if (!sched || !out) return pp__fail(err, PP_EINVAL, "schedule and out: must not be NULL");
-    *out = NULL;
-    if (!costs) { memset(&zero, 0, sizeof zero); costs = &zero; }
-    if (costs->f < 0 || costs->b < 0 || costs->i < 0 || costs->w < 0 || costs->p2p_latency < 0 ||
-        costs->p2p_seconds_per_byte < 0 || costs->activation_bytes < 0)
-        return pp__fail(err, PP_EINVAL, "costs: every cost must be >= 0 (f=%g b=%g i=%g w=%g p2p=%g)",
-                        costs->f, costs->b, costs->i, costs->w, costs->p2p_latency);
-    st = pp__check_structure(sched, err);
-    if (st != PP_OK) return st;
+    int r, i;
+    *mem_all = 0;
     if (costs->memory_stage) {
-        for (i = 0; i < sched->num_stages; i++) {
+        for (i = 0; i < s->num_stages; i++) {
             if (!(costs->memory_stage[i] >= 0) || costs->memory_stage[i] > DBL_MAX)
                 return pp__fail(err, PP_EINVAL, "costs: memory_stage[%d]=%g: must be a finite number >= 0", i,
                                 costs->memory_stage[i]);
-            mem_all += costs->memory_stage[i];
+            *mem_all += costs->memory_stage[i];
         }
-        if (!(mem_all > 0) || mem_all > DBL_MAX)
+        if (!(*mem_all > 0) || *mem_all > DBL_MAX)
             return pp__fail(err, PP_EINVAL, "costs: memory_stage: the stages weigh %g in all (they need some memory "
-                            "to measure against)", mem_all);
+                            "to measure against)", *mem_all);
     }
-    for (r = 0; r < sched->pp && !has_comm; r++)
-        for (i = 0; i < sched->length[r]; i++)
-            if (pp__is_comm(sched->actions[r][i].op)) { has_comm = 1; break; }
-    if (costs->action_cost) {
-        if (!has_comm && sched->pp > 1)
-            return pp__fail(err, PP_EINVAL, "costs: action_cost: needs a lowered schedule (its entries follow the "
-                            "programs' indices, which lowering changes): call pp_schedule_lower first");
-        for (r = 0; r < sched->pp; r++) {
-            if (!costs->action_cost[r] && sched->length[r] > 0)
-                return pp__fail(err, PP_EINVAL, "costs: action_cost[%d]=NULL: needs a time for every action of rank %d", r, r);
-            for (i = 0; i < sched->length[r]; i++)
-                if (!pp__is_comm(sched->actions[r][i].op) &&
-                    (!(costs->action_cost[r][i] >= 0) || costs->action_cost[r][i] > DBL_MAX))
-                    return pp__fail(err, PP_EINVAL, "costs: action_cost[%d][%d]=%g: must be a finite number >= 0", r, i,
-                                    costs->action_cost[r][i]);
-        }
+    if (!costs->action_cost) return PP_OK;
+    if (!has_comm && s->pp > 1)
+        return pp__fail(err, PP_EINVAL, "costs: action_cost: needs a lowered schedule (its entries follow the "
+                        "programs' indices, which lowering changes): call pp_schedule_lower first");
+    for (r = 0; r < s->pp; r++) {
+        if (!costs->action_cost[r] && s->length[r] > 0)
+            return pp__fail(err, PP_EINVAL, "costs: action_cost[%d]=NULL: needs a time for every action of rank %d", r, r);
+        for (i = 0; i < s->length[r]; i++)
+            if (!pp__is_comm(s->actions[r][i].op) &&
+                (!(costs->action_cost[r][i] >= 0) || costs->action_cost[r][i] > DBL_MAX))
+                return pp__fail(err, PP_EINVAL, "costs: action_cost[%d][%d]=%g: must be a finite number >= 0", r, i,
+                                costs->action_cost[r][i]);
     }
-    if (!has_comm && sched->pp > 1) {
-        st = pp_schedule_copy(sched, &lowered, err);
-        if (st == PP_OK) st = pp_schedule_lower(lowered, err);
-        if (st != PP_OK) { pp_schedule_free(lowered); return st; }
-        s = lowered;
-    }
-    plane = (size_t)s->num_stages * (size_t)s->mb;
-    nkeys = 2 * plane;
-    res = (pp_sim_result *)pp__calloc(1, sizeof *res);
-    if (!res) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+    return PP_OK;
+}
+
+/* Allocates S and its result for the lowered schedule s; under costs->grouped, finds every
+ * transfer's two ends up front (a group resolves only with its peers'). */
+static pp_status pp__sim_init(pp__sim *S, const pp_schedule *s, const pp_sim_costs *costs, pp_error *err)
+{
+    size_t plane = (size_t)s->num_stages * (size_t)s->mb, nkeys = 2 * plane, k;
+    pp_sim_result *res;
+    int r, i;
+    memset(S, 0, sizeof *S);
+    S->s = s;
+    S->c = costs;
+    S->t0 = DBL_MAX;
+    S->t1 = 0;
+    res = S->res = (pp_sim_result *)pp__calloc(1, sizeof *res);
+    if (!res) return pp__fail(err, PP_ENOMEM, "out of memory");
     res->pp = s->pp; res->vpp = s->vpp;
     res->busy = (double *)pp__calloc((size_t)s->pp, sizeof(double));
     res->bubble = (double *)pp__calloc((size_t)s->pp, sizeof(double));
@@ -6226,134 +6312,148 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
     res->length = (int *)pp__calloc((size_t)s->pp, sizeof(int));
     res->start = (double **)pp__calloc((size_t)s->pp, sizeof(double *));
     res->end = (double **)pp__calloc((size_t)s->pp, sizeof(double *));
-    post_send = (double *)PIPEPAR_MALLOC(nkeys * sizeof(double));
-    post_recv = (double *)PIPEPAR_MALLOC(nkeys * sizeof(double));
-    send_r = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
-    send_p = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
-    recv_r = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
-    recv_p = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
-    arr_f = (double *)pp__calloc(plane, sizeof(double));
-    arr_b = (double *)pp__calloc(plane, sizeof(double));
-    arrived_f = (unsigned char *)pp__calloc(plane, 1);
-    arrived_b = (unsigned char *)pp__calloc(plane, 1);
-    t = (double *)pp__calloc((size_t)s->pp, sizeof(double));
-    pc = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    S->post_send = (double *)PIPEPAR_MALLOC(nkeys * sizeof(double));
+    S->post_recv = (double *)PIPEPAR_MALLOC(nkeys * sizeof(double));
+    S->send_r = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
+    S->send_p = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
+    S->recv_r = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
+    S->recv_p = (int *)PIPEPAR_MALLOC(nkeys * sizeof(int));
+    S->arr_f = (double *)pp__calloc(plane, sizeof(double));
+    S->arr_b = (double *)pp__calloc(plane, sizeof(double));
+    S->arrived_f = (unsigned char *)pp__calloc(plane, 1);
+    S->arrived_b = (unsigned char *)pp__calloc(plane, 1);
+    S->t = (double *)pp__calloc((size_t)s->pp, sizeof(double));
+    S->pc = (int *)pp__calloc((size_t)s->pp, sizeof(int));
     if (!res->busy || !res->bubble || !res->peak_live || !res->peak_memory || !res->length || !res->start ||
-        !res->end || !post_send || !post_recv || !send_r || !send_p || !recv_r || !recv_p || !arr_f || !arr_b ||
-        !arrived_f || !arrived_b || !t || !pc || !pp__progress_init(&prog, s)) {
-        st = pp__fail(err, PP_ENOMEM, "out of memory");
-        goto done;
-    }
+        !res->end || !S->post_send || !S->post_recv || !S->send_r || !S->send_p || !S->recv_r || !S->recv_p ||
+        !S->arr_f || !S->arr_b || !S->arrived_f || !S->arrived_b || !S->t || !S->pc || !pp__progress_init(&S->prog, s))
+        return pp__fail(err, PP_ENOMEM, "out of memory");
     for (r = 0; r < s->pp; r++) {
         size_t n = s->length[r] > 0 ? (size_t)s->length[r] : 1;
         res->length[r] = s->length[r];
         res->start[r] = (double *)pp__calloc(n, sizeof(double));
         res->end[r] = (double *)pp__calloc(n, sizeof(double));
-        if (!res->start[r] || !res->end[r]) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
-        if (s->length[r] == 0) finished++;
+        if (!res->start[r] || !res->end[r]) return pp__fail(err, PP_ENOMEM, "out of memory");
     }
-    for (k = 0; k < nkeys; k++) { post_send[k] = post_recv[k] = -1; send_r[k] = recv_r[k] = -1; }
-    if (costs->grouped) {
-        /* every transfer's two ends, known up front: a group resolves only with its peers' */
-        if (!pp__sim_groups_init(s, &groups)) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
-        for (r = 0; r < s->pp; r++)
-            for (i = 0; i < s->length[r]; i++) {
-                pp_action a = s->actions[r][i];
-                if (!pp__is_comm(a.op)) continue;
-                k = pp__comm_key(s, a);
-                if (a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B) { send_r[k] = r; send_p[k] = i; }
-                else { recv_r[k] = r; recv_p[k] = i; }
-            }
-    }
+    for (k = 0; k < nkeys; k++) { S->post_send[k] = S->post_recv[k] = -1; S->send_r[k] = S->recv_r[k] = -1; }
+    if (!costs->grouped) return PP_OK;
+    if (!pp__sim_groups_init(s, &S->groups)) return pp__fail(err, PP_ENOMEM, "out of memory");
+    for (r = 0; r < s->pp; r++)
+        for (i = 0; i < s->length[r]; i++) {
+            pp_action a = s->actions[r][i];
+            if (!pp__is_comm(a.op)) continue;
+            k = pp__comm_key(s, a);
+            if (a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B) { S->send_r[k] = r; S->send_p[k] = i; }
+            else { S->recv_r[k] = r; S->recv_p[k] = i; }
+        }
+    return PP_OK;
+}
 
+/* Rank r posts the transfer end a (costs->grouped off): posting never blocks; the transfer runs
+ * once both sides have posted. */
+static void pp__sim_post(pp__sim *S, int r, pp_action a)
+{
+    const pp_schedule *s = S->s;
+    size_t k = pp__comm_key(s, a);
+    double start, end;
+    if (a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B) { S->post_send[k] = S->t[r]; S->send_r[k] = r; S->send_p[k] = S->pc[r]; }
+    else { S->post_recv[k] = S->t[r]; S->recv_r[k] = r; S->recv_p[k] = S->pc[r]; }
+    if (S->post_send[k] < 0 || S->post_recv[k] < 0) return;
+    start = S->post_send[k] > S->post_recv[k] ? S->post_send[k] : S->post_recv[k];
+    end = start + S->c->p2p_latency + S->c->p2p_seconds_per_byte * S->c->activation_bytes;
+    S->res->start[S->send_r[k]][S->send_p[k]] = S->res->start[S->recv_r[k]][S->recv_p[k]] = start;
+    S->res->end[S->send_r[k]][S->send_p[k]] = S->res->end[S->recv_r[k]][S->recv_p[k]] = end;
+    pp__sim_arrive(S, s->actions[S->recv_r[k]][S->recv_p[k]], end);
+}
+
+/* Rank r's compute action a (at S->pc[r]): 1 when it ran, starting once the rank is free and its
+ * inputs have arrived; 0 while an input from another rank has not; -1 (err set) when it comes
+ * before work its own rank has still to do. */
+static int pp__sim_compute(pp__sim *S, int r, pp_action a, pp_error *err)
+{
+    const pp_schedule *s = S->s;
+    int ops[2], stg[2], mbs[2], h, nh = pp__halves(a, ops, stg, mbs), ready = 1;
+    double start = S->t[r], dur = 0;
+    char txt[64];
+    for (h = 0; h < nh && ready == 1; h++) {
+        const char *why = "";
+        int from;
+        ready = pp__half_ready(s, &S->prog, S->arrived_f, S->arrived_b, ops[h], stg[h], mbs[h], &why);
+        if (ready < 0) {
+            pp_action_format(a, txt, sizeof txt);
+            pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s %s", r, S->pc[r], txt, why);
+            return -1;
+        }
+        if (ready == 1 && pp__cross_input(s, ops[h], stg[h], mbs[h], &from)) {
+            double at = ops[h] == PP_OP_F ? S->arr_f[PP__SM(s, stg[h], mbs[h])] : S->arr_b[PP__SM(s, stg[h], mbs[h])];
+            if (at > start) start = at;
+        }
+    }
+    if (!ready) return 0;
+    for (h = 0; h < nh; h++) {
+        if (!S->c->action_cost) dur += pp__half_cost(s, S->c, ops[h], stg[h]);
+        pp__mark_done(s, &S->prog, ops[h], stg[h], mbs[h]);
+    }
+    if (S->c->action_cost) dur = S->c->action_cost[r][S->pc[r]];
+    S->res->start[r][S->pc[r]] = start;
+    S->res->end[r][S->pc[r]] = start + dur;
+    S->res->busy[r] += dur;
+    S->t[r] = start + dur;
+    if (start < S->t0) S->t0 = start;
+    if (start + dur > S->t1) S->t1 = start + dur;
+    return 1;
+}
+
+/* Plays every rank's program forward until all have finished: each rank runs as far as it can,
+ * round after round; a round in which none moves is a deadlock. */
+static pp_status pp__sim_run(pp__sim *S, pp_error *err)
+{
+    const pp_schedule *s = S->s;
+    int r, finished = 0;
+    for (r = 0; r < s->pp; r++) if (s->length[r] == 0) finished++;
     while (finished < s->pp) {
         int progress = 0;
         for (r = 0; r < s->pp; r++) {
-            if (pc[r] >= s->length[r]) continue;
-            while (pc[r] < s->length[r]) {
-                pp_action a = s->actions[r][pc[r]];
-                if (pp__is_comm(a.op) && costs->grouped) {
+            if (S->pc[r] >= s->length[r]) continue;
+            while (S->pc[r] < s->length[r]) {
+                pp_action a = s->actions[r][S->pc[r]];
+                if (pp__is_comm(a.op) && S->c->grouped) {
                     /* the whole group is posted at once; it runs when it and its peers' head their streams */
-                    int g = groups.gid[groups.pos_ofs[r] + pc[r]];
-                    groups.posted[g] = t[r];
-                    pc[r] = groups.last[g] + 1;
-                    pp__sim_groups_resolve(s, costs, &groups, send_r, send_p, recv_r, recv_p, res, arr_f, arr_b,
-                                           arrived_f, arrived_b);
-                    progress = 1;
-                    continue;
+                    int g = S->groups.gid[S->groups.pos_ofs[r] + S->pc[r]];
+                    S->groups.posted[g] = S->t[r];
+                    S->pc[r] = S->groups.last[g] + 1;
+                    pp__sim_groups_resolve(S);
+                } else if (pp__is_comm(a.op)) {
+                    pp__sim_post(S, r, a);
+                    S->pc[r]++;
+                } else {
+                    int ran = pp__sim_compute(S, r, a, err);
+                    if (ran < 0) return PP_EINVALID_SCHEDULE;
+                    if (!ran) break;
+                    S->pc[r]++;
                 }
-                if (pp__is_comm(a.op)) {
-                    /* posting never blocks; the transfer runs once both sides have posted */
-                    int is_send = a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B;
-                    k = pp__comm_key(s, a);
-                    if (is_send) { post_send[k] = t[r]; send_r[k] = r; send_p[k] = pc[r]; }
-                    else { post_recv[k] = t[r]; recv_r[k] = r; recv_p[k] = pc[r]; }
-                    if (post_send[k] >= 0 && post_recv[k] >= 0) {
-                        double start = post_send[k] > post_recv[k] ? post_send[k] : post_recv[k];
-                        double end = start + costs->p2p_latency + costs->p2p_seconds_per_byte * costs->activation_bytes;
-                        pp_action rv = s->actions[recv_r[k]][recv_p[k]];
-                        size_t ck = PP__SM(s, rv.stage, rv.mb);
-                        res->start[send_r[k]][send_p[k]] = res->start[recv_r[k]][recv_p[k]] = start;
-                        res->end[send_r[k]][send_p[k]] = res->end[recv_r[k]][recv_p[k]] = end;
-                        if (rv.op == PP_OP_RECV_F) { arr_f[ck] = end; arrived_f[ck] = 1; }
-                        else { arr_b[ck] = end; arrived_b[ck] = 1; }
-                    }
-                    pc[r]++;
-                    progress = 1;
-                    continue;
-                }
-                {
-                    int ops[2], stg[2], mbs[2], h, nh = pp__halves(a, ops, stg, mbs), ready = 1;
-                    double start = t[r], dur = 0;
-                    char txt[64];
-                    for (h = 0; h < nh && ready == 1; h++) {
-                        const char *why = "";
-                        int from;
-                        ready = pp__half_ready(s, &prog, arrived_f, arrived_b, ops[h], stg[h], mbs[h], &why);
-                        if (ready < 0) {
-                            pp_action_format(a, txt, sizeof txt);
-                            st = pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d position %d: %s %s", r, pc[r], txt, why);
-                            goto done;
-                        }
-                        if (ready == 1 && pp__cross_input(s, ops[h], stg[h], mbs[h], &from)) {
-                            double at = ops[h] == PP_OP_F ? arr_f[PP__SM(s, stg[h], mbs[h])]
-                                                          : arr_b[PP__SM(s, stg[h], mbs[h])];
-                            if (at > start) start = at;
-                        }
-                    }
-                    if (!ready) break;
-                    for (h = 0; h < nh; h++) {
-                        if (!costs->action_cost) dur += pp__half_cost(s, costs, ops[h], stg[h]);
-                        pp__mark_done(s, &prog, ops[h], stg[h], mbs[h]);
-                    }
-                    if (costs->action_cost) dur = costs->action_cost[r][pc[r]];
-                    res->start[r][pc[r]] = start;
-                    res->end[r][pc[r]] = start + dur;
-                    res->busy[r] += dur;
-                    t[r] = start + dur;
-                    if (start < t0) t0 = start;
-                    if (start + dur > t1) t1 = start + dur;
-                    pc[r]++;
-                    progress = 1;
-                }
+                progress = 1;
             }
-            if (pc[r] >= s->length[r]) finished++;
+            if (S->pc[r] >= s->length[r]) finished++;
         }
-        if (!progress && finished < s->pp) {
-            st = pp__fail(err, PP_EDEADLOCK, "simulation cannot finish: the schedule waits for tensors that are "
-                          "never sent (run pp_schedule_validate for the exact place)");
-            goto done;
-        }
+        if (!progress && finished < s->pp)
+            return pp__fail(err, PP_EDEADLOCK, "simulation cannot finish: the schedule waits for tensors that are "
+                            "never sent (run pp_schedule_validate for the exact place)");
     }
-    if (t0 == DBL_MAX) t0 = 0;
-    res->makespan = t1 - t0;
+    return PP_OK;
+}
 
-    /* peak live activations: an F's activations live from its start until its B (or W) ends.
-     * Compute is sequential per rank, so in program order these instants never go back in time
-     * (start <= end <= next start): one walk, no sort; a release at the same instant as the
-     * next allocation comes first, as it should. */
+/* Peak live activations: an F's activations live from its start until its B (or W) ends.
+ * Compute is sequential per rank, so in program order these instants never go back in time
+ * (start <= end <= next start): one walk, no sort; a release at the same instant as the next
+ * allocation comes first, as it should. mem_all: the stages' memory in all (memory_stage). */
+static void pp__sim_peaks(pp__sim *S, double mem_all)
+{
+    const pp_schedule *s = S->s;
+    const double *ms = S->c->memory_stage;
+    pp_sim_result *res = S->res;
+    int r, i;
     for (r = 0; r < s->pp; r++) {
-        const double *ms = costs->memory_stage;
         int live = 0, peak = 0;
         double live_mem = 0, peak_mem = 0;
         for (i = 0; i < s->length[r]; i++) {
@@ -6382,22 +6482,55 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
          * model twice over) */
         res->peak_memory[r] = peak_mem / (mem_all / (s->placement == PP_PLACEMENT_DUAL ? 2.0 * s->pp : (double)s->pp));
     }
-    res->bubble_mean = 0;
-    for (r = 0; r < s->pp; r++) {
-        res->bubble[r] = res->makespan > 0 ? 1.0 - res->busy[r] / res->makespan : 0.0;
-        res->bubble_mean += res->bubble[r] / s->pp;
+}
+
+pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_sim_result **out, pp_error *err)
+{
+    pp_sim_costs zero;
+    pp_schedule *lowered = NULL;
+    pp__sim S;
+    pp_status st;
+    int r, i, has_comm = 0;
+    double mem_all;
+
+    if (!sched || !out) return pp__fail(err, PP_EINVAL, "schedule and out: must not be NULL");
+    *out = NULL;
+    if (!costs) { memset(&zero, 0, sizeof zero); costs = &zero; }
+    if (costs->f < 0 || costs->b < 0 || costs->i < 0 || costs->w < 0 || costs->p2p_latency < 0 ||
+        costs->p2p_seconds_per_byte < 0 || costs->activation_bytes < 0)
+        return pp__fail(err, PP_EINVAL, "costs: every cost must be >= 0 (f=%g b=%g i=%g w=%g p2p=%g)",
+                        costs->f, costs->b, costs->i, costs->w, costs->p2p_latency);
+    st = pp__check_structure(sched, err);
+    if (st != PP_OK) return st;
+    for (r = 0; r < sched->pp && !has_comm; r++)
+        for (i = 0; i < sched->length[r]; i++)
+            if (pp__is_comm(sched->actions[r][i].op)) { has_comm = 1; break; }
+    st = pp__sim_check_costs(sched, costs, has_comm, &mem_all, err);
+    if (st != PP_OK) return st;
+    if (!has_comm && sched->pp > 1) {
+        st = pp_schedule_copy(sched, &lowered, err);
+        if (st == PP_OK) st = pp_schedule_lower(lowered, err);
+        if (st != PP_OK) { pp_schedule_free(lowered); return st; }
+        sched = lowered;
     }
-    *out = res;
-    res = NULL;
-    st = pp__ok(err);
-done:
-    pp_sim_result_free(res);
+    st = pp__sim_init(&S, sched, costs, err);
+    if (st == PP_OK) st = pp__sim_run(&S, err);
+    if (st == PP_OK) {
+        pp_sim_result *res = S.res;
+        if (S.t0 == DBL_MAX) S.t0 = 0;
+        res->makespan = S.t1 - S.t0;
+        pp__sim_peaks(&S, mem_all);
+        res->bubble_mean = 0;
+        for (r = 0; r < sched->pp; r++) {
+            res->bubble[r] = res->makespan > 0 ? 1.0 - res->busy[r] / res->makespan : 0.0;
+            res->bubble_mean += res->bubble[r] / sched->pp;
+        }
+        *out = res;
+        S.res = NULL;
+        st = pp__ok(err);
+    }
+    pp__sim_free(&S);
     pp_schedule_free(lowered);
-    PIPEPAR_FREE(post_send); PIPEPAR_FREE(post_recv); PIPEPAR_FREE(send_r); PIPEPAR_FREE(send_p);
-    PIPEPAR_FREE(recv_r); PIPEPAR_FREE(recv_p); PIPEPAR_FREE(arr_f); PIPEPAR_FREE(arr_b);
-    PIPEPAR_FREE(arrived_f); PIPEPAR_FREE(arrived_b); PIPEPAR_FREE(t); PIPEPAR_FREE(pc);
-    pp__sim_groups_free(&groups);
-    pp__progress_free(&prog);
     return st;
 }
 
@@ -7739,21 +7872,18 @@ done:
 }
 #endif
 
-pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp_error *err)
+/* Whether one layer's costs are finite numbers >= 0. */
+static int pp__layer_costs_ok(const pp_layer_costs *lc)
 {
-    pp__search S;
-    pp__candidate c;
-    pp_search_config cfg_copy;
-    const pp_search_config *cfg = &cfg_copy;
-    pp_search_result *res = NULL;
-    pp_status st = PP_OK;
-    double *b_stage = NULL, *split_cost[5] = { NULL, NULL, NULL, NULL, NULL };
-    int32_t *split = NULL, *even = NULL, *trial = NULL;
-    int vpp, vlo, vhi, max_vpp, k, spread, local = 0, threads;
-    long max_layouts, layouts = 0, count;
-    if (!user_cfg || !out) return pp__fail(err, PP_EINVAL, "cfg and out: must not be NULL");
-    *out = NULL;
-    cfg_copy = *user_cfg;
+    return lc->f >= 0 && lc->f <= DBL_MAX && lc->i >= 0 && lc->i <= DBL_MAX && lc->w >= 0 && lc->w <= DBL_MAX &&
+           lc->memory >= 0 && lc->memory <= DBL_MAX;
+}
+
+/* pp_search's argument checks, as sokol's _sg_validate_* do them: every field against its rule,
+ * in one place, before anything is allocated; the first broken rule is the one reported. */
+static pp_status pp__search_validate(const pp_search_config *cfg, pp_error *err)
+{
+    int k, has_stage_costs;
     if (cfg->pp < 1) return pp__fail(err, PP_EINVAL, "pp=%d: must be at least 1", cfg->pp);
     if (cfg->mb < 1) return pp__fail(err, PP_EINVAL, "mb=%d: must be at least 1", cfg->mb);
     if (cfg->vpp < 0) return pp__fail(err, PP_EINVAL, "vpp=%d: must be at least 1 (0 tries 1..max_vpp)", cfg->vpp);
@@ -7774,8 +7904,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     for (k = 0; k < 2; k++) {
         const pp_layer_costs *lc = k ? &cfg->loss : &cfg->embedding;
         const char *name = k ? "loss" : "embedding";
-        if (!(lc->f >= 0 && lc->f <= DBL_MAX && lc->i >= 0 && lc->i <= DBL_MAX && lc->w >= 0 && lc->w <= DBL_MAX &&
-              lc->memory >= 0 && lc->memory <= DBL_MAX))
+        if (!pp__layer_costs_ok(lc))
             return pp__fail(err, PP_EINVAL, "%s: f=%g i=%g w=%g memory=%g: each must be a finite number >= 0", name,
                             lc->f, lc->i, lc->w, lc->memory);
         if (!cfg->layers && (lc->f > 0 || lc->i > 0 || lc->w > 0 || lc->memory > 0))
@@ -7786,8 +7915,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
         return pp__fail(err, PP_EINVAL, "layer_costs: only with layers (they hold one entry per layer)");
     for (k = 0; cfg->layer_costs && k < cfg->layers; k++) {
         const pp_layer_costs *lc = &cfg->layer_costs[k];
-        if (!(lc->f >= 0 && lc->f <= DBL_MAX && lc->i >= 0 && lc->i <= DBL_MAX && lc->w >= 0 && lc->w <= DBL_MAX &&
-              lc->memory >= 0 && lc->memory <= DBL_MAX))
+        if (!pp__layer_costs_ok(lc))
             return pp__fail(err, PP_EINVAL, "layer_costs[%d]: f=%g i=%g w=%g memory=%g: each must be a finite number "
                             ">= 0", k, lc->f, lc->i, lc->w, lc->memory);
     }
@@ -7797,19 +7925,209 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     if (cfg->costs.grouped)
         return pp__fail(err, PP_EINVAL, "costs: grouped=%d: a search ranks with each transfer on its own (its "
                         "greedy schedules are built that way; leave it 0)", cfg->costs.grouped);
-    memset(&S, 0, sizeof S);
-    S.cfg = cfg;
-    S.has_stage_costs = cfg->costs.f_stage || cfg->costs.b_stage || cfg->costs.i_stage || cfg->costs.w_stage ||
-                        cfg->costs.memory_stage;
-    if (S.has_stage_costs && cfg->layers)
+    has_stage_costs = cfg->costs.f_stage || cfg->costs.b_stage || cfg->costs.i_stage || cfg->costs.w_stage ||
+                      cfg->costs.memory_stage;
+    if (has_stage_costs && cfg->layers)
         return pp__fail(err, PP_EINVAL, "layers=%d with per-stage costs: the layout search sets every stage's cost "
                         "from the per-layer costs f, b, i, w (leave the per-stage arrays NULL)", cfg->layers);
-    if (S.has_stage_costs && !cfg->vpp)
+    if (has_stage_costs && !cfg->vpp)
         return pp__fail(err, PP_EINVAL, "vpp=0: per-stage costs hold pp*vpp entries, so the search needs the vpp "
                         "they describe");
     if (cfg->costs.f < 0 || cfg->costs.b < 0 || cfg->costs.i < 0 || cfg->costs.w < 0)
         return pp__fail(err, PP_EINVAL, "costs: every cost must be >= 0 (f=%g b=%g i=%g w=%g)", cfg->costs.f,
                         cfg->costs.b, cfg->costs.i, cfg->costs.w);
+    return PP_OK;
+}
+
+/* The layout search's working state (cfg.layers) for one pp_search call. Its arrays hold the
+ * most stages any vpp tried has (pp * the largest vpp, at most layers). */
+typedef struct pp__layouts {
+    int32_t *split;         /* the current split */
+    int32_t *even;          /* the current vpp's even split */
+    int32_t *trial;         /* the descent's candidate: split with one layer moved */
+    double *cost[5];        /* the current split's per-stage f, b, i, w and memory (the working
+                               config's per-stage arrays point here) */
+    int spread, threads;    /* cfg.layout_spread and cfg.threads, defaults applied */
+    long max_layouts;       /* cfg.max_layouts, default applied */
+    long tried;             /* splits tried, over every vpp */
+    int local;              /* 1: some vpp was searched by descent */
+} pp__layouts;
+
+static void pp__layouts_free(pp__layouts *L)
+{
+    int k;
+    PIPEPAR_FREE(L->split); PIPEPAR_FREE(L->even); PIPEPAR_FREE(L->trial);
+    for (k = 0; k < 5; k++) PIPEPAR_FREE(L->cost[k]);
+}
+
+/* Allocates L for vpp vlo..vhi and points cfg's per-stage costs at L->cost. */
+static pp_status pp__layouts_init(pp__layouts *L, pp_search_config *cfg, int vlo, int vhi, pp_error *err)
+{
+    /* every vpp's splits are counted before any is searched: a refusal costs no time */
+    long most = (long)cfg->pp * vhi;
+    int k;
+    memset(L, 0, sizeof *L);
+    L->spread = cfg->layout_spread ? cfg->layout_spread : 1;
+    L->max_layouts = cfg->max_layouts ? cfg->max_layouts : 4096;
+#ifdef PIPEPAR_NO_THREADS
+    L->threads = 1;
+#else
+    L->threads = cfg->threads > 1 ? cfg->threads : 1;
+#endif
+    if ((long)cfg->pp * vlo > cfg->layers)
+        return pp__fail(err, PP_EINVAL, "layers=%d: fewer than the pp*vpp = %ld stages of %s", cfg->layers,
+                        (long)cfg->pp * vlo, cfg->vpp ? "this vpp" : "vpp 1 (every stage needs a layer)");
+    if (most > cfg->layers) most = cfg->layers;
+    L->split = (int32_t *)pp__calloc((size_t)most, sizeof *L->split);
+    L->even = (int32_t *)pp__calloc((size_t)most, sizeof *L->even);
+    L->trial = (int32_t *)pp__calloc((size_t)most, sizeof *L->trial);
+    for (k = 0; k < 5; k++) L->cost[k] = (double *)pp__calloc((size_t)most, sizeof(double));
+    if (!L->split || !L->even || !L->trial || !L->cost[0] || !L->cost[1] || !L->cost[2] || !L->cost[3] || !L->cost[4])
+        return pp__fail(err, PP_ENOMEM, "out of memory");
+    cfg->costs.f_stage = L->cost[0]; cfg->costs.b_stage = L->cost[1];
+    cfg->costs.i_stage = L->cost[2]; cfg->costs.w_stage = L->cost[3];
+    cfg->costs.memory_stage = L->cost[4];
+    return PP_OK;
+}
+
+/* A vpp with more splits than max_layouts: descends from the even split (L->split holds it),
+ * each round taking the move of one layer from a stage to another that shortens the step most,
+ * until none does or max_layouts splits have been tried. */
+static pp_status pp__search_descend(pp__search *S, pp__layouts *L, const pp_search_config *cfg, int vpp, int lo,
+                                    int hi, pp_error *err)
+{
+    int stages = S->stages, fits, a, b, best_a, best_b, last_a = -1, last_b = -1;
+    double makespan;
+    long tried = 0;
+    pp_status st;
+    L->local = 1;
+    st = pp__search_split(S, &cfg->costs, vpp, L->cost, err);
+    if (st != PP_OK) return st;
+    tried++;
+    fits = S->split_fits;
+    makespan = S->split_makespan;
+    for (;;) {
+        best_a = -1; best_b = -1;
+        memcpy(L->trial, L->split, (size_t)stages * sizeof *L->trial);
+        S->layout = L->trial;
+        for (a = 0; a < stages && tried < L->max_layouts; a++)
+            for (b = 0; b < stages && tried < L->max_layouts; b++) {
+                if (a == b || L->split[a] <= lo || L->split[b] >= hi) continue;
+                if (a == last_b && b == last_a) continue;   /* back where the last round came from */
+                L->trial[a]--; L->trial[b]++;
+                st = pp__search_split(S, &cfg->costs, vpp, L->cost, err);
+                L->trial[a]++; L->trial[b]--;
+                if (st != PP_OK) return st;
+                tried++;
+                if (S->split_fits > fits || (S->split_fits == fits && S->split_makespan < makespan * (1 - 1e-12))) {
+                    fits = S->split_fits; makespan = S->split_makespan;
+                    best_a = a; best_b = b;
+                }
+            }
+        S->layout = L->split;
+        if (best_a < 0) break;
+        L->split[best_a]--; L->split[best_b]++;
+        last_a = best_a; last_b = best_b;
+    }
+    L->tried += tried;
+    return PP_OK;
+}
+
+/* One vpp of the layout search: every split of even +- spread layers a stage (at least 1), each
+ * searched by pp__search_split; on L->threads threads when there are several, by descent when
+ * there are more than max_layouts. */
+static pp_status pp__search_layouts(pp__search *S, pp__layouts *L, const pp_search_config *cfg, int vpp,
+                                    pp_error *err)
+{
+    int stages = cfg->pp * vpp, lo, hi, sn, have;
+    long count;
+    pp_status st;
+    lo = cfg->layers / stages - L->spread;
+    if (lo < 1) lo = 1;
+    hi = (cfg->layers + stages - 1) / stages + L->spread;
+    /* the even split first, so that a tie keeps it; then every other split in order */
+    for (sn = 0; sn < stages; sn++) L->even[sn] = cfg->layers / stages + (sn >= stages - cfg->layers % stages);
+    S->stages = stages;
+    S->first = S->count;
+    S->layout = L->split;
+    S->even = L->even;
+    memcpy(L->split, L->even, (size_t)stages * sizeof *L->split);
+    count = pp__splits_count(cfg->layers, stages, lo, hi, L->max_layouts);
+    if (count < 0) return pp__fail(err, PP_ENOMEM, "out of memory");
+    S->where.splits_total = count <= L->max_layouts ? count : L->max_layouts;
+    if (count > L->max_layouts) return pp__search_descend(S, L, cfg, vpp, lo, hi, err);
+#ifndef PIPEPAR_NO_THREADS
+    if (L->threads > 1 && count > 1) {
+        st = pp__search_splits_threaded(S, cfg, vpp, lo, hi, count, L->threads, err);
+        if (st == PP_OK) L->tried += count;
+        return st;
+    }
+#endif
+    for (have = 0, S->split_index = 0;; have = 1, S->split_index++) {
+        st = pp__search_split(S, &cfg->costs, vpp, L->cost, err);
+        if (st != PP_OK) return st;
+        L->tried++;
+        if (!pp__split_advance(L->split, L->even, stages, cfg->layers, lo, hi, !have)) return PP_OK;
+    }
+}
+
+/* Ranks S's entries into a result (which takes them and the layout pool over), and builds the
+ * winner, lowered, when it fits the cap. */
+static pp_status pp__search_result(pp__search *S, const pp_search_config *cfg, pp__layouts *L,
+                                   pp_search_result **out, pp_error *err)
+{
+    pp_search_result *res;
+    pp_status st = PP_OK;
+    int k;
+    if (cfg->layers)
+        for (k = 0; k < S->count; k++) S->entries[k].stage_layers = S->pool + S->layout_at[k];
+    qsort(S->entries, (size_t)S->count, sizeof *S->entries, pp__entry_cmp);
+    res = (pp_search_result *)pp__calloc(1, sizeof *res);
+    if (!res) return pp__fail(err, PP_ENOMEM, "out of memory");
+    res->count = S->count;
+    res->entries = S->entries;
+    S->entries = NULL;
+    res->layouts = L->tried;
+    res->layouts_local = L->local;
+    res->layout_pool = S->pool;
+    S->pool = NULL;
+    if (res->count > 0 && res->entries[0].fits) {
+        const pp_search_entry *b = &res->entries[0];
+        pp__candidate c;
+        memset(&c, 0, sizeof c);
+        c.kind = b->kind; c.placement = b->placement; c.vpp = b->vpp; c.group = b->group;
+        c.max_live = b->max_live; c.flags = b->greedy_flags; c.split = b->split_overlaps;
+        /* a greedy order comes from the costs: the winner's split's */
+        if (b->stage_layers) pp__split_costs(cfg, &cfg->costs, b->stage_layers, cfg->pp * b->vpp, L->cost);
+        st = pp__candidate_build(cfg, &c, &res->best, err);
+        if (st == PP_OK && c.split) st = pp_schedule_split_overlaps(res->best, err);
+        if (st == PP_OK && b->split_backward) st = pp_schedule_split_backward(res->best, err);
+        if (st == PP_OK) st = pp_schedule_lower(res->best, err);
+        if (st != PP_OK) { pp_search_result_free(res); return st; }
+    }
+    *out = res;
+    return PP_OK;
+}
+
+pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp_error *err)
+{
+    pp__search S;
+    pp__layouts L;
+    pp_search_config cfg_copy;
+    const pp_search_config *cfg = &cfg_copy;
+    pp_status st;
+    double *b_stage = NULL;
+    int vpp, vlo, vhi, k;
+    if (!user_cfg || !out) return pp__fail(err, PP_EINVAL, "cfg and out: must not be NULL");
+    *out = NULL;
+    st = pp__search_validate(user_cfg, err);
+    if (st != PP_OK) return st;
+    cfg_copy = *user_cfg;
+    memset(&S, 0, sizeof S);
+    memset(&L, 0, sizeof L);
+    S.cfg = cfg;
+    S.has_stage_costs = cfg->costs.f_stage || cfg->costs.b_stage || cfg->costs.i_stage || cfg->costs.w_stage ||
+                        cfg->costs.memory_stage;
     /* Kinds mix full B's with split I/W (DualPipeV does both): when only the halves are given, a
      * full backward costs their sum, not pp_simulate's default of 2F. */
     if (cfg_copy.costs.b == 0 && cfg_copy.costs.i + cfg_copy.costs.w > 0)
@@ -7821,115 +8139,21 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
         for (k = 0; k < n; k++) b_stage[k] = cfg->costs.i_stage[k] + cfg->costs.w_stage[k];
         cfg_copy.costs.b_stage = b_stage;
     }
-    max_vpp = cfg->max_vpp ? cfg->max_vpp : 4;
     vlo = cfg->vpp ? cfg->vpp : 1;
-    vhi = cfg->vpp ? cfg->vpp : max_vpp;
-    spread = cfg->layout_spread ? cfg->layout_spread : 1;
-    max_layouts = cfg->max_layouts ? cfg->max_layouts : 4096;
-#ifdef PIPEPAR_NO_THREADS
-    threads = 1;
-#else
-    threads = cfg->threads > 1 ? cfg->threads : 1;
-#endif
+    vhi = cfg->vpp ? cfg->vpp : cfg->max_vpp ? cfg->max_vpp : 4;
     if (cfg->layers) {
-        /* every vpp's splits are counted before any is searched: a refusal costs no time */
-        long most = (long)cfg->pp * vhi;
-        if ((long)cfg->pp * vlo > cfg->layers) {
-            st = pp__fail(err, PP_EINVAL, "layers=%d: fewer than the pp*vpp = %ld stages of %s", cfg->layers,
-                          (long)cfg->pp * vlo, cfg->vpp ? "this vpp" : "vpp 1 (every stage needs a layer)");
-            goto done;
-        }
-        if (most > cfg->layers) most = cfg->layers;
-        split = (int32_t *)pp__calloc((size_t)most, sizeof *split);
-        even = (int32_t *)pp__calloc((size_t)most, sizeof *even);
-        for (k = 0; k < 5; k++) split_cost[k] = (double *)pp__calloc((size_t)most, sizeof(double));
-        if (!split || !even || !split_cost[0] || !split_cost[1] || !split_cost[2] || !split_cost[3] || !split_cost[4]) {
-            st = pp__fail(err, PP_ENOMEM, "out of memory");
-            goto done;
-        }
-        trial = (int32_t *)pp__calloc((size_t)most, sizeof *trial);
-        if (!trial) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
-        cfg_copy.costs.f_stage = split_cost[0]; cfg_copy.costs.b_stage = split_cost[1];
-        cfg_copy.costs.i_stage = split_cost[2]; cfg_copy.costs.w_stage = split_cost[3];
-        cfg_copy.costs.memory_stage = split_cost[4];
+        st = pp__layouts_init(&L, &cfg_copy, vlo, vhi, err);
+        if (st != PP_OK) goto done;
         S.has_stage_costs = 1;
     }
-    for (vpp = vlo; vpp <= vhi; vpp++) {
-        int stages = cfg->pp * vpp, lo, hi, sn, have;
+    for (vpp = vlo; vpp <= vhi && st == PP_OK; vpp++) {
         S.where.vpp = vpp;
         S.where.splits_done = S.where.splits_total = 0;
-        if (!cfg->layers) {
-            st = pp__search_vpp(&S, vpp, err);
-            if (st != PP_OK) goto done;
-            continue;
-        }
-        if (stages > cfg->layers) break;
-        if (!pp__layout_kind_takes_vpp(cfg->kind, vpp)) continue;
-        lo = cfg->layers / stages - spread;
-        if (lo < 1) lo = 1;
-        hi = (cfg->layers + stages - 1) / stages + spread;
-        /* the even split first, so that a tie keeps it; then every other split in order */
-        for (sn = 0; sn < stages; sn++) even[sn] = cfg->layers / stages + (sn >= stages - cfg->layers % stages);
-        S.stages = stages;
-        S.first = S.count;
-        S.layout = split;
-        S.even = even;
-        memcpy(split, even, (size_t)stages * sizeof *split);
-        count = pp__splits_count(cfg->layers, stages, lo, hi, max_layouts);
-        if (count < 0) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
-        S.where.splits_total = count <= max_layouts ? count : max_layouts;
-        if (count <= max_layouts && threads > 1 && count > 1) {
-#ifndef PIPEPAR_NO_THREADS
-            st = pp__search_splits_threaded(&S, &cfg_copy, vpp, lo, hi, count, threads, err);
-            if (st != PP_OK) goto done;
-            layouts += count;
-#endif
-        } else if (count <= max_layouts) {
-            for (have = 0, S.split_index = 0;; have = 1, S.split_index++) {
-                st = pp__search_split(&S, &cfg_copy.costs, vpp, split_cost, err);
-                if (st != PP_OK) goto done;
-                layouts++;
-                if (!pp__split_advance(split, even, stages, cfg->layers, lo, hi, !have)) break;
-            }
-        } else {
-            /* too many to try them all: descend from the even split, each round taking the move of
-             * one layer from a stage to another that shortens the step most, until none does or
-             * max_layouts splits have been tried */
-            int fits, a, b, best_a, best_b, last_a = -1, last_b = -1;
-            double makespan;
-            long tried = 0;
-            local = 1;
-            st = pp__search_split(&S, &cfg_copy.costs, vpp, split_cost, err);
-            if (st != PP_OK) goto done;
-            tried++;
-            fits = S.split_fits;
-            makespan = S.split_makespan;
-            for (;;) {
-                best_a = -1; best_b = -1;
-                memcpy(trial, split, (size_t)stages * sizeof *trial);
-                S.layout = trial;
-                for (a = 0; a < stages && tried < max_layouts; a++)
-                    for (b = 0; b < stages && tried < max_layouts; b++) {
-                        if (a == b || split[a] <= lo || split[b] >= hi) continue;
-                        if (a == last_b && b == last_a) continue;   /* back where the last round came from */
-                        trial[a]--; trial[b]++;
-                        st = pp__search_split(&S, &cfg_copy.costs, vpp, split_cost, err);
-                        trial[a]++; trial[b]--;
-                        if (st != PP_OK) goto done;
-                        tried++;
-                        if (S.split_fits > fits || (S.split_fits == fits && S.split_makespan < makespan * (1 - 1e-12))) {
-                            fits = S.split_fits; makespan = S.split_makespan;
-                            best_a = a; best_b = b;
-                        }
-                    }
-                S.layout = split;
-                if (best_a < 0) break;
-                split[best_a]--; split[best_b]++;
-                last_a = best_a; last_b = best_b;
-            }
-            layouts += tried;
-        }
+        if (!cfg->layers) st = pp__search_vpp(&S, vpp, err);
+        else if (cfg->pp * vpp > cfg->layers) break;
+        else if (pp__layout_kind_takes_vpp(cfg->kind, vpp)) st = pp__search_layouts(&S, &L, cfg, vpp, err);
     }
+    if (st != PP_OK) goto done;
     if (S.count == 0 && cfg->kind != PP_KIND_NONE) {
         st = pp__fail(err, PP_EUNSUPPORTED, "kind=%s: none of this kind at pp=%d mb=%d vpp %d..%d%s (gpipe, 1f1b, zb-h1 "
                       "and zb-h2 run at vpp 1; zbv, dualpipev and dualpipe at vpp 2, dualpipe only with even pp and "
@@ -7938,45 +8162,15 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
                       cfg->layers && (long)cfg->pp * vhi > cfg->layers ? " (fewer, as every stage needs a layer)" : "");
         goto done;
     }
-    if (cfg->layers)
-        for (k = 0; k < S.count; k++) S.entries[k].stage_layers = S.pool + S.layout_at[k];
-    qsort(S.entries, (size_t)S.count, sizeof *S.entries, pp__entry_cmp);
-    res = (pp_search_result *)pp__calloc(1, sizeof *res);
-    if (!res) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
-    res->count = S.count;
-    res->entries = S.entries;
-    S.entries = NULL;
-    res->layouts = layouts;
-    res->layouts_local = local;
-    res->layout_pool = S.pool;
-    S.pool = NULL;
-    if (res->count > 0 && res->entries[0].fits) {
-        const pp_search_entry *b = &res->entries[0];
-        memset(&c, 0, sizeof c);
-        c.kind = b->kind; c.placement = b->placement; c.vpp = b->vpp; c.group = b->group;
-        c.max_live = b->max_live; c.flags = b->greedy_flags; c.split = b->split_overlaps;
-        /* a greedy order comes from the costs: the winner's split's */
-        if (b->stage_layers) pp__split_costs(cfg, &cfg_copy.costs, b->stage_layers, cfg->pp * b->vpp, split_cost);
-        st = pp__candidate_build(cfg, &c, &res->best, err);
-        if (st == PP_OK && c.split) st = pp_schedule_split_overlaps(res->best, err);
-        if (st == PP_OK && b->split_backward) st = pp_schedule_split_backward(res->best, err);
-        if (st == PP_OK) st = pp_schedule_lower(res->best, err);
-        if (st != PP_OK) goto done;
-    }
-    *out = res;
-    res = NULL;
-    st = pp__ok(err);
+    st = pp__search_result(&S, cfg, &L, out, err);
+    if (st == PP_OK) st = pp__ok(err);
 done:
     PIPEPAR_FREE(S.entries);
     PIPEPAR_FREE(S.layout_at);
     PIPEPAR_FREE(S.best_at);
     PIPEPAR_FREE(S.pool);
     PIPEPAR_FREE(b_stage);
-    PIPEPAR_FREE(split);
-    PIPEPAR_FREE(even);
-    PIPEPAR_FREE(trial);
-    for (k = 0; k < 5; k++) PIPEPAR_FREE(split_cost[k]);
-    pp_search_result_free(res);
+    pp__layouts_free(&L);
     return st;
 }
 

@@ -6,8 +6,8 @@
 #     bash bench/pack.sh                       sizes 10k, 30k, 100k, 1M; Python gets 300 s a size
 #     PYTHON_BUDGET=60 bash bench/pack.sh      a shorter budget for the Python run at 1M
 #
-# Prints the machine, the date and the commands, then one table (what bench/RESULTS_pack.md
-# records).
+# Prints the machine, the date and the commands, then one table (bench/RESULTS.md, 2.2, records
+# the latest).
 set -eu
 cd "$(dirname "$0")/.."
 BENCH_PACK=${BENCH_PACK:-build/bench_pack}

@@ -82,7 +82,7 @@ run_ok "interleaved pp 3, stages 2,1,1,1,1,2" "6 stages of 2,1,1,1,1,2 blocks" -
 run_ok "1f1b pp 4, Megatron's uneven first stage" "4 stages of 3,2,2,1 blocks" --pp 4 --mb 8 --schedule 1f1b \
     --layout 'Et*3|t*2|t*2|tL'
 # interleaved with a microbatch group of 4 on a 1-block first stage: what `pipepar search --layers 16
-# --kind interleaved` picks for pp 2, mb 8 (bench/RESULTS.md, session 9)
+# --kind interleaved` picks for pp 2, mb 8 (bench/RESULTS.md, 3.6)
 run_ok "interleaved group 4, stages 1,2,2,2,2,2,3,2" "8 stages of 1,2,2,2,2,2,3,2 blocks" --pp 2 --mb 8 \
     --schedule interleaved --group 4 --layout 'Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L'
 run_ok "search with its layout chosen (1107 splits)" "search    1107 splits of 16 blocks; the fastest: " --pp 2 --mb 8 \

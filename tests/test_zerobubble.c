@@ -887,7 +887,7 @@ static void split_backward_shortens_the_step_of_every_kind_with_whole_backwards(
 
 /* Run in turn (no overlapped F&B callback), DualPipeV's FB sends its F half's output only once its
  * B half is done; split, that output leaves while the B half runs. With the costs measured on
- * H200 (a 4-layer chunk: F 13 ms, B 27.65 ms, 64 MiB in 0.2 ms; bench/RESULTS.md, session 8) the
+ * H200 (a 4-layer chunk: F 13 ms, B 27.65 ms, 64 MiB in 0.2 ms) the
  * split step is 2% shorter, close to ZB-V's; with unit costs it is shorter too, pp 2..8. */
 static void split_dualpipev_is_faster_when_f_and_b_run_in_turn(void)
 {
