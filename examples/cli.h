@@ -94,6 +94,15 @@ static CLI_UNUSED int cli_report(const pp_error *err)
     }
 }
 
+/* A library writer's result into out (named by what: "stdout", "--out 'x.svg'"): 0, or the exit
+ * code after printing why; a failed write (PP_EIO) names the output and the system's reason. */
+static CLI_UNUSED int cli_written(pp_status st, const pp_error *err, const char *what)
+{
+    if (st == PP_OK) return 0;
+    if (st == PP_EIO) return cli_env_error("%s: write failed: %s", what, errno ? strerror(errno) : err->message);
+    return cli_report(err);
+}
+
 /* --- flags -------------------------------------------------------------------------------------- */
 
 enum { CLI_VALUE, CLI_SWITCH, CLI_REPEAT };   /* takes one value | takes none | a value, may repeat */

@@ -216,6 +216,7 @@ int pp_cli_layers(int argc, char **argv)
     if (st != PP_OK) { rc = cli_report(&err); goto out; }
     if (rank >= l->pp) { rc = cli_usage_error("--rank=%ld: must be below pp=%d", rank, l->pp); goto out; }
     if (chunk >= l->vpp) { rc = cli_usage_error("--chunk=%ld: must be below vpp=%d", chunk, l->vpp); goto out; }
+    errno = 0;
     if (json) {
         st = pp_layers_write_json(l, stdout, &err);
     } else if (rank >= 0) {
@@ -231,7 +232,7 @@ int pp_cli_layers(int argc, char **argv)
     } else {
         st = pp_layers_write_text(l, stdout, &err);
     }
-    if (st != PP_OK) rc = cli_report(&err);
+    if (st != PP_OK) rc = cli_written(st, &err, "stdout");
 out:
     pp_layers_free(l);
     free(costs);

@@ -244,17 +244,19 @@ static const char *shown_kind(const schedule_flags *fl, const pp_schedule *s)
 }
 
 /* The text form: validity, the compute order, the ASCII timeline, the bubble. */
-static int schedule_write_text(const schedule_flags *fl, const pp_schedule *s, const pp_sim_result *sim, FILE *out)
+static int schedule_write_text(const schedule_flags *fl, const pp_schedule *s, const pp_sim_result *sim, FILE *out,
+                               const char *out_name)
 {
     pp_error err;
+    pp_status st;
     int r, n;
     fprintf(out, "%s schedule, pp=%d, vpp=%d, mb=%d: valid (every dependency holds; no deadlock even when sends wait "
                  "for their receives)\n\n", shown_kind(fl, s), s->pp, s->vpp, s->mb);
     fprintf(out, "compute order (<stage><F|B|I|W><microbatch>, PyTorch's spelling):\n");
-    if (pp_schedule_write_torch(s, out, &err) != PP_OK) return cli_report(&err);
+    if ((st = pp_schedule_write_torch(s, out, &err)) != PP_OK) return cli_written(st, &err, out_name);
     fprintf(out, "\ntimeline with F=1, B=2 per %s, free communication:\n",
             fl->layout ? "layer of the layout" : "rank's share of the model");
-    if (pp_schedule_draw_ascii(s, sim, out, &err) != PP_OK) return cli_report(&err);
+    if ((st = pp_schedule_draw_ascii(s, sim, out, &err)) != PP_OK) return cli_written(st, &err, out_name);
     for (r = 0, n = 0; r < s->pp; r++) n += s->length[r];
     if (s->placement == PP_PLACEMENT_DUAL)   /* deepseek-ai/DualPipe README, with F&B = F + B */
         fprintf(out, "\n%d actions in all, communication included; DualPipe README bubble (pp/2-1)(F&B+B-3W) = "
@@ -274,7 +276,7 @@ int pp_cli_schedule(int argc, char **argv)
     pp_error err;
     pp_status st = PP_OK;
     FILE *out = stdout;
-    char out_name[CLI_SHORT + 16];
+    char out_name[CLI_SHORT + 16] = "stdout";
     double *arrays[5] = { NULL, NULL, NULL, NULL, NULL };
     int rc = parse_schedule_flags(argc, argv, 0, &fl), r;
     if (rc) return rc < 0 ? 0 : rc;
@@ -290,13 +292,16 @@ int pp_cli_schedule(int argc, char **argv)
             rc = cli_usage_error("%s: cannot open for writing: %s", out_name, strerror(errno));
             goto done;
         }
+    } else {
+        snprintf(out_name, sizeof out_name, "stdout");
     }
+    errno = 0;
     if (!strcmp(fl.format, "torch")) st = pp_schedule_write_torch(s, out, &err);
     else if (!strcmp(fl.format, "csv")) st = pp_schedule_write_csv(s, out, &err);
     else if (!strcmp(fl.format, "svg")) st = pp_schedule_write_svg(s, sim, out, &err);
     else if (!strcmp(fl.format, "json")) st = pp_schedule_write_json(s, sim, out, &err);
-    else rc = schedule_write_text(&fl, s, sim, out);
-    if (st != PP_OK) rc = cli_report(&err);
+    else rc = schedule_write_text(&fl, s, sim, out, out_name);
+    if (st != PP_OK) rc = cli_written(st, &err, out_name);
 done:
     if (out != stdout) {   /* a failed write is reported once: by the writer, else here */
         if (rc == 0) rc = cli_close_output(out, out_name);

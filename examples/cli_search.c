@@ -382,7 +382,8 @@ static int search_write_csv(const char *csv, FILE *f, char *tmp, const pp_schedu
     int rc = 0;
     snprintf(name, sizeof name, "--csv '%s'", cli_short(csv));
     if (!f && !(f = fopen(csv, "w"))) return cli_usage_error("%s: cannot open for writing: %s", name, strerror(errno));
-    if (pp_schedule_write_csv(best, f, &err) != PP_OK) { rc = cli_report(&err); fclose(f); }
+    errno = 0;
+    if ((rc = cli_written(pp_schedule_write_csv(best, f, &err), &err, name)) != 0) fclose(f);
     else rc = cli_close_output(f, name);
     if (tmp[0] && rc == 0 && rename(tmp, csv) != 0)
         rc = cli_env_error("%s: cannot rename %s to it: %s", name, cli_short(tmp), strerror(errno));
