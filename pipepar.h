@@ -40,7 +40,8 @@
  * -std=c99 -D_POSIX_C_SOURCE=200809L. It also compiles as C++.
  *
  * TABLE OF CONTENTS (search for the marker, e.g. ">>schedule"); sections follow the data's path
- *     >>errors      pp_status, pp_error: every call that can fail says which parameter and rule
+ *     >>errors      pp_status, pp_error: every call that can fail says which parameter and rule;
+ *                   what pipepar promises under bad input and faults, and how that is tested
  *     >>grid        rank grids: a rank's (tp, cp, dp, pp) coordinates and its groups; placement
  *                   by speed (the heaviest pipeline rank on the fastest GPU)
  *     >>layers      which layers each (pipeline rank, virtual stage) builds; layout strings
