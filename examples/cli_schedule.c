@@ -59,8 +59,7 @@ static void schedule_usage(FILE *out, int simulate)
                 "  chunk is a whole model stage and costs all of it)\n"
                 "  --f F (default 1)  --b B (full backward, default 2F)  --i I  --w W (split backward; default B/2 each)\n"
                 "  --p2p L (latency per transfer)  --bytes N (per transfer)  --bandwidth GBPS\n"
-                "              on GPUs take a transfer's time beside a busy peer (build/bench_nccl_overlap measures\n"
-                "              it; bench/RESULTS.md has figures)\n"
+                "              on GPUs take a transfer's time beside a busy peer (bench/RESULTS.md has measured ones)\n"
                 "  --groups    transfers as the runtime posts them: a round's transfers in one group that ends\n"
                 "              as a whole, one group after another on each rank (default: each on its own)\n"
                 "  --json      machine-readable output\n");
