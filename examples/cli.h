@@ -3,8 +3,9 @@
  * A subcommand lives in examples/cli_*.c and defines two things; the Makefile finds them:
  *     const char pp_cli_NAME_summary[] = "one line for `pipepar help`";
  *     int pp_cli_NAME(int argc, char **argv)   // argv[0] is "NAME"; returns the exit code
- * Each reads its flags in a NAME_parse step (flags to options, every rule that needs no file and
- * no library work), then does the work; tests/fuzz/fuzz_cli_args.c drives the parse steps.
+ * Each reads its flags in a parse step (search_parse, grid_parse, ..., parse_schedule_flags: flags
+ * to options, every rule that needs no file and no library work), then does the work;
+ * tests/fuzz/fuzz_cli_args.c drives the parse steps.
  *
  * Exit codes, the same for every subcommand:
  *   0  done;
