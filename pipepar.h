@@ -40,7 +40,8 @@
  * -std=c99 -D_POSIX_C_SOURCE=200809L. It also compiles as C++.
  *
  * TABLE OF CONTENTS (search for the marker, e.g. ">>schedule"); sections follow the data's path
- *     >>errors      pp_status, pp_error: every call that can fail says which parameter and rule
+ *     >>errors      pp_status, pp_error: every call that can fail says which parameter and rule;
+ *                   what pipepar promises under bad input and faults, and how that is tested
  *     >>grid        rank grids: a rank's (tp, cp, dp, pp) coordinates and its groups; placement
  *                   by speed (the heaviest pipeline rank on the fastest GPU)
  *     >>layers      which layers each (pipeline rank, virtual stage) builds; layout strings
@@ -70,10 +71,17 @@
  *     Calls that can fail return pp_status and fill an optional pp_error * (NULL is allowed).
  *     No global mutable state; every object has one owner and one matching *_free.
  *
+ * VERSION  0.1.0: PIPEPAR_VERSION_MAJOR, _MINOR, _PATCH and PIPEPAR_VERSION_STRING below.
+ *
  * LICENCE  MIT. Copyright (c) 2026 the pipepar authors.
  */
 #ifndef PIPEPAR_H
 #define PIPEPAR_H
+
+#define PIPEPAR_VERSION_MAJOR 0
+#define PIPEPAR_VERSION_MINOR 1
+#define PIPEPAR_VERSION_PATCH 0
+#define PIPEPAR_VERSION_STRING "0.1.0"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -93,6 +101,26 @@ extern "C" {
  * parameter, its value and the rule it broke, e.g.
  *     "vpp=2: gpipe runs one chunk per rank (use interleaved or looped-bfs for several)".
  * The code list is one X-macro, so the enum and the names cannot drift apart.
+ *
+ * What pipepar promises under bad input and faults:
+ *   Input   checked before any work. Refused with PP_EINVAL, PP_EPARSE or PP_EUNSUPPORTED and one
+ *           line naming the parameter, its value (long text cut to about 64 characters and "...")
+ *           and the rule; nothing is changed. Every input has a stated bound, checked first:
+ *           pp * vpp * mb <= PP_MAX_STAGE_MICROBATCHES, a CSV <= PP_CSV_MAX_RANKS rows, token
+ *           counts in 32 bits, layers, modules and search sizes as each config field says; size
+ *           products are overflow-checked; readers given a length refuse NUL bytes.
+ *   Memory  an allocation that fails is PP_ENOMEM from that call, with nothing leaked (tests
+ *           fail every allocation of a call in turn).
+ *   Faults  every wait of the runtime has a deadline (pp_executor_config.timeout_s): a callback
+ *           error, a transport error, a rank that hangs, dies or never arrives ends the step on
+ *           every rank within it, as PP_ECALLBACK / PP_ETRANSPORT / PP_ETIMEOUT where it happened
+ *           and PP_EABORTED (naming that rank and its reason) on the others. No rank stays
+ *           blocked; each message names the rank once.
+ *   Abort   never on input: PIPEPAR_ASSERT guards only internal invariants.
+ * How it is tested (make test): every suite runs plain, under ASan+UBSan, and the threaded ones
+ * under TSan; the CLI's shell tests run against a plain and an ASan+UBSan build (every exit code
+ * and message, full disks, endless and NUL-laden files, long values); libFuzzer harnesses of
+ * every text reader and of the CLI's flag parsing replay their corpora (tests/fuzz).
  * ============================================================================================ */
 #define PP_STATUS_LIST(X)                                                                   \
     X(PP_OK,           "ok")                                                                \
@@ -765,7 +793,10 @@ PIPEPAR_API pp_status pp_schedule_write_csv(const pp_schedule *s, FILE *out, pp_
 PIPEPAR_API pp_status pp_schedule_write_json(const pp_schedule *s, const pp_sim_result *sim, FILE *out,
                                              pp_error *err);
 /* Reads a CSV (one row per rank, comma-separated actions). vpp is derived from the largest stage;
- * placement looped unless the stages say V. The result keeps communication actions if present. */
+ * placement looped unless the stages say V. The result keeps communication actions if present.
+ * Refused (PP_EPARSE): a NUL byte anywhere in the len bytes, more than PP_CSV_MAX_RANKS rows
+ * (lowering and validation take time quadratic in pp; the CLI's --pp stops at the same bound). */
+#define PP_CSV_MAX_RANKS 4096
 PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
                                            pp_schedule **out, pp_error *err);
 
@@ -1467,8 +1498,9 @@ PIPEPAR_API pp_threads_world *pp_threads_transport_world(const pp_transport *t);
 
 /* Runs fn(user, rank, transport, err) on `world` new threads (one per rank) and joins them all.
  * status[world] and errors[world] (both optional) receive each rank's result. Returns PP_OK when
- * every rank did; otherwise the status and message of the root cause, prefixed with "rank R: ":
- * the rank that aborted the world first, else the first rank whose failure was not PP_EABORTED. */
+ * every rank did; otherwise the status and message of the root cause, prefixed with "rank R: "
+ * unless it opens with that rank already: the rank that aborted the world first, else the first
+ * rank whose failure was not PP_EABORTED. */
 typedef pp_status (*pp_rank_fn)(void *user, int rank, pp_transport *transport, pp_error *err);
 PIPEPAR_API pp_status pp_threads_run(int world, pp_rank_fn fn, void *user, pp_status *status,
                                      pp_error *errors, pp_error *err);
@@ -2547,6 +2579,15 @@ PIPEPAR_API pp_status pp_nccl_grad_norm(pp_nccl *nc, float *d_sumsq, float max_n
 #endif /* PIPEPAR_H */
 
 #ifdef PIPEPAR_IMPLEMENTATION
+/* The threads transport needs POSIX threads and clocks. Without them, one error that names the
+ * fix, and nothing of the implementation after it (marked done), so the error stays the only one. */
+#if !defined(PIPEPAR_NO_THREADS) && !defined(PIPEPAR_IMPLEMENTATION_DONE)
+#include <time.h>
+#if !defined(CLOCK_MONOTONIC)
+#error "pipepar: the threads transport needs POSIX clocks: compile with -D_POSIX_C_SOURCE=200809L (or -std=gnu99), or define PIPEPAR_NO_THREADS"
+#define PIPEPAR_IMPLEMENTATION_DONE
+#endif
+#endif
 #ifndef PIPEPAR_IMPLEMENTATION_DONE
 #define PIPEPAR_IMPLEMENTATION_DONE
 
@@ -2608,6 +2649,16 @@ static pp_status pp__ok(pp_error *err)
 {
     if (err) { err->status = PP_OK; err->message[0] = '\0'; }
     return PP_OK;
+}
+
+/* msg past its opening "rank R" ("rank 3: ...", "rank 3 position ..."), or NULL when it does not
+ * open so: a wrapper that names the rank itself names it once. */
+static const char *pp__after_rank(const char *msg, int rank)
+{
+    char head[24];
+    int n = snprintf(head, sizeof head, "rank %d", rank);
+    if (strncmp(msg, head, (size_t)n) != 0 || (msg[n] >= '0' && msg[n] <= '9')) return NULL;
+    return msg + n;
 }
 
 /* Allocation helpers: zeroed, overflow-checked. */
@@ -2686,10 +2737,11 @@ static pp_status pp__dims_split(const char *text, const char *what, int dims[PP_
         size_t len = dash ? (size_t)(dash - p) : strlen(p);
         int d = pp__dim_lookup(p, len);
         if (d < 0)
-            return pp__fail(err, PP_EINVAL, "%s='%s': '%.*s' is not a dimension (tp, cp, dp, pp)",
-                            what, text, (int)(len > 16 ? 16 : len), p);
+            return pp__fail(err, PP_EINVAL, "%s='%.64s%s': '%.*s' is not a dimension (tp, cp, dp, pp)",
+                            what, text, strlen(text) > 64 ? "..." : "", (int)(len > 16 ? 16 : len), p);
         if (seen & (1u << d))
-            return pp__fail(err, PP_EINVAL, "%s='%s': '%s' appears twice", what, text, pp__dim_names[d]);
+            return pp__fail(err, PP_EINVAL, "%s='%.64s%s': '%s' appears twice", what, text, strlen(text) > 64 ? "..." : "",
+                            pp__dim_names[d]);
         seen |= 1u << d;
         dims[(*count)++] = d;
         if (!dash) break;
@@ -4364,8 +4416,8 @@ pp_status pp_schedule_kind_parse(const char *name, pp_schedule_kind *kind, pp_er
     for (k = 1; k < PP_KIND_COUNT; k++)
         if (strcmp(name, pp__kind_names[k]) == 0) { *kind = (pp_schedule_kind)k; return pp__ok(err); }
     return pp__fail(err, PP_EINVAL,
-                    "kind '%s': unknown (one of gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zb-h2, "
-                    "zbv, dualpipev, interleaved-zb, dualpipe)", name);
+                    "kind '%.64s%s': unknown (one of gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zb-h2, "
+                    "zbv, dualpipev, interleaved-zb, dualpipe)", name, strlen(name) > 64 ? "..." : "");
 }
 
 const char *pp_op_name(pp_op op)
@@ -6847,8 +6899,11 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
     int rows = 0, max_stage = -1, max_mb = -1, looped = 1, vshape = 1, dual = 1, vpp;
     pp_schedule *s = NULL;
     pp_status st = PP_OK;
+    const char *nul;
     if (!text || !out) return pp__fail(err, PP_EINVAL, "text and out: must not be NULL");
     *out = NULL;
+    if ((nul = (const char *)memchr(text, '\0', len)) != NULL)
+        return pp__fail(err, PP_EPARSE, "CSV: byte %lu is a NUL: expected text", (unsigned long)(nul - text));
     while (pos < len) {
         size_t line_end = pos, cell;
         while (line_end < len && text[line_end] != '\n') line_end++;
@@ -6905,7 +6960,11 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
             cell = ce + 1;
         }
         rows++;
-        if (rows > 65536) { st = pp__fail(err, PP_EPARSE, "CSV: more than 65536 rows (ranks)"); goto done; }
+        if (rows > PP_CSV_MAX_RANKS) {
+            st = pp__fail(err, PP_EPARSE, "CSV: more than %d rows (ranks): at most PP_CSV_MAX_RANKS=%d",
+                          PP_CSV_MAX_RANKS, PP_CSV_MAX_RANKS);
+            goto done;
+        }
         pos = line_end + 1;
     }
     if (rows == 0 || n == 0) { st = pp__fail(err, PP_EPARSE, "CSV: no actions found (one row per rank expected)"); goto done; }
@@ -8212,9 +8271,9 @@ pp_status pp_pack_algo_parse(const char *name, pp_pack_algo *algo, pp_error *err
         if (pp__streq_nocase(name, pp__pack_algo_names[i])) { *algo = (pp_pack_algo)i; return pp__ok(err); }
     for (i = 0; i < (int)(sizeof aliases / sizeof aliases[0]); i++)
         if (pp__streq_nocase(name, aliases[i].name)) { *algo = aliases[i].algo; return pp__ok(err); }
-    return pp__fail(err, PP_EINVAL, "algo=%s: unknown packing algorithm (first_fit_decreasing, "
+    return pp__fail(err, PP_EINVAL, "algo=%.64s%s: unknown packing algorithm (first_fit_decreasing, "
                     "best_fit_decreasing, first_fit_shuffle, modified_first_fit_decreasing, concatenative, "
-                    "greedy_knapsack, balanced_greedy_knapsack)", name);
+                    "greedy_knapsack, balanced_greedy_knapsack)", name, strlen(name) > 64 ? "..." : "");
 }
 
 int64_t pp_pack_lower_bound(const int32_t *lengths, int n, int32_t capacity)
@@ -9295,11 +9354,11 @@ pp_status pp_pack_plan_build(const int32_t *lengths, int n, const pp_pack_plan_c
     if (seq_multiple > INT32_MAX)
         return pp__fail(err, PP_EINVAL, "tp=%d, cp=%d: the sequence padding multiple tp*cp*2 is too large", tp, cp);
     if (cp > 1 && seq_multiple % (2 * (int64_t)cp))
-        return pp__fail(err, PP_EINVAL, "seq_multiple=%lld: with cp=%d it must be a multiple of 2*cp=%d, so each "
-                        "sequence splits into 2*cp equal chunks", (long long)seq_multiple, cp, 2 * cp);
-    if (cp > 1 && cfg->bin_multiple > 1 && cfg->bin_multiple % (2 * cp))
-        return pp__fail(err, PP_EINVAL, "bin_multiple=%d: with cp=%d it must be a multiple of 2*cp=%d (the tail "
-                        "padding joins the last sequence's chunks)", cfg->bin_multiple, cp, 2 * cp);
+        return pp__fail(err, PP_EINVAL, "seq_multiple=%lld: with cp=%d it must be a multiple of 2*cp=%lld, so each "
+                        "sequence splits into 2*cp equal chunks", (long long)seq_multiple, cp, 2 * (long long)cp);
+    if (cp > 1 && cfg->bin_multiple > 1 && cfg->bin_multiple % (2 * (int64_t)cp))
+        return pp__fail(err, PP_EINVAL, "bin_multiple=%d: with cp=%d it must be a multiple of 2*cp=%lld (the tail "
+                        "padding joins the last sequence's chunks)", cfg->bin_multiple, cp, 2 * (long long)cp);
     pc = cfg->pack;
     if (vpp > 1 && (int64_t)dp * pp > INT_MAX)
         return pp__fail(err, PP_EINVAL, "dp=%d, pp=%d: dp*pp microbatches per step is past %d", dp, pp, INT_MAX);
@@ -9449,7 +9508,8 @@ pp_status pp_pack_plan_gather(const pp_pack_plan *plan, int bin, const int64_t *
 static pp_status pp__cp_check(const int32_t *cu, int num_seqs, int cp, int rank, int need_rank, pp_error *err)
 {
     int i;
-    if (cp < 1) return pp__fail(err, PP_EINVAL, "cp=%d: must be at least 1", cp);
+    /* 2*cp chunks per sequence: 2*cp, and every position, stay within 32 bits */
+    if (cp < 1 || cp > INT32_MAX / 2) return pp__fail(err, PP_EINVAL, "cp=%d: must be between 1 and %d", cp, INT32_MAX / 2);
     if (need_rank && (rank < 0 || rank >= cp))
         return pp__fail(err, PP_EINVAL, "rank=%d: must be in 0 .. cp-1 = %d", rank, cp - 1);
     if (num_seqs < 0) return pp__fail(err, PP_EINVAL, "num_seqs=%d: must be at least 0", num_seqs);
@@ -9461,8 +9521,8 @@ static pp_status pp__cp_check(const int32_t *cu, int num_seqs, int cp, int rank,
             return pp__fail(err, PP_EINVAL, "cu_seqlens_padded[%d]=%d: smaller than the entry before it (%d)", i + 1,
                             (int)cu[i + 1], (int)cu[i]);
         if (cp > 1 && len % (2 * (int64_t)cp))
-            return pp__fail(err, PP_EINVAL, "sequence %d: padded length %lld is not a multiple of 2*cp=%d (pad each "
-                            "sequence to a multiple of 2*cp before splitting)", i, (long long)len, 2 * cp);
+            return pp__fail(err, PP_EINVAL, "sequence %d: padded length %lld is not a multiple of 2*cp=%lld (pad each "
+                            "sequence to a multiple of 2*cp before splitting)", i, (long long)len, 2 * (long long)cp);
     }
     return PP_OK;
 }
@@ -9537,7 +9597,7 @@ pp_status pp_cp_bshd_indices(int32_t seq_len, int cp, int rank, int32_t *index, 
     if (seq_len < 0) return pp__fail(err, PP_EINVAL, "seq_len=%d: must be at least 0", (int)seq_len);
     cu[0] = 0; cu[1] = seq_len;
     if (cp > 1 && seq_len % (2 * (int64_t)cp))
-        return pp__fail(err, PP_EINVAL, "seq_len=%d: must be a multiple of 2*cp=%d", (int)seq_len, 2 * cp);
+        return pp__fail(err, PP_EINVAL, "seq_len=%d: must be a multiple of 2*cp=%lld", (int)seq_len, 2 * (long long)cp);
     if ((st = pp__cp_check(cu, 1, cp, rank, 1, err)) != PP_OK) return st;
     if (!index) return pp__fail(err, PP_EINVAL, "index: must not be NULL");
     pp__cp_fill(cu, 1, cp, rank, index);
@@ -9549,7 +9609,7 @@ pp_status pp_cp_bshd_gather(int32_t seq_len, int cp, int32_t *source, pp_error *
     int32_t cu[2];
     if (seq_len < 0) return pp__fail(err, PP_EINVAL, "seq_len=%d: must be at least 0", (int)seq_len);
     if (cp > 1 && seq_len % (2 * (int64_t)cp))
-        return pp__fail(err, PP_EINVAL, "seq_len=%d: must be a multiple of 2*cp=%d", (int)seq_len, 2 * cp);
+        return pp__fail(err, PP_EINVAL, "seq_len=%d: must be a multiple of 2*cp=%lld", (int)seq_len, 2 * (long long)cp);
     cu[0] = 0; cu[1] = seq_len;
     return pp_cp_thd_gather(cu, 1, cp, source, err);
 }
@@ -9879,9 +9939,6 @@ static double pp__now(void)
 #ifndef PIPEPAR_NO_THREADS
 #include <pthread.h>
 #include <errno.h>
-#if !defined(CLOCK_MONOTONIC)
-#error "pipepar: the threads transport needs POSIX clocks: compile with -D_POSIX_C_SOURCE=200809L (or -std=gnu99), or define PIPEPAR_NO_THREADS"
-#endif
 
 typedef struct pp__msg {
     struct pp__msg *next;
@@ -10745,7 +10802,9 @@ pp_status pp_threads_run(int world, pp_rank_fn fn, void *user, pp_status *status
             if (args[r].status != PP_OK && args[r].status != PP_EABORTED) root = r;
         for (r = 0; r < world && root < 0; r++)
             if (args[r].status != PP_OK) root = r;
-        if (root >= 0)
+        if (root >= 0 && pp__after_rank(args[root].err.message, root))
+            st = pp__fail(err, args[root].status, "%s", args[root].err.message);
+        else if (root >= 0)
             st = pp__fail(err, args[root].status, "rank %d: %s", root, args[root].err.message);
         else
             st = pp__ok(err);
@@ -10974,11 +11033,14 @@ static void pp__group_finished(pp_executor *ex, int g)
 static pp_status pp__at(pp_executor *ex, int i, pp_status st, pp_error *err, const char *what)
 {
     char txt[64], inner[PP_ERROR_MESSAGE_SIZE];
+    const char *why = inner, *rest;
     if (!err) return st;
     snprintf(inner, sizeof inner, "%s", err->message);
-    if (i >= 0 && i < ex->len) pp_action_format(ex->prog[i], txt, sizeof txt);
+    if ((rest = pp__after_rank(inner, ex->rank)) != NULL && rest[0] == ':' && rest[1] == ' ') why = rest + 2;
+    if (i < 0) return pp__fail(err, st, "rank %d before the step, %s: %s", ex->rank, what, why);
+    if (i < ex->len) pp_action_format(ex->prog[i], txt, sizeof txt);
     else snprintf(txt, sizeof txt, "end of step");
-    return pp__fail(err, st, "rank %d position %d (%s) %s: %s", ex->rank, i, txt, what, inner);
+    return pp__fail(err, st, "rank %d position %d (%s) %s: %s", ex->rank, i, txt, what, why);
 }
 
 /* Waits for groups next_wait..g (FIFO). `pos` is the program position that needs group g. */

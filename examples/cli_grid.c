@@ -20,18 +20,6 @@ static const char grid_usage[] =
     "  --rank R     print only rank R's coordinates and groups\n"
     "  --group M    print only groups of mask M, e.g. pp, dp-cp, tp-pp\n";
 
-/* Matches "--flag value" or "--flag=value": returns 1 and sets *val (NULL when the value is
- * missing), advancing *i past a separate value; 0 when argv[*i] is another flag. */
-static int grid_flag(int argc, char **argv, int *i, const char *flag, const char **val)
-{
-    size_t n = strlen(flag);
-    if (strncmp(argv[*i], flag, n) != 0) return 0;
-    if (argv[*i][n] == '=') { *val = argv[*i] + n + 1; return 1; }
-    if (argv[*i][n] != '\0') return 0;
-    *val = *i + 1 < argc ? argv[++*i] : NULL;
-    return 1;
-}
-
 static void grid_print_group(const pp_grid *g, unsigned dims, int color, int *members)
 {
     int k, size = pp_grid_group_size(g, dims);
@@ -39,6 +27,48 @@ static void grid_print_group(const pp_grid *g, unsigned dims, int color, int *me
     putchar('[');
     for (k = 0; k < size; k++) printf(k ? " %d" : "%d", members[k]);
     putchar(']');
+}
+
+typedef struct grid_opts {
+    pp_grid_config cfg;
+    long rank;
+    unsigned only;   /* --group: the one mask to print, 0 for every kind */
+} grid_opts;
+
+static const cli_flag_spec grid_specs[] = {
+    { "--world", CLI_VALUE }, { "--tp", CLI_VALUE }, { "--cp", CLI_VALUE }, { "--pp", CLI_VALUE },
+    { "--dp", CLI_VALUE }, { "--rank", CLI_VALUE }, { "--order", CLI_VALUE }, { "--group", CLI_VALUE }, { NULL, 0 }
+};
+
+/* grid's flags into *o: 0, -1 after the usage (--help), or an exit code after printing why. */
+static int grid_parse(int argc, char **argv, grid_opts *o)
+{
+    cli_args args;
+    const char *a, *val;
+    pp_error err;
+    int k;
+    memset(o, 0, sizeof *o);
+    o->rank = -1;
+    cli_args_init(&args, argc, argv, "grid", grid_specs, 0);
+    while ((k = cli_next(&args, &a, &val)) > 0) {
+        if (!strcmp(a, "--help")) { fputs(grid_usage, stdout); return -1; }
+        if (!strcmp(a, "--world")) { if (!cli_parse_int32("--world", val, 1, 1 << 24, &o->cfg.world)) return 2; }
+        else if (!strcmp(a, "--tp")) { if (!cli_parse_int32("--tp", val, 1, 1 << 24, &o->cfg.tp)) return 2; }
+        else if (!strcmp(a, "--cp")) { if (!cli_parse_int32("--cp", val, 1, 1 << 24, &o->cfg.cp)) return 2; }
+        else if (!strcmp(a, "--pp")) { if (!cli_parse_int32("--pp", val, 1, 1 << 24, &o->cfg.pp)) return 2; }
+        else if (!strcmp(a, "--dp")) { if (!cli_parse_int32("--dp", val, 1, 1 << 24, &o->cfg.dp)) return 2; }
+        else if (!strcmp(a, "--rank")) { if (!cli_parse_int("--rank", val, 0, INT_MAX, &o->rank)) return 2; }
+        else if (!strcmp(a, "--order")) {
+            if (!*val) return cli_usage_error("--order: needs a value, e.g. tp-cp-dp-pp");
+            o->cfg.order = val;
+        } else if (!strcmp(a, "--group")) {
+            if (pp_grid_dims_parse(val, &o->only, &err) != PP_OK)
+                return cli_usage_error("--group=%s: %s", cli_short(val), err.message);
+        }
+    }
+    if (k < 0) return 2;
+    if (o->cfg.world == 0) return cli_usage_error("--world: required (the number of ranks)");
+    return 0;
 }
 
 int pp_cli_grid(int argc, char **argv)
@@ -51,49 +81,19 @@ int pp_cli_grid(int argc, char **argv)
         { PP_GROUP_DP | PP_GROUP_CP, "gradient all-reduce" },
         { PP_GROUP_TP | PP_GROUP_PP, "model parallel: grad-norm reduce" },
     };
-    pp_grid_config cfg;
+    grid_opts o;
     pp_grid g;
     pp_error err;
-    long v, rank = -1;
-    unsigned only = 0;
-    int i, k, nkinds, *members, coord[PP_DIM_COUNT];
+    long rank;
+    unsigned only;
+    int k, nkinds, *members, coord[PP_DIM_COUNT];
     char order[32], name[32];
-    memset(&cfg, 0, sizeof cfg);
-    for (i = 1; i < argc; i++) {
-        const char *val = NULL;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { fputs(grid_usage, stdout); return 0; }
-        if (grid_flag(argc, argv, &i, "--world", &val)) {
-            if (!cli_parse_int("--world", val, 1, 1 << 24, &v)) return 2;
-            cfg.world = (int)v;
-        } else if (grid_flag(argc, argv, &i, "--tp", &val)) {
-            if (!cli_parse_int("--tp", val, 1, 1 << 24, &v)) return 2;
-            cfg.tp = (int)v;
-        } else if (grid_flag(argc, argv, &i, "--cp", &val)) {
-            if (!cli_parse_int("--cp", val, 1, 1 << 24, &v)) return 2;
-            cfg.cp = (int)v;
-        } else if (grid_flag(argc, argv, &i, "--pp", &val)) {
-            if (!cli_parse_int("--pp", val, 1, 1 << 24, &v)) return 2;
-            cfg.pp = (int)v;
-        } else if (grid_flag(argc, argv, &i, "--dp", &val)) {
-            if (!cli_parse_int("--dp", val, 1, 1 << 24, &v)) return 2;
-            cfg.dp = (int)v;
-        } else if (grid_flag(argc, argv, &i, "--rank", &val)) {
-            if (!cli_parse_int("--rank", val, 0, INT_MAX, &rank)) return 2;
-        } else if (grid_flag(argc, argv, &i, "--order", &val)) {
-            if (!val || !*val) return cli_usage_error("--order: needs a value, e.g. tp-cp-dp-pp");
-            cfg.order = val;
-        } else if (grid_flag(argc, argv, &i, "--group", &val)) {
-            if (!val) return cli_usage_error("--group: needs a value, e.g. dp-cp");
-            if (pp_grid_dims_parse(val, &only, &err) != PP_OK) return cli_usage_error("--group=%s: %s", val, err.message);
-        } else {
-            return cli_usage_error("%s: unknown flag (try 'pipepar grid --help')", argv[i]);
-        }
-    }
-    if (cfg.world == 0) return cli_usage_error("--world: required (the number of ranks)");
-    if (pp_grid_init(&cfg, &g, &err) != PP_OK) return cli_usage_error("%s", err.message);
+    if ((k = grid_parse(argc, argv, &o)) != 0) return k < 0 ? 0 : k;
+    rank = o.rank; only = o.only;
+    if (pp_grid_init(&o.cfg, &g, &err) != PP_OK) return cli_report(&err);
     if (rank >= g.world) return cli_usage_error("--rank=%ld: must be below --world=%d", rank, g.world);
     members = (int *)malloc(sizeof(int) * (size_t)g.world);
-    if (!members) return cli_usage_error("out of memory");
+    if (!members) return cli_env_error("out of memory");
     pp_grid_order_format(&g, order, sizeof order);
     printf("world %d = tp %d x cp %d x dp %d x pp %d, order %s (first fastest)\n", g.world, g.size[PP_DIM_TP],
            g.size[PP_DIM_CP], g.size[PP_DIM_DP], g.size[PP_DIM_PP], order);

@@ -9,6 +9,7 @@
  * layer type of the model, " TYPE [a,b)" in that type's own index space (e.g. MoE indices);
  * then the same split as a Megatron layout string. --json prints one JSON object instead.
  * With --costs it finds the split that minimises the largest stage cost (exactly).          */
+#include <stddef.h>
 #include "cli.h"
 
 const char pp_cli_layers_summary[] = "layers of each (rank, virtual stage): even, uneven, layouts, hybrid, balanced";
@@ -36,17 +37,8 @@ static const char layers_usage[] =
     "  --rank R        print only the stages of rank R (and --chunk C: only that one)\n"
     "  --json          one JSON object instead of text\n";
 
-static int layers_flag(int argc, char **argv, int *i, const char *flag, const char **val)
-{
-    size_t n = strlen(flag);
-    if (strncmp(argv[*i], flag, n) != 0) return 0;
-    if (argv[*i][n] == '=') { *val = argv[*i] + n + 1; return 1; }
-    if (argv[*i][n] != '\0') return 0;
-    *val = *i + 1 < argc ? argv[++*i] : NULL;
-    return 1;
-}
-
-/* "3,1*30,4" -> {3, 1 x 30, 4}. Returns the count, or -1 after printing why. */
+/* "3,1*30,4" -> {3, 1 x 30, 4}. Returns the count, or -1 after printing why (exit 2), -3 when out
+ * of memory (exit 1). */
 static int layers_parse_list(const char *flag, const char *text, double **out)
 {
     double *v = NULL;
@@ -59,16 +51,19 @@ static int layers_parse_list(const char *flag, const char *text, double **out)
         long times = 1, k;
         errno = 0;
         x = strtod(p, &end);
-        if (end == p || errno == ERANGE || x != x || x < 0 || x > 1e300) {
-            cli_usage_error("%s='%s': expected numbers >= 0 separated by ',' (x*N repeats x), at '%s'", flag, text, p);
+        if (end == p || errno == ERANGE || x != x || x < 0 || x > 1e300 || isspace((unsigned char)*p)) {
+            cli_usage_error("%s='%s': expected numbers >= 0 separated by ',' (x*N repeats x), at '%s'", flag,
+                            cli_short(text), cli_short(p));
             free(v);
             return -1;
         }
         p = end;
         if (*p == '*') {
+            errno = 0;
             times = strtol(p + 1, &end, 10);
-            if (end == p + 1 || times < 1 || times > (1 << 20)) {
-                cli_usage_error("%s='%s': a repeat count must be between 1 and %d, at '%s'", flag, text, 1 << 20, p);
+            if (end == p + 1 || errno || !isdigit((unsigned char)p[1]) || times < 1 || times > (1 << 20)) {
+                cli_usage_error("%s='%s': a repeat count must be between 1 and %d, at '%s'", flag, cli_short(text),
+                                1 << 20, cli_short(p));
                 free(v);
                 return -1;
             }
@@ -83,13 +78,13 @@ static int layers_parse_list(const char *flag, const char *text, double **out)
             double *d;
             cap = cap ? cap * 2 : 64;
             d = (double *)realloc(v, sizeof(double) * (size_t)cap);
-            if (!d) { free(v); cli_usage_error("out of memory"); return -1; }
+            if (!d) { free(v); cli_env_error("out of memory"); return -3; }
             v = d;
         }
         for (k = 0; k < times; k++) v[n++] = x;
         if (*p == ',') { p++; if (!*p) break; continue; }
         if (*p) {
-            cli_usage_error("%s='%s': expected ',' at '%s'", flag, text, p);
+            cli_usage_error("%s='%s': expected ',' at '%s'", flag, cli_short(text), cli_short(p));
             free(v);
             return -1;
         }
@@ -98,70 +93,109 @@ static int layers_parse_list(const char *flag, const char *text, double **out)
     return n;
 }
 
+typedef struct layers_opts {
+    pp_layers_config cfg;
+    pp_balance_config bal;
+    const char *costs_text, *memory_text;
+    long rank, chunk;
+    int json;
+} layers_opts;
+
+static const cli_flag_spec layers_specs[] = {
+    { "--layers", CLI_VALUE }, { "--pp", CLI_VALUE }, { "--vpp", CLI_VALUE }, { "--first", CLI_VALUE },
+    { "--last", CLI_VALUE }, { "--mtp", CLI_VALUE }, { "--layout", CLI_VALUE }, { "--hybrid", CLI_VALUE },
+    { "--moe-freq", CLI_VALUE }, { "--costs", CLI_VALUE }, { "--memory", CLI_VALUE }, { "--memory-cap", CLI_VALUE },
+    { "--embedding-cost", CLI_VALUE }, { "--embedding-memory", CLI_VALUE }, { "--loss-cost", CLI_VALUE },
+    { "--loss-memory", CLI_VALUE }, { "--mtp-cost", CLI_VALUE }, { "--mtp-memory", CLI_VALUE }, { "--rank", CLI_VALUE },
+    { "--chunk", CLI_VALUE }, { "--embedding", CLI_SWITCH }, { "--loss", CLI_SWITCH }, { "--json", CLI_SWITCH },
+    { NULL, 0 }
+};
+
+/* One flag into *o; 1, or 0 after printing why. */
+static int layers_flag(layers_opts *o, const char *a, const char *val)
+{
+    static const struct { const char *flag; size_t offset; } nums[] = {
+        { "--memory-cap", offsetof(pp_balance_config, memory_cap) },
+        { "--embedding-cost", offsetof(pp_balance_config, embedding_cost) },
+        { "--embedding-memory", offsetof(pp_balance_config, embedding_memory) },
+        { "--loss-cost", offsetof(pp_balance_config, loss_cost) },
+        { "--loss-memory", offsetof(pp_balance_config, loss_memory) },
+        { "--mtp-cost", offsetof(pp_balance_config, mtp_cost) },
+        { "--mtp-memory", offsetof(pp_balance_config, mtp_memory) },
+    };
+    size_t q;
+    for (q = 0; q < sizeof nums / sizeof nums[0]; q++)
+        if (!strcmp(a, nums[q].flag)) return cli_parse_double(a, val, 0, (double *)((char *)&o->bal + nums[q].offset));
+    if (!strcmp(a, "--layers")) return cli_parse_int32(a, val, 1, 1 << 20, &o->cfg.num_layers);
+    if (!strcmp(a, "--pp")) return cli_parse_int32(a, val, 1, 65536, &o->cfg.pp);
+    if (!strcmp(a, "--vpp")) return cli_parse_int32(a, val, 1, 65536, &o->cfg.vpp);
+    if (!strcmp(a, "--first")) return cli_parse_int32(a, val, 1, 1 << 20, &o->cfg.first);
+    if (!strcmp(a, "--last")) return cli_parse_int32(a, val, 1, 1 << 20, &o->cfg.last);
+    if (!strcmp(a, "--mtp")) return cli_parse_int32(a, val, 0, 1 << 20, &o->cfg.mtp_layers);
+    if (!strcmp(a, "--rank")) return cli_parse_int(a, val, 0, 65535, &o->rank);
+    if (!strcmp(a, "--chunk")) return cli_parse_int(a, val, 0, 65535, &o->chunk);
+    if (!strcmp(a, "--layout")) o->cfg.layout = val;
+    else if (!strcmp(a, "--hybrid")) o->cfg.hybrid = val;
+    else if (!strcmp(a, "--moe-freq")) o->cfg.moe_layer_freq = val;
+    else if (!strcmp(a, "--costs")) o->costs_text = val;
+    else if (!strcmp(a, "--memory")) o->memory_text = val;
+    else if (!strcmp(a, "--embedding")) o->cfg.account_for_embedding = 1;
+    else if (!strcmp(a, "--loss")) o->cfg.account_for_loss = 1;
+    else if (!strcmp(a, "--json")) o->json = 1;
+    return 1;
+}
+
+/* layers' flags into *o and how they combine: 0, -1 after the usage (--help), or an exit code
+ * after printing why. */
+static int layers_parse(int argc, char **argv, layers_opts *o)
+{
+    const pp_balance_config *bal = &o->bal;
+    cli_args args;
+    const char *a, *val;
+    int k;
+    memset(o, 0, sizeof *o);
+    o->rank = -1; o->chunk = -1;
+    cli_args_init(&args, argc, argv, "layers", layers_specs, 0);
+    while ((k = cli_next(&args, &a, &val)) > 0) {
+        if (!strcmp(a, "--help")) { fputs(layers_usage, stdout); return -1; }
+        if (!layers_flag(o, a, val)) return 2;
+    }
+    if (k < 0) return 2;
+    if (o->chunk >= 0 && o->rank < 0) return cli_usage_error("--chunk=%ld: needs --rank", o->chunk);
+    if (o->costs_text) {
+        if (o->cfg.layout || o->cfg.hybrid || o->cfg.first || o->cfg.last || o->cfg.account_for_embedding ||
+            o->cfg.account_for_loss)
+            return cli_usage_error("--costs: finds its own split; it cannot be combined with --layout, --hybrid, "
+                                   "--first, --last, --embedding or --loss");
+    } else {
+        if (o->memory_text || bal->memory_cap > 0 || bal->embedding_cost > 0 || bal->loss_cost > 0 || bal->mtp_cost > 0 ||
+            bal->embedding_memory > 0 || bal->loss_memory > 0 || bal->mtp_memory > 0)
+            return cli_usage_error("--memory, --memory-cap and the --*-cost / --*-memory flags need --costs");
+        if (!o->cfg.num_layers && !o->cfg.layout && !o->cfg.hybrid)
+            return cli_usage_error("--layers: required (or give --layout, --hybrid or --costs)");
+    }
+    return 0;
+}
+
 int pp_cli_layers(int argc, char **argv)
 {
+    layers_opts o;
     pp_layers_config cfg;
     pp_balance_config bal;
     pp_layers *l = NULL;
     pp_error err;
     pp_status st;
-    long v, rank = -1, chunk = -1;
-    int i, json = 0, n_cost = -1, n_mem = -1, rc = 0;
-    double *costs = NULL, *memory = NULL, x;
-    const char *costs_text = NULL, *memory_text = NULL;
-    memset(&cfg, 0, sizeof cfg);
-    memset(&bal, 0, sizeof bal);
-    for (i = 1; i < argc; i++) {
-        const char *val = NULL;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { fputs(layers_usage, stdout); return 0; }
-#define LAYERS_INT(flag, lo, hi, dst) \
-        else if (layers_flag(argc, argv, &i, flag, &val)) { \
-            if (!cli_parse_int(flag, val, lo, hi, &v)) return 2; \
-            dst = (int)v; }
-#define LAYERS_NUM(flag, dst) \
-        else if (layers_flag(argc, argv, &i, flag, &val)) { \
-            if (!cli_parse_double(flag, val, 0, &x)) return 2; \
-            dst = x; }
-#define LAYERS_STR(flag, dst) \
-        else if (layers_flag(argc, argv, &i, flag, &val)) { \
-            if (!val) return cli_usage_error("%s: needs a value", flag); \
-            dst = val; }
-        if (0) {}
-        LAYERS_INT("--layers", 1, 1 << 20, cfg.num_layers)
-        LAYERS_INT("--pp", 1, 65536, cfg.pp)
-        LAYERS_INT("--vpp", 1, 65536, cfg.vpp)
-        LAYERS_INT("--first", 1, 1 << 20, cfg.first)
-        LAYERS_INT("--last", 1, 1 << 20, cfg.last)
-        LAYERS_INT("--mtp", 0, 1 << 20, cfg.mtp_layers)
-        LAYERS_STR("--layout", cfg.layout)
-        LAYERS_STR("--hybrid", cfg.hybrid)
-        LAYERS_STR("--moe-freq", cfg.moe_layer_freq)
-        LAYERS_STR("--costs", costs_text)
-        LAYERS_STR("--memory", memory_text)
-        LAYERS_NUM("--memory-cap", bal.memory_cap)
-        LAYERS_NUM("--embedding-cost", bal.embedding_cost)
-        LAYERS_NUM("--embedding-memory", bal.embedding_memory)
-        LAYERS_NUM("--loss-cost", bal.loss_cost)
-        LAYERS_NUM("--loss-memory", bal.loss_memory)
-        LAYERS_NUM("--mtp-cost", bal.mtp_cost)
-        LAYERS_NUM("--mtp-memory", bal.mtp_memory)
-        else if (layers_flag(argc, argv, &i, "--rank", &val)) { if (!cli_parse_int("--rank", val, 0, 65535, &rank)) return 2; }
-        else if (layers_flag(argc, argv, &i, "--chunk", &val)) { if (!cli_parse_int("--chunk", val, 0, 65535, &chunk)) return 2; }
-        else if (!strcmp(argv[i], "--embedding")) cfg.account_for_embedding = 1;
-        else if (!strcmp(argv[i], "--loss")) cfg.account_for_loss = 1;
-        else if (!strcmp(argv[i], "--json")) json = 1;
-        else return cli_usage_error("%s: unknown flag (try 'pipepar layers --help')", argv[i]);
-#undef LAYERS_INT
-#undef LAYERS_NUM
-#undef LAYERS_STR
-    }
-    if (chunk >= 0 && rank < 0) return cli_usage_error("--chunk=%ld: needs --rank", chunk);
-    if (costs_text) {
-        if (cfg.layout || cfg.hybrid || cfg.first || cfg.last || cfg.account_for_embedding || cfg.account_for_loss)
-            return cli_usage_error("--costs: finds its own split; it cannot be combined with --layout, --hybrid, "
-                                   "--first, --last, --embedding or --loss");
-        if ((n_cost = layers_parse_list("--costs", costs_text, &costs)) < 0) return 2;
-        if (memory_text && (n_mem = layers_parse_list("--memory", memory_text, &memory)) < 0) { free(costs); return 2; }
+    long rank, chunk;
+    int json, n_cost = -1, n_mem = -1, rc;
+    double *costs = NULL, *memory = NULL;
+    if ((rc = layers_parse(argc, argv, &o)) != 0) return rc < 0 ? 0 : rc;
+    cfg = o.cfg; bal = o.bal; rank = o.rank; chunk = o.chunk; json = o.json;
+    if (o.costs_text) {
+        if ((n_cost = layers_parse_list("--costs", o.costs_text, &costs)) < 0) return n_cost == -3 ? 1 : 2;
+        if (o.memory_text && (n_mem = layers_parse_list("--memory", o.memory_text, &memory)) < 0) {
+            free(costs);
+            return n_mem == -3 ? 1 : 2;
+        }
         if (cfg.num_layers && cfg.num_layers != n_cost) {
             rc = cli_usage_error("--costs: %d values, but --layers=%d", n_cost, cfg.num_layers);
             goto out;
@@ -177,16 +211,12 @@ int pp_cli_layers(int argc, char **argv)
         bal.moe_layer_freq = cfg.moe_layer_freq;
         st = pp_layers_balance(&bal, &l, &err);
     } else {
-        if (memory_text || bal.memory_cap > 0 || bal.embedding_cost > 0 || bal.loss_cost > 0 || bal.mtp_cost > 0 ||
-            bal.embedding_memory > 0 || bal.loss_memory > 0 || bal.mtp_memory > 0)
-            return cli_usage_error("--memory, --memory-cap and the --*-cost / --*-memory flags need --costs");
-        if (!cfg.num_layers && !cfg.layout && !cfg.hybrid)
-            return cli_usage_error("--layers: required (or give --layout, --hybrid or --costs)");
         st = pp_layers_build(&cfg, &l, &err);
     }
-    if (st != PP_OK) { rc = cli_usage_error("%s", err.message); goto out; }
+    if (st != PP_OK) { rc = cli_report(&err); goto out; }
     if (rank >= l->pp) { rc = cli_usage_error("--rank=%ld: must be below pp=%d", rank, l->pp); goto out; }
     if (chunk >= l->vpp) { rc = cli_usage_error("--chunk=%ld: must be below vpp=%d", chunk, l->vpp); goto out; }
+    errno = 0;
     if (json) {
         st = pp_layers_write_json(l, stdout, &err);
     } else if (rank >= 0) {
@@ -202,7 +232,7 @@ int pp_cli_layers(int argc, char **argv)
     } else {
         st = pp_layers_write_text(l, stdout, &err);
     }
-    if (st != PP_OK) rc = cli_report(&err);
+    if (st != PP_OK) rc = cli_written(st, &err, "stdout");
 out:
     pp_layers_free(l);
     free(costs);

@@ -25,17 +25,6 @@ static const char mimo_usage[] =
     "  --schedule KIND  a kind with one stage per rank: gpipe | 1f1b | zb-h1 | zb-h2 (default 1f1b);\n"
     "                   interleaved and looped-bfs run with one chunk per rank, as 1F1B and GPipe do\n";
 
-/* "--flag value" or "--flag=value" (see cli_grid.c). */
-static int mimo_flag(int argc, char **argv, int *i, const char *flag, const char **val)
-{
-    size_t n = strlen(flag);
-    if (strncmp(argv[*i], flag, n) != 0) return 0;
-    if (argv[*i][n] == '=') { *val = argv[*i] + n + 1; return 1; }
-    if (argv[*i][n] != '\0') return 0;
-    *val = *i + 1 < argc ? argv[++*i] : NULL;
-    return 1;
-}
-
 static void mimo_ranks(char *buf, size_t size, int first, int count)
 {
     if (count == 1) snprintf(buf, size, "rank %d", first);
@@ -106,55 +95,77 @@ static void mimo_print_role(const pp_mimo *m, int rank)
     }
 }
 
-int pp_cli_mimo(int argc, char **argv)
-{
+typedef struct mimo_opts {
     pp_mimo_module_config mods[PP_MIMO_MAX_MODULES];
     pp_mimo_config cfg;
-    pp_mimo m;
-    pp_mimo_pipeline *pl = NULL;
     pp_mimo_pipeline_config pc;
+    long rank;
+    int program, asked_pipeline;   /* asked_pipeline: --program, --schedule or --mb given */
+} mimo_opts;
+
+static const cli_flag_spec mimo_specs[] = {
+    { "--grid", CLI_REPEAT }, { "--world", CLI_VALUE }, { "--language", CLI_VALUE }, { "--rank", CLI_VALUE },
+    { "--mb", CLI_VALUE }, { "--schedule", CLI_VALUE }, { "--program", CLI_SWITCH }, { NULL, 0 }
+};
+
+/* mimo's flags into *o: 0, -1 after the usage (--help), or an exit code after printing why. */
+static int mimo_parse(int argc, char **argv, mimo_opts *o)
+{
+    cli_args args;
+    const char *a, *val;
     pp_error err;
-    pp_status st;
-    long v, rank = -1;
-    int i, k, n = 0, program = 0;
-    memset(&cfg, 0, sizeof cfg);
-    memset(&pc, 0, sizeof pc);
-    pc.mb = 4;
-    pc.kind = PP_1F1B;
-    for (i = 1; i < argc; i++) {
-        const char *val = NULL;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { fputs(mimo_usage, stdout); return 0; }
-        if (!strcmp(argv[i], "--program")) { program = 1; continue; }
-        if (mimo_flag(argc, argv, &i, "--grid", &val)) {
-            if (!val) return cli_usage_error("--grid: needs a value, e.g. vision:offset=0,dp=2");
+    int k, n = 0;
+    memset(o, 0, sizeof *o);
+    o->pc.mb = 4;
+    o->pc.kind = PP_1F1B;
+    o->rank = -1;
+    cli_args_init(&args, argc, argv, "mimo", mimo_specs, 0);
+    while ((k = cli_next(&args, &a, &val)) > 0) {
+        if (!strcmp(a, "--help")) { fputs(mimo_usage, stdout); return -1; }
+        if (!strcmp(a, "--program")) { o->program = 1; o->asked_pipeline = 1; }
+        else if (!strcmp(a, "--grid")) {
             if (n == PP_MIMO_MAX_MODULES) return cli_usage_error("--grid: at most %d modules", PP_MIMO_MAX_MODULES);
-            if (pp_mimo_module_parse(val, &mods[n], &err) != PP_OK) return cli_usage_error("--grid=%s", err.message);
+            if (pp_mimo_module_parse(val, &o->mods[n], &err) != PP_OK) return cli_usage_error("--grid=%s", err.message);
             n++;
-        } else if (mimo_flag(argc, argv, &i, "--world", &val)) {
-            if (!cli_parse_int("--world", val, 1, 1 << 24, &v)) return 2;
-            cfg.world = (int)v;
-        } else if (mimo_flag(argc, argv, &i, "--language", &val)) {
-            if (!val || !*val) return cli_usage_error("--language: needs a module name");
-            cfg.language = val;
-        } else if (mimo_flag(argc, argv, &i, "--rank", &val)) {
-            if (!cli_parse_int("--rank", val, 0, INT_MAX, &rank)) return 2;
-        } else if (mimo_flag(argc, argv, &i, "--mb", &val)) {
-            if (!cli_parse_int("--mb", val, 1, 1 << 16, &v)) return 2;
-            pc.mb = (int)v;
-        } else if (mimo_flag(argc, argv, &i, "--schedule", &val)) {
-            if (!val) return cli_usage_error("--schedule: needs a kind, e.g. 1f1b");
-            if (pp_schedule_kind_parse(val, &pc.kind, &err) != PP_OK) return cli_usage_error("--schedule=%s: %s", val, err.message);
-            if (pc.kind == PP_ZBV || pc.kind == PP_DUALPIPEV)
-                return cli_usage_error("--schedule=%s: a MIMO pipeline runs one stage per rank (gpipe, 1f1b, zb-h1, zb-h2)", val);
-        } else {
-            return cli_usage_error("%s: unknown flag (try 'pipepar mimo --help')", argv[i]);
+        } else if (!strcmp(a, "--world")) {
+            if (!cli_parse_int32("--world", val, 1, 1 << 24, &o->cfg.world)) return 2;
+        } else if (!strcmp(a, "--language")) {
+            if (!*val) return cli_usage_error("--language: needs a module name");
+            o->cfg.language = val;
+        } else if (!strcmp(a, "--rank")) {
+            if (!cli_parse_int("--rank", val, 0, INT_MAX, &o->rank)) return 2;
+        } else if (!strcmp(a, "--mb")) {
+            if (!cli_parse_int32("--mb", val, 1, 1 << 16, &o->pc.mb)) return 2;
+            o->asked_pipeline = 1;
+        } else if (!strcmp(a, "--schedule")) {
+            if (pp_schedule_kind_parse(val, &o->pc.kind, &err) != PP_OK)
+                return cli_usage_error("--schedule=%s: %s", cli_short(val), err.message);
+            if (o->pc.kind == PP_ZBV || o->pc.kind == PP_DUALPIPEV || o->pc.kind == PP_DUALPIPE || o->pc.kind == PP_CUSTOM)
+                return cli_usage_error("--schedule=%s: a MIMO pipeline runs one stage per rank (gpipe, 1f1b, zb-h1, "
+                                       "zb-h2)", val);
+            o->asked_pipeline = 1;
         }
     }
+    if (k < 0) return 2;
     if (n == 0) return cli_usage_error("--grid: required, one per module (e.g. --grid language:pp=2)");
-    if (program && rank < 0) return cli_usage_error("--program: needs --rank R");
-    cfg.num_modules = n;
-    cfg.modules = mods;
-    if (pp_mimo_init(&cfg, &m, &err) != PP_OK) return cli_usage_error("%s", err.message);
+    if (o->program && o->rank < 0) return cli_usage_error("--program: needs --rank R");
+    o->cfg.num_modules = n;
+    o->cfg.modules = o->mods;
+    return 0;
+}
+
+int pp_cli_mimo(int argc, char **argv)
+{
+    mimo_opts o;
+    pp_mimo m;
+    pp_mimo_pipeline *pl = NULL;
+    pp_error err;
+    pp_status st;
+    long rank;
+    int i, k, program;
+    if ((k = mimo_parse(argc, argv, &o)) != 0) return k < 0 ? 0 : k;
+    rank = o.rank; program = o.program;
+    if (pp_mimo_init(&o.cfg, &m, &err) != PP_OK) return cli_report(&err);
     if (rank >= m.world) return cli_usage_error("--rank=%ld: must be below the world of %d ranks", rank, m.world);
 
     printf("world %d, %d module%s, %s\n", m.world, m.num_modules, m.num_modules == 1 ? "" : "s",
@@ -176,7 +187,7 @@ int pp_cli_mimo(int argc, char **argv)
         a = e->grid.size[PP_DIM_DP]; b = l->grid.size[PP_DIM_DP];
         if (pp_mimo_bridge_links(&m, k, 0, PP_OP_SEND_F, NULL, 0, &cnt, &err) != PP_OK) {
             if (err.status == PP_EUNSUPPORTED) { printf("bridge %s -> %s: %s\n", e->name, l->name, err.message); continue; }
-            return cli_usage_error("%s", err.message);
+            return cli_report(&err);
         }
         if (a == b) printf("bridge %s -> %s: one to one (dp %d on both sides)\n", e->name, l->name, a);
         else if (a > b) printf("bridge %s -> %s: fan-in %d:1 (dp %d -> dp %d), the batch concatenated in dp order\n",
@@ -186,11 +197,14 @@ int pp_cli_mimo(int argc, char **argv)
         mimo_print_bridge_direction(&m, k, 0);
         mimo_print_bridge_direction(&m, k, 1);
     }
-    st = pp_mimo_pipeline_create(&m, &pc, &pl, &err);
-    if (st == PP_EUNSUPPORTED) {
+    st = pp_mimo_pipeline_create(&m, &o.pc, &pl, &err);
+    if (st == PP_EUNSUPPORTED && o.asked_pipeline) {   /* what was asked for cannot be shown */
+        return cli_usage_error("%s: no pipeline for these modules: %s", program ? "--program" : "--schedule, --mb",
+                               err.message);
+    } else if (st == PP_EUNSUPPORTED) {
         printf("pipeline: not available: %s\n", err.message);
     } else if (st != PP_OK) {
-        return cli_usage_error("%s", err.message);
+        return cli_report(&err);
     } else {
         int total = 0;
         for (k = 0; k < m.world; k++) total += pl->programs->length[k];
@@ -217,13 +231,11 @@ int pp_cli_mimo(int argc, char **argv)
             printf("  program (%d actions; a '+' continues the group posted at once):\n", p->length[rank]);
             for (k = 0; k < p->length[rank]; k++) {
                 char txt[160];
-                pp_mimo_op o = p->ops[rank][k];
-                pp_mimo_op_format(&m, o, txt, sizeof txt);
-                printf("    %c %s\n", o.group >= 0 && o.group == last_group ? '+' : ' ', txt);
-                last_group = o.group;
+                pp_mimo_op op = p->ops[rank][k];
+                pp_mimo_op_format(&m, op, txt, sizeof txt);
+                printf("    %c %s\n", op.group >= 0 && op.group == last_group ? '+' : ' ', txt);
+                last_group = op.group;
             }
-        } else if (program) {
-            printf("  program: not available (no pipeline)\n");
         }
     }
     pp_mimo_pipeline_free(pl);

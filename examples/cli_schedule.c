@@ -32,12 +32,16 @@ static void schedule_usage(FILE *out, int simulate)
             "       pipepar %s --from-csv FILE\n"
             "  --kind      gpipe | 1f1b | interleaved | looped-bfs | zb-h1 | zb-h2 | zbv | dualpipev | interleaved-zb |\n"
             "              dualpipe (bidirectional: even pp and mb, mb/2 microbatches down from rank 0, mb/2 up\n"
-            "              from rank pp-1, each rank holding two copies of the model's stages: 2x parameters)\n"
+            "              from rank pp-1, each rank holding two copies of the model's stages: 2x parameters) |\n"
+            "              greedy (the greedy zero-bubble scheduler's default policy on a looped placement, for\n"
+            "              the costs given: F=1, B=2 for schedule; 'pipepar search --kind greedy' tries every\n"
+            "              policy, the V placement and caps, and writes the best as a CSV)\n"
             "  --pp        pipeline ranks (1..4096)       --vpp   chunks per rank (default 1; 2 for zbv, dualpipev,\n"
             "                                                     dualpipe)\n"
             "  --mb        microbatches per step (>= 1)   --group microbatches per chunk round, interleaved only (default pp)\n"
-            "  --max-live  zb-h2: cap on live activations per rank (default 2*pp-1; at least pp)\n"
-            "  --from-csv  read PyTorch's pipeline-order CSV instead of building (one row per rank)\n"
+            "  --max-live  zb-h2, greedy: cap on live activations per rank (zb-h2: default 2*pp-1, at least pp)\n"
+            "  --from-csv  read PyTorch's pipeline-order CSV instead of building (one row per rank, at most\n"
+            "              4096 rows and 64 MiB)\n"
             "  --relower   with --from-csv: drop its SEND/RECV actions and place them with pipepar's lowering\n"
             "              (for CSVs from other tools whose groups do not pair one to one)\n"
             "  --split-overlaps  each overlapped F&B (DualPipeV) as its F then its B, lowered so: the F's\n"
@@ -55,8 +59,7 @@ static void schedule_usage(FILE *out, int simulate)
                 "  chunk is a whole model stage and costs all of it)\n"
                 "  --f F (default 1)  --b B (full backward, default 2F)  --i I  --w W (split backward; default B/2 each)\n"
                 "  --p2p L (latency per transfer)  --bytes N (per transfer)  --bandwidth GBPS\n"
-                "              on GPUs take a transfer's time beside a busy peer (build/bench_nccl_overlap: 64 MiB\n"
-                "              takes about 1 ms on H200 when the peer runs a GEMM, 0.28 ms when it is idle)\n"
+                "              on GPUs take a transfer's time beside a busy peer (bench/RESULTS.md has measured ones)\n"
                 "  --groups    transfers as the runtime posts them: a round's transfers in one group that ends\n"
                 "              as a whole, one group after another on each rank (default: each on its own)\n"
                 "  --json      machine-readable output\n");
@@ -67,94 +70,81 @@ static void schedule_usage(FILE *out, int simulate)
                 "  --out FILE  write there instead of stdout\n");
 }
 
-/* Parses the flags shared by both subcommands; returns 0 on success or an exit code. */
+#define SCHEDULE_COMMON_FLAGS                                                                         \
+    { "--kind", CLI_VALUE }, { "--pp", CLI_VALUE }, { "--vpp", CLI_VALUE }, { "--mb", CLI_VALUE },    \
+    { "--group", CLI_VALUE }, { "--max-live", CLI_VALUE }, { "--from-csv", CLI_VALUE },                 \
+    { "--layout", CLI_VALUE }, { "--relower", CLI_SWITCH }, { "--split-overlaps", CLI_SWITCH },         \
+    { "--split-backward", CLI_SWITCH }
+static const cli_flag_spec schedule_specs[] = {
+    SCHEDULE_COMMON_FLAGS, { "--format", CLI_VALUE }, { "--out", CLI_VALUE }, { NULL, 0 }
+};
+static const cli_flag_spec simulate_specs[] = {
+    SCHEDULE_COMMON_FLAGS, { "--f", CLI_VALUE }, { "--b", CLI_VALUE }, { "--i", CLI_VALUE }, { "--w", CLI_VALUE },
+    { "--p2p", CLI_VALUE }, { "--bytes", CLI_VALUE }, { "--bandwidth", CLI_VALUE }, { "--groups", CLI_SWITCH },
+    { "--json", CLI_SWITCH }, { NULL, 0 }
+};
+
+/* One flag of either subcommand into *fl; 1, or 0 after printing why. */
+static int schedule_flag(schedule_flags *fl, const char *a, const char *val)
+{
+    long v;
+    if (!strcmp(a, "--kind")) return cli_parse_kind("--kind", val, &fl->cfg.kind);
+    if (!strcmp(a, "--pp")) {
+        if (!cli_parse_int("--pp", val, 1, PP_CSV_MAX_RANKS, &v)) return 0;
+        fl->cfg.pp = (int)v;
+    } else if (!strcmp(a, "--vpp")) return cli_parse_int32("--vpp", val, 1, 1024, &fl->cfg.vpp);
+    else if (!strcmp(a, "--mb")) return cli_parse_int32("--mb", val, 1, 1 << 24, &fl->cfg.mb);
+    else if (!strcmp(a, "--group")) return cli_parse_int32("--group", val, 1, 1 << 24, &fl->cfg.group);
+    else if (!strcmp(a, "--max-live")) return cli_parse_int32("--max-live", val, 1, 1 << 24, &fl->cfg.max_live);
+    else if (!strcmp(a, "--from-csv")) fl->from_csv = val;
+    else if (!strcmp(a, "--layout")) fl->layout = val;
+    else if (!strcmp(a, "--relower")) fl->relower = 1;
+    else if (!strcmp(a, "--split-overlaps")) fl->split_overlaps = 1;
+    else if (!strcmp(a, "--split-backward")) fl->split_backward = 1;
+    else if (!strcmp(a, "--format")) {
+        if (strcmp(val, "text") && strcmp(val, "torch") && strcmp(val, "csv") && strcmp(val, "svg") && strcmp(val, "json"))
+            return cli_usage_error("--format=%s: one of text, torch, csv, svg, json", cli_short(val)), 0;
+        fl->format = val;
+    } else if (!strcmp(a, "--out")) fl->out_path = val;
+    else if (!strcmp(a, "--f")) return cli_parse_double("--f", val, 1e-12, &fl->costs.f);
+    else if (!strcmp(a, "--b")) return cli_parse_double("--b", val, 1e-12, &fl->costs.b);
+    else if (!strcmp(a, "--i")) return cli_parse_double("--i", val, 0, &fl->costs.i);
+    else if (!strcmp(a, "--w")) return cli_parse_double("--w", val, 0, &fl->costs.w);
+    else if (!strcmp(a, "--p2p")) return cli_parse_double("--p2p", val, 0, &fl->costs.p2p_latency);
+    else if (!strcmp(a, "--bytes")) return cli_parse_double("--bytes", val, 0, &fl->bytes);
+    else if (!strcmp(a, "--bandwidth")) return cli_parse_double("--bandwidth", val, 1e-9, &fl->bandwidth_gbps);
+    else if (!strcmp(a, "--groups")) fl->costs.grouped = 1;
+    else if (!strcmp(a, "--json")) fl->json = 1;
+    return 1;
+}
+
+/* Parses the flags of schedule (simulate = 0) or simulate into *fl and checks how they combine.
+ * Returns 0, -1 after printing the usage (--help), or an exit code after printing why. */
 static int parse_schedule_flags(int argc, char **argv, int simulate, schedule_flags *fl)
 {
-    int i;
-    long v;
-    int have_kind = 0, have_pp = 0, have_mb = 0;
+    cli_args args;
+    const char *a, *val;
+    int k;
     memset(fl, 0, sizeof *fl);
     fl->format = "text";
-    for (i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { schedule_usage(stdout, simulate); return -1; }
-        if (!strcmp(a, "--json") && simulate) { fl->json = 1; continue; }
-        if (!strcmp(a, "--groups") && simulate) { fl->costs.grouped = 1; continue; }
-        if (!strcmp(a, "--relower")) { fl->relower = 1; continue; }
-        if (!strcmp(a, "--split-overlaps")) { fl->split_overlaps = 1; continue; }
-        if (!strcmp(a, "--split-backward")) { fl->split_backward = 1; continue; }
-        if (a[0] != '-') return cli_usage_error("unexpected argument '%s' (see pipepar %s --help)", a, simulate ? "simulate" : "schedule");
-        {
-            static const char *const common[] = { "--kind", "--pp", "--vpp", "--mb", "--group", "--max-live", "--from-csv",
-                                                  "--layout" };
-            static const char *const sched_only[] = { "--format", "--out" };
-            static const char *const sim_only[] = { "--f", "--b", "--i", "--w", "--p2p", "--bytes", "--bandwidth" };
-            size_t q;
-            int known = 0;
-            for (q = 0; q < sizeof common / sizeof common[0]; q++) known |= !strcmp(a, common[q]);
-            for (q = 0; !simulate && q < sizeof sched_only / sizeof sched_only[0]; q++) known |= !strcmp(a, sched_only[q]);
-            for (q = 0; simulate && q < sizeof sim_only / sizeof sim_only[0]; q++) known |= !strcmp(a, sim_only[q]);
-            if (!known)
-                return cli_usage_error("unknown flag '%s' (see pipepar %s --help)", a, simulate ? "simulate" : "schedule");
-        }
-        if (!val) return cli_usage_error("%s: needs a value", a);
-        i++;
-        if (!strcmp(a, "--kind")) {
-            pp_error err;
-            if (pp_schedule_kind_parse(val, &fl->cfg.kind, &err) != PP_OK) return cli_usage_error("--kind: %s", err.message);
-            have_kind = 1;
-        } else if (!strcmp(a, "--pp")) {
-            if (!cli_parse_int("--pp", val, 1, 4096, &v)) return 2;
-            fl->cfg.pp = (int)v; have_pp = 1;
-        } else if (!strcmp(a, "--vpp")) {
-            if (!cli_parse_int("--vpp", val, 1, 1024, &v)) return 2;
-            fl->cfg.vpp = (int)v;
-        } else if (!strcmp(a, "--mb")) {
-            if (!cli_parse_int("--mb", val, 1, 1 << 24, &v)) return 2;
-            fl->cfg.mb = (int)v; have_mb = 1;
-        } else if (!strcmp(a, "--group")) {
-            if (!cli_parse_int("--group", val, 1, 1 << 24, &v)) return 2;
-            fl->cfg.group = (int)v;
-        } else if (!strcmp(a, "--max-live")) {
-            if (!cli_parse_int("--max-live", val, 1, 1 << 24, &v)) return 2;
-            fl->cfg.max_live = (int)v;
-        } else if (!strcmp(a, "--from-csv")) {
-            fl->from_csv = val;
-        } else if (!strcmp(a, "--format") && !simulate) {
-            if (strcmp(val, "text") && strcmp(val, "torch") && strcmp(val, "csv") && strcmp(val, "svg") && strcmp(val, "json"))
-                return cli_usage_error("--format '%s': one of text, torch, csv, svg, json", val);
-            fl->format = val;
-        } else if (!strcmp(a, "--out") && !simulate) {
-            fl->out_path = val;
-        } else if (simulate && !strcmp(a, "--f")) {
-            if (!cli_parse_double("--f", val, 1e-12, &fl->costs.f)) return 2;
-        } else if (simulate && !strcmp(a, "--b")) {
-            if (!cli_parse_double("--b", val, 1e-12, &fl->costs.b)) return 2;
-        } else if (simulate && !strcmp(a, "--i")) {
-            if (!cli_parse_double("--i", val, 0, &fl->costs.i)) return 2;
-        } else if (simulate && !strcmp(a, "--w")) {
-            if (!cli_parse_double("--w", val, 0, &fl->costs.w)) return 2;
-        } else if (simulate && !strcmp(a, "--p2p")) {
-            if (!cli_parse_double("--p2p", val, 0, &fl->costs.p2p_latency)) return 2;
-        } else if (simulate && !strcmp(a, "--bytes")) {
-            if (!cli_parse_double("--bytes", val, 0, &fl->bytes)) return 2;
-        } else if (!strcmp(a, "--layout")) {
-            fl->layout = val;
-        } else if (simulate && !strcmp(a, "--bandwidth")) {
-            if (!cli_parse_double("--bandwidth", val, 1e-9, &fl->bandwidth_gbps)) return 2;
-        } else {
-            return cli_usage_error("unknown flag '%s' (see pipepar %s --help)", a, simulate ? "simulate" : "schedule");
-        }
+    cli_args_init(&args, argc, argv, simulate ? "simulate" : "schedule", simulate ? simulate_specs : schedule_specs, 0);
+    while ((k = cli_next(&args, &a, &val)) > 0) {
+        if (!strcmp(a, "--help")) { schedule_usage(stdout, simulate); return -1; }
+        if (!schedule_flag(fl, a, val)) return 2;
     }
+    if (k < 0) return 2;
     if (fl->relower && !fl->from_csv) return cli_usage_error("--relower: only with --from-csv");
     if (fl->from_csv) {
-        if (have_kind || have_pp || have_mb || fl->cfg.vpp || fl->cfg.group)
-            return cli_usage_error("--from-csv: the CSV defines the schedule; drop --kind, --pp, --vpp, --mb, --group");
-        return 0;
+        if (fl->cfg.kind || fl->cfg.pp || fl->cfg.mb || fl->cfg.vpp || fl->cfg.group || fl->cfg.max_live)
+            return cli_usage_error("--from-csv: the CSV defines the schedule; drop --kind, --pp, --vpp, --mb, --group, "
+                                   "--max-live");
+    } else {
+        if (!fl->cfg.kind) return cli_usage_error("--kind: required (gpipe, 1f1b, interleaved, looped-bfs, ..., greedy)");
+        if (!fl->cfg.pp) return cli_usage_error("--pp: required (pipeline ranks, >= 1)");
+        if (!fl->cfg.mb) return cli_usage_error("--mb: required (microbatches per step, >= 1)");
+        if (fl->cfg.kind == PP_CUSTOM && fl->cfg.group)
+            return cli_usage_error("--group=%d: only interleaved takes a group, not greedy", fl->cfg.group);
     }
-    if (!have_kind) return cli_usage_error("--kind: required (gpipe, 1f1b, interleaved, looped-bfs, ...)");
-    if (!have_pp) return cli_usage_error("--pp: required (pipeline ranks, >= 1)");
-    if (!have_mb) return cli_usage_error("--mb: required (microbatches per step, >= 1)");
     if (simulate && fl->costs.i > 0 && fl->costs.w == 0 && fl->costs.b == 0)
         return cli_usage_error("--i given without --w: give both halves of the split backward");
     if (simulate && fl->costs.b > 0 && (fl->costs.i > 0 || fl->costs.w > 0))
@@ -170,30 +160,45 @@ static int parse_schedule_flags(int argc, char **argv, int simulate, schedule_fl
     return 0;
 }
 
-/* Builds (or reads), lowers and validates the schedule the flags describe. */
+/* Builds (or reads), lowers and validates the schedule the flags describe. A greedy one is built
+ * with the flags' costs (the pictures' F = 1, B = 2 for schedule), each transfer on its own. */
 static int make_schedule(const schedule_flags *fl, pp_schedule **out)
 {
     pp_error err;
     pp_schedule *s = NULL;
+    pp_status st;
     if (fl->from_csv) {
         size_t len = 0;
-        char *text = cli_read_file(fl->from_csv, &len);
-        pp_status st;
-        if (!text) return 2;
+        char *text = NULL;
+        int rc = cli_read_file("--from-csv", fl->from_csv, &text, &len);
+        if (rc) return rc;
         st = pp_schedule_read_csv(text, len, &s, &err);
         free(text);
         if (st != PP_OK) return cli_report(&err);
         if (fl->relower) pp_schedule_strip_comm(s);
+    } else if (fl->cfg.kind == PP_CUSTOM) {
+        pp_greedy_config gc;
+        pp_sim_costs costs = fl->costs;
+        costs.grouped = 0;   /* the greedy scheduler places transfers one by one; simulate times them grouped */
+        memset(&gc, 0, sizeof gc);
+        gc.pp = fl->cfg.pp; gc.mb = fl->cfg.mb; gc.vpp = fl->cfg.vpp; gc.max_live = fl->cfg.max_live;
+        gc.placement = PP_PLACEMENT_LOOPED;
+        gc.costs = &costs;
+        if (pp_schedule_build_greedy(&gc, &s, &err) != PP_OK) return cli_report(&err);
     } else if (pp_schedule_build(&fl->cfg, &s, &err) != PP_OK) {
         return cli_report(&err);
     }
-    if (!s->lowered && pp_schedule_lower(s, &err) != PP_OK) { pp_schedule_free(s); return cli_report(&err); }
-    if (fl->split_overlaps && pp_schedule_split_overlaps(s, &err) != PP_OK) { pp_schedule_free(s); return cli_report(&err); }
-    if (fl->split_backward && pp_schedule_split_backward(s, &err) != PP_OK) { pp_schedule_free(s); return cli_report(&err); }
-    if (pp_schedule_validate(s, &err) != PP_OK) {
-        fprintf(stderr, "pipepar: the schedule is invalid: %s\n", err.message);
+    if ((!s->lowered && (st = pp_schedule_lower(s, &err)) != PP_OK) ||
+        (fl->split_overlaps && (st = pp_schedule_split_overlaps(s, &err)) != PP_OK) ||
+        (fl->split_backward && (st = pp_schedule_split_backward(s, &err)) != PP_OK)) {
         pp_schedule_free(s);
-        return 2;   /* a file's schedule breaks a rule (a built one never does: the tests prove it) */
+        return cli_report(&err);
+    }
+    if ((st = pp_schedule_validate(s, &err)) != PP_OK) {
+        pp_schedule_free(s);
+        if (st != PP_EINVALID_SCHEDULE && st != PP_EDEADLOCK) return cli_report(&err);
+        /* a file's schedule breaks a rule (a built one never does: the tests prove it) */
+        return cli_usage_error("the schedule is invalid: %s", err.message);
     }
     *out = s;
     return 0;
@@ -231,59 +236,112 @@ static int layout_costs(schedule_flags *fl, const pp_schedule *s, double **array
     return rc;
 }
 
+/* The kind a text or JSON output names: a built greedy schedule is "greedy", a CSV's "custom". */
+static const char *shown_kind(const schedule_flags *fl, const pp_schedule *s)
+{
+    return fl->from_csv ? pp_schedule_kind_name(s->kind) : cli_kind_name(s->kind);
+}
+
+/* The text form: validity, the compute order, the ASCII timeline, the bubble. */
+static int schedule_write_text(const schedule_flags *fl, const pp_schedule *s, const pp_sim_result *sim, FILE *out,
+                               const char *out_name)
+{
+    pp_error err;
+    pp_status st;
+    int r, n;
+    fprintf(out, "%s schedule, pp=%d, vpp=%d, mb=%d: valid (every dependency holds; no deadlock even when sends wait "
+                 "for their receives)\n\n", shown_kind(fl, s), s->pp, s->vpp, s->mb);
+    fprintf(out, "compute order (<stage><F|B|I|W><microbatch>, PyTorch's spelling):\n");
+    if ((st = pp_schedule_write_torch(s, out, &err)) != PP_OK) return cli_written(st, &err, out_name);
+    fprintf(out, "\ntimeline with F=1, B=2 per %s, free communication:\n",
+            fl->layout ? "layer of the layout" : "rank's share of the model");
+    if ((st = pp_schedule_draw_ascii(s, sim, out, &err)) != PP_OK) return cli_written(st, &err, out_name);
+    for (r = 0, n = 0; r < s->pp; r++) n += s->length[r];
+    if (s->placement == PP_PLACEMENT_DUAL)   /* deepseek-ai/DualPipe README, with F&B = F + B */
+        fprintf(out, "\n%d actions in all, communication included; DualPipe README bubble (pp/2-1)(F&B+B-3W) = "
+                     CLI_TIME " time units with F=1, B=2, W=1 (a chunk is a whole model stage)\n", n,
+                (s->pp / 2 - 1) * (1.0 + 2.0 + 2.0 - 3.0));
+    else
+        fprintf(out, "\n%d actions in all, communication included; textbook bubble (pp-1)/(vpp*mb+pp-1) = %.1f%%\n", n,
+                100.0 * (s->pp - 1) / ((double)s->vpp * s->mb + s->pp - 1));
+    return 0;
+}
+
 int pp_cli_schedule(int argc, char **argv)
 {
     schedule_flags fl;
     pp_schedule *s = NULL;
     pp_sim_result *sim = NULL;
     pp_error err;
+    pp_status st = PP_OK;
     FILE *out = stdout;
+    char out_name[CLI_SHORT + 16] = "stdout";
     double *arrays[5] = { NULL, NULL, NULL, NULL, NULL };
-    int rc = parse_schedule_flags(argc, argv, 0, &fl), r, i;
+    int rc = parse_schedule_flags(argc, argv, 0, &fl), r;
     if (rc) return rc < 0 ? 0 : rc;
     if (fl.layout && !fl.from_csv && (rc = layout_costs(&fl, NULL, arrays)) != 0) goto done;
     if ((rc = make_schedule(&fl, &s)) != 0) goto done;
     if (fl.layout && fl.from_csv && (rc = layout_costs(&fl, s, arrays)) != 0) goto done;
-    if (fl.out_path && !(out = fopen(fl.out_path, "w"))) {
-        out = stdout;
-        rc = cli_usage_error("--out '%s': cannot open for writing", fl.out_path);
-        goto done;
-    }
     /* the pictures time the schedule with F = 1, B = 2 per rank's share, or per layer of --layout */
     if (pp_simulate(s, &fl.costs, &sim, &err) != PP_OK) { rc = cli_report(&err); goto done; }
-    if (!strcmp(fl.format, "torch")) {
-        if (pp_schedule_write_torch(s, out, &err) != PP_OK) rc = cli_report(&err);
-    } else if (!strcmp(fl.format, "csv")) {
-        if (pp_schedule_write_csv(s, out, &err) != PP_OK) rc = cli_report(&err);
-    } else if (!strcmp(fl.format, "svg")) {
-        if (pp_schedule_write_svg(s, sim, out, &err) != PP_OK) rc = cli_report(&err);
-    } else if (!strcmp(fl.format, "json")) {
-        if (pp_schedule_write_json(s, sim, out, &err) != PP_OK) rc = cli_report(&err);
+    if (fl.out_path) {
+        snprintf(out_name, sizeof out_name, "--out '%s'", cli_short(fl.out_path));
+        if (!(out = fopen(fl.out_path, "w"))) {
+            out = stdout;
+            rc = cli_usage_error("%s: cannot open for writing: %s", out_name, strerror(errno));
+            goto done;
+        }
     } else {
-        fprintf(out, "%s schedule, pp=%d, vpp=%d, mb=%d%s: valid (every dependency holds; no deadlock even when "
-                     "sends wait for their receives)\n\n",
-                pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb,
-                s->kind == PP_INTERLEAVED_1F1B ? "" : "");
-        fprintf(out, "compute order (<stage><F|B|I|W><microbatch>, PyTorch's spelling):\n");
-        if (pp_schedule_write_torch(s, out, &err) != PP_OK) { rc = cli_report(&err); goto done; }
-        fprintf(out, "\ntimeline with F=1, B=2 per %s, free communication:\n",
-                fl.layout ? "layer of the layout" : "rank's share of the model");
-        if (pp_schedule_draw_ascii(s, sim, out, &err) != PP_OK) { rc = cli_report(&err); goto done; }
-        for (r = 0, i = 0; r < s->pp; r++) i += s->length[r];
-        if (s->placement == PP_PLACEMENT_DUAL)   /* deepseek-ai/DualPipe README, with F&B = F + B */
-            fprintf(out, "\n%d actions in all, communication included; DualPipe README bubble (pp/2-1)(F&B+B-3W) = "
-                         "%g time units with F=1, B=2, W=1 (a chunk is a whole model stage)\n", i,
-                    (s->pp / 2 - 1) * (1.0 + 2.0 + 2.0 - 3.0));
-        else
-            fprintf(out, "\n%d actions in all, communication included; textbook bubble (pp-1)/(vpp*mb+pp-1) = %.1f%%\n", i,
-                    100.0 * (s->pp - 1) / (double)(s->vpp * s->mb + s->pp - 1));
+        snprintf(out_name, sizeof out_name, "stdout");
     }
+    errno = 0;
+    if (!strcmp(fl.format, "torch")) st = pp_schedule_write_torch(s, out, &err);
+    else if (!strcmp(fl.format, "csv")) st = pp_schedule_write_csv(s, out, &err);
+    else if (!strcmp(fl.format, "svg")) st = pp_schedule_write_svg(s, sim, out, &err);
+    else if (!strcmp(fl.format, "json")) st = pp_schedule_write_json(s, sim, out, &err);
+    else rc = schedule_write_text(&fl, s, sim, out, out_name);
+    if (st != PP_OK) rc = cli_written(st, &err, out_name);
 done:
-    if (out != stdout) fclose(out);
+    if (out != stdout) {   /* a failed write is reported once: by the writer, else here */
+        if (rc == 0) rc = cli_close_output(out, out_name);
+        else fclose(out);
+    }
     pp_sim_result_free(sim);
     pp_schedule_free(s);
     for (r = 0; r < 5; r++) free(arrays[r]);
     return rc;
+}
+
+/* simulate's output: the step time, the bubble, and per rank the peaks (JSON or a table). */
+static void simulate_write(const schedule_flags *fl, const pp_schedule *s, const pp_sim_result *sim,
+                           const int *awaiting, int any_awaiting)
+{
+    int r;
+    if (fl->json) {
+        printf("{\"kind\": \"%s\", \"pp\": %d, \"vpp\": %d, \"mb\": %d, \"makespan\": %.9g, \"bubble_mean\": %.9g, "
+               "\"bubble\": [", shown_kind(fl, s), s->pp, s->vpp, s->mb, sim->makespan, sim->bubble_mean);
+        for (r = 0; r < s->pp; r++) printf("%s%.9g", r ? ", " : "", sim->bubble[r]);
+        printf("], \"peak_live\": [");
+        for (r = 0; r < s->pp; r++) printf("%s%d", r ? ", " : "", sim->peak_live[r]);
+        printf("], \"peak_memory\": [");
+        for (r = 0; r < s->pp; r++) printf("%s%.9g", r ? ", " : "", sim->peak_memory[r]);
+        printf("], \"awaiting_w\": [");
+        for (r = 0; r < s->pp; r++) printf("%s%d", r ? ", " : "", awaiting[r]);
+        printf("]}\n");
+        return;
+    }
+    printf("%s  pp=%d vpp=%d mb=%d\n", shown_kind(fl, s), s->pp, s->vpp, s->mb);
+    printf("step time (makespan)  " CLI_TIME "\n", sim->makespan);
+    printf("mean bubble           %.2f%%\n", 100.0 * sim->bubble_mean);
+    printf("rank  bubble   peak live activations (chunks)   peak memory (x one rank's layers%s)%s\n",
+           s->placement == PP_PLACEMENT_DUAL ? "; dualpipe: x one model stage, the rank holds two" : "",
+           any_awaiting ? "   I's awaiting their W (chunks, at most)" : "");
+    for (r = 0; r < s->pp; r++) {
+        printf("%4d  %5.2f%%   %6d                           %8.3f", r, 100.0 * sim->bubble[r], sim->peak_live[r],
+               sim->peak_memory[r]);
+        if (any_awaiting) printf("                            %6d", awaiting[r]);
+        printf("\n");
+    }
 }
 
 int pp_cli_simulate(int argc, char **argv)
@@ -293,70 +351,23 @@ int pp_cli_simulate(int argc, char **argv)
     pp_sim_result *sim = NULL;
     pp_error err;
     double *arrays[5] = { NULL, NULL, NULL, NULL, NULL };
-    int rc = parse_schedule_flags(argc, argv, 1, &fl), r, k, *awaiting = NULL, any_awaiting = 0;
+    int rc = parse_schedule_flags(argc, argv, 1, &fl), r, *awaiting = NULL, any_awaiting = 0;
     if (rc) return rc < 0 ? 0 : rc;
-    if (fl.layout && !fl.from_csv && (rc = layout_costs(&fl, NULL, arrays)) != 0) {
-        for (k = 0; k < 5; k++) free(arrays[k]);
-        return rc;
-    }
-    if ((rc = make_schedule(&fl, &s)) != 0) { for (k = 0; k < 5; k++) free(arrays[k]); return rc; }
-    if (fl.layout && fl.from_csv && (rc = layout_costs(&fl, s, arrays)) != 0) {
-        pp_schedule_free(s);
-        for (k = 0; k < 5; k++) free(arrays[k]);
-        return rc;
-    }
-    if (pp_simulate(s, &fl.costs, &sim, &err) != PP_OK) {
-        pp_schedule_free(s);
-        for (k = 0; k < 5; k++) free(arrays[k]);
-        return cli_report(&err);
-    }
+    if (fl.layout && !fl.from_csv && (rc = layout_costs(&fl, NULL, arrays)) != 0) goto done;
+    if ((rc = make_schedule(&fl, &s)) != 0) goto done;
+    if (fl.layout && fl.from_csv && (rc = layout_costs(&fl, s, arrays)) != 0) goto done;
+    if (pp_simulate(s, &fl.costs, &sim, &err) != PP_OK) { rc = cli_report(&err); goto done; }
     /* what a trainer sizes its I->W buffers by (pp_schedule_rank_peaks); any I at all shows it */
-    awaiting = (int *)calloc((size_t)s->pp, sizeof(int));
-    for (r = 0; awaiting && r < s->pp; r++) {
-        if (pp_schedule_rank_peaks(s, r, NULL, 1, NULL, &awaiting[r], &err) != PP_OK) {
-            free(awaiting);
-            pp_sim_result_free(sim);
-            pp_schedule_free(s);
-            for (k = 0; k < 5; k++) free(arrays[k]);
-            return cli_report(&err);
-        }
+    if (!(awaiting = (int *)calloc((size_t)s->pp, sizeof(int)))) { rc = cli_env_error("out of memory"); goto done; }
+    for (r = 0; r < s->pp; r++) {
+        if (pp_schedule_rank_peaks(s, r, NULL, 1, NULL, &awaiting[r], &err) != PP_OK) { rc = cli_report(&err); goto done; }
         any_awaiting |= awaiting[r] > 0;
     }
-    if (!awaiting) {
-        fprintf(stderr, "pipepar: out of memory\n");
-        pp_sim_result_free(sim);
-        pp_schedule_free(s);
-        for (k = 0; k < 5; k++) free(arrays[k]);
-        return 1;
-    }
-    if (fl.json) {
-        printf("{\"kind\": \"%s\", \"pp\": %d, \"vpp\": %d, \"mb\": %d, \"makespan\": %.9g, \"bubble_mean\": %.9g, "
-               "\"bubble\": [", pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb, sim->makespan, sim->bubble_mean);
-        for (r = 0; r < s->pp; r++) printf("%s%.9g", r ? ", " : "", sim->bubble[r]);
-        printf("], \"peak_live\": [");
-        for (r = 0; r < s->pp; r++) printf("%s%d", r ? ", " : "", sim->peak_live[r]);
-        printf("], \"peak_memory\": [");
-        for (r = 0; r < s->pp; r++) printf("%s%.9g", r ? ", " : "", sim->peak_memory[r]);
-        printf("], \"awaiting_w\": [");
-        for (r = 0; r < s->pp; r++) printf("%s%d", r ? ", " : "", awaiting[r]);
-        printf("]}\n");
-    } else {
-        printf("%s  pp=%d vpp=%d mb=%d\n", pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb);
-        printf("step time (makespan)  %.6g\n", sim->makespan);
-        printf("mean bubble           %.2f%%\n", 100.0 * sim->bubble_mean);
-        printf("rank  bubble   peak live activations (chunks)   peak memory (x one rank's layers%s)%s\n",
-               s->placement == PP_PLACEMENT_DUAL ? "; dualpipe: x one model stage, the rank holds two" : "",
-               any_awaiting ? "   I's awaiting their W (chunks, at most)" : "");
-        for (r = 0; r < s->pp; r++) {
-            printf("%4d  %5.2f%%   %6d                           %8.3f", r, 100.0 * sim->bubble[r],
-                   sim->peak_live[r], sim->peak_memory[r]);
-            if (any_awaiting) printf("                            %6d", awaiting[r]);
-            printf("\n");
-        }
-    }
+    simulate_write(&fl, s, sim, awaiting, any_awaiting);
+done:
     free(awaiting);
     pp_sim_result_free(sim);
     pp_schedule_free(s);
-    for (k = 0; k < 5; k++) free(arrays[k]);
-    return 0;
+    for (r = 0; r < 5; r++) free(arrays[r]);
+    return rc;
 }

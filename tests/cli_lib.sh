@@ -1,10 +1,11 @@
 # cli_lib.sh — what the CLI shell tests share. Source it first thing:  . "$(dirname "$0")/cli_lib.sh"
-# It moves to the repository root, sets P=build/pipepar and gives:
+# It moves to the repository root, sets P to the CLI under test ($PIPEPAR, default build/pipepar;
+# tests/run_all.sh runs the CLI tests again with PIPEPAR=build-asan/pipepar) and gives:
 #   ok / bad MESSAGE               count a passed / failed check (bad prints the message)
 #   expect_error CODE TEXT ARGS..  `pipepar ARGS` exits CODE with one stderr line containing TEXT
 #   finish                         prints "N passed, N failed" and exits non-zero on a failure
 cd "$(dirname "$0")/.." || exit 1
-P=build/pipepar
+P=${PIPEPAR:-build/pipepar}
 pass=0; fail=0
 ok()  { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }

@@ -35,8 +35,8 @@ expect_error 2 "--vpp=0: must be between 1" schedule --kind interleaved --pp 2 -
 expect_error 2 "kind 'zigzag': unknown" schedule --kind zigzag --pp 2 --mb 4
 expect_error 2 "--pp: expected an integer, got 'four'" schedule --kind 1f1b --pp four --mb 4
 expect_error 2 "--kind: required" schedule --pp 2 --mb 4
-expect_error 2 "unknown flag '--bogus'" schedule --kind 1f1b --pp 2 --mb 4 --bogus 1
-expect_error 2 "--format 'png'" schedule --kind 1f1b --pp 2 --mb 4 --format png
+expect_error 2 "--bogus: unknown flag" schedule --kind 1f1b --pp 2 --mb 4 --bogus 1
+expect_error 2 "--format=png: one of text" schedule --kind 1f1b --pp 2 --mb 4 --format png
 expect_error 2 "vpp=2: gpipe runs one chunk per rank" schedule --kind gpipe --pp 2 --vpp 2 --mb 4
 expect_error 2 "group=2: only interleaved" schedule --kind 1f1b --pp 2 --mb 4 --group 2
 expect_error 2 "max_live=2: 1f1b has a fixed memory profile" schedule --kind 1f1b --pp 4 --mb 8 --max-live 2
@@ -44,14 +44,14 @@ expect_error 2 "--b: not with --i/--w" simulate --kind 1f1b --pp 4 --mb 8 --b 5 
 expect_error 2 "--bandwidth: needs --bytes too" simulate --kind 1f1b --pp 4 --mb 8 --bandwidth 10
 expect_error 2 "--f=1e308: out of range" simulate --kind 1f1b --pp 4 --mb 8 --f 1e308
 expect_error 2 "--f: expected a number, got '1x'" simulate --kind 1f1b --pp 4 --mb 8 --f 1x
-expect_error 2 "cannot open 'nope.csv'" schedule --from-csv nope.csv
+expect_error 2 "--from-csv 'nope.csv': cannot open" schedule --from-csv nope.csv
 expect_error 2 "--f=-1: must be at least" simulate --kind 1f1b --pp 2 --mb 4 --f -1
 expect_error 2 "unknown command 'shedule'" shedule
 expect_error 2 "pp*vpp*mb=68719476736: at most 4194304" schedule --kind 1f1b --pp 4096 --mb 16777216
 expect_error 2 "--pp=65536: must be between 1 and 4096" schedule --kind 1f1b --pp 65536 --mb 8
-expect_error 2 "unknown flag '--bogus'" simulate --kind 1f1b --pp 4 --mb 8 --bogus
+expect_error 2 "--bogus: unknown flag" simulate --kind 1f1b --pp 4 --mb 8 --bogus
 expect_error 2 "unexpected argument 'extra'" schedule --kind 1f1b --pp 4 --mb 8 extra
-expect_error 2 "unknown flag '--json'" schedule --kind 1f1b --pp 4 --mb 8 --json
+expect_error 2 "--json: unknown flag" schedule --kind 1f1b --pp 4 --mb 8 --json
 expect_error 2 "pp*mb=32768, at most 8192 for a search" search --pp 64 --mb 512
 printf '1\n2\n\0\n3\n' > /tmp/pp_nul_$$; expect_error 2 "byte 4 is a NUL" pack --capacity 10 /tmp/pp_nul_$$; rm -f /tmp/pp_nul_$$
 expect_error 2 "--lengths: entry 1 is empty" pack --capacity 10 --lengths ,

@@ -65,7 +65,7 @@ IN=$'1,\n,\n2\n' expect_fail "a line of only a comma" 2 "stdin, line 2: an empty
 expect_fail "seq-multiple only with lengths" 2 "--seq-multiple: only with --lengths" cp --cp 2 --seq-len 8 --seq-multiple 4
 expect_fail "shapes either order" 2 "--variable-shapes: not with --same-shape" pack --capacity 9 --lengths 4 --same-shape --variable-shapes
 expect_fail "empty cu_seqlens entry" 2 "--cu-seqlens: entry 2 is empty" cp --cp 2 --cu-seqlens 0,,8
-expect_fail "missing file" 2 "cannot open 'no/such/file'" pack --capacity 9 no/such/file
+expect_fail "missing file" 2 "'no/such/file': cannot open" pack --capacity 9 no/such/file
 
 # --- cp ---
 expect_out "cp2 rank 0 of 5 and 11" "index [0 1 6 7 8 9 10 17 18 19]" cp --cp 2 --lengths 5,11

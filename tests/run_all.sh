@@ -3,7 +3,8 @@
 #   1. the test runner, plain build          (every suite)
 #   2. the test runner under ASan + UBSan    (every suite)
 #   3. the test runner under TSan            (the suites that start threads)
-#   4. the shell-level tests tests/*.sh       (CLI exit codes and messages, demo, ...)
+#   4. the shell-level tests tests/*.sh       (CLI exit codes and messages, demo, ...), and the CLI's
+#      ones (tests/*cli*.sh) again against an ASan + UBSan build of the CLI (build-asan/pipepar)
 #   5. compile checks: the header as C++, and the GPU companions with nvcc where it exists, with
 #      the host tests of pipepar_nccl.c's internals (tests/gpu/host_*.c) that build with them
 # Each part prints "N passed, N failed"; the last line sums them all.
@@ -62,6 +63,17 @@ for t in tests/*.sh; do
     bash "$t" >"$log/sh.txt" 2>&1; count "$(basename "$t")" "$log/sh.txt" $?
 done
 
+echo "== CLI shell tests under ASan + UBSan (PIPEPAR=build-asan/pipepar; leaks and undefined behaviour fail them)"
+if make -s -j"$JOBS" BUILD=build-asan OPT="-O1 -g" \
+     SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+     build-asan/pipepar >"$log/b4.txt" 2>&1; then
+    for t in tests/*cli*.sh; do
+        case "$t" in tests/*_lib.sh) continue;; esac
+        PIPEPAR=build-asan/pipepar ASAN_OPTIONS=detect_leaks=1:exitcode=86 UBSAN_OPTIONS=print_stacktrace=1 \
+            bash "$t" >"$log/sh.txt" 2>&1; count "asan: $(basename "$t")" "$log/sh.txt" $?
+    done
+else cat "$log/b4.txt"; total_fail=$((total_fail + 1)); fi
+
 echo "== fuzz corpora and fixed findings, replayed (tests/fuzz: gcc + ASan/UBSan, no libFuzzer needed)"
 sh tests/fuzz/run.sh replay >"$log/fz.txt" 2>&1; rc=$?
 sh tests/fuzz/run.sh crashes >>"$log/fz.txt" 2>&1 || rc=$?
@@ -75,10 +87,12 @@ echo "== compile checks"
 compile_check "header compiles as C++" ${CXX:-c++} -x c++ -std=c++11 -Wall -Wextra -Werror \
     -Wno-unused-function -fsyntax-only tests/impl.c
 # strict C99 with no POSIX feature macro: the header stops with one clear #error naming the two
-# fixes; with PIPEPAR_NO_THREADS (the threads transport left out) it compiles
+# fixes, and no other error after it; with PIPEPAR_NO_THREADS (the threads transport left out) it
+# compiles
 printf '#define PIPEPAR_IMPLEMENTATION\n#include "pipepar.h"\n' >"$log/strict.c"
-compile_check "strict C99 names its fix" sh -c "! ${CC:-cc} -std=c99 -I. -c -o /dev/null $log/strict.c 2>$log/strict.err &&
-    grep -q 'compile with -D_POSIX_C_SOURCE=200809L (or -std=gnu99), or define PIPEPAR_NO_THREADS' $log/strict.err"
+compile_check "strict C99 names its fix, in its one error" sh -c "! ${CC:-cc} -std=c99 -Wall -Wextra -I. -c -o /dev/null \
+    $log/strict.c 2>$log/strict.err && [ \$(grep -c 'error:' $log/strict.err) -eq 1 ] && ! grep -q 'warning:' $log/strict.err &&
+    grep -q 'error: .*compile with -D_POSIX_C_SOURCE=200809L (or -std=gnu99), or define PIPEPAR_NO_THREADS' $log/strict.err"
 compile_check "strict C99 with PIPEPAR_NO_THREADS" ${CC:-cc} -std=c99 -Wall -Wextra -Werror -Wno-unused-function \
     -DPIPEPAR_NO_THREADS -I. -c -o /dev/null "$log/strict.c"
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then

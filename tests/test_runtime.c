@@ -1565,7 +1565,8 @@ static void a_failing_callback_stops_every_rank_at_once(void)
     int r;
     run->timeout = 30;
     run->fail_mode = 1; run->fail_rank = 2; run->fail_stage = 2; run->fail_mb = 3;
-    PP_CHECK_FAILS(tm_go(run, &err), &err, PP_ECALLBACK, "rank 2: rank 2 position");
+    PP_CHECK_FAILS(tm_go(run, &err), &err, PP_ECALLBACK, "rank 2 position");
+    PP_CHECK(strncmp(err.message, "rank 2 position", 15) == 0);   /* the rank named once */
     PP_CHECK_CONTAINS(err.message, "(2F3): the forward callback returned 7");
     for (r = 0; r < 4; r++) {
         PP_CHECK_INT(run->status[r], r == 2 ? PP_ECALLBACK : PP_EABORTED);

@@ -40,7 +40,7 @@ expect_error 1 "--max-mem=0.5: no schedule fits; the least memory is" search --p
 # ... and the least memory named is the least any schedule has (one microbatch through all of a
 # rank's layers), not the least of those built for a cap of 1 or more
 expect_error 1 "the least memory is 1.000 (greedy looped vpp=4 max_live=4)" search --pp 4 --mb 8 --max-mem 0.5
-expect_error 2 "unknown flag '--bogus'" search --pp 4 --mb 8 --bogus
+expect_error 2 "--bogus: unknown flag" search --pp 4 --mb 8 --bogus
 expect_error 2 "--top: needs a value" search --pp 4 --mb 8 --top
 expect_error 2 "--threads: only with --layers" search --pp 4 --mb 8 --threads 2
 # the layout search on several threads prints what one thread prints
@@ -68,8 +68,8 @@ expect_error 2 "--vpp and --max-vpp: give one" search --pp 2 --mb 4 --vpp 2 --ma
 # placement: a greedy V schedule at 194 units (F = I = W = 1 per layer, 192 of work per rank)
 # against ZB-V's 196 on even stages; its memory, weighed by stage size, within the cap
 out=$($P search --pp 2 --mb 8 --layout 'Et*2|t*6|t*2|t*6L' --max-mem 3 --top 1) && ok || bad "search --layout exit $?"
-echo "$out" | grep -Eq '^best: greedy V vpp=2 .*step time 194$' && ok || bad "search --layout: best is not a 194-unit greedy V: $out"
-$P search --pp 2 --mb 8 --layout 'Et*4|t*4|t*4|t*4L' --max-mem 2 --top 1 | grep -q 'step time 196$' && ok || bad "search --layout even: not 196"
+echo "$out" | grep -Eq '^best: greedy V vpp=2 .*step time 194.000$' && ok || bad "search --layout: best is not a 194-unit greedy V: $out"
+$P search --pp 2 --mb 8 --layout 'Et*4|t*4|t*4|t*4L' --max-mem 2 --top 1 | grep -q 'step time 196.000$' && ok || bad "search --layout even: not 196"
 $P search --pp 2 --mb 8 --layout 'Et*2|t*6|t*2|t*6L' --max-mem 3 --json | python3 -c '
 import json, sys
 e = json.load(sys.stdin)["entries"]
@@ -88,10 +88,10 @@ expect_error 2 "--mem-stage: 2 values, expected pp*vpp = 4" search --pp 2 --mb 4
 # a 1-layer first stage with group 4 takes 195 units against 198 for even stages; the winner's
 # layout is printed in a form `schedule --layout` and mlp_gpu take back
 out=$($P search --pp 2 --mb 8 --vpp 4 --layers 16 --kind interleaved) && ok || bad "search --layers exit $?"
-echo "$out" | grep -q '^best: interleaved vpp=4 group=4, step time 195$' && ok || bad "search --layers: best is not group 4 at 195: $out"
+echo "$out" | grep -q '^best: interleaved vpp=4 group=4, step time 195.000$' && ok || bad "search --layers: best is not group 4 at 195: $out"
 echo "$out" | grep -q "^layout: 'Et|t\*2|t\*2|t\*2|t\*2|t\*2|t\*3|t\*2L'$" && ok || bad "search --layers: layout line: $out"
 echo "$out" | grep -q '(1107 splits)' && ok || bad "search --layers: split count: $out"
-$P simulate --kind interleaved --pp 2 --mb 8 --group 4 --layout 'Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L' | grep -q 'makespan)  195$' \
+$P simulate --kind interleaved --pp 2 --mb 8 --group 4 --layout 'Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L' | grep -q 'makespan)  195.000$' \
     && ok || bad "simulate on the searched layout: not 195"
 $P search --pp 2 --mb 8 --vpp 2 --layers 16 --spread 3 --kind zbv --json | python3 -c '
 import json, sys
@@ -140,10 +140,10 @@ expect_error 2 "--layers and --layout: give one" search --pp 2 --mb 8 --layers 1
 expect_error 2 "--layers and --f-stage: give one" search --pp 2 --mb 8 --vpp 2 --layers 16 --f-stage 1,1,1,1
 expect_error 2 "--layers with --b: give the halves" search --pp 2 --mb 8 --layers 16 --b 2
 out=$($P search --pp 2 --mb 8 --vpp 4 --layers 16 --kind interleaved --max-layouts 100) && ok || bad "search --max-layouts 100 exit $?"
-echo "$out" | grep -q "found by descent from the even split" && echo "$out" | grep -q '^best: interleaved vpp=4 group=4, step time 195$' \
+echo "$out" | grep -q "found by descent from the even split" && echo "$out" | grep -q '^best: interleaved vpp=4 group=4, step time 195.000$' \
     && ok || bad "search --max-layouts 100: no descent, or not 195: $out"
 expect_error 2 "layers=3: fewer than the pp*vpp = 4 stages" search --pp 2 --mb 8 --vpp 2 --layers 3
-expect_error 2 "--kind=foo:" search --pp 2 --mb 8 --kind foo
+expect_error 2 "--kind: kind 'foo': unknown" search --pp 2 --mb 8 --kind foo
 expect_error 2 "kind=zbv: none of this kind" search --pp 2 --mb 8 --vpp 4 --kind zbv
 
 # simulate --layout: per-layer costs summed per stage; ZB-V's fixed order loses on 2,6,2,6
@@ -155,7 +155,7 @@ d = json.load(sys.stdin)
 assert d["vpp"] == 2 and abs(d["makespan"] - 204) < 1e-9, d
 assert [round(x, 9) for x in d["peak_memory"]] == [1.5, 2.5], d["peak_memory"]
 ' && ok || bad "simulate --layout 2,6,2,6: $out"
-$P simulate --kind zbv --pp 2 --mb 8 --i 1 --w 1 --layout 'Et*4|t*4|t*4|t*4L' | grep -q 'makespan)  196$' && ok || bad "simulate --layout even: not 196"
+$P simulate --kind zbv --pp 2 --mb 8 --i 1 --w 1 --layout 'Et*4|t*4|t*4|t*4L' | grep -q 'makespan)  196.000$' && ok || bad "simulate --layout even: not 196"
 expect_error 2 "--layout: dualpipe runs every model stage twice" simulate --kind dualpipe --pp 2 --mb 8 --layout 'Et|tL'
 expect_error 2 "--vpp=3: the layout has 4 stages" simulate --kind interleaved --pp 2 --vpp 3 --mb 8 --layout 'Et|t|t|tL'
 expect_error 2 "stage 2 holds no layer" simulate --kind zbv --pp 2 --mb 8 --layout 'Et|t||tL'
@@ -164,14 +164,14 @@ $P search --pp 2 --mb 8 --layout 'Et*2|t*6|t*2|t*6L' --csv "$T/uneven.csv" --top
 out=$($P schedule --from-csv "$T/uneven.csv" --layout 'Et*2|t*6|t*2|t*6L') && ok || bad "schedule --from-csv --layout exit $?"
 echo "$out" | grep -q 'per layer of the layout' && echo "$out" | grep -q '^bubble per rank: 1.0% 1.0%' && ok ||
     bad "schedule --layout: not timed with the layout's costs: $(echo "$out" | grep 'bubble per rank')"
-$P simulate --from-csv "$T/uneven.csv" --layout 'Et*2|t*6|t*2|t*6L' --i 1 --w 1 | grep -q 'makespan)  194$' && ok ||
+$P simulate --from-csv "$T/uneven.csv" --layout 'Et*2|t*6|t*2|t*6L' --i 1 --w 1 | grep -q 'makespan)  194.000$' && ok ||
     bad "simulate --from-csv --layout: not 194"
 $P schedule --kind zbv --pp 2 --mb 8 --layout 'Et*2|t*6|t*2|t*6L' --format svg --out "$T/uneven.svg" && grep -q '<svg' "$T/uneven.svg" &&
     ok || bad "schedule --layout --format svg"
 expect_error 2 "--layout=Et|t|t|t|t|tL: 6 stages, but the CSV's schedule has 4" schedule --from-csv "$T/uneven.csv" --layout 'Et|t|t|t|t|tL'
 expect_error 2 "--max-mem=-1: must be at least 0" search --pp 2 --mb 4 --max-mem -1
 expect_error 2 "--bytes: needs --bandwidth" search --pp 2 --mb 4 --bytes 1000
-expect_error 2 "unknown flag '--group'" search --pp 2 --mb 4 --group 2
+expect_error 2 "--group: unknown flag" search --pp 2 --mb 4 --group 2
 expect_error 2 "--csv '$T/no/such/dir.csv': cannot open" search --pp 2 --mb 4 --csv "$T/no/such/dir.csv"
 $P search --help | grep -q -- '--max-mem' && ok || bad "search --help"
 
@@ -190,10 +190,10 @@ expect_error 2 "vpp=3: zbv uses a V-shaped placement" schedule --kind zbv --pp 4
 expect_error 2 "group=1: interleaved-zb needs rounds of at least pp=4" schedule --kind interleaved-zb --pp 4 --vpp 2 --mb 8 --group 1
 
 # --groups: transfers as the runtime posts them (DualPipeV pp 4: an F&B's two outputs share a group)
-$P simulate --kind dualpipev --pp 4 --mb 8 --f 1 --b 2 | grep -q 'makespan)  27$' && ok || bad "dualpipev pp 4: not 27"
-$P simulate --kind dualpipev --pp 4 --mb 8 --f 1 --b 2 --groups | grep -q 'makespan)  30$' && ok || bad "dualpipev pp 4 --groups: not 30"
+$P simulate --kind dualpipev --pp 4 --mb 8 --f 1 --b 2 | grep -q 'makespan)  27.000$' && ok || bad "dualpipev pp 4: not 27"
+$P simulate --kind dualpipev --pp 4 --mb 8 --f 1 --b 2 --groups | grep -q 'makespan)  30.000$' && ok || bad "dualpipev pp 4 --groups: not 30"
 $P simulate --help | grep -q -- '--groups' && ok || bad "simulate --help: no --groups"
-expect_error 2 "unknown flag '--groups'" schedule --kind 1f1b --pp 2 --mb 2 --groups
+expect_error 2 "--groups: unknown flag" schedule --kind 1f1b --pp 2 --mb 2 --groups
 
 # --split-overlaps: DualPipeV's FBs as F then B, still valid, and faster when run in turn
 $P schedule --kind dualpipev --pp 2 --mb 8 --format torch | grep -q 'OVERLAP_F_B' && ok || bad "dualpipev has no FB actions"
@@ -211,7 +211,7 @@ L='Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L'
 a=$($P simulate --kind interleaved --pp 2 --vpp 4 --mb 8 --group 4 --layout "$L" --f 3.25 --i 3.58 --w 3.33 --p2p 0.2 --groups | sed -n 's/^step time (makespan) *//p')
 b=$($P simulate --kind interleaved --pp 2 --vpp 4 --mb 8 --group 4 --layout "$L" --f 3.25 --i 3.58 --w 3.33 --p2p 0.2 --groups --split-backward | sed -n 's/^step time (makespan) *//p')
 python3 -c "import sys; a, b = float('$a'), float('$b'); sys.exit(0 if b < 0.99 * a else 1)" && ok || bad "split interleaved '$b' not 1% below whole '$a'"
-$P search --pp 2 --mb 8 --vpp 4 --layers 16 --kind interleaved --split-backward | grep -q 'group=4, B as I then W  *193 ' && ok ||
+$P search --pp 2 --mb 8 --vpp 4 --layers 16 --kind interleaved --split-backward | grep -q 'group=4, B as I then W  *193.000 ' && ok ||
     bad "search --split-backward: not 193 for group 4: $($P search --pp 2 --mb 8 --vpp 4 --layers 16 --kind interleaved --split-backward | sed -n 4p)"
 $P search --pp 2 --mb 8 --vpp 2 --kind interleaved --split-backward --json | grep -q '"split_backward": true' && ok ||
     bad "search --json: no split_backward"
@@ -233,8 +233,8 @@ $P simulate --from-csv "$T/held.csv" --json | grep -q '"awaiting_w": \[6\]' && o
 # session-9 stages, with 2.1 against 3.6 of activation memory
 { echo "3.25 1.88 3.33 1"; for i in $(seq 15); do echo "3.25 3.58 3.33 1"; done; } >"$T/h200.costs"
 out=$($P search --pp 2 --mb 8 --vpp 4 --kind interleaved --layer-costs "$T/h200.costs" --split-backward --p2p 0.2)
-echo "$out" | grep -Eq "^  1  interleaved vpp=4 group=2, B as I then W +654\.89 +1\.75% +2\.125  Et\|t\*2\|t\*2\|t\*2\|t\*2\|t\*3\|t\*3\|tL$" &&
-    echo "$out" | grep -Eq "^  2  interleaved vpp=4 group=4, B as I then W +656\.09 .*Et\|t\*2\|t\*2\|t\*2\|t\*2\|t\*2\|t\*3\|t\*2L$" && ok ||
+echo "$out" | grep -Eq "^  1  interleaved vpp=4 group=2, B as I then W +654\.890 +1\.75% +2\.125  Et\|t\*2\|t\*2\|t\*2\|t\*2\|t\*3\|t\*3\|tL$" &&
+    echo "$out" | grep -Eq "^  2  interleaved vpp=4 group=4, B as I then W +656\.090 .*Et\|t\*2\|t\*2\|t\*2\|t\*2\|t\*2\|t\*3\|t\*2L$" && ok ||
     bad "search on H200's costs: $(echo "$out" | sed -n 4,5p)"
 
 # a CSV without FB keeps its own communication: a missing send is still reported

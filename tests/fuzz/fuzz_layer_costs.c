@@ -72,7 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             goto out;
         if (word_after(first, "--loss ", word, sizeof word) && !parse_layer_costs("--loss", word, &cfg.loss)) goto out;
     }
-    if (!read_layer_costs(FUZZ_PATH, &costs, &n)) { FUZZ_CHECK(costs == NULL); goto out; }
+    if (read_layer_costs(FUZZ_PATH, &costs, &n) != 0) { FUZZ_CHECK(costs == NULL); goto out; }
     FUZZ_CHECK(n >= 1 && n <= 4096);
     for (k = 0; k < n; k++) {
         FUZZ_CHECK(costs[k].f >= 0 && costs[k].f <= 1e300 && costs[k].i >= 0 && costs[k].i <= 1e300);

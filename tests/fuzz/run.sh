@@ -20,6 +20,7 @@ dict_of() {
     layers_*|moe_freq) echo tests/fuzz/layers.dict ;;
     grid_dims|mimo_module) echo tests/fuzz/grid.dict ;;
     schedule_kind|pack_algo) echo tests/fuzz/names.dict ;;
+    cli_args) echo tests/fuzz/cli.dict ;;
     *) echo tests/fuzz/data.dict ;;
     esac
 }
