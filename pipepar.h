@@ -1319,10 +1319,13 @@ PIPEPAR_API pp_status pp_replay_gather(const pp_replay_map *map, const int32_t *
  * >>runtime
  * Runs one rank's lowered program, once per training step. Three parts:
  *
- *   transport  how bytes move between pipeline ranks: a table of five functions (post a group,
- *              wait, test, all-reduce a few floats, abort). pipepar brings one built from
- *              pthreads (>>threads, N ranks as N threads of one process, for tests and the CPU
- *              demo); pipepar_nccl.c brings NCCL; a user can write their own.
+ *   transport  how bytes move between pipeline ranks: a table of functions (post a group,
+ *              wait, test, all-reduce a few floats, abort), and the group collectives a trainer
+ *              runs around the step (all-reduce and all-gather of buffers, a barrier: the dp
+ *              gradient sum, the tied embedding's, a cp all-gather), with the same deadlines and
+ *              abort. pipepar brings one built from pthreads (>>threads, N ranks as N threads of
+ *              one process, for tests and the CPU demo, with a transport per group of a grid);
+ *              pipepar_nccl.c brings NCCL; a user can write their own.
  *   executor   pp_run_step() walks the rank's actions: F, B, I, W, FB call the user's
  *              callbacks; each group of consecutive SEND/RECV actions is posted at once without
  *              blocking, and a receive is waited for only right before the compute that needs
@@ -1359,6 +1362,21 @@ PIPEPAR_API pp_status pp_replay_gather(const pp_replay_map *map, const int32_t *
  * every chunk's attention needs them (this is why Megatron-LM hands each virtual stage its own
  * data iterator).
  *
+ * Saved state. What a stage keeps from its forward for its backward is the model's, but where it
+ * keeps it is the executor's decision: pp_mb_info.slot numbers the (stage, microbatch) pairs
+ * live on the rank, the lowest free slot at each F, free again after the B or W that ends the
+ * pair. The program fixes the order, so the slots a rank ever needs are its live peak
+ * (pp_schedule_rank_peaks), known at setup (pp_executor_saved_slots): a trainer allocates its
+ * saved activations once, that many, and indexes them by slot.
+ *
+ * Around a chunk: callbacks.chunk_done says when a chunk's last backward of the step has run, so
+ * its data-parallel gradient reduce starts while the rest of the pipeline drains.
+ *
+ * Microbatch counts. Packing decides how many bins a step has. An executor made from a recipe
+ * (pp_executor_config.recipe) instead of a schedule runs a step of any count up to max_mb: the
+ * schedule of each count is built, lowered and checked on its first step and kept, and all of
+ * them share one buffer pool and one set of saved-state slots.
+ *
  * Around a step, what post-training trainers need:
  *   - forward only (evaluation, log-probabilities): only F actions and their transfers run;
  *     the last stage's outputs come back in microbatch order (pp_step_result.outputs);
@@ -1370,15 +1388,17 @@ PIPEPAR_API pp_status pp_replay_gather(const pp_replay_map *map, const int32_t *
  *   - pp = 1 runs through the same calls (a one-rank transport, no transfers).
  *
  * Per step the executor makes two all-reduces of a few floats (the check below, the loss) and
- * no allocation once its pool has grown to the step's shapes.
+ * no allocation once its pool has grown to the step's shapes (and, with a recipe, once the
+ * step's count has run before).
  *
  * Failure. Every wait has a deadline (pp_executor_config.timeout_s). A rank that fails (a
  * callback error, a timeout, a transport error) aborts the transport with its reason, so every
  * other rank returns promptly with PP_EABORTED naming the first failure: no rank hangs. Before
  * a step the ranks all-reduce a hash of (schedule, step number, step options): ranks given
- * different schedules fail at once with PP_EINVALID_SCHEDULE instead of exchanging wrong
- * tensors. Message tags carry (direction, stage, microbatch, step) and are checked on receipt
- * by transports that can (the threads transport does).
+ * different schedules, or steps of different microbatch counts, fail at once with
+ * PP_EINVALID_SCHEDULE naming what differs instead of exchanging wrong tensors. Message tags
+ * carry (direction, stage, microbatch, step) and are checked on receipt by transports that can
+ * (the threads transport does).
  * ============================================================================================ */
 
 /* --- >>transport ------------------------------------------------------------------------- */
@@ -1462,7 +1482,8 @@ PIPEPAR_API int pp_transfer_tag_format(uint64_t tag, char *buf, size_t size);
 
 /* --- >>threads: N ranks as N threads of one process ------------------------------------------
  * Messages go through per-rank mailboxes in shared memory and are matched by (source,
- * destination, tag), oldest first; a send copies its bytes (buffered), so a send never blocks.
+ * destination, transport, tag), oldest first; a send copies its bytes (buffered), so a send
+ * never blocks. The group collectives are made of such messages too.
  * Every wait uses a condition variable with a deadline. Needs POSIX threads and clocks (compile
  * with -D_POSIX_C_SOURCE=200809L under a strict -std=c99); define PIPEPAR_NO_THREADS to leave it
  * out.
@@ -1485,8 +1506,10 @@ PIPEPAR_API pp_status pp_threads_transport(pp_threads_world *w, int rank, pp_tra
  * thread being world rank `rank`, one of them. Its rank and world are rank's index in members
  * and size, so it serves as a pipeline's transport (the executor's) or as a dp, cp or embedding
  * group's (the group collectives). Its messages never meet another group's, and an abort on it
- * aborts the whole world: a failure anywhere ends every rank's waits. Every member must give
- * the same members in the same order. Valid until the world is freed.
+ * aborts the whole world: a failure anywhere ends every rank's waits; so does a collective that
+ * fails (a deadline, ranks calling it differently). Every member must give the same members in
+ * the same order; the same members and rank again give the same transport. Valid until the
+ * world is freed, which frees it. Its all-reduce sums in member order, the same bits everywhere.
  * pp_threads_transport_grid takes the members from a grid: rank's group of mask dims. */
 PIPEPAR_API pp_status pp_threads_transport_group(pp_threads_world *w, const int *members, int size, int rank,
                                                  pp_transport *out, pp_error *err);
@@ -1544,14 +1567,16 @@ typedef struct pp_mb_info {
  * valid rows (with batch_rows), or the microbatch's mean loss with weight 1 (without).
  *
  * Scaling the gradients (the per-token rule of Megatron-LM's calculate_per_token_loss and NeMo
- * RL's global valid tokens). Let each microbatch's loss be a sum over its valid tokens, weight
- * their count (padding counts 0), and grad_out the gradient of that sum, unscaled. Then after
- * the step: sum every gradient over the ranks that split the batch (dp, and cp: each cp rank
- * holds part of the same sequences' tokens), sum pp_step_result.weight over the same ranks
- * (W), and divide the gradients, and the summed loss, by W. The result is the gradient of the
- * mean loss per valid token of the whole global batch, whatever the packing, the microbatch
- * count, the padding or the dp and cp sizes: the unsplit model's, bit for bit up to summation
- * order. Dividing each microbatch by its own count instead weighs short microbatches more. */
+ * RL's global valid tokens). Let each microbatch's loss be a sum over the valid tokens its rank
+ * holds, weight their count (padding counts 0), and grad_out the gradient of that sum, unscaled
+ * (the executor scales nothing). After the step every pipeline rank has its pipeline's
+ * pp_step_result.weight, and its summed loss as loss * weight. Then: sum every gradient over the
+ * ranks that split the batch (the dp-cp group: each cp rank holds part of the same sequences'
+ * tokens), sum weight and loss * weight over the same ranks (W and L), and divide the gradients
+ * by W; the step's loss is L / W. The result is the gradient of the mean loss per valid token of
+ * the whole global batch, whatever the packing, the microbatch count, the padding or the dp and
+ * cp sizes: the unsplit model's, up to summation order. Dividing each microbatch by its own
+ * count instead weighs short microbatches more. Weights are floats: counts are exact to 2^24. */
 typedef struct pp_loss {
     float loss;
     float weight;
@@ -1625,13 +1650,17 @@ typedef struct pp_executor_config {
                                      NULL, and the recipe below */
     /* A step whose microbatch count changes (packing decides how many bins a step has, as
      * Megatron-LM takes num_microbatches on every call): instead of `schedule`, how to build one
-     * for any count. The executor builds recipe (its mb ignored), split as split_backward and
-     * split_overlaps say (pp_schedule_split_backward, _overlaps), lowers and validates it for
-     * each count pp_step.num_mb asks for, 1 .. max_mb, and keeps each; one buffer pool serves
-     * them all. Every rank must give the same recipe. */
+     * for any count (recipe.kind set; giving both, or neither, is refused). The executor builds
+     * recipe (its mb ignored), split as split_backward and split_overlaps say
+     * (pp_schedule_split_backward, _overlaps), lowers and validates it for each count
+     * pp_step.num_mb asks for, 1 .. max_mb, on that count's first step, and keeps each; one
+     * buffer pool serves them all. A count the kind refuses (DualPipe's odd ones) fails its step
+     * with the kind's reason. For pp_executor_saved_slots, setup builds the compute order of every
+     * count: its time grows with max_mb squared, so give the most a step can have, not more.
+     * Every rank must give the same recipe. */
     pp_schedule_config recipe;
-    int split_backward, split_overlaps;
-    int max_mb;                   /* with a recipe: the most microbatches a step may have, >= 1 */
+    int split_backward, split_overlaps;   /* with a recipe: 1 splits each count's schedule */
+    int max_mb;                   /* with a recipe: the most microbatches a step may have, 1 .. 1024 */
     pp_transport transport;       /* transport.rank is this rank, transport.world == schedule->pp */
     pp_callbacks callbacks;
     pp_allocator allocator;
@@ -10405,11 +10434,11 @@ static pp_status pp__coll_exchange(pp__threads_ep *ep, int kind, int phase, size
     else if (!failed) {
         for (j = 0; j < ep->size; j++)
             if (j != ep->index) { pp__threads_deliver(w, pp__ep_world(ep, j), ep->io[j].out); ep->io[j].out = NULL; }
-        for (;;) {
+        for (;;) {   /* what has arrived first: a collective that is complete needs no one else */
             int rc;
-            if (w->aborted) { st = pp__threads_aborted(ep, err); break; }
             st = pp__coll_match(ep, kind, phase, total, &left, err);
             if (st != PP_OK || left == 0) { failed = st != PP_OK; break; }
+            if (w->aborted) { st = pp__threads_aborted(ep, err); break; }
             rc = pthread_cond_timedwait(&w->cv[ep->rank], &w->mu, &deadline);
             if (rc == ETIMEDOUT && !w->aborted) {
                 st = pp__coll_match(ep, kind, phase, total, &left, err);
@@ -11743,7 +11772,7 @@ static pp_status pp__recipe_scan(pp_executor *ex, int *any_split, pp_error *err)
 }
 
 /* The most microbatches a recipe's step may have (max_mb): its setup builds every count's order. */
-#define PP__MAX_RECIPE_MB 4096
+#define PP__MAX_RECIPE_MB 1024
 
 /* pp_executor_create's checks that need no program. */
 static pp_status pp__executor_check(const pp_executor_config *cfg, pp_error *err)

@@ -15,7 +15,7 @@
 #define TM_MAX_ROWS 8
 #define TM_MAX_STAGES 16
 #define TM_MAX_MB 16
-#define TM_MAX_STEPS 3
+#define TM_MAX_STEPS 4
 #define TM_MAX_BATCH 64
 
 /* --- the model ------------------------------------------------------------------------------ */
@@ -253,6 +253,14 @@ typedef struct tm_run {
     int watch;                              /* 1: every rank's transport is a tm_watch */
     tm_watch watches[TM_MAX_STAGES];
     int unsplit;                            /* 1: no backward_input / backward_weight callbacks */
+    /* a recipe instead of the schedule (recipe.kind set): each step's microbatch count, or
+     * rank_mb[rank] for every step of that rank when set; allocations after each step */
+    pp_schedule_config recipe;
+    int max_mb, split_backward, split_overlaps;
+    int step_mb[TM_MAX_STEPS], rank_mb[TM_MAX_STAGES];
+    long long step_allocs[TM_MAX_STAGES][TM_MAX_STEPS];
+    int no_test;                            /* 1: the transport without test(): sends' buffers come back
+                                               at the program's own waits, whatever the timing */
     /* saved-state slots (pp_mb_info.slot), by rank: which (stage, mb) holds each slot (stage *
      * TM_MAX_MB + mb + 1; 0 free), the slot each pair got at its F (by stage), one past the
      * highest slot seen, pp_executor_saved_slots, and the first misuse */
@@ -535,6 +543,13 @@ static pp_status tm_rank(void *user, int rank, pp_transport *t, pp_error *err)
     struct timespec ts;
     memset(&cfg, 0, sizeof cfg);
     cfg.schedule = run->rank_sched[rank] ? run->rank_sched[rank] : run->sched;
+    if (run->recipe.kind != PP_KIND_NONE) {
+        cfg.schedule = NULL;
+        cfg.recipe = run->recipe;
+        cfg.max_mb = run->max_mb;
+        cfg.split_backward = run->split_backward;
+        cfg.split_overlaps = run->split_overlaps;
+    }
     cfg.transport = *t;
     if (run->watch) {
         tm_watch *w = &run->watches[rank];
@@ -546,6 +561,7 @@ static pp_status tm_rank(void *user, int rank, pp_transport *t, pp_error *err)
         cfg.transport.all_reduce = tm_watch_all_reduce;
         cfg.transport.abort = tm_watch_abort;
     }
+    if (run->no_test) cfg.transport.test = NULL;
     cfg.callbacks.user = run;
     cfg.callbacks.tensor_bytes = tm_bytes;
     cfg.callbacks.input = tm_input;
@@ -576,8 +592,14 @@ static pp_status tm_rank(void *user, int rank, pp_transport *t, pp_error *err)
             sp.mb_meta = meta;
             sp.batch_rows = run->batch_rows;
             sp.forward_only = run->forward_only;
+            sp.num_mb = run->rank_mb[rank] ? run->rank_mb[rank] : run->step_mb[step];
             run->current_step[rank] = step;
             st = pp_run_step(ex, &sp, &run->result[rank][step], err);
+            if (st == PP_OK) {
+                pp_executor_stats now;
+                pp_executor_get_stats(ex, &now);
+                run->step_allocs[rank][step] = now.allocations;
+            }
             if (st == PP_OK && run->result[rank][step].outputs) {
                 /* forward-only outputs handed back in microbatch order: compare with what loss saw */
                 const pp_step_result *r = &run->result[rank][step];
@@ -716,6 +738,15 @@ static int tm_check_against_reference(tm_run *run, const char *what)
             ok = 0;
         }
     return tm_check_slots(run, what) && ok;
+}
+
+/* The longest any rank but `skip` ran its steps. */
+static double tm_max_seconds(const tm_run *run, int skip)
+{
+    double m = 0;
+    int r;
+    for (r = 0; r < run->sched->pp; r++) if (r != skip && run->seconds[r] > m) m = run->seconds[r];
+    return m;
 }
 
 /* --- tests: gradients ------------------------------------------------------------------------ */
@@ -1547,15 +1578,232 @@ static void data_parallel_pipelines_run_on_group_transports_and_sum_over_dp(void
     pp_schedule_free(s);
 }
 
-/* --- tests: failures ------------------------------------------------------------------------- */
+/* --- tests: a recipe, for steps whose microbatch count changes ------------------------------ */
 
-static double tm_max_seconds(const tm_run *run, int skip)
+/* This rank's live peak over counts 1 .. max_mb of the recipe's schedule split as asked, from
+ * the public calls (what pp_executor_saved_slots must give); counts the kind refuses count none.
+ * With `only` > 0, that count's peak alone. */
+static int tm_recipe_peak(const pp_schedule_config *recipe, int split_backward, int split_overlaps, int max_mb,
+                          int only, int rank)
 {
-    double m = 0;
-    int r;
-    for (r = 0; r < run->sched->pp; r++) if (r != skip && run->seconds[r] > m) m = run->seconds[r];
-    return m;
+    int n, best = 0;
+    for (n = only > 0 ? only : 1; n <= (only > 0 ? only : max_mb); n++) {
+        pp_schedule_config c = *recipe;
+        pp_schedule *s = NULL;
+        pp_error err;
+        int live = 0;
+        c.mb = n;
+        if (pp_schedule_build(&c, &s, &err) != PP_OK) continue;
+        if (split_backward) PP_CHECK_OK(pp_schedule_split_backward(s, &err), &err);
+        if (split_overlaps) PP_CHECK_OK(pp_schedule_split_overlaps(s, &err), &err);
+        PP_CHECK_OK(pp_schedule_rank_peaks(s, rank, NULL, 1, &live, NULL, &err), &err);
+        if (live > best) best = live;
+        pp_schedule_free(s);
+    }
+    return best;
 }
+
+/* One executor per rank, made from a recipe (no schedule), runs steps of 3, 8, 5 and 8
+ * microbatches in a row: every step's loss and the gradients summed over the four steps equal
+ * the single stage's; the second step of 8 allocates nothing (its program and buffers were made
+ * by the first: with a transport without test(), whose live tensors follow the program alone,
+ * so that the step of 8 holds as many at once both times); pp_executor_saved_slots is the largest live peak of counts 1 .. max_mb, the
+ * slots stay unshared, and those in use reach the largest peak of the counts run. Kinds: 1F1B,
+ * interleaved (counts that are no multiple of pp included), ZB-V, ZB-H1, DualPipeV with its FB
+ * split, 1F1B with its B split. */
+static void a_recipe_runs_steps_of_3_8_5_8_microbatches_to_single_stage_gradients(void)
+{
+    static const struct { pp_schedule_kind kind; int pp, vpp, split_backward, split_overlaps; } cfgs[] = {
+        { PP_1F1B, 3, 1, 0, 0 }, { PP_INTERLEAVED_1F1B, 2, 2, 0, 0 }, { PP_INTERLEAVED_1F1B, 4, 2, 0, 0 },
+        { PP_ZBV, 2, 2, 0, 0 }, { PP_ZB_H1, 3, 1, 0, 0 }, { PP_DUALPIPEV, 2, 2, 0, 1 }, { PP_1F1B, 2, 1, 1, 0 },
+    };
+    static const int counts[4] = { 3, 8, 5, 8 };
+    size_t k;
+    for (k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
+        pp_schedule_config rc;
+        pp_schedule *s;
+        tm_params ref, got;
+        tm_run *run;
+        pp_error err;
+        char what[96];
+        int step, r, stg, k2;
+        memset(&rc, 0, sizeof rc);
+        rc.kind = cfgs[k].kind; rc.pp = cfgs[k].pp; rc.vpp = cfgs[k].vpp;
+        s = tm_schedule(rc.kind, rc.pp, rc.vpp, 8);   /* the shape (pp, stages) for the harness and the reference */
+        if (!s) continue;
+        snprintf(what, sizeof what, "recipe %s pp=%d vpp=%d%s%s", pp_schedule_kind_name(rc.kind), rc.pp, rc.vpp,
+                 cfgs[k].split_backward ? " split backward" : "", cfgs[k].split_overlaps ? " split overlaps" : "");
+        run = tm_new(s, 2);
+        run->recipe = rc;
+        run->max_mb = 8;
+        run->split_backward = cfgs[k].split_backward;
+        run->split_overlaps = cfgs[k].split_overlaps;
+        run->steps = 4;
+        run->no_test = 1;
+        for (step = 0; step < 4; step++) run->step_mb[step] = counts[step];
+        if (tm_go(run, &err) != PP_OK) {
+            pp_test_fail(__FILE__, __LINE__, "%s: %s", what, err.message);
+            tm_free(run);
+            pp_schedule_free(s);
+            continue;
+        }
+        memset(&ref, 0, sizeof ref);
+        for (step = 0; step < 4; step++) {
+            int n = counts[step];
+            double loss = tm_reference(&run->params, tm_model_stages(s), run->mbs[step], n, 1.0f / (float)n, &ref, NULL) / n;
+            for (r = 0; r < s->pp; r++)
+                PP_CHECK_MSG(fabs(run->result[r][step].loss - loss) <= 1e-5 * fabs(loss), "%s step %d rank %d: loss %.9g, "
+                             "single stage %.9g", what, step, r, (double)run->result[r][step].loss, loss);
+        }
+        tm_sum_copies(s, &run->grads, &got);
+        for (stg = 0; stg < tm_model_stages(s); stg++)
+            PP_CHECK_MSG(tm_rel_err(&got, &ref, stg) < 1e-5, "%s: stage %d gradients differ by %g", what, stg,
+                         tm_rel_err(&got, &ref, stg));
+        for (r = 0; r < s->pp; r++) {
+            int used = 0;
+            for (k2 = 0; k2 < 3; k2++) {
+                int p = tm_recipe_peak(&rc, cfgs[k].split_backward, cfgs[k].split_overlaps, 8, counts[k2], r);
+                if (p > used) used = p;
+            }
+            PP_CHECK_MSG(run->step_allocs[r][3] == run->step_allocs[r][2], "%s rank %d: the second step of 8 made %lld "
+                         "allocations", what, r, run->step_allocs[r][3] - run->step_allocs[r][2]);
+            PP_CHECK_INT(run->saved_slots[r], tm_recipe_peak(&rc, cfgs[k].split_backward, cfgs[k].split_overlaps, 8, 0, r));
+            PP_CHECK_INT(run->stats[r].saved_slots_used, used);
+            PP_CHECK_INT(run->slot_max[r], used);
+            PP_CHECK_MSG(run->slot_bad[r] == 0, "%s rank %d: %s", what, r, run->slot_why[r]);
+            PP_CHECK(run->stats[r].peak_slots <= run->stats[r].planned_slots);
+        }
+        tm_free(run);
+        pp_schedule_free(s);
+    }
+}
+
+/* DualPipe needs an even count: a recipe's step of 3 fails on every rank with the kind's own
+ * reason, naming step.num_mb, after a step of 4 ran. */
+static void a_recipe_step_of_a_count_the_kind_refuses_fails_with_its_reason(void)
+{
+    pp_schedule *s = tm_schedule(PP_DUALPIPE, 2, 2, 4);
+    tm_run *run = tm_new(s, 2);
+    pp_error err;
+    int r;
+    run->recipe.kind = PP_DUALPIPE;
+    run->recipe.pp = 2;
+    run->max_mb = 6;
+    run->steps = 2;
+    run->step_mb[0] = 4;
+    run->step_mb[1] = 3;
+    PP_CHECK_FAILS(tm_go(run, &err), &err, PP_EUNSUPPORTED, "step.num_mb=3: mb=3: dualpipe needs an even mb");
+    for (r = 0; r < 2; r++) {
+        PP_CHECK(run->status[r] == PP_EUNSUPPORTED || run->status[r] == PP_EABORTED);
+        PP_CHECK(run->result[r][0].weight > 0);   /* the step of 4 ran */
+        PP_CHECK_INT(run->saved_slots[r], tm_recipe_peak(&run->recipe, 0, 0, 6, 0, r));
+    }
+    tm_free(run);
+    pp_schedule_free(s);
+}
+
+/* Ranks whose steps name different counts fail before any tensor moves, naming both counts. */
+static void ranks_that_disagree_on_num_mb_are_named_with_both_counts(void)
+{
+    pp_schedule *s = tm_schedule(PP_1F1B, 3, 1, 8);
+    tm_run *run = tm_new(s, 2);
+    pp_error err;
+    int r;
+    run->recipe.kind = PP_1F1B;
+    run->recipe.pp = 3;
+    run->max_mb = 8;
+    run->rank_mb[0] = run->rank_mb[2] = 8;
+    run->rank_mb[1] = 5;
+    run->timeout = 20;
+    PP_CHECK_FAILS(tm_go(run, &err), &err, PP_EINVALID_SCHEDULE, "num_mb differs (this rank: ");
+    PP_CHECK(strstr(err.message, "num_mb differs (this rank: 8, rank 1: 5)") ||
+             strstr(err.message, "num_mb differs (this rank: 5, rank 0: 8)"));
+    for (r = 0; r < 3; r++) PP_CHECK(run->status[r] == PP_EINVALID_SCHEDULE || run->status[r] == PP_EABORTED);
+    PP_CHECK(tm_max_seconds(run, -1) < 5);
+    tm_free(run);
+    pp_schedule_free(s);
+}
+
+/* A schedule or a recipe, not both and not neither; the recipe's fields only with a recipe; a
+ * step's num_mb within the recipe's 1 .. max_mb, or 0 or the fixed schedule's mb. One rank (a
+ * world of one, made anew after each failed step: a failure aborts it). */
+static pp_status tm_one_rank_step(const pp_executor_config *base, int num_mb, pp_error *err)
+{
+    pp_threads_world *w = NULL;
+    pp_executor_config cfg = *base;
+    pp_executor *ex = NULL;
+    pp_step step;
+    void *meta[TM_MAX_MB];
+    pp_status st;
+    int m;
+    tm_run *run = (tm_run *)base->callbacks.user;
+    for (m = 0; m < TM_MAX_MB; m++) meta[m] = &run->mbs[0][m];
+    memset(&step, 0, sizeof step);
+    step.mb_meta = meta;
+    step.num_mb = num_mb;
+    st = pp_threads_world_create(1, &w, err);
+    if (st == PP_OK) st = pp_threads_transport(w, 0, &cfg.transport, err);
+    if (st == PP_OK) st = pp_executor_create(&cfg, &ex, err);
+    if (st == PP_OK) st = pp_run_step(ex, &step, NULL, err);
+    pp_executor_free(ex);
+    pp_threads_world_free(w);
+    return st;
+}
+
+static void executor_takes_a_schedule_or_a_recipe_and_checks_num_mb(void)
+{
+    pp_schedule *s = tm_schedule(PP_1F1B, 1, 1, 3);
+    tm_run *run = tm_new(s, 2);
+    pp_executor_config cfg;
+    pp_error err;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.transport.world = 1;
+    cfg.callbacks.user = run;
+    cfg.callbacks.tensor_bytes = tm_bytes;
+    cfg.callbacks.input = tm_input;
+    cfg.callbacks.forward = tm_forward;
+    cfg.callbacks.loss = tm_loss_cb;
+    cfg.callbacks.backward = tm_backward;
+    PP_CHECK_FAILS(tm_one_rank_step(&cfg, 0, &err), &err, PP_EINVAL, "schedule: must not be NULL (or give a recipe");
+    cfg.schedule = s;
+    cfg.recipe.kind = PP_1F1B;
+    PP_CHECK_FAILS(tm_one_rank_step(&cfg, 0, &err), &err, PP_EINVAL, "schedule and recipe: give one, not both");
+    cfg.recipe.kind = PP_KIND_NONE;
+    cfg.max_mb = 4;
+    PP_CHECK_FAILS(tm_one_rank_step(&cfg, 0, &err), &err, PP_EINVAL, "max_mb=4: only with a recipe");
+    cfg.max_mb = 0;
+    cfg.split_backward = 1;
+    PP_CHECK_FAILS(tm_one_rank_step(&cfg, 0, &err), &err, PP_EINVAL, "split_backward=1: only with a recipe");
+    cfg.split_backward = 0;
+    /* the fixed schedule: num_mb 0 or its mb */
+    PP_CHECK_OK(tm_one_rank_step(&cfg, 0, &err), &err);
+    PP_CHECK_OK(tm_one_rank_step(&cfg, 3, &err), &err);
+    PP_CHECK_FAILS(tm_one_rank_step(&cfg, 4, &err), &err, PP_EINVAL,
+                   "step.num_mb=4: this executor runs a fixed schedule of mb=3");
+    /* a recipe */
+    cfg.schedule = NULL;
+    cfg.recipe.kind = PP_1F1B;
+    cfg.recipe.pp = 1;
+    PP_CHECK_FAILS(tm_one_rank_step(&cfg, 2, &err), &err, PP_EINVAL, "max_mb=0: must be between 1 and 1024 with a recipe");
+    cfg.max_mb = 4;
+    cfg.recipe.pp = 2;
+    PP_CHECK_FAILS(tm_one_rank_step(&cfg, 2, &err), &err, PP_EINVAL, "transport.world=1: must equal the recipe's pp (2)");
+    cfg.recipe.pp = 1;
+    cfg.recipe.kind = PP_ZBV;
+    cfg.recipe.vpp = 3;
+    PP_CHECK_FAILS(tm_one_rank_step(&cfg, 2, &err), &err, PP_EUNSUPPORTED,
+                   "recipe: no microbatch count 1 .. max_mb=4 gives a zbv schedule (max_mb: vpp=3:");
+    cfg.recipe.kind = PP_1F1B;
+    cfg.recipe.vpp = 0;
+    PP_CHECK_OK(tm_one_rank_step(&cfg, 2, &err), &err);
+    PP_CHECK_OK(tm_one_rank_step(&cfg, 4, &err), &err);
+    PP_CHECK_FAILS(tm_one_rank_step(&cfg, 0, &err), &err, PP_EINVAL, "step.num_mb=0: must be between 1 and max_mb=4");
+    PP_CHECK_FAILS(tm_one_rank_step(&cfg, 5, &err), &err, PP_EINVAL, "step.num_mb=5: must be between 1 and max_mb=4");
+    tm_free(run);
+    pp_schedule_free(s);
+}
+
+/* --- tests: failures ------------------------------------------------------------------------- */
 
 static void a_failing_callback_stops_every_rank_at_once(void)
 {
@@ -2148,6 +2396,10 @@ const pp_test_case pp_suite_runtime[] = {
     PP_TEST(an_unsplit_backward_runs_split_schedules_to_the_split_gradients),
     PP_TEST(executor_refuses_half_a_split_backward),
     PP_TEST(data_parallel_pipelines_run_on_group_transports_and_sum_over_dp),
+    PP_TEST(a_recipe_runs_steps_of_3_8_5_8_microbatches_to_single_stage_gradients),
+    PP_TEST(a_recipe_step_of_a_count_the_kind_refuses_fails_with_its_reason),
+    PP_TEST(ranks_that_disagree_on_num_mb_are_named_with_both_counts),
+    PP_TEST(executor_takes_a_schedule_or_a_recipe_and_checks_num_mb),
     PP_TEST(a_failing_callback_stops_every_rank_at_once),
     PP_TEST(a_rank_that_stops_mid_step_makes_the_others_time_out),
     PP_TEST(mismatched_schedules_are_reported_before_any_tensor_moves),
