@@ -229,7 +229,7 @@ static int make_steps(step_data *steps, const options *o, int replay_slots)
         pc.seq_multiple = o->seq_multiple;          /* 0: the default, tp*cp*2 (or 1 without cp) */
         if (pp_pack_plan_build(d->lengths, d->n, &pc, &d->plan, &err) != PP_OK) {
             char flag_text[64];
-            snprintf(flag_text, sizeof flag_text, "step %d", s + 1);
+            snprintf(flag_text, sizeof flag_text, "packing step %d's batch", s + 1);
             return usage_error(flag_text, NULL, err.message);
         }
     }
@@ -253,14 +253,15 @@ static void free_steps(step_data *steps, int n)
 typedef struct rank_state rank_state;
 
 typedef struct reference {  /* --check: the whole model on one thread */
-    gpt_stage model;
+    gpt_stage solo;         /* trained on its own from the same start: its loss curve is compared */
+    gpt_stage at;           /* the pipeline's weights of the step: its gradients are compared */
     gpt_scratch scratch;
     gpt_acts acts;
     float *f, *out;
     int32_t *ints;
-    double loss;            /* this step's mean loss per labelled token */
+    double loss;            /* the one-thread training's mean loss per labelled token this step */
     double grad_err, loss_err;
-    char worst[64];         /* the tensor with the largest gradient error */
+    char worst[96];         /* the tensor with the largest gradient error, or the replica that differs */
 } reference;
 
 typedef struct rank_report {
@@ -329,7 +330,15 @@ struct rank_state {
     int recording;              /* 1 while a pass records */
     int replaying;
     const int32_t *replay_src;  /* the recording being replayed */
+    char why[256];              /* why a callback failed (the executor reports only its return value) */
 };
+
+/* A callback's failure: the reason kept for the rank's error message, nonzero returned. */
+static int callback_failed(rank_state *r, const char *what, const pp_mb_info *info)
+{
+    snprintf(r->why, sizeof r->why, "%s (stage %d, microbatch %d, slot %d)", what, info->stage, info->mb, info->slot);
+    return 1;
+}
 
 static int cp_all_gather(void *user, const float *send, float *recv, size_t count)
 {
@@ -481,15 +490,16 @@ static int cb_forward(void *user, const pp_mb_info *info, const void *in, void *
     gpt_acts a = acts_of(r, info, mm);
     gpt_route route;
     if (info->slot >= 0) {      /* the slot is this (stage, microbatch)'s until its backward ends */
-        if (r->slot_owner[info->slot] != -1) return 3;
+        if (r->slot_owner[info->slot] != -1) return callback_failed(r, "forward: its slot is another's, still live", info);
         r->slot_owner[info->slot] = slot_key(info);
         if (++r->live > r->peak_live) r->peak_live = r->live;
     }
     route.replay = r->replaying ? mm->replay[info->chunk] : NULL;
     route.record = r->recording ? r->record : NULL;
     route.record_slots = r->job->replay_slots;
-    return gpt_forward(&r->job->cfg, &r->model[info->chunk], &mm->b, &route, &r->cpx, in, (float *)out, &a,
-                       &r->scratch) ? 4 : 0;
+    if (gpt_forward(&r->job->cfg, &r->model[info->chunk], &mm->b, &route, &r->cpx, in, (float *)out, &a, &r->scratch))
+        return callback_failed(r, "forward: the cp group's all-gather failed", info);
+    return 0;
 }
 
 /* The sum of the local tokens' losses and its count (the weight): pp_loss's per-token rule. */
@@ -506,7 +516,8 @@ static int cb_loss(void *user, const pp_mb_info *info, const void *out, void *gr
 
 static int release_slot(rank_state *r, const pp_mb_info *info)
 {
-    if (r->slot_owner[info->slot] != slot_key(info)) return 5;     /* another pair's slot */
+    if (r->slot_owner[info->slot] != slot_key(info))
+        return callback_failed(r, "backward: its slot holds another (stage, microbatch)", info);
     r->slot_owner[info->slot] = -1;
     r->live--;
     return 0;
@@ -520,9 +531,12 @@ static int cb_backward_input(void *user, const pp_mb_info *info, const void *in,
     mb_meta *mm = (mb_meta *)info->meta;
     gpt_acts a = acts_of(r, info, mm);
     (void)in;                   /* the slot holds the stage's input (and, on stage 0, mm the ids) */
-    if (r->slot_owner[info->slot] != slot_key(info)) return 5;
-    return gpt_backward(&r->job->cfg, &r->model[info->chunk], &mm->b, &r->cpx, (const float *)grad_out,
-                        (float *)grad_in, &a, &r->scratch) ? 4 : 0;
+    if (r->slot_owner[info->slot] != slot_key(info))
+        return callback_failed(r, "backward: its slot holds another (stage, microbatch)", info);
+    if (gpt_backward(&r->job->cfg, &r->model[info->chunk], &mm->b, &r->cpx, (const float *)grad_out, (float *)grad_in,
+                     &a, &r->scratch))
+        return callback_failed(r, "backward: the cp group's all-reduce failed", info);
+    return 0;
 }
 
 static int cb_backward_weight(void *user, const pp_mb_info *info, const void *in, const void *grad_out)
@@ -543,7 +557,9 @@ static int cb_chunk_done(void *user, const pp_mb_info *info)
 {
     rank_state *r = (rank_state *)user;
     gpt_stage *st = &r->model[info->chunk];
-    return pp_group_all_reduce(&r->dpcp, st->grads, st->n, 0, NULL) != PP_OK ? 6 : 0;
+    if (pp_group_all_reduce(&r->dpcp, st->grads, st->n, 0, NULL) != PP_OK)
+        return callback_failed(r, "chunk_done: the dp x cp gradient all-reduce failed", info);
+    return 0;
 }
 
 /* ============================================================================================
@@ -729,12 +745,13 @@ static int reference_init(reference *ref, const job *jb)
     const gpt_config *c = &jb->cfg;
     size_t nf, ni;
     memset(ref, 0, sizeof *ref);
-    if (gpt_stage_init(&ref->model, c, 0, c->layers, (uint64_t)jb->o.seed) ||
+    if (gpt_stage_init(&ref->solo, c, 0, c->layers, (uint64_t)jb->o.seed) ||
+        gpt_stage_init(&ref->at, c, 0, c->layers, (uint64_t)jb->o.seed) ||
         gpt_scratch_init(&ref->scratch, c, jb->max_tokens, jb->max_tokens))
         return -1;
     ref->acts.layer = (gpt_layer_acts *)calloc((size_t)c->layers, sizeof(gpt_layer_acts));
     if (!ref->acts.layer) return -1;
-    gpt_acts_carve(c, &ref->model, jb->max_tokens, jb->max_tokens, NULL, NULL, &ref->acts, &nf, &ni);
+    gpt_acts_carve(c, &ref->solo, jb->max_tokens, jb->max_tokens, NULL, NULL, &ref->acts, &nf, &ni);
     ref->f = (float *)malloc(sizeof(float) * (nf ? nf : 1));
     ref->ints = (int32_t *)malloc(sizeof(int32_t) * (ni ? ni : 1));
     ref->out = (float *)malloc(sizeof(float) * (size_t)jb->max_tokens * c->vocab);
@@ -743,7 +760,8 @@ static int reference_init(reference *ref, const job *jb)
 
 static void reference_free(reference *ref)
 {
-    gpt_stage_free(&ref->model);
+    gpt_stage_free(&ref->solo);
+    gpt_stage_free(&ref->at);
     gpt_scratch_free(&ref->scratch);
     free(ref->acts.layer); free(ref->f); free(ref->ints); free(ref->out);
 }
@@ -769,7 +787,7 @@ static int stage_tensors(const gpt_config *c, const gpt_stage *st, tensor *out)
     }
     if (st->has_head) {
         TENSOR(c->layers, "lnf", lnf, C);
-        if (!st->has_embedding) TENSOR(c->layers, "wte", wte_out, V * C);
+        if (!st->has_embedding) TENSOR(-1, "wte", wte_out, V * C);
     }
 #undef TENSOR
     return n;
@@ -793,7 +811,7 @@ static double rel_err(const float *a, const float *b, size_t n)
 static void compare_stage(reference *ref, const gpt_config *c, const gpt_stage *st, int rank)
 {
     static tensor mine[MAX_TENSORS], whole[MAX_TENSORS];    /* rank 0's thread only */
-    int n = stage_tensors(c, st, mine), nw = stage_tensors(c, &ref->model, whole), i, j;
+    int n = stage_tensors(c, st, mine), nw = stage_tensors(c, &ref->at, whole), i, j;
     for (i = 0; i < n; i++) {
         double e;
         for (j = 0; j < nw && (whole[j].layer != mine[i].layer || strcmp(whole[j].name, mine[i].name)); j++) {}
@@ -810,15 +828,15 @@ static void compare_stage(reference *ref, const gpt_config *c, const gpt_stage *
  * (a recording in the rollout's token order, read by row: no replay map involved), or chosen by
  * the routers; the routes taken are written to `record` when not NULL. Returns Σ loss; *count
  * gets the labelled tokens. */
-static double reference_pass(reference *ref, const job *jb, const step_data *d, const int32_t *replay_rec,
-                             int32_t *record, int *count)
+static double reference_pass(reference *ref, gpt_stage *model, const job *jb, const step_data *d,
+                             const int32_t *replay_rec, int32_t *record, int *count)
 {
     const gpt_config *c = &jb->cfg;
     gpt_cp none = {1, NULL, NULL, NULL};
     double sum = 0;
     int b, k, n, slots = jb->replay_slots, K = c->topk;
     size_t i, nf, ni;
-    memset(ref->model.grads, 0, sizeof(float) * ref->model.n);
+    memset(model->grads, 0, sizeof(float) * model->n);
     *count = 0;
     for (b = 0; b < d->plan->num_bins; b++) {
         mb_meta mm;
@@ -836,38 +854,71 @@ static double reference_pass(reference *ref, const job *jb, const step_data *d, 
                             mm.rows[i] >= 0 ? replay_rec[((size_t)mm.rows[i] * slots + n) * K + k] : -1;
             route.replay = mm.replay[0];
         }
-        gpt_acts_carve(c, &ref->model, mm.b.T, mm.b.Tk, ref->f, ref->ints, &ref->acts, &nf, &ni);
-        gpt_forward(c, &ref->model, &mm.b, &route, &none, mm.ids, ref->out, &ref->acts, &ref->scratch);
+        gpt_acts_carve(c, model, mm.b.T, mm.b.Tk, ref->f, ref->ints, &ref->acts, &nf, &ni);
+        gpt_forward(c, model, &mm.b, &route, &none, mm.ids, ref->out, &ref->acts, &ref->scratch);
         sum += gpt_loss(c, &mm.b, ref->out, ref->out, &n);
-        gpt_backward(c, &ref->model, &mm.b, &none, ref->out, NULL, &ref->acts, &ref->scratch);
+        gpt_backward(c, model, &mm.b, &none, ref->out, NULL, &ref->acts, &ref->scratch);
         *count += n;
         meta_free(&mm);
     }
     return sum;
 }
 
-/* The check of one step: the one-thread model's loss and gradients (divided by its token count)
- * against the pipeline's (summed over the ranks and divided by theirs), every tensor of every
- * rank; then the one-thread model takes its own clipped AdamW step, so the two trainings run
- * side by side and their loss curves can be compared over many steps. */
+/* The pipeline's weights into ref->at, tensor by tensor from whichever rank holds it first; every
+ * other holder (the dp and cp replicas, the tied weight's two copies, DualPipe's two copies) must
+ * hold the same bits, since every sum they took gave every rank the same result. */
+static void gather_weights(reference *ref, const job *jb)
+{
+    static tensor mine[MAX_TENSORS], whole[MAX_TENSORS];    /* rank 0's thread only */
+    static unsigned char taken[MAX_TENSORS];
+    int nw = stage_tensors(&jb->cfg, &ref->at, whole), r, c, i, j, n;
+    memset(taken, 0, sizeof taken);
+    for (r = 0; r < jb->grid.world; r++)
+        for (c = 0; c < jb->ranks[r]->nchunks; c++)
+            for (n = stage_tensors(&jb->cfg, &jb->ranks[r]->model[c], mine), i = 0; i < n; i++) {
+                for (j = 0; j < nw && (whole[j].layer != mine[i].layer || strcmp(whole[j].name, mine[i].name)); j++) {}
+                if (j == nw) continue;
+                if (!taken[j]) {
+                    memcpy(whole[j].w, mine[i].w, sizeof(float) * mine[i].n);
+                    taken[j] = 1;
+                } else if (memcmp(whole[j].w, mine[i].w, sizeof(float) * mine[i].n)) {
+                    ref->grad_err = 1;
+                    snprintf(ref->worst, sizeof ref->worst, "the weights %s of layer %d differ on rank %d",
+                             mine[i].name, mine[i].layer, r);
+                }
+            }
+}
+
+/* The check of one step, two ways. The gradients: the one-thread model at the pipeline's weights
+ * over the same batch, its gradients divided by its own token count, against every rank's (summed
+ * over the ranks and divided by theirs), tensor by tensor. The loss: the one-thread model trained
+ * on its own from the same start (its own clip and AdamW), against the pipeline's loss; over many
+ * steps the two loss curves stay together. (Its gradients would not stay within the tolerance:
+ * the two trainings' weights part by rounding, which Adam's division by sqrt(v) enlarges.) */
 static void reference_step(job *jb, int step, double loss, double weight)
 {
     reference *ref = &jb->ref;
     const step_data *d = &jb->steps[step];
+    const int32_t *replay = jb->o.replay ? d->recording : NULL;
     double sum, ss = 0;
     int count, r, k;
     size_t i;
-    sum = reference_pass(ref, jb, d, jb->o.replay ? d->recording : NULL, NULL, &count);
-    for (i = 0; i < ref->model.n; i++) ref->model.grads[i] /= (float)count;
-    ref->loss = sum / count;
-    ref->loss_err = weight == count ? fabs(loss - ref->loss) / fabs(ref->loss) : 1.0;  /* counts agree exactly */
     ref->grad_err = 0;
     snprintf(ref->worst, sizeof ref->worst, "-");
+    gather_weights(ref, jb);
+    reference_pass(ref, &ref->at, jb, d, replay, NULL, &count);
+    for (i = 0; i < ref->at.n; i++) ref->at.grads[i] /= (float)count;
     for (r = 0; r < jb->grid.world; r++)
         for (k = 0; k < jb->ranks[r]->nchunks; k++) compare_stage(ref, &jb->cfg, &jb->ranks[r]->model[k], r);
+    sum = reference_pass(ref, &ref->solo, jb, d, replay, NULL, &count);
+    ref->loss = sum / count;
+    ref->loss_err = weight == count ? fabs(loss - ref->loss) / fabs(ref->loss) : 1.0;  /* counts agree exactly */
     if (!(ref->loss_err <= TOLERANCE && ref->grad_err <= TOLERANCE)) jb->mismatches++;
-    for (i = 0; i < ref->model.n; i++) ss += (double)ref->model.grads[i] * ref->model.grads[i];
-    gpt_adamw(&ref->model, clip_scale(sqrt(ss), jb->o.clip), (float)jb->o.lr, 0.1f, step + 1);
+    for (i = 0; i < ref->solo.n; i++) {
+        ref->solo.grads[i] /= (float)count;
+        ss += (double)ref->solo.grads[i] * ref->solo.grads[i];
+    }
+    gpt_adamw(&ref->solo, clip_scale(sqrt(ss), jb->o.clip), (float)jb->o.lr, 0.1f, step + 1);
 }
 
 /* --gradcheck: the model's backward against central differences of the mean loss over the first
@@ -881,12 +932,12 @@ static int gradcheck(job *jb)
     const step_data *d = &jb->steps[0];
     size_t n = (size_t)d->tokens * (jb->replay_slots ? jb->replay_slots : 1) * jb->cfg.topk, i, best;
     int32_t *routes = (int32_t *)malloc(sizeof(int32_t) * n);
-    float *g0 = (float *)malloc(sizeof(float) * ref->model.n);
-    int nt = stage_tensors(&jb->cfg, &ref->model, t), k, count, bad = 0;
+    float *g0 = (float *)malloc(sizeof(float) * ref->solo.n);
+    int nt = stage_tensors(&jb->cfg, &ref->solo, t), k, count, bad = 0;
     double sum;
     if (!routes || !g0) { free(routes); free(g0); fprintf(stderr, "gpt: out of memory\n"); return 1; }
-    sum = reference_pass(ref, jb, d, NULL, jb->replay_slots ? routes : NULL, &count);
-    for (i = 0; i < ref->model.n; i++) g0[i] = ref->model.grads[i] / (float)count;
+    sum = reference_pass(ref, &ref->solo, jb, d, NULL, jb->replay_slots ? routes : NULL, &count);
+    for (i = 0; i < ref->solo.n; i++) g0[i] = ref->solo.grads[i] / (float)count;
     printf("gradcheck: the mean loss %.6f over %d tokens; d loss / d w at each tensor's largest gradient\n", sum / count,
            count);
     for (k = 0; k < nt; k++) {
@@ -895,12 +946,12 @@ static int gradcheck(job *jb)
         double plus, minus, fd, e;
         int cnt;
         for (best = 0, i = 1; i < t[k].n; i++) if (fabsf(t[k].g[i]) > fabsf(t[k].g[best])) best = i;
-        g = g0[(size_t)(t[k].g - ref->model.grads) + best];
+        g = g0[(size_t)(t[k].g - ref->solo.grads) + best];
         w0 = t[k].w[best];
         t[k].w[best] = w0 + eps;
-        plus = reference_pass(ref, jb, d, jb->replay_slots ? routes : NULL, NULL, &cnt) / cnt;
+        plus = reference_pass(ref, &ref->solo, jb, d, jb->replay_slots ? routes : NULL, NULL, &cnt) / cnt;
         t[k].w[best] = w0 - eps;
-        minus = reference_pass(ref, jb, d, jb->replay_slots ? routes : NULL, NULL, &cnt) / cnt;
+        minus = reference_pass(ref, &ref->solo, jb, d, jb->replay_slots ? routes : NULL, NULL, &cnt) / cnt;
         t[k].w[best] = w0;
         fd = (plus - minus) / (2.0 * eps);
         e = fabs(fd - g) / fmax(fabs(g), 1e-4);
@@ -929,7 +980,7 @@ static pp_status rank_setup(rank_state *r, pp_threads_world *w, pp_error *err)
     pp_status s;
     if ((s = pp_grid_coords(&jb->grid, r->rank, coord, err)) != PP_OK) return s;
     r->pp_rank = coord[PP_DIM_PP]; r->dp_rank = coord[PP_DIM_DP]; r->cp_rank = coord[PP_DIM_CP];
-    if ((s = pp_threads_transport(w, r->rank, &r->world, err)) != PP_OK ||
+    if ((s = pp_threads_transport_grid(w, &jb->grid, PP_GROUP_ALL, r->rank, &r->world, err)) != PP_OK ||
         (s = pp_threads_transport_grid(w, &jb->grid, PP_GROUP_PP, r->rank, &r->pipe, err)) != PP_OK ||
         (s = pp_threads_transport_grid(w, &jb->grid, PP_GROUP_CP, r->rank, &r->cpg, err)) != PP_OK ||
         (s = pp_threads_transport_grid(w, &jb->grid, PP_GROUP_DP | PP_GROUP_CP, r->rank, &r->dpcp, err)) != PP_OK ||
@@ -1098,8 +1149,9 @@ static pp_status rank_step(rank_state *r, int step, pp_error *err)
     if (s == PP_OK && r->rank == 0) {
         printf("%5d  %8.5f  %6lld  %4d  %8.5f", step + 1, totals[0] / totals[1], (long long)d->tokens, nmb, sqrt(norm2));
         if (jb->o.check)
-            printf("   %8.5f  %8.1e  %8.1e  %s", jb->ref.loss, jb->ref.loss_err, jb->ref.grad_err,
-                   jb->ref.loss_err <= TOLERANCE && jb->ref.grad_err <= TOLERANCE ? "yes" : "NO");
+            printf("   %8.5f  %8.1e  %8.1e  %s%s", jb->ref.loss, jb->ref.loss_err, jb->ref.grad_err,
+                   jb->ref.loss_err <= TOLERANCE && jb->ref.grad_err <= TOLERANCE ? "yes" : "NO, worst: ",
+                   jb->ref.loss_err <= TOLERANCE && jb->ref.grad_err <= TOLERANCE ? "" : jb->ref.worst);
         printf("%s\n", jb->o.replay ? "  routing = rollout's" : "");
         fflush(stdout);
     }
@@ -1118,6 +1170,10 @@ static void *rank_main(void *p)
     r->rank = t->rank;
     t->status = rank_setup(r, t->w, &t->err);
     for (step = 0; step < t->jb->o.steps && t->status == PP_OK; step++) t->status = rank_step(r, step, &t->err);
+    if (t->status == PP_ECALLBACK && r->why[0]) {
+        size_t at = strlen(t->err.message);
+        snprintf(t->err.message + at, sizeof t->err.message - at, ": %s", r->why);
+    }
     if (t->status != PP_OK && r->world.abort)   /* no rank waits for this one any longer */
         r->world.abort(r->world.user, t->status, t->err.message);
     t->jb->report[t->rank].slots = r->nslots;
@@ -1255,6 +1311,8 @@ int main(int argc, char **argv)
     printf("     %s, vpp %d, stages %s; %d sequences a step of %s tokens, bins of %d%s%s\n",
            pp_schedule_kind_name(jb.kind), jb.shape->vpp, layout, jb.steps[0].n, o->lengths ? o->lengths : "random",
            o->capacity, o->replay ? ", router replay" : "", o->check ? ", checked against one thread" : "");
+    if (o->check)
+        printf("      the one-thread model: its own run's loss; its gradients at the pipeline's weights\n");
     printf(" step      loss  tokens  mb/rank  |grad|%s\n",
            o->check ? "   one-thread  loss err  grad err  match" : "");
 
