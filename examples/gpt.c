@@ -27,7 +27,7 @@
  *            norm over the whole pipeline, the tied weight counted once; clip; AdamW
  *   check    --check trains the same model on one thread, unsplit (no pipeline, no cp, every dp
  *            rank's bins in one pass), on the same packed batches, and compares the loss and every
- *            gradient each step (relative error at most 1e-5, see check_step)                    */
+ *            gradient each step (relative error at most 1e-5, see reference_step)                    */
 #define PIPEPAR_IMPLEMENTATION
 #include "../pipepar.h"
 #include "gpt_model.h"
@@ -37,6 +37,7 @@
 
 #define TOLERANCE 1e-5      /* --check: the largest relative error of the loss and of any gradient */
 #define MAX_CHUNKS 8        /* chunks per rank: --vpp's bound */
+#define MAX_LAYERS 64       /* --layers' bound */
 
 /* ============================================================================================
  * options
@@ -69,9 +70,9 @@ static const flag FLAGS[] = {
     {"--ranks", 'i', OPT(ranks), 1, 512, "threads (default dp*cp*pp; must equal it)"},
     {"--schedule", 's', OPT(schedule), 0, 0, "1f1b, interleaved, zbv, dualpipev, ... (default 1f1b)"},
     {"--vpp", 'i', OPT(vpp), 1, MAX_CHUNKS, "chunks per rank (default: the schedule's)"},
-    {"--first-stage-layers", 'i', OPT(first_stage_layers), 1, 64,
+    {"--first-stage-layers", 'i', OPT(first_stage_layers), 1, MAX_LAYERS,
      "layers of pipeline rank 0 (Megatron's, over its chunks)"},
-    {"--layers", 'i', OPT(layers), 1, 64, "decoder layers (default 8)"},
+    {"--layers", 'i', OPT(layers), 1, MAX_LAYERS, "decoder layers (default 8)"},
     {"--width", 'i', OPT(width), 2, 256, "the residual stream (default 16)"},
     {"--heads", 'i', OPT(heads), 1, 16, "attention heads (default 2)"},
     {"--vocab", 'i', OPT(vocab), 4, 4096, "tokens (default 32)"},
@@ -109,7 +110,8 @@ static void print_help(void)
     printf("usage: gpt [flags]   (train a small GPT over a dp x cp x pp grid of threads)\n");
     for (i = 0; i < NFLAGS; i++) {
         char bounds[48] = "";
-        if (FLAGS[i].type == 'i') snprintf(bounds, sizeof bounds, " (%g..%g)", FLAGS[i].lo, FLAGS[i].hi);
+        if (FLAGS[i].type == 'i' || FLAGS[i].type == 'f')
+            snprintf(bounds, sizeof bounds, " (%g..%g)", FLAGS[i].lo, FLAGS[i].hi);
         printf("  %-22s %s%s\n", FLAGS[i].name, FLAGS[i].help, bounds);
     }
 }
@@ -163,7 +165,7 @@ typedef struct step_data {
     int32_t *labels;            /* [tokens] each token's successor in its sequence, -1 for the last */
     uint64_t hash;              /* of lengths and ids: names the data in a replay file */
     pp_pack_plan *plan;         /* bins -> (dp rank, microbatch), cu_seqlens, padding */
-    int32_t *recording;         /* [tokens, moe layers, topk] the rollout's router choices (replay) */
+    int32_t *recording;         /* [tokens, MoE layers, topk] the rollout's router choices (--replay) */
 } step_data;
 
 /* A counting task: sequence i counts from a random token by a random stride 1..3 (tokens
@@ -191,7 +193,7 @@ static void make_sequences(step_data *d, const options *o, int step)
  * pp > 1 (dp otherwise), so every dp rank gets the same number of microbatches and a pipeline
  * never runs fewer microbatches than it has ranks. pipepar's own default asks for dp*pp only with
  * vpp > 1: the example sets both fields to follow NeMo RL. Returns 0, or 2 (bad input). */
-static int make_steps(step_data *steps, const options *o, int replay_slots)
+static int make_steps(step_data *steps, const options *o)
 {
     int s, i;
     for (s = 0; s < o->steps; s++) {
@@ -219,8 +221,6 @@ static int make_steps(step_data *steps, const options *o, int replay_slots)
         }
         d->ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)d->tokens);
         d->labels = (int32_t *)malloc(sizeof(int32_t) * (size_t)d->tokens);
-        d->recording = (int32_t *)malloc(sizeof(int32_t) * (size_t)d->tokens * (replay_slots ? replay_slots : 1) *
-                                         (size_t)o->topk);
         make_sequences(d, o, s);
         memset(&pc, 0, sizeof pc);
         pc.pack.capacity = o->capacity;
@@ -264,8 +264,8 @@ typedef struct reference {  /* --check: the whole model on one thread */
     char worst[96];         /* the tensor with the largest gradient error, or the replica that differs */
 } reference;
 
-typedef struct rank_report {
-    int slots, peak_live, saved_floats;
+typedef struct rank_report {   /* a rank's saved activations, printed once the ranks are done */
+    int slots, peak_live;
     size_t slot_bytes;
 } rank_report;
 
@@ -274,9 +274,8 @@ typedef struct job {
     gpt_config cfg;
     pp_grid grid;
     pp_schedule_kind kind;
-    pp_layers *layers;          /* the model split into stages (>>layers) */
+    pp_layers *layers;          /* the model split into model stages: layers [first[s], + count[s]) */
     pp_schedule *shape;         /* the first step's schedule: which stages each rank holds */
-    int stage_first[2 * 64], stage_count[2 * 64]; /* [num_stages] layers of each (virtual) stage */
     int replay_slots;           /* MoE layers: the recording's layer axis */
     step_data *steps;
     int max_mb, max_tokens;     /* the most microbatches per dp rank, tokens per microbatch */
@@ -319,7 +318,7 @@ struct rank_state {
     size_t slot_nf, slot_ni;
     float *slot_f;
     int32_t *slot_i;
-    gpt_layer_acts *slot_layers;/* [nslots + 1][64]: the views of each slot (+ forward-only) */
+    gpt_layer_acts *slot_layers;/* [nslots + 1][MAX_LAYERS]: each slot's views (the last: forward only) */
     int *slot_owner;            /* [nslots] stage * 65536 + microbatch holding it, -1 free */
     int live, peak_live;
     gpt_scratch scratch;
@@ -360,7 +359,7 @@ static gpt_acts acts_of(rank_state *r, const pp_mb_info *info, const mb_meta *mm
     gpt_acts a;
     size_t nf, ni;
     int s = info->slot >= 0 ? info->slot : r->nslots;
-    a.layer = r->slot_layers + (size_t)s * 64;
+    a.layer = r->slot_layers + (size_t)s * MAX_LAYERS;
     gpt_acts_carve(&r->job->cfg, &r->model[info->chunk], mm->b.T, mm->b.Tk, r->slot_f + (size_t)s * r->slot_nf,
                    r->slot_i + (size_t)s * r->slot_ni, &a, &nf, &ni);
     return a;
@@ -792,7 +791,7 @@ static int stage_tensors(const gpt_config *c, const gpt_stage *st, tensor *out)
 #undef TENSOR
     return n;
 }
-#define MAX_TENSORS (7 * 64 + 4)
+#define MAX_TENSORS (7 * MAX_LAYERS + 4)
 
 /* Largest |a - b| over the largest |b|: the error relative to the tensor's scale, so that entries
  * near zero (where rounding is all there is) do not count as large relative errors. */
@@ -1021,15 +1020,15 @@ static pp_status rank_setup(rank_state *r, pp_threads_world *w, pp_error *err)
         int st = pp_rank_chunk_stage(sh, r->pp_rank, c);
         r->stage_of[c] = st;
         r->model_stage[c] = pp_stage_model_stage(sh, st);
-        if (gpt_stage_init(&r->model[c], &jb->cfg, jb->stage_first[r->model_stage[c]], jb->stage_count[r->model_stage[c]],
-                           (uint64_t)jb->o.seed))
+        if (gpt_stage_init(&r->model[c], &jb->cfg, jb->layers->first[r->model_stage[c]],
+                           jb->layers->count[r->model_stage[c]], (uint64_t)jb->o.seed))
             return pp_error_set(err, PP_ENOMEM, "out of memory");
     }
     /* one slot holds the saved activations of this rank's largest chunk at the most tokens */
     r->nslots = pp_executor_saved_slots(r->ex);
     for (c = 0; c < r->nchunks; c++) {
         gpt_acts a;
-        gpt_layer_acts la[64];
+        gpt_layer_acts la[MAX_LAYERS];
         a.layer = la;
         gpt_acts_carve(&jb->cfg, &r->model[c], Tmax, jb->max_tokens, NULL, NULL, &a, &nf, &ni);
         if (nf > r->slot_nf) r->slot_nf = nf;
@@ -1037,7 +1036,7 @@ static pp_status rank_setup(rank_state *r, pp_threads_world *w, pp_error *err)
     }
     r->slot_f = (float *)malloc(sizeof(float) * (r->slot_nf ? r->slot_nf : 1) * (size_t)(r->nslots + 1));
     r->slot_i = (int32_t *)malloc(sizeof(int32_t) * (r->slot_ni ? r->slot_ni : 1) * (size_t)(r->nslots + 1));
-    r->slot_layers = (gpt_layer_acts *)calloc((size_t)(r->nslots + 1) * 64, sizeof(gpt_layer_acts));
+    r->slot_layers = (gpt_layer_acts *)calloc((size_t)(r->nslots + 1) * MAX_LAYERS, sizeof(gpt_layer_acts));
     r->slot_owner = (int *)malloc(sizeof(int) * (size_t)(r->nslots > 0 ? r->nslots : 1));
     r->meta = (mb_meta *)calloc((size_t)jb->max_mb, sizeof(mb_meta));
     r->meta_ptrs = (void **)calloc((size_t)jb->max_mb, sizeof(void *));
@@ -1214,6 +1213,44 @@ static pp_status run_ranks(job *jb, pp_error *err)
  * main
  * ============================================================================================ */
 
+/* Each pipeline rank's largest saved-activation peak over the steps' schedules
+ * (pp_schedule_rank_peaks), to print beside what the rank measured. */
+static int schedule_peaks(job *jb, pp_schedule_config sc, pp_error *err)
+{
+    int s, r;
+    jb->sched_peak = (int *)calloc((size_t)jb->o.pp, sizeof(int));
+    for (s = 0; s < jb->o.steps; s++) {
+        pp_schedule *sch = NULL;
+        sc.mb = jb->steps[s].plan->num_microbatches;
+        if (pp_schedule_build(&sc, &sch, err) != PP_OK) return -1;
+        for (r = 0; r < jb->o.pp; r++) {
+            int peak = 0;
+            pp_schedule_rank_peaks(sch, r, NULL, 1, &peak, NULL, NULL);
+            if (peak > jb->sched_peak[r]) jb->sched_peak[r] = peak;
+        }
+        pp_schedule_free(sch);
+    }
+    return 0;
+}
+
+/* Each rank's saved activations: the most (stage, microbatch) sets it held at once, against its
+ * schedule's peak; returns 1 if any differ. */
+static int print_memory(const job *jb)
+{
+    int r, differ = 0;
+    for (r = 0; r < jb->grid.world; r++) {
+        const rank_report *q = &jb->report[r];
+        int coord[PP_DIM_COUNT], peak;
+        pp_grid_coords(&jb->grid, r, coord, NULL);
+        peak = jb->sched_peak[coord[PP_DIM_PP]];
+        printf("rank %d: saved activations at most %d (stage, microbatch) sets live = %.1f KiB, in %d slots of %.1f "
+               "KiB allocated once; the schedule's peak %d: %s\n", r, q->peak_live, q->peak_live * q->slot_bytes / 1024.0,
+               q->slots, q->slot_bytes / 1024.0, peak, q->peak_live == peak ? "agree" : "DIFFER");
+        differ |= q->peak_live != peak;
+    }
+    return differ;
+}
+
 int main(int argc, char **argv)
 {
     job jb;
@@ -1223,7 +1260,6 @@ int main(int argc, char **argv)
     pp_grid_config gc;
     pp_schedule_config sc;
     int rc, r, s, l, world;
-    char layout[256];
 
     memset(&jb, 0, sizeof jb);
     o->schedule = (char *)"1f1b"; o->dp = o->cp = o->pp = 1; o->layers = 8; o->width = 16; o->heads = 2;
@@ -1240,7 +1276,8 @@ int main(int argc, char **argv)
     if ((o->replay_save || o->replay_file) && !o->replay)
         return usage_error(o->replay_save ? "--replay-save" : "--replay-file", NULL, "needs --replay");
     if (o->replay_save && o->replay_file) return usage_error("--replay-save", NULL, "not with --replay-file");
-    if (pp_schedule_kind_parse(o->schedule, &jb.kind, &err) != PP_OK) return usage_error("--schedule", o->schedule, err.message);
+    if (pp_schedule_kind_parse(o->schedule, &jb.kind, &err) != PP_OK)
+        return usage_error("--schedule", o->schedule, err.message);
 
     /* the grid: rank = cp + CP * (dp + DP * pp), Megatron's order tp-cp-dp-pp */
     memset(&gc, 0, sizeof gc);
@@ -1248,10 +1285,8 @@ int main(int argc, char **argv)
     if (pp_grid_init(&gc, &jb.grid, &err) != PP_OK) return usage_error("--ranks", NULL, err.message);
 
     /* every step's data, packed: the microbatch counts decide the schedules */
-    jb.cfg.topk = o->topk;
-    jb.replay_slots = o->moe ? (o->layers + 1) / 2 : 0;     /* layers 0, 2, 4, ... are MoE */
     jb.steps = (step_data *)calloc((size_t)o->steps, sizeof(step_data));
-    if ((rc = make_steps(jb.steps, o, jb.replay_slots)) != 0) { free_steps(jb.steps, o->steps); return rc; }
+    if ((rc = make_steps(jb.steps, o)) != 0) goto out;
     for (s = 0; s < o->steps; s++) {
         const pp_pack_plan *p = jb.steps[s].plan;
         if (p->num_microbatches > jb.max_mb) jb.max_mb = p->num_microbatches;
@@ -1262,79 +1297,63 @@ int main(int argc, char **argv)
     /* the schedule of the first step: its placement says which stages each rank holds */
     memset(&sc, 0, sizeof sc);
     sc.kind = jb.kind; sc.pp = o->pp; sc.vpp = o->vpp; sc.mb = jb.steps[0].plan->num_microbatches;
-    if (pp_schedule_build(&sc, &jb.shape, &err) != PP_OK) { free_steps(jb.steps, o->steps); return usage_error("--schedule", o->schedule, err.message); }
-    if (jb.shape->vpp > MAX_CHUNKS) { free_steps(jb.steps, o->steps); pp_schedule_free(jb.shape); return usage_error("--vpp", NULL, "at most 8 chunks per rank"); }
+    rc = 2;
+    if (pp_schedule_build(&sc, &jb.shape, &err) != PP_OK || schedule_peaks(&jb, sc, &err)) {
+        usage_error("--schedule", o->schedule, err.message);
+        goto out;
+    }
 
-    /* the layers of each model stage: pp * vpp stages, or pp under DualPipe (each twice) */
+    /* the layers of each model stage: pp * vpp stages, or pp under DualPipe (each held twice) */
     memset(&lc, 0, sizeof lc);
     lc.num_layers = o->layers; lc.pp = o->pp;
     lc.vpp = jb.shape->placement == PP_PLACEMENT_DUAL ? 1 : jb.shape->vpp;
     lc.first = o->first_stage_layers;
     lc.moe_layer_freq = o->moe ? "2" : NULL;
     if (pp_layers_build(&lc, &jb.layers, &err) != PP_OK) {
-        free_steps(jb.steps, o->steps); pp_schedule_free(jb.shape);
-        return usage_error(o->first_stage_layers ? "--first-stage-layers" : "--layers", NULL, err.message);
+        usage_error(o->first_stage_layers ? "--first-stage-layers" : "--layers", NULL, err.message);
+        goto out;
     }
     jb.moe_slot = (int *)malloc(sizeof(int) * (size_t)o->layers);
-    for (l = 0; l < o->layers; l++) jb.moe_slot[l] = pp_layers_type_index(jb.layers, l, PP_LAYER_MOE);
-    for (s = 0; s < jb.layers->num_stages; s++) { jb.stage_first[s] = jb.layers->first[s]; jb.stage_count[s] = jb.layers->count[s]; }
+    for (l = 0; l < o->layers; l++) {   /* a recording keeps one slot per MoE layer, in layer order */
+        jb.moe_slot[l] = pp_layers_type_index(jb.layers, l, PP_LAYER_MOE);
+        jb.replay_slots += jb.moe_slot[l] >= 0;
+    }
+    for (s = 0; jb.replay_slots && s < o->steps; s++)
+        jb.steps[s].recording = (int32_t *)malloc(sizeof(int32_t) * (size_t)jb.steps[s].tokens * jb.replay_slots * o->topk);
 
     /* the model */
     jb.cfg.vocab = o->vocab; jb.cfg.width = o->width; jb.cfg.heads = o->heads; jb.cfg.layers = o->layers;
-    jb.cfg.max_pos = o->capacity; jb.cfg.hidden = 4 * o->width; jb.cfg.experts = o->experts;
+    jb.cfg.max_pos = o->capacity; jb.cfg.hidden = 4 * o->width; jb.cfg.experts = o->experts; jb.cfg.topk = o->topk;
     jb.cfg.expert_hidden = 2 * o->width;
     jb.cfg.is_moe = o->moe ? jb.layers->is_moe : NULL;
     jb.cfg.moe_slot = jb.moe_slot;
     if (o->replay_file && (rc = read_recordings(&jb, o->replay_file)) != 0) goto out;
-    if (o->gradcheck) {
-        rc = reference_init(&jb.ref, &jb) ? (fprintf(stderr, "gpt: out of memory\n"), 1) : gradcheck(&jb);
-        goto out;
-    }
+    rc = 1;
+    if ((o->check || o->gradcheck) && reference_init(&jb.ref, &jb)) { fprintf(stderr, "gpt: out of memory\n"); goto out; }
+    if (o->gradcheck) { rc = gradcheck(&jb); goto out; }
 
-    /* each rank's saved-activation peak over the steps' schedules, to print beside its own */
-    jb.sched_peak = (int *)calloc((size_t)o->pp, sizeof(int));
-    for (s = 0; s < o->steps; s++) {
-        pp_schedule *sch = NULL;
-        sc.mb = jb.steps[s].plan->num_microbatches;
-        if (pp_schedule_build(&sc, &sch, &err) != PP_OK) { rc = usage_error("--schedule", o->schedule, err.message); goto out; }
-        for (r = 0; r < o->pp; r++) {
-            int peak = 0;
-            pp_schedule_rank_peaks(sch, r, NULL, 1, &peak, NULL, NULL);
-            if (peak > jb.sched_peak[r]) jb.sched_peak[r] = peak;
-        }
-        pp_schedule_free(sch);
-    }
-
-    snprintf(layout, sizeof layout, "%s", jb.layers->layout ? jb.layers->layout : "");
     printf("gpt: %d layers (%s), width %d, %d heads, vocab %d; %d ranks = dp %d x cp %d x pp %d\n", o->layers,
            o->moe ? "MoE in every other layer" : "dense", o->width, o->heads, o->vocab, world, o->dp, o->cp, o->pp);
     printf("     %s, vpp %d, stages %s; %d sequences a step of %s tokens, bins of %d%s%s\n",
-           pp_schedule_kind_name(jb.kind), jb.shape->vpp, layout, jb.steps[0].n, o->lengths ? o->lengths : "random",
-           o->capacity, o->replay ? ", router replay" : "", o->check ? ", checked against one thread" : "");
-    if (o->check)
-        printf("      the one-thread model: its own run's loss; its gradients at the pipeline's weights\n");
-    printf(" step      loss  tokens  mb/rank  |grad|%s\n",
-           o->check ? "   one-thread  loss err  grad err  match" : "");
+           pp_schedule_kind_name(jb.kind), jb.shape->vpp, jb.layers->layout ? jb.layers->layout : "", jb.steps[0].n,
+           o->lengths ? o->lengths : "random", o->capacity, o->replay ? ", router replay" : "",
+           o->check ? ", checked against one thread" : "");
+    if (o->check) printf("     the one-thread model: its own run's loss; its gradients at the pipeline's weights\n");
+    printf(" step      loss  tokens  mb/rank  |grad|%s\n", o->check ? "   one-thread  loss err  grad err  match" : "");
 
+    /* the ranks, one thread each */
     jb.ranks = (rank_state **)calloc((size_t)world, sizeof(rank_state *));
     jb.report = (rank_report *)calloc((size_t)world, sizeof(rank_report));
     for (r = 0; r < world; r++) jb.ranks[r] = (rank_state *)calloc(1, sizeof(rank_state));
-    if (o->check && reference_init(&jb.ref, &jb)) { fprintf(stderr, "gpt: out of memory\n"); rc = 1; goto out; }
-    rc = 0;
-    if (run_ranks(&jb, &err) != PP_OK) { fprintf(stderr, "gpt: %s\n", err.message); rc = 1; }
-    for (r = 0; rc == 0 && r < world; r++) {
-        const rank_report *q = &jb.report[r];
-        int pr = r / (o->dp * o->cp);
-        printf("rank %d: saved activations at most %d (stage, microbatch) sets live, in %d slots of %.1f KiB allocated "
-               "once; the schedule's peak %d: %s\n", r, q->peak_live, q->slots, q->slot_bytes / 1024.0, jb.sched_peak[pr],
-               q->peak_live == jb.sched_peak[pr] ? "agree" : "DIFFER");
-        if (q->peak_live != jb.sched_peak[pr]) rc = 1;
-    }
+    if (run_ranks(&jb, &err) != PP_OK) { fprintf(stderr, "gpt: %s\n", err.message); goto out; }
+    rc = print_memory(&jb);
     if (rc == 0 && o->replay_save) rc = write_recordings(&jb, o->replay_save);
-    if (rc == 0 && o->check) {
-        if (jb.mismatches) { printf("MISMATCH: %d step(s) differ from the one-thread model\n", jb.mismatches); rc = 1; }
-        else printf("gradients match: loss and every gradient within %g of the one-thread model on all %d steps\n",
-                    TOLERANCE, o->steps);
+    if (rc == 0 && o->check && jb.mismatches) {
+        printf("MISMATCH: %d step(s) differ from the one-thread model\n", jb.mismatches);
+        rc = 1;
+    } else if (rc == 0 && o->check) {
+        printf("gradients match: loss and every gradient within %g of the one-thread model on all %d steps\n",
+               TOLERANCE, o->steps);
     }
 out:
     reference_free(&jb.ref);
