@@ -1550,7 +1550,9 @@ typedef struct pp_callbacks {
     /* optional: chunk info->chunk (stage info->stage) has run its last backward action of the step
      * (info->mb is that action's microbatch), so its weight gradients are complete. A trainer
      * starts that chunk's data-parallel gradient reduce here, while the pipeline drains
-     * (Megatron-LM's grad_sync_func). Called once per chunk per training step, in program order. */
+     * (Megatron-LM's grad_sync_func). Called once per chunk per training step, in program order,
+     * right after the chunk's last B, W or FB (never after an I: its W follows, even when the W
+     * runs nothing); never in forward-only steps. info->slot is -1. */
     int (*chunk_done)(void *user, const pp_mb_info *info);
 } pp_callbacks;
 
@@ -1632,7 +1634,8 @@ typedef struct pp_step_result {
 PIPEPAR_API pp_status pp_run_step(pp_executor *ex, const pp_step *step, pp_step_result *result, pp_error *err);
 
 typedef struct pp_executor_stats {
-    int planned_slots;      /* peak live tensors of the program (training or forward-only), from setup */
+    int planned_slots;      /* peak live tensors of the program (training or forward-only), from setup;
+                               with a recipe, the largest of the counts run so far */
     int peak_slots;         /* most slots in use at once so far */
     int slots;              /* slots with memory now */
     size_t bytes;           /* memory held by the slots now */
@@ -2834,6 +2837,30 @@ pp_status pp_grid_group_members(const pp_grid *grid, unsigned dims, int color, i
         }
         members[k] = r;
     }
+    return pp__ok(err);
+}
+
+pp_status pp_grid_embedding_group(const pp_grid *grid, int rank, int last_pp_rank, int members[2], int *count,
+                                   pp_error *err)
+{
+    int coord[PP_DIM_COUNT], n = 0;
+    pp_status st;
+    if (!grid || !members || !count)
+        return pp__fail(err, PP_EINVAL, "pp_grid_embedding_group: grid, members and count must not be NULL");
+    *count = 0;
+    st = pp_grid_coords(grid, rank, coord, err);
+    if (st != PP_OK) return st;
+    if (last_pp_rank < 0 || last_pp_rank >= grid->size[PP_DIM_PP])
+        return pp__fail(err, PP_EINVAL, "last_pp_rank=%d: must be between 0 and pp-1 = %d (the pipeline rank of the "
+                        "last stage)", last_pp_rank, grid->size[PP_DIM_PP] - 1);
+    if (coord[PP_DIM_PP] != 0 && coord[PP_DIM_PP] != last_pp_rank) return pp__ok(err);
+    coord[PP_DIM_PP] = 0;
+    members[n++] = pp_grid_rank(grid, coord);
+    if (last_pp_rank != 0) {
+        coord[PP_DIM_PP] = last_pp_rank;
+        members[n++] = pp_grid_rank(grid, coord);
+    }
+    *count = n;
     return pp__ok(err);
 }
 
@@ -10044,8 +10071,25 @@ pp_status pp_threads_run(int world, pp_rank_fn fn, void *user, pp_status *status
  *     in_group[k], gout_group[k]   the group whose completion makes in/gout valid, or -1
  * Groups are waited in posting order (FIFO, as they finish on one NCCL stream): waiting for
  * group g waits for every older one too, and then releases the buffers their sends used.
- * The same walk runs once at setup without callbacks or transport ("planning"), which counts
- * the peak number of live tensors; the pool reserves that many slots. */
+ * The same walk runs once per program without callbacks or transport ("planning"), which counts
+ * the peak number of live tensors; the pool reserves that many slots.
+ *
+ * A program (pp__plan) is the fixed schedule, or with a recipe the schedule of one microbatch
+ * count, built on the first step of that count and kept. With it, set up once: each (chunk,
+ * microbatch)'s saved-state slot (the lowest free at its F, free again after the B or W that
+ * ends it: as many slots as the program's live peak), and where each chunk's last backward
+ * action is (chunk_done). */
+
+/* One program this rank runs, and what was worked out from it once. */
+typedef struct pp__plan {
+    pp_schedule *sched;         /* owned; NULL: not built yet */
+    int len;                    /* this rank's program length */
+    int *slot;                  /* [vpp * mb] saved-state slot of (chunk c, microbatch m) at c * mb + m */
+    unsigned char *done;        /* [len] 1 at a chunk's last backward action of the step */
+    int saved;                  /* saved-state slots it uses: its live peak (pp_schedule_rank_peaks) */
+    int has_split, has_b, maxgroup;
+    uint64_t hash;
+} pp__plan;
 
 typedef struct pp__slot {
     void *ptr;
@@ -10063,16 +10107,29 @@ typedef struct pp__group {
 } pp__group;
 
 struct pp_executor {
+    /* the program of the step being run (pp__use_plan copies it from the plan) */
+    pp__plan *plan;
     pp_schedule *sched;
     const pp_action *prog;
     int rank, len, S, M, vpp, world;
+    int has_b;
+    uint64_t hash;
+    /* every program: plans[0] the fixed schedule's, or plans[n - 1] the recipe's for n microbatches */
+    pp__plan *plans;
+    int nplans;
+    int use_recipe;
+    pp_schedule_config recipe;
+    int split_backward, split_overlaps;
+    int max_M;                  /* the most microbatches of a step: the per-step arrays' size */
+    int saved_slots;            /* pp_executor_saved_slots */
+    int saved_live, saved_used; /* saved-state slots live now, and the most at once so far */
+    int unsplit;                /* no backward_input/backward_weight: I runs backward, W nothing */
     pp_transport tp;
     pp_callbacks cb;
     pp_allocator al;
     pp_timer timer;
     double timeout;
-    int num_metrics, record, has_split, has_b;
-    uint64_t hash;
+    int num_metrics, record;
     int steps, failed, planning;
     int in_fb_second_half;      /* an FB without its own callback is running its B half */
     /* the pool */
@@ -10081,8 +10138,8 @@ struct pp_executor {
     long long allocations, transfers_posted, groups_posted;
     size_t bytes_held;
     /* per-step state */
-    int *in, *gout, *sendf, *sendb, *in_group, *gout_group;   /* [vpp * M] */
-    int *out_slot;                                             /* [M] forward-only outputs */
+    int *in, *gout, *sendf, *sendb, *in_group, *gout_group;   /* [vpp * max_M] */
+    int *out_slot;                                             /* [max_M] forward-only outputs */
     void **out_ptr;
     size_t *out_bytes;
     pp__group *groups;
@@ -10096,8 +10153,9 @@ struct pp_executor {
     int forward_only;
     double loss_sum, weight_sum, metric_sum[PP_MAX_METRICS];
     /* timeline */
-    double *times;                  /* [3 * len] */
+    double *times;                  /* [3 * cap_len] */
     double *t_start, *t_ready, *t_end;
+    int cap_len;                    /* the longest program so far: the timeline arrays' size */
     int timeline_valid;
 };
 
@@ -10289,6 +10347,7 @@ static pp_mb_info pp__info(const pp_executor *ex, int stage, int m)
     in.num_mb = ex->M;
     in.step = ex->steps;
     in.forward_only = ex->forward_only;
+    in.slot = in.chunk >= 0 && !ex->forward_only ? ex->plan->slot[in.chunk * ex->M + m] : -1;
     if (ex->step) {
         if (ex->step->mb_meta) in.meta = ex->step->mb_meta[m];
         if (ex->step->batch_rows > 0) {
@@ -10309,6 +10368,7 @@ static size_t pp__bytes(pp_executor *ex, int boundary, int m)
     if (ex->planning) return 0;
     info = pp__info(ex, boundary, m);
     info.chunk = -1;
+    info.slot = -1;
     return ex->cb.tensor_bytes(ex->cb.user, boundary, &info);
 }
 
@@ -10382,6 +10442,7 @@ static pp_status pp__f_prepare(pp_executor *ex, int i, pp__fwd *f, pp_error *err
 static pp_status pp__f_finish(pp_executor *ex, int i, pp__fwd *f, pp_error *err)
 {
     pp_status st;
+    if (!ex->planning && !ex->forward_only && ++ex->saved_live > ex->saved_used) ex->saved_used = ex->saved_live;
     if (f->s == f->info.last_stage) {
         int g = -1;
         if (!ex->forward_only) {
@@ -10455,6 +10516,7 @@ static void pp__b_finish(pp_executor *ex, pp__bwd *b, int full)
     if (full) {
         pp__release(ex, b->in); ex->in[b->k] = -1;
         pp__release(ex, b->gout); ex->gout[b->k] = -1;
+        if (!ex->planning) ex->saved_live--;
     }
 }
 
@@ -10480,10 +10542,11 @@ static pp_status pp__run_b(pp_executor *ex, int i, int op, int s, int m, pp_erro
     pp__mark(ex, 3 * i + 1);
     if ((st = pp__b_prepare(ex, &b, err)) != PP_OK) return st;
     if (!ex->planning) {
-        int rc = op == PP_OP_I
-            ? ex->cb.backward_input(ex->cb.user, &b.info, pp__ptr(ex, b.in), pp__ptr(ex, b.gout), pp__ptr(ex, b.gin))
-            : ex->cb.backward(ex->cb.user, &b.info, pp__ptr(ex, b.in), pp__ptr(ex, b.gout), pp__ptr(ex, b.gin));
-        if (rc) return pp__callback_failed(ex, i, op == PP_OP_I ? "backward_input" : "backward", rc, err);
+        int whole = op == PP_OP_B || ex->unsplit;   /* unsplit: the I is the whole backward */
+        int rc = whole
+            ? ex->cb.backward(ex->cb.user, &b.info, pp__ptr(ex, b.in), pp__ptr(ex, b.gout), pp__ptr(ex, b.gin))
+            : ex->cb.backward_input(ex->cb.user, &b.info, pp__ptr(ex, b.in), pp__ptr(ex, b.gout), pp__ptr(ex, b.gin));
+        if (rc) return pp__callback_failed(ex, i, whole ? "backward" : "backward_input", rc, err);
     }
     pp__b_finish(ex, &b, op == PP_OP_B);
     return PP_OK;
@@ -10495,12 +10558,13 @@ static pp_status pp__run_w(pp_executor *ex, int i, int s, int m, pp_error *err)
     pp_mb_info info = pp__info(ex, s, m);
     pp__mark(ex, 3 * i + 1);
     if (ex->in[k] < 0 || ex->gout[k] < 0) return pp__missing(ex, i, "the I this weight-gradient follows", err);
-    if (!ex->planning) {
+    if (!ex->planning && !ex->unsplit) {   /* unsplit: its I ran the whole backward */
         int rc = ex->cb.backward_weight(ex->cb.user, &info, pp__ptr(ex, ex->in[k]), pp__ptr(ex, ex->gout[k]));
         if (rc) return pp__callback_failed(ex, i, "backward_weight", rc, err);
     }
     pp__release(ex, ex->in[k]); ex->in[k] = -1;
     pp__release(ex, ex->gout[k]); ex->gout[k] = -1;
+    if (!ex->planning) ex->saved_live--;
     return PP_OK;
 }
 
@@ -10623,6 +10687,16 @@ static pp_status pp__post_group(pp_executor *ex, int i, int j, pp_error *err)
     return PP_OK;
 }
 
+/* Position i ended its chunk's backward work of the step (pp__plan.done): tell the trainer. */
+static pp_status pp__chunk_done(pp_executor *ex, int i, pp_action a, pp_error *err)
+{
+    pp_mb_info info = a.op == PP_OP_FB ? pp__info(ex, a.stage2, a.mb2) : pp__info(ex, a.stage, a.mb);
+    int rc;
+    info.slot = -1;
+    rc = ex->cb.chunk_done(ex->cb.user, &info);
+    return rc ? pp__callback_failed(ex, i, "chunk_done", rc, err) : PP_OK;
+}
+
 /* Walks the program once. */
 static pp_status pp__walk(pp_executor *ex, pp_error *err)
 {
@@ -10650,6 +10724,8 @@ static pp_status pp__walk(pp_executor *ex, pp_error *err)
         default: st = pp__run_fb(ex, i, a, err); break;
         }
         if (st == PP_OK) pp__mark(ex, 3 * i + 2);
+        if (st == PP_OK && ex->plan->done[i] && ex->cb.chunk_done && !ex->planning && !ex->forward_only)
+            st = pp__chunk_done(ex, i, a, err);
         i++;
     }
     if (st == PP_OK && ex->ngroups > 0) st = pp__wait_upto(ex, ex->ngroups - 1, ex->len, err);
@@ -10663,13 +10739,14 @@ static void pp__reset_step(pp_executor *ex)
         ex->in[k] = ex->gout[k] = ex->sendf[k] = ex->sendb[k] = -1;
         ex->in_group[k] = ex->gout_group[k] = -1;
     }
-    for (k = 0; k < ex->M; k++) {
+    for (k = 0; k < ex->max_M; k++) {   /* the last step's outputs, whatever its count */
         if (ex->out_slot[k] >= 0) pp__release(ex, ex->out_slot[k]);
         ex->out_slot[k] = -1;
         ex->out_ptr[k] = NULL;
         ex->out_bytes[k] = 0;
     }
     ex->ngroups = ex->next_wait = ex->nrelease = 0;
+    ex->saved_live = 0;
     ex->loss_sum = ex->weight_sum = 0;
     memset(ex->metric_sum, 0, sizeof ex->metric_sum);
 }
@@ -10679,8 +10756,9 @@ static void pp__release_all(pp_executor *ex)
 {
     int i;
     for (i = 0; i < ex->nslots; i++) { ex->slots[i].used = 0; ex->slots[i].free_since = ex->groups_posted; }
-    for (i = 0; i < ex->M; i++) ex->out_slot[i] = -1;
+    for (i = 0; i < ex->max_M; i++) ex->out_slot[i] = -1;
     ex->live = 0;
+    ex->saved_live = 0;
 }
 
 /* FNV-1a over the schedule: everything a rank's partners rely on. */
@@ -10711,11 +10789,21 @@ static uint64_t pp__schedule_hash(const pp_schedule *s)
     return h;
 }
 
+static void pp__plan_free(pp__plan *p)
+{
+    pp_schedule_free(p->sched);
+    PIPEPAR_FREE(p->slot);
+    PIPEPAR_FREE(p->done);
+    memset(p, 0, sizeof *p);
+}
+
 void pp_executor_free(pp_executor *ex)
 {
+    int i;
     if (!ex) return;
     pp__pool_free_memory(ex);
-    pp_schedule_free(ex->sched);
+    if (ex->plans) for (i = 0; i < ex->nplans; i++) pp__plan_free(&ex->plans[i]);
+    PIPEPAR_FREE(ex->plans);
     PIPEPAR_FREE(ex->slots);
     PIPEPAR_FREE(ex->in); PIPEPAR_FREE(ex->gout); PIPEPAR_FREE(ex->sendf); PIPEPAR_FREE(ex->sendb);
     PIPEPAR_FREE(ex->in_group); PIPEPAR_FREE(ex->gout_group);
@@ -10725,20 +10813,202 @@ void pp_executor_free(pp_executor *ex)
     PIPEPAR_FREE(ex);
 }
 
-pp_status pp_executor_create(const pp_executor_config *cfg, pp_executor **out, pp_error *err)
+/* Works out once what program s (lowered, valid; p takes it) needs: each (chunk, microbatch)'s
+ * saved-state slot, the lowest free at its F and free again after the B or W that ends it (so
+ * the slots used are the program's live peak: when slot j is taken, 0 .. j-1 are all live); the
+ * position of each chunk's last B, W or FB (its I is never last: its W follows); the largest
+ * communication group. */
+static pp_status pp__plan_init(pp_executor *ex, pp__plan *p, pp_schedule *s, pp_error *err)
 {
-    pp_executor *ex;
-    const pp_schedule *s;
+    const pp_action *prog = s->actions[ex->rank];
+    int n = s->vpp * s->mb, i, h, c, run = 0, lo = 0;
+    int *used, *last;
+    memset(p, 0, sizeof *p);
+    p->sched = s;
+    p->len = s->length[ex->rank];
+    p->slot = (int *)pp__calloc((size_t)n, sizeof(int));
+    p->done = (unsigned char *)pp__calloc((size_t)p->len + 1, 1);
+    used = (int *)pp__calloc((size_t)n + 1 + (size_t)s->vpp, sizeof(int));   /* [n + 1] slot taken, then last */
+    if (!p->slot || !p->done || !used) {
+        PIPEPAR_FREE(used);
+        pp__plan_free(p);
+        return pp__fail(err, PP_ENOMEM, "rank %d: out of memory", ex->rank);
+    }
+    last = used + n + 1;   /* [vpp] each chunk's last backward position, -1 for none */
+    for (i = 0; i < n; i++) p->slot[i] = -1;
+    for (c = 0; c < s->vpp; c++) last[c] = -1;
+    for (i = 0; i < p->len; i++) {
+        pp_action a = prog[i];
+        int ops[2], stg[2], mbs[2], nh;
+        if (pp__is_comm(a.op)) {
+            run = i > 0 && pp__is_comm(prog[i - 1].op) && prog[i - 1].group == a.group ? run + 1 : 1;
+            if (run > p->maxgroup) p->maxgroup = run;
+            continue;
+        }
+        if (a.op == PP_OP_I || a.op == PP_OP_W) p->has_split = 1;
+        if (a.op == PP_OP_B || a.op == PP_OP_FB) p->has_b = 1;
+        nh = pp__halves(a, ops, stg, mbs);
+        for (h = 0; h < nh; h++) {
+            int k;
+            c = pp_stage_chunk(s, stg[h]);
+            k = c * s->mb + mbs[h];
+            if (ops[h] == PP_OP_F) {
+                while (used[lo]) lo++;   /* lo: no slot below it is free */
+                used[lo] = 1;
+                p->slot[k] = lo;
+                if (lo + 1 > p->saved) p->saved = lo + 1;
+            } else if (ops[h] == PP_OP_B || ops[h] == PP_OP_W) {
+                if (p->slot[k] >= 0) {
+                    used[p->slot[k]] = 0;
+                    if (p->slot[k] < lo) lo = p->slot[k];
+                }
+                last[c] = i;
+            }
+        }
+    }
+    for (c = 0; c < s->vpp; c++)
+        if (last[c] >= 0) p->done[last[c]] = 1;
+    PIPEPAR_FREE(used);
+    p->hash = pp__schedule_hash(s);
+    return PP_OK;
+}
+
+/* The program p becomes the one the walk runs. */
+static void pp__use_plan(pp_executor *ex, pp__plan *p)
+{
+    ex->plan = p;
+    ex->sched = p->sched;
+    ex->prog = p->sched->actions[ex->rank];
+    ex->len = p->len;
+    ex->M = p->sched->mb;
+    ex->has_b = p->has_b;
+    ex->hash = p->hash;
+}
+
+/* Grows the arrays whose size follows the program (transfers of a group, the timeline) for p,
+ * and walks p once without callbacks ("planning") for its peak count of live tensors, training
+ * and forward-only, which the pool plans for. */
+static pp_status pp__plan_pool(pp_executor *ex, pp__plan *p, pp_error *err)
+{
+    pp_status st = PP_OK;
+    int mode, peak = 0, keep_peak = ex->peak_live;
+    if (p->maxgroup > ex->cap_xfers) {
+        pp_transfer *x = (pp_transfer *)PIPEPAR_REALLOC(ex->xfers, (size_t)p->maxgroup * sizeof(pp_transfer));
+        if (!x) return pp__fail(err, PP_ENOMEM, "rank %d: out of memory (transfers)", ex->rank);
+        ex->xfers = x;
+        ex->cap_xfers = p->maxgroup;
+    }
+    if (ex->record && p->len > ex->cap_len) {
+        size_t n = (size_t)p->len + 1;
+        double *t = (double *)PIPEPAR_REALLOC(ex->times, 3 * n * sizeof(double));
+        if (t) ex->times = t;
+        t = t ? (double *)PIPEPAR_REALLOC(ex->t_start, n * sizeof(double)) : NULL;
+        if (t) ex->t_start = t;
+        t = t ? (double *)PIPEPAR_REALLOC(ex->t_ready, n * sizeof(double)) : NULL;
+        if (t) ex->t_ready = t;
+        t = t ? (double *)PIPEPAR_REALLOC(ex->t_end, n * sizeof(double)) : NULL;
+        if (t) ex->t_end = t;
+        if (!t) return pp__fail(err, PP_ENOMEM, "rank %d: out of memory (timeline)", ex->rank);
+        ex->cap_len = p->len;
+    }
+    pp__use_plan(ex, p);
+    ex->step = NULL;   /* planning reads no step's metadata */
+    ex->planning = 1;
+    for (mode = 0; mode < 2 && st == PP_OK; mode++) {
+        ex->forward_only = mode;
+        ex->peak_live = 0;
+        pp__reset_step(ex);
+        st = pp__walk(ex, err);
+        if (ex->peak_live > peak) peak = ex->peak_live;
+        pp__release_all(ex);
+    }
+    ex->planning = 0;
+    ex->forward_only = 0;
+    ex->peak_live = keep_peak;
+    if (peak > ex->planned) ex->planned = peak;
+    pp__reset_step(ex);
+    return st;
+}
+
+/* The recipe's schedule for `count` microbatches: built, split as configured, and when `lower`
+ * lowered and validated (what a step runs; unlowered, the compute order alone). */
+static pp_status pp__recipe_schedule(const pp_executor *ex, int count, int lower, pp_schedule **out, pp_error *err)
+{
+    pp_schedule_config c = ex->recipe;
+    pp_schedule *s = NULL;
     pp_status st;
-    int i, n, maxgroup = 0, run = 0, peak = 0, mode;
-    if (!cfg || !out) return pp__fail(err, PP_EINVAL, "cfg and out: must not be NULL");
-    *out = NULL;
-    s = cfg->schedule;
-    if (!s) return pp__fail(err, PP_EINVAL, "schedule: must not be NULL");
-    if (cfg->transport.world != s->pp)
-        return pp__fail(err, PP_EINVAL, "transport.world=%d: must equal the schedule's pp (%d)", cfg->transport.world, s->pp);
-    if (cfg->transport.rank < 0 || cfg->transport.rank >= s->pp)
-        return pp__fail(err, PP_EINVAL, "transport.rank=%d: must be between 0 and pp-1=%d", cfg->transport.rank, s->pp - 1);
+    c.mb = count;
+    st = pp_schedule_build(&c, &s, err);
+    if (st == PP_OK && ex->split_backward) st = pp_schedule_split_backward(s, err);
+    if (st == PP_OK && ex->split_overlaps) st = pp_schedule_split_overlaps(s, err);
+    if (st == PP_OK && lower) st = pp_schedule_lower(s, err);
+    if (st == PP_OK && lower) st = pp_schedule_validate(s, err);
+    if (st != PP_OK) { pp_schedule_free(s); s = NULL; }
+    *out = s;
+    return st;
+}
+
+/* With a recipe, at setup: the compute order of every count 1 .. max_mb, for the saved-state
+ * slots (the largest live peak of this rank; a count the kind refuses runs no step and counts
+ * none), whether any has split backwards (I, W), and the shape (vpp, stages). Fails when no
+ * count builds, with max_mb's reason. */
+static pp_status pp__recipe_scan(pp_executor *ex, int *any_split, pp_error *err)
+{
+    pp_error why;
+    pp_status st, refused = PP_OK;
+    int n, i, built = 0;
+    *any_split = 0;
+    for (n = 1; n <= ex->max_M; n++) {
+        pp_schedule *s = NULL;
+        int live = 0;
+        st = pp__recipe_schedule(ex, n, 0, &s, &why);
+        if (st == PP_ENOMEM) return pp__fail(err, st, "%s", why.message);
+        if (st != PP_OK) { refused = st; continue; }
+        st = pp_schedule_rank_peaks(s, ex->rank, NULL, 1, &live, NULL, err);
+        if (st == PP_OK) {
+            if (live > ex->saved_slots) ex->saved_slots = live;
+            for (i = 0; i < s->length[ex->rank]; i++)
+                if (s->actions[ex->rank][i].op == PP_OP_I || s->actions[ex->rank][i].op == PP_OP_W) *any_split = 1;
+            ex->vpp = s->vpp;
+            ex->S = s->num_stages;
+            built++;
+        }
+        pp_schedule_free(s);
+        if (st != PP_OK) return st;
+    }
+    if (!built)
+        return pp__fail(err, refused, "recipe: no microbatch count 1 .. max_mb=%d gives a %s schedule (max_mb: %s)",
+                        ex->max_M, pp_schedule_kind_name(ex->recipe.kind), why.message);
+    return PP_OK;
+}
+
+/* The most microbatches a recipe's step may have (max_mb): its setup builds every count's order. */
+#define PP__MAX_RECIPE_MB 4096
+
+/* pp_executor_create's checks that need no program. */
+static pp_status pp__executor_check(const pp_executor_config *cfg, pp_error *err)
+{
+    const pp_schedule *s = cfg->schedule;
+    int recipe = cfg->recipe.kind != PP_KIND_NONE, pp = recipe ? cfg->recipe.pp : s ? s->pp : 0;
+    if (s && recipe)
+        return pp__fail(err, PP_EINVAL, "schedule and recipe: give one, not both (a fixed schedule, or recipe.kind "
+                        "%s to build one for each step's microbatch count)", pp_schedule_kind_name(cfg->recipe.kind));
+    if (!s && !recipe)
+        return pp__fail(err, PP_EINVAL, "schedule: must not be NULL (or give a recipe: recipe.kind, recipe.pp and "
+                        "max_mb)");
+    if (recipe && (cfg->max_mb < 1 || cfg->max_mb > PP__MAX_RECIPE_MB))
+        return pp__fail(err, PP_EINVAL, "max_mb=%d: must be between 1 and %d with a recipe (the most microbatches a "
+                        "step may have)", cfg->max_mb, PP__MAX_RECIPE_MB);
+    if (!recipe && (cfg->max_mb || cfg->split_backward || cfg->split_overlaps))
+        return pp__fail(err, PP_EINVAL, "%s=%d: only with a recipe (a fixed schedule runs as it is: split it with "
+                        "pp_schedule_split_backward or _overlaps before)", cfg->max_mb ? "max_mb" :
+                        cfg->split_backward ? "split_backward" : "split_overlaps",
+                        cfg->max_mb ? cfg->max_mb : cfg->split_backward ? cfg->split_backward : cfg->split_overlaps);
+    if (cfg->transport.world != pp)
+        return pp__fail(err, PP_EINVAL, "transport.world=%d: must equal the %s pp (%d)", cfg->transport.world,
+                        recipe ? "recipe's" : "schedule's", pp);
+    if (cfg->transport.rank < 0 || cfg->transport.rank >= pp)
+        return pp__fail(err, PP_EINVAL, "transport.rank=%d: must be between 0 and pp-1=%d", cfg->transport.rank, pp - 1);
     if (!cfg->transport.post || !cfg->transport.wait || !cfg->transport.all_reduce || !cfg->transport.abort)
         return pp__fail(err, PP_EINVAL, "transport.%s: must not be NULL (post, wait, all_reduce and abort are required)",
                         !cfg->transport.post ? "post" : !cfg->transport.wait ? "wait" :
@@ -10746,6 +11016,11 @@ pp_status pp_executor_create(const pp_executor_config *cfg, pp_executor **out, p
     if (!cfg->callbacks.tensor_bytes || !cfg->callbacks.input || !cfg->callbacks.forward)
         return pp__fail(err, PP_EINVAL, "callbacks.%s: must not be NULL",
                         !cfg->callbacks.tensor_bytes ? "tensor_bytes" : !cfg->callbacks.input ? "input" : "forward");
+    if ((cfg->callbacks.backward_input == NULL) != (cfg->callbacks.backward_weight == NULL))
+        return pp__fail(err, PP_EINVAL, "callbacks.%s: must not be NULL when callbacks.%s is given (the two halves of "
+                        "a split backward come together; without both, give backward)",
+                        cfg->callbacks.backward_input ? "backward_weight" : "backward_input",
+                        cfg->callbacks.backward_input ? "backward_input" : "backward_weight");
     if ((cfg->allocator.alloc == NULL) != (cfg->allocator.free == NULL))
         return pp__fail(err, PP_EINVAL, "allocator: give both alloc and free, or neither");
     if ((cfg->timer.mark == NULL) != (cfg->timer.resolve == NULL))
@@ -10755,20 +11030,25 @@ pp_status pp_executor_create(const pp_executor_config *cfg, pp_executor **out, p
     if (cfg->num_metrics < 0 || cfg->num_metrics > PP_MAX_METRICS)
         return pp__fail(err, PP_EINVAL, "num_metrics=%d: must be between 0 and PP_MAX_METRICS=%d", cfg->num_metrics,
                         PP_MAX_METRICS);
-    if (s->pp > 1 && !s->lowered)
+    if (s && s->pp > 1 && !s->lowered)
         return pp__fail(err, PP_EINVAL, "schedule: not lowered; call pp_schedule_lower first (pp=%d needs "
                         "SEND/RECV actions)", s->pp);
-    st = pp_schedule_validate(s, err);
-    if (st != PP_OK) return st;
+    return s ? pp_schedule_validate(s, err) : PP_OK;
+}
 
+pp_status pp_executor_create(const pp_executor_config *cfg, pp_executor **out, pp_error *err)
+{
+    pp_executor *ex;
+    pp_status st;
+    int n, any_split = 0;
+    if (!cfg || !out) return pp__fail(err, PP_EINVAL, "cfg and out: must not be NULL");
+    *out = NULL;
+    st = pp__executor_check(cfg, err);
+    if (st != PP_OK) return st;
     ex = (pp_executor *)pp__calloc(1, sizeof *ex);
     if (!ex) return pp__fail(err, PP_ENOMEM, "out of memory");
-    st = pp_schedule_copy(s, &ex->sched, err);
-    if (st != PP_OK) { PIPEPAR_FREE(ex); return st; }
     ex->rank = cfg->transport.rank;
-    ex->prog = ex->sched->actions[ex->rank];
-    ex->len = ex->sched->length[ex->rank];
-    ex->S = s->num_stages; ex->M = s->mb; ex->vpp = s->vpp; ex->world = s->pp;
+    ex->world = cfg->transport.world;
     ex->tp = cfg->transport;
     ex->cb = cfg->callbacks;
     ex->al = cfg->allocator;
@@ -10776,65 +11056,52 @@ pp_status pp_executor_create(const pp_executor_config *cfg, pp_executor **out, p
     ex->timeout = cfg->timeout_s > 0 ? cfg->timeout_s : 60.0;
     ex->num_metrics = cfg->num_metrics;
     ex->record = cfg->record_timeline != 0;
-    ex->hash = pp__schedule_hash(ex->sched);
-    for (i = 0; i < ex->len; i++) {
-        int op = ex->prog[i].op;
-        if (op == PP_OP_I || op == PP_OP_W) ex->has_split = 1;
-        if (op == PP_OP_B || (op == PP_OP_FB)) ex->has_b = 1;
-        if (pp__is_comm(op)) {
-            run = (i > 0 && pp__is_comm(ex->prog[i - 1].op) && ex->prog[i - 1].group == ex->prog[i].group) ? run + 1 : 1;
-            if (run > maxgroup) maxgroup = run;
-        } else run = 0;
+    ex->unsplit = !cfg->callbacks.backward_input;
+    ex->use_recipe = cfg->schedule == NULL;
+    ex->nplans = ex->use_recipe ? cfg->max_mb : 1;
+    ex->plans = (pp__plan *)pp__calloc((size_t)ex->nplans, sizeof(pp__plan));
+    if (!ex->plans) { pp_executor_free(ex); return pp__fail(err, PP_ENOMEM, "out of memory"); }
+    if (ex->use_recipe) {
+        ex->recipe = cfg->recipe;
+        ex->split_backward = cfg->split_backward != 0;
+        ex->split_overlaps = cfg->split_overlaps != 0;
+        ex->max_M = cfg->max_mb;
+        st = pp__recipe_scan(ex, &any_split, err);
+    } else {
+        pp_schedule *copy = NULL;
+        ex->S = cfg->schedule->num_stages;
+        ex->vpp = cfg->schedule->vpp;
+        ex->max_M = cfg->schedule->mb;
+        st = pp_schedule_copy(cfg->schedule, &copy, err);
+        if (st == PP_OK) st = pp__plan_init(ex, &ex->plans[0], copy, err);
+        any_split = ex->plans[0].has_split;
+        ex->saved_slots = ex->plans[0].saved;
     }
-    if (ex->has_split && (!ex->cb.backward_input || !ex->cb.backward_weight)) {
-        pp_executor_free(ex);
-        return pp__fail(err, PP_EINVAL, "callbacks.%s: must not be NULL, rank %d's program has split backwards (I, W)",
-                        !cfg->callbacks.backward_input ? "backward_input" : "backward_weight", cfg->transport.rank);
-    }
-    n = ex->vpp * ex->M;
+    if (st == PP_OK && any_split && ex->unsplit && !cfg->callbacks.backward)
+        st = pp__fail(err, PP_EINVAL, "callbacks.backward_input: must not be NULL, rank %d's program has split "
+                      "backwards (I, W): give backward_input and backward_weight, or backward (each I then runs the "
+                      "whole backward, each W nothing)", ex->rank);
+    if (st != PP_OK) { pp_executor_free(ex); return st; }
+    n = ex->vpp * ex->max_M;
     ex->in = (int *)pp__calloc((size_t)n, sizeof(int));
     ex->gout = (int *)pp__calloc((size_t)n, sizeof(int));
     ex->sendf = (int *)pp__calloc((size_t)n, sizeof(int));
     ex->sendb = (int *)pp__calloc((size_t)n, sizeof(int));
     ex->in_group = (int *)pp__calloc((size_t)n, sizeof(int));
     ex->gout_group = (int *)pp__calloc((size_t)n, sizeof(int));
-    ex->out_slot = (int *)pp__calloc((size_t)ex->M, sizeof(int));
-    ex->out_ptr = (void **)pp__calloc((size_t)ex->M, sizeof(void *));
-    ex->out_bytes = (size_t *)pp__calloc((size_t)ex->M, sizeof(size_t));
-    ex->xfers = (pp_transfer *)pp__calloc((size_t)(maxgroup > 0 ? maxgroup : 1), sizeof(pp_transfer));
-    ex->cap_xfers = maxgroup;
+    ex->out_slot = (int *)pp__calloc((size_t)ex->max_M, sizeof(int));
+    ex->out_ptr = (void **)pp__calloc((size_t)ex->max_M, sizeof(void *));
+    ex->out_bytes = (size_t *)pp__calloc((size_t)ex->max_M, sizeof(size_t));
     if (!ex->in || !ex->gout || !ex->sendf || !ex->sendb || !ex->in_group || !ex->gout_group || !ex->out_slot ||
-        !ex->out_ptr || !ex->out_bytes || !ex->xfers) {
+        !ex->out_ptr || !ex->out_bytes) {
         pp_executor_free(ex);
         return pp__fail(err, PP_ENOMEM, "out of memory");
     }
-    for (i = 0; i < ex->M; i++) ex->out_slot[i] = -1;
-    if (ex->record) {
-        ex->times = (double *)pp__calloc((size_t)ex->len * 3 + 1, sizeof(double));
-        ex->t_start = (double *)pp__calloc((size_t)ex->len + 1, sizeof(double));
-        ex->t_ready = (double *)pp__calloc((size_t)ex->len + 1, sizeof(double));
-        ex->t_end = (double *)pp__calloc((size_t)ex->len + 1, sizeof(double));
-        if (!ex->times || !ex->t_start || !ex->t_ready || !ex->t_end) {
-            pp_executor_free(ex);
-            return pp__fail(err, PP_ENOMEM, "out of memory");
-        }
-    }
-    /* plan: the peak count of live tensors, training and forward-only */
-    ex->planning = 1;
-    for (mode = 0; mode < 2; mode++) {
-        ex->forward_only = mode;
-        ex->peak_live = 0;
-        pp__reset_step(ex);
-        st = pp__walk(ex, err);
+    for (n = 0; n < ex->max_M; n++) ex->out_slot[n] = -1;
+    if (!ex->use_recipe) {   /* a recipe's programs are set up on the first step of each count */
+        st = pp__plan_pool(ex, &ex->plans[0], err);
         if (st != PP_OK) { pp_executor_free(ex); return st; }
-        if (ex->peak_live > peak) peak = ex->peak_live;
-        pp__release_all(ex);
     }
-    ex->planning = 0;
-    ex->forward_only = 0;
-    ex->planned = peak;
-    ex->peak_live = 0;
-    pp__reset_step(ex);
     *out = ex;
     return pp__ok(err);
 }
@@ -10860,11 +11127,15 @@ static pp_status pp__step_failed(pp_executor *ex, pp_status st, pp_error *err)
 
 /* Before a step: the ranks all-reduce the schedule hash (8 nibbles n and their squares n*n; all
  * ranks agree exactly when sum(n) = world*n and sum(n*n) = world*n*n for every nibble, exact in
- * float for up to 74565 ranks) and a few fields, to name the one that differs. */
+ * float for up to 74565 ranks) and a few fields. The sums equal world times a rank's own values
+ * only when every rank's are equal (Cauchy-Schwarz), so either every rank finds a difference or
+ * none does; then, up to 64 ranks, all of them all-reduce their fields once more, each at its
+ * own index, to name a field that differs and another rank's value of it (beyond, its mean). */
 #define PP__CHECK_FIELDS 9
+#define PP__CHECK_NAMED_RANKS 64
 static pp_status pp__check_ranks_agree(pp_executor *ex, const pp_step *step, pp_error *err)
 {
-    float v[16 + 2 * PP__CHECK_FIELDS];
+    float v[16 + 2 * PP__CHECK_FIELDS], all[PP__CHECK_NAMED_RANKS * PP__CHECK_FIELDS];
     double f[PP__CHECK_FIELDS];
     static const char *const names[PP__CHECK_FIELDS] = {
         "schedule kind", "vpp", "mb", "group", "placement", "step number", "forward_only", "batch_rows", "num_metrics"
@@ -10893,6 +11164,20 @@ static pp_status pp__check_ranks_agree(pp_executor *ex, const pp_step *step, pp_
         if ((double)v[i] != w * nib || (double)v[8 + i] != w * nib * nib) bad = 1;
     }
     if (!bad) return PP_OK;
+    if (ex->world <= PP__CHECK_NAMED_RANKS) {
+        int r, n = ex->world * PP__CHECK_FIELDS;
+        memset(all, 0, (size_t)n * sizeof(float));
+        for (i = 0; i < PP__CHECK_FIELDS; i++) all[ex->rank * PP__CHECK_FIELDS + i] = (float)f[i];
+        st = ex->tp.all_reduce(ex->tp.user, all, n, ex->timeout, err);
+        if (st != PP_OK) return pp__at(ex, -1, st, err, "naming what differs between the ranks' schedules");
+        for (i = 0; i < PP__CHECK_FIELDS; i++)
+            for (r = 0; r < ex->world; r++)
+                if (all[r * PP__CHECK_FIELDS + i] != (float)f[i])
+                    return pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d: the pipeline ranks run different schedules: "
+                                    "%s%s differs (this rank: %g, rank %d: %g)", ex->rank,
+                                    i == 2 && ex->use_recipe ? "num_" : "", names[i], f[i], r,
+                                    (double)all[r * PP__CHECK_FIELDS + i]);
+    }
     for (i = 0; i < PP__CHECK_FIELDS; i++) {
         double mean = (double)v[16 + 2 * i] / w, meansq = (double)v[17 + 2 * i] / w;
         if (fabs(mean - f[i]) > 1e-3 * (1 + fabs(f[i])) || fabs(meansq - f[i] * f[i]) > 1e-3 * (1 + f[i] * f[i]))
@@ -10905,9 +11190,42 @@ static pp_status pp__check_ranks_agree(pp_executor *ex, const pp_step *step, pp_
                     "programs differ: schedule hash %08x on this rank)", ex->rank, (unsigned)h32);
 }
 
+/* The program of a step of `count` microbatches (pp_step.num_mb): the fixed schedule's, or the
+ * recipe's for that count, set up on its first step. */
+static pp_status pp__plan_get(pp_executor *ex, int count, pp__plan **out, pp_error *err)
+{
+    pp__plan *p;
+    pp_schedule *s = NULL;
+    pp_error why;
+    pp_status st;
+    if (!ex->use_recipe) {
+        if (count != 0 && count != ex->plans[0].sched->mb)
+            return pp__fail(err, PP_EINVAL, "rank %d: step.num_mb=%d: this executor runs a fixed schedule of mb=%d (0 "
+                            "means that count; give a recipe for counts that change)", ex->rank, count,
+                            ex->plans[0].sched->mb);
+        *out = &ex->plans[0];
+        return PP_OK;
+    }
+    if (count < 1 || count > ex->max_M)
+        return pp__fail(err, PP_EINVAL, "rank %d: step.num_mb=%d: must be between 1 and max_mb=%d (a recipe's step "
+                        "names its microbatch count)", ex->rank, count, ex->max_M);
+    p = &ex->plans[count - 1];
+    if (!p->sched) {
+        st = pp__recipe_schedule(ex, count, 1, &s, &why);
+        if (st != PP_OK) return pp__fail(err, st, "rank %d: step.num_mb=%d: %s", ex->rank, count, why.message);
+        st = pp__plan_init(ex, p, s, err);
+        if (st == PP_OK) st = pp__plan_pool(ex, p, err);
+        if (st != PP_OK) { pp__plan_free(p); return st; }
+        PIPEPAR_ASSERT(p->saved <= ex->saved_slots);
+    }
+    *out = p;
+    return PP_OK;
+}
+
 pp_status pp_run_step(pp_executor *ex, const pp_step *step, pp_step_result *result, pp_error *err)
 {
     pp_step zero;
+    pp__plan *plan = NULL;
     pp_status st;
     double t0 = pp__now();
     float red[2 + PP_MAX_METRICS];
@@ -10918,6 +11236,9 @@ pp_status pp_run_step(pp_executor *ex, const pp_step *step, pp_step_result *resu
         return pp__fail(err, PP_EINVAL, "rank %d: an earlier step failed and aborted the transport; create a new "
                         "transport and executor", ex->rank);
     if (!step) { memset(&zero, 0, sizeof zero); step = &zero; }
+    st = pp__plan_get(ex, step->num_mb, &plan, err);
+    if (st != PP_OK) return pp__step_failed(ex, st, err);
+    pp__use_plan(ex, plan);
     ex->step = step;
     ex->forward_only = step->forward_only != 0;
     pp__reset_step(ex);
@@ -10984,6 +11305,7 @@ pp_status pp_run_step(pp_executor *ex, const pp_step *step, pp_step_result *resu
         }
     }
     ex->steps++;
+    ex->step = NULL;
     if (result) result->seconds = pp__now() - t0;
     return pp__ok(err);
 }
@@ -11002,6 +11324,12 @@ void pp_executor_get_stats(const pp_executor *ex, pp_executor_stats *out)
     out->transfers = ex->transfers_posted;
     out->groups = ex->groups_posted;
     out->steps = ex->steps;
+    out->saved_slots_used = ex->saved_used;
+}
+
+int pp_executor_saved_slots(const pp_executor *ex)
+{
+    return ex ? ex->saved_slots : 0;
 }
 
 /* --- >>timeline (implementation) ------------------------------------------------------------ */
