@@ -1338,7 +1338,10 @@ int main(int argc, char **argv)
            pp_schedule_kind_name(jb.kind), jb.shape->vpp, jb.layers->layout ? jb.layers->layout : "", jb.steps[0].n,
            o->lengths ? o->lengths : "random", o->capacity, o->replay ? ", router replay" : "",
            o->check ? ", checked against one thread" : "");
-    if (o->check) printf("     the one-thread model: its own run's loss; its gradients at the pipeline's weights\n");
+    if (o->check)
+        printf("     check: the one-thread model's own run's loss, and its gradients at the pipeline's weights; errors\n"
+               "     relative (the loss's; per tensor the largest difference over its largest entry), at most %g\n",
+               TOLERANCE);
     printf(" step      loss  tokens  mb/rank  |grad|%s\n", o->check ? "   one-thread  loss err  grad err  match" : "");
 
     /* the ranks, one thread each */
