@@ -442,9 +442,9 @@ static pp_status meta_replay(mb_meta *mm, rank_state *r, const step_data *d, int
                 map->layers[i] >= st->first + st->count)
                 want = -1;
         if (want != map->num_layers) {
-            s = pp_error_set(err, PP_EINVAL, "stage %d computes layers [%d,%d) but its replay map holds %d MoE layers "
-                             "of [%d,%d): the map was built from another layer split", r->stage_of[c], st->first,
-                             st->first + st->count, map->num_layers, rc.first_layer, rc.last_layer);
+            s = pp_error_set(err, PP_EINVAL, "stage %d computes layers [%d,%d), but its replay map is for layers "
+                             "[%d,%d): built from another layer split or stage numbering", r->stage_of[c], st->first,
+                             st->first + st->count, rc.first_layer, rc.last_layer);
             pp_replay_map_free(map);
             return s;
         }
