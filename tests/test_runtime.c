@@ -1486,6 +1486,67 @@ static void executor_refuses_half_a_split_backward(void)
     pp_schedule_free(zb);
 }
 
+/* Two data-parallel replicas of a two-stage pipeline in one world of four ranks (grid dp 2 x
+ * pp 2: pipelines {0, 2} and {1, 3}): each rank runs its executor over its pipeline's group
+ * transport (pp_threads_transport_grid), then sums its stage's gradients over its dp group
+ * (pp_group_all_reduce), the trainer's step after the pipeline's. Same data on both replicas:
+ * both hold twice the single stage's gradients, bit for bit alike. */
+typedef struct tm_dp { tm_run *run[2]; pp_grid grid; } tm_dp;
+
+static pp_status tm_dp_rank(void *user, int rank, pp_transport *world, pp_error *err)
+{
+    tm_dp *d = (tm_dp *)user;
+    pp_threads_world *w = pp_threads_transport_world(world);
+    pp_transport pipe, dp;
+    int coord[PP_DIM_COUNT], s;
+    tm_run *run;
+    pp_status st = pp_grid_coords(&d->grid, rank, coord, err);
+    if (st == PP_OK) st = pp_threads_transport_grid(w, &d->grid, PP_GROUP_PP, rank, &pipe, err);
+    if (st == PP_OK) st = pp_threads_transport_grid(w, &d->grid, PP_GROUP_DP, rank, &dp, err);
+    if (st != PP_OK) return st;
+    run = d->run[coord[PP_DIM_DP]];
+    st = tm_rank(run, coord[PP_DIM_PP], &pipe, err);
+    s = coord[PP_DIM_PP];   /* 1F1B: rank r holds stage r */
+    if (st == PP_OK) st = pp_group_all_reduce(&dp, run->grads.w1[s], TM_H * TM_D, 10, err);
+    if (st == PP_OK) st = pp_group_all_reduce(&dp, run->grads.b1[s], TM_H, 10, err);
+    if (st == PP_OK) st = pp_group_all_reduce(&dp, run->grads.w2[s], TM_D * TM_H, 10, err);
+    if (st == PP_OK) st = pp_group_all_reduce(&dp, run->grads.b2[s], TM_D, 10, err);
+    return st;
+}
+
+static void data_parallel_pipelines_run_on_group_transports_and_sum_over_dp(void)
+{
+    pp_schedule *s = tm_schedule(PP_1F1B, 2, 1, 4);
+    pp_grid_config gc;
+    tm_params ref;
+    tm_dp d;
+    pp_error err;
+    int k, stg, i;
+    memset(&gc, 0, sizeof gc);
+    gc.world = 4; gc.pp = 2;
+    PP_CHECK_OK(pp_grid_init(&gc, &d.grid, &err), &err);
+    d.run[0] = tm_new(s, 2);
+    d.run[1] = tm_new(s, 2);
+    PP_CHECK_OK(pp_threads_run(4, tm_dp_rank, &d, NULL, NULL, &err), &err);
+    memset(&ref, 0, sizeof ref);
+    tm_reference(&d.run[0]->params, 2, d.run[0]->mbs[0], 4, 0.25f, &ref, NULL);
+    for (stg = 0; stg < 2; stg++) {
+        for (i = 0; i < TM_H * TM_D; i++) { ref.w1[stg][i] *= 2; ref.w2[stg][i] *= 2; }
+        for (i = 0; i < TM_H; i++) ref.b1[stg][i] *= 2;
+        for (i = 0; i < TM_D; i++) ref.b2[stg][i] *= 2;
+    }
+    for (k = 0; k < 2; k++) {
+        tm_check_slots(d.run[k], "dp replica");
+        for (stg = 0; stg < 2; stg++)
+            PP_CHECK_MSG(tm_rel_err(&d.run[k]->grads, &ref, stg) < 1e-5, "replica %d stage %d: %g", k, stg,
+                         tm_rel_err(&d.run[k]->grads, &ref, stg));
+    }
+    PP_CHECK(memcmp(&d.run[0]->grads, &d.run[1]->grads, sizeof d.run[0]->grads) == 0);
+    tm_free(d.run[0]);
+    tm_free(d.run[1]);
+    pp_schedule_free(s);
+}
+
 /* --- tests: failures ------------------------------------------------------------------------- */
 
 static double tm_max_seconds(const tm_run *run, int skip)
@@ -2085,6 +2146,7 @@ const pp_test_case pp_suite_runtime[] = {
     PP_TEST(chunk_done_follows_each_chunks_last_backward_once_per_step),
     PP_TEST(an_unsplit_backward_runs_split_schedules_to_the_split_gradients),
     PP_TEST(executor_refuses_half_a_split_backward),
+    PP_TEST(data_parallel_pipelines_run_on_group_transports_and_sum_over_dp),
     PP_TEST(a_failing_callback_stops_every_rank_at_once),
     PP_TEST(a_rank_that_stops_mid_step_makes_the_others_time_out),
     PP_TEST(mismatched_schedules_are_reported_before_any_tensor_moves),
