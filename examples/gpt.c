@@ -32,7 +32,6 @@
 #include "../pipepar.h"
 #include "gpt_model.h"
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 
 #define TOLERANCE 1e-5      /* --check: the largest relative error of the loss and of any gradient */
@@ -306,7 +305,7 @@ struct rank_state {
     pp_transport dpcp;          /* dp x cp group: the ranks that split the batch, gradients summed */
     pp_transport emb;           /* embedding group: first and last stage (emb_size 2) */
     pp_transport pair;          /* dualpipe: the rank holding the same two model stages */
-    pp_transport world;
+    pp_transport world;         /* every rank: the rollout's recording is assembled over it */
     int emb_size, has_pair;
     pp_executor *ex;
     int nchunks;
@@ -417,23 +416,23 @@ static void meta_free(mb_meta *mm)
 }
 
 /* Router replay for one microbatch: each chunk takes the recorded choices of its own MoE layers
- * for this cp rank's tokens, in its local order (pp_replay_map_build, pp_replay_gather). The map
- * is checked against the layers the chunk computes: a map built from another layer split would
- * replay other layers' routes. */
+ * for this cp rank's tokens, in its local order (pp_replay_config_from_stage, pp_replay_map_build,
+ * pp_replay_gather). The map is checked against the layers the chunk computes: a map built from
+ * another layer split, or for (rank, chunk) in another placement's numbering, would replay other
+ * layers' routes. */
 static pp_status meta_replay(mb_meta *mm, rank_state *r, const step_data *d, int bin, pp_error *err)
 {
     job *jb = r->job;
     int c, i, K = jb->cfg.topk;
     for (c = 0; c < r->nchunks; c++) {
         const gpt_stage *st = &r->model[c];
-        int ms = r->model_stage[c], want = 0, lpp = jb->layers->pp;
+        int want = 0;
         pp_replay_config rc;
         pp_replay_map *map = NULL;
         pp_status s;
         memset(&rc, 0, sizeof rc);
         rc.cp_rank = r->cp_rank;
-        /* the split numbers stages as Megatron does, (rank, chunk) = (s % pp, s / pp) */
-        if ((s = pp_replay_config_from_layers(jb->layers, ms % lpp, ms / lpp, &rc, err)) != PP_OK ||
+        if ((s = pp_replay_config_from_stage(jb->layers, r->model_stage[c], &rc, err)) != PP_OK ||
             (s = pp_replay_map_build(d->plan, bin, &rc, &map, err)) != PP_OK)
             return s;
         for (i = st->first; i < st->first + st->count; i++) want += gpt_layer_is_moe(&jb->cfg, i);
@@ -979,8 +978,7 @@ static pp_status rank_setup(rank_state *r, pp_threads_world *w, pp_error *err)
     pp_status s;
     if ((s = pp_grid_coords(&jb->grid, r->rank, coord, err)) != PP_OK) return s;
     r->pp_rank = coord[PP_DIM_PP]; r->dp_rank = coord[PP_DIM_DP]; r->cp_rank = coord[PP_DIM_CP];
-    if ((s = pp_threads_transport_grid(w, &jb->grid, PP_GROUP_ALL, r->rank, &r->world, err)) != PP_OK ||
-        (s = pp_threads_transport_grid(w, &jb->grid, PP_GROUP_PP, r->rank, &r->pipe, err)) != PP_OK ||
+    if ((s = pp_threads_transport_grid(w, &jb->grid, PP_GROUP_PP, r->rank, &r->pipe, err)) != PP_OK ||
         (s = pp_threads_transport_grid(w, &jb->grid, PP_GROUP_CP, r->rank, &r->cpg, err)) != PP_OK ||
         (s = pp_threads_transport_grid(w, &jb->grid, PP_GROUP_DP | PP_GROUP_CP, r->rank, &r->dpcp, err)) != PP_OK ||
         (s = pp_grid_embedding_group(&jb->grid, r->rank, pp_stage_rank(sh, sh->num_stages - 1), members,
@@ -1158,54 +1156,29 @@ static pp_status rank_step(rank_state *r, int step, pp_error *err)
     return s;
 }
 
-typedef struct thread_arg { job *jb; pp_threads_world *w; int rank; pp_status status; pp_error err; } thread_arg;
-
-static void *rank_main(void *p)
+/* A rank's thread (pp_threads_run starts one per rank): its groups come from the world of the
+ * transport it is given. A failure outside the executor aborts that world too, so that no other
+ * rank waits for this one in a collective. */
+static pp_status rank_main(void *user, int rank, pp_transport *world, pp_error *err)
 {
-    thread_arg *t = (thread_arg *)p;
-    rank_state *r = t->jb->ranks[t->rank];
+    job *jb = (job *)user;
+    rank_state *r = jb->ranks[rank];
+    pp_status s;
     int step;
-    r->job = t->jb;
-    r->rank = t->rank;
-    t->status = rank_setup(r, t->w, &t->err);
-    for (step = 0; step < t->jb->o.steps && t->status == PP_OK; step++) t->status = rank_step(r, step, &t->err);
-    if (t->status == PP_ECALLBACK && r->why[0]) {
-        size_t at = strlen(t->err.message);
-        snprintf(t->err.message + at, sizeof t->err.message - at, ": %s", r->why);
+    r->job = jb;
+    r->rank = rank;
+    r->world = *world;
+    s = rank_setup(r, pp_threads_transport_world(world), err);
+    for (step = 0; step < jb->o.steps && s == PP_OK; step++) s = rank_step(r, step, err);
+    if (s == PP_ECALLBACK && r->why[0]) {
+        size_t at = strlen(err->message);
+        snprintf(err->message + at, sizeof err->message - at, ": %s", r->why);
     }
-    if (t->status != PP_OK && r->world.abort)   /* no rank waits for this one any longer */
-        r->world.abort(r->world.user, t->status, t->err.message);
-    t->jb->report[t->rank].slots = r->nslots;
-    t->jb->report[t->rank].peak_live = r->peak_live;
-    t->jb->report[t->rank].slot_bytes = r->slot_nf * sizeof(float) + r->slot_ni * sizeof(int32_t);
+    if (s != PP_OK) world->abort(world->user, s, err->message);
+    jb->report[rank].slots = r->nslots;
+    jb->report[rank].peak_live = r->peak_live;
+    jb->report[rank].slot_bytes = r->slot_nf * sizeof(float) + r->slot_ni * sizeof(int32_t);
     rank_teardown(r);
-    return NULL;
-}
-
-/* One thread per rank; the first failure that is not another rank's abort is the one reported. */
-static pp_status run_ranks(job *jb, pp_error *err)
-{
-    int world = jb->grid.world, r, root = -1;
-    pp_threads_world *w = NULL;
-    pthread_t *tid = (pthread_t *)calloc((size_t)world, sizeof(pthread_t));
-    thread_arg *args = (thread_arg *)calloc((size_t)world, sizeof(thread_arg));
-    pp_status s = pp_threads_world_create(world, &w, err);
-    if (s == PP_OK && (!tid || !args)) s = pp_error_set(err, PP_ENOMEM, "out of memory");
-    for (r = 0; s == PP_OK && r < world; r++) {
-        args[r].jb = jb; args[r].w = w; args[r].rank = r;
-        if (pthread_create(&tid[r], NULL, rank_main, &args[r]) != 0) {
-            s = pp_error_set(err, PP_ENOMEM, "could not start rank %d's thread", r);
-            world = r;          /* join those started; they end on the transport's abort */
-        }
-    }
-    for (r = 0; tid && r < (s == PP_OK ? jb->grid.world : world); r++) pthread_join(tid[r], NULL);
-    for (r = 0; s == PP_OK && r < jb->grid.world && root < 0; r++)
-        if (args[r].status != PP_OK && args[r].status != PP_EABORTED) root = r;
-    for (r = 0; s == PP_OK && r < jb->grid.world && root < 0; r++)
-        if (args[r].status != PP_OK) root = r;
-    if (root >= 0) s = pp_error_set(err, args[root].status, "rank %d: %s", root, args[root].err.message);
-    pp_threads_world_free(w);
-    free(tid); free(args);
     return s;
 }
 
@@ -1348,7 +1321,10 @@ int main(int argc, char **argv)
     jb.ranks = (rank_state **)calloc((size_t)world, sizeof(rank_state *));
     jb.report = (rank_report *)calloc((size_t)world, sizeof(rank_report));
     for (r = 0; r < world; r++) jb.ranks[r] = (rank_state *)calloc(1, sizeof(rank_state));
-    if (run_ranks(&jb, &err) != PP_OK) { fprintf(stderr, "gpt: %s\n", err.message); goto out; }
+    if (pp_threads_run(world, rank_main, &jb, NULL, NULL, &err) != PP_OK) {
+        fprintf(stderr, "gpt: %s\n", err.message);
+        goto out;
+    }
     rc = print_memory(&jb);
     if (rc == 0 && o->replay_save) rc = write_recordings(&jb, o->replay_save);
     if (rc == 0 && o->check && jb.mismatches) {
