@@ -1072,86 +1072,120 @@ static pp_status run_recorded(rank_state *r, const pp_step *ps, const step_data 
     return s == PP_OK ? assemble_recording(r, d->tokens, out, err) : s;
 }
 
+/* The rollout: a forward-only pass of the step's microbatches whose routing, assembled over the
+ * world, becomes the step's recording (rank 0 stores it for the check and --replay-save). */
+static pp_status rollout(rank_state *r, const pp_step *ps, step_data *d, pp_error *err)
+{
+    size_t n = (size_t)d->tokens * r->job->replay_slots * r->job->cfg.topk;
+    int32_t *routing = (int32_t *)malloc(sizeof(int32_t) * (n ? n : 1));
+    pp_step fo = *ps;
+    pp_step_result res;
+    pp_status s;
+    if (!routing) return pp_error_set(err, PP_ENOMEM, "out of memory");
+    fo.forward_only = 1;
+    s = run_recorded(r, &fo, d, routing, &res, err);
+    if (s == PP_OK && r->rank == 0) memcpy(d->recording, routing, sizeof(int32_t) * n);
+    free(routing);
+    return s == PP_OK ? pp_group_barrier(&r->world, 0, err) : s;     /* d->recording is written */
+}
+
+/* The training step. With replay the routing it used is recorded too, and must be the rollout's:
+ * every token of every MoE layer, whichever stage and cp rank computed it. */
+static pp_status train(rank_state *r, const pp_step *ps, const step_data *d, int step, pp_step_result *res,
+                       pp_error *err)
+{
+    size_t n = (size_t)d->tokens * r->job->replay_slots * r->job->cfg.topk;
+    int32_t *routing;
+    pp_status s;
+    if (!r->job->o.replay) return pp_run_step(r->ex, ps, res, err);
+    if (!(routing = (int32_t *)malloc(sizeof(int32_t) * (n ? n : 1)))) return pp_error_set(err, PP_ENOMEM, "out of memory");
+    r->replaying = 1;
+    s = run_recorded(r, ps, d, routing, res, err);
+    r->replaying = 0;
+    if (s == PP_OK && memcmp(routing, d->recording, sizeof(int32_t) * n))
+        s = pp_error_set(err, PP_EINVAL, "step %d: the routing in training differs from the rollout's", step + 1);
+    free(routing);
+    return s;
+}
+
+/* The gradients, complete: the chunks were summed over dp x cp in chunk_done; now DualPipe's two
+ * copies, the tied weight, then the loss and the token count over dp x cp (totals), and every
+ * gradient divided by that count (pp_loss's rule). */
+static pp_status finish_gradients(rank_state *r, const pp_step_result *res, float totals[2], pp_error *err)
+{
+    pp_status s = r->has_pair ? sum_dual_copies(r, err) : PP_OK;
+    size_t i;
+    int c;
+    if (s == PP_OK) s = sum_tied_embedding(r, err);
+    totals[0] = res->metrics[0];
+    totals[1] = res->weight;
+    if (s == PP_OK) s = pp_group_all_reduce(&r->dpcp, totals, 2, 0, err);
+    for (c = 0; s == PP_OK && c < r->nchunks; c++)
+        for (i = 0; i < r->model[c].n; i++) r->model[c].grads[i] /= totals[1];
+    return s;
+}
+
+/* The global norm over the pipeline (every dp x cp replica holds the same gradients, so the
+ * pipeline's sum is the whole model's), the clip, AdamW; *norm gets the norm. */
+static pp_status update(rank_state *r, int step, double *norm, pp_error *err)
+{
+    float ss = (float)grad_sumsq(r);
+    pp_status s = pp_group_all_reduce(&r->pipe, &ss, 1, 0, err);
+    int c;
+    *norm = sqrt((double)ss);
+    for (c = 0; s == PP_OK && c < r->nchunks; c++) {
+        gpt_adamw(&r->model[c], clip_scale(*norm, r->job->o.clip), (float)r->job->o.lr, 0.1f, step + 1);
+        memset(r->model[c].grads, 0, sizeof(float) * r->model[c].n);
+    }
+    return s;
+}
+
+static void print_step(const job *jb, int step, const float totals[2], int nmb, double norm)
+{
+    const reference *ref = &jb->ref;
+    int match = ref->loss_err <= TOLERANCE && ref->grad_err <= TOLERANCE;
+    printf("%5d  %8.5f  %6lld  %4d  %8.5f", step + 1, totals[0] / totals[1], (long long)jb->steps[step].tokens, nmb, norm);
+    if (jb->o.check)
+        printf("   %8.5f  %8.1e  %8.1e  %s%s", ref->loss, ref->loss_err, ref->grad_err, match ? "yes" : "NO, worst: ",
+               match ? "" : ref->worst);
+    printf("%s\n", jb->o.replay ? "  routing = rollout's" : "");
+    fflush(stdout);
+}
+
 /* One training step of this rank, from the data to the update. */
 static pp_status rank_step(rank_state *r, int step, pp_error *err)
 {
     job *jb = r->job;
     step_data *d = &jb->steps[step];
     const pp_pack_plan *plan = d->plan;
-    int nmb = plan->num_microbatches, m, c, K = jb->cfg.topk;
+    int nmb = plan->num_microbatches, m;
     pp_step ps;
     pp_step_result res;
     float totals[2] = {0, 0};
-    double norm2;
-    int32_t *routing = NULL;
+    double norm = 0;
     pp_status s = PP_OK;
-    size_t i;
-    /* this rank's microbatches: its dp rank's bins, its cp share of each */
+    /* this rank's microbatches: its dp rank's bins, its cp share of each; with replay, a rollout
+     * first, then each chunk's part of its recording */
     for (m = 0; m < nmb && s == PP_OK; m++) {
         s = meta_build(&r->meta[m], d, plan->microbatch_bin[r->dp_rank * nmb + m], r->cp_rank, 0, err);
         r->meta_ptrs[m] = &r->meta[m];
     }
     memset(&ps, 0, sizeof ps);
     ps.mb_meta = r->meta_ptrs;
-    ps.num_mb = nmb;
-    if (s == PP_OK && jb->o.replay) {
-        size_t n = (size_t)d->tokens * jb->replay_slots * K;
-        routing = (int32_t *)malloc(sizeof(int32_t) * (n ? n : 1));
-        if (!routing) s = pp_error_set(err, PP_ENOMEM, "out of memory");
-        if (s == PP_OK && !jb->o.replay_file) {    /* the rollout: forward only, routing recorded */
-            ps.forward_only = 1;
-            s = run_recorded(r, &ps, d, routing, &res, err);
-            ps.forward_only = 0;
-            if (s == PP_OK && r->rank == 0) memcpy(d->recording, routing, sizeof(int32_t) * n);
-            if (s == PP_OK) s = pp_group_barrier(&r->world, 0, err);     /* d->recording is written */
-        }
-        r->replay_src = d->recording;
-        for (m = 0; m < nmb && s == PP_OK; m++)
-            s = meta_replay(&r->meta[m], r, d, plan->microbatch_bin[r->dp_rank * nmb + m], err);
-    }
-    /* the step; with replay the routing used is recorded too, and must be the rollout's */
-    if (s == PP_OK) {
-        r->replaying = jb->o.replay;
-        s = jb->o.replay ? run_recorded(r, &ps, d, routing, &res, err) : pp_run_step(r->ex, &ps, &res, err);
-        r->replaying = 0;
-        if (s == PP_OK && jb->o.replay && memcmp(routing, d->recording, sizeof(int32_t) * (size_t)d->tokens *
-                                                 jb->replay_slots * K))
-            s = pp_error_set(err, PP_EINVAL, "step %d: the routing in training differs from the rollout's", step + 1);
-    }
-    free(routing);
-    /* gradients: the chunks were summed over dp x cp in chunk_done; now the tied weight, then
-     * the loss and the token count over dp x cp, and everything divided by that count */
-    if (s == PP_OK && r->has_pair) s = sum_dual_copies(r, err);
-    if (s == PP_OK) s = sum_tied_embedding(r, err);
-    if (s == PP_OK) { totals[0] = res.metrics[0]; totals[1] = res.weight; }
-    if (s == PP_OK) s = pp_group_all_reduce(&r->dpcp, totals, 2, 0, err);
-    for (c = 0; s == PP_OK && c < r->nchunks; c++)
-        for (i = 0; i < r->model[c].n; i++) r->model[c].grads[i] /= totals[1];
+    ps.num_mb = nmb;                    /* this step's bin count: the executor's recipe runs any */
+    if (s == PP_OK && jb->o.replay && !jb->o.replay_file) s = rollout(r, &ps, d, err);
+    r->replay_src = d->recording;
+    for (m = 0; m < nmb && s == PP_OK && jb->o.replay; m++)
+        s = meta_replay(&r->meta[m], r, d, plan->microbatch_bin[r->dp_rank * nmb + m], err);
+    if (s == PP_OK) s = train(r, &ps, d, step, &res, err);
+    if (s == PP_OK) s = finish_gradients(r, &res, totals, err);
     if (s == PP_OK && jb->o.check) {    /* rank 0 reads every rank's gradients between two barriers */
         if ((s = pp_group_barrier(&r->world, 0, err)) == PP_OK && r->rank == 0)
             reference_step(jb, step, (double)totals[0] / totals[1], totals[1]);
         if (s == PP_OK) s = pp_group_barrier(&r->world, 0, err);
     }
-    /* the global norm over the pipeline (every dp x cp replica holds the same gradients), clip, AdamW */
-    norm2 = grad_sumsq(r);
-    {
-        float f = (float)norm2;
-        if (s == PP_OK) s = pp_group_all_reduce(&r->pipe, &f, 1, 0, err);
-        norm2 = f;
-    }
-    for (c = 0; s == PP_OK && c < r->nchunks; c++) {
-        gpt_adamw(&r->model[c], clip_scale(sqrt(norm2), jb->o.clip), (float)jb->o.lr, 0.1f, step + 1);
-        memset(r->model[c].grads, 0, sizeof(float) * r->model[c].n);
-    }
-    if (s == PP_OK && r->rank == 0) {
-        printf("%5d  %8.5f  %6lld  %4d  %8.5f", step + 1, totals[0] / totals[1], (long long)d->tokens, nmb, sqrt(norm2));
-        if (jb->o.check)
-            printf("   %8.5f  %8.1e  %8.1e  %s%s", jb->ref.loss, jb->ref.loss_err, jb->ref.grad_err,
-                   jb->ref.loss_err <= TOLERANCE && jb->ref.grad_err <= TOLERANCE ? "yes" : "NO, worst: ",
-                   jb->ref.loss_err <= TOLERANCE && jb->ref.grad_err <= TOLERANCE ? "" : jb->ref.worst);
-        printf("%s\n", jb->o.replay ? "  routing = rollout's" : "");
-        fflush(stdout);
-    }
+    if (s == PP_OK) s = update(r, step, &norm, err);
+    if (s == PP_OK && r->rank == 0) print_step(jb, step, totals, nmb, norm);
     for (m = 0; m < nmb; m++) meta_free(&r->meta[m]);
     return s;
 }
