@@ -91,6 +91,9 @@ $(BUILD)/run_tests: tests/run_tests.c tests/impl.c tests/pp_test.h $(TEST_SRCS) 
 
 $(BUILD)/%: examples/%.c pipepar.h | $(BUILD)/.dir
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LDLIBS)
+# examples whose model lives in a header of its own
+$(BUILD)/gpt: examples/gpt_model.h
+$(BUILD)/mimo_threads: examples/mimo_model.h
 
 $(BUILD)/bench_%: bench/%.c pipepar.h | $(BUILD)/.dir
 	$(CC) $(CSTD) $(WARN) -O2 -g $(CFLAGS) -o $@ $< $(LDLIBS)
