@@ -143,9 +143,8 @@ DOCDIR     ?= $(PREFIX)/share/doc/pipepar
 PCDIR      := $(LIBDIR)/pkgconfig
 CMAKEDIR   := $(LIBDIR)/cmake/pipepar
 
-# the header's PIPEPAR_VERSION_STRING (a header without it: its first line's vX.Y.Z)
+# the header's PIPEPAR_VERSION_STRING
 VERSION := $(shell sed -n 's/^[#]define PIPEPAR_VERSION_STRING "\([0-9.]*\)".*/\1/p' pipepar.h)
-VERSION := $(if $(VERSION),$(VERSION),$(shell sed -n '1s/.* v\([0-9][0-9.]*\)$$/\1/p' pipepar.h))
 
 CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
 NCCL_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard $(addsuffix /libnccl.so,\

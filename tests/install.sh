@@ -31,9 +31,8 @@ have_gpu=0
 if command -v nvcc >/dev/null 2>&1 || [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
     for d in /usr /usr/local "${CUDA_HOME:-/usr/local/cuda}"; do [ -f "$d/include/nccl.h" ] && have_gpu=1; done
 fi
-# the version every package file must carry: the header's (a header without the macro: its first line's vX.Y.Z)
+# the version every package file must carry: the header's PIPEPAR_VERSION_STRING
 version=$(sed -n 's/^#define PIPEPAR_VERSION_STRING "\([0-9.]*\)".*/\1/p' pipepar.h)
-[ -n "$version" ] || version=$(sed -n '1s/.* v\([0-9][0-9.]*\)$/\1/p' pipepar.h)
 
 cpu_files="bin/pipepar include/pipepar.h lib/cmake/pipepar/pipepar-config-version.cmake
 lib/cmake/pipepar/pipepar-config.cmake lib/cmake/pipepar/pipepar-deps.cmake lib/pkgconfig/pipepar.pc
@@ -60,6 +59,9 @@ export PKG_CONFIG_PATH="$P/lib/pkgconfig"
 got=$(pkg-config --modversion pipepar 2>&1)
 if [ "$got" = "$version" ]; then ok "pkg-config --modversion pipepar: $got (the header's)"
 else bad "pkg-config --modversion pipepar: '$got', the header says '$version'"; fi
+got=$("$P/bin/pipepar" --version 2>&1)
+if [ "$got" = "pipepar $version" ]; then ok "the installed pipepar --version agrees: $got"
+else bad "the installed pipepar --version says '$got', the header '$version'"; fi
 # strict C99 plus the POSIX define, as the header asks; the flags a user would use
 if run "pkg-config: consumer.c builds (cc -std=c99 -Wall -Wextra -Wpedantic -Werror)" "$tmp/pc.log" \
        sh -c "${CC:-cc} -std=c99 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Wpedantic -Werror -Wno-unused-function \
