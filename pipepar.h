@@ -10062,8 +10062,8 @@ static const char *pp__ep_name(const pp__threads_ep *ep, int index, char *buf, s
 static pp_status pp__threads_aborted(const pp__threads_ep *ep, pp_error *err)
 {
     char me[48];
-    return pp__fail(err, PP_EABORTED, "%s: stopped because %s %d failed (%s): %s", pp__ep_name(ep, ep->index, me, sizeof me),
-                    ep->members ? "world rank" : "rank", ep->w->abort_rank, pp_status_name(ep->w->abort_status),
+    return pp__fail(err, PP_EABORTED, "%s: stopped because %s %d failed (%s): %s",
+                    pp__ep_name(ep, ep->index, me, sizeof me), ep->members ? "world rank" : "rank", ep->w->abort_rank, pp_status_name(ep->w->abort_status),
                     ep->w->abort_reason);
 }
 
@@ -10254,8 +10254,8 @@ static pp_status pp__threads_wait_timeout(pp__threads_ep *ep, pp__threads_group 
     for (m = ep->w->head[ep->rank]; m && !(m->src == src && m->group == ep->group && !m->coll); m = m->next) {}
     if (m) pp_transfer_tag_format(m->tag, queued, sizeof queued);
     return pp__fail(err, PP_ETIMEOUT, "%s: timed out after %.3g s waiting for %s to send %s%s%s%s",
-                    pp__ep_name(ep, ep->index, me, sizeof me), timeout_s, pp__ep_name(ep, g->recv[i].peer, peer, sizeof peer),
-                    want, m ? "; the oldest message queued from that rank is " : "", m ? queued : "",
+                    pp__ep_name(ep, ep->index, me, sizeof me), timeout_s,
+                    pp__ep_name(ep, g->recv[i].peer, peer, sizeof peer), want, m ? "; the oldest message queued from that rank is " : "", m ? queued : "",
                     m ? " (do the ranks run the same schedule?)" : "");
 }
 
@@ -10300,7 +10300,8 @@ static pp_status pp__threads_test(void *user, void *handle, int *done, pp_error 
     pp_status st;
     char me[48];
     if (!g || !done)
-        return pp__fail(err, PP_EINVAL, "%s: test: handle and done must not be NULL", pp__ep_name(ep, ep->index, me, sizeof me));
+        return pp__fail(err, PP_EINVAL, "%s: test: handle and done must not be NULL",
+                        pp__ep_name(ep, ep->index, me, sizeof me));
     *done = 0;
     pthread_mutex_lock(&w->mu);
     if (w->aborted) st = pp__threads_aborted(ep, err);
@@ -10392,7 +10393,8 @@ static pp_status pp__coll_match(pp__threads_ep *ep, int kind, int phase, size_t 
         int src = pp__ep_world(ep, j), c = 1;
         if (j == ep->index || ep->io[j].got) continue;
         for (m = w->head[ep->rank]; m; prev = m, m = m->next) {
-            if (m->src != src || m->group != ep->group || !m->coll || (m->tag & PP__COLL_SEQ_MASK) != (ep->seq & PP__COLL_SEQ_MASK))
+            if (m->src != src || m->group != ep->group || !m->coll ||
+                (m->tag & PP__COLL_SEQ_MASK) != (ep->seq & PP__COLL_SEQ_MASK))
                 continue;
             c = pp__coll_check(ep, m, j, kind, phase, total, &st, err);
             if (c <= 0) break;
@@ -10479,8 +10481,8 @@ static pp_status pp__threads_reduce(pp__threads_ep *ep, float *buf, size_t count
     int j;
     if (st != PP_OK) return st;
     if (mine > 0 && (size_t)ep->size > SIZE_MAX / sizeof(float) / mine) {
-        st = pp__fail(err, PP_EINVAL, "%s: all_reduce of %zu floats: too large", pp__ep_name(ep, ep->index, me, sizeof me),
-                      count);
+        st = pp__fail(err, PP_EINVAL, "%s: all_reduce of %zu floats: too large",
+                      pp__ep_name(ep, ep->index, me, sizeof me), count);
         pp__threads_abort(ep, st, err ? err->message : "all_reduce too large");
         return st;
     }
@@ -10527,8 +10529,8 @@ static pp_status pp__threads_all_reduce(void *user, float *values, int count, do
     pp__threads_ep *ep = (pp__threads_ep *)user;
     char me[48];
     if (count < 0 || (count > 0 && !values))
-        return pp__fail(err, PP_EINVAL, "%s: all_reduce: count=%d with values=%p", pp__ep_name(ep, ep->index, me, sizeof me),
-                        count, (void *)values);
+        return pp__fail(err, PP_EINVAL, "%s: all_reduce: count=%d with values=%p",
+                        pp__ep_name(ep, ep->index, me, sizeof me), count, (void *)values);
     return pp__threads_reduce(ep, values, (size_t)count, timeout_s, err);
 }
 
@@ -10595,7 +10597,12 @@ void pp_threads_world_free(pp_threads_world *w)
             while (m) { pp__msg *n = m->next; PIPEPAR_FREE(m); m = n; }
         }
     if (w->ranks) for (r = 0; r < w->world; r++) pp__threads_ep_free_parts(&w->ranks[r]);
-    while (w->eps) { pp__threads_ep *n = w->eps->next; pp__threads_ep_free_parts(w->eps); PIPEPAR_FREE(w->eps); w->eps = n; }
+    while (w->eps) {
+        pp__threads_ep *n = w->eps->next;
+        pp__threads_ep_free_parts(w->eps);
+        PIPEPAR_FREE(w->eps);
+        w->eps = n;
+    }
     while (w->groups) {
         pp__threads_members *n = w->groups->next;
         PIPEPAR_FREE(w->groups->ranks);
@@ -10753,8 +10760,8 @@ pp_status pp_threads_transport_group(pp_threads_world *w, const int *members, in
     return pp__ok(err);
 }
 
-pp_status pp_threads_transport_grid(pp_threads_world *w, const pp_grid *grid, unsigned dims, int rank, pp_transport *out,
-                                    pp_error *err)
+pp_status pp_threads_transport_grid(pp_threads_world *w, const pp_grid *grid, unsigned dims, int rank,
+                                    pp_transport *out, pp_error *err)
 {
     pp_grid_group_info info;
     int *members;
