@@ -608,7 +608,7 @@ PIPEPAR_API pp_status pp_schedule_split_backward(pp_schedule *s, pp_error *err);
  * An unlowered schedule is checked as if lowered (on a copy). */
 PIPEPAR_API pp_status pp_schedule_validate(const pp_schedule *s, pp_error *err);
 
-/* Action text in PyTorch's spelling: "4F0", "1SEND_F3", "2I5"; FB as "0F1;3B0". */
+/* Action text in PyTorch's spelling: "4F0", "1SEND_F3", "2I5"; FB as "(0F1;3B0)OVERLAP_F_B". */
 PIPEPAR_API int pp_action_format(pp_action a, char *buf, size_t size);
 PIPEPAR_API pp_status pp_action_parse(const char *text, pp_action *out, pp_error *err);
 
@@ -752,9 +752,11 @@ PIPEPAR_API pp_status pp_schedule_rank_peaks(const pp_schedule *s, int rank, con
  *   ASCII: one row per rank, one column per time unit of the simulated timeline.
  *   SVG:   one row per rank, one box per action, colour by microbatch, F / B / I / W told apart.
  *   torch: one line per rank, "rankR: " then the compute actions in PyTorch's spelling.
- *   CSV:   PyTorch's pipeline-order CSV, one row per rank (compute and communication actions; an
- *          empty cell separates two communication groups that touch); pp_schedule_read_csv reads
- *          it back, and PyTorch's compute-only form too.
+ *   CSV:   pipepar's pipeline-order CSV, one row per rank in PyTorch's action spelling (compute and
+ *          communication actions; an empty cell separates two communication groups that touch);
+ *          pp_schedule_read_csv reads it back exactly, and PyTorch's two forms too.
+ *   torch CSV: the two forms PyTorch's _PipelineScheduleRuntime loads, compute_only and
+ *          compute_comms (pp_schedule_write_torch_csv): how a PyTorch user runs a pipepar plan.
  * ============================================================================================ */
 PIPEPAR_API pp_status pp_schedule_draw_ascii(const pp_schedule *s, const pp_sim_result *sim, FILE *out,
                                              pp_error *err);
@@ -762,10 +764,27 @@ PIPEPAR_API pp_status pp_schedule_write_svg(const pp_schedule *s, const pp_sim_r
                                             pp_error *err);
 PIPEPAR_API pp_status pp_schedule_write_torch(const pp_schedule *s, FILE *out, pp_error *err);
 PIPEPAR_API pp_status pp_schedule_write_csv(const pp_schedule *s, FILE *out, pp_error *err);
+/* The two CSV forms PyTorch's _PipelineScheduleRuntime loads (torch.distributed.pipelining.schedules):
+ *   PP_TORCH_COMPUTE_ONLY   sched._load_csv(path, format="compute_only"): the compute order; PyTorch
+ *                           places the sends and receives (and REDUCE_GRAD) itself.
+ *   PP_TORCH_COMPUTE_COMMS  sched._load_csv(path, format="compute_comms"): pipepar's lowering (of a
+ *                           copy, if s is not lowered) with every cell an action (PyTorch refuses
+ *                           empty cells, so groups are not marked: PyTorch posts each transfer on its
+ *                           own) and a "<stage>REDUCE_GRAD" after each stage's last backward (B or W;
+ *                           the runtime scales gradients by 1/mb there), placed after the sends that
+ *                           follow it.
+ * An FB is written as PyTorch's "(0F3;3B1)OVERLAP_F_B". Looped and V placements only: PP_EINVAL for
+ * dualpipe (two routes, each model stage twice), which PyTorch's runtime cannot express. The
+ * runtime takes the stage -> rank map from the file, so a V file needs nothing more from its user.
+ * pp_schedule_read_csv reads both forms back (skipping REDUCE_GRAD). */
+typedef enum pp_torch_csv_format { PP_TORCH_COMPUTE_ONLY = 0, PP_TORCH_COMPUTE_COMMS = 1 } pp_torch_csv_format;
+PIPEPAR_API pp_status pp_schedule_write_torch_csv(const pp_schedule *s, pp_torch_csv_format format, FILE *out,
+                                                  pp_error *err);
 PIPEPAR_API pp_status pp_schedule_write_json(const pp_schedule *s, const pp_sim_result *sim, FILE *out,
                                              pp_error *err);
 /* Reads a CSV (one row per rank, comma-separated actions). vpp is derived from the largest stage;
- * placement looped unless the stages say V. The result keeps communication actions if present. */
+ * placement looped unless the stages say V. The result keeps communication actions if present;
+ * PyTorch's REDUCE_GRAD, UNSHARD and RESHARD cells are skipped. */
 PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
                                            pp_schedule **out, pp_error *err);
 
@@ -6606,6 +6625,67 @@ pp_status pp_schedule_write_csv(const pp_schedule *s, FILE *out, pp_error *err)
     return pp__text_flush(&t, out, err);
 }
 
+pp_status pp_schedule_write_torch_csv(const pp_schedule *s, pp_torch_csv_format format, FILE *out, pp_error *err)
+{
+    pp__text t = { NULL, 0, 0, 0 };
+    pp_schedule *lowered = NULL;
+    const pp_schedule *use = s;
+    int *done = NULL, *pending = NULL, r, i, h, npending;
+    char buf[64];
+    pp_status st;
+    if (!s || !out) return pp__fail(err, PP_EINVAL, "schedule and out: must not be NULL");
+    if (format != PP_TORCH_COMPUTE_ONLY && format != PP_TORCH_COMPUTE_COMMS)
+        return pp__fail(err, PP_EINVAL, "format=%d: PP_TORCH_COMPUTE_ONLY (0) or PP_TORCH_COMPUTE_COMMS (1)", (int)format);
+    if (s->placement == PP_PLACEMENT_DUAL)
+        return pp__fail(err, PP_EINVAL, "schedule: %s's two routes (each model stage on two ranks) have no form in "
+                        "PyTorch's runtime, which sends every microbatch through stages 0 .. %d in order; dualpipev "
+                        "is its V form", pp_schedule_kind_name(s->kind), s->num_stages - 1);
+    if (format == PP_TORCH_COMPUTE_COMMS && !s->lowered) {
+        if ((st = pp_schedule_copy(s, &lowered, err)) != PP_OK) return st;
+        if ((st = pp_schedule_lower(lowered, err)) != PP_OK) { pp_schedule_free(lowered); return st; }
+        use = lowered;
+    }
+    done = (int *)pp__calloc((size_t)use->num_stages, sizeof(int));
+    pending = (int *)pp__calloc((size_t)use->num_stages, sizeof(int));
+    if (!done || !pending) {
+        st = pp__fail(err, PP_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (r = 0; r < use->pp; r++) {
+        int first = 1;
+        npending = 0;
+        for (i = 0; i < use->length[r]; i++) {
+            pp_action a = use->actions[r][i];
+            int ops[2], stg[2], mbs[2], nh;
+            if (pp__is_comm(a.op)) {
+                if (format == PP_TORCH_COMPUTE_ONLY) continue;
+            } else if (npending) {
+                for (h = 0; h < npending; h++) pp__text_printf(&t, ",%dREDUCE_GRAD", pending[h]);
+                npending = 0;
+            }
+            pp_action_format(a, buf, sizeof buf);
+            pp__text_printf(&t, "%s%s", first ? "" : ",", buf);
+            first = 0;
+            if (format == PP_TORCH_COMPUTE_ONLY || pp__is_comm(a.op)) continue;
+            nh = pp__halves(a, ops, stg, mbs);
+            for (h = 0; h < nh; h++)
+                if ((ops[h] == PP_OP_B || ops[h] == PP_OP_W) && ++done[stg[h]] == use->mb) pending[npending++] = stg[h];
+        }
+        for (h = 0; h < npending; h++) pp__text_printf(&t, ",%dREDUCE_GRAD", pending[h]);
+        pp__text_printf(&t, "\n");
+    }
+    PIPEPAR_FREE(done);
+    PIPEPAR_FREE(pending);
+    pp_schedule_free(lowered);
+    return pp__text_flush(&t, out, err);
+fail:
+    PIPEPAR_FREE(done);
+    PIPEPAR_FREE(pending);
+    pp_schedule_free(lowered);
+    pp__text_free(&t);
+    return st;
+}
+
 pp_status pp_schedule_write_json(const pp_schedule *s, const pp_sim_result *sim, FILE *out, pp_error *err)
 {
     pp__text t = { NULL, 0, 0, 0 };
@@ -6650,6 +6730,19 @@ pp_status pp_schedule_write_json(const pp_schedule *s, const pp_sim_result *sim,
     return pp__text_flush(&t, out, err);
 }
 
+/* PyTorch's runtime-only actions "<stage>REDUCE_GRAD", "<stage>UNSHARD", "<stage>RESHARD" (its
+ * gradient scaling and FSDP steps, which a pipepar trainer does itself): the reader skips them. */
+static int pp__torch_bookkeeping_cell(const char *b, const char *e)
+{
+    static const char *const words[] = { "REDUCE_GRAD", "UNSHARD", "RESHARD" };
+    size_t k;
+    if (b == e || *b < '0' || *b > '9') return 0;
+    while (b < e && *b >= '0' && *b <= '9') b++;
+    for (k = 0; k < sizeof words / sizeof words[0]; k++)
+        if ((size_t)(e - b) == strlen(words[k]) && !memcmp(b, words[k], (size_t)(e - b))) return 1;
+    return 0;
+}
+
 /* Reads PyTorch's pipeline-order CSV: row r is rank r's program, one action per cell; empty
  * cells (PyTorch writes None as an empty cell) are skipped. pp is the number of rows; stages,
  * microbatches and the placement come from the actions themselves. */
@@ -6659,7 +6752,7 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
     int *row_of = NULL;
     size_t n = 0, cap = 0, pos = 0;
     int group = 1;
-    int rows = 0, max_stage = -1, max_mb = -1, looped = 1, vshape = 1, dual = 1, vpp;
+    int rows = 0, max_stage = -1, max_mb = -1, looped = 1, vshape = 1, dual = 1, vpp, torch_form = 0;
     pp_schedule *s = NULL;
     pp_status st = PP_OK;
     if (!text || !out) return pp__fail(err, PP_EINVAL, "text and out: must not be NULL");
@@ -6684,6 +6777,7 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
                 while (b < e && (text[b] == ' ' || text[b] == '\t' || text[b] == '\r' || text[b] == '"')) b++;
                 while (e > b && (text[e - 1] == ' ' || text[e - 1] == '\t' || text[e - 1] == '\r' || text[e - 1] == '"')) e--;
                 if (e == b) group++;   /* an empty cell closes a communication group */
+                if (e > b && pp__torch_bookkeeping_cell(text + b, text + e)) { e = b; torch_form = 1; }
                 if (e > b) {
                     if (e - b >= sizeof buf) {
                         st = pp__fail(err, PP_EPARSE, "CSV row %d: cell '%.20s...' is too long for an action", rows, text + b);
@@ -6724,6 +6818,9 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
         pos = line_end + 1;
     }
     if (rows == 0 || n == 0) { st = pp__fail(err, PP_EPARSE, "CSV: no actions found (one row per rank expected)"); goto done; }
+    /* PyTorch's compute_comms form (it has REDUCE_GRAD cells) posts every transfer on its own */
+    if (torch_form)
+        for (pos = 0; pos < n; pos++) acts[pos].group = (int)pos + 1;
     if ((max_stage + 1) % rows != 0) {
         st = pp__fail(err, PP_EPARSE, "CSV: %d stages over %d ranks is not a whole number of chunks per rank",
                       max_stage + 1, rows);

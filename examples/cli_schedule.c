@@ -62,8 +62,10 @@ static void schedule_usage(FILE *out, int simulate)
                 "  --json      machine-readable output\n");
     else
         fprintf(out,
-                "  --format    text (order + timeline) | torch (one line per rank, PyTorch spelling) | csv (PyTorch's\n"
-                "              pipeline-order CSV with communication) | svg (timeline for a browser) | json\n"
+                "  --format    text (order + timeline) | torch (one line per rank, PyTorch spelling) | csv (pipepar's\n"
+                "              pipeline-order CSV with communication) | svg (timeline for a browser) | json |\n"
+                "              torch-compute-only, torch-compute-comms (CSVs for PyTorch's _PipelineScheduleRuntime:\n"
+                "              sched._load_csv(path, format=\"compute_only\" or \"compute_comms\"))\n"
                 "  --out FILE  write there instead of stdout\n");
 }
 
@@ -121,8 +123,10 @@ static int parse_schedule_flags(int argc, char **argv, int simulate, schedule_fl
         } else if (!strcmp(a, "--from-csv")) {
             fl->from_csv = val;
         } else if (!strcmp(a, "--format") && !simulate) {
-            if (strcmp(val, "text") && strcmp(val, "torch") && strcmp(val, "csv") && strcmp(val, "svg") && strcmp(val, "json"))
-                return cli_usage_error("--format '%s': one of text, torch, csv, svg, json", val);
+            if (strcmp(val, "text") && strcmp(val, "torch") && strcmp(val, "csv") && strcmp(val, "svg") && strcmp(val, "json") &&
+                strcmp(val, "torch-compute-only") && strcmp(val, "torch-compute-comms"))
+                return cli_usage_error("--format '%s': one of text, torch, csv, svg, json, torch-compute-only, "
+                                       "torch-compute-comms", val);
             fl->format = val;
         } else if (!strcmp(a, "--out") && !simulate) {
             fl->out_path = val;
@@ -255,6 +259,9 @@ int pp_cli_schedule(int argc, char **argv)
         if (pp_schedule_write_torch(s, out, &err) != PP_OK) rc = cli_report(&err);
     } else if (!strcmp(fl.format, "csv")) {
         if (pp_schedule_write_csv(s, out, &err) != PP_OK) rc = cli_report(&err);
+    } else if (!strncmp(fl.format, "torch-compute-", 14)) {
+        if (pp_schedule_write_torch_csv(s, strcmp(fl.format, "torch-compute-only") ? PP_TORCH_COMPUTE_COMMS
+                                        : PP_TORCH_COMPUTE_ONLY, out, &err) != PP_OK) rc = cli_report(&err);
     } else if (!strcmp(fl.format, "svg")) {
         if (pp_schedule_write_svg(s, sim, out, &err) != PP_OK) rc = cli_report(&err);
     } else if (!strcmp(fl.format, "json")) {

@@ -1,0 +1,268 @@
+"""pipepar plans, PyTorch runs: every schedule pipepar writes for PyTorch loads into PyTorch's own
+pipeline runtime (torch.distributed.pipelining.schedules._PipelineScheduleRuntime) in both of its
+CSV formats and trains one step with the gradients of one process.
+
+    python3 tests/torch_interop.py [--pipepar build/pipepar] [--pp 2,4] [--kinds 1f1b,zbv]
+
+For each pp and each kind (plus the search's winner, read back through pipepar's own CSV), the
+pipepar CLI writes `--format torch-compute-only` and `--format torch-compute-comms`; pp processes
+(gloo on CPU, this machine only) load each file with sched._load_csv(path, format=...) and run
+sched.step() on a small residual MLP, one stage module per virtual stage. Every parameter's
+gradient is compared with the same model run in one process on the same microbatches (the mean
+of the microbatch losses, as PyTorch's scale_grads=True gives): max |g - g_ref| / max |g_ref|
+per tensor must stay below 1e-5 (float32; the two runs differ only in summation order).
+Prints one line per case and ends with "N passed, N failed"; exits 1 on a failure.
+"""
+import argparse
+import datetime
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining import schedules as S
+
+HIDDEN, ROWS = 16, 4          # features, rows per microbatch
+TOLERANCE = 1e-5              # relative, per gradient tensor
+TIMEOUT_S = 60                # a case that hangs fails after this, instead of hanging the test
+
+# kind, extra flags, microbatches at pp (a function of pp)
+KINDS = [
+    ("1f1b", [], lambda pp: 2 * pp),
+    ("gpipe", [], lambda pp: 2 * pp),
+    ("interleaved", ["--vpp", "2"], lambda pp: 2 * pp),
+    ("interleaved-zb", ["--vpp", "2"], lambda pp: 2 * pp),
+    ("zb-h1", [], lambda pp: 2 * pp),
+    ("zbv", [], lambda pp: 2 * pp),
+    ("dualpipev", [], lambda pp: 2 * pp),
+    ("search", ["--kind", "greedy"], lambda pp: 2 * pp),                # the greedy search's winner
+    ("search-v", ["--kind", "greedy", "--vpp", "2"], lambda pp: 2 * pp),  # its V-shaped winner
+]
+FORMATS = ["compute_only", "compute_comms"]
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(HIDDEN, HIDDEN)
+        self.l2 = nn.Linear(HIDDEN, HIDDEN)
+
+    def forward(self, x):
+        return x + self.l2(torch.tanh(self.l1(x)))
+
+
+def loss_fn(out, target):
+    return ((out - target) ** 2).mean()
+
+
+def run(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}: {p.stderr.strip()}")
+    return p.stdout
+
+
+def write_case(pipepar, kind, flags, pp, mb, d):
+    """Writes d/<kind>.<format>.csv for both formats; returns the file names."""
+    if kind.startswith("search"):
+        # the search's winner is written in pipepar's own CSV; pipepar reads it back and writes it for
+        # PyTorch, as a user who keeps the winner would
+        plan = os.path.join(d, f"{kind}.pipepar.csv")
+        run([pipepar, "search", "--pp", str(pp), "--mb", str(mb), "--csv", plan] + flags)
+        source = ["--from-csv", plan]
+    else:
+        source = ["--kind", kind, "--pp", str(pp), "--mb", str(mb)] + flags
+    names = {}
+    for fmt in FORMATS:
+        path = os.path.join(d, f"{kind}.{fmt}.csv")
+        run([pipepar, "schedule"] + source + ["--format", "torch-" + fmt.replace("_", "-"), "--out", path])
+        names[fmt] = path
+    return names
+
+
+def num_stages_of(path):
+    top = -1
+    for row in open(path).read().splitlines():
+        for cell in row.split(","):
+            a = S._Action.from_str(cell)
+            if a is None:
+                continue
+            for b in a.sub_actions or (a,):
+                top = max(top, b.stage_index)
+    return top + 1
+
+
+def one_case(rank, world, path, fmt, mb):
+    """Runs path in PyTorch's runtime on this rank; returns the worst relative gradient error."""
+    n = num_stages_of(path)
+    torch.manual_seed(0)
+    model = nn.ModuleList([Block() for _ in range(n)])
+    x = torch.randn(mb * ROWS, HIDDEN)
+    y = torch.randn(mb * ROWS, HIDDEN)
+
+    # the reference: one process, the mean of the microbatch losses
+    for m in range(mb):
+        h = x[m * ROWS:(m + 1) * ROWS]
+        for block in model:
+            h = block(h)
+        (loss_fn(h, y[m * ROWS:(m + 1) * ROWS]) / mb).backward()
+    want = {i: [p.grad.clone() for p in model[i].parameters()] for i in range(n)}
+    model.zero_grad(set_to_none=True)
+
+    # the stages this rank holds, as the file places them (the runtime reads the same map from it)
+    holder = {}
+    for r, row in enumerate(open(path).read().splitlines()):
+        for cell in row.split(","):
+            a = S._Action.from_str(cell)
+            for b in (a.sub_actions or (a,)) if a is not None else ():
+                if b.computation_type in (S.F, S.B, S.I, S.W):
+                    holder.setdefault(b.stage_index, r)
+    mine = sorted(i for i in range(n) if holder[i] == rank)
+    stages = [PipelineStage(model[i], i, n, torch.device("cpu")) for i in mine]
+    sched = S._PipelineScheduleRuntime(stages, mb, loss_fn=loss_fn)
+    sched._load_csv(path, format=fmt)
+    args = (x,) if holder[0] == rank else ()
+    kwargs = {"target": y, "losses": []} if holder[n - 1] == rank else {}
+    sched.step(*args, **kwargs)
+
+    worst = 0.0
+    for i in mine:
+        for p, g in zip(model[i].parameters(), want[i]):
+            if p.grad is None:
+                return float("inf")
+            worst = max(worst, ((p.grad - g).abs().max() / g.abs().max().clamp_min(1e-30)).item())
+    return worst
+
+
+def skip_self_sends_at_init():
+    """PyTorch 2.11 opens each stage's links before the first step with a send and a receive to the
+    neighbouring stages' ranks (_PipelineStageBase._get_init_p2p_neighbors_ops), one to its own rank
+    too where two neighbouring stages share a rank, as in every V placement. NCCL takes a send to
+    oneself; gloo refuses it ("Pair is not connected"), so PyTorch's own ScheduleZBVZeroBubble fails
+    the same way on gloo. On gloo we leave those out: a rank needs no link to itself, and the
+    runtime passes same-rank neighbours' tensors in place."""
+    from torch.distributed.pipelining import stage as stage_module
+    base = stage_module._PipelineStageBase
+    original = base._get_init_p2p_neighbors_ops
+
+    def ops(self):
+        return [op for op in original(self) if op.group_peer != self.group_rank]
+    base._get_init_p2p_neighbors_ops = ops
+
+
+def worker(rank, world, d, cases):
+    """One rank: runs the cases in order; writes d/<case>.<rank> with the error or the exception.
+    Stops at the first failure: a rank that failed may leave transfers posted that would feed the
+    next case, so the launcher starts fresh processes for the cases after it."""
+    dist.init_process_group("gloo", init_method="file://" + os.path.join(d, "rendezvous"), rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    skip_self_sends_at_init()
+    try:
+        for name, path, fmt, mb in cases:
+            try:
+                result = f"{one_case(rank, world, path, fmt, mb):.3e}"
+            except Exception as e:  # noqa: BLE001 (reported, then the processes stop)
+                result = f"error {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+                if os.environ.get("TORCH_INTEROP_TRACE"):
+                    traceback.print_exc()
+            with open(os.path.join(d, f"{name}.{rank}"), "w") as f:
+                f.write(result)
+            if result.startswith("error"):
+                return
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(world, d, cases):
+    """Runs the cases on world processes; returns {case: message or None when it passed}."""
+    results = {}
+    todo = list(cases)
+    while todo:
+        run_dir = tempfile.mkdtemp(dir=d)
+        try:
+            mp.start_processes(worker, args=(world, run_dir, todo), nprocs=world, start_method="spawn")
+        except Exception:  # noqa: BLE001 (a rank died: its case is read below)
+            pass
+        done = 0
+        for name, _, _, _ in todo:
+            got = []
+            for r in range(world):
+                p = os.path.join(run_dir, f"{name}.{r}")
+                got.append(open(p).read() if os.path.exists(p) else "error: did not finish (another rank failed)")
+            errors = [g for g in got if g.startswith("error")]
+            if errors:
+                # the first cause, not a peer's "connection closed" that followed it
+                results[name] = min(errors, key=lambda g: ("did not finish" in g, "onnection" in g))
+                done += 1
+                break
+            worst = max(float(g) for g in got)
+            results[name] = None if worst < TOLERANCE else f"gradients differ: worst relative error {worst:.3e}"
+            results[name + "#err"] = worst
+            done += 1
+        todo = todo[done:]
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pipepar", default="build/pipepar")
+    ap.add_argument("--pp", default="2,4")
+    ap.add_argument("--kinds", default=",".join(k for k, _, _ in KINDS))
+    opt = ap.parse_args()
+    kinds = [k for k in KINDS if k[0] in opt.kinds.split(",")]
+    print(f"torch {torch.__version__}: pipepar's CSVs in _PipelineScheduleRuntime, gloo on CPU, "
+          f"gradients against one process (relative tolerance {TOLERANCE:g})", flush=True)
+    passed = failed = 0
+    with tempfile.TemporaryDirectory() as d:
+        for pp in (int(v) for v in opt.pp.split(",")):
+            cases = []
+            for kind, flags, mb_of in kinds:
+                mb = mb_of(pp)
+                try:
+                    names = write_case(opt.pipepar, kind, flags, pp, mb, d)
+                except RuntimeError as e:
+                    print(f"FAIL pp={pp} {kind}: pipepar could not write it: {e}")
+                    failed += len(FORMATS)
+                    continue
+                for fmt in FORMATS:
+                    cases.append((f"pp{pp}.{kind}.{fmt}", names[fmt], fmt, mb))
+                if kind == kinds[0][0]:
+                    # the control: without its REDUCE_GRAD cells the runtime leaves the gradients
+                    # summed over the microbatches, mb times too large; the comparison must see it
+                    control = os.path.join(d, f"{kind}.no-reduce-grad.csv")
+                    with open(control, "w") as f:
+                        for row in open(names["compute_comms"]).read().splitlines():
+                            f.write(",".join(c for c in row.split(",") if "REDUCE_GRAD" not in c) + "\n")
+                    cases.append((f"pp{pp}.{kind}-no-reduce-grad.compute_comms", control, "compute_comms", mb))
+            results = launch(pp, d, cases)
+            for name, _, fmt, mb in cases:
+                _, kind, _ = name.split(".")
+                label = f"pp={pp} mb={mb} {kind:15s} {fmt:14s}"
+                got = results.get(name, "not run") if name in results else "not run"
+                if kind.endswith("-no-reduce-grad"):   # must differ, by the factor mb
+                    err = results.get(name + "#err")
+                    if err is not None and abs(err - (mb - 1)) < 1e-3:
+                        passed += 1
+                        print(f"ok   {label} differs as it must: worst relative error {err:.3g} = mb - 1", flush=True)
+                    else:
+                        failed += 1
+                        print(f"FAIL {label} the control should differ by mb - 1 = {mb - 1}: {got}", flush=True)
+                elif got is None:
+                    passed += 1
+                    print(f"ok   {label} worst relative gradient error {results[name + '#err']:.1e}", flush=True)
+                else:
+                    failed += 1
+                    print(f"FAIL {label} {got}", flush=True)
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
