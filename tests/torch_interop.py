@@ -10,8 +10,11 @@ pipepar CLI writes `--format torch-compute-only` and `--format torch-compute-com
 sched.step() on a small residual MLP, one stage module per virtual stage. Every parameter's
 gradient is compared with the same model run in one process on the same microbatches (the mean
 of the microbatch losses, as PyTorch's scale_grads=True gives): max |g - g_ref| / max |g_ref|
-per tensor must stay below 1e-5 (float32; the two runs differ only in summation order).
-Prints one line per case and ends with "N passed, N failed"; exits 1 on a failure.
+per tensor must stay below 1e-5 (float32; the two runs may differ in summation order). A control
+case, a compute_comms file stripped of its REDUCE_GRAD cells, must differ by exactly mb - 1 (the
+runtime then leaves the gradients summed over the microbatches): the comparison can fail.
+Prints one line per case and ends with "N passed, N failed"; exits 1 on a failure. It runs in
+PyTorch's gloo backend on this machine's CPU and downloads nothing.
 """
 import argparse
 import datetime
@@ -98,7 +101,7 @@ def num_stages_of(path):
     return top + 1
 
 
-def one_case(rank, world, path, fmt, mb):
+def one_case(rank, path, fmt, mb):
     """Runs path in PyTorch's runtime on this rank; returns the worst relative gradient error."""
     n = num_stages_of(path)
     torch.manual_seed(0)
@@ -156,7 +159,7 @@ def skip_self_sends_at_init():
     base._get_init_p2p_neighbors_ops = ops
 
 
-def worker(rank, world, d, cases):
+def worker(rank, world, d, cases, verbose):
     """One rank: runs the cases in order; writes d/<case>.<rank> with the error or the exception.
     Stops at the first failure: a rank that failed may leave transfers posted that would feed the
     next case, so the launcher starts fresh processes for the cases after it."""
@@ -164,14 +167,14 @@ def worker(rank, world, d, cases):
                             world_size=world, timeout=datetime.timedelta(seconds=TIMEOUT_S))
     skip_self_sends_at_init()
     try:
-        for name, path, fmt, mb in cases:
+        for case in cases:
             try:
-                result = f"{one_case(rank, world, path, fmt, mb):.3e}"
+                result = f"{one_case(rank, case.path, case.fmt, case.mb):.6e}"
             except Exception as e:  # noqa: BLE001 (reported, then the processes stop)
                 result = f"error {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
-                if os.environ.get("TORCH_INTEROP_TRACE"):
+                if verbose:
                     traceback.print_exc()
-            with open(os.path.join(d, f"{name}.{rank}"), "w") as f:
+            with open(os.path.join(d, f"{case.name}.{rank}"), "w") as f:
                 f.write(result)
             if result.startswith("error"):
                 return
@@ -180,41 +183,57 @@ def worker(rank, world, d, cases):
         dist.destroy_process_group()
 
 
-def launch(world, d, cases):
-    """Runs the cases on world processes; returns {case: message or None when it passed}."""
-    results = {}
+class Case:
+    def __init__(self, pp, kind, fmt, path, mb, control=False):
+        self.name = f"pp{pp}.{kind}.{fmt}" + (".control" if control else "")
+        self.pp, self.kind, self.fmt, self.path, self.mb = pp, kind, fmt, path, mb
+        self.control = control   # must differ from one process, by the factor mb
+        self.error, self.worst = "not run", None
+
+
+def launch(world, d, cases, verbose):
+    """Runs the cases on world processes; sets each case's error (None when it ran) and worst."""
     todo = list(cases)
     while todo:
         run_dir = tempfile.mkdtemp(dir=d)
         try:
-            mp.start_processes(worker, args=(world, run_dir, todo), nprocs=world, start_method="spawn")
+            mp.start_processes(worker, args=(world, run_dir, todo, verbose), nprocs=world, start_method="spawn")
         except Exception:  # noqa: BLE001 (a rank died: its case is read below)
             pass
         done = 0
-        for name, _, _, _ in todo:
+        for case in todo:
             got = []
             for r in range(world):
-                p = os.path.join(run_dir, f"{name}.{r}")
+                p = os.path.join(run_dir, f"{case.name}.{r}")
                 got.append(open(p).read() if os.path.exists(p) else "error: did not finish (another rank failed)")
-            errors = [g for g in got if g.startswith("error")]
-            if errors:
-                # the first cause, not a peer's "connection closed" that followed it
-                results[name] = min(errors, key=lambda g: ("did not finish" in g, "onnection" in g))
-                done += 1
-                break
-            worst = max(float(g) for g in got)
-            results[name] = None if worst < TOLERANCE else f"gradients differ: worst relative error {worst:.3e}"
-            results[name + "#err"] = worst
             done += 1
+            errors = [g for g in got if g.startswith("error")]
+            if errors:   # the first cause, not a peer's "connection closed" that followed it
+                case.error = min(errors, key=lambda g: ("did not finish" in g, "onnection" in g))
+                break
+            case.error, case.worst = None, max(float(g) for g in got)
         todo = todo[done:]
-    return results
+
+
+def verdict(case):
+    """(passed, the line to print) for a case that launch ran."""
+    label = f"pp={case.pp} mb={case.mb} {case.kind:15s} {case.fmt:14s}"
+    if case.error is not None:
+        return False, f"FAIL {label} {case.error}"
+    if case.control:
+        ok = abs(case.worst - (case.mb - 1)) < 1e-3
+        return ok, (f"{'ok  ' if ok else 'FAIL'} {label} control without REDUCE_GRAD: worst relative error "
+                    f"{case.worst:.3g} (must be mb - 1 = {case.mb - 1})")
+    ok = case.worst < TOLERANCE
+    return ok, f"{'ok  ' if ok else 'FAIL'} {label} worst relative gradient error {case.worst:.1e}"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pipepar", default="build/pipepar")
-    ap.add_argument("--pp", default="2,4")
-    ap.add_argument("--kinds", default=",".join(k for k, _, _ in KINDS))
+    ap.add_argument("--pp", default="2,4", help="pipeline sizes to run, comma-separated (default 2,4)")
+    ap.add_argument("--kinds", default=",".join(k for k, _, _ in KINDS), help="kinds to run, comma-separated")
+    ap.add_argument("--verbose", action="store_true", help="print each failing rank's traceback")
     opt = ap.parse_args()
     kinds = [k for k in KINDS if k[0] in opt.kinds.split(",")]
     print(f"torch {torch.__version__}: pipepar's CSVs in _PipelineScheduleRuntime, gloo on CPU, "
@@ -231,8 +250,7 @@ def main():
                     print(f"FAIL pp={pp} {kind}: pipepar could not write it: {e}")
                     failed += len(FORMATS)
                     continue
-                for fmt in FORMATS:
-                    cases.append((f"pp{pp}.{kind}.{fmt}", names[fmt], fmt, mb))
+                cases += [Case(pp, kind, fmt, names[fmt], mb) for fmt in FORMATS]
                 if kind == kinds[0][0]:
                     # the control: without its REDUCE_GRAD cells the runtime leaves the gradients
                     # summed over the microbatches, mb times too large; the comparison must see it
@@ -240,26 +258,13 @@ def main():
                     with open(control, "w") as f:
                         for row in open(names["compute_comms"]).read().splitlines():
                             f.write(",".join(c for c in row.split(",") if "REDUCE_GRAD" not in c) + "\n")
-                    cases.append((f"pp{pp}.{kind}-no-reduce-grad.compute_comms", control, "compute_comms", mb))
-            results = launch(pp, d, cases)
-            for name, _, fmt, mb in cases:
-                _, kind, _ = name.split(".")
-                label = f"pp={pp} mb={mb} {kind:15s} {fmt:14s}"
-                got = results.get(name, "not run") if name in results else "not run"
-                if kind.endswith("-no-reduce-grad"):   # must differ, by the factor mb
-                    err = results.get(name + "#err")
-                    if err is not None and abs(err - (mb - 1)) < 1e-3:
-                        passed += 1
-                        print(f"ok   {label} differs as it must: worst relative error {err:.3g} = mb - 1", flush=True)
-                    else:
-                        failed += 1
-                        print(f"FAIL {label} the control should differ by mb - 1 = {mb - 1}: {got}", flush=True)
-                elif got is None:
-                    passed += 1
-                    print(f"ok   {label} worst relative gradient error {results[name + '#err']:.1e}", flush=True)
-                else:
-                    failed += 1
-                    print(f"FAIL {label} {got}", flush=True)
+                    cases.append(Case(pp, kind, "compute_comms", control, mb, control=True))
+            launch(pp, d, cases, opt.verbose)
+            for case in cases:
+                ok, line = verdict(case)
+                passed += ok
+                failed += not ok
+                print(line, flush=True)
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
 
