@@ -520,6 +520,56 @@ static void csv_reader_skips_pytorch_bookkeeping_cells(void)
     pp_schedule_free(s);
 }
 
+/* Each writer, with its k-th allocation failing for every k until it succeeds: PP_ENOMEM every
+ * time before, nothing leaked (the sanitizer run checks) and no partial output. */
+static void writers_fail_cleanly_when_memory_runs_out(void)
+{
+    pp_schedule_config cfg;
+    pp_schedule *unlowered = NULL, *zbv = lowered(PP_ZBV, 2, 0, 4), *one = lowered(PP_1F1B, 2, 0, 1);
+    pp_sim_result *sim = NULL;
+    pp_timeline t[2];
+    double times[2][3][16];
+    pp_error err;
+    int which;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.kind = PP_ZBV; cfg.pp = 2; cfg.mb = 4;
+    PP_CHECK_OK(pp_schedule_build(&cfg, &unlowered, &err), &err);   /* the torch writer lowers a copy */
+    if (!unlowered || !zbv || !one) goto done;
+    fake_timelines(one, t, times);
+    PP_CHECK_OK(pp_simulate(one, NULL, &sim, &err), &err);
+    for (which = 0; which < 3; which++) {
+        long k;
+        int failures = 0, written = 0;
+        for (k = 0; k < 100000 && !written; k++) {
+            char *text = NULL;
+            size_t len = 0;
+            FILE *mem = open_memstream(&text, &len);
+            pp_status st;
+            pp_test_alloc_countdown = k;
+            st = which == 0 ? pp_schedule_write_torch_csv(unlowered, PP_TORCH_COMPUTE_COMMS, mem, &err)
+               : which == 1 ? pp_schedule_write_svg(zbv, NULL, mem, &err)
+                            : pp_timeline_write_svg(t, 2, sim, mem, &err);
+            pp_test_alloc_countdown = -1;
+            fclose(mem);
+            if (st == PP_OK) {
+                written = 1;
+            } else {
+                failures++;
+                PP_CHECK_MSG(st == PP_ENOMEM, "writer %d, allocation %ld failing: %s: %s", which, k,
+                             pp_status_name(st), err.message);
+                PP_CHECK_INT(len, 0);
+            }
+            free(text);
+        }
+        PP_CHECK_MSG(written && failures > 0, "writer %d: %d failures, written %d", which, failures, written);
+    }
+done:
+    pp_sim_result_free(sim);
+    pp_schedule_free(unlowered);
+    pp_schedule_free(zbv);
+    pp_schedule_free(one);
+}
+
 const pp_test_case pp_suite_draw[] = {
     PP_TEST(xml_check_finds_what_a_parser_would_refuse),
     PP_TEST(svg_is_well_formed_for_every_kind),
@@ -535,5 +585,6 @@ const pp_test_case pp_suite_draw[] = {
     PP_TEST(torch_csv_of_an_unlowered_schedule_is_lowered_on_a_copy),
     PP_TEST(torch_csv_refuses_dualpipe_and_an_unknown_format),
     PP_TEST(csv_reader_skips_pytorch_bookkeeping_cells),
+    PP_TEST(writers_fail_cleanly_when_memory_runs_out),
     { 0, 0 }
 };
