@@ -1,13 +1,20 @@
-# pipepar — build, demo, tests, benchmarks.
+# pipepar — build, demo, tests, benchmarks, install.
 #
-#   make            everything this machine can build (GPU parts only where nvcc and NCCL exist)
+#   make            everything this machine can build: the CLI, examples, test runner and host
+#                   benchmarks; where nvcc and NCCL exist also the GPU companions as a library
+#                   (build/libpipepar_gpu.a) and the GPU examples, tests and benchmarks
 #   make demo       train a small MLP pipeline-parallel on CPU threads and draw its schedule
 #   make test       all host tests: plain, ASan+UBSan, TSan; ends with "N passed, N failed"
 #   make test-gpu   kernel and NCCL tests (on a machine with GPUs)
 #   make bench      host benchmarks (bench/RESULTS.md records their numbers)
+#   make install    the header, the CLI, pkg-config and CMake package files, and (where nvcc and
+#                   NCCL exist) the companions' library, under PREFIX; `make uninstall` removes them
+#   make help       these targets, one line each
 #
 # Overrides: CC, NVCC, CUDA_HOME (default /usr/local/cuda), NCCL_HOME (where include/nccl.h and
 # lib/libnccl.so live; default: the system paths, then CUDA_HOME), CUDA_ARCH (default sm_90).
+# Install: PREFIX (default /usr/local), DESTDIR (a staging root put before every path), and
+# BINDIR, INCLUDEDIR, LIBDIR, DOCDIR (defaults under PREFIX).
 
 CC       ?= cc
 CXX      ?= c++
@@ -44,9 +51,13 @@ GPU_TESTS_C  := $(patsubst tests/gpu/%.c,$(BUILD)/gpu/%,$(wildcard tests/gpu/tes
 # not a GPU, so `make test` runs them wherever those are
 GPU_HOST_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/gpu/%,$(wildcard tests/gpu/host_*.c))
 GPU_BENCHES  := $(patsubst bench/%.cu,$(BUILD)/bench_%,$(wildcard bench/*.cu))
-GPU_ALL      := $(if $(HAVE_GPU),$(BUILD)/pipepar_cuda.o $(BUILD)/pipepar_nccl.o $(GPU_EXAMPLES) $(GPU_TESTS) $(GPU_TESTS_C) $(GPU_HOST_TESTS) $(GPU_BENCHES))
+GPU_ALL      := $(if $(HAVE_GPU),$(BUILD)/libpipepar_gpu.a $(GPU_EXAMPLES) $(GPU_TESTS) $(GPU_TESTS_C) $(GPU_HOST_TESTS) $(GPU_BENCHES))
 
-.PHONY: all host gpu demo test test-host test-gpu bench clean help
+.PHONY: all host gpu demo test test-host test-gpu bench install uninstall clean help
+all: host $(GPU_ALL)
+host: $(BUILD)/pipepar $(BUILD)/run_tests $(EXAMPLES) $(BENCHES)
+gpu: $(GPU_ALL)
+
 help:
 	@echo "make            build everything this machine can (GPU parts where nvcc and NCCL are)"
 	@echo "make demo       train a small model pipeline-parallel on CPU threads, with its schedule"
@@ -54,12 +65,12 @@ help:
 	@echo "make test-gpu   the GPU and NCCL tests (on a machine with NVIDIA GPUs; NCCL tests want 2)"
 	@echo "make bench      the host benchmarks (bench/RESULTS.md has the GPU ones and their commands)"
 	@echo "make host       only the host parts: build/pipepar (the CLI), the examples, the test runner"
+	@echo "make gpu        only the GPU parts: build/libpipepar_gpu.a, the GPU examples, tests, benchmarks"
+	@echo "make install    header, CLI, pkg-config and CMake files (+ the GPU library) under PREFIX"
+	@echo "make uninstall  remove what make install put there (same PREFIX and DESTDIR)"
 	@echo "make clean      remove build/, build-asan/, build-tsan/"
-	@echo "Variables: CUDA_HOME, NCCL_HOME, CUDA_ARCH (GPU build), CC, CFLAGS"
-
-all: host $(GPU_ALL)
-host: $(BUILD)/pipepar $(BUILD)/run_tests $(EXAMPLES) $(BENCHES)
-gpu: $(GPU_ALL)
+	@echo "Variables: CUDA_HOME, NCCL_HOME, CUDA_ARCH (GPU build), CC, CFLAGS,"
+	@echo "           PREFIX (/usr/local), DESTDIR, BINDIR, INCLUDEDIR, LIBDIR, DOCDIR (install)"
 
 $(BUILD)/.dir:
 	@mkdir -p $(BUILD)/gpu && touch $@
@@ -88,11 +99,16 @@ $(BUILD)/bench_%: bench/%.c pipepar.h | $(BUILD)/.dir
 $(BUILD)/pipepar_impl.o: tests/impl.c pipepar.h | $(BUILD)/.dir
 	$(CC) $(CSTD) $(WARN) -O2 -g -c -o $@ $<
 
+# position-independent, so that the installed library links into shared objects too
 $(BUILD)/pipepar_cuda.o: pipepar_cuda.cu pipepar.h | $(BUILD)/.dir
-	$(NVCC) $(NVFLAGS) -c -o $@ $<
+	$(NVCC) $(NVFLAGS) -Xcompiler -fPIC -c -o $@ $<
 
 $(BUILD)/pipepar_nccl.o: pipepar_nccl.c pipepar.h | $(BUILD)/.dir
-	$(CC) $(CSTD) $(WARN) -O2 -g -I$(CUDA_HOME)/include $(NCCL_INC) -c -o $@ $<
+	$(CC) $(CSTD) $(WARN) -O2 -g -fPIC -I$(CUDA_HOME)/include $(NCCL_INC) -c -o $@ $<
+
+# the two companions as one library: what a GPU trainer links (make install puts it in LIBDIR)
+$(BUILD)/libpipepar_gpu.a: $(BUILD)/pipepar_cuda.o $(BUILD)/pipepar_nccl.o
+	rm -f $@ && $(AR) rcs $@ $^
 
 GPU_OBJS := $(BUILD)/pipepar_cuda.o $(BUILD)/pipepar_nccl.o $(BUILD)/pipepar_impl.o
 
@@ -111,6 +127,67 @@ $(BUILD)/gpu/host_%: tests/gpu/host_%.c pipepar_nccl.c $(BUILD)/pipepar_impl.o $
 
 $(BUILD)/bench_%: bench/%.cu $(GPU_OBJS)
 	$(NVCC) $(NVFLAGS) $(NCCL_INC) -o $@ $< $(GPU_OBJS) $(CUDA_LIBS)
+
+# --- make install ---------------------------------------------------------------------------
+# Where nvcc and NCCL exist: the header, the CLI, build/libpipepar_gpu.a and both pkg-config
+# files (pipepar: the header; pipepar-gpu: + the companions, CUDA's runtime, NCCL). Elsewhere the
+# header and the CLI, pipepar.pc and the CMake package without pipepar::gpu.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+INCLUDEDIR ?= $(PREFIX)/include
+LIBDIR     ?= $(PREFIX)/lib
+DOCDIR     ?= $(PREFIX)/share/doc/pipepar
+PCDIR      := $(LIBDIR)/pkgconfig
+CMAKEDIR   := $(LIBDIR)/cmake/pipepar
+
+# the header's PIPEPAR_VERSION_STRING (a header without it: its first line's vX.Y.Z)
+VERSION := $(shell sed -n 's/^[#]define PIPEPAR_VERSION_STRING "\([0-9.]*\)".*/\1/p' pipepar.h)
+VERSION := $(if $(VERSION),$(VERSION),$(shell sed -n '1s/.* v\([0-9][0-9.]*\)$$/\1/p' pipepar.h))
+
+CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
+NCCL_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard $(addsuffix /libnccl.so,\
+                   $(NCCL_HOME)/lib $(NCCL_HOME)/lib64 $(NCCL_HOME)/lib/x86_64-linux-gnu)))))
+# what the companions need, no more: pipepar_cuda.o is C++ (libstdc++), pipepar_nccl.o uses shm_open
+GPU_PC_LIBS := $(addprefix -L,$(sort $(CUDA_LIBDIR) $(NCCL_LIBDIR))) -lnccl -lcudart -lstdc++ -lrt
+
+ifneq ($(filter install,$(MAKECMDGOALS)),)
+$(foreach v,PREFIX INCLUDEDIR LIBDIR,$(if $(filter /%,$($(v))),,\
+    $(error $(v)=$($(v)): must be an absolute path (the pkg-config and CMake files record it))))
+$(if $(VERSION),,$(error pipepar.h: no PIPEPAR_VERSION_STRING "x.y.z" to version the package files))
+endif
+
+# the *.in templates filled in with this call's paths, version and toolkit (made on every install)
+INSTALL_SUBST = sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@VERSION_MAJOR@|$(word 1,$(subst ., ,$(VERSION)))|g' \
+    -e 's|@VERSION_MINOR@|$(word 2,$(subst ., ,$(VERSION)))|g' -e 's|@PREFIX@|$(PREFIX)|g' \
+    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@HAVE_GPU@|$(if $(HAVE_GPU),TRUE,FALSE)|g' \
+    -e 's|@NCCL_HOME@|$(NCCL_HOME)|g' -e 's|@CUDA_INCDIR@|$(CUDA_HOME)/include|g' -e 's|@GPU_LIBS@|$(GPU_PC_LIBS)|g'
+.PHONY: FORCE
+$(BUILD)/install/%: %.in FORCE | $(BUILD)/.dir
+	@mkdir -p $(@D) && $(INSTALL_SUBST) $< > $@
+$(BUILD)/install/%: cmake/%.in FORCE | $(BUILD)/.dir
+	@mkdir -p $(@D) && $(INSTALL_SUBST) $< > $@
+
+# what goes where: SOURCE>DESTINATION>MODE
+INSTALL_ROWS := $(BUILD)/pipepar>$(BINDIR)/pipepar>755 \
+    pipepar.h>$(INCLUDEDIR)/pipepar.h>644 \
+    LICENSE>$(DOCDIR)/LICENSE>644 \
+    $(BUILD)/install/pipepar.pc>$(PCDIR)/pipepar.pc>644 \
+    $(BUILD)/install/pipepar-config.cmake>$(CMAKEDIR)/pipepar-config.cmake>644 \
+    $(BUILD)/install/pipepar-config-version.cmake>$(CMAKEDIR)/pipepar-config-version.cmake>644 \
+    cmake/pipepar-deps.cmake>$(CMAKEDIR)/pipepar-deps.cmake>644
+INSTALL_ROWS_GPU := $(BUILD)/libpipepar_gpu.a>$(LIBDIR)/libpipepar_gpu.a>644 \
+    $(BUILD)/install/pipepar-gpu.pc>$(PCDIR)/pipepar-gpu.pc>644
+INSTALL_NOW := $(INSTALL_ROWS) $(if $(HAVE_GPU),$(INSTALL_ROWS_GPU))
+
+install: $(foreach r,$(INSTALL_NOW),$(firstword $(subst >, ,$(r))))
+	@$(foreach r,$(INSTALL_NOW),set -- $(subst >, ,$(r)) && install -d "$(DESTDIR)$$(dirname $$2)" && \
+	    install -m $$3 $$1 "$(DESTDIR)$$2" && echo "installed $(DESTDIR)$$2" &&) true
+	@$(if $(HAVE_GPU),,echo "no nvcc or NCCL here: installed without the GPU companions (no libpipepar_gpu.a, pipepar-gpu.pc or pipepar::gpu)")
+
+uninstall:
+	@$(foreach r,$(INSTALL_ROWS) $(INSTALL_ROWS_GPU),set -- $(subst >, ,$(r)) && \
+	    if [ -e "$(DESTDIR)$$2" ]; then rm -f "$(DESTDIR)$$2" && echo "removed $(DESTDIR)$$2"; fi &&) true
+	@rmdir "$(DESTDIR)$(CMAKEDIR)" "$(DESTDIR)$(DOCDIR)" 2>/dev/null || true
 
 # --- the README's commands -------------------------------------------------------------------
 demo: host

@@ -1281,10 +1281,16 @@ typedef struct pp_replay_map {
     int64_t *rows;          /* [num_tokens] recorded row of each local token in local order, -1 = padding */
 } pp_replay_map;
 
-/* From a layer split (>>layers): the stage of (pp_rank, chunk) gives cfg->first_layer and
- * cfg->last_layer, and cfg->model takes the split's decoder: num_layers, and the MoE layers it
- * marks (from its moe_layer_freq or a hybrid pattern's 'E'; model.pattern points into
- * l->is_moe, so l must outlive cfg's use). cfg->model.payload_layers and the rest stay. */
+/* From a layer split (>>layers): virtual stage `stage` (0 .. l->num_stages-1) gives
+ * cfg->first_layer and cfg->last_layer, and cfg->model takes the split's decoder: num_layers,
+ * and the MoE layers it marks (from its moe_layer_freq or a hybrid pattern's 'E'; model.pattern
+ * points into l->is_moe, so l must outlive cfg's use). cfg->model.payload_layers and the rest
+ * stay. A rank's chunk holds the stage its schedule's placement says (pp_rank_chunk_stage):
+ * under the V placements rank r's chunk 1 is stage 2*pp-1-r, not Megatron's chunk*pp + r.
+ * pp_replay_config_from_layers takes (pp_rank, chunk) in Megatron's looped numbering
+ * (pp_layers_stage) and is only for the looped placement. */
+PIPEPAR_API pp_status pp_replay_config_from_stage(const pp_layers *l, int stage, pp_replay_config *cfg,
+                                                  pp_error *err);
 PIPEPAR_API pp_status pp_replay_config_from_layers(const pp_layers *l, int pp_rank, int chunk, pp_replay_config *cfg,
                                                    pp_error *err);
 /* The map of microbatch `bin` of a pack plan (the plan's cp splits it) for one stage and rank. */
@@ -1474,6 +1480,9 @@ PIPEPAR_API pp_status pp_threads_transport_group(pp_threads_world *w, const int 
                                                  pp_transport *out, pp_error *err);
 PIPEPAR_API pp_status pp_threads_transport_grid(pp_threads_world *w, const pp_grid *grid, unsigned dims, int rank,
                                                 pp_transport *out, pp_error *err);
+/* The world of a threads transport (of the world or a group), e.g. the one pp_threads_run hands
+ * each rank, to make group transports from; NULL for any other transport. */
+PIPEPAR_API pp_threads_world *pp_threads_transport_world(const pp_transport *t);
 
 /* Runs fn(user, rank, transport, err) on `world` new threads (one per rank) and joins them all.
  * status[world] and errors[world] (both optional) receive each rank's result. Returns PP_OK when
@@ -1569,7 +1578,9 @@ typedef struct pp_callbacks {
     /* optional: chunk info->chunk (stage info->stage) has run its last backward action of the step
      * (info->mb is that action's microbatch), so its weight gradients are complete. A trainer
      * starts that chunk's data-parallel gradient reduce here, while the pipeline drains
-     * (Megatron-LM's grad_sync_func). Called once per chunk per training step, in program order. */
+     * (Megatron-LM's grad_sync_func). Called once per chunk per training step, in program order,
+     * right after the chunk's last B, W or FB (never after an I: its W follows, even when the W
+     * runs nothing); never in forward-only steps. info->slot is -1. */
     int (*chunk_done)(void *user, const pp_mb_info *info);
 } pp_callbacks;
 
@@ -1651,7 +1662,8 @@ typedef struct pp_step_result {
 PIPEPAR_API pp_status pp_run_step(pp_executor *ex, const pp_step *step, pp_step_result *result, pp_error *err);
 
 typedef struct pp_executor_stats {
-    int planned_slots;      /* peak live tensors of the program (training or forward-only), from setup */
+    int planned_slots;      /* peak live tensors of the program (training or forward-only), from setup;
+                               with a recipe, the largest of the counts run so far */
     int peak_slots;         /* most slots in use at once so far */
     int slots;              /* slots with memory now */
     size_t bytes;           /* memory held by the slots now */
@@ -2860,6 +2872,30 @@ pp_status pp_grid_group_members(const pp_grid *grid, unsigned dims, int color, i
         }
         members[k] = r;
     }
+    return pp__ok(err);
+}
+
+pp_status pp_grid_embedding_group(const pp_grid *grid, int rank, int last_pp_rank, int members[2], int *count,
+                                   pp_error *err)
+{
+    int coord[PP_DIM_COUNT], n = 0;
+    pp_status st;
+    if (!grid || !members || !count)
+        return pp__fail(err, PP_EINVAL, "pp_grid_embedding_group: grid, members and count must not be NULL");
+    *count = 0;
+    st = pp_grid_coords(grid, rank, coord, err);
+    if (st != PP_OK) return st;
+    if (last_pp_rank < 0 || last_pp_rank >= grid->size[PP_DIM_PP])
+        return pp__fail(err, PP_EINVAL, "last_pp_rank=%d: must be between 0 and pp-1 = %d (the pipeline rank of the "
+                        "last stage)", last_pp_rank, grid->size[PP_DIM_PP] - 1);
+    if (coord[PP_DIM_PP] != 0 && coord[PP_DIM_PP] != last_pp_rank) return pp__ok(err);
+    coord[PP_DIM_PP] = 0;
+    members[n++] = pp_grid_rank(grid, coord);
+    if (last_pp_rank != 0) {
+        coord[PP_DIM_PP] = last_pp_rank;
+        members[n++] = pp_grid_rank(grid, coord);
+    }
+    *count = n;
     return pp__ok(err);
 }
 
@@ -9744,13 +9780,23 @@ pp_status pp_moe_stage_layers(const pp_moe_layout *m, int first_layer, int last_
 
 pp_status pp_replay_config_from_layers(const pp_layers *l, int pp_rank, int chunk, pp_replay_config *cfg, pp_error *err)
 {
-    int stage, first, count;
-    pp_status st;
+    int stage;
     if (!l || !cfg) return pp__fail(err, PP_EINVAL, "pp_replay_config_from_layers: l and cfg must not be NULL");
     stage = pp_layers_stage(l, pp_rank, chunk);
     if (stage < 0)
         return pp__fail(err, PP_EINVAL, "pp_rank=%d, chunk=%d: the split has pp=%d ranks of vpp=%d chunks", pp_rank, chunk,
                         l->pp, l->vpp);
+    return pp_replay_config_from_stage(l, stage, cfg, err);
+}
+
+pp_status pp_replay_config_from_stage(const pp_layers *l, int stage, pp_replay_config *cfg, pp_error *err)
+{
+    int first, count;
+    pp_status st;
+    if (!l || !cfg) return pp__fail(err, PP_EINVAL, "pp_replay_config_from_stage: l and cfg must not be NULL");
+    if (stage < 0 || stage >= l->num_stages)
+        return pp__fail(err, PP_EINVAL, "stage=%d: the split has %d stages (0 .. %d)", stage, l->num_stages,
+                        l->num_stages - 1);
     if ((st = pp_layers_stage_range(l, stage, &first, &count, err)) != PP_OK) return st;
     cfg->model.num_layers = l->num_layers;
     cfg->model.first_k_dense = 0;
@@ -9879,6 +9925,67 @@ int pp_transfer_tag_format(uint64_t tag, char *buf, size_t size)
     return snprintf(buf, size, "%d%s%d (step %d)", stage, pp_op_name((pp_op)op), mb, step);
 }
 
+/* The checks every group collective makes; *timeout gets the deadline (0 means 60 s). */
+static pp_status pp__group_check(const pp_transport *t, const char *fn, double timeout_s, double *timeout,
+                                 pp_error *err)
+{
+    if (!t) return pp__fail(err, PP_EINVAL, "pp_group_%s: transport must not be NULL", fn);
+    if (t->world < 1 || t->rank < 0 || t->rank >= t->world)
+        return pp__fail(err, PP_EINVAL, "pp_group_%s: transport.rank=%d of world=%d: must be between 0 and world-1",
+                        fn, t->rank, t->world);
+    if (!(timeout_s >= 0) || timeout_s > 1e9)
+        return pp__fail(err, PP_EINVAL, "pp_group_%s: timeout_s=%g: must be >= 0 (0 means 60 s)", fn, timeout_s);
+    *timeout = timeout_s > 0 ? timeout_s : 60.0;
+    return PP_OK;
+}
+
+/* A transport of several ranks without the collective `fn`. */
+static pp_status pp__group_missing(const pp_transport *t, const char *fn, pp_error *err)
+{
+    return pp__fail(err, PP_EINVAL, "transport.%s: must not be NULL for pp_group_%s over %d ranks (this transport has "
+                    "no group collectives)", fn, strcmp(fn, "all_reduce_buf") == 0 ? "all_reduce" : fn, t->world);
+}
+
+pp_status pp_group_all_reduce(const pp_transport *t, float *buf, size_t count, double timeout_s, pp_error *err)
+{
+    double timeout;
+    pp_status st = pp__group_check(t, "all_reduce", timeout_s, &timeout, err);
+    if (st != PP_OK) return st;
+    if (count > 0 && !buf) return pp__fail(err, PP_EINVAL, "pp_group_all_reduce: buf is NULL for count=%zu", count);
+    if (count > SIZE_MAX / sizeof(float))
+        return pp__fail(err, PP_EINVAL, "pp_group_all_reduce: count=%zu: more floats than memory holds", count);
+    if (!t->all_reduce_buf) return t->world == 1 ? pp__ok(err) : pp__group_missing(t, "all_reduce_buf", err);
+    return t->all_reduce_buf(t->user, buf, count, timeout, err);
+}
+
+pp_status pp_group_all_gather(const pp_transport *t, const void *send, void *recv, size_t bytes, double timeout_s,
+                              pp_error *err)
+{
+    double timeout;
+    pp_status st = pp__group_check(t, "all_gather", timeout_s, &timeout, err);
+    if (st != PP_OK) return st;
+    if (bytes > 0 && (!send || !recv))
+        return pp__fail(err, PP_EINVAL, "pp_group_all_gather: send and recv must not be NULL for bytes=%zu", bytes);
+    if (bytes > 0 && (size_t)t->world > SIZE_MAX / bytes)
+        return pp__fail(err, PP_EINVAL, "pp_group_all_gather: bytes=%zu from %d ranks: more than memory holds", bytes,
+                        t->world);
+    if (!t->all_gather) {
+        if (t->world > 1) return pp__group_missing(t, "all_gather", err);
+        if (bytes && recv != send) memmove(recv, send, bytes);
+        return pp__ok(err);
+    }
+    return t->all_gather(t->user, send, recv, bytes, timeout, err);
+}
+
+pp_status pp_group_barrier(const pp_transport *t, double timeout_s, pp_error *err)
+{
+    double timeout;
+    pp_status st = pp__group_check(t, "barrier", timeout_s, &timeout, err);
+    if (st != PP_OK) return st;
+    if (!t->barrier) return t->world == 1 ? pp__ok(err) : pp__group_missing(t, "barrier", err);
+    return t->barrier(t->user, timeout, err);
+}
+
 /* Seconds of a monotonic host clock. */
 static double pp__now(void)
 {
@@ -9892,10 +9999,13 @@ static double pp__now(void)
 }
 
 /* --- >>threads (implementation) --------------------------------------------------------------
- * One mutex guards the whole world: the mailboxes (one singly linked FIFO per destination), the
- * abort state and the all-reduce. Each rank sleeps on its own condition variable (a message for
- * it arrived, or the world was aborted); all-reduce waiters sleep on reduce_cv. Conditions use
- * CLOCK_MONOTONIC so a change of the wall clock cannot stretch a deadline. */
+ * One mutex guards the whole world: the mailboxes (one singly linked FIFO per destination world
+ * rank), the registry of groups and the abort state. Each rank sleeps on its own condition
+ * variable (a message for it arrived, or the world was aborted). Conditions use CLOCK_MONOTONIC
+ * so a change of the wall clock cannot stretch a deadline. A message carries its sender's world
+ * rank, its transport's group id (0: the world's) and whether it is a transfer or part of a
+ * collective; a receive matches all three and the tag, so the transports of one world never
+ * take each other's messages. Every transport's collectives are made of such messages too. */
 #ifndef PIPEPAR_NO_THREADS
 #include <pthread.h>
 #include <errno.h>
@@ -9905,30 +10015,60 @@ static double pp__now(void)
 
 typedef struct pp__msg {
     struct pp__msg *next;
-    int src;
+    int src;            /* the sender's world rank */
+    int group;          /* the sender's transport: 0 the world's, else a group's id */
+    int coll;           /* 0: a transfer (post); 1: a part of a group collective */
     uint64_t tag;
-    size_t bytes;   /* the payload follows the struct */
+    size_t total;       /* a collective's: its whole size on the sender (floats or bytes), to name a mismatch */
+    size_t bytes;       /* the payload follows the struct */
 } pp__msg;
 
-typedef struct pp__threads_rank {
+/* A group's members, registered once per distinct list (pp_threads_transport_group): its id is
+ * what the messages of its transports carry. */
+typedef struct pp__threads_members {
+    struct pp__threads_members *next;
+    int id, size;
+    int *ranks;         /* [size] world ranks */
+} pp__threads_members;
+
+/* One peer's part of a collective's exchange: what goes to it, what comes from it. */
+typedef struct pp__threads_io {
+    const void *send;
+    size_t send_bytes;
+    void *recv;
+    size_t recv_bytes;
+    pp__msg *out, *got;
+} pp__threads_io;
+
+/* One rank's end of a transport (its `user`): the world's (group 0, members NULL: index and world
+ * rank are one) or a group's. */
+typedef struct pp__threads_ep {
     struct pp_threads_world *w;
-    int rank;
-} pp__threads_rank;
+    int rank;                       /* the thread's world rank */
+    int index, size;                /* its rank and world as a transport */
+    const int *members;             /* [size] world ranks (the group's registered list); NULL: the world */
+    int group;
+    /* touched by the rank's own thread alone: */
+    uint64_t seq;                   /* collectives called so far on this transport */
+    pp__threads_io *io;             /* [size], made at the first collective */
+    float *scratch;                 /* all_reduce: the other ranks' parts of this rank's share */
+    size_t scratch_cap;
+    struct pp__threads_ep *next;    /* the world's list of group endpoints */
+} pp__threads_ep;
 
 struct pp_threads_world {
     int world;
     pthread_mutex_t mu;
     pthread_cond_t *cv;             /* [world] */
-    pthread_cond_t reduce_cv;
     pp__msg **head, **tail;         /* [world] mailbox of each destination rank */
-    pp__threads_rank *ranks;        /* [world] the `user` of each rank's transport */
+    pp__threads_ep *ranks;          /* [world] each rank's end of the world's transport */
+    pp__threads_members *groups;    /* the registered member lists */
+    pp__threads_ep *eps;            /* the group endpoints */
+    int next_group;
     int aborted, abort_rank;
     pp_status abort_status;
     char abort_reason[PP_ERROR_MESSAGE_SIZE];
-    float *acc, *result;            /* all-reduce: running sum, last result */
-    int acc_cap, arrived, count, count_rank;
-    unsigned long generation;
-    int cv_ready, mu_ready, reduce_ready;
+    int cv_ready, mu_ready;
 };
 
 /* A posted group: its receives, matched when waited or tested. A matched message is taken out
@@ -9952,13 +10092,26 @@ static void pp__deadline(double timeout_s, struct timespec *ts)
     if (ts->tv_nsec < 0) ts->tv_nsec = 0;
 }
 
-static pp_status pp__threads_aborted(pp_threads_world *w, int rank, pp_error *err)
+/* World rank of the transport's rank `index`. */
+static int pp__ep_world(const pp__threads_ep *ep, int index) { return ep->members ? ep->members[index] : index; }
+
+/* "rank 2" on the world's transport, "rank 1 (world rank 5)" on a group's. */
+static const char *pp__ep_name(const pp__threads_ep *ep, int index, char *buf, size_t size)
 {
-    return pp__fail(err, PP_EABORTED, "rank %d: stopped because rank %d failed (%s): %s", rank, w->abort_rank,
-                    pp_status_name(w->abort_status), w->abort_reason);
+    if (ep->members) snprintf(buf, size, "rank %d (world rank %d)", index, ep->members[index]);
+    else snprintf(buf, size, "rank %d", index);
+    return buf;
 }
 
-/* Abort with the world's mutex held. */
+static pp_status pp__threads_aborted(const pp__threads_ep *ep, pp_error *err)
+{
+    char me[48];
+    return pp__fail(err, PP_EABORTED, "%s: stopped because %s %d failed (%s): %s", pp__ep_name(ep, ep->index, me, sizeof me),
+                    ep->members ? "world rank" : "rank", ep->w->abort_rank, pp_status_name(ep->w->abort_status),
+                    ep->w->abort_reason);
+}
+
+/* Abort with the world's mutex held; `rank` is a world rank. */
 static void pp__threads_abort_locked(pp_threads_world *w, int rank, pp_status status, const char *reason)
 {
     int r;
@@ -9968,15 +10121,50 @@ static void pp__threads_abort_locked(pp_threads_world *w, int rank, pp_status st
     w->abort_status = status;
     snprintf(w->abort_reason, sizeof w->abort_reason, "%s", reason ? reason : "");
     for (r = 0; r < w->world; r++) pthread_cond_broadcast(&w->cv[r]);
-    pthread_cond_broadcast(&w->reduce_cv);
 }
 
 static void pp__threads_abort(void *user, pp_status status, const char *reason)
 {
-    pp__threads_rank *me = (pp__threads_rank *)user;
-    pthread_mutex_lock(&me->w->mu);
-    pp__threads_abort_locked(me->w, me->rank, status, reason);
-    pthread_mutex_unlock(&me->w->mu);
+    pp__threads_ep *ep = (pp__threads_ep *)user;
+    pthread_mutex_lock(&ep->w->mu);
+    pp__threads_abort_locked(ep->w, ep->rank, status, reason);
+    pthread_mutex_unlock(&ep->w->mu);
+}
+
+/* Appends m to world rank `to`'s mailbox and wakes it (mutex held). */
+static void pp__threads_deliver(pp_threads_world *w, int to, pp__msg *m)
+{
+    m->next = NULL;
+    if (w->tail[to]) w->tail[to]->next = m; else w->head[to] = m;
+    w->tail[to] = m;
+    pthread_cond_broadcast(&w->cv[to]);
+}
+
+/* Takes m (preceded by prev, or the head) out of world rank `rank`'s mailbox (mutex held). */
+static void pp__threads_unlink(pp_threads_world *w, int rank, pp__msg *prev, pp__msg *m)
+{
+    if (prev) prev->next = m->next; else w->head[rank] = m->next;
+    if (w->tail[rank] == m) w->tail[rank] = prev;
+    m->next = NULL;
+}
+
+/* A message of `bytes` from ep, copied from buf; NULL when out of memory. */
+static pp__msg *pp__threads_msg(const pp__threads_ep *ep, int coll, uint64_t tag, size_t total, const void *buf,
+                                size_t bytes)
+{
+    pp__msg *m;
+    if (bytes > SIZE_MAX - sizeof(pp__msg)) return NULL;
+    m = (pp__msg *)PIPEPAR_MALLOC(sizeof(pp__msg) + bytes);
+    if (!m) return NULL;
+    m->next = NULL;
+    m->src = ep->rank;
+    m->group = ep->group;
+    m->coll = coll;
+    m->tag = tag;
+    m->total = total;
+    m->bytes = bytes;
+    if (bytes) memcpy(m + 1, buf, bytes);
+    return m;
 }
 
 /* Copies the matched messages into their receive buffers (without the lock) and frees them. */
@@ -10002,22 +10190,23 @@ static void pp__threads_group_free(pp__threads_group *g)
 
 static pp_status pp__threads_post(void *user, const pp_transfer *xf, int count, void **handle, pp_error *err)
 {
-    pp__threads_rank *me = (pp__threads_rank *)user;
-    pp_threads_world *w = me->w;
+    pp__threads_ep *ep = (pp__threads_ep *)user;
+    pp_threads_world *w = ep->w;
     pp__msg **msgs = NULL;
     pp__threads_group *g = NULL;
     int i, nsend = 0, nrecv = 0, k;
-    char tagtxt[64];
+    char tagtxt[64], me[48];
     if (!handle || (count > 0 && !xf)) return pp__fail(err, PP_EINVAL, "post: transfers and handle must not be NULL");
     *handle = NULL;
     for (i = 0; i < count; i++) {
-        if (xf[i].peer < 0 || xf[i].peer >= w->world) {
+        if (xf[i].peer < 0 || xf[i].peer >= ep->size) {
             pp_transfer_tag_format(xf[i].tag, tagtxt, sizeof tagtxt);
-            return pp__fail(err, PP_EINVAL, "rank %d: transfer %s: peer=%d, must be between 0 and %d", me->rank,
-                            tagtxt, xf[i].peer, w->world - 1);
+            return pp__fail(err, PP_EINVAL, "%s: transfer %s: peer=%d, must be between 0 and %d",
+                            pp__ep_name(ep, ep->index, me, sizeof me), tagtxt, xf[i].peer, ep->size - 1);
         }
         if (xf[i].bytes > 0 && !xf[i].buf)
-            return pp__fail(err, PP_EINVAL, "rank %d: transfer %d: buf is NULL for %zu bytes", me->rank, i, xf[i].bytes);
+            return pp__fail(err, PP_EINVAL, "%s: transfer %d: buf is NULL for %zu bytes",
+                            pp__ep_name(ep, ep->index, me, sizeof me), i, xf[i].bytes);
         if (xf[i].is_send) nsend++; else nrecv++;
     }
     /* copy the sends and set up the receives outside the lock */
@@ -10031,35 +10220,21 @@ static pp_status pp__threads_post(void *user, const pp_transfer *xf, int count, 
     if (!g || !msgs || !g->recv || !g->done || !g->msg) goto oom;
     for (i = 0, k = 0; i < count; i++) {
         if (!xf[i].is_send) { g->recv[g->nrecv++] = xf[i]; continue; }
-        if (xf[i].bytes > SIZE_MAX - sizeof(pp__msg)) goto oom;
-        msgs[k] = (pp__msg *)PIPEPAR_MALLOC(sizeof(pp__msg) + xf[i].bytes);
+        msgs[k] = pp__threads_msg(ep, 0, xf[i].tag, 0, xf[i].buf, xf[i].bytes);
         if (!msgs[k]) goto oom;
-        msgs[k]->next = NULL;
-        msgs[k]->src = me->rank;
-        msgs[k]->tag = xf[i].tag;
-        msgs[k]->bytes = xf[i].bytes;
-        if (xf[i].bytes) memcpy(msgs[k] + 1, xf[i].buf, xf[i].bytes);
-        msgs[k]->src = me->rank;
         k++;
     }
     pthread_mutex_lock(&w->mu);
     if (w->aborted) {
-        pp_status st = pp__threads_aborted(w, me->rank, err);
+        pp_status st = pp__threads_aborted(ep, err);
         pthread_mutex_unlock(&w->mu);
         for (k = 0; k < nsend; k++) PIPEPAR_FREE(msgs[k]);
         PIPEPAR_FREE(msgs);
         pp__threads_group_free(g);
         return st;
     }
-    for (i = 0, k = 0; i < count; i++) {
-        int to;
-        if (!xf[i].is_send) continue;
-        to = xf[i].peer;
-        if (w->tail[to]) w->tail[to]->next = msgs[k]; else w->head[to] = msgs[k];
-        w->tail[to] = msgs[k];
-        pthread_cond_broadcast(&w->cv[to]);
-        k++;
-    }
+    for (i = 0, k = 0; i < count; i++)
+        if (xf[i].is_send) pp__threads_deliver(w, pp__ep_world(ep, xf[i].peer), msgs[k++]);
     pthread_mutex_unlock(&w->mu);
     PIPEPAR_FREE(msgs);
     *handle = g;
@@ -10068,32 +10243,38 @@ oom:
     if (msgs) for (k = 0; k < nsend; k++) PIPEPAR_FREE(msgs[k]);
     PIPEPAR_FREE(msgs);
     pp__threads_group_free(g);
-    return pp__fail(err, PP_ENOMEM, "rank %d: out of memory posting %d transfers", me->rank, count);
+    return pp__fail(err, PP_ENOMEM, "%s: out of memory posting %d transfers", pp__ep_name(ep, ep->index, me, sizeof me),
+                    count);
 }
 
+/* Whether m is a transfer from ep's rank `peer` with this tag. */
+static int pp__threads_is_transfer(const pp__threads_ep *ep, const pp__msg *m, int peer, uint64_t tag)
+{
+    return m->src == pp__ep_world(ep, peer) && m->group == ep->group && !m->coll && m->tag == tag;
+}
 
 /* Matches what can be matched of g's receives (mutex held): takes the messages out of the
  * mailbox into g->msg. PP_OK, or PP_ETRANSPORT when a message with the right tag has the wrong
  * size. */
-static pp_status pp__threads_match(pp_threads_world *w, int rank, pp__threads_group *g, pp_error *err)
+static pp_status pp__threads_match(pp__threads_ep *ep, pp__threads_group *g, pp_error *err)
 {
+    pp_threads_world *w = ep->w;
     int i;
     for (i = 0; i < g->nrecv; i++) {
         pp__msg *m, *prev = NULL;
         if (g->done[i]) continue;
-        for (m = w->head[rank]; m; prev = m, m = m->next)
-            if (m->src == g->recv[i].peer && m->tag == g->recv[i].tag) break;
+        for (m = w->head[ep->rank]; m; prev = m, m = m->next)
+            if (pp__threads_is_transfer(ep, m, g->recv[i].peer, g->recv[i].tag)) break;
         if (!m) continue;
-        if (prev) prev->next = m->next; else w->head[rank] = m->next;
-        if (w->tail[rank] == m) w->tail[rank] = prev;
+        pp__threads_unlink(w, ep->rank, prev, m);
         if (m->bytes != g->recv[i].bytes) {
-            char tagtxt[64];
+            char tagtxt[64], me[48], peer[48];
             pp_status st;
             pp_transfer_tag_format(m->tag, tagtxt, sizeof tagtxt);
             st = pp__fail(err, PP_ETRANSPORT,
-                          "rank %d: the tensor %s from rank %d has %zu bytes, but this rank expects %zu "
-                          "(tensor_bytes differs between the ranks)", rank, tagtxt, m->src, m->bytes,
-                          g->recv[i].bytes);
+                          "%s: the tensor %s from %s has %zu bytes, but this rank expects %zu "
+                          "(tensor_bytes differs between the ranks)", pp__ep_name(ep, ep->index, me, sizeof me), tagtxt,
+                          pp__ep_name(ep, g->recv[i].peer, peer, sizeof peer), m->bytes, g->recv[i].bytes);
             PIPEPAR_FREE(m);
             return st;
         }
@@ -10104,41 +10285,48 @@ static pp_status pp__threads_match(pp_threads_world *w, int rank, pp__threads_gr
     return PP_OK;
 }
 
+/* The timeout of a wait for g (mutex held): names the first receive still missing, and the
+ * oldest transfer queued from that peer. */
+static pp_status pp__threads_wait_timeout(pp__threads_ep *ep, pp__threads_group *g, double timeout_s, pp_error *err)
+{
+    char want[64], queued[64], me[48], peer[48];
+    pp__msg *m;
+    int i, src;
+    for (i = 0; i < g->nrecv && g->done[i]; i++) {}
+    src = pp__ep_world(ep, g->recv[i].peer);
+    pp_transfer_tag_format(g->recv[i].tag, want, sizeof want);
+    for (m = ep->w->head[ep->rank]; m && !(m->src == src && m->group == ep->group && !m->coll); m = m->next) {}
+    if (m) pp_transfer_tag_format(m->tag, queued, sizeof queued);
+    return pp__fail(err, PP_ETIMEOUT, "%s: timed out after %.3g s waiting for %s to send %s%s%s%s",
+                    pp__ep_name(ep, ep->index, me, sizeof me), timeout_s, pp__ep_name(ep, g->recv[i].peer, peer, sizeof peer),
+                    want, m ? "; the oldest message queued from that rank is " : "", m ? queued : "",
+                    m ? " (do the ranks run the same schedule?)" : "");
+}
+
 static pp_status pp__threads_wait(void *user, void *handle, double timeout_s, pp_error *err)
 {
-    pp__threads_rank *me = (pp__threads_rank *)user;
-    pp_threads_world *w = me->w;
+    pp__threads_ep *ep = (pp__threads_ep *)user;
+    pp_threads_world *w = ep->w;
     pp__threads_group *g = (pp__threads_group *)handle;
     struct timespec deadline;
     pp_status st = PP_OK;
-    if (!g) return pp__fail(err, PP_EINVAL, "rank %d: wait: handle is NULL", me->rank);
+    char me[48];
+    if (!g) return pp__fail(err, PP_EINVAL, "%s: wait: handle is NULL", pp__ep_name(ep, ep->index, me, sizeof me));
     pp__deadline(timeout_s, &deadline);
     pthread_mutex_lock(&w->mu);
     for (;;) {
         int rc;
-        if (w->aborted) { st = pp__threads_aborted(w, me->rank, err); break; }
-        st = pp__threads_match(w, me->rank, g, err);
-        if (st != PP_OK) { pp__threads_abort_locked(w, me->rank, st, err ? err->message : "size mismatch"); break; }
+        if (w->aborted) { st = pp__threads_aborted(ep, err); break; }
+        st = pp__threads_match(ep, g, err);
+        if (st != PP_OK) { pp__threads_abort_locked(w, ep->rank, st, err ? err->message : "size mismatch"); break; }
         if (g->matched == g->nrecv) break;
-        rc = pthread_cond_timedwait(&w->cv[me->rank], &w->mu, &deadline);
+        rc = pthread_cond_timedwait(&w->cv[ep->rank], &w->mu, &deadline);
         if (rc == ETIMEDOUT) {
-            st = pp__threads_match(w, me->rank, g, err);
-            if (st != PP_OK) { pp__threads_abort_locked(w, me->rank, st, err ? err->message : "size mismatch"); break; }
+            st = pp__threads_match(ep, g, err);
+            if (st != PP_OK) { pp__threads_abort_locked(w, ep->rank, st, err ? err->message : "size mismatch"); break; }
             if (g->matched == g->nrecv) break;
-            if (w->aborted) { st = pp__threads_aborted(w, me->rank, err); break; }
-            {
-                char want[64], queued[64];
-                pp__msg *m;
-                int i;
-                for (i = 0; i < g->nrecv && g->done[i]; i++) {}
-                pp_transfer_tag_format(g->recv[i].tag, want, sizeof want);
-                for (m = w->head[me->rank]; m && m->src != g->recv[i].peer; m = m->next) {}
-                if (m) pp_transfer_tag_format(m->tag, queued, sizeof queued);
-                st = pp__fail(err, PP_ETIMEOUT, "rank %d: timed out after %.3g s waiting for rank %d to send %s%s%s%s",
-                              me->rank, timeout_s, g->recv[i].peer, want,
-                              m ? "; the oldest message queued from that rank is " : "", m ? queued : "",
-                              m ? " (do the ranks run the same schedule?)" : "");
-            }
+            if (w->aborted) { st = pp__threads_aborted(ep, err); break; }
+            st = pp__threads_wait_timeout(ep, g, timeout_s, err);
             break;
         }
     }
@@ -10150,17 +10338,19 @@ static pp_status pp__threads_wait(void *user, void *handle, double timeout_s, pp
 
 static pp_status pp__threads_test(void *user, void *handle, int *done, pp_error *err)
 {
-    pp__threads_rank *me = (pp__threads_rank *)user;
-    pp_threads_world *w = me->w;
+    pp__threads_ep *ep = (pp__threads_ep *)user;
+    pp_threads_world *w = ep->w;
     pp__threads_group *g = (pp__threads_group *)handle;
     pp_status st;
-    if (!g || !done) return pp__fail(err, PP_EINVAL, "rank %d: test: handle and done must not be NULL", me->rank);
+    char me[48];
+    if (!g || !done)
+        return pp__fail(err, PP_EINVAL, "%s: test: handle and done must not be NULL", pp__ep_name(ep, ep->index, me, sizeof me));
     *done = 0;
     pthread_mutex_lock(&w->mu);
-    if (w->aborted) st = pp__threads_aborted(w, me->rank, err);
+    if (w->aborted) st = pp__threads_aborted(ep, err);
     else {
-        st = pp__threads_match(w, me->rank, g, err);
-        if (st != PP_OK) pp__threads_abort_locked(w, me->rank, st, err ? err->message : "size mismatch");
+        st = pp__threads_match(ep, g, err);
+        if (st != PP_OK) pp__threads_abort_locked(w, ep->rank, st, err ? err->message : "size mismatch");
     }
     pthread_mutex_unlock(&w->mu);
     if (st != PP_OK) { pp__threads_group_free(g); *done = 1; return st; }
@@ -10169,68 +10359,274 @@ static pp_status pp__threads_test(void *user, void *handle, int *done, pp_error 
     return pp__ok(err);
 }
 
-/* Sum over ranks: the first rank to arrive zeroes the accumulator; the last publishes the sum
- * and bumps the generation, which wakes the others. A rank cannot start the next reduction's
- * publication before everyone has left this one (it needs them all to arrive again). */
-static pp_status pp__threads_all_reduce(void *user, float *values, int count, double timeout_s, pp_error *err)
+/* --- group collectives ---
+ * Built from messages of their own kind (pp__msg.coll), so no transfer can match them, tagged
+ * with the collective's kind, its phase and its number on the transport (ep->seq: every rank of a
+ * transport calls its collectives in the same order, so the numbers agree) and carrying the
+ * group's id, so no other transport's can either. An exchange sends each peer its part and
+ * receives each peer's; a collective called differently on two ranks (another kind or size) is
+ * named as soon as its message arrives. A collective that fails aborts the world, so the ranks
+ * waiting in it stop too.
+ *   barrier     one exchange of empty messages;
+ *   all_gather  one exchange: every rank's bytes to every other rank;
+ *   all_reduce  a reduce-scatter, then an all-gather: rank i owns share i of the floats, sums
+ *               every rank's part of it in member order (rank 0's + rank 1's + ...) and sends the
+ *               sum to all, so every element is added up once, in one order, and every rank gets
+ *               the same bits. */
+enum { PP__COLL_ALL_REDUCE = 1, PP__COLL_ALL_GATHER = 2, PP__COLL_BARRIER = 3 };
+#define PP__COLL_SEQ_MASK 0xffffffffffffull   /* 48 bits of the collective's number */
+
+static const char *pp__coll_name(int kind)
 {
-    pp__threads_rank *me = (pp__threads_rank *)user;
-    pp_threads_world *w = me->w;
-    struct timespec deadline;
-    unsigned long gen;
+    return kind == PP__COLL_ALL_REDUCE ? "all_reduce" : kind == PP__COLL_ALL_GATHER ? "all_gather" : "barrier";
+}
+
+/* Sets up ep for a collective: its per-peer table, made once. */
+static pp_status pp__coll_begin(pp__threads_ep *ep, pp_error *err)
+{
+    char me[48];
+    int j;
+    if (!ep->io) ep->io = (pp__threads_io *)pp__calloc((size_t)ep->size, sizeof(pp__threads_io));
+    if (!ep->io) {
+        pp_status st = pp__fail(err, PP_ENOMEM, "%s: out of memory starting a collective",
+                                pp__ep_name(ep, ep->index, me, sizeof me));
+        pp__threads_abort(ep, st, "out of memory starting a collective");
+        return st;
+    }
+    for (j = 0; j < ep->size; j++) memset(&ep->io[j], 0, sizeof ep->io[j]);
+    return PP_OK;
+}
+
+/* Checks a collective message m from rank j against this rank's call (mutex held): PP_OK when
+ * it is this phase's part, PP_EAGAIN-like 1 for a later phase of the same call, else the
+ * mismatch. */
+static int pp__coll_check(pp__threads_ep *ep, const pp__msg *m, int j, int kind, int phase, size_t total,
+                          pp_status *st, pp_error *err)
+{
+    int mkind = (int)(m->tag >> 56), mphase = (int)((m->tag >> 48) & 0xff);
+    char me[48], peer[48];
+    if (mkind != kind) {
+        *st = pp__fail(err, PP_EINVAL, "%s: collective #%llu of this transport is %s here but %s on %s (every rank "
+                       "calls a transport's collectives in the same order)", pp__ep_name(ep, ep->index, me, sizeof me),
+                       (unsigned long long)ep->seq, pp__coll_name(kind), pp__coll_name(mkind),
+                       pp__ep_name(ep, j, peer, sizeof peer));
+        return -1;
+    }
+    if (mphase != phase) return 1;
+    if (m->total != total) {
+        *st = pp__fail(err, PP_EINVAL, "%s: %s #%llu of %zu %s, but %s %s %zu (the ranks are not running the same "
+                       "program)", pp__ep_name(ep, ep->index, me, sizeof me), pp__coll_name(kind),
+                       (unsigned long long)ep->seq, total, kind == PP__COLL_ALL_REDUCE ? "floats" : "bytes",
+                       pp__ep_name(ep, j, peer, sizeof peer), kind == PP__COLL_ALL_REDUCE ? "reduces" : "gathers",
+                       m->total);
+        return -1;
+    }
+    return 0;
+}
+
+/* Takes what has arrived of the exchange's parts out of the mailbox (mutex held); *left counts
+ * those still missing. */
+static pp_status pp__coll_match(pp__threads_ep *ep, int kind, int phase, size_t total, int *left, pp_error *err)
+{
+    pp_threads_world *w = ep->w;
     pp_status st = PP_OK;
-    int i;
-    if (count < 0 || (count > 0 && !values))
-        return pp__fail(err, PP_EINVAL, "rank %d: all_reduce: count=%d with values=%p", me->rank, count, (void *)values);
+    int j;
+    for (j = 0; j < ep->size; j++) {
+        pp__msg *m, *prev = NULL;
+        int src = pp__ep_world(ep, j), c = 1;
+        if (j == ep->index || ep->io[j].got) continue;
+        for (m = w->head[ep->rank]; m; prev = m, m = m->next) {
+            if (m->src != src || m->group != ep->group || !m->coll || (m->tag & PP__COLL_SEQ_MASK) != (ep->seq & PP__COLL_SEQ_MASK))
+                continue;
+            c = pp__coll_check(ep, m, j, kind, phase, total, &st, err);
+            if (c <= 0) break;
+        }
+        if (c < 0) return st;
+        if (!m) continue;
+        pp__threads_unlink(w, ep->rank, prev, m);
+        ep->io[j].got = m;
+        (*left)--;
+    }
+    return PP_OK;
+}
+
+/* One exchange: ep->io[j].send goes to rank j and rank j's part lands in ep->io[j].recv, for every
+ * rank j but this one; every rank makes the matching exchange. */
+static pp_status pp__coll_exchange(pp__threads_ep *ep, int kind, int phase, size_t total, double timeout_s,
+                                   pp_error *err)
+{
+    pp_threads_world *w = ep->w;
+    uint64_t tag = ((uint64_t)kind << 56) | ((uint64_t)phase << 48) | (ep->seq & PP__COLL_SEQ_MASK);
+    struct timespec deadline;
+    pp_status st = PP_OK;
+    int j, left = ep->size - 1, failed = 0;
+    char me[48], peer[48];
+    for (j = 0; j < ep->size; j++) {
+        pp__threads_io *io = &ep->io[j];
+        if (j == ep->index) continue;
+        io->out = pp__threads_msg(ep, 1, tag, total, io->send, io->send_bytes);
+        if (!io->out) {
+            st = pp__fail(err, PP_ENOMEM, "%s: out of memory in %s", pp__ep_name(ep, ep->index, me, sizeof me),
+                          pp__coll_name(kind));
+            failed = 1;
+            break;
+        }
+    }
     pp__deadline(timeout_s, &deadline);
     pthread_mutex_lock(&w->mu);
-    if (w->aborted) { st = pp__threads_aborted(w, me->rank, err); goto out; }
-    if (w->arrived == 0) {
-        if (count > w->acc_cap) {
-            float *a = (float *)PIPEPAR_REALLOC(w->acc, (size_t)count * sizeof(float));
-            float *r;
-            if (a) w->acc = a;
-            r = (float *)PIPEPAR_REALLOC(w->result, (size_t)count * sizeof(float));
-            if (r) w->result = r;
-            if (!a || !r) {
-                st = pp__fail(err, PP_ENOMEM, "rank %d: all_reduce: out of memory", me->rank);
-                pp__threads_abort_locked(w, me->rank, st, err ? err->message : "out of memory");
-                goto out;
-            }
-            w->acc_cap = count;
-        }
-        for (i = 0; i < count; i++) w->acc[i] = 0;
-        w->count = count;
-        w->count_rank = me->rank;
-    } else if (count != w->count) {
-        st = pp__fail(err, PP_EINVAL, "rank %d: all_reduce of %d values, but rank %d reduces %d "
-                      "(the ranks are not running the same program)", me->rank, count, w->count_rank, w->count);
-        pp__threads_abort_locked(w, me->rank, st, err ? err->message : "all_reduce count mismatch");
-        goto out;
-    }
-    for (i = 0; i < count; i++) w->acc[i] += values[i];
-    gen = w->generation;
-    if (++w->arrived == w->world) {
-        if (count) memcpy(w->result, w->acc, (size_t)count * sizeof(float));
-        w->arrived = 0;
-        w->generation++;
-        pthread_cond_broadcast(&w->reduce_cv);
-    } else {
-        while (w->generation == gen && !w->aborted) {
-            if (pthread_cond_timedwait(&w->reduce_cv, &w->mu, &deadline) == ETIMEDOUT && w->generation == gen) {
-                if (w->aborted) break;
-                st = pp__fail(err, PP_ETIMEOUT, "rank %d: all_reduce timed out after %.3g s: %d of %d ranks arrived",
-                              me->rank, timeout_s, w->arrived, w->world);
-                pp__threads_abort_locked(w, me->rank, st, err ? err->message : "all_reduce timed out");
-                goto out;
+    if (!failed && w->aborted) st = pp__threads_aborted(ep, err);
+    else if (!failed) {
+        for (j = 0; j < ep->size; j++)
+            if (j != ep->index) { pp__threads_deliver(w, pp__ep_world(ep, j), ep->io[j].out); ep->io[j].out = NULL; }
+        for (;;) {
+            int rc;
+            if (w->aborted) { st = pp__threads_aborted(ep, err); break; }
+            st = pp__coll_match(ep, kind, phase, total, &left, err);
+            if (st != PP_OK || left == 0) { failed = st != PP_OK; break; }
+            rc = pthread_cond_timedwait(&w->cv[ep->rank], &w->mu, &deadline);
+            if (rc == ETIMEDOUT && !w->aborted) {
+                st = pp__coll_match(ep, kind, phase, total, &left, err);
+                if (st != PP_OK || left == 0) { failed = st != PP_OK; break; }
+                for (j = 0; j < ep->size && (j == ep->index || ep->io[j].got); j++) {}
+                st = pp__fail(err, PP_ETIMEOUT, "%s: timed out after %.3g s in %s #%llu of this transport, waiting "
+                              "for %s", pp__ep_name(ep, ep->index, me, sizeof me), timeout_s, pp__coll_name(kind),
+                              (unsigned long long)ep->seq, pp__ep_name(ep, j, peer, sizeof peer));
+                failed = 1;
+                break;
             }
         }
-        if (w->generation == gen) { st = pp__threads_aborted(w, me->rank, err); goto out; }
     }
-    if (count) memcpy(values, w->result, (size_t)count * sizeof(float));
-out:
+    if (failed) pp__threads_abort_locked(w, ep->rank, st, err ? err->message : pp_status_description(st));
     pthread_mutex_unlock(&w->mu);
+    for (j = 0; j < ep->size; j++) {
+        pp__threads_io *io = &ep->io[j];
+        if (io->got && st == PP_OK && io->got->bytes) memcpy(io->recv, io->got + 1, io->got->bytes);
+        PIPEPAR_FREE(io->got);
+        PIPEPAR_FREE(io->out);
+        io->got = io->out = NULL;
+    }
+    return st;
+}
+
+/* Share j of n floats split as evenly as can be: [pp__share(count, n, j), pp__share(count, n, j + 1)). */
+static size_t pp__share(size_t count, int n, int j)
+{
+    size_t q = count / (size_t)n, r = count % (size_t)n;
+    return q * (size_t)j + ((size_t)j < r ? (size_t)j : r);
+}
+
+static pp_status pp__threads_reduce(pp__threads_ep *ep, float *buf, size_t count, double timeout_s, pp_error *err)
+{
+    size_t lo = pp__share(count, ep->size, ep->index), mine = pp__share(count, ep->size, ep->index + 1) - lo, e;
+    pp_status st = pp__coll_begin(ep, err);
+    char me[48];
+    int j;
+    if (st != PP_OK) return st;
+    if (mine > 0 && (size_t)ep->size > SIZE_MAX / sizeof(float) / mine) {
+        st = pp__fail(err, PP_EINVAL, "%s: all_reduce of %zu floats: too large", pp__ep_name(ep, ep->index, me, sizeof me),
+                      count);
+        pp__threads_abort(ep, st, err ? err->message : "all_reduce too large");
+        return st;
+    }
+    if ((size_t)ep->size * mine > ep->scratch_cap) {
+        float *s = (float *)PIPEPAR_REALLOC(ep->scratch, (size_t)ep->size * mine * sizeof(float));
+        if (!s) {
+            st = pp__fail(err, PP_ENOMEM, "%s: out of memory in all_reduce", pp__ep_name(ep, ep->index, me, sizeof me));
+            pp__threads_abort(ep, st, "out of memory in all_reduce");
+            return st;
+        }
+        ep->scratch = s;
+        ep->scratch_cap = (size_t)ep->size * mine;
+    }
+    /* reduce-scatter: share j of this rank's floats to rank j; every rank's part of share i here */
+    for (j = 0; j < ep->size; j++) {
+        size_t jlo = pp__share(count, ep->size, j), jn = pp__share(count, ep->size, j + 1) - jlo;
+        ep->io[j].send = buf + jlo;
+        ep->io[j].send_bytes = jn * sizeof(float);
+        ep->io[j].recv = ep->scratch + (size_t)j * mine;
+        ep->io[j].recv_bytes = mine * sizeof(float);
+    }
+    st = pp__coll_exchange(ep, PP__COLL_ALL_REDUCE, 1, count, timeout_s, err);
+    if (st != PP_OK) { ep->seq++; return st; }
+    for (e = 0; e < mine; e++) {   /* in member order: rank 0's part + rank 1's + ... */
+        float acc = ep->index == 0 ? buf[lo + e] : ep->scratch[e];
+        for (j = 1; j < ep->size; j++) acc += j == ep->index ? buf[lo + e] : ep->scratch[(size_t)j * mine + e];
+        buf[lo + e] = acc;
+    }
+    /* all-gather of the sums: this rank's share to every rank, share j from rank j */
+    for (j = 0; j < ep->size; j++) {
+        size_t jlo = pp__share(count, ep->size, j), jn = pp__share(count, ep->size, j + 1) - jlo;
+        ep->io[j].send = buf + lo;
+        ep->io[j].send_bytes = mine * sizeof(float);
+        ep->io[j].recv = buf + jlo;
+        ep->io[j].recv_bytes = jn * sizeof(float);
+    }
+    st = pp__coll_exchange(ep, PP__COLL_ALL_REDUCE, 2, count, timeout_s, err);
+    ep->seq++;
     return st == PP_OK ? pp__ok(err) : st;
+}
+
+static pp_status pp__threads_all_reduce(void *user, float *values, int count, double timeout_s, pp_error *err)
+{
+    pp__threads_ep *ep = (pp__threads_ep *)user;
+    char me[48];
+    if (count < 0 || (count > 0 && !values))
+        return pp__fail(err, PP_EINVAL, "%s: all_reduce: count=%d with values=%p", pp__ep_name(ep, ep->index, me, sizeof me),
+                        count, (void *)values);
+    return pp__threads_reduce(ep, values, (size_t)count, timeout_s, err);
+}
+
+static pp_status pp__threads_all_reduce_buf(void *user, float *buf, size_t count, double timeout_s, pp_error *err)
+{
+    pp__threads_ep *ep = (pp__threads_ep *)user;
+    char me[48];
+    if (count > 0 && !buf)
+        return pp__fail(err, PP_EINVAL, "%s: all_reduce_buf: buf is NULL for %zu floats",
+                        pp__ep_name(ep, ep->index, me, sizeof me), count);
+    return pp__threads_reduce(ep, buf, count, timeout_s, err);
+}
+
+static pp_status pp__threads_all_gather(void *user, const void *send, void *recv, size_t bytes, double timeout_s,
+                                        pp_error *err)
+{
+    pp__threads_ep *ep = (pp__threads_ep *)user;
+    pp_status st;
+    char me[48];
+    int j;
+    if (bytes > 0 && (!send || !recv))
+        return pp__fail(err, PP_EINVAL, "%s: all_gather: send and recv must not be NULL for %zu bytes",
+                        pp__ep_name(ep, ep->index, me, sizeof me), bytes);
+    if (bytes > 0 && (size_t)ep->size > SIZE_MAX / bytes)
+        return pp__fail(err, PP_EINVAL, "%s: all_gather of %zu bytes from %d ranks: too large",
+                        pp__ep_name(ep, ep->index, me, sizeof me), bytes, ep->size);
+    st = pp__coll_begin(ep, err);
+    if (st != PP_OK) return st;
+    for (j = 0; j < ep->size; j++) {
+        ep->io[j].send = send;
+        ep->io[j].send_bytes = bytes;
+        ep->io[j].recv = (char *)recv + (size_t)j * bytes;
+        ep->io[j].recv_bytes = bytes;
+    }
+    st = pp__coll_exchange(ep, PP__COLL_ALL_GATHER, 0, bytes, timeout_s, err);   /* sends copied first */
+    ep->seq++;
+    if (st == PP_OK && bytes) memmove((char *)recv + (size_t)ep->index * bytes, send, bytes);
+    return st == PP_OK ? pp__ok(err) : st;
+}
+
+static pp_status pp__threads_barrier(void *user, double timeout_s, pp_error *err)
+{
+    pp__threads_ep *ep = (pp__threads_ep *)user;
+    pp_status st = pp__coll_begin(ep, err);
+    if (st != PP_OK) return st;
+    st = pp__coll_exchange(ep, PP__COLL_BARRIER, 0, 0, timeout_s, err);
+    ep->seq++;
+    return st == PP_OK ? pp__ok(err) : st;
+}
+
+static void pp__threads_ep_free_parts(pp__threads_ep *ep)
+{
+    PIPEPAR_FREE(ep->io);
+    PIPEPAR_FREE(ep->scratch);
 }
 
 void pp_threads_world_free(pp_threads_world *w)
@@ -10242,11 +10638,17 @@ void pp_threads_world_free(pp_threads_world *w)
             pp__msg *m = w->head[r];
             while (m) { pp__msg *n = m->next; PIPEPAR_FREE(m); m = n; }
         }
+    if (w->ranks) for (r = 0; r < w->world; r++) pp__threads_ep_free_parts(&w->ranks[r]);
+    while (w->eps) { pp__threads_ep *n = w->eps->next; pp__threads_ep_free_parts(w->eps); PIPEPAR_FREE(w->eps); w->eps = n; }
+    while (w->groups) {
+        pp__threads_members *n = w->groups->next;
+        PIPEPAR_FREE(w->groups->ranks);
+        PIPEPAR_FREE(w->groups);
+        w->groups = n;
+    }
     if (w->cv) for (r = 0; r < w->cv_ready; r++) pthread_cond_destroy(&w->cv[r]);
-    if (w->reduce_ready) pthread_cond_destroy(&w->reduce_cv);
     if (w->mu_ready) pthread_mutex_destroy(&w->mu);
     PIPEPAR_FREE(w->cv); PIPEPAR_FREE(w->head); PIPEPAR_FREE(w->tail); PIPEPAR_FREE(w->ranks);
-    PIPEPAR_FREE(w->acc); PIPEPAR_FREE(w->result);
     PIPEPAR_FREE(w);
 }
 
@@ -10264,7 +10666,7 @@ pp_status pp_threads_world_create(int world, pp_threads_world **out, pp_error *e
     w->cv = (pthread_cond_t *)pp__calloc((size_t)world, sizeof(pthread_cond_t));
     w->head = (pp__msg **)pp__calloc((size_t)world, sizeof(pp__msg *));
     w->tail = (pp__msg **)pp__calloc((size_t)world, sizeof(pp__msg *));
-    w->ranks = (pp__threads_rank *)pp__calloc((size_t)world, sizeof(pp__threads_rank));
+    w->ranks = (pp__threads_ep *)pp__calloc((size_t)world, sizeof(pp__threads_ep));
     if (!w->cv || !w->head || !w->tail || !w->ranks) { pp_threads_world_free(w); return pp__fail(err, PP_ENOMEM, "out of memory"); }
     if (pthread_mutex_init(&w->mu, NULL) != 0) { pp_threads_world_free(w); return pp__fail(err, PP_ENOMEM, "pthread_mutex_init failed"); }
     w->mu_ready = 1;
@@ -10275,13 +10677,34 @@ pp_status pp_threads_world_create(int world, pp_threads_world **out, pp_error *e
     for (r = 0; r < world && ok; r++) {
         if (pthread_cond_init(&w->cv[r], &attr) != 0) ok = 0; else w->cv_ready++;
         w->ranks[r].w = w;
-        w->ranks[r].rank = r;
+        w->ranks[r].rank = w->ranks[r].index = r;
+        w->ranks[r].size = world;
     }
-    if (ok && pthread_cond_init(&w->reduce_cv, &attr) == 0) w->reduce_ready = 1; else ok = 0;
     pthread_condattr_destroy(&attr);
     if (!ok) { pp_threads_world_free(w); return pp__fail(err, PP_ENOMEM, "pthread_cond_init failed"); }
     *out = w;
     return pp__ok(err);
+}
+
+static void pp__threads_fill(pp__threads_ep *ep, pp_transport *out)
+{
+    memset(out, 0, sizeof *out);
+    out->user = ep;
+    out->rank = ep->index;
+    out->world = ep->size;
+    out->post = pp__threads_post;
+    out->wait = pp__threads_wait;
+    out->test = pp__threads_test;
+    out->all_reduce = pp__threads_all_reduce;
+    out->abort = pp__threads_abort;
+    out->all_reduce_buf = pp__threads_all_reduce_buf;
+    out->all_gather = pp__threads_all_gather;
+    out->barrier = pp__threads_barrier;
+}
+
+pp_threads_world *pp_threads_transport_world(const pp_transport *t)
+{
+    return t && t->user && t->post == pp__threads_post ? ((const pp__threads_ep *)t->user)->w : NULL;
 }
 
 pp_status pp_threads_transport(pp_threads_world *w, int rank, pp_transport *out, pp_error *err)
@@ -10289,16 +10712,108 @@ pp_status pp_threads_transport(pp_threads_world *w, int rank, pp_transport *out,
     if (!w || !out) return pp__fail(err, PP_EINVAL, "world and out: must not be NULL");
     if (rank < 0 || rank >= w->world)
         return pp__fail(err, PP_EINVAL, "rank=%d: must be between 0 and world-1=%d", rank, w->world - 1);
-    memset(out, 0, sizeof *out);
-    out->user = &w->ranks[rank];
-    out->rank = rank;
-    out->world = w->world;
-    out->post = pp__threads_post;
-    out->wait = pp__threads_wait;
-    out->test = pp__threads_test;
-    out->all_reduce = pp__threads_all_reduce;
-    out->abort = pp__threads_abort;
+    pp__threads_fill(&w->ranks[rank], out);
     return pp__ok(err);
+}
+
+/* Checks a group's members: distinct world ranks, rank among them; *at gets its place. */
+static pp_status pp__threads_check_members(const pp_threads_world *w, const int *members, int size, int rank,
+                                           int *at, pp_error *err)
+{
+    unsigned char *seen;
+    int i;
+    if (!members) return pp__fail(err, PP_EINVAL, "members: must not be NULL");
+    if (size < 1 || size > w->world)
+        return pp__fail(err, PP_EINVAL, "size=%d: must be between 1 and the world's %d ranks", size, w->world);
+    seen = (unsigned char *)pp__calloc((size_t)w->world, 1);
+    if (!seen) return pp__fail(err, PP_ENOMEM, "out of memory");
+    *at = -1;
+    for (i = 0; i < size; i++) {
+        int m = members[i];
+        if (m < 0 || m >= w->world || seen[m]) {
+            PIPEPAR_FREE(seen);
+            return m < 0 || m >= w->world
+                ? pp__fail(err, PP_EINVAL, "members[%d]=%d: must be a world rank, 0 .. %d", i, m, w->world - 1)
+                : pp__fail(err, PP_EINVAL, "members[%d]=%d: appears twice (members are distinct ranks)", i, m);
+        }
+        seen[m] = 1;
+        if (m == rank) *at = i;
+    }
+    PIPEPAR_FREE(seen);
+    if (*at < 0) return pp__fail(err, PP_EINVAL, "rank=%d: not one of the group's %d members", rank, size);
+    return PP_OK;
+}
+
+/* The registered list equal to members (mutex held), registered now if new; NULL when out of memory. */
+static pp__threads_members *pp__threads_register(pp_threads_world *w, const int *members, int size)
+{
+    pp__threads_members *g;
+    for (g = w->groups; g; g = g->next)
+        if (g->size == size && memcmp(g->ranks, members, (size_t)size * sizeof(int)) == 0) return g;
+    g = (pp__threads_members *)pp__calloc(1, sizeof *g);
+    if (g) g->ranks = (int *)PIPEPAR_MALLOC((size_t)size * sizeof(int));
+    if (!g || !g->ranks) { if (g) PIPEPAR_FREE(g); return NULL; }
+    memcpy(g->ranks, members, (size_t)size * sizeof(int));
+    g->size = size;
+    g->id = ++w->next_group;
+    g->next = w->groups;
+    w->groups = g;
+    return g;
+}
+
+pp_status pp_threads_transport_group(pp_threads_world *w, const int *members, int size, int rank, pp_transport *out,
+                                     pp_error *err)
+{
+    pp__threads_members *g;
+    pp__threads_ep *ep = NULL;
+    pp_status st;
+    int at = -1;
+    if (!w || !out) return pp__fail(err, PP_EINVAL, "world and out: must not be NULL");
+    if (rank < 0 || rank >= w->world)
+        return pp__fail(err, PP_EINVAL, "rank=%d: must be between 0 and world-1=%d", rank, w->world - 1);
+    st = pp__threads_check_members(w, members, size, rank, &at, err);
+    if (st != PP_OK) return st;
+    pthread_mutex_lock(&w->mu);
+    g = pp__threads_register(w, members, size);
+    if (g)
+        for (ep = w->eps; ep; ep = ep->next)
+            if (ep->group == g->id && ep->rank == rank) break;
+    if (g && !ep) {
+        ep = (pp__threads_ep *)pp__calloc(1, sizeof *ep);
+        if (ep) {
+            ep->w = w;
+            ep->rank = rank;
+            ep->index = at;
+            ep->size = size;
+            ep->members = g->ranks;
+            ep->group = g->id;
+            ep->next = w->eps;
+            w->eps = ep;
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!ep) return pp__fail(err, PP_ENOMEM, "out of memory");
+    pp__threads_fill(ep, out);
+    return pp__ok(err);
+}
+
+pp_status pp_threads_transport_grid(pp_threads_world *w, const pp_grid *grid, unsigned dims, int rank, pp_transport *out,
+                                    pp_error *err)
+{
+    pp_grid_group_info info;
+    int *members;
+    pp_status st;
+    if (!w || !grid || !out) return pp__fail(err, PP_EINVAL, "world, grid and out: must not be NULL");
+    if (grid->world != w->world)
+        return pp__fail(err, PP_EINVAL, "grid.world=%d: must be the threads world's %d ranks", grid->world, w->world);
+    st = pp_grid_group(grid, rank, dims, &info, err);
+    if (st != PP_OK) return st;
+    members = (int *)PIPEPAR_MALLOC((size_t)info.size * sizeof(int));
+    if (!members) return pp__fail(err, PP_ENOMEM, "out of memory");
+    st = pp_grid_group_members(grid, dims, info.color, members, info.size, err);
+    if (st == PP_OK) st = pp_threads_transport_group(w, members, info.size, rank, out, err);
+    PIPEPAR_FREE(members);
+    return st;
 }
 
 typedef struct pp__thread_arg {
@@ -10384,8 +10899,25 @@ pp_status pp_threads_run(int world, pp_rank_fn fn, void *user, pp_status *status
  *     in_group[k], gout_group[k]   the group whose completion makes in/gout valid, or -1
  * Groups are waited in posting order (FIFO, as they finish on one NCCL stream): waiting for
  * group g waits for every older one too, and then releases the buffers their sends used.
- * The same walk runs once at setup without callbacks or transport ("planning"), which counts
- * the peak number of live tensors; the pool reserves that many slots. */
+ * The same walk runs once per program without callbacks or transport ("planning"), which counts
+ * the peak number of live tensors; the pool reserves that many slots.
+ *
+ * A program (pp__plan) is the fixed schedule, or with a recipe the schedule of one microbatch
+ * count, built on the first step of that count and kept. With it, set up once: each (chunk,
+ * microbatch)'s saved-state slot (the lowest free at its F, free again after the B or W that
+ * ends it: as many slots as the program's live peak), and where each chunk's last backward
+ * action is (chunk_done). */
+
+/* One program this rank runs, and what was worked out from it once. */
+typedef struct pp__plan {
+    pp_schedule *sched;         /* owned; NULL: not built yet */
+    int len;                    /* this rank's program length */
+    int *slot;                  /* [vpp * mb] saved-state slot of (chunk c, microbatch m) at c * mb + m */
+    unsigned char *done;        /* [len] 1 at a chunk's last backward action of the step */
+    int saved;                  /* saved-state slots it uses: its live peak (pp_schedule_rank_peaks) */
+    int has_split, has_b, maxgroup;
+    uint64_t hash;
+} pp__plan;
 
 typedef struct pp__slot {
     void *ptr;
@@ -10403,16 +10935,29 @@ typedef struct pp__group {
 } pp__group;
 
 struct pp_executor {
+    /* the program of the step being run (pp__use_plan copies it from the plan) */
+    pp__plan *plan;
     pp_schedule *sched;
     const pp_action *prog;
     int rank, len, S, M, vpp, world;
+    int has_b;
+    uint64_t hash;
+    /* every program: plans[0] the fixed schedule's, or plans[n - 1] the recipe's for n microbatches */
+    pp__plan *plans;
+    int nplans;
+    int use_recipe;
+    pp_schedule_config recipe;
+    int split_backward, split_overlaps;
+    int max_M;                  /* the most microbatches of a step: the per-step arrays' size */
+    int saved_slots;            /* pp_executor_saved_slots */
+    int saved_live, saved_used; /* saved-state slots live now, and the most at once so far */
+    int unsplit;                /* no backward_input/backward_weight: I runs backward, W nothing */
     pp_transport tp;
     pp_callbacks cb;
     pp_allocator al;
     pp_timer timer;
     double timeout;
-    int num_metrics, record, has_split, has_b;
-    uint64_t hash;
+    int num_metrics, record;
     int steps, failed, planning;
     int in_fb_second_half;      /* an FB without its own callback is running its B half */
     /* the pool */
@@ -10421,8 +10966,8 @@ struct pp_executor {
     long long allocations, transfers_posted, groups_posted;
     size_t bytes_held;
     /* per-step state */
-    int *in, *gout, *sendf, *sendb, *in_group, *gout_group;   /* [vpp * M] */
-    int *out_slot;                                             /* [M] forward-only outputs */
+    int *in, *gout, *sendf, *sendb, *in_group, *gout_group;   /* [vpp * max_M] */
+    int *out_slot;                                             /* [max_M] forward-only outputs */
     void **out_ptr;
     size_t *out_bytes;
     pp__group *groups;
@@ -10436,8 +10981,9 @@ struct pp_executor {
     int forward_only;
     double loss_sum, weight_sum, metric_sum[PP_MAX_METRICS];
     /* timeline */
-    double *times;                  /* [3 * len] */
+    double *times;                  /* [3 * cap_len] */
     double *t_start, *t_ready, *t_end;
+    int cap_len;                    /* the longest program so far: the timeline arrays' size */
     int timeline_valid;
 };
 
@@ -10629,6 +11175,7 @@ static pp_mb_info pp__info(const pp_executor *ex, int stage, int m)
     in.num_mb = ex->M;
     in.step = ex->steps;
     in.forward_only = ex->forward_only;
+    in.slot = in.chunk >= 0 && !ex->forward_only ? ex->plan->slot[in.chunk * ex->M + m] : -1;
     if (ex->step) {
         if (ex->step->mb_meta) in.meta = ex->step->mb_meta[m];
         if (ex->step->batch_rows > 0) {
@@ -10649,6 +11196,7 @@ static size_t pp__bytes(pp_executor *ex, int boundary, int m)
     if (ex->planning) return 0;
     info = pp__info(ex, boundary, m);
     info.chunk = -1;
+    info.slot = -1;
     return ex->cb.tensor_bytes(ex->cb.user, boundary, &info);
 }
 
@@ -10722,6 +11270,7 @@ static pp_status pp__f_prepare(pp_executor *ex, int i, pp__fwd *f, pp_error *err
 static pp_status pp__f_finish(pp_executor *ex, int i, pp__fwd *f, pp_error *err)
 {
     pp_status st;
+    if (!ex->planning && !ex->forward_only && ++ex->saved_live > ex->saved_used) ex->saved_used = ex->saved_live;
     if (f->s == f->info.last_stage) {
         int g = -1;
         if (!ex->forward_only) {
@@ -10795,6 +11344,7 @@ static void pp__b_finish(pp_executor *ex, pp__bwd *b, int full)
     if (full) {
         pp__release(ex, b->in); ex->in[b->k] = -1;
         pp__release(ex, b->gout); ex->gout[b->k] = -1;
+        if (!ex->planning) ex->saved_live--;
     }
 }
 
@@ -10820,10 +11370,11 @@ static pp_status pp__run_b(pp_executor *ex, int i, int op, int s, int m, pp_erro
     pp__mark(ex, 3 * i + 1);
     if ((st = pp__b_prepare(ex, &b, err)) != PP_OK) return st;
     if (!ex->planning) {
-        int rc = op == PP_OP_I
-            ? ex->cb.backward_input(ex->cb.user, &b.info, pp__ptr(ex, b.in), pp__ptr(ex, b.gout), pp__ptr(ex, b.gin))
-            : ex->cb.backward(ex->cb.user, &b.info, pp__ptr(ex, b.in), pp__ptr(ex, b.gout), pp__ptr(ex, b.gin));
-        if (rc) return pp__callback_failed(ex, i, op == PP_OP_I ? "backward_input" : "backward", rc, err);
+        int whole = op == PP_OP_B || ex->unsplit;   /* unsplit: the I is the whole backward */
+        int rc = whole
+            ? ex->cb.backward(ex->cb.user, &b.info, pp__ptr(ex, b.in), pp__ptr(ex, b.gout), pp__ptr(ex, b.gin))
+            : ex->cb.backward_input(ex->cb.user, &b.info, pp__ptr(ex, b.in), pp__ptr(ex, b.gout), pp__ptr(ex, b.gin));
+        if (rc) return pp__callback_failed(ex, i, whole ? "backward" : "backward_input", rc, err);
     }
     pp__b_finish(ex, &b, op == PP_OP_B);
     return PP_OK;
@@ -10835,12 +11386,13 @@ static pp_status pp__run_w(pp_executor *ex, int i, int s, int m, pp_error *err)
     pp_mb_info info = pp__info(ex, s, m);
     pp__mark(ex, 3 * i + 1);
     if (ex->in[k] < 0 || ex->gout[k] < 0) return pp__missing(ex, i, "the I this weight-gradient follows", err);
-    if (!ex->planning) {
+    if (!ex->planning && !ex->unsplit) {   /* unsplit: its I ran the whole backward */
         int rc = ex->cb.backward_weight(ex->cb.user, &info, pp__ptr(ex, ex->in[k]), pp__ptr(ex, ex->gout[k]));
         if (rc) return pp__callback_failed(ex, i, "backward_weight", rc, err);
     }
     pp__release(ex, ex->in[k]); ex->in[k] = -1;
     pp__release(ex, ex->gout[k]); ex->gout[k] = -1;
+    if (!ex->planning) ex->saved_live--;
     return PP_OK;
 }
 
@@ -10963,6 +11515,16 @@ static pp_status pp__post_group(pp_executor *ex, int i, int j, pp_error *err)
     return PP_OK;
 }
 
+/* Position i ended its chunk's backward work of the step (pp__plan.done): tell the trainer. */
+static pp_status pp__chunk_done(pp_executor *ex, int i, pp_action a, pp_error *err)
+{
+    pp_mb_info info = a.op == PP_OP_FB ? pp__info(ex, a.stage2, a.mb2) : pp__info(ex, a.stage, a.mb);
+    int rc;
+    info.slot = -1;
+    rc = ex->cb.chunk_done(ex->cb.user, &info);
+    return rc ? pp__callback_failed(ex, i, "chunk_done", rc, err) : PP_OK;
+}
+
 /* Walks the program once. */
 static pp_status pp__walk(pp_executor *ex, pp_error *err)
 {
@@ -10990,6 +11552,8 @@ static pp_status pp__walk(pp_executor *ex, pp_error *err)
         default: st = pp__run_fb(ex, i, a, err); break;
         }
         if (st == PP_OK) pp__mark(ex, 3 * i + 2);
+        if (st == PP_OK && ex->plan->done[i] && ex->cb.chunk_done && !ex->planning && !ex->forward_only)
+            st = pp__chunk_done(ex, i, a, err);
         i++;
     }
     if (st == PP_OK && ex->ngroups > 0) st = pp__wait_upto(ex, ex->ngroups - 1, ex->len, err);
@@ -11003,13 +11567,14 @@ static void pp__reset_step(pp_executor *ex)
         ex->in[k] = ex->gout[k] = ex->sendf[k] = ex->sendb[k] = -1;
         ex->in_group[k] = ex->gout_group[k] = -1;
     }
-    for (k = 0; k < ex->M; k++) {
+    for (k = 0; k < ex->max_M; k++) {   /* the last step's outputs, whatever its count */
         if (ex->out_slot[k] >= 0) pp__release(ex, ex->out_slot[k]);
         ex->out_slot[k] = -1;
         ex->out_ptr[k] = NULL;
         ex->out_bytes[k] = 0;
     }
     ex->ngroups = ex->next_wait = ex->nrelease = 0;
+    ex->saved_live = 0;
     ex->loss_sum = ex->weight_sum = 0;
     memset(ex->metric_sum, 0, sizeof ex->metric_sum);
 }
@@ -11019,8 +11584,9 @@ static void pp__release_all(pp_executor *ex)
 {
     int i;
     for (i = 0; i < ex->nslots; i++) { ex->slots[i].used = 0; ex->slots[i].free_since = ex->groups_posted; }
-    for (i = 0; i < ex->M; i++) ex->out_slot[i] = -1;
+    for (i = 0; i < ex->max_M; i++) ex->out_slot[i] = -1;
     ex->live = 0;
+    ex->saved_live = 0;
 }
 
 /* FNV-1a over the schedule: everything a rank's partners rely on. */
@@ -11051,11 +11617,21 @@ static uint64_t pp__schedule_hash(const pp_schedule *s)
     return h;
 }
 
+static void pp__plan_free(pp__plan *p)
+{
+    pp_schedule_free(p->sched);
+    PIPEPAR_FREE(p->slot);
+    PIPEPAR_FREE(p->done);
+    memset(p, 0, sizeof *p);
+}
+
 void pp_executor_free(pp_executor *ex)
 {
+    int i;
     if (!ex) return;
     pp__pool_free_memory(ex);
-    pp_schedule_free(ex->sched);
+    if (ex->plans) for (i = 0; i < ex->nplans; i++) pp__plan_free(&ex->plans[i]);
+    PIPEPAR_FREE(ex->plans);
     PIPEPAR_FREE(ex->slots);
     PIPEPAR_FREE(ex->in); PIPEPAR_FREE(ex->gout); PIPEPAR_FREE(ex->sendf); PIPEPAR_FREE(ex->sendb);
     PIPEPAR_FREE(ex->in_group); PIPEPAR_FREE(ex->gout_group);
@@ -11065,20 +11641,202 @@ void pp_executor_free(pp_executor *ex)
     PIPEPAR_FREE(ex);
 }
 
-pp_status pp_executor_create(const pp_executor_config *cfg, pp_executor **out, pp_error *err)
+/* Works out once what program s (lowered, valid; p takes it) needs: each (chunk, microbatch)'s
+ * saved-state slot, the lowest free at its F and free again after the B or W that ends it (so
+ * the slots used are the program's live peak: when slot j is taken, 0 .. j-1 are all live); the
+ * position of each chunk's last B, W or FB (its I is never last: its W follows); the largest
+ * communication group. */
+static pp_status pp__plan_init(pp_executor *ex, pp__plan *p, pp_schedule *s, pp_error *err)
 {
-    pp_executor *ex;
-    const pp_schedule *s;
+    const pp_action *prog = s->actions[ex->rank];
+    int n = s->vpp * s->mb, i, h, c, run = 0, lo = 0;
+    int *used, *last;
+    memset(p, 0, sizeof *p);
+    p->sched = s;
+    p->len = s->length[ex->rank];
+    p->slot = (int *)pp__calloc((size_t)n, sizeof(int));
+    p->done = (unsigned char *)pp__calloc((size_t)p->len + 1, 1);
+    used = (int *)pp__calloc((size_t)n + 1 + (size_t)s->vpp, sizeof(int));   /* [n + 1] slot taken, then last */
+    if (!p->slot || !p->done || !used) {
+        PIPEPAR_FREE(used);
+        pp__plan_free(p);
+        return pp__fail(err, PP_ENOMEM, "rank %d: out of memory", ex->rank);
+    }
+    last = used + n + 1;   /* [vpp] each chunk's last backward position, -1 for none */
+    for (i = 0; i < n; i++) p->slot[i] = -1;
+    for (c = 0; c < s->vpp; c++) last[c] = -1;
+    for (i = 0; i < p->len; i++) {
+        pp_action a = prog[i];
+        int ops[2], stg[2], mbs[2], nh;
+        if (pp__is_comm(a.op)) {
+            run = i > 0 && pp__is_comm(prog[i - 1].op) && prog[i - 1].group == a.group ? run + 1 : 1;
+            if (run > p->maxgroup) p->maxgroup = run;
+            continue;
+        }
+        if (a.op == PP_OP_I || a.op == PP_OP_W) p->has_split = 1;
+        if (a.op == PP_OP_B || a.op == PP_OP_FB) p->has_b = 1;
+        nh = pp__halves(a, ops, stg, mbs);
+        for (h = 0; h < nh; h++) {
+            int k;
+            c = pp_stage_chunk(s, stg[h]);
+            k = c * s->mb + mbs[h];
+            if (ops[h] == PP_OP_F) {
+                while (used[lo]) lo++;   /* lo: no slot below it is free */
+                used[lo] = 1;
+                p->slot[k] = lo;
+                if (lo + 1 > p->saved) p->saved = lo + 1;
+            } else if (ops[h] == PP_OP_B || ops[h] == PP_OP_W) {
+                if (p->slot[k] >= 0) {
+                    used[p->slot[k]] = 0;
+                    if (p->slot[k] < lo) lo = p->slot[k];
+                }
+                last[c] = i;
+            }
+        }
+    }
+    for (c = 0; c < s->vpp; c++)
+        if (last[c] >= 0) p->done[last[c]] = 1;
+    PIPEPAR_FREE(used);
+    p->hash = pp__schedule_hash(s);
+    return PP_OK;
+}
+
+/* The program p becomes the one the walk runs. */
+static void pp__use_plan(pp_executor *ex, pp__plan *p)
+{
+    ex->plan = p;
+    ex->sched = p->sched;
+    ex->prog = p->sched->actions[ex->rank];
+    ex->len = p->len;
+    ex->M = p->sched->mb;
+    ex->has_b = p->has_b;
+    ex->hash = p->hash;
+}
+
+/* Grows the arrays whose size follows the program (transfers of a group, the timeline) for p,
+ * and walks p once without callbacks ("planning") for its peak count of live tensors, training
+ * and forward-only, which the pool plans for. */
+static pp_status pp__plan_pool(pp_executor *ex, pp__plan *p, pp_error *err)
+{
+    pp_status st = PP_OK;
+    int mode, peak = 0, keep_peak = ex->peak_live;
+    if (p->maxgroup > ex->cap_xfers) {
+        pp_transfer *x = (pp_transfer *)PIPEPAR_REALLOC(ex->xfers, (size_t)p->maxgroup * sizeof(pp_transfer));
+        if (!x) return pp__fail(err, PP_ENOMEM, "rank %d: out of memory (transfers)", ex->rank);
+        ex->xfers = x;
+        ex->cap_xfers = p->maxgroup;
+    }
+    if (ex->record && p->len > ex->cap_len) {
+        size_t n = (size_t)p->len + 1;
+        double *t = (double *)PIPEPAR_REALLOC(ex->times, 3 * n * sizeof(double));
+        if (t) ex->times = t;
+        t = t ? (double *)PIPEPAR_REALLOC(ex->t_start, n * sizeof(double)) : NULL;
+        if (t) ex->t_start = t;
+        t = t ? (double *)PIPEPAR_REALLOC(ex->t_ready, n * sizeof(double)) : NULL;
+        if (t) ex->t_ready = t;
+        t = t ? (double *)PIPEPAR_REALLOC(ex->t_end, n * sizeof(double)) : NULL;
+        if (t) ex->t_end = t;
+        if (!t) return pp__fail(err, PP_ENOMEM, "rank %d: out of memory (timeline)", ex->rank);
+        ex->cap_len = p->len;
+    }
+    pp__use_plan(ex, p);
+    ex->step = NULL;   /* planning reads no step's metadata */
+    ex->planning = 1;
+    for (mode = 0; mode < 2 && st == PP_OK; mode++) {
+        ex->forward_only = mode;
+        ex->peak_live = 0;
+        pp__reset_step(ex);
+        st = pp__walk(ex, err);
+        if (ex->peak_live > peak) peak = ex->peak_live;
+        pp__release_all(ex);
+    }
+    ex->planning = 0;
+    ex->forward_only = 0;
+    ex->peak_live = keep_peak;
+    if (peak > ex->planned) ex->planned = peak;
+    pp__reset_step(ex);
+    return st;
+}
+
+/* The recipe's schedule for `count` microbatches: built, split as configured, and when `lower`
+ * lowered and validated (what a step runs; unlowered, the compute order alone). */
+static pp_status pp__recipe_schedule(const pp_executor *ex, int count, int lower, pp_schedule **out, pp_error *err)
+{
+    pp_schedule_config c = ex->recipe;
+    pp_schedule *s = NULL;
     pp_status st;
-    int i, n, maxgroup = 0, run = 0, peak = 0, mode;
-    if (!cfg || !out) return pp__fail(err, PP_EINVAL, "cfg and out: must not be NULL");
-    *out = NULL;
-    s = cfg->schedule;
-    if (!s) return pp__fail(err, PP_EINVAL, "schedule: must not be NULL");
-    if (cfg->transport.world != s->pp)
-        return pp__fail(err, PP_EINVAL, "transport.world=%d: must equal the schedule's pp (%d)", cfg->transport.world, s->pp);
-    if (cfg->transport.rank < 0 || cfg->transport.rank >= s->pp)
-        return pp__fail(err, PP_EINVAL, "transport.rank=%d: must be between 0 and pp-1=%d", cfg->transport.rank, s->pp - 1);
+    c.mb = count;
+    st = pp_schedule_build(&c, &s, err);
+    if (st == PP_OK && ex->split_backward) st = pp_schedule_split_backward(s, err);
+    if (st == PP_OK && ex->split_overlaps) st = pp_schedule_split_overlaps(s, err);
+    if (st == PP_OK && lower) st = pp_schedule_lower(s, err);
+    if (st == PP_OK && lower) st = pp_schedule_validate(s, err);
+    if (st != PP_OK) { pp_schedule_free(s); s = NULL; }
+    *out = s;
+    return st;
+}
+
+/* With a recipe, at setup: the compute order of every count 1 .. max_mb, for the saved-state
+ * slots (the largest live peak of this rank; a count the kind refuses runs no step and counts
+ * none), whether any has split backwards (I, W), and the shape (vpp, stages). Fails when no
+ * count builds, with max_mb's reason. */
+static pp_status pp__recipe_scan(pp_executor *ex, int *any_split, pp_error *err)
+{
+    pp_error why;
+    pp_status st, refused = PP_OK;
+    int n, i, built = 0;
+    *any_split = 0;
+    for (n = 1; n <= ex->max_M; n++) {
+        pp_schedule *s = NULL;
+        int live = 0;
+        st = pp__recipe_schedule(ex, n, 0, &s, &why);
+        if (st == PP_ENOMEM) return pp__fail(err, st, "%s", why.message);
+        if (st != PP_OK) { refused = st; continue; }
+        st = pp_schedule_rank_peaks(s, ex->rank, NULL, 1, &live, NULL, err);
+        if (st == PP_OK) {
+            if (live > ex->saved_slots) ex->saved_slots = live;
+            for (i = 0; i < s->length[ex->rank]; i++)
+                if (s->actions[ex->rank][i].op == PP_OP_I || s->actions[ex->rank][i].op == PP_OP_W) *any_split = 1;
+            ex->vpp = s->vpp;
+            ex->S = s->num_stages;
+            built++;
+        }
+        pp_schedule_free(s);
+        if (st != PP_OK) return st;
+    }
+    if (!built)
+        return pp__fail(err, refused, "recipe: no microbatch count 1 .. max_mb=%d gives a %s schedule (max_mb: %s)",
+                        ex->max_M, pp_schedule_kind_name(ex->recipe.kind), why.message);
+    return PP_OK;
+}
+
+/* The most microbatches a recipe's step may have (max_mb): its setup builds every count's order. */
+#define PP__MAX_RECIPE_MB 4096
+
+/* pp_executor_create's checks that need no program. */
+static pp_status pp__executor_check(const pp_executor_config *cfg, pp_error *err)
+{
+    const pp_schedule *s = cfg->schedule;
+    int recipe = cfg->recipe.kind != PP_KIND_NONE, pp = recipe ? cfg->recipe.pp : s ? s->pp : 0;
+    if (s && recipe)
+        return pp__fail(err, PP_EINVAL, "schedule and recipe: give one, not both (a fixed schedule, or recipe.kind "
+                        "%s to build one for each step's microbatch count)", pp_schedule_kind_name(cfg->recipe.kind));
+    if (!s && !recipe)
+        return pp__fail(err, PP_EINVAL, "schedule: must not be NULL (or give a recipe: recipe.kind, recipe.pp and "
+                        "max_mb)");
+    if (recipe && (cfg->max_mb < 1 || cfg->max_mb > PP__MAX_RECIPE_MB))
+        return pp__fail(err, PP_EINVAL, "max_mb=%d: must be between 1 and %d with a recipe (the most microbatches a "
+                        "step may have)", cfg->max_mb, PP__MAX_RECIPE_MB);
+    if (!recipe && (cfg->max_mb || cfg->split_backward || cfg->split_overlaps))
+        return pp__fail(err, PP_EINVAL, "%s=%d: only with a recipe (a fixed schedule runs as it is: split it with "
+                        "pp_schedule_split_backward or _overlaps before)", cfg->max_mb ? "max_mb" :
+                        cfg->split_backward ? "split_backward" : "split_overlaps",
+                        cfg->max_mb ? cfg->max_mb : cfg->split_backward ? cfg->split_backward : cfg->split_overlaps);
+    if (cfg->transport.world != pp)
+        return pp__fail(err, PP_EINVAL, "transport.world=%d: must equal the %s pp (%d)", cfg->transport.world,
+                        recipe ? "recipe's" : "schedule's", pp);
+    if (cfg->transport.rank < 0 || cfg->transport.rank >= pp)
+        return pp__fail(err, PP_EINVAL, "transport.rank=%d: must be between 0 and pp-1=%d", cfg->transport.rank, pp - 1);
     if (!cfg->transport.post || !cfg->transport.wait || !cfg->transport.all_reduce || !cfg->transport.abort)
         return pp__fail(err, PP_EINVAL, "transport.%s: must not be NULL (post, wait, all_reduce and abort are required)",
                         !cfg->transport.post ? "post" : !cfg->transport.wait ? "wait" :
@@ -11086,6 +11844,11 @@ pp_status pp_executor_create(const pp_executor_config *cfg, pp_executor **out, p
     if (!cfg->callbacks.tensor_bytes || !cfg->callbacks.input || !cfg->callbacks.forward)
         return pp__fail(err, PP_EINVAL, "callbacks.%s: must not be NULL",
                         !cfg->callbacks.tensor_bytes ? "tensor_bytes" : !cfg->callbacks.input ? "input" : "forward");
+    if ((cfg->callbacks.backward_input == NULL) != (cfg->callbacks.backward_weight == NULL))
+        return pp__fail(err, PP_EINVAL, "callbacks.%s: must not be NULL when callbacks.%s is given (the two halves of "
+                        "a split backward come together; without both, give backward)",
+                        cfg->callbacks.backward_input ? "backward_weight" : "backward_input",
+                        cfg->callbacks.backward_input ? "backward_input" : "backward_weight");
     if ((cfg->allocator.alloc == NULL) != (cfg->allocator.free == NULL))
         return pp__fail(err, PP_EINVAL, "allocator: give both alloc and free, or neither");
     if ((cfg->timer.mark == NULL) != (cfg->timer.resolve == NULL))
@@ -11095,20 +11858,25 @@ pp_status pp_executor_create(const pp_executor_config *cfg, pp_executor **out, p
     if (cfg->num_metrics < 0 || cfg->num_metrics > PP_MAX_METRICS)
         return pp__fail(err, PP_EINVAL, "num_metrics=%d: must be between 0 and PP_MAX_METRICS=%d", cfg->num_metrics,
                         PP_MAX_METRICS);
-    if (s->pp > 1 && !s->lowered)
+    if (s && s->pp > 1 && !s->lowered)
         return pp__fail(err, PP_EINVAL, "schedule: not lowered; call pp_schedule_lower first (pp=%d needs "
                         "SEND/RECV actions)", s->pp);
-    st = pp_schedule_validate(s, err);
-    if (st != PP_OK) return st;
+    return s ? pp_schedule_validate(s, err) : PP_OK;
+}
 
+pp_status pp_executor_create(const pp_executor_config *cfg, pp_executor **out, pp_error *err)
+{
+    pp_executor *ex;
+    pp_status st;
+    int n, any_split = 0;
+    if (!cfg || !out) return pp__fail(err, PP_EINVAL, "cfg and out: must not be NULL");
+    *out = NULL;
+    st = pp__executor_check(cfg, err);
+    if (st != PP_OK) return st;
     ex = (pp_executor *)pp__calloc(1, sizeof *ex);
     if (!ex) return pp__fail(err, PP_ENOMEM, "out of memory");
-    st = pp_schedule_copy(s, &ex->sched, err);
-    if (st != PP_OK) { PIPEPAR_FREE(ex); return st; }
     ex->rank = cfg->transport.rank;
-    ex->prog = ex->sched->actions[ex->rank];
-    ex->len = ex->sched->length[ex->rank];
-    ex->S = s->num_stages; ex->M = s->mb; ex->vpp = s->vpp; ex->world = s->pp;
+    ex->world = cfg->transport.world;
     ex->tp = cfg->transport;
     ex->cb = cfg->callbacks;
     ex->al = cfg->allocator;
@@ -11116,65 +11884,52 @@ pp_status pp_executor_create(const pp_executor_config *cfg, pp_executor **out, p
     ex->timeout = cfg->timeout_s > 0 ? cfg->timeout_s : 60.0;
     ex->num_metrics = cfg->num_metrics;
     ex->record = cfg->record_timeline != 0;
-    ex->hash = pp__schedule_hash(ex->sched);
-    for (i = 0; i < ex->len; i++) {
-        int op = ex->prog[i].op;
-        if (op == PP_OP_I || op == PP_OP_W) ex->has_split = 1;
-        if (op == PP_OP_B || (op == PP_OP_FB)) ex->has_b = 1;
-        if (pp__is_comm(op)) {
-            run = (i > 0 && pp__is_comm(ex->prog[i - 1].op) && ex->prog[i - 1].group == ex->prog[i].group) ? run + 1 : 1;
-            if (run > maxgroup) maxgroup = run;
-        } else run = 0;
+    ex->unsplit = !cfg->callbacks.backward_input;
+    ex->use_recipe = cfg->schedule == NULL;
+    ex->nplans = ex->use_recipe ? cfg->max_mb : 1;
+    ex->plans = (pp__plan *)pp__calloc((size_t)ex->nplans, sizeof(pp__plan));
+    if (!ex->plans) { pp_executor_free(ex); return pp__fail(err, PP_ENOMEM, "out of memory"); }
+    if (ex->use_recipe) {
+        ex->recipe = cfg->recipe;
+        ex->split_backward = cfg->split_backward != 0;
+        ex->split_overlaps = cfg->split_overlaps != 0;
+        ex->max_M = cfg->max_mb;
+        st = pp__recipe_scan(ex, &any_split, err);
+    } else {
+        pp_schedule *copy = NULL;
+        ex->S = cfg->schedule->num_stages;
+        ex->vpp = cfg->schedule->vpp;
+        ex->max_M = cfg->schedule->mb;
+        st = pp_schedule_copy(cfg->schedule, &copy, err);
+        if (st == PP_OK) st = pp__plan_init(ex, &ex->plans[0], copy, err);
+        any_split = ex->plans[0].has_split;
+        ex->saved_slots = ex->plans[0].saved;
     }
-    if (ex->has_split && (!ex->cb.backward_input || !ex->cb.backward_weight)) {
-        pp_executor_free(ex);
-        return pp__fail(err, PP_EINVAL, "callbacks.%s: must not be NULL, rank %d's program has split backwards (I, W)",
-                        !cfg->callbacks.backward_input ? "backward_input" : "backward_weight", cfg->transport.rank);
-    }
-    n = ex->vpp * ex->M;
+    if (st == PP_OK && any_split && ex->unsplit && !cfg->callbacks.backward)
+        st = pp__fail(err, PP_EINVAL, "callbacks.backward_input: must not be NULL, rank %d's program has split "
+                      "backwards (I, W): give backward_input and backward_weight, or backward (each I then runs the "
+                      "whole backward, each W nothing)", ex->rank);
+    if (st != PP_OK) { pp_executor_free(ex); return st; }
+    n = ex->vpp * ex->max_M;
     ex->in = (int *)pp__calloc((size_t)n, sizeof(int));
     ex->gout = (int *)pp__calloc((size_t)n, sizeof(int));
     ex->sendf = (int *)pp__calloc((size_t)n, sizeof(int));
     ex->sendb = (int *)pp__calloc((size_t)n, sizeof(int));
     ex->in_group = (int *)pp__calloc((size_t)n, sizeof(int));
     ex->gout_group = (int *)pp__calloc((size_t)n, sizeof(int));
-    ex->out_slot = (int *)pp__calloc((size_t)ex->M, sizeof(int));
-    ex->out_ptr = (void **)pp__calloc((size_t)ex->M, sizeof(void *));
-    ex->out_bytes = (size_t *)pp__calloc((size_t)ex->M, sizeof(size_t));
-    ex->xfers = (pp_transfer *)pp__calloc((size_t)(maxgroup > 0 ? maxgroup : 1), sizeof(pp_transfer));
-    ex->cap_xfers = maxgroup;
+    ex->out_slot = (int *)pp__calloc((size_t)ex->max_M, sizeof(int));
+    ex->out_ptr = (void **)pp__calloc((size_t)ex->max_M, sizeof(void *));
+    ex->out_bytes = (size_t *)pp__calloc((size_t)ex->max_M, sizeof(size_t));
     if (!ex->in || !ex->gout || !ex->sendf || !ex->sendb || !ex->in_group || !ex->gout_group || !ex->out_slot ||
-        !ex->out_ptr || !ex->out_bytes || !ex->xfers) {
+        !ex->out_ptr || !ex->out_bytes) {
         pp_executor_free(ex);
         return pp__fail(err, PP_ENOMEM, "out of memory");
     }
-    for (i = 0; i < ex->M; i++) ex->out_slot[i] = -1;
-    if (ex->record) {
-        ex->times = (double *)pp__calloc((size_t)ex->len * 3 + 1, sizeof(double));
-        ex->t_start = (double *)pp__calloc((size_t)ex->len + 1, sizeof(double));
-        ex->t_ready = (double *)pp__calloc((size_t)ex->len + 1, sizeof(double));
-        ex->t_end = (double *)pp__calloc((size_t)ex->len + 1, sizeof(double));
-        if (!ex->times || !ex->t_start || !ex->t_ready || !ex->t_end) {
-            pp_executor_free(ex);
-            return pp__fail(err, PP_ENOMEM, "out of memory");
-        }
-    }
-    /* plan: the peak count of live tensors, training and forward-only */
-    ex->planning = 1;
-    for (mode = 0; mode < 2; mode++) {
-        ex->forward_only = mode;
-        ex->peak_live = 0;
-        pp__reset_step(ex);
-        st = pp__walk(ex, err);
+    for (n = 0; n < ex->max_M; n++) ex->out_slot[n] = -1;
+    if (!ex->use_recipe) {   /* a recipe's programs are set up on the first step of each count */
+        st = pp__plan_pool(ex, &ex->plans[0], err);
         if (st != PP_OK) { pp_executor_free(ex); return st; }
-        if (ex->peak_live > peak) peak = ex->peak_live;
-        pp__release_all(ex);
     }
-    ex->planning = 0;
-    ex->forward_only = 0;
-    ex->planned = peak;
-    ex->peak_live = 0;
-    pp__reset_step(ex);
     *out = ex;
     return pp__ok(err);
 }
@@ -11200,11 +11955,15 @@ static pp_status pp__step_failed(pp_executor *ex, pp_status st, pp_error *err)
 
 /* Before a step: the ranks all-reduce the schedule hash (8 nibbles n and their squares n*n; all
  * ranks agree exactly when sum(n) = world*n and sum(n*n) = world*n*n for every nibble, exact in
- * float for up to 74565 ranks) and a few fields, to name the one that differs. */
+ * float for up to 74565 ranks) and a few fields. The sums equal world times a rank's own values
+ * only when every rank's are equal (Cauchy-Schwarz), so either every rank finds a difference or
+ * none does; then, up to 64 ranks, all of them all-reduce their fields once more, each at its
+ * own index, to name a field that differs and another rank's value of it (beyond, its mean). */
 #define PP__CHECK_FIELDS 9
+#define PP__CHECK_NAMED_RANKS 64
 static pp_status pp__check_ranks_agree(pp_executor *ex, const pp_step *step, pp_error *err)
 {
-    float v[16 + 2 * PP__CHECK_FIELDS];
+    float v[16 + 2 * PP__CHECK_FIELDS], all[PP__CHECK_NAMED_RANKS * PP__CHECK_FIELDS];
     double f[PP__CHECK_FIELDS];
     static const char *const names[PP__CHECK_FIELDS] = {
         "schedule kind", "vpp", "mb", "group", "placement", "step number", "forward_only", "batch_rows", "num_metrics"
@@ -11233,6 +11992,20 @@ static pp_status pp__check_ranks_agree(pp_executor *ex, const pp_step *step, pp_
         if ((double)v[i] != w * nib || (double)v[8 + i] != w * nib * nib) bad = 1;
     }
     if (!bad) return PP_OK;
+    if (ex->world <= PP__CHECK_NAMED_RANKS) {
+        int r, n = ex->world * PP__CHECK_FIELDS;
+        memset(all, 0, (size_t)n * sizeof(float));
+        for (i = 0; i < PP__CHECK_FIELDS; i++) all[ex->rank * PP__CHECK_FIELDS + i] = (float)f[i];
+        st = ex->tp.all_reduce(ex->tp.user, all, n, ex->timeout, err);
+        if (st != PP_OK) return pp__at(ex, -1, st, err, "naming what differs between the ranks' schedules");
+        for (i = 0; i < PP__CHECK_FIELDS; i++)
+            for (r = 0; r < ex->world; r++)
+                if (all[r * PP__CHECK_FIELDS + i] != (float)f[i])
+                    return pp__fail(err, PP_EINVALID_SCHEDULE, "rank %d: the pipeline ranks run different schedules: "
+                                    "%s%s differs (this rank: %g, rank %d: %g)", ex->rank,
+                                    i == 2 && ex->use_recipe ? "num_" : "", names[i], f[i], r,
+                                    (double)all[r * PP__CHECK_FIELDS + i]);
+    }
     for (i = 0; i < PP__CHECK_FIELDS; i++) {
         double mean = (double)v[16 + 2 * i] / w, meansq = (double)v[17 + 2 * i] / w;
         if (fabs(mean - f[i]) > 1e-3 * (1 + fabs(f[i])) || fabs(meansq - f[i] * f[i]) > 1e-3 * (1 + f[i] * f[i]))
@@ -11245,9 +12018,42 @@ static pp_status pp__check_ranks_agree(pp_executor *ex, const pp_step *step, pp_
                     "programs differ: schedule hash %08x on this rank)", ex->rank, (unsigned)h32);
 }
 
+/* The program of a step of `count` microbatches (pp_step.num_mb): the fixed schedule's, or the
+ * recipe's for that count, set up on its first step. */
+static pp_status pp__plan_get(pp_executor *ex, int count, pp__plan **out, pp_error *err)
+{
+    pp__plan *p;
+    pp_schedule *s = NULL;
+    pp_error why;
+    pp_status st;
+    if (!ex->use_recipe) {
+        if (count != 0 && count != ex->plans[0].sched->mb)
+            return pp__fail(err, PP_EINVAL, "rank %d: step.num_mb=%d: this executor runs a fixed schedule of mb=%d (0 "
+                            "means that count; give a recipe for counts that change)", ex->rank, count,
+                            ex->plans[0].sched->mb);
+        *out = &ex->plans[0];
+        return PP_OK;
+    }
+    if (count < 1 || count > ex->max_M)
+        return pp__fail(err, PP_EINVAL, "rank %d: step.num_mb=%d: must be between 1 and max_mb=%d (a recipe's step "
+                        "names its microbatch count)", ex->rank, count, ex->max_M);
+    p = &ex->plans[count - 1];
+    if (!p->sched) {
+        st = pp__recipe_schedule(ex, count, 1, &s, &why);
+        if (st != PP_OK) return pp__fail(err, st, "rank %d: step.num_mb=%d: %s", ex->rank, count, why.message);
+        st = pp__plan_init(ex, p, s, err);
+        if (st == PP_OK) st = pp__plan_pool(ex, p, err);
+        if (st != PP_OK) { pp__plan_free(p); return st; }
+        PIPEPAR_ASSERT(p->saved <= ex->saved_slots);
+    }
+    *out = p;
+    return PP_OK;
+}
+
 pp_status pp_run_step(pp_executor *ex, const pp_step *step, pp_step_result *result, pp_error *err)
 {
     pp_step zero;
+    pp__plan *plan = NULL;
     pp_status st;
     double t0 = pp__now();
     float red[2 + PP_MAX_METRICS];
@@ -11258,6 +12064,9 @@ pp_status pp_run_step(pp_executor *ex, const pp_step *step, pp_step_result *resu
         return pp__fail(err, PP_EINVAL, "rank %d: an earlier step failed and aborted the transport; create a new "
                         "transport and executor", ex->rank);
     if (!step) { memset(&zero, 0, sizeof zero); step = &zero; }
+    st = pp__plan_get(ex, step->num_mb, &plan, err);
+    if (st != PP_OK) return pp__step_failed(ex, st, err);
+    pp__use_plan(ex, plan);
     ex->step = step;
     ex->forward_only = step->forward_only != 0;
     pp__reset_step(ex);
@@ -11324,6 +12133,7 @@ pp_status pp_run_step(pp_executor *ex, const pp_step *step, pp_step_result *resu
         }
     }
     ex->steps++;
+    ex->step = NULL;
     if (result) result->seconds = pp__now() - t0;
     return pp__ok(err);
 }
@@ -11342,6 +12152,12 @@ void pp_executor_get_stats(const pp_executor *ex, pp_executor_stats *out)
     out->transfers = ex->transfers_posted;
     out->groups = ex->groups_posted;
     out->steps = ex->steps;
+    out->saved_slots_used = ex->saved_used;
+}
+
+int pp_executor_saved_slots(const pp_executor *ex)
+{
+    return ex ? ex->saved_slots : 0;
 }
 
 /* --- >>timeline (implementation) ------------------------------------------------------------ */

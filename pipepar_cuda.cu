@@ -1,3 +1,4 @@
+/* Copyright (c) 2026 the pipepar authors. SPDX-License-Identifier: MIT */
 /* pipepar_cuda.cu — the GPU companion of pipepar.h: kernels that move the bytes the header's
  * host logic decides (see the >>cuda section of pipepar.h for the API and its contracts).
  *

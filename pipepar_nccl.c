@@ -1,3 +1,4 @@
+/* Copyright (c) 2026 the pipepar authors. SPDX-License-Identifier: MIT */
 /* pipepar_nccl.c — the NCCL companion of pipepar.h: communicator set-up, the runtime's
  * transport over NCCL, and the cross-rank half of the gradient norm. Declarations and the
  * user's guide are in pipepar.h (search ">>nccl").

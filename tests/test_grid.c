@@ -405,7 +405,49 @@ static void place_by_speed_names_the_parameter_it_refuses(void)
     }
 }
 
+/* The embedding group on Megatron's 16-GPU grid (tp 2, pp 4; pipelines [0 4 8 12] [1 5 9 13]
+ * [2 6 10 14] [3 7 11 15]): Megatron-LM's embedding group is a pipeline's first and last rank,
+ * so rank 0 and rank 12 form one, rank 13 and rank 1 another; middle ranks are in none. With the
+ * last stage on pipeline rank 0 (a V placement) the group is that one rank. */
+static void embedding_group_is_the_first_and_last_rank_of_the_pipeline(void)
+{
+    pp_grid g = make_grid(16, 2, 0, 0, 4, NULL);
+    int m[2] = { -1, -1 }, n = -1, r;
+    pp_error err;
+    PP_CHECK_OK(pp_grid_embedding_group(&g, 0, 3, m, &n, &err), &err);
+    PP_CHECK(n == 2 && m[0] == 0 && m[1] == 12);
+    PP_CHECK_OK(pp_grid_embedding_group(&g, 12, 3, m, &n, &err), &err);
+    PP_CHECK(n == 2 && m[0] == 0 && m[1] == 12);
+    PP_CHECK_OK(pp_grid_embedding_group(&g, 13, 3, m, &n, &err), &err);
+    PP_CHECK(n == 2 && m[0] == 1 && m[1] == 13);
+    PP_CHECK_OK(pp_grid_embedding_group(&g, 5, 3, m, &n, &err), &err);
+    PP_CHECK_INT(n, 0);
+    PP_CHECK_OK(pp_grid_embedding_group(&g, 9, 0, m, &n, &err), &err);   /* V: both ends on pipeline rank 0 */
+    PP_CHECK_INT(n, 0);
+    PP_CHECK_OK(pp_grid_embedding_group(&g, 1, 0, m, &n, &err), &err);
+    PP_CHECK(n == 1 && m[0] == 1);
+    /* an end in the middle of the pipeline (uneven placements): pipeline ranks 0 and 2 */
+    PP_CHECK_OK(pp_grid_embedding_group(&g, 10, 2, m, &n, &err), &err);
+    PP_CHECK(n == 2 && m[0] == 2 && m[1] == 10);
+    /* every member of every group names the same group; each pipeline has exactly one */
+    for (r = 0; r < 16; r++) {
+        int m2[2], n2, k;
+        PP_CHECK_OK(pp_grid_embedding_group(&g, r, 3, m, &n, &err), &err);
+        PP_CHECK_INT(n, (r < 4 || r >= 12) ? 2 : 0);
+        for (k = 0; k < n; k++) {
+            PP_CHECK_OK(pp_grid_embedding_group(&g, m[k], 3, m2, &n2, &err), &err);
+            PP_CHECK(n2 == n && m2[0] == m[0] && m2[1] == m[1]);
+        }
+    }
+    PP_CHECK_FAILS(pp_grid_embedding_group(&g, 16, 3, m, &n, &err), &err, PP_EINVAL, "rank=16: must be between 0");
+    PP_CHECK_FAILS(pp_grid_embedding_group(&g, 0, 4, m, &n, &err), &err, PP_EINVAL,
+                   "last_pp_rank=4: must be between 0 and pp-1 = 3");
+    PP_CHECK_FAILS(pp_grid_embedding_group(&g, 0, -1, m, &n, &err), &err, PP_EINVAL, "last_pp_rank=-1");
+    PP_CHECK_FAILS(pp_grid_embedding_group(&g, 0, 3, NULL, &n, &err), &err, PP_EINVAL, "must not be NULL");
+}
+
 const pp_test_case pp_suite_grid[] = {
+    PP_TEST(embedding_group_is_the_first_and_last_rank_of_the_pipeline),
     PP_TEST(place_by_speed_puts_the_heavier_rank_on_the_faster_gpu),
     PP_TEST(place_by_speed_matches_brute_force_and_keeps_ties_in_place),
     PP_TEST(place_by_speed_names_the_parameter_it_refuses),

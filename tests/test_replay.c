@@ -273,6 +273,36 @@ static void replay_config_from_a_layer_split(void)
     pp_layers_free(l);
 }
 
+/* Under the V placement (zbv, dualpipev) rank r's chunk 1 is stage 2*pp-1-r, so the replay
+ * config is taken by stage: pp 2, vpp 2, 8 layers in stages of 2, 2, 2, 2, every other layer MoE.
+ * Rank 0's chunk 1 is stage 3 (layers 6, 7), which the looped numbering (chunk*pp + rank = 2)
+ * would have taken for layers 4, 5. */
+static void replay_config_by_stage_follows_the_v_placement(void)
+{
+    pp_layers_config lc;
+    pp_layers *l = NULL;
+    pp_schedule_config sc;
+    pp_schedule *s = NULL;
+    pp_replay_config rc;
+    pp_error err;
+    memset(&lc, 0, sizeof lc);
+    lc.num_layers = 8; lc.pp = 2; lc.vpp = 2; lc.moe_layer_freq = "2";
+    PP_CHECK_OK(pp_layers_build(&lc, &l, &err), &err);
+    memset(&sc, 0, sizeof sc);
+    sc.kind = PP_ZBV; sc.pp = 2; sc.mb = 4;
+    PP_CHECK_OK(pp_schedule_build(&sc, &s, &err), &err);
+    if (!l || !s) { pp_layers_free(l); pp_schedule_free(s); return; }
+    memset(&rc, 0, sizeof rc);
+    PP_CHECK_INT(pp_rank_chunk_stage(s, 0, 1), 3);
+    PP_CHECK_OK(pp_replay_config_from_stage(l, pp_rank_chunk_stage(s, 0, 1), &rc, &err), &err);
+    PP_CHECK(rc.first_layer == 6 && rc.last_layer == 8);
+    PP_CHECK_OK(pp_replay_config_from_layers(l, 0, 1, &rc, &err), &err);   /* looped: stage 2 */
+    PP_CHECK(rc.first_layer == 4 && rc.last_layer == 6);
+    PP_CHECK_FAILS(pp_replay_config_from_stage(l, 4, &rc, &err), &err, PP_EINVAL, "stage=4: the split has 4 stages");
+    pp_schedule_free(s);
+    pp_layers_free(l);
+}
+
 const pp_test_case pp_suite_replay[] = {
     PP_TEST(moe_layout_follows_megatron_freq_and_first_k_dense),
     PP_TEST(uneven_27_layer_split_lines_up_with_the_recording),
@@ -281,5 +311,6 @@ const pp_test_case pp_suite_replay[] = {
     PP_TEST(replay_gather_copies_rows_at_the_layer_slot_and_marks_padding),
     PP_TEST(every_recorded_row_is_replayed_once_across_all_ranks),
     PP_TEST(replay_config_from_a_layer_split),
+    PP_TEST(replay_config_by_stage_follows_the_v_placement),
     {0}
 };

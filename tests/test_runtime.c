@@ -252,7 +252,61 @@ typedef struct tm_run {
     pp_executor *ex[TM_MAX_STAGES];
     int watch;                              /* 1: every rank's transport is a tm_watch */
     tm_watch watches[TM_MAX_STAGES];
+    int unsplit;                            /* 1: no backward_input / backward_weight callbacks */
+    /* saved-state slots (pp_mb_info.slot), by rank: which (stage, mb) holds each slot (stage *
+     * TM_MAX_MB + mb + 1; 0 free), the slot each pair got at its F (by stage), one past the
+     * highest slot seen, pp_executor_saved_slots, and the first misuse */
+    int slot_owner[TM_MAX_STAGES][TM_MAX_STAGES * TM_MAX_MB];
+    int slot_at_f[TM_MAX_STAGES][TM_MAX_MB];
+    int slot_max[TM_MAX_STAGES], saved_slots[TM_MAX_STAGES], slot_bad[TM_MAX_STAGES];
+    char slot_why[TM_MAX_STAGES][160];
+    int chunk_done_calls[TM_MAX_STAGES];
+    /* log_calls: each rank's callbacks in order, "F1.0 B1.0 D0:1.0 " (D: chunk_done, chunk:stage.mb) */
+    int log_calls;
+    char log[TM_MAX_STAGES][8192];
 } tm_run;
+
+static void tm_log(tm_run *run, int rank, const char *fmt, int a, int b, int c)
+{
+    size_t n;
+    if (!run->log_calls) return;
+    n = strlen(run->log[rank]);
+    snprintf(run->log[rank] + n, sizeof run->log[rank] - n, fmt, a, b, c);
+}
+
+static void tm_slot_error(tm_run *run, const pp_mb_info *info, const char *what)
+{
+    if (!run->slot_bad[info->rank]++)
+        snprintf(run->slot_why[info->rank], sizeof run->slot_why[0], "%s (stage %d, mb %d, slot %d, step %d)", what,
+                 info->stage, info->mb, info->slot, info->step);
+}
+
+/* At a forward: no slot in a forward-only step; else a free one, now this pair's. */
+static void tm_slot_take(tm_run *run, const pp_mb_info *info)
+{
+    int *own = run->slot_owner[info->rank];
+    if (info->forward_only) {
+        if (info->slot != -1) tm_slot_error(run, info, "a forward-only step names a slot");
+        return;
+    }
+    if (info->slot < 0 || info->slot >= TM_MAX_STAGES * TM_MAX_MB) { tm_slot_error(run, info, "no slot"); return; }
+    if (own[info->slot]) { tm_slot_error(run, info, "the slot of a pair still live"); return; }
+    own[info->slot] = info->stage * TM_MAX_MB + info->mb + 1;
+    run->slot_at_f[info->stage][info->mb] = info->slot;
+    if (info->slot + 1 > run->slot_max[info->rank]) run->slot_max[info->rank] = info->slot + 1;
+}
+
+/* At a backward half: the slot its forward got; the weight half (or a whole B) ends the pair. */
+static void tm_slot_use(tm_run *run, const pp_mb_info *info, int release)
+{
+    int *own = run->slot_owner[info->rank];
+    if (info->slot != run->slot_at_f[info->stage][info->mb] || info->slot < 0 ||
+        info->slot >= TM_MAX_STAGES * TM_MAX_MB || own[info->slot] != info->stage * TM_MAX_MB + info->mb + 1) {
+        tm_slot_error(run, info, "a backward's slot is not its forward's");
+        return;
+    }
+    if (release) own[info->slot] = 0;
+}
 
 static void tm_touch(tm_run *run, int rank, const void *ptr)
 {
@@ -320,6 +374,7 @@ static size_t tm_bytes(void *user, int boundary, const pp_mb_info *info)
 {
     tm_run *run = (tm_run *)user;
     (void)boundary;
+    if (info->slot != -1) tm_slot_error(run, info, "tensor_bytes names a slot");
     return (size_t)tm_rows(info) * TM_D * sizeof(float) + (info->rank == run->wrong_bytes_rank ? 4 : 0);
 }
 
@@ -372,6 +427,8 @@ static int tm_forward(void *user, const pp_mb_info *info, const void *in, void *
     if (rc) return rc;
     tm_touch(run, info->rank, in);
     tm_touch(run, info->rank, out);
+    tm_slot_take(run, info);
+    tm_log(run, info->rank, "F%d.%d ", info->stage, info->mb, 0);
     run->f_in_ptr[info->stage][info->mb] = in;
     run->f_out_ptr[info->stage][info->mb] = out;
     tm_block_forward(&run->params, info->model_stage, tm_rows(info), (const float *)in, run->pre[info->stage][info->mb],
@@ -397,9 +454,8 @@ static int tm_loss_cb(void *user, const pp_mb_info *info, const void *out, void 
     return 0;
 }
 
-static int tm_backward_input(void *user, const pp_mb_info *info, const void *in, const void *gout, void *gin)
+static void tm_backward_input_math(tm_run *run, const pp_mb_info *info, const void *in, const void *gout, void *gin)
 {
-    tm_run *run = (tm_run *)user;
     int s = info->stage, m = info->mb;
     tm_touch(run, info->rank, in);
     tm_touch(run, info->rank, gout);
@@ -408,26 +464,55 @@ static int tm_backward_input(void *user, const pp_mb_info *info, const void *in,
     run->b_gout_ptr[s][m] = gout;
     tm_block_backward_input(&run->params, info->model_stage, tm_rows(info), run->pre[s][m], (const float *)gout, run->dpre[s][m],
                             (float *)gin);
+}
+
+static void tm_backward_weight_math(tm_run *run, const pp_mb_info *info, const void *in, const void *gout)
+{
+    int s = info->stage, m = info->mb;
+    tm_touch(run, info->rank, in);
+    tm_touch(run, info->rank, gout);
+    tm_block_backward_weight(&run->grads, s, tm_rows(info), (const float *)in, run->pre[s][m], run->dpre[s][m],
+                             (const float *)gout);
+}
+
+static int tm_backward_input(void *user, const pp_mb_info *info, const void *in, const void *gout, void *gin)
+{
+    tm_run *run = (tm_run *)user;
+    tm_slot_use(run, info, 0);
+    tm_log(run, info->rank, "I%d.%d ", info->stage, info->mb, 0);
+    tm_backward_input_math(run, info, in, gout, gin);
     return 0;
 }
 
 static int tm_backward_weight(void *user, const pp_mb_info *info, const void *in, const void *gout)
 {
     tm_run *run = (tm_run *)user;
-    int s = info->stage, m = info->mb;
-    tm_touch(run, info->rank, in);
-    tm_touch(run, info->rank, gout);
-    tm_block_backward_weight(&run->grads, s, tm_rows(info), (const float *)in, run->pre[s][m], run->dpre[s][m],
-                             (const float *)gout);
+    tm_slot_use(run, info, 1);
+    tm_log(run, info->rank, "W%d.%d ", info->stage, info->mb, 0);
+    tm_backward_weight_math(run, info, in, gout);
     return 0;
 }
 
 static int tm_backward(void *user, const pp_mb_info *info, const void *in, const void *gout, void *gin)
 {
-    int rc = tm_maybe_fail((tm_run *)user, info);
+    tm_run *run = (tm_run *)user;
+    int rc = tm_maybe_fail(run, info);
     if (rc) return rc;
-    tm_backward_input(user, info, in, gout, gin);
-    return tm_backward_weight(user, info, in, gout);
+    tm_slot_use(run, info, 1);
+    tm_log(run, info->rank, "B%d.%d ", info->stage, info->mb, 0);
+    tm_backward_input_math(run, info, in, gout, gin);
+    tm_backward_weight_math(run, info, in, gout);
+    return 0;
+}
+
+static int tm_chunk_done(void *user, const pp_mb_info *info)
+{
+    tm_run *run = (tm_run *)user;
+    if (info->slot != -1) tm_slot_error(run, info, "chunk_done names a slot");
+    if (info->forward_only) tm_slot_error(run, info, "chunk_done in a forward-only step");
+    run->chunk_done_calls[info->rank]++;
+    tm_log(run, info->rank, "D%d:%d.%d ", info->chunk, info->stage, info->mb);
+    return 0;
 }
 
 static int tm_forward_backward(void *user, const pp_mb_info *f, const void *f_in, void *f_out, const pp_mb_info *b,
@@ -467,8 +552,11 @@ static pp_status tm_rank(void *user, int rank, pp_transport *t, pp_error *err)
     cfg.callbacks.forward = tm_forward;
     cfg.callbacks.loss = tm_loss_cb;
     cfg.callbacks.backward = tm_backward;
-    cfg.callbacks.backward_input = tm_backward_input;
-    cfg.callbacks.backward_weight = tm_backward_weight;
+    if (!run->unsplit) {
+        cfg.callbacks.backward_input = tm_backward_input;
+        cfg.callbacks.backward_weight = tm_backward_weight;
+    }
+    cfg.callbacks.chunk_done = tm_chunk_done;
     if (run->use_fb_callback) cfg.callbacks.forward_backward = tm_forward_backward;
     cfg.timeout_s = run->timeout > 0 ? run->timeout : 10.0;
     cfg.num_metrics = run->num_metrics;
@@ -476,6 +564,7 @@ static pp_status tm_rank(void *user, int rank, pp_transport *t, pp_error *err)
     if (run->timer[rank].mark) cfg.timer = run->timer[rank];
     st = pp_executor_create(&cfg, &ex, err);
     if (st == PP_OK) {
+        run->saved_slots[rank] = pp_executor_saved_slots(ex);
         clock_gettime(CLOCK_MONOTONIC, &ts);
         t0 = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
         for (step = 0; step < run->steps && st == PP_OK; step++) {
@@ -558,6 +647,40 @@ static pp_schedule *tm_schedule(pp_schedule_kind kind, int pp, int vpp, int mb)
     return s;
 }
 
+/* After a run: no rank misused a saved-state slot (two live pairs in one, a backward in another
+ * pair's, a slot in forward-only steps or tensor_bytes), every slot is free at the end, and after
+ * training steps each rank used exactly pp_schedule_rank_peaks' live peak of slots, which
+ * pp_executor_saved_slots announced and stats.saved_slots_used counted. */
+static int tm_check_slots(tm_run *run, const char *what)
+{
+    const pp_schedule *s = run->sched;
+    int r, k, ok = 1;
+    for (r = 0; r < s->pp; r++) {
+        int live = -1;
+        pp_error err;
+        if (run->slot_bad[r]) {
+            pp_test_fail(__FILE__, __LINE__, "%s: rank %d: %d slot misuses, first: %s", what, r, run->slot_bad[r],
+                         run->slot_why[r]);
+            ok = 0;
+        }
+        for (k = 0; k < TM_MAX_STAGES * TM_MAX_MB; k++)
+            if (run->slot_owner[r][k]) {
+                pp_test_fail(__FILE__, __LINE__, "%s: rank %d: slot %d still held at the end", what, r, k);
+                ok = 0;
+                break;
+            }
+        if (run->forward_only || run->rank_sched[r]) continue;
+        PP_CHECK_OK(pp_schedule_rank_peaks(s, r, NULL, 1, &live, NULL, &err), &err);
+        if (run->saved_slots[r] != live || run->slot_max[r] != live || run->stats[r].saved_slots_used != live) {
+            pp_test_fail(__FILE__, __LINE__, "%s: rank %d: live peak %d, saved_slots %d, highest slot + 1 %d, "
+                         "saved_slots_used %d", what, r, live, run->saved_slots[r], run->slot_max[r],
+                         run->stats[r].saved_slots_used);
+            ok = 0;
+        }
+    }
+    return ok;
+}
+
 /* Runs one step and checks loss on every rank and every stage's gradients against the reference. */
 static int tm_check_against_reference(tm_run *run, const char *what)
 {
@@ -592,7 +715,7 @@ static int tm_check_against_reference(tm_run *run, const char *what)
                          run->stats[r].planned_slots);
             ok = 0;
         }
-    return ok;
+    return tm_check_slots(run, what) && ok;
 }
 
 /* --- tests: gradients ------------------------------------------------------------------------ */
@@ -1130,6 +1253,297 @@ static void the_pool_stays_within_the_planned_slots_and_a_steady_step_allocates_
         }
         tm_free(run);
     }
+    pp_schedule_free(s);
+}
+
+/* --- tests: saved-state slots, chunk_done, the unsplit backward ----------------------------- */
+
+/* A copy of s split as variant says (0: as built, 1: pp_schedule_split_backward, 2:
+ * pp_schedule_split_overlaps) and lowered; NULL when the split changes nothing (no B, no FB). */
+static pp_schedule *tm_variant(const pp_schedule *s, int variant)
+{
+    pp_schedule *c = NULL;
+    pp_error err;
+    if (variant == 1 && pp_test_count_op(s, PP_OP_B) == 0) return NULL;
+    if (variant == 2 && pp_test_count_op(s, PP_OP_FB) == 0) return NULL;
+    PP_CHECK_OK(pp_schedule_copy(s, &c, &err), &err);
+    if (c && variant == 1) PP_CHECK_OK(pp_schedule_split_backward(c, &err), &err);
+    if (c && variant == 2) PP_CHECK_OK(pp_schedule_split_overlaps(c, &err), &err);
+    if (c) PP_CHECK_OK(pp_schedule_lower(c, &err), &err);
+    return c;
+}
+
+/* pp_mb_info.slot, for every kind at several (pp, vpp, mb), as built and with its B split into
+ * I + W or its FB into F then B, and for hand-made programs whose W's wait for the end: no two
+ * live (stage, microbatch) pairs of a rank share a slot, each backward half gets its forward's
+ * slot, and each rank uses exactly pp_schedule_rank_peaks' live peak of slots (its highest slot
+ * is peak - 1: a forward takes the lowest free slot), which pp_executor_saved_slots announced
+ * (tm_check_slots). Two steps in a row free and reuse them. */
+static void saved_state_slots_are_never_shared_and_number_the_live_peak(void)
+{
+    static const int pps[] = { 2, 3, 4 }, mbs[] = { 3, 8 };
+    int kind, vpp, variant, runs = 0, split_runs = 0;
+    size_t a, c;
+    for (kind = PP_KIND_NONE + 1; kind < PP_CUSTOM; kind++) {
+        int kind_runs = 0;
+        for (a = 0; a < sizeof pps / sizeof pps[0]; a++)
+            for (vpp = 1; vpp <= 2; vpp++)
+                for (c = 0; c < sizeof mbs / sizeof mbs[0]; c++) {
+                    pp_schedule_config cfg;
+                    pp_schedule *s = NULL;
+                    pp_error err;
+                    memset(&cfg, 0, sizeof cfg);
+                    cfg.kind = (pp_schedule_kind)kind; cfg.pp = pps[a]; cfg.vpp = vpp; cfg.mb = mbs[c];
+                    if (pp_schedule_build(&cfg, &s, &err) != PP_OK) continue;   /* a combination the kind refuses */
+                    for (variant = 0; variant < 3; variant++) {
+                        pp_schedule *v = tm_variant(s, variant);
+                        tm_run *run;
+                        char what[96];
+                        if (!v) continue;
+                        snprintf(what, sizeof what, "%s pp=%d vpp=%d mb=%d%s", pp_schedule_kind_name(cfg.kind), pps[a],
+                                 vpp, mbs[c], variant == 1 ? " split backward" : variant == 2 ? " split overlaps" : "");
+                        run = tm_new(v, 2);
+                        tm_check_against_reference(run, what);
+                        tm_free(run);
+                        run = tm_new(v, 2);
+                        run->steps = 2;
+                        PP_CHECK_OK(tm_go(run, &err), &err);
+                        tm_check_slots(run, what);
+                        tm_free(run);
+                        pp_schedule_free(v);
+                        runs++;
+                        kind_runs++;
+                        split_runs += variant > 0;
+                    }
+                    pp_schedule_free(s);
+                }
+        PP_CHECK_MSG(kind_runs > 0, "kind %s: nothing ran", pp_schedule_kind_name((pp_schedule_kind)kind));
+    }
+    for (a = 0; a < 2; a++) {   /* every W deferred to the end of its rank's program: slots held longest */
+        pp_schedule *s = a ? tm_split_schedule(PP_INTERLEAVED_1F1B, 2, 2, 4, 1) : tm_split_schedule(PP_1F1B, 3, 1, 6, 1);
+        tm_run *run = tm_new(s, 2);
+        tm_check_against_reference(run, a ? "interleaved, W deferred" : "1f1b, W deferred");
+        tm_free(run);
+        pp_schedule_free(s);
+    }
+    PP_CHECK(runs >= 60);
+    PP_CHECK(split_runs >= 20);
+}
+
+/* What a rank's callbacks must log over `steps` steps of its program, by the rule of chunk_done:
+ * D right after the last action of each chunk among its B, W and FB (the B half's chunk), once a
+ * step; never after an I (its W comes later) and never in forward-only steps. Under the unsplit
+ * backward (no backward_input / backward_weight) an I logs the whole backward (B) and a W nothing. */
+static void tm_expected_log(const pp_schedule *s, int rank, int unsplit, int forward_only, int steps, char *buf,
+                            size_t size)
+{
+    int last[TM_MAX_STAGES], i, c, step;
+    size_t n = 0;
+#define TM_ADD(...) do { n += (size_t)snprintf(buf + n, n < size ? size - n : 0, __VA_ARGS__); } while (0)
+    for (c = 0; c < TM_MAX_STAGES; c++) last[c] = -1;
+    for (i = 0; i < s->length[rank]; i++) {
+        pp_action a = s->actions[rank][i];
+        if (a.op == PP_OP_B || a.op == PP_OP_W) last[pp_stage_chunk(s, a.stage)] = i;
+        if (a.op == PP_OP_FB) last[pp_stage_chunk(s, a.stage2)] = i;
+    }
+    buf[0] = '\0';
+    for (step = 0; step < steps; step++)
+        for (i = 0; i < s->length[rank]; i++) {
+            pp_action a = s->actions[rank][i];
+            int bs = a.op == PP_OP_FB ? a.stage2 : a.stage, bm = a.op == PP_OP_FB ? a.mb2 : a.mb;
+            if (a.op == PP_OP_F || a.op == PP_OP_FB) TM_ADD("F%d.%d ", a.stage, a.mb);
+            if (forward_only) continue;
+            if (a.op == PP_OP_B || a.op == PP_OP_FB || (a.op == PP_OP_I && unsplit)) TM_ADD("B%d.%d ", bs, bm);
+            if (a.op == PP_OP_I && !unsplit) TM_ADD("I%d.%d ", a.stage, a.mb);
+            if (a.op == PP_OP_W && !unsplit) TM_ADD("W%d.%d ", a.stage, a.mb);
+            if (a.op <= PP_OP_FB && last[pp_stage_chunk(s, bs)] == i) TM_ADD("D%d:%d.%d ", pp_stage_chunk(s, bs), bs, bm);
+        }
+#undef TM_ADD
+}
+
+/* chunk_done comes once per chunk per training step, right after that chunk's last backward
+ * action in the program (so after all its backward work), in program order: each rank's whole
+ * sequence of callbacks over two steps equals tm_expected_log's, under one and several chunks, V
+ * placements, split I/W (and W's deferred to the end), FB actions with and without their own
+ * callback, DualPipe's two routes, and the unsplit backward. Forward-only steps call it never. */
+static void chunk_done_follows_each_chunks_last_backward_once_per_step(void)
+{
+    static const struct { pp_schedule_kind kind; int pp, vpp, mb, variant, fb_callback, unsplit; } cfgs[] = {
+        { PP_1F1B, 3, 1, 5, 0, 0, 0 }, { PP_INTERLEAVED_1F1B, 2, 2, 4, 0, 0, 0 }, { PP_INTERLEAVED_1F1B, 2, 2, 4, 1, 0, 0 },
+        { PP_ZBV, 2, 2, 4, 0, 0, 0 }, { PP_ZBV, 2, 2, 4, 0, 0, 1 }, { PP_ZB_H1, 3, 1, 4, 0, 0, 0 },
+        { PP_ZB_H1, 3, 1, 4, 0, 0, 1 }, { PP_DUALPIPEV, 4, 2, 8, 0, 0, 0 }, { PP_DUALPIPEV, 4, 2, 8, 0, 1, 0 },
+        { PP_DUALPIPEV, 4, 2, 8, 2, 0, 0 }, { PP_DUALPIPE, 4, 2, 8, 0, 1, 0 }, { PP_INTERLEAVED_ZB, 2, 2, 4, 0, 0, 1 },
+        { PP_KIND_NONE, 3, 1, 6, 0, 0, 0 },   /* 1F1B split by hand, every W deferred to the end */
+    };
+    static char want[8192];
+    size_t k;
+    int fwd;
+    for (k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++)
+        for (fwd = 0; fwd <= 1; fwd++) {
+            pp_schedule *base = cfgs[k].kind == PP_KIND_NONE ? tm_split_schedule(PP_1F1B, 3, 1, 6, 1)
+                                                             : tm_schedule(cfgs[k].kind, cfgs[k].pp, cfgs[k].vpp, cfgs[k].mb);
+            pp_schedule *s = base ? tm_variant(base, cfgs[k].variant) : NULL;
+            tm_run *run;
+            pp_error err;
+            char what[96];
+            int r;
+            if (!s) { pp_test_fail(__FILE__, __LINE__, "config %d: no schedule", (int)k); pp_schedule_free(base); continue; }
+            snprintf(what, sizeof what, "%s pp=%d mb=%d variant %d%s%s%s", pp_schedule_kind_name(s->kind), s->pp, s->mb,
+                     cfgs[k].variant, cfgs[k].fb_callback ? " fb callback" : "", cfgs[k].unsplit ? " unsplit" : "",
+                     fwd ? " forward only" : "");
+            run = tm_new(s, 2);
+            run->steps = 2;
+            run->log_calls = 1;
+            run->forward_only = fwd;
+            run->use_fb_callback = cfgs[k].fb_callback;
+            run->unsplit = cfgs[k].unsplit;
+            PP_CHECK_OK(tm_go(run, &err), &err);
+            for (r = 0; r < s->pp; r++) {
+                tm_expected_log(s, r, cfgs[k].unsplit, fwd, 2, want, sizeof want);
+                PP_CHECK_MSG(strcmp(run->log[r], want) == 0, "%s rank %d:\n     got  %s\n     want %s", what, r,
+                             run->log[r], want);
+                PP_CHECK_INT(run->chunk_done_calls[r], fwd ? 0 : 2 * s->vpp);
+            }
+            tm_check_slots(run, what);
+            tm_free(run);
+            pp_schedule_free(s);
+            pp_schedule_free(base);
+        }
+}
+
+/* Without backward_input / backward_weight, a schedule with I and W still runs: each I calls
+ * backward (the whole backward) and each W nothing. The gradients equal the single stage's and
+ * the split run's (up to the order in which microbatches add into a weight gradient). */
+static void an_unsplit_backward_runs_split_schedules_to_the_split_gradients(void)
+{
+    static const struct { pp_schedule_kind kind; int pp, vpp, mb; } cfgs[] = {
+        { PP_ZBV, 2, 2, 4 }, { PP_ZBV, 4, 2, 8 }, { PP_ZB_H1, 3, 1, 6 }, { PP_ZB_H1, 4, 1, 8 },
+        { PP_ZB_H2, 4, 1, 8 }, { PP_INTERLEAVED_ZB, 2, 2, 4 }, { PP_KIND_NONE, 3, 1, 6 },
+    };
+    size_t k;
+    for (k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
+        pp_schedule *s = cfgs[k].kind == PP_KIND_NONE ? tm_split_schedule(PP_1F1B, 3, 1, 6, 1)
+                                                      : tm_schedule(cfgs[k].kind, cfgs[k].pp, cfgs[k].vpp, cfgs[k].mb);
+        tm_params split, unsplit;
+        tm_run *run;
+        char what[96];
+        int stg;
+        if (!s) continue;
+        PP_CHECK(pp_test_count_op(s, PP_OP_I) > 0 && pp_test_count_op(s, PP_OP_W) > 0);
+        snprintf(what, sizeof what, "%s pp=%d mb=%d", pp_schedule_kind_name(s->kind), s->pp, s->mb);
+        run = tm_new(s, 2);
+        tm_check_against_reference(run, what);
+        tm_sum_copies(s, &run->grads, &split);
+        tm_free(run);
+        run = tm_new(s, 2);
+        run->unsplit = 1;
+        tm_check_against_reference(run, what);
+        tm_sum_copies(s, &run->grads, &unsplit);
+        tm_free(run);
+        for (stg = 0; stg < tm_model_stages(s); stg++)
+            PP_CHECK_MSG(tm_rel_err(&unsplit, &split, stg) < 1e-5, "%s stage %d: unsplit and split gradients differ by %g",
+                         what, stg, tm_rel_err(&unsplit, &split, stg));
+        pp_schedule_free(s);
+    }
+}
+
+/* The backward callbacks a program needs: a split pair is both or neither (half of one is
+ * refused whatever the schedule), and a schedule with I/W runs with backward alone. */
+static void executor_refuses_half_a_split_backward(void)
+{
+    pp_schedule *s = tm_schedule(PP_1F1B, 2, 1, 2), *zb = tm_schedule(PP_ZBV, 2, 2, 4);
+    pp_threads_world *w = NULL;
+    pp_executor_config cfg;
+    pp_executor *ex = NULL;
+    pp_error err;
+    PP_CHECK_OK(pp_threads_world_create(2, &w, &err), &err);
+    memset(&cfg, 0, sizeof cfg);
+    cfg.schedule = s;
+    PP_CHECK_OK(pp_threads_transport(w, 0, &cfg.transport, &err), &err);
+    cfg.callbacks.tensor_bytes = tm_bytes;
+    cfg.callbacks.input = tm_input;
+    cfg.callbacks.forward = tm_forward;
+    cfg.callbacks.backward = tm_backward;
+    cfg.callbacks.backward_input = tm_backward_input;
+    PP_CHECK_FAILS(pp_executor_create(&cfg, &ex, &err), &err, PP_EINVAL,
+                   "callbacks.backward_weight: must not be NULL when callbacks.backward_input is given");
+    cfg.callbacks.backward_input = NULL;
+    cfg.callbacks.backward_weight = tm_backward_weight;
+    PP_CHECK_FAILS(pp_executor_create(&cfg, &ex, &err), &err, PP_EINVAL,
+                   "callbacks.backward_input: must not be NULL when callbacks.backward_weight is given");
+    cfg.callbacks.backward_weight = NULL;
+    cfg.schedule = zb;
+    PP_CHECK_OK(pp_executor_create(&cfg, &ex, &err), &err);   /* I/W with backward alone */
+    pp_executor_free(ex);
+    ex = NULL;
+    cfg.callbacks.backward = NULL;
+    PP_CHECK_FAILS(pp_executor_create(&cfg, &ex, &err), &err, PP_EINVAL,
+                   "callbacks.backward_input: must not be NULL, rank 0's program has split backwards (I, W): give "
+                   "backward_input and backward_weight, or backward");
+    PP_CHECK(ex == NULL);
+    pp_threads_world_free(w);
+    pp_schedule_free(s);
+    pp_schedule_free(zb);
+}
+
+/* Two data-parallel replicas of a two-stage pipeline in one world of four ranks (grid dp 2 x
+ * pp 2: pipelines {0, 2} and {1, 3}): each rank runs its executor over its pipeline's group
+ * transport (pp_threads_transport_grid), then sums its stage's gradients over its dp group
+ * (pp_group_all_reduce), the trainer's step after the pipeline's. Same data on both replicas:
+ * both hold twice the single stage's gradients, bit for bit alike. */
+typedef struct tm_dp { tm_run *run[2]; pp_grid grid; } tm_dp;
+
+static pp_status tm_dp_rank(void *user, int rank, pp_transport *world, pp_error *err)
+{
+    tm_dp *d = (tm_dp *)user;
+    pp_threads_world *w = pp_threads_transport_world(world);
+    pp_transport pipe, dp;
+    int coord[PP_DIM_COUNT], s;
+    tm_run *run;
+    pp_status st = pp_grid_coords(&d->grid, rank, coord, err);
+    if (st == PP_OK) st = pp_threads_transport_grid(w, &d->grid, PP_GROUP_PP, rank, &pipe, err);
+    if (st == PP_OK) st = pp_threads_transport_grid(w, &d->grid, PP_GROUP_DP, rank, &dp, err);
+    if (st != PP_OK) return st;
+    run = d->run[coord[PP_DIM_DP]];
+    st = tm_rank(run, coord[PP_DIM_PP], &pipe, err);
+    s = coord[PP_DIM_PP];   /* 1F1B: rank r holds stage r */
+    if (st == PP_OK) st = pp_group_all_reduce(&dp, run->grads.w1[s], TM_H * TM_D, 10, err);
+    if (st == PP_OK) st = pp_group_all_reduce(&dp, run->grads.b1[s], TM_H, 10, err);
+    if (st == PP_OK) st = pp_group_all_reduce(&dp, run->grads.w2[s], TM_D * TM_H, 10, err);
+    if (st == PP_OK) st = pp_group_all_reduce(&dp, run->grads.b2[s], TM_D, 10, err);
+    return st;
+}
+
+static void data_parallel_pipelines_run_on_group_transports_and_sum_over_dp(void)
+{
+    pp_schedule *s = tm_schedule(PP_1F1B, 2, 1, 4);
+    pp_grid_config gc;
+    tm_params ref;
+    tm_dp d;
+    pp_error err;
+    int k, stg, i;
+    memset(&gc, 0, sizeof gc);
+    gc.world = 4; gc.pp = 2;
+    PP_CHECK_OK(pp_grid_init(&gc, &d.grid, &err), &err);
+    d.run[0] = tm_new(s, 2);
+    d.run[1] = tm_new(s, 2);
+    PP_CHECK_OK(pp_threads_run(4, tm_dp_rank, &d, NULL, NULL, &err), &err);
+    memset(&ref, 0, sizeof ref);
+    tm_reference(&d.run[0]->params, 2, d.run[0]->mbs[0], 4, 0.25f, &ref, NULL);
+    for (stg = 0; stg < 2; stg++) {
+        for (i = 0; i < TM_H * TM_D; i++) { ref.w1[stg][i] *= 2; ref.w2[stg][i] *= 2; }
+        for (i = 0; i < TM_H; i++) ref.b1[stg][i] *= 2;
+        for (i = 0; i < TM_D; i++) ref.b2[stg][i] *= 2;
+    }
+    for (k = 0; k < 2; k++) {
+        tm_check_slots(d.run[k], "dp replica");
+        for (stg = 0; stg < 2; stg++)
+            PP_CHECK_MSG(tm_rel_err(&d.run[k]->grads, &ref, stg) < 1e-5, "replica %d stage %d: %g", k, stg,
+                         tm_rel_err(&d.run[k]->grads, &ref, stg));
+    }
+    PP_CHECK(memcmp(&d.run[0]->grads, &d.run[1]->grads, sizeof d.run[0]->grads) == 0);
+    tm_free(d.run[0]);
+    tm_free(d.run[1]);
     pp_schedule_free(s);
 }
 
@@ -1728,6 +2142,11 @@ const pp_test_case pp_suite_runtime[] = {
     PP_TEST(padded_batch_gives_the_loss_and_gradients_of_its_real_rows),
     PP_TEST(shapes_may_change_between_steps_and_microbatches),
     PP_TEST(the_pool_stays_within_the_planned_slots_and_a_steady_step_allocates_nothing),
+    PP_TEST(saved_state_slots_are_never_shared_and_number_the_live_peak),
+    PP_TEST(chunk_done_follows_each_chunks_last_backward_once_per_step),
+    PP_TEST(an_unsplit_backward_runs_split_schedules_to_the_split_gradients),
+    PP_TEST(executor_refuses_half_a_split_backward),
+    PP_TEST(data_parallel_pipelines_run_on_group_transports_and_sum_over_dp),
     PP_TEST(a_failing_callback_stops_every_rank_at_once),
     PP_TEST(a_rank_that_stops_mid_step_makes_the_others_time_out),
     PP_TEST(mismatched_schedules_are_reported_before_any_tensor_moves),
