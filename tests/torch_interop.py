@@ -2,19 +2,19 @@
 pipeline runtime (torch.distributed.pipelining.schedules._PipelineScheduleRuntime) in both of its
 CSV formats and trains one step with the gradients of one process.
 
-    python3 tests/torch_interop.py [--pipepar build/pipepar] [--pp 2,4] [--kinds 1f1b,zbv]
+    python3 tests/torch_interop.py [--pipepar build/pipepar] [--pp 2,4] [--kinds 1f1b,zbv] [--backend nccl]
 
-For each pp and each kind (plus the search's winner, read back through pipepar's own CSV), the
+For each pp and each kind (plus the search's winners, read back through pipepar's own CSV), the
 pipepar CLI writes `--format torch-compute-only` and `--format torch-compute-comms`; pp processes
-(gloo on CPU, this machine only) load each file with sched._load_csv(path, format=...) and run
-sched.step() on a small residual MLP, one stage module per virtual stage. Every parameter's
-gradient is compared with the same model run in one process on the same microbatches (the mean
-of the microbatch losses, as PyTorch's scale_grads=True gives): max |g - g_ref| / max |g_ref|
-per tensor must stay below 1e-5 (float32; the two runs may differ in summation order). A control
-case, a compute_comms file stripped of its REDUCE_GRAD cells, must differ by exactly mb - 1 (the
-runtime then leaves the gradients summed over the microbatches): the comparison can fail.
-Prints one line per case and ends with "N passed, N failed"; exits 1 on a failure. It runs in
-PyTorch's gloo backend on this machine's CPU and downloads nothing.
+(gloo on this machine's CPU; with --backend nccl, one GPU each) load each file with
+sched._load_csv(path, format=...) and run sched.step() on a small residual MLP, one stage module
+per virtual stage. Every parameter's gradient is compared with the same model run in one process
+on the same microbatches (the mean of the microbatch losses, as PyTorch's scale_grads=True
+gives): max |g - g_ref| / max |g_ref| per tensor must stay below 1e-5 (float32; the two runs may
+differ in summation order). A control case, a compute_comms file stripped of its REDUCE_GRAD
+cells, must differ by exactly mb - 1 (the runtime then leaves the gradients summed over the
+microbatches): the comparison can fail. Prints one line per case and ends with
+"N passed, N failed"; exits 1 on a failure. It downloads nothing.
 """
 import argparse
 import datetime
@@ -101,13 +101,13 @@ def num_stages_of(path):
     return top + 1
 
 
-def one_case(rank, path, fmt, mb):
+def one_case(rank, path, fmt, mb, device):
     """Runs path in PyTorch's runtime on this rank; returns the worst relative gradient error."""
     n = num_stages_of(path)
     torch.manual_seed(0)
-    model = nn.ModuleList([Block() for _ in range(n)])
-    x = torch.randn(mb * ROWS, HIDDEN)
-    y = torch.randn(mb * ROWS, HIDDEN)
+    model = nn.ModuleList([Block() for _ in range(n)]).to(device)
+    x = torch.randn(mb * ROWS, HIDDEN).to(device)
+    y = torch.randn(mb * ROWS, HIDDEN).to(device)
 
     # the reference: one process, the mean of the microbatch losses
     for m in range(mb):
@@ -127,7 +127,7 @@ def one_case(rank, path, fmt, mb):
                 if b.computation_type in (S.F, S.B, S.I, S.W):
                     holder.setdefault(b.stage_index, r)
     mine = sorted(i for i in range(n) if holder[i] == rank)
-    stages = [PipelineStage(model[i], i, n, torch.device("cpu")) for i in mine]
+    stages = [PipelineStage(model[i], i, n, device) for i in mine]
     sched = S._PipelineScheduleRuntime(stages, mb, loss_fn=loss_fn)
     sched._load_csv(path, format=fmt)
     args = (x,) if holder[0] == rank else ()
@@ -159,17 +159,21 @@ def skip_self_sends_at_init():
     base._get_init_p2p_neighbors_ops = ops
 
 
-def worker(rank, world, d, cases, verbose):
+def worker(rank, world, d, cases, verbose, backend):
     """One rank: runs the cases in order; writes d/<case>.<rank> with the error or the exception.
     Stops at the first failure: a rank that failed may leave transfers posted that would feed the
     next case, so the launcher starts fresh processes for the cases after it."""
-    dist.init_process_group("gloo", init_method="file://" + os.path.join(d, "rendezvous"), rank=rank,
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, init_method="file://" + os.path.join(d, "rendezvous"), rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=TIMEOUT_S))
-    skip_self_sends_at_init()
+    if backend == "gloo":
+        skip_self_sends_at_init()
     try:
         for case in cases:
             try:
-                result = f"{one_case(rank, case.path, case.fmt, case.mb):.6e}"
+                result = f"{one_case(rank, case.path, case.fmt, case.mb, device):.6e}"
             except Exception as e:  # noqa: BLE001 (reported, then the processes stop)
                 result = f"error {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
                 if verbose:
@@ -191,13 +195,13 @@ class Case:
         self.error, self.worst = "not run", None
 
 
-def launch(world, d, cases, verbose):
+def launch(world, d, cases, verbose, backend):
     """Runs the cases on world processes; sets each case's error (None when it ran) and worst."""
     todo = list(cases)
     while todo:
         run_dir = tempfile.mkdtemp(dir=d)
         try:
-            mp.start_processes(worker, args=(world, run_dir, todo, verbose), nprocs=world, start_method="spawn")
+            mp.start_processes(worker, args=(world, run_dir, todo, verbose, backend), nprocs=world, start_method="spawn")
         except Exception:  # noqa: BLE001 (a rank died: its case is read below)
             pass
         done = 0
@@ -234,9 +238,12 @@ def main():
     ap.add_argument("--pp", default="2,4", help="pipeline sizes to run, comma-separated (default 2,4)")
     ap.add_argument("--kinds", default=",".join(k for k, _, _ in KINDS), help="kinds to run, comma-separated")
     ap.add_argument("--verbose", action="store_true", help="print each failing rank's traceback")
+    ap.add_argument("--backend", default="gloo", choices=["gloo", "nccl"],
+                    help="gloo: processes on this CPU (default); nccl: one GPU per process, pp GPUs")
     opt = ap.parse_args()
     kinds = [k for k in KINDS if k[0] in opt.kinds.split(",")]
-    print(f"torch {torch.__version__}: pipepar's CSVs in _PipelineScheduleRuntime, gloo on CPU, "
+    where = "gloo on CPU" if opt.backend == "gloo" else "nccl, one GPU per rank"
+    print(f"torch {torch.__version__}: pipepar's CSVs in _PipelineScheduleRuntime, {where}, "
           f"gradients against one process (relative tolerance {TOLERANCE:g})", flush=True)
     passed = failed = 0
     with tempfile.TemporaryDirectory() as d:
@@ -259,7 +266,7 @@ def main():
                         for row in open(names["compute_comms"]).read().splitlines():
                             f.write(",".join(c for c in row.split(",") if "REDUCE_GRAD" not in c) + "\n")
                     cases.append(Case(pp, kind, "compute_comms", control, mb, control=True))
-            launch(pp, d, cases, opt.verbose)
+            launch(pp, d, cases, opt.verbose, opt.backend)
             for case in cases:
                 ok, line = verdict(case)
                 passed += ok
