@@ -750,7 +750,9 @@ PIPEPAR_API pp_status pp_schedule_rank_peaks(const pp_schedule *s, int rank, con
  * >>draw
  * Pictures and text forms of a schedule.
  *   ASCII: one row per rank, one column per time unit of the simulated timeline.
- *   SVG:   one row per rank, one box per action, colour by microbatch, F / B / I / W told apart.
+ *   SVG:   a figure of the step: a row per rank, a box per compute action (colour = the kind of
+ *          work, shade = the chunk, label = <stage><op><microbatch>), a time axis, a legend;
+ *          pp_timeline_write_svg (>>timeline) draws a measured step the same way.
  *   torch: one line per rank, "rankR: " then the compute actions in PyTorch's spelling.
  *   CSV:   pipepar's pipeline-order CSV, one row per rank in PyTorch's action spelling (compute and
  *          communication actions; an empty cell separates two communication groups that touch);
@@ -760,6 +762,12 @@ PIPEPAR_API pp_status pp_schedule_rank_peaks(const pp_schedule *s, int rank, con
  * ============================================================================================ */
 PIPEPAR_API pp_status pp_schedule_draw_ascii(const pp_schedule *s, const pp_sim_result *sim, FILE *out,
                                              pp_error *err);
+/* The simulated step as SVG: title with the kind and the mean bubble, per rank a row holding its
+ * stages' boxes (each labelled <stage><op><microbatch>, or its microbatch where the box is too
+ * narrow for that; an overlapped FB as its F half above its B half) and its idle share, a time
+ * axis in simulation units, a legend of the kinds of work drawn. A short box gets at least 22 px,
+ * so a long schedule gives a wide picture (a browser scrolls it), at most 100,000 px wide. sim:
+ * pp_simulate's result for s (lowered), or NULL for default costs (F = 1, B = 2 per rank's share). */
 PIPEPAR_API pp_status pp_schedule_write_svg(const pp_schedule *s, const pp_sim_result *sim, FILE *out,
                                             pp_error *err);
 PIPEPAR_API pp_status pp_schedule_write_torch(const pp_schedule *s, FILE *out, pp_error *err);
