@@ -2354,7 +2354,7 @@ PIPEPAR_API int64_t pp_cuda_l2norm_bytes(const pp_cuda_l2norm *plan);
  * unique id is a plain 128-byte struct.
  *
  * START-UP. One process per GPU (mpirun, srun, torchrun, or any launcher that sets RANK,
- * WORLD_SIZE, LOCAL_RANK), or one process with one thread per GPU:
+ * WORLD_SIZE, LOCAL_RANK), or one process with one thread per GPU (see THREADS):
  *     pp_nccl_config cfg = {0};                 // rank, world, device from the environment
  *     pp_nccl *world;  pp_nccl_init(&cfg, &world, &err);
  *     pp_nccl *pipe;   pp_nccl_split(world, &grid, PP_GROUP_PP, &pipe, &err);
@@ -2408,6 +2408,18 @@ PIPEPAR_API int64_t pp_cuda_l2norm_bytes(const pp_cuda_l2norm *plan);
  * otherwise connects peers lazily, inside the step): a cudaMalloc, or NCCL's own allocation for
  * a new connection, can wait behind kernels in flight that wait on the peer (NVIDIA/nccl#581;
  * examples/mlp_gpu.cu does both).
+ *
+ * THREADS. One process per GPU is the layout to run. Ranks as threads of one process work too,
+ * under a rule that processes do not need: no thread may make a call that waits for another
+ * thread's GPU while that GPU runs an NCCL kernel waiting for a kernel this thread has yet to
+ * launch. pp_nccl_free is such a call: the last thread of the process to free a communicator
+ * releases every thread's share of it (ncclCommDestroy), on every thread's GPU, and waits for
+ * those GPUs. So every thread frees a communicator, then the threads meet (pthread_barrier_wait)
+ * before any of them issues NCCL work on another communicator. Otherwise a thread whose free
+ * returned first and that went on to a collective on the parent (pp_nccl_split_group begins with
+ * one) holds its GPU in a kernel waiting for the peer's, the peer's free waits for that GPU, and
+ * both ranks end in PP_ETIMEOUT at their deadlines. NCCL's guide says any CUDA call may wait for
+ * a device: between threads, keep such calls out of the time NCCL work is in flight.
  *
  * ENVIRONMENT. Besides the launcher's variables above, NCCL's own and CUDA_DEVICE_MAX_CONNECTIONS
  * (see the notes), pipepar_nccl.c reads two:
@@ -2486,7 +2498,8 @@ PIPEPAR_API pp_status pp_nccl_reorder(pp_nccl *parent, int new_rank, pp_nccl **o
  * ncclCommSplit's color is the group's smallest member, its key the index. */
 PIPEPAR_API pp_status pp_nccl_split_group(pp_nccl *parent, const int *members, int size, pp_nccl **out,
                                           pp_error *err);
-/* Finalises (or, after an abort, only releases) and frees. NULL is allowed. */
+/* Finalises (or, after an abort, only releases) and frees. NULL is allowed. Ranks that are
+ * threads of one process meet after it, before NCCL work on another communicator (THREADS). */
 PIPEPAR_API void pp_nccl_free(pp_nccl *nc);
 
 PIPEPAR_API int pp_nccl_rank(const pp_nccl *nc);
@@ -2506,7 +2519,8 @@ PIPEPAR_API void pp_nccl_abort(pp_nccl *nc, pp_status status, const char *reason
 PIPEPAR_API pp_status pp_nccl_sync(pp_nccl *nc, void *stream, double timeout_s, pp_error *err);
 /* All ranks meet (a one-float all-reduce) within the deadline. */
 PIPEPAR_API pp_status pp_nccl_barrier(pp_nccl *nc, double timeout_s, pp_error *err);
-/* In place sum over the communicator of `count` floats on the host, within the deadline. */
+/* In place sum over the communicator of `count` floats on the host, within the deadline. Makes
+ * nc's device current (cudaSetDevice), as pp_nccl_sync does. */
 PIPEPAR_API pp_status pp_nccl_all_reduce_host(pp_nccl *nc, float *values, int count, double timeout_s,
                                               pp_error *err);
 
