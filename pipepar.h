@@ -8467,9 +8467,16 @@ static pp_status pp__plan_even(pp_plan *p, const pp_plan_config *c, int pp, int 
     if (layers % stages)
         return pp__fail(err, PP_EINVAL, "layers=%d: must be a multiple of the %d model stages (pp*vpp; pp under "
                         "dualpipe), or give a layout", layers, stages);
+    pp_status st;
     memset(&lc, 0, sizeof lc);
     lc.num_layers = layers; lc.pp = pp; lc.vpp = stages / pp;
-    return pp_layers_build(&lc, &p->layers, err);
+    /* pp_layers_build refuses chunks on one rank (Megatron's offsets would collide); an even split
+     * is the same over any ranks, so it is built a stage a rank and given the schedule's shape */
+    if (pp == 1) { lc.pp = stages; lc.vpp = 1; }
+    if ((st = pp_layers_build(&lc, &p->layers, err)) != PP_OK || pp != 1) return st;
+    p->layers->pp = 1;
+    p->layers->vpp = stages;
+    return PP_OK;
 }
 
 /* The csv: read, its pp, vpp and mb checked against those given; unless keep_csv_comm, its

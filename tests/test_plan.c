@@ -241,6 +241,28 @@ static void a_csvs_own_communication_is_kept_only_when_asked(void)
     PP_CHECK_FAILS(pp_plan_build(&c, &p, &err), &err, PP_EINVALID_SCHEDULE, "rank 0 position 3: 2W0 comes before its I");
 }
 
+/* One rank holding three chunks (a CSV's pp 1, vpp 3; pp_layers_build alone refuses that shape,
+ * after Megatron): 6 layers still split 2, 2, 2 over its stages, and chunk c is stage c. */
+static void one_rank_with_several_chunks_gets_its_even_split(void)
+{
+    const char *held = "0F0,1F0,2F0,2I0,1I0,0I0,0F1,1F1,2F1,2I1,1I1,0I1,2W0,1W0,0W0,2W1,1W1,0W1\n";
+    const int twos[3] = { 2, 2, 2 }, firsts[3] = { 0, 2, 4 };
+    pp_plan_config c;
+    pp_plan *p = NULL;
+    pp_error err;
+    memset(&c, 0, sizeof c);
+    c.csv = held; c.csv_len = strlen(held); c.csv_name = "held.csv"; c.layers = 6;
+    PP_CHECK_OK(pp_plan_build(&c, &p, &err), &err);
+    if (!p) return;
+    PP_CHECK_STR(p->name, "from held.csv");
+    PP_CHECK_INT(p->layers->pp, 1);
+    PP_CHECK_INT(p->layers->vpp, 3);
+    pl_check_ints(p->layers->count, twos, 3, "count");
+    pl_check_ints(p->layers->first, firsts, 3, "first");
+    PP_CHECK_INT(pp_layers_stage(p->layers, 0, 2), 2);
+    pp_plan_free(p);
+}
+
 /* The search on stages of 1,3,1,3 layers (pp 2, mb 8, F = I = W per layer): the greedy V order
  * is the fastest (tests/zb_cli.sh's 2,6,2,6 case, smaller). Its ranking stays in the plan. */
 static void a_search_on_a_layout_runs_the_fastest_order_for_its_stages(void)
@@ -467,6 +489,7 @@ const pp_test_case pp_suite_plan[] = {
     PP_TEST(the_splits_change_what_they_say_and_the_name_says_what_changed),
     PP_TEST(a_csv_gives_its_shape_and_order_and_must_agree_with_what_is_given),
     PP_TEST(a_csvs_own_communication_is_kept_only_when_asked),
+    PP_TEST(one_rank_with_several_chunks_gets_its_even_split),
     PP_TEST(a_search_on_a_layout_runs_the_fastest_order_for_its_stages),
     PP_TEST(a_search_that_chooses_the_layout_gives_its_split_as_the_layers),
     PP_TEST(a_search_over_even_layers_runs_at_vpp_2),
