@@ -94,6 +94,8 @@ $(BUILD)/%: examples/%.c pipepar.h | $(BUILD)/.dir
 # examples whose model lives in a header of its own
 $(BUILD)/gpt: examples/gpt_model.h
 $(BUILD)/mimo_threads: examples/mimo_model.h
+$(BUILD)/mlp_threads: examples/mlp_model.h
+$(BUILD)/mlp_plan: examples/mlp_threads.c examples/mlp_model.h examples/text_file.h
 
 $(BUILD)/bench_%: bench/%.c pipepar.h | $(BUILD)/.dir
 	$(CC) $(CSTD) $(WARN) -O2 -g $(CFLAGS) -o $@ $< $(LDLIBS)
