@@ -24,8 +24,8 @@
  *
  * What a rank does (run_rank, one function per phase):
  *   1. connect     NCCL communicators: pp_nccl_init, then ncclCommSplit by the rank grid
- *   2. schedule    build, lower, validate (pp_search for --schedule search; or read from
- *                  --schedule-csv); --layout's stages
+ *   2. schedule    pp_plan_build: --layout's stages (or --layers evenly); the schedule built,
+ *                  searched (--schedule search) or read (--schedule-csv), lowered, split, proven
  *   3. place       (--place-by-speed) the rank with the most GEMMs on the fastest GPU
  *   4. build       this rank's blocks, the transport and executor, and every buffer of a step:
  *                  the executor's boundary tensors, activation slots and I->W buffers counted
@@ -801,7 +801,7 @@ static int csv_fits_run(Rank &R, const pp_schedule *s)
     if (s->placement == PP_PLACEMENT_DUAL) {
         if (R.lead) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: a DualPipe schedule (two copies of every stage, their "
                             "gradients summed): not supported by this example (it keeps one copy of each stage's "
-                            "weights); use dualpipev, or examples/mlp_threads.c on CPU\n", o.schedule_csv);
+                            "weights); use dualpipev, or examples/mlp_plan.c on CPU\n", o.schedule_csv);
         return 2;
     }
     if (s->pp != R.pp || s->mb != o.mb || (o.vpp && s->vpp != o.vpp)) {

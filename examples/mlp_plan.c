@@ -43,14 +43,15 @@ static int parse(int argc, char **argv, pp_plan_config *pc, trainer *tr, const c
                  int *rows)
 {
     pp_error err;
-    int i, given_schedule = 0, search_kind = 0;
+    int i, used, given_schedule = 0, search_kind = 0;
     double x;
-    for (i = 1; i < argc; i++) {
+    for (i = 1; i < argc; i += used) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = 1;
+        used = 2;                   /* a flag and its value; a switch is one word */
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { fputs(help, stdout); return -1; }
-        if (!strcmp(f, "--split-backward")) { pc->split_backward = 1; continue; }
-        if (!strcmp(f, "--search-layout")) { pc->search_layout = 1; continue; }
+        if (!strcmp(f, "--split-backward")) { pc->split_backward = used = 1; continue; }
+        if (!strcmp(f, "--search-layout")) { pc->search_layout = used = 1; continue; }
         if (!strcmp(f, "--pp")) ok = int_flag(v, 1, MAX_RANKS, &pc->pp);
         else if (!strcmp(f, "--vpp")) ok = int_flag(v, 1, 64, &pc->vpp);
         else if (!strcmp(f, "--mb")) ok = int_flag(v, 1, 4096, &pc->mb);
@@ -76,7 +77,6 @@ static int parse(int argc, char **argv, pp_plan_config *pc, trainer *tr, const c
             if (v && is_kind) tr->name = v;
         } else { fprintf(stderr, "mlp_plan: %s: unknown flag (see --help)\n", f); return 2; }
         if (!ok) return usage("mlp_plan", f, v, v ? "expected a positive number in range (see --help)" : "needs a value");
-        i++;
     }
     if (search_kind && !pc->search) return usage("mlp_plan", "--search-kind", "", "only with --schedule search");
     if (!given_schedule && !*csv) pc->kind = PP_INTERLEAVED_1F1B;

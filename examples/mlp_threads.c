@@ -15,7 +15,7 @@
  * A rank warms up with forwards, then runs one forward, one backward (1F1B: it keeps few
  * microbatches' activations at once) and drains with backwards. While the pipeline fills and
  * drains, ranks wait: that bubble is (pp-1) / (vpp*mb + pp-1) of the step, smaller the more
- * chunks a rank has (the pictures below show it).
+ * chunks a rank has (the pictures this program draws show it).
  *
  * Who does what. pipepar builds every rank's order of work (pp_schedule_build), adds the sends and
  * receives between ranks (pp_schedule_lower), proves that the programs finish
@@ -470,7 +470,7 @@ int main(int argc, char **argv)
     memset(&sc, 0, sizeof sc);
     sc.kind = PP_INTERLEAVED_1F1B; sc.pp = 4; sc.mb = 8;
     tr.prog = "mlp_threads"; tr.name = "interleaved"; tr.steps = 20; tr.lr = 4; tr.timeout = 60;
-    for (i = 1; i < argc; i++) {
+    for (i = 1; i < argc; i += 2) {    /* a flag and its value */
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = 1;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
@@ -492,7 +492,6 @@ int main(int argc, char **argv)
             ok = v != NULL; tr.name = v;
         } else { fprintf(stderr, "mlp_threads: %s: unknown flag (see --help)\n", f); return 2; }
         if (!ok) return usage("mlp_threads", f, v, v ? "expected a positive number in range (see --help)" : "needs a value");
-        i++;
     }
     if (!sc.vpp && (sc.kind == PP_INTERLEAVED_1F1B || sc.kind == PP_LOOPED_BFS || sc.kind == PP_INTERLEAVED_ZB))
         sc.vpp = 2;                 /* interleaved kinds with one chunk a rank are 1F1B */
