@@ -83,7 +83,7 @@ $(BUILD)/suites.gen.h: $(TEST_SRCS) | $(BUILD)/.dir
 	@{ printf '#define PP_SUITES(X) \\\n'; \
 	   for f in $(TEST_SRCS); do n=$${f#tests/test_}; echo "    X($${n%.c}) \\"; done; echo; } > $@
 
-$(BUILD)/pipepar: examples/pipepar.c examples/cli.h $(CLI_SRCS) $(BUILD)/cli_commands.gen.h pipepar.h
+$(BUILD)/pipepar: examples/pipepar.c examples/cli.h examples/text_file.h $(CLI_SRCS) $(BUILD)/cli_commands.gen.h pipepar.h
 	$(CC) $(ALL_CFLAGS) -I$(BUILD) -o $@ examples/pipepar.c $(CLI_SRCS) $(LDLIBS)
 
 $(BUILD)/run_tests: tests/run_tests.c tests/impl.c tests/pp_test.h $(TEST_SRCS) $(BUILD)/suites.gen.h pipepar.h
@@ -94,6 +94,8 @@ $(BUILD)/%: examples/%.c pipepar.h | $(BUILD)/.dir
 # examples whose model lives in a header of its own
 $(BUILD)/gpt: examples/gpt_model.h
 $(BUILD)/mimo_threads: examples/mimo_model.h
+$(BUILD)/mlp_threads: examples/mlp_model.h
+$(BUILD)/mlp_plan: examples/mlp_threads.c examples/mlp_model.h examples/text_file.h
 
 $(BUILD)/bench_%: bench/%.c pipepar.h | $(BUILD)/.dir
 	$(CC) $(CSTD) $(WARN) -O2 -g $(CFLAGS) -o $@ $< $(LDLIBS)

@@ -52,6 +52,8 @@
  *     >>draw        ASCII and SVG timelines, PyTorch text and CSV forms, JSON
  *     >>search      greedy zero-bubble schedules; the best schedule under a memory cap, and
  *                   the split of the layers into stages that suits it
+ *     >>plan        a trainer's schedule options made into what it runs: layer split, schedule
+ *                   (built, searched or read from a CSV), lowered, split, proven
  *     >>pack        sequence packing into bins for DP x PP, padding, cu_seqlens
  *     >>cp          context-parallel partitions (load-balanced 2*cp chunks, BSHD and THD)
  *     >>replay      router-replay index maps for MoE
@@ -1019,6 +1021,91 @@ PIPEPAR_API void pp_search_result_free(pp_search_result *r);
 /* Writes stage_layers[0..stages) as a Megatron layout, 'Et|t*2|t*3L' (E input, L loss), into buf;
  * returns the length it needs (as snprintf does), so a short buf is never silently cut off. */
 PIPEPAR_API int pp_search_layout_text(const int32_t *stage_layers, int stages, char *buf, size_t size);
+
+/* ============================================================================================
+ * >>plan
+ * A trainer's schedule options, made into what it runs. A trainer that lets its user pick the
+ * schedule (a kind, a search, or a CSV from another tool), the stages' sizes (its layers split
+ * evenly, or a Megatron layout) and the backward's form (whole, or I then W) needs the same
+ * sequence each time: the layer split; the compute order, built (pp_schedule_build, or the greedy
+ * scheduler for the costs), searched (pp_search on the split's per-stage costs, or choosing the
+ * split too) or read (pp_schedule_read_csv, its pp, vpp and mb checked against those given);
+ * lowered; split as asked; proven (pp_schedule_validate); and the stages' costs, for pictures.
+ * pp_plan_build is that sequence, once: the CLI's schedule and simulate, examples/mlp_plan.c and
+ * examples/mlp_gpu.cu call it, so they refuse the same combinations in the same words (each
+ * message names the config field, as the flags do). It reads no files: a CSV comes as its text.
+ *
+ *     pp_plan_config pc = { .kind = PP_INTERLEAVED_1F1B, .pp = 2, .mb = 8, .group = 4, .layers = 16,
+ *                           .layout = "Et|t*2|t*2|t*2|t*2|t*2|t*3|t*2L", .split_backward = 1 };
+ *     pp_plan *plan;
+ *     if (pp_plan_build(&pc, &plan, &err) != PP_OK) { fprintf(stderr, "%s\n", err.message); return 2; }
+ *     // stage s runs layers [first[m], first[m] + count[m]) of plan->layers,
+ *     // m = pp_stage_model_stage(plan->schedule, s); run plan->schedule on every rank
+ *     pp_plan_free(plan);
+ *
+ * Layers. A layout gives the stages (each holding at least one layer, vpp = stages / pp; DualPipe,
+ * which runs every model stage twice, takes even stages only). Without one the layers are split
+ * evenly over the model stages (pp * vpp; pp under DualPipe), which must divide them; layers 0
+ * means one a model stage. Costs are per layer when layers or a layout is given, and a stage
+ * costs the sum of its layers' (and keeps their memory, one unit a layer): what the greedy
+ * scheduler, the search and plan.costs use. Otherwise they are as pp_simulate takes them.
+ * ============================================================================================ */
+
+typedef struct pp_plan_config {
+    pp_schedule_kind kind;  /* what to build (PP_CUSTOM: the greedy scheduler, for costs); with
+                               search, only this kind (PP_KIND_NONE: every kind) */
+    int search;             /* 1: pp_search's fastest schedule for costs, under max_memory */
+    int pp;                 /* pipeline ranks; with csv, 0 takes the file's */
+    int vpp;                /* chunks per rank; 0: the layout's or the file's; a search over an even
+                               split of layers, 2 (its per-stage costs need a stage count); else the
+                               kind's (pp_schedule_config.vpp) or, searching, every vpp */
+    int mb;                 /* microbatches per step; with csv, 0 takes the file's */
+    int group, max_live;    /* built kinds only, as pp_schedule_config takes them */
+    const char *csv;        /* the schedule instead: PyTorch's pipeline-order CSV, its text */
+    size_t csv_len;
+    const char *csv_name;   /* the plan's name is "from <csv_name>"; NULL: "from csv" */
+    int keep_csv_comm;      /* 1: the file's sends and receives are proven as written (lowered
+                               only when it has none); 0: its compute order is proven, then
+                               lowered by pipepar (another tool's groups need not pair) */
+    int layers;             /* the model's layers (decoder layers, blocks); 0: the layout's, or one
+                               a model stage */
+    const char *layout;     /* Megatron's pipeline layout ('Et*3|t*4|t*4|t*5L'): the stages' sizes */
+    int search_layout;      /* with search and layers: the search splits the layers too */
+    pp_sim_costs costs;     /* per layer with layers or a layout, else as pp_simulate takes them;
+                               zero means F = 1, B = 2F, I = W = B/2. Per-stage arrays only without
+                               layers and layout; action_cost never (it times one schedule) */
+    const pp_layer_costs *layer_costs; /* optional [layers]: each layer's own costs */
+    double max_memory;      /* search: cap on every rank's peak memory (pp_search_config's) */
+    int split_backward;     /* 1: each whole B as its I then its W (pp_schedule_split_backward);
+                               a search's candidates too */
+    int split_overlaps;     /* 1: each FB as its F then its B (pp_schedule_split_overlaps) */
+} pp_plan_config;
+
+typedef struct pp_plan {
+    pp_schedule *schedule;  /* lowered, split as asked, proven: what every rank's executor takes */
+    pp_layers *layers;      /* the model stages' layers: stage s of the schedule runs model stage
+                               pp_stage_model_stage(schedule, s) */
+    pp_sim_costs costs;     /* cfg.costs, with per-stage arrays when layers or a layout was given
+                               (for every stage of the schedule): for pp_simulate and pictures */
+    char name[160];         /* what was made: "interleaved group=4, B as I then W", "from best.csv",
+                               a search's winner ("greedy V ...") */
+    pp_search_result *search;   /* with search: the ranking (its best is schedule now) */
+    double *stage_costs;    /* storage of costs' per-stage arrays */
+} pp_plan;
+
+/* Runs the sequence above for cfg. On failure nothing is returned (*out NULL) and err names the
+ * field and the rule: "vpp=3: the layout has 4 stages, so vpp = 2 (or leave vpp 0)". A caller
+ * may take schedule and layers for itself (set them NULL before pp_plan_free). */
+PIPEPAR_API pp_status pp_plan_build(const pp_plan_config *cfg, pp_plan **out, pp_error *err);
+PIPEPAR_API void pp_plan_free(pp_plan *p);
+/* The per-stage costs of a layer split, as a plan computes them: each stage's F, B, I, W and
+ * memory the sum of its layers' (per_layer's costs and one unit of memory a layer, or each
+ * layer's own from layer_costs [l->num_layers] when not NULL). storage holds 5 * l->num_stages
+ * doubles of the caller's, which out's per-stage arrays point into; out's other fields are
+ * per_layer's. PP_EINVAL for a stage that holds no layer (its costs would be zero). */
+PIPEPAR_API pp_status pp_plan_stage_costs(const pp_layers *l, const pp_sim_costs *per_layer,
+                                          const pp_layer_costs *layer_costs, double *storage, pp_sim_costs *out,
+                                          pp_error *err);
 
 
 /* ============================================================================================
@@ -8622,6 +8709,304 @@ done:
     PIPEPAR_FREE(b_stage);
     pp__layouts_free(&L);
     return st;
+}
+
+
+/* --- >>plan (implementation) ------------------------------------------------------------- */
+
+/* Every field's own rule and every combination the plan refuses, before any work. */
+static pp_status pp__plan_validate(const pp_plan_config *c, pp_error *err)
+{
+    const pp_sim_costs *k = &c->costs;
+    const int value[6] = { c->pp, c->vpp, c->mb, c->group, c->max_live, c->layers };
+    static const char *const name[6] = { "pp", "vpp", "mb", "group", "max_live", "layers" };
+    int i;
+    for (i = 0; i < 6; i++)
+        if (value[i] < 0) return pp__fail(err, PP_EINVAL, "%s=%d: must be >= 0", name[i], value[i]);
+    if ((int)c->kind < PP_KIND_NONE || (int)c->kind >= PP_KIND_COUNT)
+        return pp__fail(err, PP_EINVAL, "kind=%d: not a schedule kind", (int)c->kind);
+    if (c->csv && (c->kind || c->search || c->group || c->max_live))
+        return pp__fail(err, PP_EINVAL, "csv: the file is the whole schedule (not with %s)", c->search ? "search"
+                        : c->kind ? "kind" : c->group ? "group" : "max_live");
+    if (!c->csv && !c->search && c->kind == PP_KIND_NONE)
+        return pp__fail(err, PP_EINVAL, "kind: none given (a kind to build, search, or a csv)");
+    if (!c->csv && (c->pp < 1 || c->mb < 1))
+        return pp__fail(err, PP_EINVAL, "%s=0: must be at least 1 (0 takes a csv's)", c->pp < 1 ? "pp" : "mb");
+    if (c->keep_csv_comm && !c->csv) return pp__fail(err, PP_EINVAL, "keep_csv_comm: only with csv");
+    if (c->search && (c->group || c->max_live))
+        return pp__fail(err, PP_EINVAL, "%s=%d: not with search (it tries %s itself)", c->group ? "group" : "max_live",
+                        c->group ? c->group : c->max_live, c->group ? "the group sizes" : "zb-h2's caps");
+    if (c->max_memory < 0 || c->max_memory != c->max_memory || (c->max_memory > 0 && !c->search))
+        return pp__fail(err, PP_EINVAL, "max_memory=%g: %s", c->max_memory, c->max_memory > 0 ? "only with search (the "
+                        "cap it ranks by)" : "must be >= 0 (0 means no cap)");
+    if (c->search_layout && (!c->search || c->layout || !c->layers))
+        return pp__fail(err, PP_EINVAL, "search_layout: %s", !c->search ? "only with search" : c->layout ? "not with "
+                        "layout (the search chooses the layout)" : "needs layers (the layers to split)");
+    if (c->layer_costs && !c->layers)
+        return pp__fail(err, PP_EINVAL, "layer_costs: only with layers (they hold one entry a layer)");
+    if (k->action_cost)
+        return pp__fail(err, PP_EINVAL, "costs: action_cost times one schedule's own actions; a plan builds its "
+                        "schedule (give it to pp_simulate)");
+    if ((k->f_stage || k->b_stage || k->i_stage || k->w_stage || k->memory_stage) && (c->layers || c->layout))
+        return pp__fail(err, PP_EINVAL, "costs: per-stage arrays with %s: the stages' costs come from their layers "
+                        "(give per-layer costs)", c->layout ? "a layout" : "layers");
+    return PP_OK;
+}
+
+/* Appends to the plan's name, cut at its size. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void pp__plan_name(pp_plan *p, const char *fmt, ...)
+{
+    size_t n = strlen(p->name);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->name + n, sizeof p->name - n, fmt, ap);
+    va_end(ap);
+}
+
+/* How many actions of op the schedule holds. */
+static int pp__plan_count(const pp_schedule *s, pp_op op)
+{
+    int r, i, n = 0;
+    for (r = 0; r < s->pp; r++)
+        for (i = 0; i < s->length[r]; i++) n += s->actions[r][i].op == (int32_t)op;
+    return n;
+}
+
+/* Per-stage costs of `stages` stages into storage ([5 * stages]), stage s running model stage
+ * s % l->num_stages (DualPipe's up stages run the model again), out = *per_layer with the arrays. */
+static pp_status pp__plan_costs(const pp_layers *l, int stages, const pp_sim_costs *per_layer,
+                                const pp_layer_costs *layer_costs, double *storage, pp_sim_costs *out, pp_error *err)
+{
+    pp_search_config sc;
+    double *arrays[5];
+    int32_t *split;
+    int s, k, n = l->num_stages;
+    for (s = 0; s < n; s++)
+        if (l->count[s] < 1)
+            return pp__fail(err, PP_EINVAL, "layout '%.64s%s': stage %d holds no layer ('t'): every stage needs one, as "
+                            "its costs and memory are its layers'", l->layout ? l->layout : "",
+                            l->layout && strlen(l->layout) > 64 ? "..." : "", s);
+    if (!(split = (int32_t *)pp__calloc((size_t)n, sizeof *split))) return pp__fail(err, PP_ENOMEM, "out of memory");
+    for (s = 0; s < n; s++) split[s] = l->count[s];
+    memset(&sc, 0, sizeof sc);
+    sc.layer_costs = layer_costs;
+    for (k = 0; k < 5; k++) arrays[k] = storage + (size_t)k * (size_t)stages;
+    pp__split_costs(&sc, per_layer, split, n, arrays);   /* the model stages' own, then their copies */
+    for (s = n; s < stages; s++)
+        for (k = 0; k < 5; k++) arrays[k][s] = arrays[k][s % n];
+    PIPEPAR_FREE(split);
+    *out = *per_layer;
+    out->f_stage = arrays[0]; out->b_stage = arrays[1]; out->i_stage = arrays[2]; out->w_stage = arrays[3];
+    out->memory_stage = arrays[4];
+    return PP_OK;
+}
+
+pp_status pp_plan_stage_costs(const pp_layers *l, const pp_sim_costs *per_layer, const pp_layer_costs *layer_costs,
+                              double *storage, pp_sim_costs *out, pp_error *err)
+{
+    if (!l || !per_layer || !storage || !out)
+        return pp__fail(err, PP_EINVAL, "pp_plan_stage_costs: l, per_layer, storage and out must not be NULL");
+    return pp__plan_costs(l, l->num_stages, per_layer, layer_costs, storage, out, err);
+}
+
+/* p->costs for `stages` stages from p->layers (per-layer costs), in storage of the plan's own. */
+static pp_status pp__plan_set_costs(pp_plan *p, const pp_plan_config *c, int stages, pp_error *err)
+{
+    PIPEPAR_FREE(p->stage_costs);
+    if (!(p->stage_costs = (double *)pp__calloc((size_t)stages * 5, sizeof(double))))
+        return pp__fail(err, PP_ENOMEM, "out of memory");
+    return pp__plan_costs(p->layers, stages, &c->costs, c->layer_costs, p->stage_costs, &p->costs, err);
+}
+
+/* layers split evenly over `stages` model stages on pp ranks (vpp = stages / pp). */
+static pp_status pp__plan_even(pp_plan *p, const pp_plan_config *c, int pp, int stages, pp_error *err)
+{
+    pp_layers_config lc;
+    int layers = c->layers ? c->layers : stages;
+    if (layers % stages)
+        return pp__fail(err, PP_EINVAL, "layers=%d: must be a multiple of the %d model stages (pp*vpp; pp under "
+                        "dualpipe), or give a layout", layers, stages);
+    pp_status st;
+    memset(&lc, 0, sizeof lc);
+    lc.num_layers = layers; lc.pp = pp; lc.vpp = stages / pp;
+    /* pp_layers_build refuses chunks on one rank (Megatron's offsets would collide); an even split
+     * is the same over any ranks, so it is built a stage a rank and given the schedule's shape */
+    if (pp == 1) { lc.pp = stages; lc.vpp = 1; }
+    if ((st = pp_layers_build(&lc, &p->layers, err)) != PP_OK || pp != 1) return st;
+    p->layers->pp = 1;
+    p->layers->vpp = stages;
+    return PP_OK;
+}
+
+/* The csv: read, its pp, vpp and mb checked against those given; unless keep_csv_comm, its
+ * compute order proven before pipepar lowers it. */
+static pp_status pp__plan_csv(pp_plan *p, const pp_plan_config *c, pp_error *err)
+{
+    pp_schedule *s;
+    pp_status st = pp_schedule_read_csv(c->csv, c->csv_len, &p->schedule, err);
+    if (st != PP_OK) return st;
+    s = p->schedule;
+    if ((c->pp && c->pp != s->pp) || (c->mb && c->mb != s->mb) || (c->vpp && c->vpp != s->vpp))
+        return pp__fail(err, PP_EINVAL, "%s=%d: the csv has %d rank(s), %d chunk(s) per rank and %d microbatch(es) "
+                        "(0 takes the file's)", c->pp && c->pp != s->pp ? "pp" : c->mb && c->mb != s->mb ? "mb" : "vpp",
+                        c->pp && c->pp != s->pp ? c->pp : c->mb && c->mb != s->mb ? c->mb : c->vpp, s->pp, s->vpp, s->mb);
+    pp__plan_name(p, "from %.140s", c->csv_name ? c->csv_name : "csv");
+    if (c->keep_csv_comm) return PP_OK;
+    pp_schedule_strip_comm(s);
+    return pp_schedule_validate(s, err);
+}
+
+/* A layout's stages: on the csv's ranks (or pp), vpp agreeing, every stage with a layer; not for
+ * dualpipe; a csv's stages those of the layout. */
+static pp_status pp__plan_layout(pp_plan *p, const pp_plan_config *c, pp_error *err)
+{
+    pp_layers_config lc;
+    const pp_schedule *s = p->schedule;
+    const char *cut = strlen(c->layout) > 64 ? "..." : "";
+    pp_status st;
+    int k;
+    if (c->kind == PP_DUALPIPE || (s && s->placement == PP_PLACEMENT_DUAL))
+        return pp__fail(err, PP_EINVAL, "layout '%.64s%s': dualpipe runs every model stage twice (stages pp..2pp-1 run "
+                        "stages 0..pp-1 again); give it even stages (layers)", c->layout, cut);
+    memset(&lc, 0, sizeof lc);
+    lc.num_layers = c->layers; lc.pp = s ? s->pp : c->pp; lc.layout = c->layout;
+    if ((st = pp_layers_build(&lc, &p->layers, err)) != PP_OK) return st;
+    for (k = 0; k < p->layers->num_stages; k++)
+        if (p->layers->count[k] < 1)
+            return pp__fail(err, PP_EINVAL, "layout '%.64s%s': stage %d holds no layer ('t'): every stage needs one",
+                            c->layout, cut, k);
+    if (s && p->layers->num_stages != s->num_stages)
+        return pp__fail(err, PP_EINVAL, "layout '%.64s%s': %d stages, but the CSV's schedule has %d", c->layout, cut,
+                        p->layers->num_stages, s->num_stages);
+    if (c->vpp && c->vpp != p->layers->vpp)
+        return pp__fail(err, PP_EINVAL, "vpp=%d: the layout has %d stages, so vpp = %d (or leave vpp 0)", c->vpp,
+                        p->layers->num_stages, p->layers->vpp);
+    return PP_OK;
+}
+
+/* pp_search's fastest: on the layout's or the even split's per-stage costs, choosing the split
+ * too (search_layout), or on the costs as given. The winner's split becomes p->layers. */
+static pp_status pp__plan_search(pp_plan *p, const pp_plan_config *c, pp_error *err)
+{
+    pp_search_config q;
+    const pp_search_entry *won;
+    pp_status st;
+    memset(&q, 0, sizeof q);
+    q.pp = c->pp; q.mb = c->mb; q.kind = c->kind; q.max_memory = c->max_memory; q.split_backward = c->split_backward;
+    q.costs = p->layers ? p->costs : c->costs;
+    q.vpp = p->layers ? p->layers->vpp : c->vpp;
+    q.costs.grouped = 0;   /* a search ranks each transfer on its own */
+    if (c->search_layout) { q.layers = c->layers; q.layer_costs = c->layer_costs; }
+    if ((st = pp_search(&q, &p->search, err)) != PP_OK) return st;
+    if (!p->search->best) {
+        const pp_search_entry *lean = NULL;
+        int k;
+        for (k = 0; k < p->search->count; k++)
+            if (!lean || p->search->entries[k].peak_memory < lean->peak_memory) lean = &p->search->entries[k];
+        return pp__fail(err, PP_EINVAL, "max_memory=%g: no schedule fits; the leanest, %s, needs %.3f", c->max_memory,
+                        lean ? lean->name : "none", lean ? lean->peak_memory : 0.0);
+    }
+    won = &p->search->entries[0];
+    p->schedule = p->search->best;
+    p->search->best = NULL;
+    pp__plan_name(p, "%s", won->name);
+    if (won->stage_layers) {   /* the split it chose: the model's stages from here on */
+        pp_layers_config lc;
+        int n = c->pp * won->vpp, need = pp_search_layout_text(won->stage_layers, n, NULL, 0);
+        char *text = (char *)pp__calloc((size_t)need + 1, 1);
+        if (!text) return pp__fail(err, PP_ENOMEM, "out of memory");
+        pp_search_layout_text(won->stage_layers, n, text, (size_t)need + 1);
+        memset(&lc, 0, sizeof lc);
+        lc.num_layers = c->layers; lc.pp = c->pp; lc.layout = text;
+        st = pp_layers_build(&lc, &p->layers, err);
+        PIPEPAR_FREE(text);
+    }
+    return st;
+}
+
+/* A kind's compute order: the greedy scheduler's for the costs (PP_CUSTOM), else the kind's. */
+static pp_status pp__plan_build_kind(pp_plan *p, const pp_plan_config *c, pp_error *err)
+{
+    int vpp = p->layers ? p->layers->vpp : c->vpp;
+    pp__plan_name(p, "%s", c->kind == PP_CUSTOM ? "greedy" : pp_schedule_kind_name(c->kind));
+    if (c->group) pp__plan_name(p, " group=%d", c->group);
+    if (c->max_live) pp__plan_name(p, " max_live=%d", c->max_live);
+    if (c->kind == PP_CUSTOM) {
+        pp_greedy_config gc;
+        pp_sim_costs costs = p->layers ? p->costs : c->costs;
+        if (c->group) return pp__fail(err, PP_EINVAL, "group=%d: only interleaved takes a group, not greedy", c->group);
+        costs.grouped = 0;   /* the greedy scheduler places transfers one by one */
+        memset(&gc, 0, sizeof gc);
+        gc.pp = c->pp; gc.mb = c->mb; gc.vpp = vpp; gc.max_live = c->max_live;
+        gc.placement = PP_PLACEMENT_LOOPED;
+        gc.costs = &costs;
+        return pp_schedule_build_greedy(&gc, &p->schedule, err);
+    } else {
+        pp_schedule_config sc;
+        memset(&sc, 0, sizeof sc);
+        sc.kind = c->kind; sc.pp = c->pp; sc.vpp = vpp; sc.mb = c->mb; sc.group = c->group; sc.max_live = c->max_live;
+        return pp_schedule_build(&sc, &p->schedule, err);
+    }
+}
+
+/* Lowered (unless it is), split as asked (its name says what a split changed), proven. */
+static pp_status pp__plan_finish(pp_plan *p, const pp_plan_config *c, pp_error *err)
+{
+    pp_schedule *s = p->schedule;
+    pp_status st = PP_OK;
+    if (!s->lowered && (st = pp_schedule_lower(s, err)) != PP_OK) return st;
+    if (c->split_overlaps && pp__plan_count(s, PP_OP_FB)) {
+        if ((st = pp_schedule_split_overlaps(s, err)) != PP_OK) return st;
+        pp__plan_name(p, ", each FB as F then B");
+    }
+    if (c->split_backward && pp__plan_count(s, PP_OP_B)) {
+        /* a search's candidates are split already, unless FBs split above left whole B's */
+        if ((st = pp_schedule_split_backward(s, err)) != PP_OK) return st;
+        if (!strstr(p->name, "B as I then W")) pp__plan_name(p, ", B as I then W");
+    }
+    return pp_schedule_validate(s, err);
+}
+
+pp_status pp_plan_build(const pp_plan_config *cfg, pp_plan **out, pp_error *err)
+{
+    pp_plan *p;
+    pp_status st;
+    int costs_first, dual;
+    if (!cfg || !out) return pp__fail(err, PP_EINVAL, "pp_plan_build: cfg and out must not be NULL");
+    *out = NULL;
+    if ((st = pp__plan_validate(cfg, err)) != PP_OK) return st;
+    if (!(p = (pp_plan *)pp__calloc(1, sizeof *p))) return pp__fail(err, PP_ENOMEM, "out of memory");
+    p->costs = cfg->costs;
+    /* the greedy scheduler and a search need the stages' costs before they build */
+    costs_first = (cfg->search && !cfg->search_layout) || cfg->kind == PP_CUSTOM;
+    if (cfg->csv) st = pp__plan_csv(p, cfg, err);
+    if (st == PP_OK && cfg->layout) st = pp__plan_layout(p, cfg, err);
+    else if (st == PP_OK && costs_first && cfg->layers)
+        st = pp__plan_even(p, cfg, cfg->pp, cfg->pp * (cfg->vpp ? cfg->vpp : cfg->search ? 2 : 1), err);
+    if (st == PP_OK && costs_first && p->layers) st = pp__plan_set_costs(p, cfg, p->layers->num_stages, err);
+    if (st == PP_OK && !cfg->csv) st = cfg->search ? pp__plan_search(p, cfg, err) : pp__plan_build_kind(p, cfg, err);
+    if (st == PP_OK) st = pp__plan_finish(p, cfg, err);
+    if (st == PP_OK) {   /* the model stages' layers, and their costs for every stage of the schedule */
+        dual = p->schedule->placement == PP_PLACEMENT_DUAL;
+        if (!p->layers) st = pp__plan_even(p, cfg, p->schedule->pp, dual ? p->schedule->pp : p->schedule->num_stages, err);
+        if (st == PP_OK && (cfg->layers || cfg->layout)) st = pp__plan_set_costs(p, cfg, p->schedule->num_stages, err);
+    }
+    if (st != PP_OK) { pp_plan_free(p); return st; }
+    *out = p;
+    return pp__ok(err);
+}
+
+void pp_plan_free(pp_plan *p)
+{
+    if (!p) return;
+    pp_schedule_free(p->schedule);
+    pp_layers_free(p->layers);
+    pp_search_result_free(p->search);
+    PIPEPAR_FREE(p->stage_costs);
+    PIPEPAR_FREE(p);
 }
 
 

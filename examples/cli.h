@@ -17,7 +17,7 @@
  *      finding no schedule under --max-mem. One line on stderr says which.
  * Flags: "--flag value" or "--flag=value"; a flag given twice is refused (mimo's --grid, one per
  * module, excepted). Numbers are whole words: no blank before or after. Bounds: a file read
- * holds at most CLI_MAX_INPUT_BYTES; each numeric flag states its range in its message; output
+ * holds at most TEXT_FILE_MAX_BYTES (text_file.h); each numeric flag states its range in its message; output
  * that grows with a number (cp's and replay's tokens) is capped where that number is read. */
 #ifndef PP_CLI_H
 #define PP_CLI_H
@@ -28,8 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include "../pipepar.h"
+#include "text_file.h"
 
 #if defined(__GNUC__)
 #define CLI_UNUSED __attribute__((unused))
@@ -40,7 +40,6 @@
 #endif
 
 #define CLI_SHORT 64                         /* longest value a message echoes whole */
-#define CLI_MAX_INPUT_BYTES (64L << 20)      /* largest file (or stdin) a subcommand reads */
 #define CLI_MAX_PRINTED_TOKENS (1L << 24)    /* cp and replay print every token: at most this many */
 #define CLI_TIME "%.3f"                      /* step times in text output (JSON keeps 9 digits) */
 
@@ -247,54 +246,18 @@ static CLI_UNUSED const char *cli_kind_name(pp_schedule_kind kind)
 /* --- files ---------------------------------------------------------------------------------------- */
 
 /* Reads a whole text file (stdin for "-") into *text (NUL-terminated, *len bytes; the caller
- * frees it). what (a flag, or NULL) and the path name it in messages. Refused (exit 2): a path
- * that cannot be opened or is a directory, more than CLI_MAX_INPUT_BYTES (a device or pipe that
- * never ends stops there), a NUL byte. Exit 1: a read error, no memory. Returns 0, or the exit
- * code after printing why. */
+ * frees it) with text_file_read's bounds. what (a flag, or NULL) and the path name it in
+ * messages. Returns 0, or the exit code after printing why (2: refused, 1: a read error, no
+ * memory). */
 static CLI_UNUSED int cli_read_file(const char *what, const char *path, char **text, size_t *len)
 {
-    int is_stdin = !strcmp(path, "-");
-    FILE *f = is_stdin ? stdin : fopen(path, "rb");
-    char *buf = NULL, name[CLI_SHORT + 64];
-    size_t n = 0, cap = 0;
-    struct stat sb;
-    int rc = 0;
-    *text = NULL; *len = 0;
-    if (is_stdin) snprintf(name, sizeof name, "%s%sstdin", what ? what : "", what ? " " : "");
-    else snprintf(name, sizeof name, "%s%s'%s'", what ? what : "", what ? " " : "", cli_short(path));
-    if (!f) return cli_usage_error("%s: cannot open: %s", name, strerror(errno));
-    if (fileno(f) >= 0 && fstat(fileno(f), &sb) == 0) {
-        if (S_ISDIR(sb.st_mode)) rc = cli_usage_error("%s: is a directory", name);
-        else if (S_ISREG(sb.st_mode) && sb.st_size > CLI_MAX_INPUT_BYTES)
-            rc = cli_usage_error("%s: %lld bytes, more than %ld (64 MiB, the most pipepar reads from one input)", name,
-                                 (long long)sb.st_size, CLI_MAX_INPUT_BYTES);
-    }
-    while (rc == 0) {
-        size_t got;
-        const char *nul;
-        if (cap - n < 2) {
-            size_t ncap = cap ? 2 * cap : 65536;
-            char *b;
-            if (ncap > (size_t)CLI_MAX_INPUT_BYTES + 2) ncap = (size_t)CLI_MAX_INPUT_BYTES + 2;
-            b = (char *)realloc(buf, ncap);
-            if (!b) { rc = cli_env_error("%s: out of memory reading it", name); break; }
-            buf = b; cap = ncap;
-        }
-        got = fread(buf + n, 1, cap - n - 1, f);
-        if ((nul = (const char *)memchr(buf + n, '\0', got)) != NULL)
-            rc = cli_usage_error("%s: byte %lu is a NUL: expected text", name, (unsigned long)(nul - buf));
-        n += got;
-        if (rc == 0 && n > (size_t)CLI_MAX_INPUT_BYTES)
-            rc = cli_usage_error("%s: more than %ld bytes (64 MiB, the most pipepar reads from one input)", name,
-                                 CLI_MAX_INPUT_BYTES);
-        if (got == 0) break;
-    }
-    if (rc == 0 && ferror(f)) rc = cli_env_error("%s: read error: %s", name, strerror(errno));
-    if (!is_stdin) fclose(f);
-    if (rc) { free(buf); return rc; }
-    buf[n] = '\0';
-    *text = buf; *len = n;
-    return 0;
+    char why[160];
+    int rc = text_file_read(path, text, len, why, sizeof why);
+    if (rc == 0) return 0;
+    fprintf(stderr, "pipepar: %s%s", what ? what : "", what ? " " : "");
+    if (!strcmp(path, "-")) fprintf(stderr, "stdin: %s\n", why);
+    else fprintf(stderr, "'%s': %s\n", cli_short(path), why);
+    return rc;
 }
 
 /* Flushes and closes an output (stdout too), then checks that every write reached it. what
@@ -309,34 +272,4 @@ static CLI_UNUSED int cli_close_output(FILE *f, const char *what)
     return cli_env_error("%s: write failed: %s", what, e ? strerror(e) : "an earlier write did not complete");
 }
 
-/* --- layouts ------------------------------------------------------------------------------------- */
-
-/* --layout: the stages of a Megatron layout string on pp ranks (pp_layers_build's rules), each
- * holding at least one layer ('t'), since a stage's costs and memory scale with its layers. Then
- * arrays[k][s] = per_layer[k] * layers of stage s, for k < n (callers pick which costs; allocated,
- * the caller frees them). Returns 0, or an exit code with the message printed. */
-static CLI_UNUSED int cli_layout_stages(const char *layout, int pp, const double *per_layer, int n, double **arrays,
-                                        pp_layers **out)
-{
-    pp_layers_config lc;
-    pp_layers *lay = NULL;
-    pp_error err;
-    int s, k;
-    *out = NULL;
-    memset(&lc, 0, sizeof lc);
-    lc.pp = pp; lc.layout = layout;
-    if (pp_layers_build(&lc, &lay, &err) != PP_OK) return cli_report(&err);
-    for (s = 0; s < lay->num_stages; s++)
-        if (lay->count[s] < 1) {
-            pp_layers_free(lay);
-            return cli_usage_error("--layout=%s: stage %d holds no layer ('t'): every stage needs one", cli_short(layout), s);
-        }
-    for (k = 0; k < n; k++) {
-        arrays[k] = (double *)calloc((size_t)lay->num_stages, sizeof(double));
-        if (!arrays[k]) { pp_layers_free(lay); return cli_env_error("out of memory"); }
-        for (s = 0; s < lay->num_stages; s++) arrays[k][s] = per_layer[k] * lay->count[s];
-    }
-    *out = lay;
-    return 0;
-}
 #endif

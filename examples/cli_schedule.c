@@ -146,8 +146,6 @@ static int parse_schedule_flags(int argc, char **argv, int simulate, schedule_fl
         if (!fl->cfg.kind) return cli_usage_error("--kind: required (gpipe, 1f1b, interleaved, looped-bfs, ..., greedy)");
         if (!fl->cfg.pp) return cli_usage_error("--pp: required (pipeline ranks, >= 1)");
         if (!fl->cfg.mb) return cli_usage_error("--mb: required (microbatches per step, >= 1)");
-        if (fl->cfg.kind == PP_CUSTOM && fl->cfg.group)
-            return cli_usage_error("--group=%d: only interleaved takes a group, not greedy", fl->cfg.group);
     }
     if (simulate && fl->costs.i > 0 && fl->costs.w == 0 && fl->costs.b == 0)
         return cli_usage_error("--i given without --w: give both halves of the split backward");
@@ -164,80 +162,36 @@ static int parse_schedule_flags(int argc, char **argv, int simulate, schedule_fl
     return 0;
 }
 
-/* Builds (or reads), lowers and validates the schedule the flags describe. A greedy one is built
- * with the flags' costs (the pictures' F = 1, B = 2 for schedule), each transfer on its own. */
-static int make_schedule(const schedule_flags *fl, pp_schedule **out)
+/* The plan the flags describe (pp_plan_build): the schedule built, or read from --from-csv (its
+ * own sends and receives kept unless --relower), lowered, split as asked and proven; with --layout
+ * the stages' costs, the flags' costs per layer (the pictures' F = 1, B = 2 for schedule); a
+ * greedy schedule built for them. Returns 0 or the exit code after printing why. */
+static int make_plan(const schedule_flags *fl, pp_plan **out)
 {
+    pp_plan_config pc;
     pp_error err;
-    pp_schedule *s = NULL;
     pp_status st;
-    if (fl->from_csv) {
-        size_t len = 0;
-        char *text = NULL;
-        int rc = cli_read_file("--from-csv", fl->from_csv, &text, &len);
-        if (rc) return rc;
-        st = pp_schedule_read_csv(text, len, &s, &err);
-        free(text);
-        if (st != PP_OK) return cli_report(&err);
-        if (fl->relower) pp_schedule_strip_comm(s);
-    } else if (fl->cfg.kind == PP_CUSTOM) {
-        pp_greedy_config gc;
-        pp_sim_costs costs = fl->costs;
-        costs.grouped = 0;   /* the greedy scheduler places transfers one by one; simulate times them grouped */
-        memset(&gc, 0, sizeof gc);
-        gc.pp = fl->cfg.pp; gc.mb = fl->cfg.mb; gc.vpp = fl->cfg.vpp; gc.max_live = fl->cfg.max_live;
-        gc.placement = PP_PLACEMENT_LOOPED;
-        gc.costs = &costs;
-        if (pp_schedule_build_greedy(&gc, &s, &err) != PP_OK) return cli_report(&err);
-    } else if (pp_schedule_build(&fl->cfg, &s, &err) != PP_OK) {
-        return cli_report(&err);
-    }
-    if ((!s->lowered && (st = pp_schedule_lower(s, &err)) != PP_OK) ||
-        (fl->split_overlaps && (st = pp_schedule_split_overlaps(s, &err)) != PP_OK) ||
-        (fl->split_backward && (st = pp_schedule_split_backward(s, &err)) != PP_OK)) {
-        pp_schedule_free(s);
-        return cli_report(&err);
-    }
-    if ((st = pp_schedule_validate(s, &err)) != PP_OK) {
-        pp_schedule_free(s);
-        if (st != PP_EINVALID_SCHEDULE && st != PP_EDEADLOCK) return cli_report(&err);
-        /* a file's schedule breaks a rule (a built one never does: the tests prove it) */
-        return cli_usage_error("the schedule is invalid: %s", err.message);
-    }
-    *out = s;
-    return 0;
-}
-
-/* --layout: the stages' layer counts, and per-stage costs (the flags' costs per layer) and memory
- * from them. Before building (s NULL) it sets fl->cfg.vpp from the layout; after reading a CSV
- * (s given) the layout must have that schedule's stages. Returns 0 or an exit code. */
-static int layout_costs(schedule_flags *fl, const pp_schedule *s, double **arrays)
-{
-    pp_layers *lay = NULL;
-    double per[5];
+    char *text = NULL;
+    size_t len = 0;
     int rc;
-    if ((s ? s->placement == PP_PLACEMENT_DUAL : fl->cfg.kind == PP_DUALPIPE))
-        return cli_usage_error("--layout: dualpipe runs every model stage twice; give it even stages");
-    /* per layer: F, B, I, W with pp_simulate's defaults, and one unit of memory */
-    per[0] = fl->costs.f > 0 ? fl->costs.f : 1;
-    per[2] = fl->costs.i; per[3] = fl->costs.w;
-    per[1] = fl->costs.b > 0 ? fl->costs.b : per[2] > 0 || per[3] > 0 ? per[2] + per[3] : 2 * per[0];
-    if (per[2] <= 0 && per[3] <= 0) { per[2] = per[1] / 2; per[3] = per[1] / 2; }
-    per[4] = 1;
-    if ((rc = cli_layout_stages(fl->layout, s ? s->pp : fl->cfg.pp, per, 5, arrays, &lay)) != 0) return rc;
-    if (s && lay->num_stages != s->num_stages)
-        rc = cli_usage_error("--layout=%s: %d stages, but the CSV's schedule has %d", fl->layout, lay->num_stages,
-                             s->num_stages);
-    else if (!s && fl->cfg.vpp && fl->cfg.vpp != lay->vpp)
-        rc = cli_usage_error("--vpp=%d: the layout has %d stages, so vpp = %d (or leave --vpp out)", fl->cfg.vpp,
-                             lay->num_stages, lay->vpp);
-    if (rc == 0) {
-        fl->cfg.vpp = lay->vpp;
-        fl->costs.f_stage = arrays[0]; fl->costs.b_stage = arrays[1]; fl->costs.i_stage = arrays[2];
-        fl->costs.w_stage = arrays[3]; fl->costs.memory_stage = arrays[4];
+    memset(&pc, 0, sizeof pc);
+    if (fl->from_csv) {
+        if ((rc = cli_read_file("--from-csv", fl->from_csv, &text, &len)) != 0) return rc;
+        pc.csv = text; pc.csv_len = len; pc.keep_csv_comm = !fl->relower;
+    } else {
+        pc.kind = fl->cfg.kind; pc.pp = fl->cfg.pp; pc.vpp = fl->cfg.vpp; pc.mb = fl->cfg.mb;
+        pc.group = fl->cfg.group; pc.max_live = fl->cfg.max_live;
     }
-    pp_layers_free(lay);
-    return rc;
+    pc.layout = fl->layout;
+    pc.costs = fl->costs;
+    pc.split_overlaps = fl->split_overlaps;
+    pc.split_backward = fl->split_backward;
+    st = pp_plan_build(&pc, out, &err);
+    free(text);
+    if (st == PP_OK) return 0;
+    /* a file's schedule breaks a rule (a built one never does: the tests prove it) */
+    if (st == PP_EINVALID_SCHEDULE || st == PP_EDEADLOCK) return cli_usage_error("the schedule is invalid: %s", err.message);
+    return cli_report(&err);
 }
 
 /* The kind a text or JSON output names: a built greedy schedule is "greedy", a CSV's "custom". */
@@ -274,20 +228,19 @@ static int schedule_write_text(const schedule_flags *fl, const pp_schedule *s, c
 int pp_cli_schedule(int argc, char **argv)
 {
     schedule_flags fl;
-    pp_schedule *s = NULL;
+    pp_plan *plan = NULL;
+    const pp_schedule *s;
     pp_sim_result *sim = NULL;
     pp_error err;
     pp_status st = PP_OK;
     FILE *out = stdout;
     char out_name[CLI_SHORT + 16] = "stdout";
-    double *arrays[5] = { NULL, NULL, NULL, NULL, NULL };
-    int rc = parse_schedule_flags(argc, argv, 0, &fl), r;
+    int rc = parse_schedule_flags(argc, argv, 0, &fl);
     if (rc) return rc < 0 ? 0 : rc;
-    if (fl.layout && !fl.from_csv && (rc = layout_costs(&fl, NULL, arrays)) != 0) goto done;
-    if ((rc = make_schedule(&fl, &s)) != 0) goto done;
-    if (fl.layout && fl.from_csv && (rc = layout_costs(&fl, s, arrays)) != 0) goto done;
+    if ((rc = make_plan(&fl, &plan)) != 0) goto done;
+    s = plan->schedule;
     /* the pictures time the schedule with F = 1, B = 2 per rank's share, or per layer of --layout */
-    if (pp_simulate(s, &fl.costs, &sim, &err) != PP_OK) { rc = cli_report(&err); goto done; }
+    if (pp_simulate(s, &plan->costs, &sim, &err) != PP_OK) { rc = cli_report(&err); goto done; }
     if (fl.out_path) {
         snprintf(out_name, sizeof out_name, "--out '%s'", cli_short(fl.out_path));
         if (!(out = fopen(fl.out_path, "w"))) {
@@ -314,8 +267,7 @@ done:
         else fclose(out);
     }
     pp_sim_result_free(sim);
-    pp_schedule_free(s);
-    for (r = 0; r < 5; r++) free(arrays[r]);
+    pp_plan_free(plan);
     return rc;
 }
 
@@ -354,16 +306,15 @@ static void simulate_write(const schedule_flags *fl, const pp_schedule *s, const
 int pp_cli_simulate(int argc, char **argv)
 {
     schedule_flags fl;
-    pp_schedule *s = NULL;
+    pp_plan *plan = NULL;
+    const pp_schedule *s;
     pp_sim_result *sim = NULL;
     pp_error err;
-    double *arrays[5] = { NULL, NULL, NULL, NULL, NULL };
     int rc = parse_schedule_flags(argc, argv, 1, &fl), r, *awaiting = NULL, any_awaiting = 0;
     if (rc) return rc < 0 ? 0 : rc;
-    if (fl.layout && !fl.from_csv && (rc = layout_costs(&fl, NULL, arrays)) != 0) goto done;
-    if ((rc = make_schedule(&fl, &s)) != 0) goto done;
-    if (fl.layout && fl.from_csv && (rc = layout_costs(&fl, s, arrays)) != 0) goto done;
-    if (pp_simulate(s, &fl.costs, &sim, &err) != PP_OK) { rc = cli_report(&err); goto done; }
+    if ((rc = make_plan(&fl, &plan)) != 0) goto done;
+    s = plan->schedule;
+    if (pp_simulate(s, &plan->costs, &sim, &err) != PP_OK) { rc = cli_report(&err); goto done; }
     /* what a trainer sizes its I->W buffers by (pp_schedule_rank_peaks); any I at all shows it */
     if (!(awaiting = (int *)calloc((size_t)s->pp, sizeof(int)))) { rc = cli_env_error("out of memory"); goto done; }
     for (r = 0; r < s->pp; r++) {
@@ -374,7 +325,6 @@ int pp_cli_simulate(int argc, char **argv)
 done:
     free(awaiting);
     pp_sim_result_free(sim);
-    pp_schedule_free(s);
-    for (r = 0; r < 5; r++) free(arrays[r]);
+    pp_plan_free(plan);
     return rc;
 }

@@ -58,7 +58,7 @@ static void search_usage(FILE *out)
             "                 stage (peak memory and --max-mem then weigh stages by it)\n"
             "  --layout STR   stages of unequal size, a Megatron layout (E input, t layer, L loss, '|'\n"
             "                 between stages, e.g. 'Et*2|t*6|t*2|t*6L'): vpp = stages / pp, and each stage\n"
-            "                 costs its layers times --f, --i, --w per layer (default 1 each) and keeps\n"
+            "                 costs its layers times --f, --i, --w per layer (defaults as above) and keeps\n"
             "                 activations in proportion (stage s is model piece s; the schedule places it)\n"
             "  --layers N     choose the layout too: N layers split into pp*vpp stages every way that keeps\n"
             "                 each stage within --spread S (default 1) layers of the even split; --f, --i,\n"
@@ -465,7 +465,7 @@ int pp_cli_search(int argc, char **argv)
     pp_error err;
     pp_layers *lay = NULL;
     pp_layer_costs *layer_costs = NULL;
-    double *layout_stage[5] = { NULL, NULL, NULL, NULL, NULL };
+    double *layout_costs = NULL;
     FILE *csv_file = NULL;
     char csv_tmp[4200] = "";
     search_meter meter = { { 0, 0 }, { 0, 0 }, 0 };
@@ -482,23 +482,25 @@ int pp_cli_search(int argc, char **argv)
         cfg->layers = n;
         cfg->layer_costs = layer_costs;
     }
-    if (o.layout) {
-        /* per layer F, I, W (default 1 each), B = I + W, and one unit of memory */
-        double per[5];
-        per[0] = cfg->costs.f > 0 ? cfg->costs.f : 1;
-        per[1] = cfg->costs.i > 0 ? cfg->costs.i : 1;
-        per[2] = cfg->costs.w > 0 ? cfg->costs.w : 1;
-        per[3] = per[1] + per[2];
-        per[4] = 1;
-        if ((rc = cli_layout_stages(o.layout, cfg->pp, per, 5, layout_stage, &lay)) != 0) goto done;
+    if (o.layout) {   /* each stage costs its layers' sum, per layer as the flags say */
+        pp_layers_config lc;
+        memset(&lc, 0, sizeof lc);
+        lc.pp = cfg->pp; lc.layout = o.layout;
+        if (pp_layers_build(&lc, &lay, &err) != PP_OK) { rc = cli_report(&err); goto done; }
         if (cfg->vpp && cfg->vpp != lay->vpp) {
             rc = cli_usage_error("--vpp=%d: the layout has %d stages, so vpp = %d (or leave --vpp out)", cfg->vpp,
                                  lay->num_stages, lay->vpp);
             goto done;
         }
+        if (!(layout_costs = (double *)calloc((size_t)lay->num_stages * 5, sizeof(double)))) {
+            rc = cli_env_error("out of memory");
+            goto done;
+        }
+        if (pp_plan_stage_costs(lay, &cfg->costs, NULL, layout_costs, &cfg->costs, &err) != PP_OK) {
+            rc = cli_report(&err);
+            goto done;
+        }
         cfg->vpp = lay->vpp;
-        cfg->costs.f_stage = layout_stage[0]; cfg->costs.i_stage = layout_stage[1]; cfg->costs.w_stage = layout_stage[2];
-        cfg->costs.b_stage = layout_stage[3]; cfg->costs.memory_stage = layout_stage[4];
     }
     if (o.csv && (rc = search_open_csv(o.csv, &csv_file, csv_tmp)) != 0) goto done;
     if (!o.have_threads) {   /* every core: the splits are independent */
@@ -535,7 +537,7 @@ done:
     pp_search_result_free(res);
     pp_layers_free(lay);
     free(layer_costs);
-    for (k = 0; k < 5; k++) free(layout_stage[k]);
+    free(layout_costs);
     search_opts_free(&o);
     return rc;
 }

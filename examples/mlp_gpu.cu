@@ -24,8 +24,8 @@
  *
  * What a rank does (run_rank, one function per phase):
  *   1. connect     NCCL communicators: pp_nccl_init, then ncclCommSplit by the rank grid
- *   2. schedule    build, lower, validate (pp_search for --schedule search; or read from
- *                  --schedule-csv); --layout's stages
+ *   2. schedule    pp_plan_build: --layout's stages (or --layers evenly); the schedule built,
+ *                  searched (--schedule search) or read (--schedule-csv), lowered, split, proven
  *   3. place       (--place-by-speed) the rank with the most GEMMs on the fastest GPU
  *   4. build       this rank's blocks, the transport and executor, and every buffer of a step:
  *                  the executor's boundary tensors, activation slots and I->W buffers counted
@@ -85,6 +85,7 @@ static double median(std::vector<double> v)
 }
 
 #include "mlp_gpu_options.h"   /* Options, --help, parse_args, check_args */
+#include "text_file.h"         /* text_file_read: --schedule-csv's text */
 
 /* ============================================================================================
  * Kernels: deterministic random init, the loss, optimizers, comparison
@@ -465,7 +466,7 @@ struct Rank {
     int rank, world;
     Model m;
     pp_schedule *sched = nullptr;
-    char sched_name[128] = "";      /* what --schedule search picked */
+    char sched_name[160] = "";      /* what runs: the plan's name */
     pp_nccl *world_comm = nullptr, *pipe = nullptr;
     pp_transport tp;
     pp_executor *ex = nullptr;
@@ -738,235 +739,132 @@ static int rank_connect(Rank &R, Shared *sh, int thread_rank)
     return 0;
 }
 
-/* --layout's blocks per stage, parsed by pp_layers_build (Megatron's rules); *lay stays NULL
- * without one (L / S blocks each). */
-static int rank_layout(Rank &R, pp_layers **lay)
+/* The plan's options from the flags: the schedule (a kind, a search, or --schedule-csv's text, its
+ * pp, mb and vpp checked against the run's below), --layout or --layers split evenly, the splits.
+ * Search costs are in units of one block's forward: F = I = W per block (each is two GEMMs of the
+ * same size; with --search-layout block 0's I is one GEMM); a transfer of T x H bf16 at ~300 GB/s
+ * against 16 T H^2 flops at ~700 TFLOP/s is about 290 / H of that, plus ~20 us of latency. */
+static int plan_config(Rank &R, pp_plan_config &pc, std::vector<char> &csv, std::vector<pp_layer_costs> &per_block)
 {
     const Options &o = *R.o;
-    pp_layers_config lc;
-    pp_error le;
-    *lay = nullptr;
-    if (!o.layout) return 0;
-    memset(&lc, 0, sizeof lc);
-    lc.num_layers = o.layers;
-    lc.pp = R.pp;
-    lc.layout = o.layout;
-    if (pp_layers_build(&lc, lay, &le) != PP_OK) {
-        if (R.lead) fprintf(stderr, "mlp_gpu: --layout=%s: %s\n", o.layout, le.message);
-        return 2;
-    }
-    for (int st = 0; st < (*lay)->num_stages; st++)
-        if ((*lay)->count[st] < 1) {
-            if (R.lead) fprintf(stderr, "mlp_gpu: --layout=%s: stage %d holds no block (every stage needs one)\n", o.layout, st);
-            return 2;
+    memset(&pc, 0, sizeof pc);
+    if (o.schedule_csv) {
+        char *text = nullptr, why[160];
+        size_t len = 0;
+        int rc = text_file_read(o.schedule_csv, &text, &len, why, sizeof why);
+        if (rc) {
+            if (R.lead) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: %s\n", o.schedule_csv, why);
+            return rc;
         }
-    return 0;
-}
-
-/* --schedule-csv: the file's compute order, proven, lowered again by pipepar. */
-static int schedule_from_csv(Rank &R)
-{
-    const Options &o = *R.o;
-    FILE *f = fopen(o.schedule_csv, "rb");
-    std::vector<char> text;
-    pp_error csv_err;
-    if (f) {
-        char buf[65536];
-        size_t n;
-        while ((n = fread(buf, 1, sizeof buf, f)) > 0) text.insert(text.end(), buf, buf + n);
-        if (ferror(f)) { fclose(f); f = nullptr; }
-        else fclose(f);
+        csv.assign(text, text + len + 1);
+        free(text);
+        pc.csv = csv.data(); pc.csv_len = len;
+        pc.csv_name = strrchr(o.schedule_csv, '/') ? strrchr(o.schedule_csv, '/') + 1 : o.schedule_csv;
+    } else {
+        pc.pp = R.pp; pc.mb = o.mb; pc.vpp = o.vpp; pc.group = o.group;
+        if (!strcmp(o.schedule, "search")) {
+            pc.search = 1;
+            if (o.search_kind && !strcmp(o.search_kind, "greedy")) pc.kind = PP_CUSTOM;
+            else if (o.search_kind) PPCK(pp_schedule_kind_parse(o.search_kind, &pc.kind, &e_));
+        } else {
+            PPCK(pp_schedule_kind_parse(o.schedule, &pc.kind, &e_));
+            if (pc.kind == PP_DUALPIPE) {
+                /* two copies of every stage and their gradients summed: examples/mlp_threads.c shows it on CPU */
+                if (R.lead) fprintf(stderr, "mlp_gpu: --schedule=dualpipe: not supported by this example (it keeps one copy "
+                                    "of each stage's weights); use dualpipev, or examples/mlp_threads.c on CPU\n");
+                return 2;
+            }
+        }
     }
-    if (!f) {
-        if (R.lead) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: %s\n", o.schedule_csv, strerror(errno));
-        return 2;
-    }
-    text.push_back('\0');   /* never an empty buffer; the length excludes it */
-    if (pp_schedule_read_csv(text.data(), text.size() - 1, &R.sched, &csv_err) != PP_OK) {
-        if (R.lead) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: %s\n", o.schedule_csv, csv_err.message);
-        return 2;
-    }
-    if (R.sched->placement == PP_PLACEMENT_DUAL) {
-        if (R.lead) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: a DualPipe schedule (two copies of every stage, their "
-                            "gradients summed): not supported by this example (it keeps one copy of each stage's "
-                            "weights); use dualpipev, or examples/mlp_threads.c on CPU\n", o.schedule_csv);
-        return 2;
-    }
-    if (R.sched->pp != R.pp || R.sched->mb != o.mb || (o.vpp && R.sched->vpp != o.vpp)) {
-        if (R.lead) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: %d ranks, %d microbatches, %d chunks per rank; the run "
-                            "has pp=%d and --mb=%d%s%s\n", o.schedule_csv, R.sched->pp, R.sched->mb, R.sched->vpp,
-                            R.pp, o.mb, o.vpp ? " and --vpp=" : "", o.vpp ? std::to_string(o.vpp).c_str() : "");
-        return 2;
-    }
-    pp_schedule_strip_comm(R.sched);
-    if (pp_schedule_validate(R.sched, &csv_err) != PP_OK) {   /* its compute order, before any set-up */
-        if (R.lead) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: %s\n", o.schedule_csv, csv_err.message);
-        return 2;
-    }
-    PPCK(pp_schedule_lower(R.sched, &e_));
-    const char *base = strrchr(o.schedule_csv, '/');
-    snprintf(R.sched_name, sizeof R.sched_name, "from %.100s", base ? base + 1 : o.schedule_csv);
-    return 0;
-}
-
-/* --schedule search: pp_search's fastest for this layout (or, with --search-layout, for the
- * split of the blocks it chooses too, which then replaces *lay). Costs in units of one block's
- * forward: F = I = W per block (each is two GEMMs of the same size); a transfer of T x H bf16 at
- * ~300 GB/s against 16 T H^2 flops at ~700 TFLOP/s is about 290 / H of that, plus ~20 us of
- * latency. */
-static int schedule_from_search(Rank &R, pp_layers **lay)
-{
-    const Options &o = *R.o;
-    const int pp = R.pp;
-    if (*lay && o.vpp && o.vpp != (*lay)->vpp) {
-        if (R.lead) fprintf(stderr, "mlp_gpu: --vpp=%d: the layout has %d stages, so vpp = %d (or leave --vpp out)\n",
-                            o.vpp, (*lay)->num_stages, (*lay)->vpp);
-        return 2;
-    }
-    bool choose = o.search_layout;   /* pp_search splits the blocks too: any vpp unless --vpp */
-    int vpp = *lay ? (*lay)->vpp : (o.vpp ? o.vpp : (choose ? 0 : 2)), S0 = pp * (vpp ? vpp : 1);
-    if (!*lay && !choose && o.layers % S0) {
-        if (R.lead) fprintf(stderr, "mlp_gpu: --layers=%d: must be a multiple of pp*vpp = %d stages\n", o.layers, S0);
-        return 2;
-    }
-    std::vector<double> fs(S0), bs(S0);
-    for (int st = 0; st < S0; st++) { fs[st] = *lay ? (*lay)->count[st] : o.layers / S0; bs[st] = 2 * fs[st]; }
-    pp_search_config q;
-    pp_search_result *found = nullptr;
-    memset(&q, 0, sizeof q);
-    q.pp = pp; q.mb = o.mb; q.vpp = vpp; q.max_memory = o.max_memory;
-    std::vector<pp_layer_costs> per_block((size_t)o.layers);
-    if (choose) {
-        /* per block, in units of its forward (2 GEMMs): I = W = 1 too, but block 0 skips its
-         * input gradient (one GEMM of I's two) */
+    pc.layers = o.layers;
+    pc.layout = o.layout;
+    pc.search_layout = o.search_layout;
+    pc.max_memory = o.max_memory;
+    pc.costs.f = pc.costs.i = pc.costs.w = 1;
+    pc.costs.p2p_latency = 290.0 / o.hidden + 0.01;
+    if (o.search_layout) {
+        per_block.assign((size_t)o.layers, pp_layer_costs());
         for (int b = 0; b < o.layers; b++) {
             per_block[b].f = 1; per_block[b].i = b == 0 ? 0.5 : 1; per_block[b].w = 1; per_block[b].memory = 1;
         }
-        q.layers = o.layers;
-        q.layer_costs = per_block.data();
-        q.costs.f = q.costs.i = q.costs.w = 1;
-    } else {
-        q.costs.f = fs[0];
-        q.costs.f_stage = fs.data(); q.costs.i_stage = fs.data(); q.costs.w_stage = fs.data(); q.costs.b_stage = bs.data();
-        q.costs.memory_stage = fs.data();   /* a stage's activations grow with its blocks too */
+        pc.layer_costs = per_block.data();
     }
-    if (o.search_kind && !strcmp(o.search_kind, "greedy")) q.kind = PP_CUSTOM;
-    else if (o.search_kind) PPCK(pp_schedule_kind_parse(o.search_kind, &q.kind, &e_));
-    q.costs.p2p_latency = 290.0 / o.hidden + 0.01;
-    q.split_backward = o.split_backward;
-    PPCK(pp_search(&q, &found, &e_));
-    if (!found->best) {
-        double leanest = 0;
-        for (int k = 0; k < found->count; k++)
-            if (k == 0 || found->entries[k].peak_memory < leanest) leanest = found->entries[k].peak_memory;
-        if (R.lead) fprintf(stderr, "mlp_gpu: --schedule=search: no schedule fits --max-memory=%g (the leanest "
-                            "needs %.2f)\n", o.max_memory, leanest);
-        pp_search_result_free(found);
-        return 2;
-    }
-    const pp_search_entry *won = &found->entries[0];
-    std::vector<char> text;
-    if (won->stage_layers) {   /* the split it chose: the model's stages from here on */
-        int stages = pp * won->vpp;
-        text.resize((size_t)pp_search_layout_text(won->stage_layers, stages, nullptr, 0) + 1);
-        pp_search_layout_text(won->stage_layers, stages, text.data(), text.size());
-        pp_layers_config lc;
-        memset(&lc, 0, sizeof lc);
-        lc.num_layers = o.layers;
-        lc.pp = pp;
-        lc.layout = text.data();
-        PPCK(pp_layers_build(&lc, lay, &e_));
-    }
-    if (R.lead) {   /* even with --quiet: what ran is part of every result */
-        double work = 0;   /* F + I + W of every stage and microbatch, over pp ranks */
-        if (choose) work = (3.0 * o.layers - 0.5) * o.mb;
-        else for (int st = 0; st < S0; st++) work += 3.0 * fs[st] * o.mb;
-        printf("search: %d schedules simulated", found->count);
-        if (choose) printf(", each on %ld splits of the %d blocks", found->layouts, o.layers);
-        printf("; the fastest: %s (simulated efficiency %.2f%%, memory %.2f)\n", won->name,
-               100.0 * work / pp / won->makespan, won->peak_memory);
-        if (won->stage_layers) printf("search: its layout '%s'\n", text.data());
-    }
-    R.sched = found->best;
-    found->best = nullptr;   /* ours now: freed with the rank */
-    snprintf(R.sched_name, sizeof R.sched_name, "%s", found->entries[0].name);
-    pp_search_result_free(found);
+    pc.split_overlaps = !o.keep_overlaps;     /* this example has no overlapped F&B callback */
+    pc.split_backward = o.split_backward;
     return 0;
 }
 
-/* --schedule KIND: the kind's compute order (with --group's microbatch group), lowered. */
-static int schedule_from_kind(Rank &R, const pp_layers *lay)
+/* A file's schedule must be this run's: its ranks, --mb, --vpp if given; and one copy a stage. */
+static int csv_fits_run(Rank &R, const pp_schedule *s)
 {
     const Options &o = *R.o;
-    pp_schedule_config sc;
-    memset(&sc, 0, sizeof sc);
-    PPCK(pp_schedule_kind_parse(o.schedule, &sc.kind, &e_));
-    if (sc.kind == PP_DUALPIPE) {
-        /* two copies of every stage and their gradients summed: examples/mlp_threads.c shows it on CPU */
-        if (R.lead) fprintf(stderr, "mlp_gpu: --schedule=dualpipe: not supported by this example (it keeps one copy "
-                            "of each stage's weights); use dualpipev, or examples/mlp_threads.c on CPU\n");
+    if (s->placement == PP_PLACEMENT_DUAL) {
+        if (R.lead) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: a DualPipe schedule (two copies of every stage, their "
+                            "gradients summed): not supported by this example (it keeps one copy of each stage's "
+                            "weights); use dualpipev, or examples/mlp_plan.c on CPU\n", o.schedule_csv);
         return 2;
     }
-    sc.pp = R.pp; sc.vpp = lay && !o.vpp ? lay->vpp : o.vpp; sc.mb = o.mb; sc.group = o.group;
-    PPCK(pp_schedule_build(&sc, &R.sched, &e_));
-    PPCK(pp_schedule_lower(R.sched, &e_));
-    if (o.group) snprintf(R.sched_name, sizeof R.sched_name, "%s group=%d", pp_schedule_kind_name(R.sched->kind), o.group);
+    if (s->pp != R.pp || s->mb != o.mb || (o.vpp && s->vpp != o.vpp)) {
+        if (R.lead) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: %d ranks, %d microbatches, %d chunks per rank; the run "
+                            "has pp=%d and --mb=%d%s%s\n", o.schedule_csv, s->pp, s->mb, s->vpp, R.pp, o.mb,
+                            o.vpp ? " and --vpp=" : "", o.vpp ? std::to_string(o.vpp).c_str() : "");
+        return 2;
+    }
     return 0;
 }
 
-/* How many actions of kind op the schedule holds (what a split will rename the run by). */
-static int count_op(const pp_schedule *s, int op)
+/* --schedule search: what it tried and chose, and its simulated efficiency (F + I + W of every
+ * block and microbatch, over pp ranks, against the winner's step). */
+static void print_search(const Rank &R, const pp_plan *plan)
 {
-    int n = 0;
-    for (int r = 0; r < s->pp; r++)
-        for (int i = 0; i < s->length[r]; i++) n += s->actions[r][i].op == op;
-    return n;
+    const Options &o = *R.o;
+    const pp_search_entry *won = &plan->search->entries[0];
+    double work = (3.0 * o.layers - (o.search_layout ? 0.5 : 0.0)) * o.mb;
+    printf("search: %d schedules simulated", plan->search->count);
+    if (o.search_layout) printf(", each on %ld splits of the %d blocks", plan->search->layouts, o.layers);
+    printf("; the fastest: %s (simulated efficiency %.2f%%, memory %.2f)\n", won->name,
+           100.0 * work / R.pp / won->makespan, won->peak_memory);
+    if (won->stage_layers) {
+        int stages = R.pp * won->vpp;
+        std::vector<char> text((size_t)pp_search_layout_text(won->stage_layers, stages, nullptr, 0) + 1);
+        pp_search_layout_text(won->stage_layers, stages, text.data(), text.size());
+        printf("search: its layout '%s'\n", text.data());
+    }
 }
 
-/* Appends what a split did to the schedule's name (", each FB as F then B"). */
-static void name_split(Rank &R, const char *what)
-{
-    char named[sizeof R.sched_name];
-    snprintf(named, sizeof named, "%s", R.sched_name[0] ? R.sched_name : pp_schedule_kind_name(R.sched->kind));
-    snprintf(R.sched_name, sizeof R.sched_name, "%.90s, %s", named, what);
-}
-
-/* 2. schedule: from a file, a search or a kind; FBs split into F then B (this example has no
- *    overlapped F&B callback: lowered split, the F's output leaves before the B runs), each B as
- *    I then W with --split-backward; validated; the stages' blocks checked against it. */
+/* 2. schedule: what the flags describe, made by pp_plan_build: the layer split (--layout, or
+ *    --layers evenly), the schedule built, searched or read from --schedule-csv, lowered, FBs
+ *    split into F then B (this example has no overlapped F&B callback: lowered split, the F's
+ *    output leaves before the B runs), each B as I then W with --split-backward, proven. */
 static int rank_schedule(Rank &R, pp_layers **lay)
 {
     const Options &o = *R.o;
-    PHASE(rank_layout(R, lay));
-    if (o.schedule_csv) PHASE(schedule_from_csv(R));
-    else if (!strcmp(o.schedule, "search")) PHASE(schedule_from_search(R, lay));
-    else PHASE(schedule_from_kind(R, *lay));
-    if (!o.keep_overlaps) {
-        int fbs = count_op(R.sched, PP_OP_FB);
-        PPCK(pp_schedule_split_overlaps(R.sched, &e_));
-        if (fbs) name_split(R, "each FB as F then B");   /* a searched one's simulated time was of whole FBs */
+    pp_plan_config pc;
+    pp_plan *plan = nullptr;
+    pp_error pe;
+    std::vector<char> csv;
+    std::vector<pp_layer_costs> per_block;
+    PHASE(plan_config(R, pc, csv, per_block));
+    pp_status st = pp_plan_build(&pc, &plan, &pe);
+    if (st != PP_OK) {
+        if (R.lead && o.schedule_csv) fprintf(stderr, "mlp_gpu: --schedule-csv=%s: %s\n", o.schedule_csv, pe.message);
+        else if (R.lead) fprintf(stderr, "mlp_gpu: %s\n", pe.message);
+        return st == PP_ENOMEM ? 1 : 2;
     }
-    if (o.split_backward) {
-        int bs = count_op(R.sched, PP_OP_B);
-        /* a searched one is split already, unless it kept overlapped FBs (split above into F and a
-         * whole B): those B's are split here, and the name already says so */
-        PPCK(pp_schedule_split_backward(R.sched, &e_));
-        if (bs && !strstr(R.sched_name, "B as I then W")) name_split(R, "B as I then W");
-    }
-    PPCK(pp_schedule_validate(R.sched, &e_));
+    if (o.schedule_csv && csv_fits_run(R, plan->schedule)) { pp_plan_free(plan); return 2; }
+    if (plan->search && R.lead) print_search(R, plan);   /* even with --quiet: what ran is part of every result */
+    R.sched = plan->schedule;        /* the rank's now, and the layers too */
+    *lay = plan->layers;
+    plan->schedule = nullptr;
+    plan->layers = nullptr;
+    snprintf(R.sched_name, sizeof R.sched_name, "%s", plan->name);
+    pp_plan_free(plan);
     R.S = R.sched->num_stages;
     R.vpp = R.sched->vpp;
-    if (*lay && (*lay)->num_stages != R.S) {
-        if (R.lead) fprintf(stderr, "mlp_gpu: --layout=%s: %d stages, but the schedule has pp*vpp = %d\n", o.layout,
-                            (*lay)->num_stages, R.S);
-        return 2;
+    for (int r = 0; r < R.pp; r++) {
+        R.maxlen = std::max(R.maxlen, R.sched->length[r]);
+        for (int i = 0; i < R.sched->length[r]; i++) R.split |= R.sched->actions[r][i].op == PP_OP_I;
     }
-    if (!*lay && o.layers % R.S) {
-        fprintf(stderr, "mlp_gpu: --layers=%d: must be a multiple of pp*vpp = %d stages\n", o.layers, R.S);
-        return 2;
-    }
-    R.split = count_op(R.sched, PP_OP_I) > 0;
-    for (int r = 0; r < R.pp; r++) R.maxlen = std::max(R.maxlen, R.sched->length[r]);
     return 0;
 }
 

@@ -1,518 +1,458 @@
-/* mlp_threads.c — train a small residual MLP pipeline-parallel, with one CPU thread per pipeline rank.
+/* mlp_threads.c — the lesson: a small MLP trained pipeline-parallel with interleaved 1F1B, one CPU
+ * thread per pipeline rank, every step checked against the model run whole.
  *
- *     make demo          (= build/mlp_threads --pp 4 --vpp 2 --mb 8 --schedule interleaved --steps 20)
- *     build/mlp_threads --pp 3 --schedule 1f1b --trace trace.json     (open in ui.perfetto.dev)
- *     build/mlp_threads --pp 4 --schedule zbv --svg step.svg          (the step drawn, as planned and as run)
+ *     make demo        (= build/mlp_threads --pp 4 --vpp 2 --mb 8 --schedule interleaved --steps 20)
+ *     build/mlp_threads --pp 3 --schedule 1f1b --trace trace.json      (open in ui.perfetto.dev)
+ *     build/mlp_threads --pp 4 --schedule zbv --svg step.svg          (the step as planned and as run)
  *
- * The model: L blocks  x <- x + W2 gelu(W1 x + b1) + b2  (width D, hidden H, fp32, plain C loops),
- * cut into pp * vpp stages of L / (pp * vpp) blocks. It learns a fixed random "teacher" function
- * t = tanh(A x) from fresh random inputs with SGD. Every rank is a thread running the same code a
- * multi-GPU trainer runs on each GPU:
+ * Pipeline parallelism. The model's blocks are cut into stages and each of the pp ranks (a GPU;
+ * here a thread) holds some. A step's batch is cut into mb microbatches; each goes forward through
+ * every stage, then backward, so that while rank 1 runs microbatch 0's forward, rank 0 already
+ * runs microbatch 1's. Interleaved 1F1B (Megatron-LM's virtual pipeline, Narayanan et al. 2021)
+ * gives every rank vpp stages, round robin: stage s lives on rank s % pp as its chunk s / pp.
  *
- *     executor = pp_executor_create(schedule, transport, callbacks)
- *     for each step:  pp_run_step(executor)  ->  SGD on this rank's own blocks
+ *     pp 4, vpp 2:   rank 0: stages 0, 4   rank 1: 1, 5   rank 2: 2, 6   rank 3: 3, 7
  *
- * pipepar calls our forward / backward / loss for (stage, microbatch) in the schedule's order and
- * moves the tensors between ranks. To show that this changes nothing but the order, rank 0 also
- * runs the whole model as one stage every step and checks that the loss and every gradient match.
- * This file reads top to bottom: model, callbacks, the rank's loop, main.                        */
+ * A rank warms up with forwards, then runs one forward, one backward (1F1B: it keeps few
+ * microbatches' activations at once) and drains with backwards. While the pipeline fills and
+ * drains, ranks wait: that bubble is (pp-1) / (vpp*mb + pp-1) of the step, smaller the more
+ * chunks a rank has (the pictures this program draws show it).
+ *
+ * Who does what. pipepar builds every rank's order of work (pp_schedule_build), adds the sends and
+ * receives between ranks (pp_schedule_lower), proves that the programs finish
+ * (pp_schedule_validate), and on each rank runs an executor that walks the rank's program, calls
+ * the model and moves the tensors (pp_run_step). This file gives it the model as callbacks: run a
+ * stage's blocks forward, or backward, for one microbatch. The model (mlp_model.h) is L residual
+ * blocks x + W2 gelu(W1 x + b1) + b2 learning t = tanh(A x); here stage s holds block s.
+ *
+ * The check. Rank 0 also runs every step unsplit, the whole model on one thread, and compares the
+ * loss and every gradient: pipelining changes the order of the work, not its result.
+ *
+ * Read on: the trainer's state, the callbacks, the check, one rank's loop, the run, then main.
+ * examples/mlp_plan.c includes this file (all but main) to train the same model on the schedule a
+ * trainer's options describe: a search, a CSV, stages of unequal size, the backward split. */
 #define PIPEPAR_IMPLEMENTATION
 #include "../pipepar.h"
+#include "mlp_model.h"
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <math.h>
-#include <errno.h>
 
-/* --- the model --------------------------------------------------------------------------- */
+#define MAX_RANKS 64                /* --pp's bound: the ranks' timelines are kept for the picture;
+                                       --vpp's is 64 too */
 
-typedef struct block {
-    float *w1, *b1, *w2, *b2;           /* [H*D] [H] [D*H] [D] */
-    float *gw1, *gb1, *gw2, *gb2;       /* their gradients, summed over microbatches */
-} block;
+/* --- the trainer's state -------------------------------------------------------------------- */
 
-typedef struct model {
-    int D, H, L, rows, mb;              /* width, hidden, blocks, rows per microbatch, microbatches */
-    int copies;                         /* blocks held by the pipeline: L, or 2L under DualPipe */
-    block *blocks;                      /* [copies]: block l and, under DualPipe, its second copy
-                                           l + L (the up pipeline's), with their own gradients */
-    float *teacher;                     /* [D*D]: the task is t = tanh(teacher x) */
-    /* saved for backward, per (block, microbatch): the block's input, W1 x + b1, and for the
-     * split backward (I then W) the gradients the W half needs */
-    float *x_in, *pre, *dpre, *gy;      /* [L][mb][rows*D], [L][mb][rows*H], same, [L][mb][rows*D] */
-    float *data_x, *data_t;             /* this step's batch: [mb][rows*D] */
-    unsigned long long rng;
-} model;
+typedef struct rank_state {         /* one rank's own memory */
+    mlp_saved *saved;               /* [slots * most]: slot k keeps its stage's blocks at [k * most, ...) */
+    int most;                       /* the most blocks a stage of the rank holds */
+    float *scratch;                 /* [rows*D] the backward's gradient where pipepar wants none back */
+} rank_state;
 
-static float gelu(float x)
-{
-    const float c = 0.7978845608f;      /* sqrt(2/pi): the tanh form of GELU (GPT-2, llm.c) */
-    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
-}
-
-static float gelu_grad(float x)
-{
-    const float c = 0.7978845608f;
-    float th = tanhf(c * (x + 0.044715f * x * x * x));
-    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * c * (1.0f + 3.0f * 0.044715f * x * x);
-}
-
-static float uniform(unsigned long long *rng)   /* in [-1, 1) */
-{
-    *rng = *rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((*rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
-}
-
-/* the saved tensors of block l (either copy: a microbatch passes through one of them) */
-static float *slot(float *base, const model *m, int l, int mb, int width)
-{
-    return base + ((size_t)(l % m->L) * m->mb + (size_t)mb) * (size_t)m->rows * (size_t)width;
-}
-
-/* one block forward: x [rows*D] -> y [rows*D]; saves x and pre for backward */
-static void block_forward(model *m, int l, int mb, const float *x, float *y)
-{
-    block *b = &m->blocks[l];
-    float *pre = slot(m->pre, m, l, mb, m->H), *g = (float *)malloc(sizeof(float) * (size_t)m->H);
-    int r, i, j, D = m->D, H = m->H;
-    memcpy(slot(m->x_in, m, l, mb, D), x, sizeof(float) * (size_t)m->rows * D);
-    for (r = 0; r < m->rows; r++) {
-        const float *xr = x + (size_t)r * D;
-        for (i = 0; i < H; i++) {
-            float a = b->b1[i];
-            for (j = 0; j < D; j++) a += b->w1[(size_t)i * D + j] * xr[j];
-            pre[(size_t)r * H + i] = a;
-            g[i] = gelu(a);
-        }
-        for (i = 0; i < D; i++) {
-            float a = xr[i] + b->b2[i];
-            for (j = 0; j < H; j++) a += b->w2[(size_t)i * H + j] * g[j];
-            y[(size_t)r * D + i] = a;
-        }
-    }
-    free(g);
-}
-
-/* input-gradient half: gy [rows*D] -> gx [rows*D] (gx may be NULL); saves dpre and gy for W */
-static void block_backward_input(model *m, int l, int mb, const float *gy, float *gx)
-{
-    block *b = &m->blocks[l];
-    const float *pre = slot(m->pre, m, l, mb, m->H);
-    float *dpre = slot(m->dpre, m, l, mb, m->H);
-    int r, i, j, D = m->D, H = m->H;
-    memcpy(slot(m->gy, m, l, mb, D), gy, sizeof(float) * (size_t)m->rows * D);
-    for (r = 0; r < m->rows; r++) {
-        const float *gr = gy + (size_t)r * D;
-        float *dp = dpre + (size_t)r * H;
-        for (j = 0; j < H; j++) dp[j] = 0;
-        for (i = 0; i < D; i++)
-            for (j = 0; j < H; j++) dp[j] += b->w2[(size_t)i * H + j] * gr[i];
-        for (j = 0; j < H; j++) dp[j] *= gelu_grad(pre[(size_t)r * H + j]);
-        if (gx)
-            for (i = 0; i < D; i++) {
-                float a = gr[i];                          /* the residual path */
-                for (j = 0; j < H; j++) a += b->w1[(size_t)j * D + i] * dp[j];
-                gx[(size_t)r * D + i] = a;
-            }
-    }
-}
-
-/* weight-gradient half: adds this microbatch's share into the block's gradients */
-static void block_backward_weight(model *m, int l, int mb)
-{
-    block *b = &m->blocks[l];
-    const float *x = slot(m->x_in, m, l, mb, m->D), *pre = slot(m->pre, m, l, mb, m->H);
-    const float *dpre = slot(m->dpre, m, l, mb, m->H), *gy = slot(m->gy, m, l, mb, m->D);
-    float *h = (float *)malloc(sizeof(float) * (size_t)m->H);
-    int r, i, j, D = m->D, H = m->H;
-    for (r = 0; r < m->rows; r++) {
-        const float *gr = gy + (size_t)r * D, *dp = dpre + (size_t)r * H, *xr = x + (size_t)r * D;
-        for (j = 0; j < H; j++) h[j] = gelu(pre[(size_t)r * H + j]);
-        for (i = 0; i < D; i++) {
-            b->gb2[i] += gr[i];
-            for (j = 0; j < H; j++) b->gw2[(size_t)i * H + j] += gr[i] * h[j];
-        }
-        for (j = 0; j < H; j++) {
-            b->gb1[j] += dp[j];
-            for (i = 0; i < D; i++) b->gw1[(size_t)j * D + i] += dp[j] * xr[i];
-        }
-    }
-    free(h);
-}
-
-/* loss of one microbatch: mean over rows and features of 0.5 (y - t)^2; the step's loss is the
- * mean over microbatches, so dLoss/dy = (y - t) / (rows * D * mb) */
-static float mse(const model *m, int mb, const float *y, float *gy)
-{
-    const float *t = m->data_t + (size_t)mb * m->rows * m->D;
-    int i, n = m->rows * m->D;
-    double l = 0;
-    for (i = 0; i < n; i++) {
-        float d = y[i] - t[i];
-        l += 0.5 * (double)d * d;
-        if (gy) gy[i] = d / (float)(n * m->mb);
-    }
-    return (float)(l / n);
-}
-
-/* --- the callbacks pipepar calls: one stage = blocks [first, first + per) --------------------- */
-/* Stage s holds blocks [stage_first[s], + stage_count[s]) of m->blocks: s * per onwards with
- * L / stages each, or what --layout says. Under DualPipe the stages pp..2pp-1
- * are the up pipeline, which runs the same model again: stage pp + j holds the second copy of
- * model stage j's blocks (index l + L for block l), so the two copies never write one gradient. */
-
-typedef struct run {
-    model *m;
-    pp_schedule *schedule;
-    int *stage_first, *stage_count;   /* [num_stages]: stage s holds blocks [first, first + count) */
-    int steps;
+typedef struct trainer {
+    mlp_model m;                    /* the weights, read by every rank, stepped by their owners */
+    const pp_schedule *schedule;    /* lowered and proven */
+    int model_stages;               /* pp * vpp; pp under DualPipe, which runs every one twice */
+    const int *first, *count;       /* [model_stages] model stage j holds blocks [first[j], + count[j]) */
+    mlp_block **grads;              /* [num_stages][count of its model stage] each stage's own gradients */
+    rank_state rank[MAX_RANKS];
+    pp_timeline timelines[MAX_RANKS];
+    const char *prog, *name, *trace, *svg; /* the program; what runs; --trace FILE; --svg FILE */
+    int steps, failures, write_failed;
     float lr;
     double timeout;
-    const char *trace, *svg;
-    pp_timeline timelines[64];
-    int failures;
-} run;
+} trainer;
+
+/* --- what pipepar calls: one stage, one microbatch ------------------------------------------ */
+/* Stage info->stage runs model stage info->model_stage: itself, except under DualPipe, whose
+ * stages pp..2pp-1 run the model again from the other end. Its blocks keep what their backward
+ * reads in slot info->slot of the rank's saved state: a slot for each (stage, microbatch) the
+ * rank holds at once, at most pp_executor_saved_slots() of them, the schedule's memory bound. */
+
+static mlp_saved *saved_of(trainer *tr, const pp_mb_info *info)
+{
+    rank_state *rs = &tr->rank[info->rank];
+    return rs->saved + (size_t)info->slot * (size_t)rs->most;
+}
 
 static size_t cb_bytes(void *user, int boundary, const pp_mb_info *info)
 {
-    model *m = ((run *)user)->m;
-    (void)boundary; (void)info;             /* every boundary is [rows, D]; a transformer with packed
-                                               sequences would read info->meta's cu_seqlens here */
+    const mlp_model *m = &((trainer *)user)->m;
+    (void)boundary; (void)info;     /* every boundary is [rows, D]; a transformer with packed
+                                       sequences would read info->meta's cu_seqlens here */
     return sizeof(float) * (size_t)m->rows * m->D;
 }
 
-static int cb_input(void *user, const pp_mb_info *info, void *x)
+static int cb_input(void *user, const pp_mb_info *info, void *x)    /* the first stage's input */
 {
-    model *m = ((run *)user)->m;
-    memcpy(x, m->data_x + (size_t)info->mb * m->rows * m->D, sizeof(float) * (size_t)m->rows * m->D);
+    const mlp_model *m = &((trainer *)user)->m;
+    memcpy(x, m->x + (size_t)info->mb * m->rows * m->D, cb_bytes(user, 0, info));
     return 0;
 }
 
 static int cb_forward(void *user, const pp_mb_info *info, const void *in, void *out)
 {
-    run *rn = (run *)user;
-    model *m = rn->m;
-    int k, first = rn->stage_first[info->stage], count = rn->stage_count[info->stage];
-    size_t n = (size_t)m->rows * m->D;
-    float *tmp = (float *)malloc(sizeof(float) * n);
-    memcpy(out, in, sizeof(float) * n);
-    for (k = 0; k < count; k++) {
-        block_forward(m, first + k, info->mb, (const float *)out, tmp);
-        memcpy(out, tmp, sizeof(float) * n);
-    }
-    free(tmp);
+    trainer *tr = (trainer *)user;
+    int k, first = tr->first[info->model_stage];
+    mlp_saved *sv = saved_of(tr, info);
+    memcpy(out, in, cb_bytes(user, 0, info));
+    for (k = 0; k < tr->count[info->model_stage]; k++)
+        mlp_forward(&tr->m, &tr->m.w[first + k], &sv[k], (const float *)out, (float *)out);
     return 0;
 }
 
+/* the last stage: the loss and its gradient (weight stays 1: the step's loss is the mean) */
 static int cb_loss(void *user, const pp_mb_info *info, const void *out, void *grad_out, pp_loss *loss)
 {
-    loss->loss = mse(((run *)user)->m, info->mb, (const float *)out, (float *)grad_out);
-    return 0;                               /* weight stays 1: the step's loss is the mean over mb */
-}
-
-static int cb_backward_input(void *user, const pp_mb_info *info, const void *in, const void *grad_out, void *grad_in)
-{
-    run *rn = (run *)user;
-    model *m = rn->m;
-    int k, first = rn->stage_first[info->stage], count = rn->stage_count[info->stage];
-    size_t n = (size_t)m->rows * m->D;
-    float *g = (float *)malloc(sizeof(float) * n), *h = (float *)malloc(sizeof(float) * n);
-    (void)in;                               /* the blocks saved their own inputs */
-    memcpy(g, grad_out, sizeof(float) * n);
-    for (k = count - 1; k >= 0; k--) {
-        /* the stage's first block on stage 0 needs no input-gradient (grad_in is NULL there) */
-        block_backward_input(m, first + k, info->mb, g, (k == 0 && !grad_in) ? NULL : h);
-        memcpy(g, h, sizeof(float) * n);
-    }
-    if (grad_in) memcpy(grad_in, g, sizeof(float) * n);
-    free(g); free(h);
+    loss->loss = mlp_loss(&((trainer *)user)->m, info->mb, (const float *)out, (float *)grad_out);
     return 0;
 }
 
+/* I: the gradient back through the stage's blocks, last first. grad_in is NULL on the model's
+ * first stage: nothing before it waits for a gradient. */
+static int cb_backward_input(void *user, const pp_mb_info *info, const void *in, const void *grad_out,
+                             void *grad_in)
+{
+    trainer *tr = (trainer *)user;
+    int k, first = tr->first[info->model_stage];
+    float *g = grad_in ? (float *)grad_in : tr->rank[info->rank].scratch;
+    mlp_saved *sv = saved_of(tr, info);
+    (void)in;                       /* the blocks kept their own inputs */
+    memcpy(g, grad_out, cb_bytes(user, 0, info));
+    for (k = tr->count[info->model_stage] - 1; k >= 0; k--)
+        mlp_backward_input(&tr->m, &tr->m.w[first + k], &sv[k], g, k == 0 && !grad_in ? NULL : g);
+    return 0;
+}
+
+/* W: the microbatch's weight gradients, added into the stage's own */
 static int cb_backward_weight(void *user, const pp_mb_info *info, const void *in, const void *grad_out)
 {
-    run *rn = (run *)user;
-    int k, first = rn->stage_first[info->stage], count = rn->stage_count[info->stage];
+    trainer *tr = (trainer *)user;
+    const mlp_saved *sv = saved_of(tr, info);
+    int k;
     (void)in; (void)grad_out;
-    for (k = 0; k < count; k++) block_backward_weight(rn->m, first + k, info->mb);
+    for (k = 0; k < tr->count[info->model_stage]; k++) mlp_backward_weight(&tr->m, &sv[k], &tr->grads[info->stage][k]);
     return 0;
 }
 
+/* B, the whole backward: I then W (zero-bubble schedules call the two apart) */
 static int cb_backward(void *user, const pp_mb_info *info, const void *in, const void *grad_out, void *grad_in)
 {
     cb_backward_input(user, info, in, grad_out, grad_in);
     return cb_backward_weight(user, info, in, grad_out);
 }
 
-/* --- the check: the same step as one stage, on rank 0 --------------------------------------- */
+/* --- the check: the same step unsplit, on rank 0 -------------------------------------------- */
 
-typedef struct reference { model m; float *x, *y, *g; double loss, max_rel_err; } reference;
-
-/* Runs every microbatch through all L blocks into a private copy of the saved tensors and
- * gradients, then compares with the pipeline's gradients. */
-static void check_single_stage(const model *pm, reference *ref)
+/* The largest difference between a gradient tensor of the unsplit step and the pipeline's,
+ * relative to the tensor's largest entry. The pipeline's gradient of a block is the sum over the
+ * stages that run its model stage: one stage, or two under DualPipe. */
+static double compare_gradients(const trainer *tr, const mlp_whole *ref)
 {
-    model *m = &ref->m;
-    int l, mb, k;
-    size_t n = (size_t)pm->rows * pm->D;
+    const mlp_model *m = &tr->m;
+    const pp_schedule *s = tr->schedule;
     double worst = 0;
-    ref->loss = 0;
-    for (l = 0; l < m->L; l++) {
-        memcpy(m->blocks[l].w1, pm->blocks[l].w1, sizeof(float) * (size_t)m->H * m->D);
-        memcpy(m->blocks[l].b1, pm->blocks[l].b1, sizeof(float) * (size_t)m->H);
-        memcpy(m->blocks[l].w2, pm->blocks[l].w2, sizeof(float) * (size_t)m->D * m->H);
-        memcpy(m->blocks[l].b2, pm->blocks[l].b2, sizeof(float) * (size_t)m->D);
-        memset(m->blocks[l].gw1, 0, sizeof(float) * (size_t)m->H * m->D);
-        memset(m->blocks[l].gb1, 0, sizeof(float) * (size_t)m->H);
-        memset(m->blocks[l].gw2, 0, sizeof(float) * (size_t)m->D * m->H);
-        memset(m->blocks[l].gb2, 0, sizeof(float) * (size_t)m->D);
-    }
-    m->data_x = pm->data_x;
-    m->data_t = pm->data_t;
-    for (mb = 0; mb < m->mb; mb++) {
-        memcpy(ref->x, m->data_x + (size_t)mb * n, sizeof(float) * n);
-        for (l = 0; l < m->L; l++) { block_forward(m, l, mb, ref->x, ref->y); memcpy(ref->x, ref->y, sizeof(float) * n); }
-        ref->loss += mse(m, mb, ref->x, ref->g) / m->mb;
-        for (l = m->L - 1; l >= 0; l--) {
-            block_backward_input(m, l, mb, ref->g, ref->y);
-            block_backward_weight(m, l, mb);
-            memcpy(ref->g, ref->y, sizeof(float) * n);
-        }
-    }
-    for (l = 0; l < m->L; l++) {
-        const float *a[4], *b[4];
-        size_t len[4];
-        a[0] = pm->blocks[l].gw1; a[1] = pm->blocks[l].gb1; a[2] = pm->blocks[l].gw2; a[3] = pm->blocks[l].gb2;
-        b[0] = m->blocks[l].gw1; b[1] = m->blocks[l].gb1; b[2] = m->blocks[l].gw2; b[3] = m->blocks[l].gb2;
-        len[0] = (size_t)m->H * m->D; len[1] = (size_t)m->H; len[2] = (size_t)m->D * m->H; len[3] = (size_t)m->D;
+    int l, j, st, k, n;
+    for (l = 0, j = 0; l < m->L; l++) {
+        const mlp_block *parts[2];
+        float *want[4], *part[2][4];
+        size_t len[4], i;
+        while (l >= tr->first[j] + tr->count[j]) j++;       /* block l's model stage */
+        for (st = 0, n = 0; st < s->num_stages && n < 2; st++)
+            if (pp_stage_model_stage(s, st) == j) parts[n++] = &tr->grads[st][l - tr->first[j]];
+        mlp_tensors(&ref->g[l], m->D, m->H, want, len);
+        for (k = 0; k < n; k++) mlp_tensors(parts[k], m->D, m->H, part[k], len);
         for (k = 0; k < 4; k++) {
             double num = 0, den = 1e-30;
-            size_t i;
             for (i = 0; i < len[k]; i++) {
-                double d = fabs((double)a[k][i] - (double)b[k][i]);
-                if (d > num) num = d;
-                if (fabs((double)b[k][i]) > den) den = fabs((double)b[k][i]);
+                double got = part[0][k][i] + (n > 1 ? part[1][k][i] : 0.0f);
+                if (fabs(got - want[k][i]) > num) num = fabs(got - want[k][i]);
+                if (fabs(want[k][i]) > den) den = fabs(want[k][i]);
             }
-            if (num / den > worst) worst = num / den;   /* relative to the tensor's largest entry */
+            if (num / den > worst) worst = num / den;
         }
     }
-    ref->max_rel_err = worst;
+    return worst;
+}
+
+/* The unsplit step on the same batch and weights, then the step's line: whether the loss and
+ * every gradient match the pipeline's (to 1e-5, relative). */
+static int check_step(trainer *tr, mlp_whole *ref, int step, float loss)
+{
+    double want = mlp_whole_step(ref, &tr->m), err = compare_gradients(tr, ref);
+    int ok = fabs(loss - want) <= 1e-5 * fabs(want) && err < 1e-5;
+    if (ok && err == 0 && loss == (float)want) printf("%4d   %.5f   yes (bit-identical)\n", step + 1, loss);
+    else printf("%4d   %.5f   %s (max rel err %.1e)\n", step + 1, loss, ok ? "yes" : "NO", err);
+    return ok;
 }
 
 /* --- one rank ------------------------------------------------------------------------------ */
 
-static void new_batch(model *m)
-{
-    int i, j, n;
-    for (n = 0; n < m->mb * m->rows; n++) {
-        float *x = m->data_x + (size_t)n * m->D, *t = m->data_t + (size_t)n * m->D;
-        for (i = 0; i < m->D; i++) x[i] = uniform(&m->rng);
-        for (i = 0; i < m->D; i++) {
-            float a = 0;
-            for (j = 0; j < m->D; j++) a += m->teacher[(size_t)i * m->D + j] * x[j];
-            t[i] = tanhf(a);
-        }
-    }
-}
-
-static void add_into(float *a, float *b, size_t n)
-{
-    size_t i;
-    for (i = 0; i < n; i++) { a[i] += b[i]; b[i] = a[i]; }
-}
-
-/* the two copies of a block: both get the sum of their gradients */
-static void sum_copies(block *a, block *b, int D, int H)
-{
-    add_into(a->gw1, b->gw1, (size_t)H * D);
-    add_into(a->gb1, b->gb1, (size_t)H);
-    add_into(a->gw2, b->gw2, (size_t)D * H);
-    add_into(a->gb2, b->gb2, (size_t)D);
-}
-
-static void sgd(block *b, int D, int H, float lr)
-{
-    int i;
-    for (i = 0; i < H * D; i++) { b->w1[i] -= lr * b->gw1[i]; b->gw1[i] = 0; }
-    for (i = 0; i < H; i++) { b->b1[i] -= lr * b->gb1[i]; b->gb1[i] = 0; }
-    for (i = 0; i < D * H; i++) { b->w2[i] -= lr * b->gw2[i]; b->gw2[i] = 0; }
-    for (i = 0; i < D; i++) { b->b2[i] -= lr * b->gb2[i]; b->gb2[i] = 0; }
-}
-
-/* Ranks meet here between steps (the transport's all-reduce of nothing is a barrier): rank 0 makes
- * the batch and checks the step while the others wait. */
+/* Ranks meet here between steps (an all-reduce of nothing is a barrier): rank 0 makes the batch
+ * and checks the step while the others wait. */
 static pp_status barrier(pp_transport *t, double timeout, pp_error *err)
 {
     float none = 0;
     return t->all_reduce(t->user, &none, 1, timeout, err);
 }
 
+static void rank_free(trainer *tr, int rank)
+{
+    mlp_saved_free(tr->rank[rank].saved);
+    free(tr->rank[rank].scratch);
+    memset(&tr->rank[rank], 0, sizeof tr->rank[rank]);
+}
+
+/* The rank's saved state, allocated once: `slots` of its largest stage's blocks. 0 or -1. */
+static int rank_alloc(trainer *tr, int rank, int slots)
+{
+    rank_state *rs = &tr->rank[rank];
+    int c;
+    for (c = 0; c < tr->schedule->vpp; c++) {
+        int j = pp_stage_model_stage(tr->schedule, pp_rank_chunk_stage(tr->schedule, rank, c));
+        if (tr->count[j] > rs->most) rs->most = tr->count[j];
+    }
+    rs->saved = mlp_saved_new(slots * rs->most, &tr->m);
+    rs->scratch = (float *)malloc(sizeof(float) * (size_t)tr->m.rows * tr->m.D);
+    if (rs->saved && rs->scratch) return 0;
+    rank_free(tr, rank);
+    return -1;
+}
+
+/* After the step: every model stage's weights step once, by the rank that runs it first, with the
+ * sum of the gradients of every stage that runs it (DualPipe's two copies, which DualPipe's own
+ * trainers all-reduce). */
+static void sgd_rank(trainer *tr, int rank)
+{
+    const pp_schedule *s = tr->schedule;
+    mlp_model *m = &tr->m;
+    int c, k, other;
+    for (c = 0; c < s->vpp; c++) {
+        int st = pp_rank_chunk_stage(s, rank, c), j = pp_stage_model_stage(s, st);
+        if (st != j) continue;      /* DualPipe's second run of model stage j: stepped with stage j */
+        for (other = 0; other < s->num_stages; other++)
+            if (other != st && pp_stage_model_stage(s, other) == j)
+                for (k = 0; k < tr->count[j]; k++) mlp_block_add(&tr->grads[st][k], &tr->grads[other][k], m->D, m->H);
+        for (k = 0; k < tr->count[j]; k++) mlp_sgd(&m->w[tr->first[j] + k], &tr->grads[st][k], m->D, m->H, tr->lr);
+    }
+}
+
+/* The rank's stages' gradients start each step from zero: after the batch's barrier, as under
+ * DualPipe another rank's SGD reads them until then. */
+static void zero_grads(trainer *tr, int rank)
+{
+    int c, k;
+    for (c = 0; c < tr->schedule->vpp; c++) {
+        int st = pp_rank_chunk_stage(tr->schedule, rank, c);
+        for (k = 0; k < tr->count[pp_stage_model_stage(tr->schedule, st)]; k++)
+            mlp_block_zero(&tr->grads[st][k], tr->m.D, tr->m.H);
+    }
+}
+
+/* Rank 0, once every rank's timeline of the last step is in: the step as it ran, where each
+ * rank's time went (pp_timeline_idle), and the Chrome trace. */
+static void report_timelines(trainer *tr, pp_error *err)
+{
+    pp_idle idle[MAX_RANKS];
+    int r, pp = tr->schedule->pp;
+    printf("\nthe last step as it ran (measured; %d thread%s on this machine's cores)\n", pp, pp > 1 ? "s" : "");
+    pp_timeline_draw_ascii(tr->timelines, pp, 0, stdout, NULL);
+    if (pp_timeline_idle(tr->timelines, pp, idle, err) == PP_OK) {
+        printf("where the step went, ms = compute + waiting for another rank's compute + for transfers + other "
+               "gaps + tail:\n");
+        for (r = 0; r < pp; r++)
+            printf("  rank %d: %.2f = %.2f + %.2f + %.2f + %.2f + %.2f\n", r, 1e3 * idle[r].step, 1e3 * idle[r].busy,
+                   1e3 * idle[r].wait_compute, 1e3 * idle[r].wait_transfer, 1e3 * idle[r].wait_other, 1e3 * idle[r].tail);
+    } else {
+        printf("where the step went: %s\n", err->message);
+    }
+    if (tr->trace) {
+        FILE *f = fopen(tr->trace, "w");
+        int ok = f && pp_timeline_write_chrome_trace(tr->timelines, pp, f, err) == PP_OK;
+        if (f && fclose(f) != 0) ok = 0;
+        if (ok) printf("trace written to %s (open it in ui.perfetto.dev)\n", tr->trace);
+        else fprintf(stderr, "%s: --trace=%s: could not write it\n", tr->prog, tr->trace);
+        tr->write_failed = !ok;
+    } else {
+        printf("(--trace FILE writes this step as a Chrome/Perfetto trace)\n");
+    }
+    if (tr->svg) {   /* the step as it ran, below the simulation of the same programs */
+        pp_sim_result *sim = NULL;
+        FILE *f = fopen(tr->svg, "w");
+        int ok = f && pp_simulate(tr->schedule, NULL, &sim, err) == PP_OK &&
+                 pp_timeline_write_svg(tr->timelines, pp, sim, f, err) == PP_OK;
+        if (f && fclose(f) != 0) ok = 0;
+        if (ok) printf("the step drawn in %s: simulated above, measured below\n", tr->svg);
+        else fprintf(stderr, "%s: --svg=%s: could not write it\n", tr->prog, tr->svg);
+        tr->write_failed |= !ok;
+        pp_sim_result_free(sim);
+    }
+}
+
+/* One rank: the executor over its program, then per step: the batch (rank 0), pp_run_step, the
+ * check (rank 0), SGD on the rank's own stages. */
 static pp_status rank_main(void *user, int rank, pp_transport *t, pp_error *err)
 {
-    run *rn = (run *)user;
-    model *m = rn->m;
+    trainer *tr = (trainer *)user;
     pp_executor_config cfg;
     pp_executor *ex = NULL;
-    reference ref;
+    mlp_whole ref;
     pp_status st;
-    int step, stage, chunk;
+    int step;
     memset(&cfg, 0, sizeof cfg);
     memset(&ref, 0, sizeof ref);
-    cfg.schedule = rn->schedule;
+    cfg.schedule = tr->schedule;
     cfg.transport = *t;
-    cfg.callbacks.user = rn;
+    cfg.callbacks.user = tr;
     cfg.callbacks.tensor_bytes = cb_bytes;
     cfg.callbacks.input = cb_input;
     cfg.callbacks.forward = cb_forward;
     cfg.callbacks.loss = cb_loss;
     cfg.callbacks.backward = cb_backward;
-    cfg.callbacks.backward_input = cb_backward_input;     /* zero-bubble schedules split B into I + W */
+    cfg.callbacks.backward_input = cb_backward_input;     /* zero-bubble schedules run B as I + W */
     cfg.callbacks.backward_weight = cb_backward_weight;
-    cfg.timeout_s = rn->timeout;
+    cfg.timeout_s = tr->timeout;
     cfg.record_timeline = 1;
     st = pp_executor_create(&cfg, &ex, err);
-    if (st != PP_OK) { t->abort(t->user, st, err->message); return st; }
-    if (rank == 0) {
-        /* the single-stage copy of the model */
-        int l;
-        ref.m = *m;
-        ref.m.blocks = (block *)calloc((size_t)m->L, sizeof(block));
-        ref.m.x_in = (float *)calloc((size_t)m->L * m->mb * m->rows * m->D, sizeof(float));
-        ref.m.gy = (float *)calloc((size_t)m->L * m->mb * m->rows * m->D, sizeof(float));
-        ref.m.pre = (float *)calloc((size_t)m->L * m->mb * m->rows * m->H, sizeof(float));
-        ref.m.dpre = (float *)calloc((size_t)m->L * m->mb * m->rows * m->H, sizeof(float));
-        for (l = 0; l < m->L; l++) {
-            block *b = &ref.m.blocks[l];
-            b->w1 = (float *)calloc((size_t)m->H * m->D, sizeof(float)); b->gw1 = (float *)calloc((size_t)m->H * m->D, sizeof(float));
-            b->b1 = (float *)calloc((size_t)m->H, sizeof(float)); b->gb1 = (float *)calloc((size_t)m->H, sizeof(float));
-            b->w2 = (float *)calloc((size_t)m->D * m->H, sizeof(float)); b->gw2 = (float *)calloc((size_t)m->D * m->H, sizeof(float));
-            b->b2 = (float *)calloc((size_t)m->D, sizeof(float)); b->gb2 = (float *)calloc((size_t)m->D, sizeof(float));
-        }
-        ref.x = (float *)malloc(sizeof(float) * (size_t)m->rows * m->D);
-        ref.y = (float *)malloc(sizeof(float) * (size_t)m->rows * m->D);
-        ref.g = (float *)malloc(sizeof(float) * (size_t)m->rows * m->D);
-        printf("step   loss      grads match single-stage\n");
-    }
-    for (step = 0; step < rn->steps && st == PP_OK; step++) {
+    if (st == PP_OK && (rank_alloc(tr, rank, pp_executor_saved_slots(ex)) ||
+                        (rank == 0 && mlp_whole_init(&ref, &tr->m))))
+        st = pp_error_set(err, PP_ENOMEM, "rank %d: out of memory", rank);
+    if (st != PP_OK) t->abort(t->user, st, err->message);
+    if (st == PP_OK && rank == 0) printf("step   loss      grads match single-stage\n");
+    for (step = 0; step < tr->steps && st == PP_OK; step++) {
         pp_step_result res;
-        if (rank == 0) new_batch(m);
-        if ((st = barrier(t, rn->timeout, err)) != PP_OK) break;          /* the batch is ready */
-        if ((st = pp_run_step(ex, NULL, &res, err)) != PP_OK) break;      /* forward, backward: all of it */
-        if ((st = barrier(t, rn->timeout, err)) != PP_OK) break;          /* every gradient is in */
-        if (rn->schedule->placement == PP_PLACEMENT_DUAL) {
-            /* DualPipe: model stage j lives twice, going down on rank j (stage j) and going up on
-             * rank pp-1-j (stage pp+j); its gradient is the sum of both copies' (DualPipe
-             * all-reduces them). Rank j adds the two and gives both copies the sum, so both take
-             * the same SGD step and stay equal. */
-            int k;
-            for (k = 0; k < rn->stage_count[rank]; k++) {
-                int l = rn->stage_first[rank] + k;
-                sum_copies(&m->blocks[l], &m->blocks[l + m->L], m->D, m->H);
-            }
-            if ((st = barrier(t, rn->timeout, err)) != PP_OK) break;      /* every sum is in */
-        }
-        if (rank == 0) {
-            int ok;
-            check_single_stage(m, &ref);
-            ok = fabs(res.loss - ref.loss) <= 1e-5 * fabs(ref.loss) && ref.max_rel_err < 1e-5;
-            if (m->copies > m->L) {   /* DualPipe: both copies of every block still hold the same weights */
-                int l;
-                for (l = 0; l < m->L; l++)
-                    if (memcmp(m->blocks[l].w1, m->blocks[l + m->L].w1, sizeof(float) * (size_t)m->H * m->D) ||
-                        memcmp(m->blocks[l].w2, m->blocks[l + m->L].w2, sizeof(float) * (size_t)m->D * m->H) ||
-                        memcmp(m->blocks[l].b1, m->blocks[l + m->L].b1, sizeof(float) * (size_t)m->H) ||
-                        memcmp(m->blocks[l].b2, m->blocks[l + m->L].b2, sizeof(float) * (size_t)m->D)) {
-                        printf("     block %d: its two copies hold different weights\n", l);
-                        ok = 0;
-                    }
-            }
-            if (!ok) rn->failures++;
-            if (ok && ref.max_rel_err == 0 && res.loss == (float)ref.loss)
-                printf("%4d   %.5f   yes (bit-identical)\n", step + 1, res.loss);
-            else
-                printf("%4d   %.5f   %s (max rel err %.1e)\n", step + 1, res.loss, ok ? "yes" : "NO", ref.max_rel_err);
-        }
-        if ((st = barrier(t, rn->timeout, err)) != PP_OK) break;          /* checked: now step */
-        for (chunk = 0; chunk < rn->schedule->vpp; chunk++) {             /* SGD on my own blocks */
-            int k;
-            stage = pp_rank_chunk_stage(rn->schedule, rank, chunk);
-            for (k = 0; k < rn->stage_count[stage]; k++)
-                sgd(&m->blocks[rn->stage_first[stage] + k], m->D, m->H, rn->lr);
-        }
+        if (rank == 0) mlp_new_batch(&tr->m);
+        if ((st = barrier(t, tr->timeout, err)) != PP_OK) break;          /* the batch is ready */
+        zero_grads(tr, rank);
+        if ((st = pp_run_step(ex, NULL, &res, err)) != PP_OK) break;      /* every F and B of the step */
+        if ((st = barrier(t, tr->timeout, err)) != PP_OK) break;          /* every gradient is in */
+        if (rank == 0 && !check_step(tr, &ref, step, res.loss)) tr->failures++;
+        if ((st = barrier(t, tr->timeout, err)) != PP_OK) break;          /* checked: now step */
+        sgd_rank(tr, rank);
     }
-    if (st == PP_OK) {
-        pp_executor_timeline(ex, &rn->timelines[rank], NULL);
-        st = barrier(t, rn->timeout, err);                                /* every timeline is in */
-        if (st == PP_OK && rank == 0) {
-            printf("\nthe last step as it ran (measured; %d thread%s on this machine's cores)\n", rn->schedule->pp,
-                   rn->schedule->pp > 1 ? "s" : "");
-            pp_timeline_draw_ascii(rn->timelines, rn->schedule->pp, 0, stdout, NULL);
-            {   /* each rank's idle time by what it waited for (pp_timeline_idle) */
-                pp_idle idle[64];
-                int r;
-                if (pp_timeline_idle(rn->timelines, rn->schedule->pp, idle, err) == PP_OK) {
-                    printf("where the step went, ms = compute + waiting for another rank's compute + for transfers + "
-                           "other gaps + tail:\n");
-                    for (r = 0; r < rn->schedule->pp; r++)
-                        printf("  rank %d: %.2f = %.2f + %.2f + %.2f + %.2f + %.2f\n", r, 1e3 * idle[r].step,
-                               1e3 * idle[r].busy, 1e3 * idle[r].wait_compute, 1e3 * idle[r].wait_transfer,
-                               1e3 * idle[r].wait_other, 1e3 * idle[r].tail);
-                } else {
-                    printf("where the step went: %s\n", err->message);
-                }
-            }
-            if (rn->trace) {
-                FILE *f = fopen(rn->trace, "w");
-                if (!f || pp_timeline_write_chrome_trace(rn->timelines, rn->schedule->pp, f, err) != PP_OK)
-                    fprintf(stderr, "mlp_threads: --trace %s: could not write it\n", rn->trace);
-                else printf("trace written to %s (open it in ui.perfetto.dev)\n", rn->trace);
-                if (f) fclose(f);
-            } else {
-                printf("(--trace FILE writes this step as a Chrome/Perfetto trace)\n");
-            }
-            if (rn->svg) {   /* the step as it ran, below the simulation of the same programs */
-                pp_sim_result *sim = NULL;
-                FILE *f = fopen(rn->svg, "w");
-                if (!f || pp_simulate(rn->timelines[0].schedule, NULL, &sim, err) != PP_OK ||
-                    pp_timeline_write_svg(rn->timelines, rn->schedule->pp, sim, f, err) != PP_OK || fflush(f) != 0)
-                    fprintf(stderr, "mlp_threads: --svg %s: could not write it: %s\n", rn->svg,
-                            f ? err->message : strerror(errno));
-                else printf("the step drawn in %s: simulated above, measured below\n", rn->svg);
-                if (f) fclose(f);
-                pp_sim_result_free(sim);
-            }
-        }
-        if (st == PP_OK) st = barrier(t, rn->timeout, err);               /* drawn: free */
+    if (st == PP_OK && (st = pp_executor_timeline(ex, &tr->timelines[rank], err)) == PP_OK &&
+        (st = barrier(t, tr->timeout, err)) == PP_OK) {                    /* every timeline is in */
+        if (rank == 0) report_timelines(tr, err);
+        st = barrier(t, tr->timeout, err);                                 /* drawn: free */
     }
-    if (rank == 0) {
-        int l;
-        for (l = 0; l < m->L; l++) {
-            block *b = &ref.m.blocks[l];
-            free(b->w1); free(b->gw1); free(b->b1); free(b->gb1); free(b->w2); free(b->gw2); free(b->b2); free(b->gb2);
-        }
-        free(ref.m.blocks); free(ref.m.x_in); free(ref.m.gy); free(ref.m.pre); free(ref.m.dpre);
-        free(ref.x); free(ref.y); free(ref.g);
-    }
+    if (rank == 0) mlp_whole_free(&ref);
+    rank_free(tr, rank);
     pp_executor_free(ex);
     return st;
 }
 
-/* --- main ------------------------------------------------------------------------------------ */
+/* --- the run ------------------------------------------------------------------------------- */
 
-static int usage(const char *flag, const char *value, const char *rule)
+static void grads_free(trainer *tr)
 {
-    if (value && !*value) fprintf(stderr, "mlp_threads: %s: %s\n", flag, rule);   /* a flag without a value */
-    else fprintf(stderr, "mlp_threads: %s=%s: %s\n", flag, value ? value : "", rule);
-    return 2;
+    int st;
+    for (st = 0; tr->grads && st < tr->schedule->num_stages; st++) mlp_blocks_free(tr->grads[st]);
+    free(tr->grads);
+    tr->grads = NULL;
 }
 
-/* How many whole backwards (B) the schedule holds: --split-backward names the run only if some. */
-static int count_b(const pp_schedule *s)
+/* Each stage's own gradients, for the blocks of its model stage. 0 or -1. */
+static int grads_alloc(trainer *tr)
 {
-    int r, i, n = 0;
-    for (r = 0; r < s->pp; r++)
-        for (i = 0; i < s->length[r]; i++) n += s->actions[r][i].op == PP_OP_B;
-    return n;
+    const pp_schedule *s = tr->schedule;
+    int st;
+    if (!(tr->grads = (mlp_block **)calloc((size_t)s->num_stages, sizeof(mlp_block *)))) return -1;
+    for (st = 0; st < s->num_stages; st++)
+        if (!(tr->grads[st] = mlp_blocks_new(tr->count[pp_stage_model_stage(s, st)], tr->m.D, tr->m.H))) return -1;
+    return 0;
+}
+
+/* What runs: the model, the stages and their ranks, the memory it keeps, the task. */
+static void describe(const trainer *tr)
+{
+    const pp_schedule *s = tr->schedule;
+    const mlp_model *m = &tr->m;
+    int st, r, c, even = 1;
+    printf("pipepar demo: a residual MLP trained pipeline-parallel, one CPU thread per rank\n\n");
+    printf("  model     %d blocks of x + W2 gelu(W1 x + b1) + b2, width %d, hidden %d (fp32)\n", m->L, m->D, m->H);
+    printf("  pipeline  %s, pp=%d vpp=%d mb=%d: %d stages of ", tr->name, s->pp, s->vpp, s->mb, s->num_stages);
+    for (st = 1; st < tr->model_stages; st++) even &= tr->count[st] == tr->count[0];
+    if (even) printf("%d block%s\n", tr->count[0], tr->count[0] > 1 ? "s" : "");
+    for (st = 0; !even && st < s->num_stages; st++) {
+        if (s->num_stages > 16 && st == 8) { printf(",..."); break; }
+        printf("%s%d", st ? "," : "", tr->count[pp_stage_model_stage(s, st)]);
+    }
+    if (!even) printf(" blocks\n");
+    printf("  stages   ");
+    for (r = 0; r < s->pp && r < 8; r++) {
+        printf(" rank %d:", r);
+        for (c = 0; c < s->vpp; c++) printf("%s%d", c ? "," : " ", pp_rank_chunk_stage(s, r, c));
+        printf(r + 1 < s->pp ? " |" : "");
+    }
+    printf(s->pp > 8 ? " ...\n" : "\n");
+    printf("  memory    (stage, microbatch) activations a rank holds at once, of its vpp*mb = %d:", s->vpp * s->mb);
+    for (r = 0; r < s->pp && r < 16; r++) {
+        int live = 0;
+        pp_schedule_rank_peaks(s, r, NULL, 1, &live, NULL, NULL);
+        printf("%s%d", r ? "," : " ", live);
+    }
+    printf("%s\n            (pp_schedule_rank_peaks): its saved state is that many slots, allocated once\n",
+           s->pp > 16 ? ",..." : "");
+    printf("  task      fit t = tanh(A x) on fresh random x: %d microbatches of %d rows a step, SGD lr %g\n\n", m->mb,
+           m->rows, tr->lr);
+}
+
+/* The schedule as pp_simulate plays it with F = 1, B = 2 time units per block. */
+static void draw_schedule(const trainer *tr)
+{
+    const pp_schedule *s = tr->schedule;
+    pp_sim_costs c;
+    pp_sim_result *sim = NULL;
+    pp_error err;
+    double *cost = (double *)malloc(sizeof(double) * 2 * (size_t)s->num_stages);
+    int st;
+    memset(&c, 0, sizeof c);
+    printf("the schedule (simulated: F = 1, B = 2 time units per block)\n");
+    if (!cost) { printf("(out of memory)\n\n"); return; }
+    for (st = 0; st < s->num_stages; st++) {
+        cost[st] = tr->count[pp_stage_model_stage(s, st)];
+        cost[s->num_stages + st] = 2 * cost[st];
+    }
+    c.f_stage = cost; c.b_stage = cost + s->num_stages; c.i_stage = cost; c.w_stage = cost; c.memory_stage = cost;
+    if (pp_simulate(s, &c, &sim, &err) != PP_OK || pp_schedule_draw_ascii(s, sim, stdout, &err) != PP_OK)
+        printf("(%s)\n", err.message);
+    printf("\n");
+    pp_sim_result_free(sim);
+    free(cost);
+}
+
+/* Builds the model and the stages' gradients, prints what runs, draws it, runs one thread a rank
+ * (pp_threads_run), frees. tr holds the schedule, the blocks of each model stage and the options.
+ * Returns the exit code: 0, or 1 when a step did not match, the run or the trace's write failed. */
+static int train(trainer *tr, int D, int H, int rows)
+{
+    const pp_schedule *s = tr->schedule;
+    pp_error err;
+    pp_status st;
+    int L = tr->first[tr->model_stages - 1] + tr->count[tr->model_stages - 1];
+    if (mlp_model_init(&tr->m, D, H, L, rows, s->mb) || grads_alloc(tr)) {
+        fprintf(stderr, "%s: out of memory\n", tr->prog);
+        grads_free(tr);
+        mlp_model_free(&tr->m);
+        return 1;
+    }
+    describe(tr);
+    draw_schedule(tr);
+    fflush(stdout);
+    st = pp_threads_run(s->pp, rank_main, tr, NULL, NULL, &err);
+    if (st != PP_OK) fprintf(stderr, "%s: %s\n", tr->prog, err.message);
+    else if (tr->failures) fprintf(stderr, "%s: %d step(s) did not match the single-stage run\n", tr->prog, tr->failures);
+    grads_free(tr);
+    mlp_model_free(&tr->m);
+    return st != PP_OK || tr->failures || tr->write_failed ? 1 : 0;
+}
+
+/* --- flags ---------------------------------------------------------------------------------- */
+
+/* "PROG: --flag=value: rule" (or "PROG: --flag: rule" without a value) on stderr; returns 2. */
+static int usage(const char *prog, const char *flag, const char *value, const char *rule)
+{
+    if (!value || !*value) fprintf(stderr, "%s: %s: %s\n", prog, flag, rule);
+    else fprintf(stderr, "%s: %s=%s: %s\n", prog, flag, value, rule);
+    return 2;
 }
 
 static int int_flag(const char *v, int lo, int hi, int *out)
@@ -526,371 +466,66 @@ static int int_flag(const char *v, int lo, int hi, int *out)
     return 1;
 }
 
+/* --- main: the lesson's flags (mlp_plan.c, which includes everything above, has its own) ------- */
+#ifndef MLP_THREADS_NO_MAIN
+
 int main(int argc, char **argv)
 {
-    run rn;
-    model m;
+    trainer tr;
     pp_schedule_config sc;
-    pp_schedule_kind kind = PP_INTERLEAVED_1F1B;
+    pp_schedule *s = NULL;
     pp_error err;
     pp_status st;
-    const char *kind_name = "interleaved", *trace = NULL, *svg = NULL, *layout = NULL, *csv = NULL;
-    char csv_name[192] = "";
-    int given_pp = 0, given_mb = 0, given_schedule = 0;
-    pp_layers *lay = NULL;
-    int search = 0, search_layout = 0, split_backward = 0, split_bs = 0;
-    pp_schedule_kind search_kind = PP_KIND_NONE;
-    char search_name[192] = "";
-    int i, l, pp = 4, vpp = 0, group = 0, mb = 8, steps = 20, D = 64, H = 256, rows = 16, L = 0, model_stages;
-    double lr = 4, timeout = 60;
-
-    memset(&rn, 0, sizeof rn);
-    for (i = 1; i < argc; i++) {
+    static int first[MAX_RANKS * 64], count[MAX_RANKS * 64];
+    int i, j, rc;
+    memset(&tr, 0, sizeof tr);
+    memset(&sc, 0, sizeof sc);
+    sc.kind = PP_INTERLEAVED_1F1B; sc.pp = 4; sc.mb = 8;
+    tr.prog = "mlp_threads"; tr.name = "interleaved"; tr.steps = 20; tr.lr = 4; tr.timeout = 60;
+    for (i = 1; i < argc; i += 2) {    /* a flag and its value */
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = 1;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            printf("usage: mlp_threads [--pp N] [--vpp N] [--group G] [--mb N] [--schedule KIND] [--steps N]\n"
-                   "                   [--layers L] [--width D] [--hidden H] [--rows R] [--lr X]\n"
-                   "                   [--timeout S] [--trace FILE] [--svg FILE] [--layout STR] [--search-layout]\n"
-                   "                   [--search-kind K] [--split-backward] [--schedule-csv FILE]\n"
-                   "Trains a residual MLP pipeline-parallel on CPU threads and checks every step\n"
-                   "against the same model run as one stage. KIND: gpipe, 1f1b, interleaved,\n"
-                   "looped-bfs, the zero-bubble kinds, dualpipe (even pp and mb: two copies of every\n"
-                   "stage, their gradients summed), or search: the fastest schedule pp_search finds\n"
-                   "for the stages' sizes (F = I = W per block). --layout: blocks per stage as a\n"
-                   "Megatron layout in stage order, e.g. 'Et*1|t*3|t*1|t*3L' for pp 2 (E input,\n"
-                   "t block, L loss). --group: interleaved's microbatches per chunk round (Megatron's\n"
-                   "microbatch group size; default pp). --search-layout: with --schedule search, the\n"
-                   "split of --layers blocks into stages chosen too (pp_search's layers). --search-kind K:\n"
-                   "with search, only schedules of kind K (or greedy). --split-backward:\n"
-                   "each whole backward as its input-gradient half then its weight-gradient half\n"
-                   "(pp_schedule_split_backward; with search, pp_search's split_backward). --schedule-csv:\n"
-                   "the schedule in FILE (PyTorch's pipeline-order CSV, as 'pipepar search --csv' writes\n"
-                   "it; pp, vpp and mb are the file's; its sends and receives are lowered again). Defaults: --pp 4\n"
-                   "--mb 8 --schedule interleaved (vpp 2) --steps 20 --layers pp*vpp --width 64\n"
-                   "--hidden 256 --rows 16 --lr 4.\n");
+            printf("usage: mlp_threads [--pp N] [--vpp N] [--mb N] [--schedule KIND] [--steps N] [--trace FILE]\n"
+                   "                   [--svg FILE]\n"
+                   "Trains a residual MLP pipeline-parallel on CPU threads, one a rank, and checks every step\n"
+                   "against the model run whole. KIND: interleaved (default, vpp 2), 1f1b, gpipe, looped-bfs,\n"
+                   "zb-h1, zb-h2, zbv, dualpipev, interleaved-zb, dualpipe. --trace FILE: the last step as a\n"
+                   "Chrome/Perfetto trace. --svg FILE: the last step drawn as run, under its simulation.\n"
+                   "Defaults: --pp 4 --mb 8 --steps 20; one block a stage.\n"
+                   "Searched schedules, CSVs, stages of unequal size, the backward split: mlp_plan --help.\n");
             return 0;
         }
-        if (!strcmp(f, "--search-layout")) { search_layout = 1; continue; }
-        if (!strcmp(f, "--split-backward")) { split_backward = 1; continue; }
-        if (!strcmp(f, "--pp")) { ok = int_flag(v, 1, 64, &pp); given_pp = 1; }
-        else if (!strcmp(f, "--vpp")) ok = int_flag(v, 1, 64, &vpp);
-        else if (!strcmp(f, "--group")) ok = int_flag(v, 1, 4096, &group);
-        else if (!strcmp(f, "--mb")) { ok = int_flag(v, 1, 4096, &mb); given_mb = 1; }
-        else if (!strcmp(f, "--steps")) ok = int_flag(v, 1, 100000, &steps);
-        else if (!strcmp(f, "--layers")) ok = int_flag(v, 1, 4096, &L);
-        else if (!strcmp(f, "--width")) ok = int_flag(v, 1, 4096, &D);
-        else if (!strcmp(f, "--hidden")) ok = int_flag(v, 1, 16384, &H);
-        else if (!strcmp(f, "--rows")) ok = int_flag(v, 1, 65536, &rows);
-        else if (!strcmp(f, "--lr")) ok = v && (lr = atof(v)) > 0;
-        else if (!strcmp(f, "--timeout")) ok = v && (timeout = atof(v)) > 0;
-        else if (!strcmp(f, "--trace")) ok = v != NULL;
-        else if (!strcmp(f, "--svg")) { ok = v != NULL; svg = v; }
-        else if (!strcmp(f, "--layout")) { ok = v != NULL; layout = v; }
-        else if (!strcmp(f, "--schedule-csv")) { ok = v != NULL; csv = v; }
-        else if (!strcmp(f, "--search-kind")) {
-            if (!v) ok = 0;
-            else if (!strcmp(v, "greedy")) search_kind = PP_CUSTOM;
-            else if (pp_schedule_kind_parse(v, &search_kind, &err) != PP_OK) return usage(f, v, err.message);
-        }
+        if (!strcmp(f, "--pp")) ok = int_flag(v, 1, MAX_RANKS, &sc.pp);
+        else if (!strcmp(f, "--vpp")) ok = int_flag(v, 1, 64, &sc.vpp);
+        else if (!strcmp(f, "--mb")) ok = int_flag(v, 1, 4096, &sc.mb);
+        else if (!strcmp(f, "--steps")) ok = int_flag(v, 1, 100000, &tr.steps);
+        else if (!strcmp(f, "--trace")) { ok = v != NULL; tr.trace = v; }
+        else if (!strcmp(f, "--svg")) { ok = v != NULL; tr.svg = v; }
         else if (!strcmp(f, "--schedule")) {
-            given_schedule = 1;
-            if (!v) ok = 0;
-            else if (!strcmp(v, "search")) { search = 1; kind_name = v; }
-            else if (pp_schedule_kind_parse(v, &kind, &err) != PP_OK) return usage(f, v, err.message);
-            else { search = 0; kind_name = v; }
+            if (v && pp_schedule_kind_parse(v, &sc.kind, &err) != PP_OK) return usage("mlp_threads", f, v, err.message);
+            ok = v != NULL; tr.name = v;
         } else { fprintf(stderr, "mlp_threads: %s: unknown flag (see --help)\n", f); return 2; }
-        if (!ok) return usage(f, v, v ? "expected a positive number in range (see --help)" : "needs a value");
-        if (!strcmp(f, "--trace")) trace = v;
-        i++;
+        if (!ok) return usage("mlp_threads", f, v, v ? "expected a positive number in range (see --help)" : "needs a value");
     }
+    if (!sc.vpp && (sc.kind == PP_INTERLEAVED_1F1B || sc.kind == PP_LOOPED_BFS || sc.kind == PP_INTERLEAVED_ZB))
+        sc.vpp = 2;                 /* interleaved kinds with one chunk a rank are 1F1B */
 
-    if (search_kind != PP_KIND_NONE && !search) return usage("--search-kind", "", "only with --schedule search");
-    if (csv && (given_schedule || group || vpp))
-        return usage("--schedule-csv", csv, given_schedule ? "not with --schedule (the file is the schedule)"
-                     : group ? "not with --group (the file is the schedule)" : "not with --vpp (the file's stages say it)");
-    /* a schedule from a file: its pp and mb, unless the flags say otherwise (then they must agree) */
-    if (csv) {
-        FILE *fp = fopen(csv, "rb");
-        char *text = NULL;
-        size_t len = 0, cap = 0, n;
-        if (!fp) return usage("--schedule-csv", csv, strerror(errno));
-        for (;;) {
-            if (len + 65536 + 1 > cap) {
-                char *t = (char *)realloc(text, cap = 2 * cap + 65536 + 1);
-                if (!t) { free(text); fclose(fp); return usage("--schedule-csv", csv, "out of memory"); }
-                text = t;
-            }
-            if ((n = fread(text + len, 1, 65536, fp)) == 0) break;
-            len += n;
-        }
-        if (ferror(fp)) {   /* a directory, say: its error, not "no actions found" */
-            const int e = errno;
-            free(text); fclose(fp);
-            return usage("--schedule-csv", csv, strerror(e));
-        }
-        fclose(fp);
-        text[len] = '\0';
-        st = pp_schedule_read_csv(text, len, &rn.schedule, &err);
-        free(text);
-        if (st != PP_OK) return usage("--schedule-csv", csv, err.message);
-        if ((given_pp && rn.schedule->pp != pp) || (given_mb && rn.schedule->mb != mb)) {
-            char rule[160];
-            snprintf(rule, sizeof rule, "the file has %d rank(s) and %d microbatch(es), the flags say%s%.0d%s%.0d",
-                     rn.schedule->pp, rn.schedule->mb, given_pp ? " --pp " : "", given_pp ? pp : 0,
-                     given_mb ? " --mb " : "", given_mb ? mb : 0);
-            pp_schedule_free(rn.schedule);
-            return usage("--schedule-csv", csv, rule);
-        }
-        if (rn.schedule->pp > 64 || rn.schedule->vpp > 64 || rn.schedule->mb > 4096) {
-            /* the flags' limits hold for a file too: the demo keeps 64 ranks' timelines */
-            char rule[160];
-            snprintf(rule, sizeof rule, "the file has %d rank(s), %d chunk(s) per rank and %d microbatch(es); this demo "
-                     "runs at most 64, 64 and 4096", rn.schedule->pp, rn.schedule->vpp, rn.schedule->mb);
-            pp_schedule_free(rn.schedule);
-            return usage("--schedule-csv", csv, rule);
-        }
-        pp = rn.schedule->pp; mb = rn.schedule->mb; vpp = rn.schedule->vpp;
-        snprintf(csv_name, sizeof csv_name, "from %.150s", strrchr(csv, '/') ? strrchr(csv, '/') + 1 : csv);
-        kind_name = csv_name;
-        search = 0;
-    }
-    if (search_layout && (!search || layout || L == 0))
-        return usage("--search-layout", "", !search ? "only with --schedule search"
-                     : layout ? "not with --layout (it chooses the layout)" : "needs --layers (the blocks to split)");
-    /* the stages' sizes, when --layout gives them (pp_layers_build applies Megatron's rules) */
-    if (layout) {
-        pp_layers_config lc;
-        memset(&lc, 0, sizeof lc);
-        lc.num_layers = L; lc.pp = pp; lc.layout = layout;
-        if ((st = pp_layers_build(&lc, &lay, &err)) != PP_OK) return usage("--layout", layout, err.message);
-        for (i = 0; i < lay->num_stages; i++)
-            if (lay->count[i] < 1) {
-                pp_layers_free(lay);
-                return usage("--layout", layout, "every stage needs at least one block ('t')");
-            }
-        if (vpp && vpp != lay->vpp) {
-            char v[32];
-            snprintf(v, sizeof v, "%d", vpp);
-            pp_layers_free(lay);
-            if (csv) {
-                pp_schedule_free(rn.schedule);
-                return usage("--layout", layout, "must have as many stages as the --schedule-csv file (pp * vpp)");
-            }
-            return usage("--vpp", v, "must match the layout's stages / pp (or be left out)");
-        }
-        vpp = lay->vpp;
-        L = lay->num_layers;
-    }
-
-    /* the schedule: build the compute order, lower it (adds the sends and receives), validate;
-     * or let pp_search time every kind and its own greedy schedules for these stage sizes */
-    memset(&sc, 0, sizeof sc);
-    sc.kind = kind; sc.pp = pp; sc.vpp = vpp; sc.mb = mb; sc.group = group;
-    if (group && search) {
-        char v[32];
-        snprintf(v, sizeof v, "%d", group);
-        pp_layers_free(lay);
-        return usage("--group", v, "not with --schedule search (it tries the group sizes itself)");
-    }
-    if (vpp == 0 && (kind == PP_INTERLEAVED_1F1B || kind == PP_LOOPED_BFS || kind == PP_INTERLEAVED_ZB)) sc.vpp = 2;
-    rn.trace = trace;
-    rn.svg = svg;
-    if (csv) {
-        /* its compute order proven first, then lowered by pipepar (a file's own sends may not pair) */
-        pp_schedule_strip_comm(rn.schedule);
-        if ((st = pp_schedule_validate(rn.schedule, &err)) == PP_OK && (st = pp_schedule_lower(rn.schedule, &err)) == PP_OK &&
-            (!split_backward || ((split_bs = count_b(rn.schedule)) >= 0 &&
-                                 (st = pp_schedule_split_backward(rn.schedule, &err)) == PP_OK)))
-            st = pp_schedule_validate(rn.schedule, &err);
-        if (st != PP_OK) {
-            fprintf(stderr, "mlp_threads: --schedule-csv=%s: %s\n", csv, err.message);
-            pp_schedule_free(rn.schedule);
-            pp_layers_free(lay);
-            return 2;
-        }
-    } else if (search) {
-        pp_search_config q;
-        pp_search_result *found = NULL;
-        int S0, s0;
-        double *cost;
-        memset(&q, 0, sizeof q);
-        q.split_backward = split_backward;
-        q.kind = search_kind;
-        q.pp = pp; q.mb = mb; q.vpp = vpp ? vpp : (search_layout ? 0 : 2);
-        S0 = pp * (q.vpp ? q.vpp : 1);
-        cost = (double *)malloc(sizeof(double) * 2 * (size_t)S0);
-        for (s0 = 0; s0 < S0; s0++) {
-            cost[s0] = lay ? lay->count[s0] : 1;      /* F = I = W per block, B = I + W */
-            cost[S0 + s0] = 2 * cost[s0];
-        }
-        if (search_layout) {   /* per block; the search splits the blocks into stages too */
-            q.layers = L;
-            q.costs.f = q.costs.i = q.costs.w = 1;
-        } else {
-            q.costs.f = cost[0];
-            q.costs.f_stage = cost; q.costs.i_stage = cost; q.costs.w_stage = cost; q.costs.b_stage = cost + S0;
-            q.costs.memory_stage = cost;           /* activations grow with a stage's blocks too */
-        }
-        st = pp_search(&q, &found, &err);
-        free(cost);
-        if (st != PP_OK) { fprintf(stderr, "mlp_threads: %s\n", err.message); pp_layers_free(lay); return 1; }
-        if (found->best && found->entries[0].stage_layers) {   /* the model's stages from here on */
-            char text[1024];
-            pp_layers_config lc;
-            int n = pp * found->entries[0].vpp;
-            if ((size_t)pp_search_layout_text(found->entries[0].stage_layers, n, text, sizeof text) >= sizeof text) {
-                fprintf(stderr, "mlp_threads: the searched layout is over %zu characters\n", sizeof text);
-                pp_search_result_free(found);
-                return 1;
-            }
-            memset(&lc, 0, sizeof lc);
-            lc.num_layers = L; lc.pp = pp; lc.layout = text;
-            if ((st = pp_layers_build(&lc, &lay, &err)) != PP_OK) {
-                fprintf(stderr, "mlp_threads: %s: %s\n", text, err.message);
-                pp_search_result_free(found);
-                return 1;
-            }
-            printf("  search    %ld splits of %d blocks; the fastest: %s on '%s'\n", found->layouts, L,
-                   found->entries[0].name, text);
-        }
-        rn.schedule = found->best;
-        found->best = NULL;
-        if (!rn.schedule) snprintf(err.message, sizeof err.message, "--schedule=search: no schedule was built");
-        snprintf(search_name, sizeof search_name, "search: %s (of %d simulated)", found->count ? found->entries[0].name : "",
-                 found->count);
-        kind_name = search_name;
-        pp_search_result_free(found);
-        st = rn.schedule ? pp_schedule_validate(rn.schedule, &err) : PP_EINVAL;
-    } else if ((st = pp_schedule_build(&sc, &rn.schedule, &err)) == PP_OK &&
-               (st = pp_schedule_lower(rn.schedule, &err)) == PP_OK &&
-               (!split_backward || ((split_bs = count_b(rn.schedule)) >= 0 &&
-                                    (st = pp_schedule_split_backward(rn.schedule, &err)) == PP_OK))) {
-        st = pp_schedule_validate(rn.schedule, &err);
-    }
-    if (st != PP_OK) {
+    /* 1. the schedule: every rank's order of work, then the sends and receives, then the proof */
+    if ((st = pp_schedule_build(&sc, &s, &err)) != PP_OK || (st = pp_schedule_lower(s, &err)) != PP_OK ||
+        (st = pp_schedule_validate(s, &err)) != PP_OK) {
         fprintf(stderr, "mlp_threads: %s\n", err.message);
-        pp_schedule_free(rn.schedule);
-        pp_layers_free(lay);
+        pp_schedule_free(s);
         return st == PP_EINVAL || st == PP_EUNSUPPORTED ? 2 : 1;
     }
-    /* the model's stages: pp * vpp, but DualPipe runs pp model stages twice (down and up) */
-    model_stages = rn.schedule->placement == PP_PLACEMENT_DUAL ? pp : rn.schedule->num_stages;
-    if (lay && (rn.schedule->placement == PP_PLACEMENT_DUAL || lay->num_stages != model_stages)) {
-        char v[32];
-        snprintf(v, sizeof v, "%d stages", lay->num_stages);
-        pp_schedule_free(rn.schedule);
-        pp_layers_free(lay);
-        return usage("--layout", v, "must have pp * vpp stages, the schedule's (and dualpipe keeps even stages)");
-    }
-    if (L == 0) L = model_stages;
-    if (!lay && L % model_stages != 0) {
-        char v[32];
-        snprintf(v, sizeof v, "%d", L);
-        pp_schedule_free(rn.schedule);
-        return usage("--layers", v, "must be a multiple of the number of model stages (pp * vpp; pp for dualpipe)");
-    }
-    rn.stage_first = (int *)malloc(sizeof(int) * (size_t)rn.schedule->num_stages);
-    rn.stage_count = (int *)malloc(sizeof(int) * (size_t)rn.schedule->num_stages);
-    for (i = 0; i < rn.schedule->num_stages; i++) {
-        rn.stage_first[i] = lay ? lay->first[i] : i * (L / model_stages);
-        rn.stage_count[i] = lay ? lay->count[i] : L / model_stages;
-    }
-    pp_layers_free(lay);
-
-    /* the model: small W2 so each block starts close to the identity */
-    memset(&m, 0, sizeof m);
-    m.D = D; m.H = H; m.L = L; m.rows = rows; m.mb = mb;
-    m.copies = rn.schedule->placement == PP_PLACEMENT_DUAL ? 2 * L : L;   /* DualPipe: two of each */
-    m.blocks = (block *)calloc((size_t)m.copies, sizeof(block));
-    m.teacher = (float *)malloc(sizeof(float) * (size_t)D * D);
-    m.x_in = (float *)calloc((size_t)L * mb * rows * D, sizeof(float));
-    m.gy = (float *)calloc((size_t)L * mb * rows * D, sizeof(float));
-    m.pre = (float *)calloc((size_t)L * mb * rows * H, sizeof(float));
-    m.dpre = (float *)calloc((size_t)L * mb * rows * H, sizeof(float));
-    m.data_x = (float *)malloc(sizeof(float) * (size_t)mb * rows * D);
-    m.data_t = (float *)malloc(sizeof(float) * (size_t)mb * rows * D);
-    m.rng = 42;
-    for (i = 0; i < D * D; i++) m.teacher[i] = 2.0f * uniform(&m.rng) / sqrtf((float)D);
-    for (l = 0; l < m.copies; l++) {
-        block *b = &m.blocks[l];
-        b->w1 = (float *)malloc(sizeof(float) * (size_t)H * D); b->gw1 = (float *)calloc((size_t)H * D, sizeof(float));
-        b->b1 = (float *)calloc((size_t)H, sizeof(float)); b->gb1 = (float *)calloc((size_t)H, sizeof(float));
-        b->w2 = (float *)malloc(sizeof(float) * (size_t)D * H); b->gw2 = (float *)calloc((size_t)D * H, sizeof(float));
-        b->b2 = (float *)calloc((size_t)D, sizeof(float)); b->gb2 = (float *)calloc((size_t)D, sizeof(float));
-        if (l >= L) {   /* DualPipe's second copy starts equal to the first */
-            memcpy(b->w1, m.blocks[l - L].w1, sizeof(float) * (size_t)H * D);
-            memcpy(b->w2, m.blocks[l - L].w2, sizeof(float) * (size_t)D * H);
-            continue;
-        }
-        for (i = 0; i < H * D; i++) b->w1[i] = uniform(&m.rng) / sqrtf((float)D);
-        for (i = 0; i < D * H; i++) b->w2[i] = 0.1f * uniform(&m.rng) / sqrtf((float)H);
-    }
-    rn.m = &m;
-    rn.steps = steps;
-    rn.lr = (float)lr;
-    rn.timeout = timeout;
-
-    printf("pipepar demo: a residual MLP trained pipeline-parallel, one CPU thread per rank\n\n");
-    printf("  model     %d blocks of x + W2 gelu(W1 x + b1) + b2, width %d, hidden %d (fp32)\n", L, D, H);
-    printf("  pipeline  %s%s, pp=%d vpp=%d mb=%d: %d stages of ", kind_name,
-           split_bs > 0 ? ", B as I then W" : "", pp, rn.schedule->vpp, mb,
-           rn.schedule->num_stages);
-    for (i = 1; i < rn.schedule->num_stages && rn.stage_count[i] == rn.stage_count[0]; i++) {}
-    if (i == rn.schedule->num_stages) {   /* even: one number */
-        printf("%d block%s\n", rn.stage_count[0], rn.stage_count[0] > 1 ? "s" : "");
-    } else {
-        for (i = 0; i < rn.schedule->num_stages; i++) {
-            if (rn.schedule->num_stages > 16 && i == 8) { printf(",..."); break; }
-            printf("%s%d", i ? "," : "", rn.stage_count[i]);
-        }
-        printf(" blocks\n");
-    }
-    if (m.copies > L)
-        printf("  dualpipe  microbatches 0..%d run down stages 0..%d, %d..%d up stages %d..%d (ranks %d..0); stage\n"
-               "            %d+j holds a second copy of stage j's blocks, whose gradients are summed each step\n",
-               mb / 2 - 1, pp - 1, mb / 2, mb - 1, pp, 2 * pp - 1, pp - 1, pp);
-    printf("  stages   ");
-    for (i = 0; i < pp && i < 8; i++) {
-        int c;
-        printf(" rank %d:", i);
-        for (c = 0; c < rn.schedule->vpp; c++) printf("%s%d", c ? "," : " ", pp_rank_chunk_stage(rn.schedule, i, c));
-        printf(i + 1 < pp ? " |" : "");
-    }
-    printf(pp > 8 ? " ...\n" : "\n");
-    printf("  task      fit t = tanh(A x) on fresh random x: %d microbatches of %d rows a step, SGD lr %g\n\n",
-           mb, rows, lr);
-    {
-        /* the picture: F = 1, B = 2 per block, so stages of unequal size show as they run */
-        pp_sim_costs c;
-        pp_sim_result *sim = NULL;
-        int ns = rn.schedule->num_stages;
-        double *cost = (double *)malloc(sizeof(double) * 2 * (size_t)ns);
-        memset(&c, 0, sizeof c);
-        if (cost) {
-            for (i = 0; i < ns; i++) { cost[i] = rn.stage_count[i]; cost[ns + i] = 2.0 * rn.stage_count[i]; }
-            c.f_stage = cost; c.b_stage = cost + ns; c.i_stage = cost; c.w_stage = cost; c.memory_stage = cost;
-        }
-        printf("the schedule (simulated: F = 1, B = 2 time units per block)\n");
-        if (!cost || pp_simulate(rn.schedule, &c, &sim, &err) != PP_OK ||
-            pp_schedule_draw_ascii(rn.schedule, sim, stdout, &err) != PP_OK)
-            fprintf(stderr, "mlp_threads: %s\n", cost ? err.message : "out of memory");
-        pp_sim_result_free(sim);
-        free(cost);
-    }
-    printf("\n");
-    fflush(stdout);
-
-    st = pp_threads_run(pp, rank_main, &rn, NULL, NULL, &err);
-    if (st != PP_OK) fprintf(stderr, "mlp_threads: %s\n", err.message);
-    else if (rn.failures) fprintf(stderr, "mlp_threads: %d step(s) did not match the single-stage run\n", rn.failures);
-
-    for (l = 0; l < m.copies; l++) {
-        block *b = &m.blocks[l];
-        free(b->w1); free(b->gw1); free(b->b1); free(b->gb1); free(b->w2); free(b->gw2); free(b->b2); free(b->gb2);
-    }
-    free(m.blocks); free(m.teacher); free(m.x_in); free(m.gy); free(m.pre); free(m.dpre); free(m.data_x); free(m.data_t);
-    pp_schedule_free(rn.schedule);
-    free(rn.stage_first); free(rn.stage_count);
-    return st != PP_OK ? 1 : rn.failures ? 1 : 0;
+    /* 2. the model stages' blocks: one each (pp_layers_build splits a real model's layers) */
+    tr.schedule = s;
+    tr.model_stages = s->placement == PP_PLACEMENT_DUAL ? s->pp : s->num_stages;
+    for (j = 0; j < tr.model_stages; j++) { first[j] = j; count[j] = 1; }
+    tr.first = first; tr.count = count;
+    /* 3. train: a thread a rank, each running rank_main */
+    rc = train(&tr, 64, 256, 16);
+    pp_schedule_free(s);
+    return rc;
 }
+#endif

@@ -146,7 +146,7 @@ $P schedule --kind greedy --pp 3 --mb 6 | grep -q "^greedy schedule, pp=3, vpp=1
 $P schedule --kind greedy --pp 2 --vpp 2 --mb 4 --format csv >"$T/g.csv" && $P schedule --from-csv "$T/g.csv" | grep -q valid &&
     ok || bad "schedule --kind greedy --vpp 2: its CSV reads back valid"
 $P simulate --kind greedy --pp 3 --mb 6 --i 1 --w 1 --groups --json | grep -q '"kind": "greedy"' && ok || bad "simulate --kind greedy --groups"
-one_line "greedy takes no group" 2 "--group=2: only interleaved takes a group, not greedy" $P schedule --kind greedy --pp 2 --mb 4 --group 2
+one_line "greedy takes no group" 2 "group=2: only interleaved takes a group, not greedy" $P schedule --kind greedy --pp 2 --mb 4 --group 2
 one_line "greedy's cap" 2 "max_live=1: a greedy schedule needs room" $P schedule --kind greedy --pp 2 --vpp 2 --mb 4 --max-live 1
 
 # times with a fixed precision: 1F1B pp 4 mb 8, F 1 B 2: (mb + pp - 1) * 3 = 33

@@ -1,7 +1,7 @@
 #!/bin/sh
 # dualpipe_cli.sh — DeepSeek's bidirectional DualPipe end to end: the CLI draws, simulates and
-# round-trips it, and the CPU example trains with it, its gradients (two weight copies of every
-# model stage, summed) equal to the single-stage run's.
+# round-trips it, and the CPU examples train with it, their gradients (the two stages that run
+# every model stage, summed) equal to the single-stage run's.
 . "$(dirname "$0")/cli_lib.sh"
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 
@@ -21,14 +21,16 @@ $P search --pp 4 --mb 8 --top 0 | grep -q " dualpipe " && ok || bad "search list
 expect_error 2 "pp=3: dualpipe needs an even pp" schedule --kind dualpipe --pp 3 --mb 6
 expect_error 2 "mb=7: dualpipe needs an even mb" simulate --kind dualpipe --pp 4 --mb 7
 
-# the CPU example: every step must match the single-stage run (mlp_threads exits 1 otherwise)
-for cfg in "--pp 2 --mb 4" "--pp 4 --mb 8 --layers 8" "--pp 4 --mb 6"; do
+# the CPU examples: every step must match the single-stage run (they exit 1 otherwise): the lesson,
+# and mlp_plan with several blocks a model stage
+for cfg in "build/mlp_threads --pp 2 --mb 4" "build/mlp_plan --pp 4 --mb 8 --layers 8 --width 8 --hidden 16 --rows 2" \
+           "build/mlp_plan --pp 4 --mb 6 --width 8 --hidden 16 --rows 2"; do
     # shellcheck disable=SC2086
-    if out=$(build/mlp_threads $cfg --schedule dualpipe --steps 3 --width 8 --hidden 16 --rows 2 2>&1); then
+    if out=$($cfg --schedule dualpipe --steps 3 2>&1); then
         n=$(printf '%s\n' "$out" | grep -c "^ *[0-9]   [0-9.]*   yes")
-        [ "$n" -eq 3 ] && ok || bad "mlp_threads $cfg: $n of 3 steps match: $out"
+        [ "$n" -eq 3 ] && ok || bad "$cfg: $n of 3 steps match: $out"
     else
-        bad "mlp_threads $cfg --schedule dualpipe: $out"
+        bad "$cfg --schedule dualpipe: $out"
     fi
 done
 err=$(build/mlp_threads --pp 3 --schedule dualpipe 2>&1 >/dev/null); rc=$?

@@ -156,8 +156,8 @@ assert d["vpp"] == 2 and abs(d["makespan"] - 204) < 1e-9, d
 assert [round(x, 9) for x in d["peak_memory"]] == [1.5, 2.5], d["peak_memory"]
 ' && ok || bad "simulate --layout 2,6,2,6: $out"
 $P simulate --kind zbv --pp 2 --mb 8 --i 1 --w 1 --layout 'Et*4|t*4|t*4|t*4L' | grep -q 'makespan)  196.000$' && ok || bad "simulate --layout even: not 196"
-expect_error 2 "--layout: dualpipe runs every model stage twice" simulate --kind dualpipe --pp 2 --mb 8 --layout 'Et|tL'
-expect_error 2 "--vpp=3: the layout has 4 stages" simulate --kind interleaved --pp 2 --vpp 3 --mb 8 --layout 'Et|t|t|tL'
+expect_error 2 "dualpipe runs every model stage twice" simulate --kind dualpipe --pp 2 --mb 8 --layout 'Et|tL'
+expect_error 2 "vpp=3: the layout has 4 stages, so vpp = 2" simulate --kind interleaved --pp 2 --vpp 3 --mb 8 --layout 'Et|t|t|tL'
 expect_error 2 "stage 2 holds no layer" simulate --kind zbv --pp 2 --mb 8 --layout 'Et|t||tL'
 # schedule --layout: the pictures timed with the layout's costs; a searched CSV drawn with them
 $P search --pp 2 --mb 8 --layout 'Et*2|t*6|t*2|t*6L' --csv "$T/uneven.csv" --top 1 >/dev/null && ok || bad "search --layout --csv"
@@ -168,7 +168,7 @@ $P simulate --from-csv "$T/uneven.csv" --layout 'Et*2|t*6|t*2|t*6L' --i 1 --w 1 
     bad "simulate --from-csv --layout: not 194"
 $P schedule --kind zbv --pp 2 --mb 8 --layout 'Et*2|t*6|t*2|t*6L' --format svg --out "$T/uneven.svg" && grep -q '<svg' "$T/uneven.svg" &&
     ok || bad "schedule --layout --format svg"
-expect_error 2 "--layout=Et|t|t|t|t|tL: 6 stages, but the CSV's schedule has 4" schedule --from-csv "$T/uneven.csv" --layout 'Et|t|t|t|t|tL'
+expect_error 2 "layout 'Et|t|t|t|t|tL': 6 stages, but the CSV's schedule has 4" schedule --from-csv "$T/uneven.csv" --layout 'Et|t|t|t|t|tL'
 expect_error 2 "--max-mem=-1: must be at least 0" search --pp 2 --mb 4 --max-mem -1
 expect_error 2 "--bytes: needs --bandwidth" search --pp 2 --mb 4 --bytes 1000
 expect_error 2 "--group: unknown flag" search --pp 2 --mb 4 --group 2

@@ -1,8 +1,9 @@
 /* fuzz_schedule_csv.c — libFuzzer harness for pp_schedule_read_csv (pipepar.h >>draw) and what
- * `pipepar schedule|simulate --from-csv FILE` does with its result (examples/cli_schedule.c,
- * make_schedule and the two commands): strip the communication (--relower), lower it when it
- * has none, split overlapped FB actions and backwards (--split-overlaps, --split-backward),
- * validate, then simulate, size the I->W buffers (pp_schedule_rank_peaks) and draw every form.
+ * `pipepar schedule|simulate --from-csv FILE` does with it (examples/cli_schedule.c, make_plan
+ * and the two commands): pp_plan_build (>>plan) reads it, strips the communication (--relower)
+ * and proves the compute order, lowers it when it has none, splits overlapped FB actions and
+ * backwards (--split-overlaps, --split-backward) and validates; then simulate, size the I->W
+ * buffers (pp_schedule_rank_peaks) and draw every form.
  *
  * Input: the CSV file itself (one row per rank, one action per cell; blank and '#' lines are
  * skipped by the reader). The first line, when it is a '#' comment, also picks the CLI flags:
@@ -67,7 +68,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t first_len = 0;
     int relower = 0, split_overlaps = 0, split_backward = 0, r;
     pp_sim_costs costs;
-    pp_schedule *s = NULL;
+    pp_plan_config pc;
+    pp_plan *plan = NULL;
+    const pp_schedule *s;
     pp_sim_result *sim = NULL;
     double *memstage = NULL;
     pp_error err;
@@ -87,16 +90,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (has_word(text, first_len, "iw")) { costs.i = 1; costs.w = 1; }
     }
 
-    /* make_schedule */
-    st = pp_schedule_read_csv(text, size, &s, &err);
+    /* make_plan */
+    memset(&pc, 0, sizeof pc);
+    pc.csv = text; pc.csv_len = size; pc.keep_csv_comm = !relower;
+    pc.split_overlaps = split_overlaps; pc.split_backward = split_backward;
+    st = pp_plan_build(&pc, &plan, &err);
     FUZZ_CHECK(err.status == st);
-    if (st != PP_OK) { FUZZ_CHECK(s == NULL); return 0; }
-    FUZZ_CHECK(s->pp >= 1 && s->vpp >= 1 && s->mb >= 1 && s->num_stages == s->pp * s->vpp);
-    if (relower) pp_schedule_strip_comm(s);
-    if (!s->lowered && pp_schedule_lower(s, &err) != PP_OK) goto done;
-    if (split_overlaps && pp_schedule_split_overlaps(s, &err) != PP_OK) goto done;
-    if (split_backward && pp_schedule_split_backward(s, &err) != PP_OK) goto done;
-    if (pp_schedule_validate(s, &err) != PP_OK) goto done;
+    if (st != PP_OK) { FUZZ_CHECK(plan == NULL); return 0; }
+    s = plan->schedule;
+    FUZZ_CHECK(s->pp >= 1 && s->vpp >= 1 && s->mb >= 1 && s->num_stages == s->pp * s->vpp && s->lowered);
 
     /* schedule / simulate */
     if (size && text[0] == '#' && has_word(text, first_len, "memstage")) {
@@ -120,7 +122,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     round_trip(s);
 done:
     pp_sim_result_free(sim);
-    pp_schedule_free(s);
+    pp_plan_free(plan);
     free(memstage);
     return 0;
 }

@@ -66,7 +66,7 @@ grep -q "^schedule from whole.csv, B as I then W" "$log/whole-split" && ok "whol
     bad "whole-split: $(grep '^schedule' "$log/whole-split")"
 
 # what a wrong file gets: the file, the rule, exit 2; never a crash
-expect_error csv-missing "--schedule-csv=$log/none.csv: No such file" $SMALL --schedule-csv "$log/none.csv"
+expect_error csv-missing "--schedule-csv=$log/none.csv: cannot open: No such file" $SMALL --schedule-csv "$log/none.csv"
 expect_error csv-mb "4 microbatches, 3 chunks per rank; the run has pp=1 and --mb=8" \
     ${SMALL/--mb 4/--mb 8} --schedule-csv "$log/held.csv"
 expect_error csv-vpp "and --vpp=2" $SMALL --vpp 2 --schedule-csv "$log/held.csv"
