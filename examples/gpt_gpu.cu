@@ -1080,7 +1080,8 @@ static int rank_step(Rank &R, int step)
 
     /* the loss: summed over the ranks holding the last stage, over the global labelled tokens */
     double lsum = 0;
-    CK(cudaMemcpy(&lsum, R.d_loss, sizeof lsum, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpyAsync(&lsum, R.d_loss, sizeof lsum, cudaMemcpyDeviceToHost, R.stream));
+    CK(cudaStreamSynchronize(R.stream));        /* drained already (meet): no peer to wait for */
     float total[1] = { R.has_head ? (float)lsum : 0.0f };
     PPCK(R, pp_nccl_all_reduce_host(R.world_c, total, 1, R.M.timeout_s, &e_));
     const double loss = total[0] / (double)d.labelled;

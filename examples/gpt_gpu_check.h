@@ -139,7 +139,8 @@ static double reference_pass(Reference &F, const Job &J, const step_data &d, con
         if (stage_backward(M, F.st, b, F.out, nullptr, F.acts)) { fprintf(stderr, "gpt_gpu: reference: %s\n", M.why); exit(1); }
     }
     dp_collect(M.dpt, std::vector<double>(DP_KINDS).data());
-    CK(cudaMemcpy(&lsum, F.d_loss, sizeof lsum, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpyAsync(&lsum, F.d_loss, sizeof lsum, cudaMemcpyDeviceToHost, s));
+    CK(cudaStreamSynchronize(s));
     return lsum / (double)d.labelled;
 }
 
@@ -367,7 +368,8 @@ static double selftest_compare(Reference &F, const Job &J, gpt_stage &cpu, doubl
     for (int i = 0; i < ng; i++) {
         const int j = find_tensor(h, nh, g[i].layer, g[i].name);
         std::vector<float> x(g[i].n);
-        CK(cudaMemcpy(x.data(), g[i].g, g[i].n * sizeof(float), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpyAsync(x.data(), g[i].g, g[i].n * sizeof(float), cudaMemcpyDeviceToHost, F.M.stream));
+        CK(cudaStreamSynchronize(F.M.stream));
         double num = j < 0 ? 1 : 0, den = 1e-30;
         for (size_t k = 0; j >= 0 && k < g[i].n; k++) {
             const double dif = fabs((double)x[k] - h[j].g[k]);
@@ -401,8 +403,8 @@ static int selftest(Job &J)
     float *rec_sum;
     CK(cudaMalloc(&d_ids, d.tokens * 4)); CK(cudaMalloc(&d_labels, d.tokens * 4));
     CK(cudaMalloc(&recording, nrec * 4)); CK(cudaMalloc(&rec_sum, nrec * 4)); CK(cudaMalloc(&d_bad, 4));
-    CK(cudaMemcpy(d_ids, d.ids.data(), d.tokens * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_labels, d.labels.data(), d.tokens * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpyAsync(d_ids, d.ids.data(), d.tokens * 4, cudaMemcpyHostToDevice, s));
+    CK(cudaMemcpyAsync(d_labels, d.labels.data(), d.tokens * 4, cudaMemcpyHostToDevice, s));
     int fails = 0;
     printf("selftest (%s): %d layers (MoE in every other one: %d experts, top-%d), width %d, %d heads, vocab %d;\n"
            "          %d sequences of %d..%d tokens packed into %d bins of %d; tolerances: loss %g, gradients %g\n",
@@ -417,9 +419,9 @@ static int selftest(Job &J)
 
     /* the routing: a GPU pass records its choices; the CPU model routes on its own */
     int bad = 0;
-    CK(cudaMemset(rec_sum, 0, nrec * 4));
+    CK(cudaMemsetAsync(rec_sum, 0, nrec * 4, s));
     reference_pass(F, J, d, d_ids, d_labels, nullptr, rec_sum, J.o.attn_block);
-    CK(cudaMemset(d_bad, 0, 4));
+    CK(cudaMemsetAsync(d_bad, 0, 4, s));
     recording_finish_kernel<<<grid_for(nrec), 256, 0, s>>>(recording, rec_sum, nrec, c.experts, d_bad);
     std::vector<int32_t> gpu_rec(nrec), cpu_rec(nrec, -1);
     CK(cudaMemcpyAsync(gpu_rec.data(), recording, nrec * 4, cudaMemcpyDeviceToHost, s));

@@ -721,8 +721,9 @@ static void stage_create(Stage &s, const gpt_config *c, int first, int count, ui
         const int np = stage_tensors(c, &h, &h.w, &h.g, part);
         for (int i = 0; i < np; i++) {
             const int j = find_tensor(mine, nm, part[i].layer, part[i].name);
-            if (j >= 0) CK(cudaMemcpy(mine[j].w, part[i].w, part[i].n * sizeof(float), cudaMemcpyHostToDevice));
+            if (j >= 0) CK(cudaMemcpyAsync(mine[j].w, part[i].w, part[i].n * sizeof(float), cudaMemcpyHostToDevice, stream));
         }
+        CK(cudaStreamSynchronize(stream));     /* the copies are done with the host layer */
         gpt_stage_free(&h);
     }
     convert_kernel<<<grid_for(s.shape.n), 256, 0, stream>>>(s.px, s.params, s.shape.n);
