@@ -496,7 +496,8 @@ struct Rank {
     int stage_of[MAX_CHUNKS];       /* chunk -> virtual stage */
     Stage chunk[MAX_CHUNKS];
     int has_head = 0;               /* a chunk of this rank computes the loss */
-    /* saved activations: nslots slots (+1 for forward-only passes), allocated once */
+    /* saved activations: nslots slots (and with replay one for the rollout's forward-only pass),
+     * allocated once */
     int nslots = 0;
     size_t slot_bytes = 0;
     char *slots = nullptr;
@@ -563,7 +564,8 @@ static int cb_input(void *user, const pp_mb_info *info, void *x)
     return cudaMemcpyAsync(x, b.ids, (size_t)b.T * sizeof(int32_t), cudaMemcpyDeviceToDevice, R.stream) != cudaSuccess;
 }
 
-/* The saved activations of (stage, microbatch): slot info->slot, or the forward-only set. */
+/* The saved activations of (stage, microbatch): slot info->slot, or the forward-only set (slot
+ * -1: the rollout, the only forward-only pass). */
 static Acts &acts_of(Rank &R, const pp_mb_info *info, const Batch &b)
 {
     const int s = info->slot >= 0 ? info->slot : R.nslots;
@@ -806,15 +808,16 @@ static int rank_build(Rank &R)
     R.nslots = pp_executor_saved_slots(R.ex);
     for (int k = 0; k < R.nchunks; k++)
         R.slot_bytes = std::max(R.slot_bytes, acts_carve(&c, R.chunk[k], T, Tk, P, o.cp, nullptr, nullptr, nullptr));
-    R.slots = (char *)dev_alloc(R, R.slot_bytes * (R.nslots + 1));
+    R.slots = (char *)dev_alloc(R, R.slot_bytes * (R.nslots + (o.replay ? 1 : 0)));   /* + the rollout's */
     CK(cudaMallocHost(&R.slot_offs, sizeof(int) * (size_t)(R.nslots + 1) * c.layers * (c.experts + 1)));
     R.acts.resize(R.nslots + 1);
     scratch_create(M.s, &c, T, Tk, P, o.cp, &R.bytes);
 
-    /* the executor's boundary tensors: ids, the residual stream, logits (where the head is) */
+    /* the executor's boundary tensors: ids, the residual stream, logits (where the head is; a
+     * rollout keeps every microbatch's until the step ends: pp_step_result.outputs) */
     const size_t cls[3] = { (size_t)T * 4, (size_t)T * c.width * sizeof(floatX), (size_t)T * c.vocab * sizeof(floatX) };
     const int inflight = R.nchunks * std::min(J.max_mb, o.pp + 2);
-    const int count[3] = { 4 * inflight + 8, 4 * inflight + 8, R.has_head ? 4 : 0 };
+    const int count[3] = { 4 * inflight + 8, 4 * inflight + 8, R.has_head ? (o.replay ? J.max_mb : 0) + 4 : 0 };
     pool_create(R.pool, cls, count, &R.bytes);
 
     /* the microbatches' regions, the step's tokens, the recordings, the loss and the norm */
