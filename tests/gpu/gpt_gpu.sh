@@ -4,7 +4,7 @@
 #      packed data, the routing, the loss and every gradient; fp32 at 1e-4, bf16 at 1e-1);
 #   2. bad input: a clear message and exit 2;
 #   3. --check for the GPUs present: the pipeline's loss and gradients against the same model whole
-#      on one GPU (fp32 1e-4, bf16 3e-2). 2 GPUs: pp 2 with 1F1B, interleaved, ZB-V and DualPipeV
+#      on one GPU (fp32 1e-4, bf16 3e-2). 1 GPU: a world of one process (pp 1, MoE, replay); 2 GPUs: pp 2 with 1F1B, interleaved, ZB-V and DualPipeV
 #      (dense, and MoE with router replay), cp 2 x pp 1, dp 2 x pp 1; 4 GPUs also dp 2 x cp 2,
 #      cp 2 x pp 2, dp 2 x pp 2. The fp32 build runs the whole matrix, the bf16 build a subset.
 # One process per GPU (torchrun's variables, a fresh file bootstrap each run). Small model (seconds
@@ -70,6 +70,10 @@ check() {   # check N NAME BINARY ARGS...
     runn "$n" "$name" "$@" --check --steps 3; expect_match "$name" $?
 }
 MOE=(--moe --replay)
+for b in gpt_gpu_fp32 gpt_gpu; do       # one GPU, a world of one process: the executor at pp 1
+    CUDA_VISIBLE_DEVICES=0 timeout 300 "$BUILD/$b" --check --steps 3 "${MOE[@]}" >"$log/$b-one-gpu-moe" 2>&1
+    expect_match "$b-one-gpu-moe" $?
+done
 if [ "$ngpu" -ge 2 ]; then
     for b in gpt_gpu_fp32 gpt_gpu; do
         check 2 "$b-pp2-1f1b" $b --pp 2 --schedule 1f1b
