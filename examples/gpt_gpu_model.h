@@ -789,14 +789,17 @@ struct Acts {
 };
 
 /* Carves a stage's saved activations for T local tokens, Tk microbatch tokens and P attention
- * probabilities out of `base` (device) and `offs` (pinned host: E + 1 ints per MoE layer), or
- * with base NULL only counts. Every buffer starts 256-byte aligned. Returns the bytes. */
+ * probabilities out of `base` (device) and `offs` (pinned host: E + 1 ints per MoE layer) into
+ * *a, or with base and a NULL only counts. Every buffer starts 256-byte aligned. Returns the
+ * bytes. */
 static size_t acts_carve(const gpt_config *c, const Stage &st, int T, int Tk, int64_t P, int cp, char *base, int *offs,
                          Acts *a)
 {
     const size_t C = (size_t)c->width, t = (size_t)T, K = (size_t)c->topk, He = (size_t)c->expert_hidden;
     size_t at = 0;
     int moe = 0;
+    static Acts counting;           /* what a count-only call writes its (null) pointers to */
+    if (!a) a = &counting;
     auto take = [&](size_t bytes) -> void * { void *p = base ? base + at : nullptr; at += (bytes + 255) & ~(size_t)255; return p; };
     const size_t X = sizeof(floatX), F = sizeof(float);
     for (int k = 0; k < st.shape.count; k++) {
