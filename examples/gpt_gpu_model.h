@@ -867,12 +867,72 @@ static void kv_of(const GpuModel &M, const LayerActs &la, const floatX **K, cons
     else { *K = la.qkv + C; *V = la.qkv + 2 * C; *ld = 3 * C; }
 }
 
+/* The GEMMs of attention, span by span, batched over the heads (each head's hs columns are the
+ * next batch entry). Q [T, 3C] rows (leading dimension 3C); K and V rows of every microbatch
+ * position (ldkv); P and dP [NH, lq, ldp] per span at poff; O, dO [T, C]. */
+
+/* S = Q K^T / sqrt(hs) into P */
+static void attn_scores(GpuModel &M, const Batch &b, const floatX *Q, const floatX *K, int64_t ldkv, floatX *P)
+{
+    const int C = M.cfg.width, NH = M.cfg.heads, hs = C / NH;
+    for (int i = 0; i < b.nspans; i++) {
+        const Span &sp = b.spans[i];
+        gemm(M.blas, true, false, sp.lk, sp.lq, hs, 1.0f / sqrtf((float)hs), K + (size_t)sp.k0 * ldkv, ldkv, hs,
+             Q + (size_t)sp.q0 * 3 * C, 3 * C, hs, 0.0f, P + sp.poff, P + sp.poff, CUDA_R_X, sp.ldp,
+             (int64_t)sp.lq * sp.ldp, NH);
+    }
+}
+
+/* O = P V */
+static void attn_values(GpuModel &M, const Batch &b, const floatX *P, const floatX *V, int64_t ldkv, floatX *O)
+{
+    const int C = M.cfg.width, NH = M.cfg.heads, hs = C / NH;
+    for (int i = 0; i < b.nspans; i++) {
+        const Span &sp = b.spans[i];
+        gemm(M.blas, false, false, hs, sp.lq, sp.lk, 1.0f, V + (size_t)sp.k0 * ldkv, ldkv, hs, P + sp.poff, sp.ldp,
+             (int64_t)sp.lq * sp.ldp, 0.0f, O + (size_t)sp.q0 * C, O + (size_t)sp.q0 * C, CUDA_R_X, C, hs, NH);
+    }
+}
+
+/* dP = dO V^T */
+static void attn_dprobs(GpuModel &M, const Batch &b, const floatX *dO, const floatX *V, int64_t ldkv, floatX *dP)
+{
+    const int C = M.cfg.width, NH = M.cfg.heads, hs = C / NH;
+    for (int i = 0; i < b.nspans; i++) {
+        const Span &sp = b.spans[i];
+        gemm(M.blas, true, false, sp.lk, sp.lq, hs, 1.0f, V + (size_t)sp.k0 * ldkv, ldkv, hs, dO + (size_t)sp.q0 * C, C,
+             hs, 0.0f, dP + sp.poff, dP + sp.poff, CUDA_R_X, sp.ldp, (int64_t)sp.lq * sp.ldp, NH);
+    }
+}
+
+/* From dS (the softmax's input gradient, in dP's place): dV (+)= P^T dO, dQ = dS K / sqrt(hs),
+ * dK (+)= dS^T Q / sqrt(hs). dQ goes to dqkv's first C columns (3C); dK and dV accumulate in
+ * dkv [Tk, 2C] fp32, overwritten by a span marked kv_overwrite. */
+static void attn_grads(GpuModel &M, const Batch &b, const floatX *Q, const floatX *K, int64_t ldkv, const floatX *P,
+                       const floatX *dS, const floatX *dO, floatX *dqkv, float *dkv)
+{
+    const int C = M.cfg.width, NH = M.cfg.heads, hs = C / NH;
+    const float scale = 1.0f / sqrtf((float)hs);
+    for (int i = 0; i < b.nspans; i++) {
+        const Span &sp = b.spans[i];
+        const float beta = sp.kv_overwrite ? 0.0f : 1.0f;
+        const int64_t sP = (int64_t)sp.lq * sp.ldp;
+        const floatX *dOs = dO + (size_t)sp.q0 * C;
+        float *dKs = dkv + (size_t)sp.k0 * 2 * C, *dVs = dKs + C;
+        gemm(M.blas, false, true, hs, sp.lk, sp.lq, 1.0f, dOs, C, hs, P + sp.poff, sp.ldp, sP, beta, dVs, dVs, CUDA_R_32F,
+             2 * C, hs, NH);
+        gemm(M.blas, false, false, hs, sp.lq, sp.lk, scale, K + (size_t)sp.k0 * ldkv, ldkv, hs, dS + sp.poff, sp.ldp, sP,
+             0.0f, dqkv + (size_t)sp.q0 * 3 * C, dqkv + (size_t)sp.q0 * 3 * C, CUDA_R_X, 3 * C, hs, NH);
+        gemm(M.blas, false, true, hs, sp.lk, sp.lq, scale, Q + (size_t)sp.q0 * 3 * C, 3 * C, hs, dS + sp.poff, sp.ldp, sP,
+             beta, dKs, dKs, CUDA_R_32F, 2 * C, hs, NH);
+    }
+}
+
 /* ay [T, C] from la.qkv; la.P and (cp > 1) la.kv are saved. Returns 0, or 1 (M.why) when the cp
  * all-gather failed. */
 static int attention_forward(GpuModel &M, const Batch &b, LayerActs &la)
 {
-    const int C = M.cfg.width, NH = M.cfg.heads, hs = C / NH, T = b.T;
-    const float scale = 1.0f / sqrtf((float)hs);
+    const int C = M.cfg.width, NH = M.cfg.heads, T = b.T;
     cudaStream_t st = M.stream;
     if (M.cp > 1) {             /* every rank's keys and values, in microbatch order */
         floatX *mine = M.s.kvall + (size_t)M.cp_rank * T * 2 * C;
@@ -885,18 +945,9 @@ static int attention_forward(GpuModel &M, const Batch &b, LayerActs &la)
     const floatX *K, *V;
     int64_t ldkv;
     kv_of(M, la, &K, &V, &ldkv);
-    for (int i = 0; i < b.nspans; i++) {    /* S = Q K^T / sqrt(hs), every head */
-        const Span &sp = b.spans[i];
-        gemm(M.blas, true, false, sp.lk, sp.lq, hs, scale, K + (size_t)sp.k0 * ldkv, ldkv, hs,
-             la.qkv + (size_t)sp.q0 * 3 * C, 3 * C, hs, 0.0f, la.P + sp.poff, la.P + sp.poff, CUDA_R_X, sp.ldp,
-             (int64_t)sp.lq * sp.ldp, NH);
-    }
+    attn_scores(M, b, la.qkv, K, ldkv, la.P);
     attn_softmax_fwd_kernel<<<T * NH, 128, 0, st>>>(la.P, b.spans_dev, b.row_span, b.gidx, NH);
-    for (int i = 0; i < b.nspans; i++) {    /* O = P V */
-        const Span &sp = b.spans[i];
-        gemm(M.blas, false, false, hs, sp.lq, sp.lk, 1.0f, V + (size_t)sp.k0 * ldkv, ldkv, hs, la.P + sp.poff, sp.ldp,
-             (int64_t)sp.lq * sp.ldp, 0.0f, la.ay + (size_t)sp.q0 * C, la.ay + (size_t)sp.q0 * C, CUDA_R_X, C, hs, NH);
-    }
+    attn_values(M, b, la.P, V, ldkv, la.ay);
     return 0;
 }
 
@@ -905,34 +956,15 @@ static int attention_forward(GpuModel &M, const Batch &b, LayerActs &la)
  * gradient its keys would have had in the unsplit model. Returns 0, or 1 (M.why). */
 static int attention_backward(GpuModel &M, const Batch &b, const LayerActs &la, const floatX *day, floatX *dqkv)
 {
-    const int C = M.cfg.width, NH = M.cfg.heads, hs = C / NH, T = b.T;
-    const float scale = 1.0f / sqrtf((float)hs);
+    const int C = M.cfg.width, NH = M.cfg.heads, T = b.T;
     cudaStream_t st = M.stream;
     const floatX *K, *V;
     int64_t ldkv;
     kv_of(M, la, &K, &V, &ldkv);
-    float *dK = M.s.dkv, *dV = M.s.dkv + C;
     if (M.cp > 1) CK(cudaMemsetAsync(M.s.dkv, 0, (size_t)b.Tk * 2 * C * sizeof(float), st));
-    for (int i = 0; i < b.nspans; i++) {    /* dP = dO V^T */
-        const Span &sp = b.spans[i];
-        gemm(M.blas, true, false, sp.lk, sp.lq, hs, 1.0f, V + (size_t)sp.k0 * ldkv, ldkv, hs, day + (size_t)sp.q0 * C,
-             C, hs, 0.0f, M.s.dP + sp.poff, M.s.dP + sp.poff, CUDA_R_X, sp.ldp, (int64_t)sp.lq * sp.ldp, NH);
-    }
+    attn_dprobs(M, b, day, V, ldkv, M.s.dP);
     attn_softmax_bwd_kernel<<<T * NH, 128, 0, st>>>(M.s.dP, la.P, b.spans_dev, b.row_span, b.gidx, NH);
-    for (int i = 0; i < b.nspans; i++) {
-        const Span &sp = b.spans[i];
-        const float beta = sp.kv_overwrite ? 0.0f : 1.0f;
-        const floatX *dS = M.s.dP + sp.poff, *Pb = la.P + sp.poff, *dO = day + (size_t)sp.q0 * C;
-        const int64_t sP = (int64_t)sp.lq * sp.ldp;
-        float *dKs = dK + (size_t)sp.k0 * 2 * C, *dVs = dV + (size_t)sp.k0 * 2 * C;
-        /* dV += P^T dO;  dQ = dS K / sqrt(hs);  dK += dS^T Q / sqrt(hs) */
-        gemm(M.blas, false, true, hs, sp.lk, sp.lq, 1.0f, dO, C, hs, Pb, sp.ldp, sP, beta, dVs, dVs, CUDA_R_32F, 2 * C,
-             hs, NH);
-        gemm(M.blas, false, false, hs, sp.lq, sp.lk, scale, K + (size_t)sp.k0 * ldkv, ldkv, hs, dS, sp.ldp, sP, 0.0f,
-             dqkv + (size_t)sp.q0 * 3 * C, dqkv + (size_t)sp.q0 * 3 * C, CUDA_R_X, 3 * C, hs, NH);
-        gemm(M.blas, false, true, hs, sp.lk, sp.lq, scale, la.qkv + (size_t)sp.q0 * 3 * C, 3 * C, hs, dS, sp.ldp, sP,
-             beta, dKs, dKs, CUDA_R_32F, 2 * C, hs, NH);
-    }
+    attn_grads(M, b, la.qkv, K, ldkv, la.P, M.s.dP, day, dqkv, M.s.dkv);
     const float *mine = M.s.dkv;
     if (M.cp > 1) {
         PPTRY(M, pp_group_all_reduce(&M.cpg, M.s.dkv, (size_t)b.Tk * 2 * C, M.timeout_s, &e_));
