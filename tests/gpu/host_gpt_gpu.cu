@@ -163,28 +163,34 @@ static void check_spans(const step_data &d, int bin, int cp, int r, int NH, int 
     check(mb_host_build(h, d, bin, cp, r, NH, block, &e) == PP_OK, "mb_host_build: %s", e.message);
     std::vector<int> seen(h.T, 0), overwrites(h.nseq, 0), first_of(h.nseq, -1);
     int64_t P = 0;
+    int blocks_ok = 1, rows_ok = 1, keys_ok = 1, overwrite_ok = 1, once = 1;
     for (size_t i = 0; i < h.spans.size(); i++) {
         const Span &sp = h.spans[i];
-        int s = 0, maxlim = -1, ok = 1;
+        int s = 0, maxlim = -1;
         while (h.cu[s + 1] <= h.gidx[sp.q0]) s++;
-        check(sp.poff == P && sp.ldp % 8 == 0 && sp.ldp >= sp.lk, "cp %d block %d: span %zu's block", cp, block, i);
+        blocks_ok &= sp.poff == P && sp.ldp % 8 == 0 && sp.ldp >= sp.lk;
         P += (int64_t)NH * sp.lq * sp.ldp;
-        check(sp.lq >= 1 && sp.lq <= block && sp.k0 == h.cu[s], "cp %d block %d: span %zu's rows", cp, block, i);
+        rows_ok &= sp.lq >= 1 && sp.lq <= block && sp.k0 == h.cu[s];
         for (int t = sp.q0; t < sp.q0 + sp.lq; t++) {
             const int lim = h.gidx[t] - sp.k0;
             seen[t]++;
-            ok &= h.row_span[t] == (int)i && lim >= 0 && lim < sp.lk && h.gidx[t] < h.cu[s + 1];
+            keys_ok &= h.row_span[t] == (int)i && lim >= 0 && lim < sp.lk && h.gidx[t] < h.cu[s + 1];
             maxlim = std::max(maxlim, lim);
         }
-        check(ok && maxlim == sp.lk - 1, "cp %d block %d: span %zu's keys", cp, block, i);
+        keys_ok &= maxlim == sp.lk - 1;
         if (first_of[s] < 0) first_of[s] = (int)i;
         overwrites[s] += sp.kv_overwrite;
-        if (sp.kv_overwrite) check(cp == 1 && sp.lk == h.cu[s + 1] - h.cu[s] && first_of[s] == (int)i,
-                                   "cp %d block %d: an overwriting span without all its sequence's keys, or not first", cp, block);
+        if (sp.kv_overwrite) overwrite_ok &= cp == 1 && sp.lk == h.cu[s + 1] - h.cu[s] && first_of[s] == (int)i;
     }
-    check(P == h.P, "cp %d block %d: P", cp, block);
-    for (int t = 0; t < h.T; t++) check(seen[t] == 1, "cp %d block %d: row %d in %d spans", cp, block, t, seen[t]);
-    for (int s = 0; s < h.nseq; s++) check(overwrites[s] == (cp == 1), "cp %d: sequence %d overwrites %d times", cp, s, overwrites[s]);
+    for (int t = 0; t < h.T; t++) once &= seen[t] == 1;
+    for (int x = 0; x < h.nseq; x++) overwrite_ok &= overwrites[x] == (cp == 1);
+    check(blocks_ok && P == h.P, "cp %d block %d bin %d: the probability blocks are not back to back, 8-aligned", cp, block, bin);
+    check(rows_ok && once, "cp %d block %d bin %d: a span's rows leave its sequence or the block, or a row is not in one span",
+          cp, block, bin);
+    check(keys_ok, "cp %d block %d bin %d: a row's causal limit is outside its span's keys, or the keys are not tight", cp,
+          block, bin);
+    check(overwrite_ok, "cp %d block %d bin %d: not exactly one overwriting span per sequence (cp 1), first, with all its "
+          "keys", cp, block, bin);
 }
 
 static void test_spans(void)
@@ -206,7 +212,9 @@ static void test_spans(void)
                         for (int t = 0; t < h.T; t++) owner[h.gidx[t]]++;
                     }
                     check_spans(d, b, 1, 0, 2, block);     /* the whole bin, as the reference sees it */
-                    for (int x : owner) check(x == 1, "cp %d: the ranks' rows do not partition bin %d", cp, b);
+                    int partition = 1;
+                    for (int x : owner) partition &= x == 1;
+                    check(partition, "cp %d: the ranks' rows do not partition bin %d", cp, b);
                 }
             job_free(J);
         }
