@@ -5,7 +5,7 @@
  *
  *     build/gpt_gpu --selftest                                 one GPU: the GPU model against
  *                                                              gpt_model.h's, every gradient
- *     torchrun --nproc-per-node 2 --no-python build/gpt_gpu --pp 2 --schedule interleaved --check
+ *     torchrun --nproc-per-node 2 --no-python build/gpt_gpu --pp 2 --schedule interleaved --vpp 2 --check
  *     RANK=r WORLD_SIZE=4 LOCAL_RANK=r PIPEPAR_NCCL_ID_FILE=/tmp/id build/gpt_gpu --dp 2 --cp 2 --moe --replay
  *     build/gpt_gpu --help
  *
