@@ -44,12 +44,12 @@ EXAMPLE_SRCS := $(filter-out examples/pipepar.c $(CLI_SRCS),$(wildcard examples/
 EXAMPLES     := $(patsubst examples/%.c,$(BUILD)/%,$(EXAMPLE_SRCS))
 BENCH_SRCS   := $(wildcard bench/*.c)
 BENCHES      := $(patsubst bench/%.c,$(BUILD)/bench_%,$(BENCH_SRCS))
-GPU_EXAMPLES := $(patsubst examples/%.cu,$(BUILD)/%,$(wildcard examples/*.cu))
+GPU_EXAMPLES := $(patsubst examples/%.cu,$(BUILD)/%,$(wildcard examples/*.cu)) $(BUILD)/gpt_gpu_fp32
 GPU_TESTS    := $(patsubst tests/gpu/%.cu,$(BUILD)/gpu/%,$(wildcard tests/gpu/test_*.cu))
 GPU_TESTS_C  := $(patsubst tests/gpu/%.c,$(BUILD)/gpu/%,$(wildcard tests/gpu/test_*.c))
-# host tests of pipepar_nccl.c's internals (it is #included): they need its headers and libraries,
-# not a GPU, so `make test` runs them wherever those are
-GPU_HOST_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/gpu/%,$(wildcard tests/gpu/host_*.c))
+# host tests of pipepar_nccl.c's internals (it is #included) and of examples/gpt_gpu.cu's host side
+# (nvcc): they need the headers and libraries, not a GPU, so `make test` runs them wherever those are
+GPU_HOST_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/gpu/%,$(wildcard tests/gpu/host_*.c)) $(BUILD)/gpu/host_gpt_gpu
 GPU_BENCHES  := $(patsubst bench/%.cu,$(BUILD)/bench_%,$(wildcard bench/*.cu))
 GPU_ALL      := $(if $(HAVE_GPU),$(BUILD)/libpipepar_gpu.a $(GPU_EXAMPLES) $(GPU_TESTS) $(GPU_TESTS_C) $(GPU_HOST_TESTS) $(GPU_BENCHES))
 
@@ -119,6 +119,14 @@ GPU_OBJS := $(BUILD)/pipepar_cuda.o $(BUILD)/pipepar_nccl.o $(BUILD)/pipepar_imp
 
 $(BUILD)/%: examples/%.cu $(wildcard examples/*.h) $(GPU_OBJS)
 	$(NVCC) $(NVFLAGS) $(NCCL_INC) -o $@ $< $(GPU_OBJS) $(CUDA_LIBS)
+
+# examples/gpt_gpu.cu in fp32 (its --selftest compares with the CPU model at fp32's precision)
+$(BUILD)/gpt_gpu_fp32: examples/gpt_gpu.cu $(wildcard examples/*.h) $(GPU_OBJS)
+	$(NVCC) $(NVFLAGS) -DGPT_GPU_FP32 $(NCCL_INC) -o $@ $< $(GPU_OBJS) $(CUDA_LIBS)
+
+# examples/gpt_gpu.cu's host-side logic with cuBLASLt on the host (nvcc, no GPU needed; fp32)
+$(BUILD)/gpu/host_gpt_gpu: tests/gpu/host_gpt_gpu.cu examples/gpt_gpu.cu $(wildcard examples/*.h) $(GPU_OBJS)
+	$(NVCC) $(NVFLAGS) -DGPT_GPU_FP32 $(NCCL_INC) -o $@ $< $(GPU_OBJS) $(CUDA_LIBS)
 
 $(BUILD)/gpu/%: tests/gpu/%.cu $(GPU_OBJS) tests/pp_test.h
 	$(NVCC) $(NVFLAGS) $(NCCL_INC) -o $@ $< $(GPU_OBJS) $(CUDA_LIBS)

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# bench/gpu_gpt.sh — examples/gpt_gpu.cu (the GPT of examples/gpt.c on GPUs) beside Megatron-LM's
+# GPTModel on the same 2 GPUs, in one run: the same model (24 layers, hidden 2048, 16 heads, a vocab
+# of 32768, 8 microbatches of one 4096-token sequence each: Megatron's local layer spec takes no
+# packed sequences, so both run unpacked fixed-length sequences), bf16.
+#
+#     bash bench/gpu_gpt.sh [OUTDIR]        (OUTDIR defaults to $OUT, else bench/out; logs in OUTDIR/gpt)
+#
+# In order: build; gpt_gpu's single-GPU step on both GPUs at once (each GPU's, and their harmonic
+# mean: the efficiency baseline); gpt_gpu's pp 2 schedules (1F1B, interleaved vpp 2, ZB-V,
+# DualPipeV); Megatron-LM's (bench/megatron_gpt_bench.py: single-GPU on both GPUs at once, 1F1B,
+# interleaved vpp 2 with overlap_p2p_comm; PYTHONPATH must reach megatron/core, default .megatron);
+# the summary: step time, tokens/s per GPU, pipeline efficiency against each framework's own
+# single-GPU step (baseline / (2 x step)), peak memory, and gpt_gpu's data-path kernels' share of
+# the step (CUDA events around packing, the cp split and the replay gather). A step is the forward
+# and backward of every microbatch (Megatron's forward_backward_func; gpt_gpu's from the data's
+# upload to complete gradients, the update excluded). About 5 minutes on 2 H100s.
+# Env: LAYERS, HIDDEN, HEADS, SEQ, VOCAB, MB, STEPS (timed), WARMUP override the sizes;
+# SKIP_MEGATRON=1, SKIP_BUILD=1; MEGATRON_PATH (default .megatron).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+. bench/gpu_lib.sh
+OUTDIR=${1:-${OUT:-bench/out}}/gpt
+mkdir -p "$OUTDIR"
+export NCCL_NVLS_ENABLE=0
+LAYERS=${LAYERS:-24} HIDDEN=${HIDDEN:-2048} HEADS=${HEADS:-16} SEQ=${SEQ:-4096} VOCAB=${VOCAB:-32768}
+MB=${MB:-8} STEPS=${STEPS:-5} WARMUP=${WARMUP:-2}
+MODEL=(--layers "$LAYERS" --width "$HIDDEN" --heads "$HEADS" --vocab "$VOCAB" --capacity "$SEQ" --min-len "$SEQ"
+       --max-len "$SEQ" --seqs "$MB" --steps $((WARMUP + STEPS)) --warmup "$WARMUP")
+LOG=$OUTDIR/gpt.log
+: > "$LOG"
+say() { echo "$@" | tee -a "$LOG"; }
+if [ "$(nvidia-smi -L | grep -c '^GPU ')" -lt 2 ]; then echo "needs 2 GPUs"; exit 2; fi
+say "== $(date -u +%Y-%m-%dT%H:%MZ)  $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n 1) x 2"
+say "   $LAYERS layers, hidden $HIDDEN, $HEADS heads, vocab $VOCAB, $MB microbatches of one $SEQ-token sequence; $STEPS steps timed after $WARMUP"
+t0=$(date +%s)
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    make -s -j16 build/gpt_gpu >"$OUTDIR/build.log" 2>&1 || { cat "$OUTDIR/build.log"; exit 1; }
+    say "== built in $(( $(date +%s) - t0 )) s"
+fi
+
+step_of() { sed -n 's/^timing: step \([0-9.]*\) ms.*/\1/p' "$1" | head -n 1; }
+field_of() { sed -n "s|^timing: .*$2 \\([0-9.]*\\).*|\\1|p" "$1" | head -n 1; }   # field_of LOG "tokens/s/gpu"
+dpshare_of() { sed -n 's/^timing: .* = \([0-9.]*\)% of the step.*/\1/p' "$1" | head -n 1; }
+eff() { awk -v b="$1" -v s="$2" 'BEGIN { if (b > 0 && s > 0) printf "%.1f%%", 100 * b / (2 * s); else printf "?" }'; }
+
+say "== gpt_gpu, single GPU: both GPUs at once, each its own world of one"
+pids=()
+for g in 0 1; do
+    CUDA_VISIBLE_DEVICES=$g timeout 300 build/gpt_gpu "${MODEL[@]}" >"$OUTDIR/single-gpu$g.log" 2>&1 &
+    pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+inv=0; SINGLE=0
+for g in 0 1; do
+    cat "$OUTDIR/single-gpu$g.log" >>"$LOG"
+    ms=$(step_of "$OUTDIR/single-gpu$g.log")
+    say "   GPU $g: step ${ms:-?} ms, peak $(field_of "$OUTDIR/single-gpu$g.log" "peak") GiB"
+    [ -n "$ms" ] && inv=$(awk -v a="$inv" -v b="$ms" 'BEGIN { print a + 1 / b }')
+done
+[ "$inv" != 0 ] && SINGLE=$(awk -v i="$inv" 'BEGIN { printf "%.1f", 2 / i }')
+say "   baseline (harmonic mean): $SINGLE ms"
+
+declare -A STEP TOK PEAK DPS
+for cfg in "1f1b 1" "interleaved 2" "zbv 2" "dualpipev 2"; do
+    read -r kind vpp <<<"$cfg"
+    name=$kind; [ "$kind" = interleaved ] && name="interleaved-vpp$vpp"
+    RANK_TIMEOUT=300 ranks_run 2 "$OUTDIR/$name" build/gpt_gpu "${MODEL[@]}" --pp 2 --schedule "$kind" --vpp "$vpp"
+    rc=$?
+    cat "$OUTDIR/$name.rank0.log" >>"$LOG"
+    grep -h "gpt_gpu:" "$OUTDIR/$name.rank1.log" | sed "s/^/rank 1: /" >>"$LOG"
+    STEP[$name]=$(step_of "$OUTDIR/$name.rank0.log"); TOK[$name]=$(field_of "$OUTDIR/$name.rank0.log" "tokens/s/gpu")
+    PEAK[$name]=$(field_of "$OUTDIR/$name.rank0.log" "peak"); DPS[$name]=$(dpshare_of "$OUTDIR/$name.rank0.log")
+    say "== gpt_gpu pp 2 $name (exit $rc): step ${STEP[$name]:-?} ms, efficiency $(eff "$SINGLE" "${STEP[$name]:-0}")"
+done
+
+MEG=$OUTDIR/megatron.log
+if [ "${SKIP_MEGATRON:-0}" != 1 ]; then
+    say "== Megatron-LM: bench/megatron_gpt_bench.py"
+    LAYERS=$LAYERS HIDDEN=$HIDDEN HEADS=$HEADS SEQ=$SEQ VOCAB=$VOCAB MB=$MB STEPS=$STEPS WARMUP=$WARMUP \
+        PYTHONPATH=${MEGATRON_PATH:-.megatron}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 timeout 600 \
+        python3 -m torch.distributed.run --nproc_per_node=2 bench/megatron_gpt_bench.py >"$MEG" 2>&1
+    say "   (exit $?)"
+    grep -E "^megatron" "$MEG" | tee -a "$LOG"
+fi
+MSINGLE=$(sed -n 's/.*harmonic mean \([0-9.]*\) ms.*/\1/p' "$MEG" 2>/dev/null | head -n 1)
+meg() { sed -n "s/^megatron $1.*step \\([0-9.]*\\) ms.*/\\1/p" "$MEG" 2>/dev/null | head -n 1; }
+megfield() { sed -n "s|^megatron $1.*$2 \\([0-9.]*\\).*|\\1|p" "$MEG" 2>/dev/null | head -n 1; }
+M1=$(meg "1f1b pp 2:"); MI=$(meg "interleaved pp 2 vpp 2")
+
+say ""
+say "== summary (2 GPUs; efficiency: each framework's own single-GPU baseline / (2 x step))"
+say "| schedule | gpt_gpu step | tokens/s/GPU | efficiency | peak GiB | data path | Megatron-LM step | tokens/s/GPU | efficiency | peak GiB |"
+say "|---|---|---|---|---|---|---|---|---|---|"
+say "| single GPU (harmonic mean) | $SINGLE ms | | | $(field_of "$OUTDIR/single-gpu0.log" "peak") | | ${MSINGLE:-?} ms | $(megfield "single-gpu" "tokens/s/gpu") | | $(megfield "single-gpu" "peak") |"
+for name in 1f1b interleaved-vpp2 zbv dualpipev; do
+    case $name in 1f1b) m=$M1; k="1f1b pp 2:" ;; interleaved-vpp2) m=$MI; k="interleaved pp 2 vpp 2" ;; *) m=""; k="" ;; esac
+    mt=""; mp=""
+    [ -n "$k" ] && mt=$(megfield "$k" "tokens/s/gpu") && mp=$(megfield "$k" "peak")
+    say "| $name | ${STEP[$name]:-?} ms | ${TOK[$name]:-?} | $(eff "$SINGLE" "${STEP[$name]:-0}") | ${PEAK[$name]:-?} | ${DPS[$name]:-?}% | ${m:-—} ms | ${mt:-—} | $( [ -n "$m" ] && eff "${MSINGLE:-0}" "$m" || echo —) | ${mp:-—} |"
+done
+best=$(for n in 1f1b interleaved-vpp2 zbv dualpipev; do echo "${STEP[$n]:-}"; done | grep -v '^$' | sort -g | head -n 1)
+mbest=$(printf '%s\n%s\n' "$M1" "$MI" | grep -v '^$' | sort -g | head -n 1)
+say "best against best: gpt_gpu ${best:-?} ms, Megatron-LM ${mbest:-?} ms: $(awk -v a="${best:-0}" -v b="${mbest:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.3fx", b / a; else printf "?" }') (target 1.05x)"
+say "== done in $(( $(date +%s) - t0 )) s; logs in $OUTDIR"
