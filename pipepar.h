@@ -881,6 +881,14 @@ PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
  * gradient before the weight gradients, and the same order takes 193 units, 1 over its compute,
  * tying the greedy zero-bubble schedules.
  *
+ * Ranks of unequal speed (costs.rank_speed, e.g. measured: >>adapt). Every schedule is simulated
+ * with each rank's compute scaled by its speed, and a layout search then gives a slow rank fewer
+ * layers: pp = 2, mb = 8, F = I = W = 1 a layer, rank 1 1.35x slower, 24 layers: ZB-V on 7, 5, 5,
+ * 7 layers takes 336, rank 0's compute exactly and 98.5% of the 330.9 the two speeds allow, where
+ * the even split takes 388.8 or more. With 16 layers the best is 9 / 7 layers, 3 points from that
+ * bound for the layers being whole alone. The splits tried stay within layout_spread of the even
+ * one: for speeds further apart, widen it to reach pp_layers_balance's split for them.
+ *
  * Greedy schedules (pp_schedule_build_greedy). The paper's automatic scheduler (Qi et al., ICLR
  * 2024, section 3.1) in our words: play the pipeline forward in time with the given costs; when
  * a rank is free, run the most urgent ready work: an I (another rank waits for it) or an F if
@@ -891,7 +899,11 @@ PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
  * leave room for all vpp chunks of that microbatch, so the oldest unfinished microbatch can
  * always move. (With vpp = 2, PP_GREEDY_EAGER_ADMIT keeps just one spare slot, which is enough:
  * a chunk's F's run in microbatch order, so the spare goes to the oldest one's second chunk.) The policy switches
- * below are the paper's grid-searched hyperparameters in spirit; pp_search tries them all.
+ * below are the paper's grid-searched hyperparameters in spirit; pp_search tries them all. Its cap
+ * counts live activations (max_live), or with max_memory weighs each by its stage's memory, as the
+ * search's cap does: a small first stage then keeps as many microbatches as its memory allows. The
+ * search builds its greedy schedules that way whenever the stages have memory (costs.memory_stage,
+ * and every layout search).
  * ============================================================================================ */
 
 typedef struct pp_greedy_config {
@@ -1829,10 +1841,11 @@ PIPEPAR_API pp_status pp_timeline_draw_ascii(const pp_timeline *ranks, int count
  *   3. switch   when the split changed, between steps: pp_layers_owners says which rank holds each
  *               layer before and after; the new owner allocates the layers it gains, pp_layers_move
  *               sends each moved layer's tensors (weights, optimizer state) from its old owner to
- *               its new one in one group, and the old owner frees them; every rank builds the
- *               schedule of the new split (a fixed kind's order is the same for any stage sizes; a
- *               greedy or searched one comes from the measured costs and speeds, which every rank
- *               holds) and a new executor, and the next step runs on them.
+ *               its new one in one group, and the old owner frees them. A fixed kind's order (ZB-V,
+ *               1F1B, interleaved) is the same for any stage sizes: its schedule and executor stay,
+ *               and the callbacks read the new split. A greedy or searched order comes from the
+ *               costs: every rank builds it from the measured costs and speeds (which all hold),
+ *               and a new executor for it. The next step runs on the new split.
  * Only who computes a layer changes, never what it computes: the gradients stay the unsplit
  * model's (tests/test_runtime_adapt.c checks it on CPU threads with a rank slowed on purpose,
  * examples/mlp_gpu.cu --adapt on GPUs).
