@@ -201,7 +201,7 @@ demo: host
 test:
 	@bash tests/run_all.sh
 
-test-gpu: gpu
+test-gpu: host gpu
 	@bash tests/gpu/run_all.sh $(BUILD)
 
 bench: host

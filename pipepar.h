@@ -655,7 +655,7 @@ PIPEPAR_API pp_status pp_schedule_split_backward(pp_schedule *s, pp_error *err);
  * An unlowered schedule is checked as if lowered (on a copy). */
 PIPEPAR_API pp_status pp_schedule_validate(const pp_schedule *s, pp_error *err);
 
-/* Action text in PyTorch's spelling: "4F0", "1SEND_F3", "2I5"; FB as "0F1;3B0". */
+/* Action text in PyTorch's spelling: "4F0", "1SEND_F3", "2I5"; FB as "(0F1;3B0)OVERLAP_F_B". */
 PIPEPAR_API int pp_action_format(pp_action a, char *buf, size_t size);
 PIPEPAR_API pp_status pp_action_parse(const char *text, pp_action *out, pp_error *err);
 
@@ -802,22 +802,49 @@ PIPEPAR_API pp_status pp_schedule_rank_peaks(const pp_schedule *s, int rank, con
  * >>draw
  * Pictures and text forms of a schedule.
  *   ASCII: one row per rank, one column per time unit of the simulated timeline.
- *   SVG:   one row per rank, one box per action, colour by microbatch, F / B / I / W told apart.
+ *   SVG:   a figure of the step: a row per rank, a box per compute action (colour = the kind of
+ *          work, shade = the chunk, label = <stage><op><microbatch>), a time axis, a legend;
+ *          pp_timeline_write_svg (>>timeline) draws a measured step the same way.
  *   torch: one line per rank, "rankR: " then the compute actions in PyTorch's spelling.
- *   CSV:   PyTorch's pipeline-order CSV, one row per rank (compute and communication actions; an
- *          empty cell separates two communication groups that touch); pp_schedule_read_csv reads
- *          it back, and PyTorch's compute-only form too.
+ *   CSV:   pipepar's pipeline-order CSV, one row per rank in PyTorch's action spelling (compute and
+ *          communication actions; an empty cell separates two communication groups that touch);
+ *          pp_schedule_read_csv reads it back exactly, and PyTorch's two forms too.
+ *   torch CSV: the two forms PyTorch's _PipelineScheduleRuntime loads, compute_only and
+ *          compute_comms (pp_schedule_write_torch_csv): how a PyTorch user runs a pipepar plan.
  * ============================================================================================ */
 PIPEPAR_API pp_status pp_schedule_draw_ascii(const pp_schedule *s, const pp_sim_result *sim, FILE *out,
                                              pp_error *err);
+/* The simulated step as SVG: title with the kind and the mean bubble, per rank a row holding its
+ * stages' boxes (each labelled <stage><op><microbatch>, or its microbatch where the box is too
+ * narrow for that; an overlapped FB as its F half above its B half) and its idle share, a time
+ * axis in simulation units, a legend of the kinds of work drawn. A short box gets at least 22 px,
+ * so a long schedule gives a wide picture (a browser scrolls it), at most 100,000 px wide. sim:
+ * pp_simulate's result for s (lowered), or NULL for default costs (F = 1, B = 2 per rank's share). */
 PIPEPAR_API pp_status pp_schedule_write_svg(const pp_schedule *s, const pp_sim_result *sim, FILE *out,
                                             pp_error *err);
 PIPEPAR_API pp_status pp_schedule_write_torch(const pp_schedule *s, FILE *out, pp_error *err);
 PIPEPAR_API pp_status pp_schedule_write_csv(const pp_schedule *s, FILE *out, pp_error *err);
+/* The two CSV forms PyTorch's _PipelineScheduleRuntime loads (torch.distributed.pipelining.schedules):
+ *   PP_TORCH_COMPUTE_ONLY   sched._load_csv(path, format="compute_only"): the compute order; PyTorch
+ *                           places the sends and receives (and REDUCE_GRAD) itself.
+ *   PP_TORCH_COMPUTE_COMMS  sched._load_csv(path, format="compute_comms"): pipepar's lowering (of a
+ *                           copy, if s is not lowered) with every cell an action (PyTorch refuses
+ *                           empty cells, so groups are not marked: PyTorch posts each transfer on its
+ *                           own) and a "<stage>REDUCE_GRAD" after each stage's last backward (B or W;
+ *                           the runtime scales gradients by 1/mb there), placed after the sends that
+ *                           follow it.
+ * An FB is written as PyTorch's "(0F3;3B1)OVERLAP_F_B". Looped and V placements only: PP_EINVAL for
+ * dualpipe (two routes, each model stage twice), which PyTorch's runtime cannot express. The
+ * runtime takes the stage -> rank map from the file, so a V file needs nothing more from its user.
+ * pp_schedule_read_csv reads both forms back (skipping REDUCE_GRAD). */
+typedef enum pp_torch_csv_format { PP_TORCH_COMPUTE_ONLY = 0, PP_TORCH_COMPUTE_COMMS = 1 } pp_torch_csv_format;
+PIPEPAR_API pp_status pp_schedule_write_torch_csv(const pp_schedule *s, pp_torch_csv_format format, FILE *out,
+                                                  pp_error *err);
 PIPEPAR_API pp_status pp_schedule_write_json(const pp_schedule *s, const pp_sim_result *sim, FILE *out,
                                              pp_error *err);
 /* Reads a CSV (one row per rank, comma-separated actions). vpp is derived from the largest stage;
- * placement looped unless the stages say V. The result keeps communication actions if present.
+ * placement looped unless the stages say V. The result keeps communication actions if present;
+ * PyTorch's REDUCE_GRAD, UNSHARD and RESHARD cells are skipped.
  * Refused (PP_EPARSE): a NUL byte anywhere in the len bytes, more than PP_CSV_MAX_RANKS rows
  * (lowering and validation take time quadratic in pp; the CLI's --pp stops at the same bound). */
 #define PP_CSV_MAX_RANKS 4096
@@ -1816,6 +1843,13 @@ PIPEPAR_API pp_status pp_timeline_idle(const pp_timeline *ranks, int count, pp_i
  * none did; then the step time and each rank's busy share. */
 PIPEPAR_API pp_status pp_timeline_draw_ascii(const pp_timeline *ranks, int count, int width, FILE *out,
                                              pp_error *err);
+/* The measured step as SVG, drawn as pp_schedule_write_svg draws a simulated one: per rank a box
+ * per compute action from its `ready` to its `end` (a grey strip below for the wait before it),
+ * each rank's idle share, a time axis in ms, a legend. Given sim, the simulation of the schedule
+ * that ran (the timelines' schedule, lowered: the same programs), the simulated step is drawn
+ * above the measured one, each on its own axis, so the plan and the run read side by side. */
+PIPEPAR_API pp_status pp_timeline_write_svg(const pp_timeline *ranks, int count, const pp_sim_result *sim,
+                                            FILE *out, pp_error *err);
 
 
 /* ============================================================================================
@@ -2458,7 +2492,7 @@ PIPEPAR_API int64_t pp_cuda_l2norm_bytes(const pp_cuda_l2norm *plan);
  * unique id is a plain 128-byte struct.
  *
  * START-UP. One process per GPU (mpirun, srun, torchrun, or any launcher that sets RANK,
- * WORLD_SIZE, LOCAL_RANK), or one process with one thread per GPU:
+ * WORLD_SIZE, LOCAL_RANK), or one process with one thread per GPU (see THREADS):
  *     pp_nccl_config cfg = {0};                 // rank, world, device from the environment
  *     pp_nccl *world;  pp_nccl_init(&cfg, &world, &err);
  *     pp_nccl *pipe;   pp_nccl_split(world, &grid, PP_GROUP_PP, &pipe, &err);
@@ -2512,6 +2546,18 @@ PIPEPAR_API int64_t pp_cuda_l2norm_bytes(const pp_cuda_l2norm *plan);
  * otherwise connects peers lazily, inside the step): a cudaMalloc, or NCCL's own allocation for
  * a new connection, can wait behind kernels in flight that wait on the peer (NVIDIA/nccl#581;
  * examples/mlp_gpu.cu does both).
+ *
+ * THREADS. One process per GPU is the layout to run. Ranks as threads of one process work too,
+ * under a rule that processes do not need: no thread may make a call that waits for another
+ * thread's GPU while that GPU runs an NCCL kernel waiting for a kernel this thread has yet to
+ * launch. pp_nccl_free is such a call: the last thread of the process to free a communicator
+ * releases every thread's share of it (ncclCommDestroy), on every thread's GPU, and waits for
+ * those GPUs. So every thread frees a communicator, then the threads meet (pthread_barrier_wait)
+ * before any of them issues NCCL work on another communicator. Otherwise a thread whose free
+ * returned first and that went on to a collective on the parent (pp_nccl_split_group begins with
+ * one) holds its GPU in a kernel waiting for the peer's, the peer's free waits for that GPU, and
+ * both ranks end in PP_ETIMEOUT at their deadlines. NCCL's guide says any CUDA call may wait for
+ * a device: between threads, keep such calls out of the time NCCL work is in flight.
  *
  * ENVIRONMENT. Besides the launcher's variables above, NCCL's own and CUDA_DEVICE_MAX_CONNECTIONS
  * (see the notes), pipepar_nccl.c reads two:
@@ -2590,7 +2636,8 @@ PIPEPAR_API pp_status pp_nccl_reorder(pp_nccl *parent, int new_rank, pp_nccl **o
  * ncclCommSplit's color is the group's smallest member, its key the index. */
 PIPEPAR_API pp_status pp_nccl_split_group(pp_nccl *parent, const int *members, int size, pp_nccl **out,
                                           pp_error *err);
-/* Finalises (or, after an abort, only releases) and frees. NULL is allowed. */
+/* Finalises (or, after an abort, only releases) and frees. NULL is allowed. Ranks that are
+ * threads of one process meet after it, before NCCL work on another communicator (THREADS). */
 PIPEPAR_API void pp_nccl_free(pp_nccl *nc);
 
 PIPEPAR_API int pp_nccl_rank(const pp_nccl *nc);
@@ -2610,7 +2657,8 @@ PIPEPAR_API void pp_nccl_abort(pp_nccl *nc, pp_status status, const char *reason
 PIPEPAR_API pp_status pp_nccl_sync(pp_nccl *nc, void *stream, double timeout_s, pp_error *err);
 /* All ranks meet (a one-float all-reduce) within the deadline. */
 PIPEPAR_API pp_status pp_nccl_barrier(pp_nccl *nc, double timeout_s, pp_error *err);
-/* In place sum over the communicator of `count` floats on the host, within the deadline. */
+/* In place sum over the communicator of `count` floats on the host, within the deadline. Makes
+ * nc's device current (cudaSetDevice), as pp_nccl_sync does. */
 PIPEPAR_API pp_status pp_nccl_all_reduce_host(pp_nccl *nc, float *values, int count, double timeout_s,
                                               pp_error *err);
 
@@ -6935,7 +6983,7 @@ static pp_status pp__sim_for_drawing(const pp_schedule *s, const pp_sim_result *
 static char pp__mb_char(int m)
 {
     static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-    return m < 62 ? digits[m] : '#';
+    return m >= 0 && m < 62 ? digits[m] : '#';
 }
 
 /* Compact Gantt chart: one column per time unit (the shortest compute action), and for every
@@ -7018,93 +7066,329 @@ pp_status pp_schedule_draw_ascii(const pp_schedule *s, const pp_sim_result *sim,
     return pp__text_flush(&t, out, err);
 }
 
-/* Colour of a microbatch: hues spread by the golden angle so neighbours differ. */
-static void pp__svg_colour(int m, int op, char *buf, size_t n)
+/* --- SVG: one drawing for simulated and measured steps ---------------------------------------
+ * A panel draws one step as a paper's figure does: a title, one row per rank with a box per
+ * compute action (colour = the kind of work, shade = the chunk, label = <stage><op><microbatch>,
+ * or the microbatch alone where that does not fit), each rank's idle share at its row's end, a
+ * time axis with its unit, and a legend of what the picture holds. The scale gives a short box
+ * (the lower quartile of the compute times) PP__SVG_MIN_BOX px, enough for two digits, so a long
+ * schedule makes a wide picture that a browser scrolls, up to PP__SVG_MAX_WIDTH px. */
+
+#define PP__SVG_MIN_WIDTH 960.0
+#define PP__SVG_MAX_WIDTH 100000.0
+#define PP__SVG_MIN_BOX 22.0
+#define PP__SVG_LEFT 92.0
+#define PP__SVG_RIGHT 80.0
+#define PP__SVG_ROW 34.0
+#define PP__SVG_TOP 52.0      /* the title's two lines */
+#define PP__SVG_BOTTOM 116.0  /* the axis, its caption and the legend's three lines */
+#define PP__SVG_CHAR 6.5      /* px a character takes at font-size 11 (digits, capitals) */
+
+typedef struct pp__svg_panel {
+    char title[200], subtitle[240];
+    const char *axis;                 /* the time axis' caption */
+    double to_axis;                   /* time * to_axis = the axis value (1e3: seconds shown in ms) */
+    const pp_schedule *s;             /* stage -> chunk and the stages' list; NULL: all chunk 0 */
+    int ranks;
+    const int *rank_id;               /* [ranks] the "rank N" of each row */
+    const int *length;                /* [ranks] */
+    const pp_action *const *actions;  /* [ranks][length] */
+    const double *const *wait;        /* [ranks][length] measured: its wait for inputs began; or NULL */
+    const double *const *begin;       /* [ranks][length] the compute; < 0: did not run */
+    const double *const *end;
+    const double *idle;               /* [ranks] idle share of the step */
+    double t0, t1;                    /* the step */
+    double px;                        /* px per time unit (pp__svg_scale) */
+} pp__svg_panel;
+
+static int pp__double_cmp(const void *a, const void *b)
 {
-    int hue = (int)fmod(m * 137.508, 360.0);
-    int light = op == PP_OP_F ? 72 : op == PP_OP_W ? 30 : op == PP_OP_I ? 56 : 45;
-    snprintf(buf, n, "hsl(%d,70%%,%d%%)", hue, light);
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* px per time unit: the panel fills PP__SVG_MIN_WIDTH, or more where a short box (the lower
+ * quartile of the compute times) would get less than PP__SVG_MIN_BOX px; never wider than twice
+ * PP__SVG_MIN_BOX per action of the busiest rank (a measured step's few very short actions must not
+ * stretch it) nor than PP__SVG_MAX_WIDTH. */
+static pp_status pp__svg_scale(pp__svg_panel *p, pp_error *err)
+{
+    double span = p->t1 > p->t0 ? p->t1 - p->t0 : 1, room = PP__SVG_MIN_WIDTH - PP__SVG_LEFT - PP__SVG_RIGHT;
+    double *d, short_box = 0, most;
+    size_t n = 0, cap = 0, busiest = 0;
+    int r, i;
+    for (r = 0; r < p->ranks; r++) cap += (size_t)p->length[r];
+    d = (double *)PIPEPAR_MALLOC((cap ? cap : 1) * sizeof(double));
+    if (!d) return pp__fail(err, PP_ENOMEM, "out of memory");
+    for (r = 0; r < p->ranks; r++) {
+        size_t here = n;
+        for (i = 0; i < p->length[r]; i++)
+            if (!pp__is_comm(p->actions[r][i].op) && p->begin[r][i] >= 0 && p->end[r][i] > p->begin[r][i])
+                d[n++] = p->end[r][i] - p->begin[r][i];
+        if (n - here > busiest) busiest = n - here;
+    }
+    if (n) {
+        qsort(d, n, sizeof *d, pp__double_cmp);
+        short_box = d[n / 4];
+    }
+    PIPEPAR_FREE(d);
+    p->px = room / span;
+    if (short_box > 0 && PP__SVG_MIN_BOX / short_box > p->px) p->px = PP__SVG_MIN_BOX / short_box;
+    most = 2 * PP__SVG_MIN_BOX * (double)busiest;
+    if (most < room) most = room;
+    if (most > PP__SVG_MAX_WIDTH - PP__SVG_LEFT - PP__SVG_RIGHT) most = PP__SVG_MAX_WIDTH - PP__SVG_LEFT - PP__SVG_RIGHT;
+    if (span * p->px > most) p->px = most / span;
+    return PP_OK;
+}
+
+static double pp__svg_width(const pp__svg_panel *p)
+{
+    double w = PP__SVG_LEFT + (p->t1 > p->t0 ? p->t1 - p->t0 : 1) * p->px + PP__SVG_RIGHT;
+    return w > PP__SVG_MIN_WIDTH ? w : PP__SVG_MIN_WIDTH;
+}
+
+/* The fill of an op's box in a chunk, hsl: a hue per kind of work, darker for later chunks.
+ * Returns 1 when a label on it reads better in white. */
+static int pp__svg_fill(int op, int chunk, int vpp, char *buf, size_t n)
+{
+    int hue = op == PP_OP_F ? 212 : op == PP_OP_B ? 14 : op == PP_OP_I ? 36 : 128;
+    double light = op == PP_OP_F ? 72 : op == PP_OP_B ? 66 : op == PP_OP_I ? 70 : 60;
+    if (vpp > 1) light -= 28.0 * (double)chunk / (double)(vpp - 1);
+    snprintf(buf, n, "hsl(%d,%d%%,%.0f%%)", hue, op == PP_OP_I ? 80 : 58, light);
+    return light < 50;
+}
+
+/* One box (an action, or one half of an overlapped F&B) with the longest label that fits. */
+static void pp__svg_box(pp__text *t, const pp__svg_panel *p, int op, int stage, int mb, double x, double y,
+                        double w, double h)
+{
+    int chunk = p->s ? pp_stage_chunk(p->s, stage) : 0, vpp = p->s ? p->s->vpp : 1, white;
+    double font = h >= 20 ? 11 : 9, cw = PP__SVG_CHAR * font / 11;
+    char fill[48], label[48];
+    white = pp__svg_fill(op, chunk < 0 ? 0 : chunk, vpp, fill, sizeof fill);
+    pp__text_printf(t, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"white\" "
+                    "stroke-width=\"0.6\"/>", x, y, w > 0.6 ? w : 0.6, h, fill);
+    snprintf(label, sizeof label, "%d%s%d", stage, pp_op_name((pp_op)op), mb);
+    if (w < cw * (double)strlen(label) + 4) snprintf(label, sizeof label, "%d", mb);
+    if (w >= cw * (double)strlen(label) + 3)
+        pp__text_printf(t, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"%.0f\" text-anchor=\"middle\" fill=\"%s\">%s</text>",
+                        x + w / 2, y + h / 2 + font * 0.36, font, white ? "white" : "#1a1a1a", label);
+}
+
+/* Ticks every 1, 2 or 5 times a power of ten, at least 72 px apart, with light grid lines. */
+static void pp__svg_axis(pp__text *t, const pp__svg_panel *p, double rows_top, double rows_bottom)
+{
+    double span = p->t1 > p->t0 ? p->t1 - p->t0 : 1, u = p->to_axis, want = 72.0 * u / p->px, step, mag, v;
+    int decimals, k;
+    mag = pow(10.0, floor(log10(want)));
+    step = want <= mag ? mag : want <= 2 * mag ? 2 * mag : want <= 5 * mag ? 5 * mag : 10 * mag;
+    decimals = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
+    pp__text_printf(t, "<g stroke=\"#e2e2e2\" stroke-width=\"1\">");
+    for (k = 0; (v = k * step) <= span * u * (1 + 1e-9); k++)
+        pp__text_printf(t, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\"/>", PP__SVG_LEFT + v / u * p->px,
+                        rows_top, PP__SVG_LEFT + v / u * p->px, rows_bottom);
+    pp__text_printf(t, "</g>\n<g class=\"axis\"><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#333\"/>",
+                    PP__SVG_LEFT, rows_bottom + 2, PP__SVG_LEFT + span * p->px, rows_bottom + 2);
+    for (k = 0; (v = k * step) <= span * u * (1 + 1e-9); k++) {
+        double x = PP__SVG_LEFT + v / u * p->px;
+        pp__text_printf(t, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#333\"/>"
+                        "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%.*f</text>",
+                        x, rows_bottom + 2, x, rows_bottom + 7, x, rows_bottom + 19, decimals, v);
+    }
+    pp__text_printf(t, "<text x=\"%.1f\" y=\"%.1f\" font-style=\"italic\">%s</text></g>\n", PP__SVG_LEFT,
+                    rows_bottom + 36, p->axis);
+}
+
+/* The legend, three lines: the kinds of work the panel holds; idle, the waits and the chunks'
+ * shades; how a box is labelled. */
+static void pp__svg_legend(pp__text *t, const pp__svg_panel *p, double y)
+{
+    static const int ops[] = { PP_OP_F, PP_OP_B, PP_OP_I, PP_OP_W, PP_OP_FB };
+    static const char *const names[] = { "F forward", "B backward", "I input gradient", "W weight gradient",
+                                         "F&amp;B overlapped (F above, B below)" };
+    int seen[PP_OP_COUNT] = { 0 }, r, i, k, vpp = p->s ? p->s->vpp : 1;
+    double x = PP__SVG_LEFT;
+    char fill[48];
+    for (r = 0; r < p->ranks; r++)
+        for (i = 0; i < p->length[r]; i++)
+            if (p->actions[r][i].op >= 0 && p->actions[r][i].op < PP_OP_COUNT) seen[p->actions[r][i].op] = 1;
+    pp__text_printf(t, "<g class=\"legend\">");
+    for (k = 0; k < 5; k++) {
+        if (!seen[ops[k]]) continue;
+        if (ops[k] == PP_OP_FB) {
+            pp__svg_fill(PP_OP_F, 0, vpp, fill, sizeof fill);
+            pp__text_printf(t, "<rect x=\"%.1f\" y=\"%.1f\" width=\"18\" height=\"6\" fill=\"%s\"/>", x, y, fill);
+            pp__svg_fill(PP_OP_B, 0, vpp, fill, sizeof fill);
+            pp__text_printf(t, "<rect x=\"%.1f\" y=\"%.1f\" width=\"18\" height=\"6\" fill=\"%s\"/>", x, y + 6, fill);
+        } else {
+            pp__svg_fill(ops[k], 0, vpp, fill, sizeof fill);
+            pp__text_printf(t, "<rect x=\"%.1f\" y=\"%.1f\" width=\"18\" height=\"12\" fill=\"%s\"/>", x, y, fill);
+        }
+        pp__text_printf(t, "<text x=\"%.1f\" y=\"%.1f\">%s</text>", x + 23, y + 10, names[k]);
+        x += 23 + PP__SVG_CHAR * (double)(ops[k] == PP_OP_FB ? 33 : strlen(names[k])) + 18;
+    }
+    y += 20;
+    x = PP__SVG_LEFT;
+    pp__text_printf(t, "<rect x=\"%.1f\" y=\"%.1f\" width=\"18\" height=\"12\" fill=\"#efefef\" stroke=\"#ccc\"/>"
+                    "<text x=\"%.1f\" y=\"%.1f\">idle (the bubble)</text>", x, y, x + 23, y + 10);
+    x += 23 + PP__SVG_CHAR * 17 + 18;
+    if (p->wait) {
+        pp__text_printf(t, "<rect x=\"%.1f\" y=\"%.1f\" width=\"18\" height=\"4\" fill=\"#9a9a9a\"/>"
+                        "<text x=\"%.1f\" y=\"%.1f\">waiting for an input</text>", x, y + 8, x + 23, y + 10);
+        x += 23 + PP__SVG_CHAR * 20 + 18;
+    }
+    if (vpp > 1) {
+        pp__text_printf(t, "<text x=\"%.1f\" y=\"%.1f\">shade = chunk:</text>", x, y + 10);
+        x += PP__SVG_CHAR * 14 + 8;
+        for (k = 0; k < vpp; k++) {
+            pp__svg_fill(PP_OP_F, k, vpp, fill, sizeof fill);
+            pp__text_printf(t, "<rect x=\"%.1f\" y=\"%.1f\" width=\"18\" height=\"12\" fill=\"%s\"/>"
+                            "<text x=\"%.1f\" y=\"%.1f\">%d</text>", x, y, fill, x + 22, y + 10, k);
+            x += 40;
+        }
+    }
+    pp__text_printf(t, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#444\">label: &lt;stage&gt;&lt;op&gt;&lt;microbatch&gt;, or "
+                    "the microbatch where a box is narrow; hover a box for its times</text></g>\n", PP__SVG_LEFT, y + 30);
+}
+
+/* The rows: per rank its label, the idle background, the boxes and the idle share. */
+static void pp__svg_rows(pp__text *t, const pp__svg_panel *p, double top)
+{
+    double span = p->t1 > p->t0 ? p->t1 - p->t0 : 1, u = p->to_axis;
+    int r, i, k;
+    for (r = 0; r < p->ranks; r++) {
+        double y = top + r * PP__SVG_ROW, h = PP__SVG_ROW - 6;
+        pp__text_printf(t, "<text x=\"8\" y=\"%.1f\" font-weight=\"bold\">rank %d</text>", y + (p->s ? 13 : 18),
+                        p->rank_id[r]);
+        if (p->s && p->rank_id[r] >= 0 && p->rank_id[r] < p->s->pp) {   /* the stages it holds */
+            pp__text_printf(t, "<text x=\"8\" y=\"%.1f\" font-size=\"9\" fill=\"#555\">stage%s", y + 25,
+                            p->s->vpp > 1 ? "s" : "");
+            for (k = 0; k < p->s->vpp && k < 4; k++)
+                pp__text_printf(t, "%s%d", k ? "," : " ", pp_rank_chunk_stage(p->s, p->rank_id[r], k));
+            pp__text_printf(t, "%s</text>", p->s->vpp > 4 ? ",&#8230;" : "");
+        }
+        pp__text_printf(t, "\n<rect x=\"%.1f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"#efefef\"/>\n",
+                        PP__SVG_LEFT, y + 3, span * p->px, h);
+        for (i = 0; i < p->length[r]; i++) {
+            pp_action a = p->actions[r][i];
+            double b = p->begin[r][i], e = p->end[r][i], x, w;
+            char text[64];
+            if (pp__is_comm(a.op) || b < 0) continue;
+            x = PP__SVG_LEFT + (b - p->t0) * p->px;
+            w = (e - b) * p->px;
+            pp_action_format(a, text, sizeof text);
+            pp__text_printf(t, "<g><title>rank %d: %s  %.4g to %.4g</title>", p->rank_id[r], text,
+                            (b - p->t0) * u, (e - p->t0) * u);
+            if (p->wait && p->wait[r][i] >= 0 && p->wait[r][i] < b)
+                pp__text_printf(t, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"4\" fill=\"#9a9a9a\"/>",
+                                PP__SVG_LEFT + (p->wait[r][i] - p->t0) * p->px, y + 3 + h - 4, (b - p->wait[r][i]) * p->px);
+            if (a.op == PP_OP_FB) {
+                pp__svg_box(t, p, PP_OP_F, a.stage, a.mb, x, y + 3, w, h / 2);
+                pp__svg_box(t, p, PP_OP_B, a.stage2, a.mb2, x, y + 3 + h / 2, w, h / 2);
+            } else {
+                pp__svg_box(t, p, a.op, a.stage, a.mb, x, y + 3, w, h);
+            }
+            pp__text_printf(t, "</g>\n");
+        }
+        pp__text_printf(t, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#555\">%.1f%% idle</text>\n",
+                        PP__SVG_LEFT + span * p->px + 6, y + 20, 100.0 * p->idle[r]);
+    }
+}
+
+/* Writes the panels one above the other, each with its own axis. */
+static pp_status pp__svg_write(pp__svg_panel *panels, int n, FILE *out, pp_error *err)
+{
+    pp__text t = { NULL, 0, 0, 0 };
+    double width = 0, height = 0, y = 0;
+    int k;
+    pp_status st;
+    for (k = 0; k < n; k++) {   /* the panels after the first at its width: the plan and the run side by side */
+        double w;
+        if (k == 0 && (st = pp__svg_scale(&panels[k], err)) != PP_OK) return st;
+        if (k > 0)
+            panels[k].px = panels[0].px * (panels[0].t1 > panels[0].t0 ? panels[0].t1 - panels[0].t0 : 1) /
+                           (panels[k].t1 > panels[k].t0 ? panels[k].t1 - panels[k].t0 : 1);
+        w = pp__svg_width(&panels[k]);
+        if (w > width) width = w;
+        height += PP__SVG_TOP + PP__SVG_ROW * panels[k].ranks + PP__SVG_BOTTOM;
+    }
+    pp__text_printf(&t, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                    "font-family=\"Helvetica,Arial,sans-serif\" font-size=\"11\">\n"
+                    "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", width, height);
+    for (k = 0; k < n; k++) {
+        const pp__svg_panel *p = &panels[k];
+        double rows_top = PP__SVG_TOP, rows_bottom = PP__SVG_TOP + PP__SVG_ROW * p->ranks;
+        pp__text_printf(&t, "<g class=\"panel\" transform=\"translate(0,%.0f)\">\n", y);
+        pp__text_printf(&t, "<text x=\"8\" y=\"22\" font-size=\"15\" font-weight=\"bold\">%s</text>\n"
+                        "<text x=\"8\" y=\"40\" fill=\"#333\">%s</text>\n", p->title, p->subtitle);
+        pp__svg_axis(&t, p, rows_top, rows_bottom);
+        pp__svg_rows(&t, p, rows_top);
+        pp__svg_legend(&t, p, rows_bottom + 50);
+        pp__text_printf(&t, "</g>\n");
+        y += PP__SVG_TOP + PP__SVG_ROW * p->ranks + PP__SVG_BOTTOM;
+    }
+    pp__text_printf(&t, "</svg>\n");
+    return pp__text_flush(&t, out, err);
+}
+
+/* A simulated step as a panel; rank_id and the pointer arrays are the caller's, [s->pp] each. */
+static void pp__svg_sim_panel(const pp_schedule *s, const pp_sim_result *sim, pp__svg_panel *p, int *rank_id,
+                              const pp_action **actions, const double **begin, const double **end)
+{
+    int r;
+    memset(p, 0, sizeof *p);
+    for (r = 0; r < s->pp; r++) {
+        rank_id[r] = r;
+        actions[r] = s->actions[r];
+        begin[r] = sim->start[r];
+        end[r] = sim->end[r];
+    }
+    snprintf(p->title, sizeof p->title, "%s, pp=%d, vpp=%d, mb=%d: simulated bubble %.1f%%",
+             pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb, 100.0 * sim->bubble_mean);
+    snprintf(p->subtitle, sizeof p->subtitle, "simulated step: %.4g time units; each rank's idle share at its row's end",
+             sim->makespan);
+    p->axis = "time (simulation units)";
+    p->to_axis = 1;
+    p->s = s;
+    p->ranks = s->pp;
+    p->rank_id = rank_id;
+    p->length = s->length;
+    p->actions = actions;
+    p->begin = begin;
+    p->end = end;
+    p->idle = sim->bubble;
+    p->t0 = 0;
+    p->t1 = sim->makespan;
 }
 
 pp_status pp_schedule_write_svg(const pp_schedule *s, const pp_sim_result *sim, FILE *out, pp_error *err)
 {
     pp_sim_result *owned = NULL;
     const pp_sim_result *use = NULL;
-    pp__text t = { NULL, 0, 0, 0 };
+    pp__svg_panel panel;
+    int *rank_id;
+    const pp_action **actions;
+    const double **begin, **end;
     pp_status st;
-    double width = 1200, row_h = 34, left = 70, top = 56, scale;
-    int r, i;
-    char colour[48], label[64];
     if (!s || !out) return pp__fail(err, PP_EINVAL, "schedule and out: must not be NULL");
     st = pp__sim_for_drawing(s, sim, &owned, &use, err);
     if (st != PP_OK) return st;
-    scale = use->makespan > 0 ? (width - left - 20) / use->makespan : 1;
-    pp__text_printf(&t, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-                    "font-family=\"Helvetica,Arial,sans-serif\" font-size=\"11\">\n",
-                    width, top + row_h * s->pp + 70);
-    pp__text_printf(&t, "<defs><pattern id=\"stripes\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
-                    "patternTransform=\"rotate(45)\"><rect width=\"3\" height=\"6\" fill=\"white\" "
-                    "fill-opacity=\"0.35\"/></pattern></defs>\n");
-    pp__text_printf(&t, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    pp__text_printf(&t, "<text x=\"%.0f\" y=\"22\" font-size=\"15\" font-weight=\"bold\">%s schedule: pp=%d, "
-                    "vpp=%d, mb=%d</text>\n", left, pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb);
-    pp__text_printf(&t, "<text x=\"%.0f\" y=\"40\">step time %.4g, mean bubble %.1f%%. Box label: "
-                    "&lt;stage&gt;&lt;op&gt;&lt;microbatch&gt;; colour = microbatch; light = forward, dark = "
-                    "backward, striped = input-grad (I), darkest = weight-grad (W).</text>\n",
-                    left, use->makespan, 100.0 * use->bubble_mean);
-    for (r = 0; r < s->pp; r++) {
-        double y = top + r * row_h;
-        pp__text_printf(&t, "<text x=\"8\" y=\"%.1f\">rank %d</text>\n", y + row_h / 2 + 4, r);
-        pp__text_printf(&t, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f3f3f3\"/>\n",
-                        left, y + 2, use->makespan * scale, row_h - 4);
-        for (i = 0; i < s->length[r]; i++) {
-            pp_action a = s->actions[r][i];
-            double x = left + use->start[r][i] * scale, w = (use->end[r][i] - use->start[r][i]) * scale;
-            int m = a.mb, op = a.op;
-            if (pp__is_comm(a.op)) continue;
-            if (op == PP_OP_FB) op = PP_OP_F;
-            pp__svg_colour(m, op, colour, sizeof colour);
-            pp_action_format(a, label, sizeof label);
-            pp__text_printf(&t, "<g><title>rank %d: %s  [%.4g, %.4g]</title>", r, label, use->start[r][i], use->end[r][i]);
-            pp__text_printf(&t, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
-                            "stroke=\"white\" stroke-width=\"0.8\"/>", x, y + 2, w > 0.5 ? w : 0.5, row_h - 4, colour);
-            if (a.op == PP_OP_I)
-                pp__text_printf(&t, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"url(#stripes)\"/>",
-                                x, y + 2, w, row_h - 4);
-            if (a.op == PP_OP_FB)
-                pp__text_printf(&t, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"black\" "
-                                "fill-opacity=\"0.35\"/>", x, y + row_h / 2, w, row_h / 2 - 2);
-            /* the chunk, where a rank holds several: a strip along the top, darker for later chunks */
-            if (s->vpp > 1 && pp_stage_chunk(s, a.stage) > 0)
-                pp__text_printf(&t, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"4\" fill=\"black\" "
-                                "fill-opacity=\"%.2f\"/>", x, y + 2, w > 0.5 ? w : 0.5,
-                                0.25 + 0.6 * (double)pp_stage_chunk(s, a.stage) / (double)(s->vpp - 1));
-            if (w >= 7.0 * (double)strlen(label) + 6.0 && a.op != PP_OP_FB)
-                pp__text_printf(&t, "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"%s\">%s</text>",
-                                x + w / 2, y + row_h / 2 + 4, op == PP_OP_F ? "black" : "white", label);
-            pp__text_printf(&t, "</g>\n");
-        }
+    rank_id = (int *)PIPEPAR_MALLOC((size_t)s->pp * sizeof(int));
+    actions = (const pp_action **)PIPEPAR_MALLOC((size_t)s->pp * sizeof(*actions));
+    begin = (const double **)PIPEPAR_MALLOC((size_t)s->pp * sizeof(*begin));
+    end = (const double **)PIPEPAR_MALLOC((size_t)s->pp * sizeof(*end));
+    if (!rank_id || !actions || !begin || !end) {
+        st = pp__fail(err, PP_ENOMEM, "out of memory");
+    } else {
+        pp__svg_sim_panel(s, use, &panel, rank_id, actions, begin, end);
+        st = pp__svg_write(&panel, 1, out, err);
     }
-    {
-        double y = top + row_h * s->pp + 24;
-        static const int legend_ops[] = { PP_OP_F, PP_OP_B, PP_OP_I, PP_OP_W };
-        static const char *const legend_names[] = { "F forward", "B backward", "I input-grad", "W weight-grad" };
-        int k;
-        for (k = 0; k < 4; k++) {
-            pp__svg_colour(0, legend_ops[k], colour, sizeof colour);
-            pp__text_printf(&t, "<rect x=\"%.0f\" y=\"%.0f\" width=\"18\" height=\"12\" fill=\"%s\"/>",
-                            left + k * 150.0, y, colour);
-            if (legend_ops[k] == PP_OP_I)
-                pp__text_printf(&t, "<rect x=\"%.0f\" y=\"%.0f\" width=\"18\" height=\"12\" fill=\"url(#stripes)\"/>",
-                                left + k * 150.0, y);
-            pp__text_printf(&t, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", left + k * 150.0 + 24, y + 10, legend_names[k]);
-        }
-        pp__text_printf(&t, "<text x=\"%.0f\" y=\"%.0f\">grey = idle (the bubble)%s</text>\n", left + 600.0, y + 10,
-                        s->vpp > 1 ? "; dark strip on top = later chunk (none = chunk 0)" : "");
-    }
-    pp__text_printf(&t, "</svg>\n");
+    PIPEPAR_FREE(rank_id);
+    PIPEPAR_FREE((void *)actions);
+    PIPEPAR_FREE((void *)begin);
+    PIPEPAR_FREE((void *)end);
     pp_sim_result_free(owned);
-    return pp__text_flush(&t, out, err);
+    return st;
 }
 
 pp_status pp_schedule_write_torch(const pp_schedule *s, FILE *out, pp_error *err)
@@ -7143,6 +7427,67 @@ pp_status pp_schedule_write_csv(const pp_schedule *s, FILE *out, pp_error *err)
         pp__text_printf(&t, "\n");
     }
     return pp__text_flush(&t, out, err);
+}
+
+pp_status pp_schedule_write_torch_csv(const pp_schedule *s, pp_torch_csv_format format, FILE *out, pp_error *err)
+{
+    pp__text t = { NULL, 0, 0, 0 };
+    pp_schedule *lowered = NULL;
+    const pp_schedule *use = s;
+    int *done = NULL, *pending = NULL, r, i, h, npending;
+    char buf[64];
+    pp_status st;
+    if (!s || !out) return pp__fail(err, PP_EINVAL, "schedule and out: must not be NULL");
+    if (format != PP_TORCH_COMPUTE_ONLY && format != PP_TORCH_COMPUTE_COMMS)
+        return pp__fail(err, PP_EINVAL, "format=%d: PP_TORCH_COMPUTE_ONLY (0) or PP_TORCH_COMPUTE_COMMS (1)", (int)format);
+    if (s->placement == PP_PLACEMENT_DUAL)
+        return pp__fail(err, PP_EINVAL, "schedule: %s's two routes (each model stage on two ranks) have no form in "
+                        "PyTorch's runtime, which sends every microbatch through stages 0 .. %d in order; dualpipev "
+                        "is its V form", pp_schedule_kind_name(s->kind), s->num_stages - 1);
+    if (format == PP_TORCH_COMPUTE_COMMS && !s->lowered) {
+        if ((st = pp_schedule_copy(s, &lowered, err)) != PP_OK) return st;
+        if ((st = pp_schedule_lower(lowered, err)) != PP_OK) { pp_schedule_free(lowered); return st; }
+        use = lowered;
+    }
+    done = (int *)pp__calloc((size_t)use->num_stages, sizeof(int));
+    pending = (int *)pp__calloc((size_t)use->num_stages, sizeof(int));
+    if (!done || !pending) {
+        st = pp__fail(err, PP_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (r = 0; r < use->pp; r++) {
+        int first = 1;
+        npending = 0;
+        for (i = 0; i < use->length[r]; i++) {
+            pp_action a = use->actions[r][i];
+            int ops[2], stg[2], mbs[2], nh;
+            if (pp__is_comm(a.op)) {
+                if (format == PP_TORCH_COMPUTE_ONLY) continue;
+            } else if (npending) {
+                for (h = 0; h < npending; h++) pp__text_printf(&t, ",%dREDUCE_GRAD", pending[h]);
+                npending = 0;
+            }
+            pp_action_format(a, buf, sizeof buf);
+            pp__text_printf(&t, "%s%s", first ? "" : ",", buf);
+            first = 0;
+            if (format == PP_TORCH_COMPUTE_ONLY || pp__is_comm(a.op)) continue;
+            nh = pp__halves(a, ops, stg, mbs);
+            for (h = 0; h < nh; h++)
+                if ((ops[h] == PP_OP_B || ops[h] == PP_OP_W) && ++done[stg[h]] == use->mb) pending[npending++] = stg[h];
+        }
+        for (h = 0; h < npending; h++) pp__text_printf(&t, ",%dREDUCE_GRAD", pending[h]);
+        pp__text_printf(&t, "\n");
+    }
+    PIPEPAR_FREE(done);
+    PIPEPAR_FREE(pending);
+    pp_schedule_free(lowered);
+    return pp__text_flush(&t, out, err);
+fail:
+    PIPEPAR_FREE(done);
+    PIPEPAR_FREE(pending);
+    pp_schedule_free(lowered);
+    pp__text_free(&t);
+    return st;
 }
 
 pp_status pp_schedule_write_json(const pp_schedule *s, const pp_sim_result *sim, FILE *out, pp_error *err)
@@ -7189,6 +7534,19 @@ pp_status pp_schedule_write_json(const pp_schedule *s, const pp_sim_result *sim,
     return pp__text_flush(&t, out, err);
 }
 
+/* PyTorch's runtime-only actions "<stage>REDUCE_GRAD", "<stage>UNSHARD", "<stage>RESHARD" (its
+ * gradient scaling and FSDP steps, which a pipepar trainer does itself): the reader skips them. */
+static int pp__torch_bookkeeping_cell(const char *b, const char *e)
+{
+    static const char *const words[] = { "REDUCE_GRAD", "UNSHARD", "RESHARD" };
+    size_t k;
+    if (b == e || *b < '0' || *b > '9') return 0;
+    while (b < e && *b >= '0' && *b <= '9') b++;
+    for (k = 0; k < sizeof words / sizeof words[0]; k++)
+        if ((size_t)(e - b) == strlen(words[k]) && !memcmp(b, words[k], (size_t)(e - b))) return 1;
+    return 0;
+}
+
 /* Reads PyTorch's pipeline-order CSV: row r is rank r's program, one action per cell; empty
  * cells (PyTorch writes None as an empty cell) are skipped. pp is the number of rows; stages,
  * microbatches and the placement come from the actions themselves. */
@@ -7198,7 +7556,7 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
     int *row_of = NULL;
     size_t n = 0, cap = 0, pos = 0;
     int group = 1;
-    int rows = 0, max_stage = -1, max_mb = -1, looped = 1, vshape = 1, dual = 1, vpp;
+    int rows = 0, max_stage = -1, max_mb = -1, looped = 1, vshape = 1, dual = 1, vpp, torch_form = 0;
     pp_schedule *s = NULL;
     pp_status st = PP_OK;
     const char *nul;
@@ -7226,6 +7584,7 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
                 while (b < e && (text[b] == ' ' || text[b] == '\t' || text[b] == '\r' || text[b] == '"')) b++;
                 while (e > b && (text[e - 1] == ' ' || text[e - 1] == '\t' || text[e - 1] == '\r' || text[e - 1] == '"')) e--;
                 if (e == b) group++;   /* an empty cell closes a communication group */
+                if (e > b && pp__torch_bookkeeping_cell(text + b, text + e)) { e = b; torch_form = 1; }
                 if (e > b) {
                     if (e - b >= sizeof buf) {
                         st = pp__fail(err, PP_EPARSE, "CSV row %d: cell '%.20s...' is too long for an action", rows, text + b);
@@ -7270,6 +7629,9 @@ pp_status pp_schedule_read_csv(const char *text, size_t len, pp_schedule **out, 
         pos = line_end + 1;
     }
     if (rows == 0 || n == 0) { st = pp__fail(err, PP_EPARSE, "CSV: no actions found (one row per rank expected)"); goto done; }
+    /* PyTorch's compute_comms form (it has REDUCE_GRAD cells) posts every transfer on its own */
+    if (torch_form)
+        for (pos = 0; pos < n; pos++) acts[pos].group = (int)pos + 1;
     if ((max_stage + 1) % rows != 0) {
         st = pp__fail(err, PP_EPARSE, "CSV: %d stages over %d ranks is not a whole number of chunks per rank",
                       max_stage + 1, rows);
@@ -10414,8 +10776,8 @@ static const char *pp__ep_name(const pp__threads_ep *ep, int index, char *buf, s
 static pp_status pp__threads_aborted(const pp__threads_ep *ep, pp_error *err)
 {
     char me[48];
-    return pp__fail(err, PP_EABORTED, "%s: stopped because %s %d failed (%s): %s", pp__ep_name(ep, ep->index, me, sizeof me),
-                    ep->members ? "world rank" : "rank", ep->w->abort_rank, pp_status_name(ep->w->abort_status),
+    return pp__fail(err, PP_EABORTED, "%s: stopped because %s %d failed (%s): %s",
+                    pp__ep_name(ep, ep->index, me, sizeof me), ep->members ? "world rank" : "rank", ep->w->abort_rank, pp_status_name(ep->w->abort_status),
                     ep->w->abort_reason);
 }
 
@@ -10606,8 +10968,8 @@ static pp_status pp__threads_wait_timeout(pp__threads_ep *ep, pp__threads_group 
     for (m = ep->w->head[ep->rank]; m && !(m->src == src && m->group == ep->group && !m->coll); m = m->next) {}
     if (m) pp_transfer_tag_format(m->tag, queued, sizeof queued);
     return pp__fail(err, PP_ETIMEOUT, "%s: timed out after %.3g s waiting for %s to send %s%s%s%s",
-                    pp__ep_name(ep, ep->index, me, sizeof me), timeout_s, pp__ep_name(ep, g->recv[i].peer, peer, sizeof peer),
-                    want, m ? "; the oldest message queued from that rank is " : "", m ? queued : "",
+                    pp__ep_name(ep, ep->index, me, sizeof me), timeout_s,
+                    pp__ep_name(ep, g->recv[i].peer, peer, sizeof peer), want, m ? "; the oldest message queued from that rank is " : "", m ? queued : "",
                     m ? " (do the ranks run the same schedule?)" : "");
 }
 
@@ -10652,7 +11014,8 @@ static pp_status pp__threads_test(void *user, void *handle, int *done, pp_error 
     pp_status st;
     char me[48];
     if (!g || !done)
-        return pp__fail(err, PP_EINVAL, "%s: test: handle and done must not be NULL", pp__ep_name(ep, ep->index, me, sizeof me));
+        return pp__fail(err, PP_EINVAL, "%s: test: handle and done must not be NULL",
+                        pp__ep_name(ep, ep->index, me, sizeof me));
     *done = 0;
     pthread_mutex_lock(&w->mu);
     if (w->aborted) st = pp__threads_aborted(ep, err);
@@ -10744,7 +11107,8 @@ static pp_status pp__coll_match(pp__threads_ep *ep, int kind, int phase, size_t 
         int src = pp__ep_world(ep, j), c = 1;
         if (j == ep->index || ep->io[j].got) continue;
         for (m = w->head[ep->rank]; m; prev = m, m = m->next) {
-            if (m->src != src || m->group != ep->group || !m->coll || (m->tag & PP__COLL_SEQ_MASK) != (ep->seq & PP__COLL_SEQ_MASK))
+            if (m->src != src || m->group != ep->group || !m->coll ||
+                (m->tag & PP__COLL_SEQ_MASK) != (ep->seq & PP__COLL_SEQ_MASK))
                 continue;
             c = pp__coll_check(ep, m, j, kind, phase, total, &st, err);
             if (c <= 0) break;
@@ -10831,8 +11195,8 @@ static pp_status pp__threads_reduce(pp__threads_ep *ep, float *buf, size_t count
     int j;
     if (st != PP_OK) return st;
     if (mine > 0 && (size_t)ep->size > SIZE_MAX / sizeof(float) / mine) {
-        st = pp__fail(err, PP_EINVAL, "%s: all_reduce of %zu floats: too large", pp__ep_name(ep, ep->index, me, sizeof me),
-                      count);
+        st = pp__fail(err, PP_EINVAL, "%s: all_reduce of %zu floats: too large",
+                      pp__ep_name(ep, ep->index, me, sizeof me), count);
         pp__threads_abort(ep, st, err ? err->message : "all_reduce too large");
         return st;
     }
@@ -10879,8 +11243,8 @@ static pp_status pp__threads_all_reduce(void *user, float *values, int count, do
     pp__threads_ep *ep = (pp__threads_ep *)user;
     char me[48];
     if (count < 0 || (count > 0 && !values))
-        return pp__fail(err, PP_EINVAL, "%s: all_reduce: count=%d with values=%p", pp__ep_name(ep, ep->index, me, sizeof me),
-                        count, (void *)values);
+        return pp__fail(err, PP_EINVAL, "%s: all_reduce: count=%d with values=%p",
+                        pp__ep_name(ep, ep->index, me, sizeof me), count, (void *)values);
     return pp__threads_reduce(ep, values, (size_t)count, timeout_s, err);
 }
 
@@ -10947,7 +11311,12 @@ void pp_threads_world_free(pp_threads_world *w)
             while (m) { pp__msg *n = m->next; PIPEPAR_FREE(m); m = n; }
         }
     if (w->ranks) for (r = 0; r < w->world; r++) pp__threads_ep_free_parts(&w->ranks[r]);
-    while (w->eps) { pp__threads_ep *n = w->eps->next; pp__threads_ep_free_parts(w->eps); PIPEPAR_FREE(w->eps); w->eps = n; }
+    while (w->eps) {
+        pp__threads_ep *n = w->eps->next;
+        pp__threads_ep_free_parts(w->eps);
+        PIPEPAR_FREE(w->eps);
+        w->eps = n;
+    }
     while (w->groups) {
         pp__threads_members *n = w->groups->next;
         PIPEPAR_FREE(w->groups->ranks);
@@ -11105,8 +11474,8 @@ pp_status pp_threads_transport_group(pp_threads_world *w, const int *members, in
     return pp__ok(err);
 }
 
-pp_status pp_threads_transport_grid(pp_threads_world *w, const pp_grid *grid, unsigned dims, int rank, pp_transport *out,
-                                    pp_error *err)
+pp_status pp_threads_transport_grid(pp_threads_world *w, const pp_grid *grid, unsigned dims, int rank,
+                                    pp_transport *out, pp_error *err)
 {
     pp_grid_group_info info;
     int *members;
@@ -12576,12 +12945,6 @@ pp_status pp_timeline_write_chrome_trace(const pp_timeline *t, int count, FILE *
     return pp__ok(err);
 }
 
-static char pp__mb_digit(int m)
-{
-    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-    return m >= 0 && m < 62 ? digits[m] : '#';
-}
-
 pp_status pp_timeline_idle(const pp_timeline *t, int count, pp_idle *idle, pp_error *err)
 {
     const pp_schedule *s;
@@ -12715,7 +13078,7 @@ pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FIL
                                                          : ops[h] == PP_OP_W);
                     if (!show) continue;
                     for (c = from; c < to; c++)
-                        line[c] = want_chunk ? (char)('0' + pp_stage_chunk(sc, stg[h]) % 10) : pp__mb_digit(mbs[h]);
+                        line[c] = want_chunk ? (char)('0' + pp_stage_chunk(sc, stg[h]) % 10) : pp__mb_char(mbs[h]);
                 }
             }
             if (row == 0) pp__text_printf(&x, "rank %-3d %5s |%s|\n", t[r].rank, "F", line);
@@ -12736,6 +13099,77 @@ pp_status pp_timeline_draw_ascii(const pp_timeline *t, int count, int width, FIL
     if (x.len && fwrite(x.data, 1, x.len, out) != x.len) { pp__text_free(&x); return pp__fail(err, PP_EIO, "write failed"); }
     pp__text_free(&x);
     return pp__ok(err);
+}
+
+pp_status pp_timeline_write_svg(const pp_timeline *t, int count, const pp_sim_result *sim, FILE *out, pp_error *err)
+{
+    pp__svg_panel panels[2];
+    const pp_schedule *s = NULL;
+    const pp_action **actions = NULL;
+    const double **ptr = NULL;     /* [5][count]: measured wait, begin, end; simulated begin, end */
+    int *ids = NULL, r, i, n = count, k = 0;   /* ids [3][count]: measured ranks, simulated, lengths */
+    double *idle = NULL, t0, t1, mean = 0;
+    pp_status st = out ? pp__check_timelines(t, count, &t0, &t1, err)
+                       : pp__fail(err, PP_EINVAL, "out: must be given");
+    if (st != PP_OK) return st;
+    for (r = 0; r < count && !s; r++) s = t[r].schedule;
+    if (sim) {
+        if (!s) return pp__fail(err, PP_EINVAL, "sim: given, but no timeline names its schedule");
+        if (sim->pp != s->pp || count != s->pp)
+            return pp__fail(err, PP_EINVAL, "sim: computed for pp=%d, but %d timelines of a pp=%d schedule", sim->pp,
+                            count, s->pp);
+        for (r = 0; r < s->pp; r++)
+            if (sim->length[r] != s->length[r])
+                return pp__fail(err, PP_EINVAL, "sim: rank %d has %d timed actions but the schedule has %d "
+                                "(simulate the lowered schedule that ran)", r, sim->length[r], s->length[r]);
+    }
+    actions = (const pp_action **)PIPEPAR_MALLOC(2 * (size_t)n * sizeof(*actions));
+    ptr = (const double **)PIPEPAR_MALLOC(5 * (size_t)n * sizeof(*ptr));
+    ids = (int *)PIPEPAR_MALLOC(3 * (size_t)n * sizeof(int));
+    idle = (double *)PIPEPAR_MALLOC((size_t)n * sizeof(double));
+    if (!actions || !ptr || !ids || !idle) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+    if (sim) pp__svg_sim_panel(s, sim, &panels[k++], ids + n, actions + n, ptr + 3 * n, ptr + 4 * n);
+    memset(&panels[k], 0, sizeof panels[k]);
+    for (r = 0; r < count; r++) {
+        double busy = 0;
+        ids[r] = t[r].rank;
+        ids[2 * n + r] = t[r].length;
+        actions[r] = t[r].actions;
+        ptr[r] = t[r].start;
+        ptr[n + r] = t[r].ready;
+        ptr[2 * n + r] = t[r].end;
+        for (i = 0; i < t[r].length; i++)
+            if (!pp__is_comm(t[r].actions[i].op) && t[r].start[i] >= 0) busy += t[r].end[i] - t[r].ready[i];
+        idle[r] = t1 > t0 ? 1 - busy / (t1 - t0) : 0;
+        mean += idle[r] / count;
+    }
+    if (s)
+        snprintf(panels[k].title, sizeof panels[k].title, "%s, pp=%d, vpp=%d, mb=%d: measured, idle %.1f%% (mean "
+                 "over ranks)", pp_schedule_kind_name(s->kind), s->pp, s->vpp, s->mb, 100.0 * mean);
+    else
+        snprintf(panels[k].title, sizeof panels[k].title, "measured step: idle %.1f%% (mean over ranks)", 100.0 * mean);
+    snprintf(panels[k].subtitle, sizeof panels[k].subtitle, "measured step: %.3f ms; a box runs from when its "
+             "inputs were there to its end, the grey strip below it is the wait for them", 1e3 * (t1 - t0));
+    panels[k].axis = "time (ms)";
+    panels[k].to_axis = 1e3;
+    panels[k].s = s;
+    panels[k].ranks = count;
+    panels[k].rank_id = ids;
+    panels[k].length = ids + 2 * n;
+    panels[k].actions = actions;
+    panels[k].wait = ptr;
+    panels[k].begin = ptr + n;
+    panels[k].end = ptr + 2 * n;
+    panels[k].idle = idle;
+    panels[k].t0 = t0;
+    panels[k].t1 = t1;
+    st = pp__svg_write(panels, k + 1, out, err);
+done:
+    PIPEPAR_FREE((void *)actions);
+    PIPEPAR_FREE((void *)ptr);
+    PIPEPAR_FREE(ids);
+    PIPEPAR_FREE(idle);
+    return st;
 }
 
 

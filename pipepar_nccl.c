@@ -682,6 +682,10 @@ static pp_status pp__nccl_split_as(pp_nccl *parent, int color, int key, int size
     ncclConfig_t config;
     ncclResult_t r;
     pp_status st;
+    cudaError_t e;
+    /* the child's stream (pp__nccl_finish_setup) is made on the current device: make it the
+     * parent's, whatever the caller's */
+    if ((e = cudaSetDevice(parent->device)) != cudaSuccess) return pp__nccl_cuda_fail(err, e, caller);
     nc = (pp_nccl *)calloc(1, sizeof *nc);
     if (!nc) return pp__nccl_fail(err, PP_ENOMEM, "%s: out of memory", caller);
     if ((st = pp__nccl_watchdog_start(nc, err)) != PP_OK) { free(nc); return st; }
@@ -950,6 +954,8 @@ pp_status pp_nccl_all_reduce_host(pp_nccl *nc, float *values, int count, double 
     if (count < 0) return pp__nccl_fail(err, PP_EINVAL, "count=%d: must be >= 0", count);
     if (nc->aborted) return pp__nccl_aborted(nc, err, what);
     if (count == 0) return pp__nccl_ok(err);
+    /* the scratch below is allocated on the current device: make it nc's, whatever the caller's */
+    if ((e = cudaSetDevice(nc->device)) != cudaSuccess) return pp__nccl_cuda_fail(err, e, what);
     if (count > nc->buf_cap) {
         int cap = count < 4096 ? 4096 : count;   /* grown rarely: an allocation may wait on kernels in flight */
         if (nc->d_buf) cudaFree(nc->d_buf);

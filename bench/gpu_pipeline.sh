@@ -13,7 +13,7 @@
 # best schedules again with NCCL forced onto sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, a
 # stand-in for two nodes) and the failure test (both skipped by SKIP_SOCKET=1); PyTorch's bench (GELU=tanh: the same model); the
 # summary table (each run under its "-- name" line). Logs of every run land in OUTDIR. Env: H, L, T, M override the model size;
-# SKIP_TORCH=1, SKIP_SOCKET=1 skip parts; FULL=1 adds more runs (interleaved vpp 2,
+# SKIP_TORCH=1, SKIP_MEGATRON=1, SKIP_SOCKET=1 skip parts (Megatron-LM runs where .megatron/megatron/core is); FULL=1 adds more runs (interleaved vpp 2,
 # looped-BFS, interleaved ZB vpp 2, ZB-H1, runs through NCCL with and without the arrival gate); TORCH_CONFIGS picks PyTorch's schedules;
 # SKIP_BUILD=1 uses binaries already in build/ when they run.
 set -u
@@ -123,9 +123,36 @@ bash tests/gpu/nccl_failure.sh build 2>&1 | tee -a "$LOG" | tail -n 3
 
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
     say "== PyTorch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null), torch.distributed.pipelining"
-    H=$H L=$L T=$T M=$M GELU=tanh PYTHONUNBUFFERED=1 CONFIGS=${TORCH_CONFIGS:-GPipe:1,1F1B:1,Interleaved1F1B:2,Interleaved1F1B:4,InterleavedZeroBubble:2,ZBVZeroBubble:2,DualPipeV:2} timeout 600 python3 -m torch.distributed.run --nproc_per_node=$NPROC \
+    # pipepar plans, PyTorch runs: the greedy search's winner for these per-block costs (the model's
+    # measured F, I, W per block and transfer time) and pipepar's ZB-V, in PyTorch's own runtime
+    PLANS=""
+    for plan in "greedy:search --pp $NPROC --mb $M --f 3.25 --i 3.58 --w 3.33 --p2p 0.2 --kind greedy --vpp 2 --csv" \
+                "zbv:schedule --kind zbv --pp $NPROC --mb $M --out"; do
+        name=${plan%%:*}; args=${plan#*:}
+        # shellcheck disable=SC2086
+        if build/pipepar $args "$OUTDIR/$name.pipepar.csv" $([ "$name" = zbv ] && echo --format csv) >"$OUTDIR/plan_$name.log" 2>&1 &&
+           build/pipepar schedule --from-csv "$OUTDIR/$name.pipepar.csv" --format torch-compute-comms \
+               --out "$OUTDIR/$name.torch.csv" >>"$OUTDIR/plan_$name.log" 2>&1; then
+            PLANS="$PLANS${PLANS:+,}$name=$OUTDIR/$name.torch.csv"
+        else say "pipepar plan $name for PyTorch failed:"; tail -n 5 "$OUTDIR/plan_$name.log" | tee -a "$LOG"; fi
+    done
+    grep -m1 -E "^ +1 " "$OUTDIR/plan_greedy.log" | sed 's/^/searched plan: /' | tee -a "$LOG"
+    PIPEPAR_CSVS=$PLANS H=$H L=$L T=$T M=$M GELU=tanh PYTHONUNBUFFERED=1 CONFIGS=${TORCH_CONFIGS:-GPipe:1,1F1B:1,Interleaved1F1B:2,Interleaved1F1B:4,InterleavedZeroBubble:2,ZBVZeroBubble:2,DualPipeV:2} timeout 600 python3 -m torch.distributed.run --nproc_per_node=$NPROC \
         bench/torch_pp_bench.py >"$OUTDIR/torch.log" 2>&1 || say "torch bench exit $?"
     grep -vE "^(W|I)[0-9]{4}|warn|Warning" "$OUTDIR/torch.log" | tee -a "$LOG"
+fi
+
+# Megatron-LM's own schedules (1F1B; interleaved with and without overlap_p2p_comm) on the same model,
+# when its megatron/core package is at $MEGATRON (default .megatron: a folder holding megatron/core,
+# from Megatron-LM's public source; never committed)
+MEGATRON=${MEGATRON:-.megatron}
+if [ "${SKIP_MEGATRON:-0}" != 1 ] && [ -d "$MEGATRON/megatron/core" ]; then
+    say "== Megatron-LM, megatron.core.pipeline_parallel.schedules"
+    PYTHONPATH="$MEGATRON${PYTHONPATH:+:$PYTHONPATH}" H=$H L=$L T=$T M=$M GELU=tanh PYTHONUNBUFFERED=1 \
+        CONFIGS=${MEGATRON_CONFIGS:-1:0,2:1,4:0,4:1} timeout 600 python3 -m torch.distributed.run --nproc_per_node=$NPROC \
+        bench/megatron_pp_bench.py >"$OUTDIR/megatron.log" 2>&1 || say "megatron bench exit $?"
+    grep -E "^(megatron|vpp=)" "$OUTDIR/megatron.log" | tee -a "$LOG"
+    grep -qE "^megatron-core" "$OUTDIR/megatron.log" || tail -n 15 "$OUTDIR/megatron.log" | tee -a "$LOG"
 fi
 
 say "== summary (step ms, efficiency = single / $NPROC / step)"

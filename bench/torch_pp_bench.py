@@ -5,7 +5,8 @@
 #  gelu(approximate="tanh"), the GELU of cuBLASLt's epilogue that examples/mlp_gpu.cu uses, so
 #  both sides time the same model; unset, PyTorch's exact erf GELU as in the original; and
 #  CONFIGS=Name:v,... runs a subset of the schedules, CONFIGS=none none of them; and on one GPU
-#  (--nproc_per_node=1) only the single-GPU step runs, for bench/gpu_single.sh.)
+#  (--nproc_per_node=1) only the single-GPU step runs, for bench/gpu_single.sh; and PIPEPAR_CSVS=name=path,...
+#  times pipepar's plans, written with --format torch-compute-comms, in PyTorch's own runtime.)
 import os, sys, time, statistics, traceback
 import torch, torch.nn as nn, torch.nn.functional as Fn, torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
@@ -95,7 +96,50 @@ if os.environ.get("CONFIGS"):   # pipepar addition: e.g. CONFIGS=GPipe:1,1F1B:1,
     configs = [c for c in configs if c in want]
 if world < 2:   # pipepar addition: one GPU times the single-GPU step alone
     configs = []
+
+def csv_stages(path):
+    """A pipepar CSV for PyTorch (pipepar schedule --format torch-compute-comms): the number of
+    stages, and the stages each rank's row computes."""
+    holder, top = {}, -1
+    for r, row in enumerate(open(path).read().splitlines()):
+        for cell in row.split(","):
+            a = S._Action.from_str(cell)
+            for b in (a.sub_actions or (a,)) if a is not None else ():
+                top = max(top, b.stage_index)
+                if b.computation_type in (S.F, S.B, S.I, S.W):
+                    holder.setdefault(b.stage_index, r)
+    return top + 1, sorted(i for i in range(top + 1) if holder.get(i) == rank)
+
+# pipepar addition: PIPEPAR_CSVS=name=path,... times pipepar's plans inside PyTorch's own runtime
+# (_PipelineScheduleRuntime._load_csv, format compute_comms) next to PyTorch's schedules
+for item in [c for c in os.environ.get("PIPEPAR_CSVS", "").split(",") if "=" in c]:
+    label, path = item.split("=", 1)
+    configs.append(("csv:" + label, path))
 for name, v in configs:
+    if name.startswith("csv:"):
+        try:
+            n, sidx = csv_stages(v)
+            per = L // n
+            stages = [PipelineStage(make_blocks(range(s * per, (s + 1) * per)), s, n, dev) for s in sidx]
+            sch = S._PipelineScheduleRuntime(stages, M, loss_fn=loss_fn)
+            sch._load_csv(v, format="compute_comms")
+            has_first = 0 in sidx; has_last = (n - 1) in sidx
+            def step():
+                sch.step(*((x,) if has_first else ()), **({"target": y, "losses": []} if has_last else {}))
+                for st in stages: st.submod.zero_grad(set_to_none=True)
+            torch.cuda.reset_peak_memory_stats()
+            med, mn = timed(step)
+            pk = torch.tensor([torch.cuda.max_memory_allocated() / 2**30], device=dev)
+            dist.all_reduce(pk, op=dist.ReduceOp.MAX)
+            if rank == 0:
+                print(f"pipepar plan in PyTorch: {name[4:]:14s} n={n} step {med*1e3:8.1f} ms (min {mn*1e3:7.1f})  "
+                      f"{flop_step/med/1e12/world:6.1f} TFLOP/s/gpu  eff {med1/world/med*100:5.1f}%  peak {pk.item():5.1f} GiB",
+                      flush=True)
+            del sch, stages; torch.cuda.empty_cache()
+        except Exception as e:
+            if rank == 0: print(f"pipepar plan in PyTorch: {name[4:]} FAILED: {type(e).__name__}: {str(e)[:300]}", flush=True)
+            torch.cuda.empty_cache()
+        continue
     try:
         cls = getattr(S, "Schedule" + name)
         sidx, n = placement(name, v)

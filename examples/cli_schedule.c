@@ -65,8 +65,10 @@ static void schedule_usage(FILE *out, int simulate)
                 "  --json      machine-readable output\n");
     else
         fprintf(out,
-                "  --format    text (order + timeline) | torch (one line per rank, PyTorch spelling) | csv (PyTorch's\n"
-                "              pipeline-order CSV with communication) | svg (timeline for a browser) | json\n"
+                "  --format    text (order + timeline) | torch (one line per rank, PyTorch spelling) | csv (pipepar's\n"
+                "              pipeline-order CSV with communication) | svg (timeline for a browser) | json |\n"
+                "              torch-compute-only, torch-compute-comms (CSVs for PyTorch's _PipelineScheduleRuntime:\n"
+                "              sched._load_csv(path, format=\"compute_only\" or \"compute_comms\"))\n"
                 "  --out FILE  write there instead of stdout\n");
 }
 
@@ -102,8 +104,10 @@ static int schedule_flag(schedule_flags *fl, const char *a, const char *val)
     else if (!strcmp(a, "--split-overlaps")) fl->split_overlaps = 1;
     else if (!strcmp(a, "--split-backward")) fl->split_backward = 1;
     else if (!strcmp(a, "--format")) {
-        if (strcmp(val, "text") && strcmp(val, "torch") && strcmp(val, "csv") && strcmp(val, "svg") && strcmp(val, "json"))
-            return cli_usage_error("--format=%s: one of text, torch, csv, svg, json", cli_short(val)), 0;
+        if (strcmp(val, "text") && strcmp(val, "torch") && strcmp(val, "csv") && strcmp(val, "svg") && strcmp(val, "json") &&
+            strcmp(val, "torch-compute-only") && strcmp(val, "torch-compute-comms"))
+            return cli_usage_error("--format=%s: one of text, torch, csv, svg, json, torch-compute-only, "
+                                   "torch-compute-comms", cli_short(val)), 0;
         fl->format = val;
     } else if (!strcmp(a, "--out")) fl->out_path = val;
     else if (!strcmp(a, "--f")) return cli_parse_double("--f", val, 1e-12, &fl->costs.f);
@@ -297,6 +301,9 @@ int pp_cli_schedule(int argc, char **argv)
     errno = 0;
     if (!strcmp(fl.format, "torch")) st = pp_schedule_write_torch(s, out, &err);
     else if (!strcmp(fl.format, "csv")) st = pp_schedule_write_csv(s, out, &err);
+    else if (!strncmp(fl.format, "torch-compute-", 14))
+        st = pp_schedule_write_torch_csv(s, strcmp(fl.format, "torch-compute-only") ? PP_TORCH_COMPUTE_COMMS
+                                         : PP_TORCH_COMPUTE_ONLY, out, &err);
     else if (!strcmp(fl.format, "svg")) st = pp_schedule_write_svg(s, sim, out, &err);
     else if (!strcmp(fl.format, "json")) st = pp_schedule_write_json(s, sim, out, &err);
     else rc = schedule_write_text(&fl, s, sim, out, out_name);

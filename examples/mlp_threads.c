@@ -2,6 +2,7 @@
  *
  *     make demo          (= build/mlp_threads --pp 4 --vpp 2 --mb 8 --schedule interleaved --steps 20)
  *     build/mlp_threads --pp 3 --schedule 1f1b --trace trace.json     (open in ui.perfetto.dev)
+ *     build/mlp_threads --pp 4 --schedule zbv --svg step.svg          (the step drawn, as planned and as run)
  *
  * The model: L blocks  x <- x + W2 gelu(W1 x + b1) + b2  (width D, hidden H, fp32, plain C loops),
  * cut into pp * vpp stages of L / (pp * vpp) blocks. It learns a fixed random "teacher" function
@@ -167,7 +168,7 @@ typedef struct run {
     int steps;
     float lr;
     double timeout;
-    const char *trace;
+    const char *trace, *svg;
     pp_timeline timelines[64];
     int failures;
 } run;
@@ -469,6 +470,17 @@ static pp_status rank_main(void *user, int rank, pp_transport *t, pp_error *err)
             } else {
                 printf("(--trace FILE writes this step as a Chrome/Perfetto trace)\n");
             }
+            if (rn->svg) {   /* the step as it ran, below the simulation of the same programs */
+                pp_sim_result *sim = NULL;
+                FILE *f = fopen(rn->svg, "w");
+                if (!f || pp_simulate(rn->timelines[0].schedule, NULL, &sim, err) != PP_OK ||
+                    pp_timeline_write_svg(rn->timelines, rn->schedule->pp, sim, f, err) != PP_OK || fflush(f) != 0)
+                    fprintf(stderr, "mlp_threads: --svg %s: could not write it: %s\n", rn->svg,
+                            f ? err->message : strerror(errno));
+                else printf("the step drawn in %s: simulated above, measured below\n", rn->svg);
+                if (f) fclose(f);
+                pp_sim_result_free(sim);
+            }
         }
         if (st == PP_OK) st = barrier(t, rn->timeout, err);               /* drawn: free */
     }
@@ -522,7 +534,7 @@ int main(int argc, char **argv)
     pp_schedule_kind kind = PP_INTERLEAVED_1F1B;
     pp_error err;
     pp_status st;
-    const char *kind_name = "interleaved", *trace = NULL, *layout = NULL, *csv = NULL;
+    const char *kind_name = "interleaved", *trace = NULL, *svg = NULL, *layout = NULL, *csv = NULL;
     char csv_name[192] = "";
     int given_pp = 0, given_mb = 0, given_schedule = 0;
     pp_layers *lay = NULL;
@@ -539,7 +551,7 @@ int main(int argc, char **argv)
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
             printf("usage: mlp_threads [--pp N] [--vpp N] [--group G] [--mb N] [--schedule KIND] [--steps N]\n"
                    "                   [--layers L] [--width D] [--hidden H] [--rows R] [--lr X]\n"
-                   "                   [--timeout S] [--trace FILE] [--layout STR] [--search-layout]\n"
+                   "                   [--timeout S] [--trace FILE] [--svg FILE] [--layout STR] [--search-layout]\n"
                    "                   [--search-kind K] [--split-backward] [--schedule-csv FILE]\n"
                    "Trains a residual MLP pipeline-parallel on CPU threads and checks every step\n"
                    "against the same model run as one stage. KIND: gpipe, 1f1b, interleaved,\n"
@@ -573,6 +585,7 @@ int main(int argc, char **argv)
         else if (!strcmp(f, "--lr")) ok = v && (lr = atof(v)) > 0;
         else if (!strcmp(f, "--timeout")) ok = v && (timeout = atof(v)) > 0;
         else if (!strcmp(f, "--trace")) ok = v != NULL;
+        else if (!strcmp(f, "--svg")) { ok = v != NULL; svg = v; }
         else if (!strcmp(f, "--layout")) { ok = v != NULL; layout = v; }
         else if (!strcmp(f, "--schedule-csv")) { ok = v != NULL; csv = v; }
         else if (!strcmp(f, "--search-kind")) {
@@ -682,6 +695,7 @@ int main(int argc, char **argv)
     }
     if (vpp == 0 && (kind == PP_INTERLEAVED_1F1B || kind == PP_LOOPED_BFS || kind == PP_INTERLEAVED_ZB)) sc.vpp = 2;
     rn.trace = trace;
+    rn.svg = svg;
     if (csv) {
         /* its compute order proven first, then lowered by pipepar (a file's own sends may not pair) */
         pp_schedule_strip_comm(rn.schedule);

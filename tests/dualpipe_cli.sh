@@ -8,7 +8,7 @@ T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 out=$($P schedule --kind dualpipe --pp 4 --mb 8) && case "$out" in
     *"dualpipe schedule, pp=4, vpp=2, mb=8: valid"*"rank3: 4F4 4F5 4F6 3F0 3I0 3W0 3F1"*) ok ;;
     *) bad "schedule --kind dualpipe: $out" ;; esac || bad "schedule --kind dualpipe failed"
-$P schedule --kind dualpipe --pp 4 --mb 8 --format svg > "$T/dp.svg" && grep -q "dualpipe schedule: pp=4" "$T/dp.svg" &&
+$P schedule --kind dualpipe --pp 4 --mb 8 --format svg > "$T/dp.svg" && grep -q ">dualpipe, pp=4, vpp=2, mb=8: simulated bubble" "$T/dp.svg" &&
     grep -q "</svg>" "$T/dp.svg" && ok || bad "schedule --format svg"
 # the CSV carries no placement; reading it back finds the two routes and proves the schedule
 $P schedule --kind dualpipe --pp 4 --mb 8 --format csv --out "$T/dp.csv" &&

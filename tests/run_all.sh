@@ -23,7 +23,7 @@ count() {   # count NAME LOGFILE EXITCODE: add the log's last "N passed, N faile
     fi
     p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/'); f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "FAIL $name: exit $rc"; fi
-    grep -E '^(FAIL|     )' "$file" | head -n 60
+    grep -E '^(FAIL|skip|     )' "$file" | head -n 60
     echo "  $name: $p passed, $f failed"
     total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
 }

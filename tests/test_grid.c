@@ -306,7 +306,7 @@ static double pl_brute(int n, const double *load, const double *t, int *most_fix
     return best;
 }
 
-/* Two H200s of session 9: rank 1 computes 48 GEMMs a microbatch-block where rank 0 computes 47
+/* Two GPUs: rank 1 computes 48 GEMMs a microbatch-block where rank 0 computes 47
  * (block 0 skips its input gradient), and GPU 0 runs 1.2% faster: rank 1 goes to GPU 0. */
 static void place_by_speed_puts_the_heavier_rank_on_the_faster_gpu(void)
 {

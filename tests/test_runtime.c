@@ -1606,11 +1606,11 @@ static int tm_recipe_peak(const pp_schedule_config *recipe, int split_backward, 
 /* One executor per rank, made from a recipe (no schedule), runs steps of 3, 8, 5 and 8
  * microbatches in a row: every step's loss and the gradients summed over the four steps equal
  * the single stage's; the second step of 8 allocates nothing (its program and buffers were made
- * by the first: with a transport without test(), whose live tensors follow the program alone,
- * so that the step of 8 holds as many at once both times); pp_executor_saved_slots is the largest live peak of counts 1 .. max_mb, the
- * slots stay unshared, and those in use reach the largest peak of the counts run. Kinds: 1F1B,
- * interleaved (counts that are no multiple of pp included), ZB-V, ZB-H1, DualPipeV with its FB
- * split, 1F1B with its B split. */
+ * by the first; the transport has no test(), so live tensors follow the program alone and the
+ * step of 8 holds as many at once both times); pp_executor_saved_slots is the largest live peak
+ * of counts 1 .. max_mb, the slots stay unshared, and those in use reach the largest peak of the
+ * counts run. Kinds: 1F1B, interleaved (counts that are no multiple of pp included), ZB-V,
+ * ZB-H1, DualPipeV with its FB split, 1F1B with its B split. */
 static void a_recipe_runs_steps_of_3_8_5_8_microbatches_to_single_stage_gradients(void)
 {
     static const struct { pp_schedule_kind kind; int pp, vpp, split_backward, split_overlaps; } cfgs[] = {

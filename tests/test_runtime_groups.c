@@ -54,7 +54,7 @@ typedef struct tg_ctx {
     double timeout;
     int bad[TG_WORLD];
     char why[TG_WORLD][640];
-    double arrive[TG_WORLD], leave[TG_WORLD];
+    int entered[TG_WORLD];
     pthread_mutex_t mu;
 } tg_ctx;
 
@@ -203,27 +203,30 @@ static void group_all_gather_puts_each_members_bytes_at_its_index(void)
     tg_free(c);
 }
 
-/* Ranks reach the barrier of their dp-cp group (4 ranks) 20 ms apart; none leaves before the
- * last of its group arrived. */
+/* Ranks enter the barrier of their dp-cp group (4 ranks) one after another (each waits 20 ms
+ * more than the last, so a barrier that let a rank through early would be seen): a rank that
+ * returns finds every member of its group counted as entered. The count, not the clock, decides. */
 static pp_status tg_barrier_rank(void *user, int rank, pp_transport *world, pp_error *err)
 {
     tg_ctx *c = (tg_ctx *)user;
     pp_transport t;
-    int members[TG_WORLD], n, j;
+    int members[TG_WORLD], n, round;
     pp_status st = tg_group(c, world, rank, PP_GROUP_DP | PP_GROUP_CP, &t, members, &n, err);
     if (st != PP_OK) return st;
-    tg_sleep(0.02 * t.rank);
-    pthread_mutex_lock(&c->mu);
-    c->arrive[rank] = tg_now();
-    pthread_mutex_unlock(&c->mu);
-    st = pp_group_barrier(&t, c->timeout, err);
-    if (st != PP_OK) return st;
-    pthread_mutex_lock(&c->mu);
-    c->leave[rank] = tg_now();
-    for (j = 0; j < n; j++)
-        if (c->arrive[members[j]] == 0 || c->arrive[members[j]] > c->leave[rank])
-            tg_bad(c, rank, "left the barrier before a member arrived", PP_GROUP_DP | PP_GROUP_CP, 0);
-    pthread_mutex_unlock(&c->mu);
+    for (round = 0; round < 3; round++) {
+        tg_sleep(0.02 * t.rank);
+        pthread_mutex_lock(&c->mu);
+        c->entered[members[0]]++;   /* the group's count, kept at its first member */
+        pthread_mutex_unlock(&c->mu);
+        st = pp_group_barrier(&t, c->timeout, err);
+        if (st != PP_OK) return st;
+        pthread_mutex_lock(&c->mu);
+        if (c->entered[members[0]] < n * (round + 1))
+            tg_bad(c, rank, "left the barrier before every member entered it", PP_GROUP_DP | PP_GROUP_CP, 0);
+        pthread_mutex_unlock(&c->mu);
+        st = pp_group_barrier(&t, c->timeout, err);   /* nobody enters the next round before all checked */
+        if (st != PP_OK) return st;
+    }
     return PP_OK;
 }
 
@@ -231,9 +234,8 @@ static void group_barrier_returns_once_every_member_has_called_it(void)
 {
     tg_ctx *c = tg_new();
     pp_error err;
-    int r;
     PP_CHECK_OK(pp_threads_run(TG_WORLD, tg_barrier_rank, c, NULL, NULL, &err), &err);
-    for (r = 0; r < TG_WORLD; r++) PP_CHECK(c->leave[r] - c->arrive[r] >= (r % 4 == 3 ? 0 : 0.015));
+    PP_CHECK(c->entered[0] == 12 && c->entered[4] == 12);
     tg_free(c);
 }
 
@@ -243,7 +245,7 @@ static void group_barrier_returns_once_every_member_has_called_it(void)
  * sends one tag on each in the opposite order of rank 0's receives: each receive gets its own
  * transport's message. Then rank 1 calls all_gather on the world's transport while rank 0 calls
  * barrier on the group's: had the group's messages met the world's, rank 0 would call it a
- * mismatch; it waits out its deadline instead. */
+ * mismatch; it waits out its deadline instead (and its failure aborts rank 1's wait). */
 static pp_status tg_isolation_rank(void *user, int rank, pp_transport *world, pp_error *err)
 {
     tg_ctx *c = (tg_ctx *)user;
@@ -271,11 +273,11 @@ static pp_status tg_isolation_rank(void *user, int rank, pp_transport *world, pp
             if (st == PP_OK) st = t[k].wait(t[k].user, h[k], c->timeout, err);
             if (st != PP_OK) return st;
         }
-        tg_sleep(0.05);
-        {
+        {   /* waits until rank 0's barrier times out and aborts the world */
             float mine = 1, all[2];
-            st = pp_group_all_gather(&t[0], &mine, all, sizeof mine, 0.3, err);
-            return st == PP_ETIMEOUT || st == PP_EABORTED ? PP_OK : st;
+            st = pp_group_all_gather(&t[0], &mine, all, sizeof mine, 30, err);
+            if (st != PP_EABORTED) tg_bad(c, rank, "the world's all_gather was not aborted", 0, 0);
+            return PP_OK;
         }
     }
     for (k = 0; k < 3; k++) {

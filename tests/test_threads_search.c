@@ -61,7 +61,7 @@ static void threads_give_the_single_threaded_result(void)
     cfg.pp = 2; cfg.mb = 6; cfg.layers = 12; cfg.max_vpp = 3;
     cfg.costs.f = 1; cfg.costs.i = 1; cfg.costs.w = 1;
     ts_same(cfg, 3, "unit costs, every kind");
-    /* measured per-layer costs (session 8's H200 blocks: block 0's I skips its input gradient),
+    /* per-layer costs of the GPU comparison model's blocks (block 0's I skips its input gradient),
      * B as I then W, interleaved only, with transfers */
     for (k = 0; k < 16; k++) { lc[k].f = 3.25; lc[k].i = k ? 3.58 : 1.88; lc[k].w = 3.33; lc[k].memory = 1; }
     memset(&cfg, 0, sizeof cfg);

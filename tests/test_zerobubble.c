@@ -813,7 +813,7 @@ static void rank_peaks_name_the_bad_parameter(void)
 
 /* Why split a B: its output gradient leaves after the I, and the previous stage's rank starts its
  * B while this one computes the W. Interleaved 1F1B on the comparison model's per-layer costs
- * (H200, session 8: F 3.25, I 3.58, W 3.33 ms per block, 0.2 ms transfers; stages
+ * (F 3.25, I 3.58, W 3.33 per block, 0.2 transfers; stages
  * 1,2,2,2,2,2,3,2, group 4) runs 1% faster; with unit costs every B kind runs faster too. */
 static void split_backward_shortens_the_step_of_every_kind_with_whole_backwards(void)
 {

@@ -228,7 +228,7 @@ $P simulate --kind 1f1b --pp 2 --mb 8 --json | grep -q '"awaiting_w": \[0, 0\]' 
 echo "0F0,1F0,2F0,2I0,1I0,0I0,0F1,1F1,2F1,2I1,1I1,0I1,2W0,1W0,0W0,2W1,1W1,0W1" > "$T/held.csv"
 $P simulate --from-csv "$T/held.csv" --json | grep -q '"awaiting_w": \[6\]' && ok || bad "held W's: $($P simulate --from-csv "$T/held.csv" --json)"
 
-# session 8's measured per-block costs on H200 (block 0 skips its input gradient's second GEMM):
+# per-block costs of the GPU comparison model (block 0 skips its input gradient's second GEMM):
 # with B as I then W, Megatron's own group of 2 on stages 1,2,2,2,2,3,3,1 beats group 4 on the
 # session-9 stages, with 2.1 against 3.6 of activation memory
 { echo "3.25 1.88 3.33 1"; for i in $(seq 15); do echo "3.25 3.58 3.33 1"; done; } >"$T/h200.costs"

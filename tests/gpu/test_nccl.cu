@@ -240,6 +240,18 @@ typedef struct two_ranks {
 
 typedef struct rank_arg { two_ranks *tr; int rank; } rank_arg;
 
+/* Frees a communicator that both threads hold, then waits until the other thread has freed its
+ * rank's too: the rule for ranks that are threads of one process (pipepar.h, THREADS). The last
+ * thread into ncclCommDestroy releases both ranks' shares of it, on both GPUs, and waits for
+ * both GPUs; a thread whose free returned first and that went straight on to a collective on
+ * another communicator (the parent's all-reduce in pp_nccl_split_group) would keep its GPU in a
+ * kernel that waits for the peer's, which the peer launches only after that wait. */
+static void free_and_meet(pthread_barrier_t *bar, pp_nccl *comm)
+{
+    pp_nccl_free(comm);
+    pthread_barrier_wait(bar);
+}
+
 #define NBIG (64u << 20)   /* 64 MiB: more than NCCL buffers, so a send needs its receive */
 
 static void *rank_main(void *argp)
@@ -281,7 +293,7 @@ static void *rank_main(void *argp)
         CHECK_OK(pp_nccl_all_reduce_host(ppc, v, 1, 10, &e), &e);
         CHECK(v[0] == 7.0f);
     }
-    pp_nccl_free(ppc);
+    free_and_meet(&tr->bar, ppc);   /* before the transfers on tpc */
 
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     CHECK_OK(pp_nccl_transport(tpc, s, &t, &e), &e);
@@ -1304,28 +1316,28 @@ static void *split_group_rank(void *argp)
             cudaFree(d);
             cudaStreamDestroy(s);
         }
-        pp_nccl_free(grp);
+        free_and_meet(&g->tr->bar, grp);   /* before the parent's next all-reduce */
         grp = NULL;
     }
     {
         const int rev[2] = { 1, 0 };
         CHECK_OK(pp_nccl_split_group(nc, rev, 2, &grp, &e), &e);
         CHECK_MSG(grp && pp_nccl_rank(grp) == 1 - rank, "the list numbers the new communicator");
-        pp_nccl_free(grp);
+        free_and_meet(&g->tr->bar, grp);   /* before the parent's next all-reduce */
         grp = NULL;
     }
     {
         const int me[1] = { rank };
         CHECK_OK(pp_nccl_split_group(nc, me, 1, &grp, &e), &e);
         CHECK_MSG(grp && pp_nccl_world(grp) == 1 && pp_nccl_rank(grp) == 0, "groups of one: a communicator each");
-        pp_nccl_free(grp);
+        free_and_meet(&g->tr->bar, grp);   /* before the parent's next all-reduce */
         grp = NULL;
     }
     {
         const int zero[1] = { 0 };
         CHECK_OK(pp_nccl_split_group(nc, zero, rank == 0 ? 1 : 0, &grp, &e), &e);
         CHECK_MSG(rank == 0 ? grp && pp_nccl_world(grp) == 1 : grp == NULL, "a rank in no group gets no communicator");
-        pp_nccl_free(grp);
+        free_and_meet(&g->tr->bar, grp);   /* before the parent's next all-reduce */
         grp = NULL;
     }
     {
