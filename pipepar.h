@@ -13179,13 +13179,7 @@ done:
  * microbatch field the transfer's index g * tensors + k. */
 #define PP__MOVE_STAGE 0xFFFE00
 
-static int pp__double_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The median of v[0..n) (sorted in place); 0 for n = 0. */
+/* The median of v[0..n) (sorted in place, pp__double_cmp of >>draw); 0 for n = 0. */
 static double pp__median(double *v, int n)
 {
     if (n == 0) return 0;
