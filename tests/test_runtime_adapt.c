@@ -195,6 +195,7 @@ typedef struct ta_world {
     double speed[TA_PP][TA_PP];                    /* each rank's measured speeds */
     double gain[TA_PP];
     double seconds[TA_PP][TA_STEPS];               /* each rank's step times */
+    double busy[TA_PP][TA_STEPS];                  /* each rank's compute in each step (its timeline) */
     pthread_barrier_t barrier;
 } ta_world;
 
@@ -488,6 +489,13 @@ static pp_status ta_rank_main(void *user, int rank, pp_transport *t, pp_error *e
         opts.mb_meta = meta;
         if ((st = pp_run_step(ex, &opts, &res, err)) != PP_OK) goto done;
         W->seconds[rank][step] = res.seconds;
+        {
+            pp_timeline tl;
+            int i;
+            if ((st = pp_executor_timeline(ex, &tl, err)) != PP_OK) goto done;
+            for (i = 0; i < tl.length; i++)
+                if (tl.actions[i].op <= PP_OP_W && tl.ready[i] >= 0) W->busy[rank][step] += tl.end[i] - tl.ready[i];
+        }
         for (g = 0; g < TA_LAYERS; g++)
             for (k = 0; k < 2 && R->tensor[g][0]; k++) ta_sgd(R->tensor[g][k], R->tensor[g][2 + k], R->grad[g][k], TA_H * TA_D);
     }
@@ -524,12 +532,14 @@ static void ta_reference(const ta_world *W, float (*tensor)[TA_TENSORS][TA_H * T
     }
 }
 
-/* Rank 1 is 1.35x slower. On the even split (6 blocks a stage) it bounds the step at 12 x 24 x
- * 1.35 = 388.8 units (F + I + W of 12 blocks, 8 microbatches); measured after step 2, re-planned
- * (rank 0 takes 14 blocks, rank 1 10: 336 against 324 on rank 1) and moved, steps 3-4 run at ZB-V's
- * simulated 336, 13.6% faster, within 1.6 points of the 330.9 the two speeds allow. The timed
- * steps must show at least 7% of that, and every block's weights, momentum and last gradients
- * must be the unsplit model's bit for bit. */
+/* Rank 1 is 1.35x slower. On the even split (6 blocks a stage) it computes 12 x 24 x 1.35 = 388.8
+ * units a step (F + I + W of 12 blocks, 8 microbatches), which bounds the step; measured after step
+ * 2, re-planned (rank 0 takes 14 blocks, rank 1 10: 336 against 324 on rank 1) and moved, steps 3-4
+ * run at ZB-V's simulated 336, 13.6% faster, within 1.6 points of the 330.9 the two speeds allow.
+ * The busiest rank's compute must fall by 10% (each action's timing noise adds to both sides
+ * alike), the step must be faster (by less than that where the machine is loaded: the new split
+ * leaves no slack, so every late wake-up lands on the step), and every block's weights, momentum
+ * and last gradients must be the unsplit model's bit for bit. */
 static void a_slowed_rank_gets_fewer_blocks_and_the_step_gets_faster(void)
 {
     static float ref_t[TA_LAYERS][TA_TENSORS][TA_H * TA_D], ref_g[TA_LAYERS][2][TA_H * TA_D];
@@ -538,7 +548,7 @@ static void a_slowed_rank_gets_fewer_blocks_and_the_step_gets_faster(void)
     pp_error errors[TA_PP], err;
     unsigned seed = 4242u;
     int step, m, i, g, k, r, held[TA_PP] = { 0, 0 };
-    double even, adapted, bound;
+    double even, adapted, even_busy, adapted_busy, bound;
     if (!W) { PP_CHECK(W != NULL); return; }
 #define TA_RND() ((seed = seed * 1103515245u + 12345u), ((float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f))
     for (step = 0; step < TA_STEPS; step++)
@@ -578,19 +588,26 @@ static void a_slowed_rank_gets_fewer_blocks_and_the_step_gets_faster(void)
     }
     PP_CHECK_INT(held[0], 14);
     PP_CHECK_INT(held[1], 10);
-    /* faster: the best even step (1-2) against the best adapted one (3-4), each the slower rank's */
-    even = adapted = HUGE_VAL;
+    /* faster: the best even step (1-2) against the best adapted one (3-4), each the slower rank's;
+     * the busiest rank's compute likewise */
+    even = adapted = even_busy = adapted_busy = HUGE_VAL;
     for (step = 1; step < TA_STEPS; step++) {
         double t = W->seconds[0][step] > W->seconds[1][step] ? W->seconds[0][step] : W->seconds[1][step];
+        double b = W->busy[0][step] > W->busy[1][step] ? W->busy[0][step] : W->busy[1][step];
         if (step < TA_ADAPT_AT && t < even) even = t;
+        if (step < TA_ADAPT_AT && b < even_busy) even_busy = b;
         if (step >= TA_ADAPT_AT && t < adapted) adapted = t;
+        if (step >= TA_ADAPT_AT && b < adapted_busy) adapted_busy = b;
     }
     bound = TA_MB * 3.0 * TA_LAYERS * TA_UNIT / (1 + 1 / TA_SLOW);
-    PP_CHECK_MSG(adapted < 0.93 * even, "adapted step %.1f ms, even %.1f ms: not 7%% faster", adapted * 1e3, even * 1e3);
+    PP_CHECK_MSG(adapted_busy < 0.9 * even_busy, "the busiest rank computed %.1f ms adapted, %.1f ms on the even split: "
+                 "not 10%% less", adapted_busy * 1e3, even_busy * 1e3);
+    PP_CHECK_MSG(adapted < even, "adapted step %.1f ms, even %.1f ms: not faster", adapted * 1e3, even * 1e3);
     if (getenv("PP_TEST_VERBOSE"))
-        printf("     adapt: rank 1 speed %.4f, split %d,%d,%d,%d; even step %.1f ms (%.1f%% of the bound %.1f ms), "
-               "adapted %.1f ms (%.1f%%)\n", W->speed[0][1], W->split[0], W->split[1], W->split[2], W->split[3],
-               even * 1e3, 100 * bound / even, bound * 1e3, adapted * 1e3, 100 * bound / adapted);
+        printf("     adapt: rank 1 speed %.4f, split %d,%d,%d,%d; even step %.1f ms (%.1f%% of the bound %.1f ms, "
+               "busiest rank %.1f ms), adapted %.1f ms (%.1f%%, busiest rank %.1f ms)\n", W->speed[0][1], W->split[0],
+               W->split[1], W->split[2], W->split[3], even * 1e3, 100 * bound / even, bound * 1e3, even_busy * 1e3,
+               adapted * 1e3, 100 * bound / adapted, adapted_busy * 1e3);
     for (r = 0; r < TA_PP; r++)
         for (g = 0; g < TA_LAYERS; g++) ta_hold(&W->ranks[r], g, 0, W, 0);
     free(W);
