@@ -58,6 +58,8 @@
  *     >>cp          context-parallel partitions (load-balanced 2*cp chunks, BSHD and THD)
  *     >>replay      router-replay index maps for MoE
  *     >>runtime     >>transport interface, >>threads transport, >>executor, >>timeline
+ *     >>adapt       layers in proportion to the ranks' speeds: measured from a step's timelines,
+ *                   re-planned between steps, the moved layers' weights sent to their new rank
  *     >>mimo        heterogeneous modules: grids per module, rank roles, bridges, global norm
  *     >>cuda        declarations of pipepar_cuda.cu
  *     >>nccl        declarations of pipepar_nccl.c
@@ -409,7 +411,10 @@ typedef struct pp_layers {
     char *pattern;              /* hybrid: the pattern with '|' between every two stages, MTP suffix kept */
     double *stage_cost;         /* balanced only: [num_stages] cost and memory of each stage; else NULL */
     double *stage_memory;
-    double max_cost;            /* balanced only: the largest stage cost (the minimised bottleneck) */
+    double max_cost;            /* balanced only: the minimised bottleneck: the largest stage cost, or
+                                   with rank_speed the slowest rank's time */
+    double *rank_time;          /* balanced only: [pp] each rank's time, the sum of its stages' costs
+                                   (/ its rank_speed when given) */
 } pp_layers;
 
 PIPEPAR_API const char *pp_layer_type_name(pp_layer_type type);     /* "moe", "mamba", ... */
@@ -451,7 +456,16 @@ PIPEPAR_API pp_status pp_layers_write_json(const pp_layers *l, FILE *out, pp_err
  * exactly (dynamic programme over all contiguous splits, O(stages * num_layers^2)); among the
  * splits that reach it, the one with the smallest sum of squared stage costs. Stages may be
  * empty. memory_cap bounds every stage's memory (with vpp > 1 a rank holds vpp stages: give it
- * its budget / vpp); an impossible cap is an error that says how many stages would fit. */
+ * its budget / vpp); an impossible cap is an error that says how many stages would fit.
+ *
+ * Ranks of unequal speed (rank_speed): rank r computes a layer of cost c in c / rank_speed[r],
+ * and its chunks share that speed, so a slow GPU gets fewer layers. The result then minimises
+ * the slowest rank's time, the sum of its stages' costs / its speed: exactly at vpp = 1; at
+ * vpp > 1 from the exact split of stage times, by moving one layer at a time between two stages
+ * while the slowest rank's time (then the sum of squared rank times) falls. v_placement says
+ * which rank holds which stage. 16 equal layers, pp 2, rank 1 1.35x slower (speeds 1, 1/1.35):
+ * 9 and 7 layers, times 9 and 9.45 (8 and 8 would take 10.8; the speeds' own bound is
+ * 16 / (1 + 1/1.35) = 9.19). rank_speed all 1 balances the ranks' sums rather than the stages. */
 typedef struct pp_balance_config {
     int num_layers;             /* decoder layers, >= 1 */
     int pp;                     /* 0 means 1 */
@@ -464,6 +478,11 @@ typedef struct pp_balance_config {
     int mtp_layers;             /* MTP depths, on the last stage */
     double mtp_cost, mtp_memory;                /* of each depth */
     const char *moe_layer_freq; /* as in pp_layers_config, for the type-aware indices */
+    const double *rank_speed;   /* [pp] each rank's speed, finite > 0 (1/1.35 for a GPU 1.35x slower
+                                   than one of speed 1), e.g. measured (>>adapt); NULL: no speeds */
+    int v_placement;            /* 0: stage s on rank s % pp (Megatron's looped stages); 1 (vpp = 2):
+                                   the V placement of ZB-V and DualPipeV, stages r and 2pp-1-r on
+                                   rank r. Matters with rank_speed and for rank_time */
 } pp_balance_config;
 
 PIPEPAR_API pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_error *err);
@@ -723,6 +742,11 @@ typedef struct pp_sim_costs {
                                    stage s (any unit, e.g. its layer count). Given, peak_memory
                                    weighs each live activation by it, so stages of unequal size
                                    (a --layout) compare fairly; else every stage weighs the same */
+    const double *rank_speed;   /* optional [pp]: rank r computes at speed rank_speed[r] > 0, so each
+                                   of its compute actions takes its cost above / rank_speed[r] (a GPU
+                                   1.35x slower than the others: 1/1.35). A rank's chunks share its
+                                   speed. Not applied to action_cost (measured times carry their
+                                   rank's speed); >>adapt measures it from a step's timelines */
     const double *const *action_cost; /* optional [pp][length]: the time of each compute action of
                                    the schedule's programs, e.g. measured (pp_executor_timeline's
                                    end - ready); overrides the costs above for compute. Needs a
@@ -886,6 +910,14 @@ PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
  * gradient before the weight gradients, and the same order takes 193 units, 1 over its compute,
  * tying the greedy zero-bubble schedules.
  *
+ * Ranks of unequal speed (costs.rank_speed, e.g. measured: >>adapt). Every schedule is simulated
+ * with each rank's compute scaled by its speed, and a layout search then gives a slow rank fewer
+ * layers: pp = 2, mb = 8, F = I = W = 1 a layer, rank 1 1.35x slower, 24 layers: ZB-V on 7, 5, 5,
+ * 7 layers takes 336, rank 0's compute exactly and 98.5% of the 330.9 the two speeds allow, where
+ * the even split takes 388.8 or more. With 16 layers the best is 9 / 7 layers, 3 points from that
+ * bound for the layers being whole alone. The splits tried stay within layout_spread of the even
+ * one: for speeds further apart, widen it to reach pp_layers_balance's split for them.
+ *
  * Greedy schedules (pp_schedule_build_greedy). The paper's automatic scheduler (Qi et al., ICLR
  * 2024, section 3.1) in our words: play the pipeline forward in time with the given costs; when
  * a rank is free, run the most urgent ready work: an I (another rank waits for it) or an F if
@@ -896,7 +928,11 @@ PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
  * leave room for all vpp chunks of that microbatch, so the oldest unfinished microbatch can
  * always move. (With vpp = 2, PP_GREEDY_EAGER_ADMIT keeps just one spare slot, which is enough:
  * a chunk's F's run in microbatch order, so the spare goes to the oldest one's second chunk.) The policy switches
- * below are the paper's grid-searched hyperparameters in spirit; pp_search tries them all.
+ * below are the paper's grid-searched hyperparameters in spirit; pp_search tries them all. Its cap
+ * counts live activations (max_live), or with max_memory weighs each by its stage's memory, as the
+ * search's cap does: a small first stage then keeps as many microbatches as its memory allows. The
+ * search builds its greedy schedules that way whenever the stages have memory (costs.memory_stage,
+ * and every layout search).
  * ============================================================================================ */
 
 typedef struct pp_greedy_config {
@@ -906,6 +942,10 @@ typedef struct pp_greedy_config {
     pp_placement placement;    /* looped (any vpp) or V (vpp = 2) */
     int max_live;              /* cap on live (stage, microbatch) activations per rank, >= vpp;
                                   0 means pp*vpp (1F1B's peak) */
+    double max_memory;         /* > 0 instead of max_live: cap on a rank's live activations each
+                                  weighed by costs->memory_stage, in pp_simulate's peak_memory units
+                                  (so stages of unequal size hold what their memory allows: many
+                                  activations of a small first stage); needs memory_stage */
     const pp_sim_costs *costs; /* what pp_simulate takes; NULL means F=1, I=W=1, no p2p time */
     unsigned flags;            /* PP_GREEDY_* or'ed; 0 = the defaults */
 } pp_greedy_config;
@@ -993,6 +1033,7 @@ typedef struct pp_search_entry {
     pp_schedule_kind kind;  /* PP_CUSTOM for the greedy schedules */
     pp_placement placement;
     int vpp, group, max_live; /* the parameters used (0 where the kind takes none) */
+    double max_memory;      /* greedy with per-stage memory: its cap, weighed as peak_memory (max_live 0) */
     unsigned greedy_flags;
     int split_overlaps;     /* 1: its FBs run as F then B (pp_schedule_split_overlaps), named "... split" */
     int split_backward;     /* 1: its B's run as I then W (cfg.split_backward; the schedule had B's) */
@@ -1896,6 +1937,103 @@ PIPEPAR_API pp_status pp_timeline_draw_ascii(const pp_timeline *ranks, int count
  * above the measured one, each on its own axis, so the plan and the run read side by side. */
 PIPEPAR_API pp_status pp_timeline_write_svg(const pp_timeline *ranks, int count, const pp_sim_result *sim,
                                             FILE *out, pp_error *err);
+
+
+/* ============================================================================================
+ * >>adapt
+ * Layers in proportion to speed. GPUs of one host slow down for real reasons (a power or thermal
+ * limit, a neighbour's job, a degraded part), and a pipeline whose ranks hold equal work then
+ * runs at its slowest rank's pace. Giving that rank fewer layers recovers most of the loss: 16
+ * equal layers on 2 ranks, rank 1 1.35x slower, split 9 / 7 take 9.45 layer-times a microbatch
+ * where 8 / 8 take 10.8, against the 9.19 the two speeds allow together (16 / (1 + 1/1.35)).
+ *
+ * pp_layers_balance and pp_search take each rank's speed (pp_balance_config.rank_speed,
+ * pp_sim_costs.rank_speed); the calls below measure the speeds from a step the executor timed,
+ * decide whether another split is worth it, and move the layers. Between two steps every rank
+ * runs the same protocol, so all agree without a coordinator:
+ *   1. measure  the executor times each action (pp_executor_config.record_timeline). After a step,
+ *               pp_speed_exchange summarises this rank's timeline (the median time per layer of
+ *               each kind of action: noise and stragglers do not move a median), all-reduces the
+ *               summaries over the pipeline's transport (4 floats a rank), and turns them into
+ *               each rank's speed and one layer's costs: the same bits on every rank.
+ *   2. plan     pp_layers_replan balances the layers for those speeds and keeps the running split
+ *               unless the slowest rank's time falls by more than min_gain (measurement noise must
+ *               not move layers to and fro). Deterministic: the same numbers give the same split.
+ *   3. switch   when the split changed, between steps: pp_layers_owners says which rank holds each
+ *               layer before and after; the new owner allocates the layers it gains, pp_layers_move
+ *               sends each moved layer's tensors (weights, optimizer state) from its old owner to
+ *               its new one in one group, and the old owner frees them. A fixed kind's order (ZB-V,
+ *               1F1B, interleaved) is the same for any stage sizes: its schedule and executor stay,
+ *               and the callbacks read the new split. A greedy or searched order comes from the
+ *               costs: every rank builds it from the measured costs and speeds (which all hold),
+ *               and a new executor for it. The next step runs on the new split.
+ * Only who computes a layer changes, never what it computes: the gradients stay the unsplit
+ * model's (tests/test_runtime_adapt.c checks it on CPU threads with a rank slowed on purpose,
+ * examples/mlp_gpu.cu --adapt on GPUs).
+ * ============================================================================================ */
+
+#define PP_SPEED_SUMMARY 4   /* floats in one rank's summary: F, I, W, B */
+
+/* One rank's measured step, summarised: summary[k] is the median, over this rank's actions of
+ * kind F, I, W, B (k = 0..3), of the action's compute time (end - ready, seconds) divided by its
+ * stage's work; 0 where the rank ran none of that kind. stage_work[num_stages]: each stage's work
+ * in the split that ran, in layers (its layer count where layers cost alike; a weighted count
+ * where they do not); stages of work 0 are left out, and so are FB actions (their halves are not
+ * timed apart). num_stages must be the schedule's. */
+PIPEPAR_API pp_status pp_speed_summarize(const pp_timeline *t, const double *stage_work, int num_stages,
+                                         float summary[PP_SPEED_SUMMARY], pp_error *err);
+/* Every rank's speed and one layer's costs, from all ranks' summaries (rank r's at
+ * summaries[r * PP_SPEED_SUMMARY], the same array on every rank). A rank's time per layer is its
+ * F plus its I and W (its B where it ran no I and W); rank_speed[r] (pp entries) = the fastest
+ * rank's time / rank r's, so the fastest is 1. layer (may be NULL) gets f, i, w at speed 1: per
+ * kind the median over ranks of the rank's time x its speed (i = w = B / 2 for whole backwards),
+ * memory 1. Fails naming the rank that ran no forward. */
+PIPEPAR_API pp_status pp_speed_estimate(const float *summaries, int pp, double *rank_speed, pp_layer_costs *layer,
+                                        pp_error *err);
+/* Both at once, from every rank's timeline of one step at hand (ranks that are threads of one
+ * process: ranks[r] is rank r's). */
+PIPEPAR_API pp_status pp_speed_from_timelines(const pp_timeline *ranks, int count, const double *stage_work,
+                                              int num_stages, double *rank_speed, pp_layer_costs *layer,
+                                              pp_error *err);
+/* Both at once, each rank with its own timeline (processes): the summaries meet in one all-reduce
+ * over t (t->all_reduce; every rank of t calls this together), so every rank gets the same
+ * rank_speed[t->world] and layer. timeout_s 0 means 60 s. */
+PIPEPAR_API pp_status pp_speed_exchange(const pp_transport *t, const pp_timeline *mine, const double *stage_work,
+                                        int num_stages, double timeout_s, double *rank_speed, pp_layer_costs *layer,
+                                        pp_error *err);
+
+/* Re-planning between steps. balance describes the model as pp_layers_balance takes it, with the
+ * measured speeds in balance.rank_speed (required) and the placement in balance.v_placement;
+ * current[pp*vpp] is the split running now (layers per stage, summing to num_layers). */
+typedef struct pp_replan_config {
+    pp_balance_config balance;
+    const int *current;
+    double min_gain;        /* switch only when the slowest rank's time falls by more than this
+                               fraction, 0 .. 1 (e.g. 0.02); a current split over the memory cap is
+                               left whatever the gain */
+} pp_replan_config;
+
+/* next[pp*vpp] gets the split to run from the next step: pp_layers_balance's for the speeds when
+ * it is worth switching, else current itself. *gain (may be NULL) gets the fraction by which the
+ * slowest rank's time (pp_layers.rank_time) falls, 0 when current is kept. Ranks given the same
+ * config get the same split. */
+PIPEPAR_API pp_status pp_layers_replan(const pp_replan_config *cfg, int *next, double *gain, pp_error *err);
+
+/* Which pipeline rank holds each layer under a split: owner[g] for the num_layers layers (the sum
+ * of stage_layers[pp*vpp]), stage s on rank s % pp, or with v_placement (vpp = 2) on rank
+ * s < pp ? s : 2pp-1-s. */
+PIPEPAR_API pp_status pp_layers_owners(const int *stage_layers, int pp, int vpp, int v_placement, int num_layers,
+                                       int *owner, pp_error *err);
+
+/* Moves every layer whose owner changes (old_owner[g] != new_owner[g], pipeline ranks of t) from
+ * its old rank to its new one over t, in one group that this call posts and waits for: each layer
+ * has `tensors` tensors, tensor k of layer g in this rank's buffer buf[g * tensors + k] (needed
+ * where this rank sends it, old_owner[g] == t->rank, or receives it, new_owner[g] == t->rank;
+ * may be NULL elsewhere), bytes[g * tensors + k] bytes long (the same array on every rank). Every
+ * rank of t calls it with the same owners, between steps. num_layers * tensors < 2^24. */
+PIPEPAR_API pp_status pp_layers_move(const pp_transport *t, const int *old_owner, const int *new_owner, int num_layers,
+                                     int tensors, void *const *buf, const size_t *bytes, double timeout_s,
+                                     pp_error *err);
 
 
 /* ============================================================================================
@@ -3367,6 +3505,7 @@ void pp_layers_free(pp_layers *l)
     PIPEPAR_FREE(l->item_type); PIPEPAR_FREE(l->is_moe); PIPEPAR_FREE(l->layer_type);
     PIPEPAR_FREE(l->type_first); PIPEPAR_FREE(l->type_count); PIPEPAR_FREE(l->layout);
     PIPEPAR_FREE(l->pattern); PIPEPAR_FREE(l->stage_cost); PIPEPAR_FREE(l->stage_memory);
+    PIPEPAR_FREE(l->rank_time);
     PIPEPAR_FREE(l);
 }
 
@@ -4394,108 +4533,148 @@ pp_status pp_layers_write_json(const pp_layers *l, FILE *out, pp_error *err)
  *     ((front + c[i] + c[i+1] + ... + c[j-1]) + back)
  * with front = the embedding's cost on stage 0 and back = the MTP depths' and the loss's on the
  * last stage, and every place below sums the same way, so the reported bottleneck is the very
- * number the search minimised (exact for doubles, not only for integers).
- *   1. best[s][j] = min over i of max(best[s-1][i], cost(s, i, j)): the smallest bottleneck B
+ * number the search minimised (exact for doubles, not only for integers). With rank speeds a
+ * stage's time is that cost / the speed of its rank (a division by 1 changes no bit).
+ *   1. best[s][j] = min over i of max(best[s-1][i], time(s, i, j)): the smallest bottleneck B
  *      of any split of the first j layers into stages 0..s (memory cap respected).
- *   2. among the splits with every stage cost <= B, the least sum of squared stage costs
- *      (a tie-break that spreads the slack), remembered with parent pointers.              */
+ *   2. among the splits with every stage time <= B, the least sum of squared stage times
+ *      (a tie-break that spreads the slack), remembered with parent pointers.
+ *   3. with rank speeds and vpp > 1: a rank's time is the sum of its stages', which step 1 does
+ *      not see; from step 2's split, the move of one layer between two stages (the stages in
+ *      between shift by a layer) that lowers (slowest rank's time, sum of squared rank times)
+ *      most, while one does (pp__balance_refine).                                            */
 
 static int pp__finite_nonneg(double x) { return x == x && x >= 0 && x <= DBL_MAX; }
 
-pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_error *err)
+/* One pp_layers_balance call's inputs, checked, with the defaults applied. */
+typedef struct pp__balance {
+    int pp, vpp, S, n;
+    double *c;                  /* [n] layer costs (1 each without cfg->cost) */
+    const double *m;            /* [n] layer memory, or NULL */
+    double cap, front_c, back_c, front_m, back_m;
+    const double *speed;        /* cfg->rank_speed, or NULL */
+    double *spd;                /* [S] the speed of each stage's rank (1 without speeds) */
+    int *rank_of;               /* [S] the rank that holds each stage */
+} pp__balance;
+
+static void pp__balance_free(pp__balance *b)
 {
-    int pp, vpp, S, n, s, i, j, k, *count = NULL, *parent = NULL;
-    double front_c, back_c, front_m = 0, back_m = 0, cap, B, unit, *prev = NULL, *cur = NULL, *c = NULL;
-    const double *m;
-    pp_layers *l = NULL;
+    PIPEPAR_FREE(b->c); PIPEPAR_FREE(b->spd); PIPEPAR_FREE(b->rank_of);
+}
+
+/* The checks of cfg (each bad value named with its rule) and the context they leave. */
+static pp_status pp__balance_init(const pp_balance_config *cfg, pp__balance *b, pp_error *err)
+{
+    static const char *const names[7] = { "memory_cap", "embedding_cost", "embedding_memory", "loss_cost",
+                                          "loss_memory", "mtp_cost", "mtp_memory" };
+    double vals[7];
+    int i, k, s;
     pp_status st;
-    if (!out) return pp__fail(err, PP_EINVAL, "out: must not be NULL");
-    *out = NULL;
-    if (!cfg) return pp__fail(err, PP_EINVAL, "cfg: must not be NULL");
-    pp = cfg->pp ? cfg->pp : 1;
-    vpp = cfg->vpp ? cfg->vpp : 1;
-    n = cfg->num_layers;
+    memset(b, 0, sizeof *b);
+    b->pp = cfg->pp ? cfg->pp : 1;
+    b->vpp = cfg->vpp ? cfg->vpp : 1;
+    b->n = cfg->num_layers;
     if (cfg->pp < 0) return pp__fail(err, PP_EINVAL, "pp=%d: must be between 1 and 65536", cfg->pp);
     if (cfg->vpp < 0) return pp__fail(err, PP_EINVAL, "vpp=%d: must be between 1 and 65536", cfg->vpp);
-    if ((st = pp__layers_check_sizes(pp, vpp, err)) != PP_OK) return st;
-    S = pp * vpp;
-    if (n < 1 || n > PP__LAYERS_MAX)
-        return pp__fail(err, PP_EINVAL, "num_layers=%d: must be between 1 and %d", n, PP__LAYERS_MAX);
+    if ((st = pp__layers_check_sizes(b->pp, b->vpp, err)) != PP_OK) return st;
+    b->S = b->pp * b->vpp;
+    if (b->n < 1 || b->n > PP__LAYERS_MAX)
+        return pp__fail(err, PP_EINVAL, "num_layers=%d: must be between 1 and %d", b->n, PP__LAYERS_MAX);
     if (cfg->mtp_layers < 0 || cfg->mtp_layers > PP__LAYERS_MAX)
         return pp__fail(err, PP_EINVAL, "mtp_layers=%d: must be between 0 and %d", cfg->mtp_layers, PP__LAYERS_MAX);
-    if ((double)S * (n + 1.0) > (double)(1 << 24) || (double)S * (n + 1.0) * (n + 2.0) / 2 > 2e9)
+    if ((double)b->S * (b->n + 1.0) > (double)(1 << 24) || (double)b->S * (b->n + 1.0) * (b->n + 2.0) / 2 > 2e9)
         return pp__fail(err, PP_EINVAL, "num_layers=%d, stages=%d: too large for the exact search (it takes "
-                        "stages * num_layers^2 / 2 steps); group layers into coarser blocks", n, S);
+                        "stages * num_layers^2 / 2 steps); group layers into coarser blocks", b->n, b->S);
     if (cfg->cost)
-        for (i = 0; i < n; i++)
+        for (i = 0; i < b->n; i++)
             if (!pp__finite_nonneg(cfg->cost[i]))
                 return pp__fail(err, PP_EINVAL, "cost[%d]=%g: must be a finite number >= 0", i, cfg->cost[i]);
     if (cfg->memory)
-        for (i = 0; i < n; i++)
+        for (i = 0; i < b->n; i++)
             if (!pp__finite_nonneg(cfg->memory[i]))
                 return pp__fail(err, PP_EINVAL, "memory[%d]=%g: must be a finite number >= 0", i, cfg->memory[i]);
-    {
-        static const char *const names[7] = { "memory_cap", "embedding_cost", "embedding_memory", "loss_cost",
-                                              "loss_memory", "mtp_cost", "mtp_memory" };
-        double vals[7];
-        vals[0] = cfg->memory_cap; vals[1] = cfg->embedding_cost; vals[2] = cfg->embedding_memory;
-        vals[3] = cfg->loss_cost; vals[4] = cfg->loss_memory; vals[5] = cfg->mtp_cost; vals[6] = cfg->mtp_memory;
-        for (k = 0; k < 7; k++)
-            if (!pp__finite_nonneg(vals[k]))
-                return pp__fail(err, PP_EINVAL, "%s=%g: must be a finite number >= 0", names[k], vals[k]);
+    vals[0] = cfg->memory_cap; vals[1] = cfg->embedding_cost; vals[2] = cfg->embedding_memory;
+    vals[3] = cfg->loss_cost; vals[4] = cfg->loss_memory; vals[5] = cfg->mtp_cost; vals[6] = cfg->mtp_memory;
+    for (k = 0; k < 7; k++)
+        if (!pp__finite_nonneg(vals[k]))
+            return pp__fail(err, PP_EINVAL, "%s=%g: must be a finite number >= 0", names[k], vals[k]);
+    if (cfg->rank_speed)
+        for (k = 0; k < b->pp; k++)
+            if (!(cfg->rank_speed[k] > 0 && cfg->rank_speed[k] <= DBL_MAX))
+                return pp__fail(err, PP_EINVAL, "rank_speed[%d]=%g: must be a finite number > 0", k, cfg->rank_speed[k]);
+    if (cfg->v_placement && b->vpp != 2)
+        return pp__fail(err, PP_EINVAL, "v_placement=%d: the V placement holds 2 stages a rank, but vpp=%d",
+                        cfg->v_placement, b->vpp);
+    b->cap = cfg->memory_cap;
+    b->m = cfg->memory;
+    if (b->cap > 0 && !b->m)
+        return pp__fail(err, PP_EINVAL, "memory_cap=%g: needs the per-layer memory", b->cap);
+    b->front_c = cfg->embedding_cost;
+    for (k = 0; k < cfg->mtp_layers; k++) b->back_c += cfg->mtp_cost;
+    b->back_c += cfg->loss_cost;
+    if (b->m) {
+        b->front_m = cfg->embedding_memory;
+        for (k = 0; k < cfg->mtp_layers; k++) b->back_m += cfg->mtp_memory;
+        b->back_m += cfg->loss_memory;
     }
-    cap = cfg->memory_cap;
-    m = cfg->memory;
-    if (cap > 0 && !m)
-        return pp__fail(err, PP_EINVAL, "memory_cap=%g: needs the per-layer memory", cap);
-    front_c = cfg->embedding_cost;
-    back_c = 0;
-    for (k = 0; k < cfg->mtp_layers; k++) back_c += cfg->mtp_cost;
-    back_c += cfg->loss_cost;
-    if (m) {
-        front_m = cfg->embedding_memory;
-        for (k = 0; k < cfg->mtp_layers; k++) back_m += cfg->mtp_memory;
-        back_m += cfg->loss_memory;
-    }
-    if (cap > 0) {                         /* infeasible caps get a reason, not just "no split" */
+    if (b->cap > 0) {                      /* infeasible caps get a reason, not just "no split" */
         int need = 1;
-        double acc = front_m;
-        if (front_m > cap)
-            return pp__fail(err, PP_EINVAL, "memory_cap=%g: the embedding alone needs %g", cap, front_m);
-        if (back_m > cap)
-            return pp__fail(err, PP_EINVAL, "memory_cap=%g: the loss and MTP layers alone need %g", cap, back_m);
-        for (i = 0; i < n; i++) {
-            if (m[i] > cap)
-                return pp__fail(err, PP_EINVAL, "memory_cap=%g: layer %d alone needs %g", cap, i, m[i]);
-            if (acc + m[i] <= cap) acc += m[i];
-            else { need++; acc = m[i]; }
+        double acc = b->front_m;
+        if (b->front_m > b->cap)
+            return pp__fail(err, PP_EINVAL, "memory_cap=%g: the embedding alone needs %g", b->cap, b->front_m);
+        if (b->back_m > b->cap)
+            return pp__fail(err, PP_EINVAL, "memory_cap=%g: the loss and MTP layers alone need %g", b->cap, b->back_m);
+        for (i = 0; i < b->n; i++) {
+            if (b->m[i] > b->cap)
+                return pp__fail(err, PP_EINVAL, "memory_cap=%g: layer %d alone needs %g", b->cap, i, b->m[i]);
+            if (acc + b->m[i] <= b->cap) acc += b->m[i];
+            else { need++; acc = b->m[i]; }
         }
-        if (acc + back_m > cap) need++;
-        if (need > S)
+        if (acc + b->back_m > b->cap) need++;
+        if (need > b->S)
             return pp__fail(err, PP_EINVAL, "memory_cap=%g: the layers need at least %d stages under this cap, but "
-                            "pp*vpp = %d", cap, need, S);
+                            "pp*vpp = %d", b->cap, need, b->S);
     }
-    c = (double *)pp__calloc((size_t)n, sizeof(double));
+    b->c = (double *)pp__calloc((size_t)b->n, sizeof(double));
+    b->spd = (double *)pp__calloc((size_t)b->S, sizeof(double));
+    b->rank_of = (int *)pp__calloc((size_t)b->S, sizeof(int));
+    if (!b->c || !b->spd || !b->rank_of) return pp__fail(err, PP_ENOMEM, "balance: out of memory");
+    for (i = 0; i < b->n; i++) b->c[i] = cfg->cost ? cfg->cost[i] : 1.0;
+    b->speed = cfg->rank_speed;
+    for (s = 0; s < b->S; s++) {
+        b->rank_of[s] = cfg->v_placement ? (s < b->pp ? s : 2 * b->pp - 1 - s) : s % b->pp;
+        b->spd[s] = b->speed ? b->speed[b->rank_of[s]] : 1.0;
+    }
+    return PP_OK;
+}
+
+/* Steps 1 and 2: count[S] gets the split whose slowest stage time is the least, and among those
+ * the least sum of squared stage times. */
+static pp_status pp__balance_stages(const pp__balance *b, int *count, pp_error *err)
+{
+    const int S = b->S, n = b->n;
+    const double *c = b->c, *m = b->m, cap = b->cap;
+    double *prev, *cur, B, unit;
+    int *parent, s, i, j;
+    pp_status st = PP_OK;
     prev = (double *)pp__calloc((size_t)n + 1, sizeof(double));
     cur = (double *)pp__calloc((size_t)n + 1, sizeof(double));
     parent = (int *)pp__calloc((size_t)S * (n + 1), sizeof(int));
-    count = (int *)pp__calloc((size_t)S, sizeof(int));
-    if (!c || !prev || !cur || !parent || !count) { st = pp__fail(err, PP_ENOMEM, "balance: out of memory"); goto done; }
-    for (i = 0; i < n; i++) c[i] = cfg->cost ? cfg->cost[i] : 1.0;
+    if (!prev || !cur || !parent) { st = pp__fail(err, PP_ENOMEM, "balance: out of memory"); goto done; }
 
     /* 1. the smallest bottleneck */
     for (s = 0; s < S; s++) {
         int last = s == S - 1;
         for (j = 0; j <= n; j++) cur[j] = HUGE_VAL;
         for (i = 0; i <= (s == 0 ? 0 : n); i++) {
-            double p = s == 0 ? 0 : prev[i], acc = s == 0 ? front_c : 0, accm = s == 0 ? front_m : 0;
+            double p = s == 0 ? 0 : prev[i], acc = s == 0 ? b->front_c : 0, accm = s == 0 ? b->front_m : 0;
             if (p == HUGE_VAL) continue;
             for (j = i; j <= n; j++) {
                 if (j > i) { acc += c[j - 1]; if (m) accm += m[j - 1]; }
                 if (cap > 0 && accm > cap) break;
                 if (!last || j == n) {
-                    double sc = last ? acc + back_c : acc, v;
-                    if (last && cap > 0 && accm + back_m > cap) break;
+                    double sc = (last ? acc + b->back_c : acc) / b->spd[s], v;
+                    if (last && cap > 0 && accm + b->back_m > cap) break;
                     v = p > sc ? p : sc;
                     if (v < cur[j]) cur[j] = v;
                 }
@@ -4512,14 +4691,14 @@ pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_er
         int last = s == S - 1;
         for (j = 0; j <= n; j++) { cur[j] = HUGE_VAL; parent[(size_t)s * (n + 1) + j] = -1; }
         for (i = 0; i <= (s == 0 ? 0 : n); i++) {
-            double p = s == 0 ? 0 : prev[i], acc = s == 0 ? front_c : 0, accm = s == 0 ? front_m : 0;
+            double p = s == 0 ? 0 : prev[i], acc = s == 0 ? b->front_c : 0, accm = s == 0 ? b->front_m : 0;
             if (p == HUGE_VAL) continue;
             for (j = i; j <= n; j++) {
                 if (j > i) { acc += c[j - 1]; if (m) accm += m[j - 1]; }
-                if ((cap > 0 && accm > cap) || acc > B) break;
+                if ((cap > 0 && accm > cap) || acc / b->spd[s] > B) break;
                 if (!last || j == n) {
-                    double sc = last ? acc + back_c : acc, v;
-                    if (sc > B || (last && cap > 0 && accm + back_m > cap)) break;
+                    double sc = (last ? acc + b->back_c : acc) / b->spd[s], v;
+                    if (sc > B || (last && cap > 0 && accm + b->back_m > cap)) break;
                     v = p + (sc / unit) * (sc / unit);   /* in units of B: huge costs square to no infinity */
                     if (v < cur[j] || parent[(size_t)s * (n + 1) + j] < 0) { cur[j] = v; parent[(size_t)s * (n + 1) + j] = i; }
                 }
@@ -4533,28 +4712,108 @@ pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_er
         count[s] = j - i;
         j = i;
     }
+done:
+    PIPEPAR_FREE(prev); PIPEPAR_FREE(cur); PIPEPAR_FREE(parent);
+    return st;
+}
 
-    l = pp__layers_new(PP_LAYERS_BALANCED, pp, vpp, n + 2 + cfg->mtp_layers);
+/* Each stage's cost and memory for the split count[S], summed in the fixed order above, and each
+ * rank's time (its stages' costs in stage order, / its speed). Returns the slowest rank's time;
+ * *sumsq (may be NULL) gets the sum of squared rank times; *fits whether every stage is under
+ * the memory cap. */
+static double pp__balance_eval(const pp__balance *b, const int *count, double *stage_cost, double *stage_mem,
+                               double *rank_time, double *sumsq, int *fits)
+{
+    int s, k, j = 0, r;
+    double worst = 0, sq = 0;
+    *fits = 1;
+    for (r = 0; r < b->pp; r++) rank_time[r] = 0;
+    for (s = 0; s < b->S; s++) {
+        double acc = s == 0 ? b->front_c : 0, accm = s == 0 ? b->front_m : 0;
+        for (k = 0; k < count[s]; k++, j++) { acc += b->c[j]; if (b->m) accm += b->m[j]; }
+        if (s == b->S - 1) { acc += b->back_c; accm += b->back_m; }
+        stage_cost[s] = acc;
+        if (stage_mem) stage_mem[s] = accm;
+        if (b->cap > 0 && accm > b->cap) *fits = 0;
+        rank_time[b->rank_of[s]] += acc;
+    }
+    for (r = 0; r < b->pp; r++) {
+        if (b->speed) rank_time[r] /= b->speed[r];
+        if (rank_time[r] > worst) worst = rank_time[r];
+        sq += rank_time[r] * rank_time[r];
+    }
+    if (sumsq) *sumsq = sq;
+    return worst;
+}
+
+/* Step 3: one-layer moves between any two stages while the slowest rank's time (then the sum of
+ * squared rank times) falls. The objective falls strictly each round, so it ends. */
+static pp_status pp__balance_refine(const pp__balance *b, int *count, pp_error *err)
+{
+    double *sc = (double *)pp__calloc((size_t)b->S, sizeof(double));
+    double *rt = (double *)pp__calloc((size_t)b->pp, sizeof(double));
+    double worst, sq, w2, sq2;
+    int fits, a, z, best_a, best_z;
+    if (!sc || !rt) { PIPEPAR_FREE(sc); PIPEPAR_FREE(rt); return pp__fail(err, PP_ENOMEM, "balance: out of memory"); }
+    worst = pp__balance_eval(b, count, sc, NULL, rt, &sq, &fits);
+    for (;;) {
+        double bw = worst, bs = sq;
+        best_a = best_z = -1;
+        for (a = 0; a < b->S; a++)
+            for (z = 0; z < b->S; z++) {
+                if (a == z || count[a] == 0) continue;
+                count[a]--; count[z]++;
+                w2 = pp__balance_eval(b, count, sc, NULL, rt, &sq2, &fits);
+                count[a]++; count[z]--;
+                if (fits && (w2 < bw || (w2 == bw && sq2 < bs))) { bw = w2; bs = sq2; best_a = a; best_z = z; }
+            }
+        if (best_a < 0) break;
+        count[best_a]--; count[best_z]++;
+        worst = bw; sq = bs;
+    }
+    PIPEPAR_FREE(sc); PIPEPAR_FREE(rt);
+    return PP_OK;
+}
+
+pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_error *err)
+{
+    pp__balance b;
+    pp_layers *l = NULL;
+    int *count = NULL, s, fits;
+    double worst;
+    pp_status st;
+    if (!out) return pp__fail(err, PP_EINVAL, "out: must not be NULL");
+    *out = NULL;
+    if (!cfg) return pp__fail(err, PP_EINVAL, "cfg: must not be NULL");
+    if ((st = pp__balance_init(cfg, &b, err)) != PP_OK) goto done;
+    count = (int *)pp__calloc((size_t)b.S, sizeof(int));
+    if (!count) { st = pp__fail(err, PP_ENOMEM, "balance: out of memory"); goto done; }
+    if ((st = pp__balance_stages(&b, count, err)) != PP_OK) goto done;
+    if (b.speed && b.vpp > 1 && (st = pp__balance_refine(&b, count, err)) != PP_OK) goto done;
+
+    l = pp__layers_new(PP_LAYERS_BALANCED, b.pp, b.vpp, b.n + 2 + cfg->mtp_layers);
     if (!l) { st = pp__fail(err, PP_ENOMEM, "balance: out of memory"); goto done; }
     pp__layers_fill_counts(l, count, cfg->mtp_layers);
-    l->stage_cost = (double *)pp__calloc((size_t)S, sizeof(double));
-    l->stage_memory = m ? (double *)pp__calloc((size_t)S, sizeof(double)) : NULL;
-    if (!l->stage_cost || (m && !l->stage_memory)) { st = pp__fail(err, PP_ENOMEM, "balance: out of memory"); goto done; }
-    for (s = 0, j = 0; s < S; s++) {                 /* the same sums, in the same order */
-        double acc = s == 0 ? front_c : 0, accm = s == 0 ? front_m : 0;
-        for (k = 0; k < count[s]; k++, j++) { acc += c[j]; if (m) accm += m[j]; }
-        if (s == S - 1) { acc += back_c; accm += back_m; }
-        l->stage_cost[s] = acc;
-        if (m) l->stage_memory[s] = accm;
-        if (acc > l->max_cost) l->max_cost = acc;
+    l->stage_cost = (double *)pp__calloc((size_t)b.S, sizeof(double));
+    l->stage_memory = b.m ? (double *)pp__calloc((size_t)b.S, sizeof(double)) : NULL;
+    l->rank_time = (double *)pp__calloc((size_t)b.pp, sizeof(double));
+    if (!l->stage_cost || (b.m && !l->stage_memory) || !l->rank_time) {
+        st = pp__fail(err, PP_ENOMEM, "balance: out of memory");
+        goto done;
     }
+    worst = pp__balance_eval(&b, count, l->stage_cost, l->stage_memory, l->rank_time, NULL, &fits);
+    if (b.speed) l->max_cost = worst;      /* the slowest rank's time */
+    else
+        for (s = 0; s < b.S; s++)
+            if (l->stage_cost[s] > l->max_cost) l->max_cost = l->stage_cost[s];
     if ((st = pp__layers_finish(l, cfg->moe_layer_freq, err)) != PP_OK) goto done;
     *out = l;
     l = NULL;
     st = pp__ok(err);
 done:
     pp_layers_free(l);
-    PIPEPAR_FREE(c); PIPEPAR_FREE(prev); PIPEPAR_FREE(cur); PIPEPAR_FREE(parent); PIPEPAR_FREE(count);
+    pp__balance_free(&b);
+    PIPEPAR_FREE(count);
     return st;
 }
 
@@ -6324,13 +6583,25 @@ static double pp__half_cost(const pp_schedule *s, const pp_sim_costs *c, int op,
     double f = c->f > 0 ? c->f : 1.0, i = c->i, w = c->w;
     double b = c->b > 0 ? c->b : (i > 0 || w > 0 ? i + w : 2.0 * f);
     double v = s->placement == PP_PLACEMENT_DUAL ? 1.0 : (double)s->vpp;
+    double speed = c->rank_speed ? c->rank_speed[pp_stage_rank(s, stage)] : 1.0;
     if (i <= 0 && w <= 0) { i = b / 2; w = b / 2; }
     switch (op) {
-    case PP_OP_F: return c->f_stage ? c->f_stage[stage] : f / v;
-    case PP_OP_B: return c->b_stage ? c->b_stage[stage] : b / v;
-    case PP_OP_I: return c->i_stage ? c->i_stage[stage] : i / v;
-    default:      return c->w_stage ? c->w_stage[stage] : w / v;
+    case PP_OP_F: return (c->f_stage ? c->f_stage[stage] : f / v) / speed;
+    case PP_OP_B: return (c->b_stage ? c->b_stage[stage] : b / v) / speed;
+    case PP_OP_I: return (c->i_stage ? c->i_stage[stage] : i / v) / speed;
+    default:      return (c->w_stage ? c->w_stage[stage] : w / v) / speed;
     }
+}
+
+/* costs->rank_speed, when given: pp entries, each a finite number > 0. */
+static pp_status pp__check_rank_speed(const pp_sim_costs *costs, int pp, pp_error *err)
+{
+    int r;
+    for (r = 0; costs && costs->rank_speed && r < pp; r++)
+        if (!(costs->rank_speed[r] > 0 && costs->rank_speed[r] <= DBL_MAX))
+            return pp__fail(err, PP_EINVAL, "costs: rank_speed[%d]=%g: must be a finite number > 0 (1: the "
+                            "speed the costs are given at)", r, costs->rank_speed[r]);
+    return PP_OK;
 }
 
 /* Grouped transfers (costs->grouped): each rank's communication actions in the groups the
@@ -6478,7 +6749,9 @@ static pp_status pp__sim_check_costs(const pp_schedule *s, const pp_sim_costs *c
                                      pp_error *err)
 {
     int r, i;
+    pp_status st;
     *mem_all = 0;
+    if ((st = pp__check_rank_speed(costs, s->pp, err)) != PP_OK) return st;
     if (costs->memory_stage) {
         for (i = 0; i < s->num_stages; i++) {
             if (!(costs->memory_stage[i] >= 0) || costs->memory_stage[i] > DBL_MAX)
@@ -7508,13 +7781,16 @@ done:
 typedef struct pp__greedy {
     pp_schedule *s;
     const pp_sim_costs *costs;
-    int L;                      /* cap on live activations per rank */
+    double L;                   /* cap on live activations per rank, in weights */
+    double *weight;             /* [num_stages] what one live activation of the stage weighs: 1, or
+                                   with max_memory its memory_stage in units of an even stage's */
     unsigned flags;
     double comm;                /* time of one transfer between two ranks */
     double *f_end, *i_end;      /* [num_stages * mb]; < 0 while not scheduled */
     int *next_f, *next_i;       /* [num_stages] next microbatch to forward / backward */
     double *t;                  /* [pp] when the rank is free */
-    int *live, *reserved;       /* [pp] activations held, and promised to admitted microbatches */
+    double *live, *reserved;    /* [pp] weights of the activations held, and promised to admitted
+                                   microbatches */
     int *left_fi;               /* [pp] F and I actions still to schedule */
     int *last_op;               /* [pp] the rank's last F or I (PP_OP_W before any) */
     pp__wfifo *wq;              /* [pp] pending W's, oldest first */
@@ -7565,11 +7841,15 @@ static pp__greedy_move pp__greedy_decide(const pp__greedy *g, int r)
         /* the next F of this chunk: needs the previous stage's output and room in memory */
         m = g->next_f[st];
         if (m < s->mb) {
-            int admit;
-            if (s->vpp == 2 && (g->flags & PP_GREEDY_EAGER_ADMIT))   /* one slot for the oldest's chunk 1 */
-                admit = g->live[r] + (c == 0 ? 2 : 1) <= g->L;
-            else               /* a new microbatch reserves room for all its chunks */
-                admit = c == 0 ? g->live[r] + g->reserved[r] + s->vpp <= g->L : 1;
+            int admit, k;
+            double need = 0;
+            if (s->vpp == 2 && (g->flags & PP_GREEDY_EAGER_ADMIT)) {   /* one slot for the oldest's chunk 1 */
+                need = g->weight[pp_rank_chunk_stage(s, r, 1)] + (c == 0 ? g->weight[st] : 0);
+                admit = g->live[r] + need <= g->L + PP__GREEDY_EPS;
+            } else if (c == 0) {   /* a new microbatch reserves room for all its chunks */
+                for (k = 0; k < s->vpp; k++) need += g->weight[pp_rank_chunk_stage(s, r, k)];
+                admit = g->live[r] + g->reserved[r] + need <= g->L + PP__GREEDY_EPS;
+            } else admit = 1;
             arr = 0;
             if (st > 0) {
                 double e = g->f_end[PP__SM(s, st - 1, m)];
@@ -7627,7 +7907,33 @@ static void pp__greedy_free(pp__greedy *g)
     PIPEPAR_FREE(g->wq);
     PIPEPAR_FREE(g->f_end); PIPEPAR_FREE(g->i_end); PIPEPAR_FREE(g->next_f); PIPEPAR_FREE(g->next_i);
     PIPEPAR_FREE(g->t); PIPEPAR_FREE(g->live); PIPEPAR_FREE(g->reserved); PIPEPAR_FREE(g->left_fi);
+    PIPEPAR_FREE(g->weight);
     PIPEPAR_FREE(g->last_op);
+}
+
+/* What a live activation of each stage weighs against the cap: 1 each, or with max_memory its
+ * memory_stage in units of an even stage's (total / stages), as pp_simulate's peak_memory counts
+ * it. Every rank must fit one microbatch through all its chunks, or no order can move. */
+static pp_status pp__greedy_weights(pp__greedy *g, const pp_greedy_config *cfg, pp_error *err)
+{
+    const pp_schedule *s = g->s;
+    const double *m = cfg->max_memory > 0 ? cfg->costs->memory_stage : NULL;
+    double total = 0, need;
+    int st, r, c;
+    for (st = 0; st < s->num_stages; st++) {
+        if (m && !(m[st] >= 0 && m[st] <= DBL_MAX))
+            return pp__fail(err, PP_EINVAL, "costs: memory_stage[%d]=%g: must be a finite number >= 0", st, m[st]);
+        total += m ? m[st] : 0;
+    }
+    for (st = 0; st < s->num_stages; st++) g->weight[st] = !m ? 1.0 : total > 0 ? m[st] * s->num_stages / total : 0;
+    for (r = 0; m && r < s->pp; r++) {
+        for (need = 0, c = 0; c < s->vpp; c++) need += g->weight[pp_rank_chunk_stage(s, r, c)];
+        if (need > g->L + PP__GREEDY_EPS)
+            return pp__fail(err, PP_EUNSUPPORTED, "max_memory=%g: a greedy schedule needs room for one microbatch "
+                            "through every chunk of a rank, and rank %d's take %g", cfg->max_memory, r,
+                            need / s->vpp);
+    }
+    return PP_OK;
 }
 
 pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_schedule **out, pp_error *err)
@@ -7654,6 +7960,14 @@ pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_schedule **ou
         return pp__fail(err, PP_EUNSUPPORTED, "vpp=%d: the V placement has exactly 2 chunks per rank", vpp);
     if (cfg->max_live < 0)
         return pp__fail(err, PP_EINVAL, "max_live=%d: must be at least 1 (0 means pp*vpp)", cfg->max_live);
+    if (!(cfg->max_memory >= 0 && cfg->max_memory <= 1e12))
+        return pp__fail(err, PP_EINVAL, "max_memory=%g: must be a number between 0 and 1e12 (0: max_live counts)",
+                        cfg->max_memory);
+    if (cfg->max_memory > 0 && cfg->max_live)
+        return pp__fail(err, PP_EINVAL, "max_memory=%g and max_live=%d: give one cap", cfg->max_memory, cfg->max_live);
+    if (cfg->max_memory > 0 && !(cfg->costs && cfg->costs->memory_stage))
+        return pp__fail(err, PP_EINVAL, "max_memory=%g: weighs activations by costs->memory_stage, which is NULL "
+                        "(max_live caps their count)", cfg->max_memory);
     if (cfg->costs && cfg->costs->action_cost)
         return pp__fail(err, PP_EINVAL, "costs: action_cost: times an existing schedule's actions; the greedy "
                         "scheduler builds a new one (give per-stage costs)");
@@ -7675,9 +7989,10 @@ pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_schedule **ou
         g.costs->p2p_seconds_per_byte < 0 || g.costs->activation_bytes < 0)
         return pp__fail(err, PP_EINVAL, "costs: every cost must be >= 0 (f=%g b=%g i=%g w=%g p2p=%g)", g.costs->f,
                         g.costs->b, g.costs->i, g.costs->w, g.costs->p2p_latency);
+    if ((st = pp__check_rank_speed(g.costs, cfg->pp, err)) != PP_OK) return st;
     st = pp_schedule_create(cfg->pp, vpp, cfg->mb, cfg->placement, &s, err);
     if (st != PP_OK) return st;
-    g.s = s; g.L = L; g.flags = cfg->flags;
+    g.s = s; g.L = cfg->max_memory > 0 ? cfg->max_memory * vpp : (double)L; g.flags = cfg->flags;
     g.comm = g.costs->p2p_latency + g.costs->p2p_seconds_per_byte * g.costs->activation_bytes;
     n = (size_t)s->num_stages * (size_t)s->mb;
     g.f_end = (double *)PIPEPAR_MALLOC(n * sizeof(double));
@@ -7685,16 +8000,19 @@ pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_schedule **ou
     g.next_f = (int *)pp__calloc((size_t)s->num_stages, sizeof(int));
     g.next_i = (int *)pp__calloc((size_t)s->num_stages, sizeof(int));
     g.t = (double *)pp__calloc((size_t)s->pp, sizeof(double));
-    g.live = (int *)pp__calloc((size_t)s->pp, sizeof(int));
-    g.reserved = (int *)pp__calloc((size_t)s->pp, sizeof(int));
+    g.live = (double *)pp__calloc((size_t)s->pp, sizeof(double));
+    g.reserved = (double *)pp__calloc((size_t)s->pp, sizeof(double));
+    g.weight = (double *)pp__calloc((size_t)s->num_stages, sizeof(double));
     g.left_fi = (int *)pp__calloc((size_t)s->pp, sizeof(int));
     g.last_op = (int *)pp__calloc((size_t)s->pp, sizeof(int));
     g.wq = (pp__wfifo *)pp__calloc((size_t)s->pp, sizeof(pp__wfifo));
-    if (!g.f_end || !g.i_end || !g.next_f || !g.next_i || !g.t || !g.live || !g.reserved || !g.left_fi || !g.last_op || !g.wq) {
+    if (!g.f_end || !g.i_end || !g.next_f || !g.next_i || !g.t || !g.live || !g.reserved || !g.left_fi || !g.last_op || !g.wq ||
+        !g.weight) {
         st = pp__fail(err, PP_ENOMEM, "out of memory");
         goto done;
     }
     for (k = 0; k < n; k++) g.f_end[k] = g.i_end[k] = -1;
+    if ((st = pp__greedy_weights(&g, cfg, err)) != PP_OK) goto done;
     for (r = 0; r < s->pp; r++) {
         if (!pp__wfifo_init(&g.wq[r], vpp * s->mb)) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
         g.left_fi[r] = 2 * vpp * s->mb;
@@ -7724,7 +8042,7 @@ pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_schedule **ou
                 if (g.wq[r].head < g.wq[r].tail && (best_r < 0 || g.t[r] < g.t[best_r])) best_r = r;
             if (best_r < 0) {
                 st = pp__fail(err, PP_EINVALID_SCHEDULE, "greedy schedule: no rank can move (internal error; "
-                              "pp=%d vpp=%d mb=%d max_live=%d)", s->pp, vpp, s->mb, L);
+                              "pp=%d vpp=%d mb=%d cap %g)", s->pp, vpp, s->mb, g.L);
                 goto done;
             }
             best.commit = 1;
@@ -7744,9 +8062,11 @@ pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_schedule **ou
             if (a.op == PP_OP_F) {
                 g.f_end[key] = end;
                 g.next_f[a.stage]++;
-                g.live[r]++;
-                if (pp_stage_chunk(s, a.stage) == 0) g.reserved[r] += vpp - 1;
-                else g.reserved[r]--;
+                int c;
+                g.live[r] += g.weight[a.stage];
+                if (pp_stage_chunk(s, a.stage) == 0)
+                    for (c = 1; c < vpp; c++) g.reserved[r] += g.weight[pp_rank_chunk_stage(s, r, c)];
+                else g.reserved[r] -= g.weight[a.stage];
                 g.left_fi[r]--;
             } else if (a.op == PP_OP_I) {
                 g.i_end[key] = end;
@@ -7754,8 +8074,8 @@ pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_schedule **ou
                 pp__wfifo_push(&g.wq[r], a.stage, a.mb);
                 g.left_fi[r]--;
             } else {
+                g.live[r] -= g.weight[a.stage];
                 g.wq[r].head++;
-                g.live[r]--;
             }
         }
     }
@@ -7774,6 +8094,7 @@ typedef struct pp__candidate {
     pp_schedule_kind kind;      /* PP_CUSTOM: greedy */
     pp_placement placement;
     int vpp, group, max_live;
+    double max_memory;          /* greedy: a cap weighed by stage memory (instead of max_live) */
     unsigned flags;
     int split;                  /* pp_schedule_split_overlaps before lowering */
 } pp__candidate;
@@ -7801,6 +8122,7 @@ typedef struct pp__search {
 
 static void pp__candidate_name(const pp__candidate *c, char *buf, size_t size)
 {
+    char cap[48];
     const char *kn = c->kind == PP_CUSTOM ? "greedy" : pp_schedule_kind_name(c->kind);
     switch (c->kind) {
     case PP_INTERLEAVED_1F1B: case PP_INTERLEAVED_ZB:
@@ -7810,8 +8132,10 @@ static void pp__candidate_name(const pp__candidate *c, char *buf, size_t size)
     case PP_ZB_H2:
         snprintf(buf, size, "%s max_live=%d", kn, c->max_live); break;
     case PP_CUSTOM:
-        snprintf(buf, size, "greedy %s vpp=%d max_live=%d%s%s%s%s%s", c->placement == PP_PLACEMENT_V ? "V" : "looped",
-                 c->vpp, c->max_live, c->flags & PP_GREEDY_FILL_ANY_GAP ? " fill" : "",
+        if (c->max_memory > 0) snprintf(cap, sizeof cap, "max_memory=%g", c->max_memory);
+        else snprintf(cap, sizeof cap, "max_live=%d", c->max_live);
+        snprintf(buf, size, "greedy %s vpp=%d %s%s%s%s%s%s", c->placement == PP_PLACEMENT_V ? "V" : "looped",
+                 c->vpp, cap, c->flags & PP_GREEDY_FILL_ANY_GAP ? " fill" : "",
                  c->flags & PP_GREEDY_SHALLOW_FIRST ? " shallow" : "", c->flags & PP_GREEDY_LAZY_W ? " lazy-w" : "",
                  c->flags & PP_GREEDY_I_FIRST ? " i-first" : c->flags & PP_GREEDY_READY_ORDER ? " ready-order" : "",
                  c->flags & PP_GREEDY_EAGER_ADMIT ? " eager" : "");
@@ -7828,6 +8152,7 @@ static pp_status pp__candidate_build(const pp_search_config *cfg, const pp__cand
         pp_greedy_config g;
         memset(&g, 0, sizeof g);
         g.pp = cfg->pp; g.mb = cfg->mb; g.vpp = c->vpp; g.placement = c->placement; g.max_live = c->max_live;
+        g.max_memory = c->max_memory;
         g.costs = &cfg->costs; g.flags = c->flags;
         return pp_schedule_build_greedy(&g, out, err);
     } else {
@@ -7973,7 +8298,7 @@ static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error 
         snprintf(e->name + n, sizeof e->name - n, ", B as I then W");
     }
     e->kind = c->kind; e->placement = c->placement; e->vpp = c->vpp; e->group = c->group;
-    e->max_live = c->max_live; e->greedy_flags = c->flags; e->split_overlaps = c->split;
+    e->max_live = c->max_live; e->max_memory = c->max_memory; e->greedy_flags = c->flags; e->split_overlaps = c->split;
     e->split_backward = split_b;
     e->makespan = sim->makespan;
     e->bubble = sim->bubble_mean;
@@ -8017,13 +8342,41 @@ int pp_search_layout_text(const int32_t *stage_layers, int stages, char *buf, si
     return (int)n;
 }
 
+/* The caps the greedy schedules are built at: 1F1B's memory and the search's cap (twice 1F1B's
+ * without one). Without per-stage memory they count live activations (pp_greedy_config.max_live:
+ * 1F1B's pp*vpp); with it they weigh each by its stage's memory (max_memory: 1F1B's pp), so that
+ * uneven stages hold what their memory allows. A cap below one microbatch through every chunk of
+ * a rank fits no schedule (each rank holds a microbatch in all its chunks while it reaches the
+ * last stage): the greedy at that least cap is then built anyway, over the cap, so that the least
+ * memory the caller is told of is the least any schedule has. Returns how many caps. */
+static int pp__greedy_caps(const pp_search_config *cfg, int vpp, pp_placement placement, double caps[2])
+{
+    const double *m = cfg->costs.memory_stage;
+    double one = m ? cfg->pp : cfg->pp * vpp, cap, need = vpp, total = 0;
+    int n = 0, r, c, S = cfg->pp * vpp;
+    if (m) {
+        cap = cfg->max_memory > 0 ? cfg->max_memory : 2.0 * cfg->pp;
+        for (r = 0; r < S; r++) total += m[r];
+        for (need = 0, r = 0; r < cfg->pp && total > 0; r++) {
+            double sum = 0;
+            for (c = 0; c < vpp; c++)
+                sum += m[placement == PP_PLACEMENT_V && c == 1 ? 2 * cfg->pp - 1 - r : c * cfg->pp + r];
+            if (sum * cfg->pp / total > need) need = sum * cfg->pp / total;
+        }
+    } else cap = cfg->max_memory > 0 ? (double)(int)(cfg->max_memory * vpp + 1e-9) : 2.0 * cfg->pp * vpp;
+    if (one <= cap * (1 + 1e-12)) caps[n++] = one;
+    if (cap != one && cap >= need * (1 - 1e-12)) caps[n++] = cap;
+    else if (cap < need * (1 - 1e-12)) caps[n++] = need;
+    return n;
+}
+
 /* Every kind with every parameter worth trying at this vpp, each through pp__search_try. */
 static pp_status pp__search_vpp(pp__search *S, int vpp, pp_error *err)
 {
     const pp_search_config *cfg = S->cfg;
     pp__candidate c;
     pp_status st = PP_OK;
-    int groups[40], ng = 0, g, L, Lcap, k;
+    int groups[40], ng = 0, g, L, k;
     memset(&c, 0, sizeof c);
     c.vpp = vpp;
 #define PP__TRY() do { st = pp__search_try(S, &c, err); if (st != PP_OK) return st; } while (0)
@@ -8077,26 +8430,25 @@ static pp_status pp__search_vpp(pp__search *S, int vpp, pp_error *err)
         }
     }
     /* greedy: at 1F1B's memory and at the cap (or twice 1F1B's without one), every policy,
-     * looped and, for vpp = 2, V. A cap below one microbatch through every chunk (max_live vpp)
-     * fits no schedule: each rank holds a microbatch in all its chunks while it reaches the last
-     * stage. The greedy at vpp live is then built anyway, over the cap, so that the least memory
-     * the caller is told of is the least any schedule has. */
-    Lcap = cfg->max_memory > 0 ? (int)(cfg->max_memory * vpp + 1e-9) : 2 * cfg->pp * vpp;
+     * looped and, for vpp = 2, V; with per-stage memory each activation weighs its stage's */
     c.kind = PP_CUSTOM;
     for (k = 0; k < (vpp == 2 ? 2 : 1); k++) {
-        int Ls[2], nL = 0, li;
+        double caps[2];
+        int nc, li;
         c.placement = k ? PP_PLACEMENT_V : PP_PLACEMENT_LOOPED;
-        if (cfg->pp * vpp <= Lcap) Ls[nL++] = cfg->pp * vpp;
-        if (Lcap != cfg->pp * vpp && Lcap >= vpp) Ls[nL++] = Lcap;
-        else if (Lcap < vpp) Ls[nL++] = vpp;
-        for (li = 0; li < nL; li++)
+        nc = pp__greedy_caps(cfg, vpp, c.placement, caps);
+        for (li = 0; li < nc; li++)
             for (c.flags = 0; c.flags < PP_GREEDY_FLAG_LIMIT; c.flags++) {
                 if ((c.flags & PP_GREEDY_I_FIRST) && (c.flags & PP_GREEDY_READY_ORDER)) continue;
                 if ((c.flags & PP_GREEDY_EAGER_ADMIT) && vpp != 2) continue;   /* same as without */
-                c.max_live = Ls[li]; PP__TRY();
+                if (cfg->costs.memory_stage) c.max_memory = caps[li];
+                else c.max_live = (int)caps[li];
+                PP__TRY();
             }
         c.flags = 0;
     }
+    c.max_live = 0;
+    c.max_memory = 0;
 #undef PP__TRY
     return PP_OK;
 }
@@ -8473,7 +8825,7 @@ static pp_status pp__search_validate(const pp_search_config *cfg, pp_error *err)
     if (cfg->costs.f < 0 || cfg->costs.b < 0 || cfg->costs.i < 0 || cfg->costs.w < 0)
         return pp__fail(err, PP_EINVAL, "costs: every cost must be >= 0 (f=%g b=%g i=%g w=%g)", cfg->costs.f,
                         cfg->costs.b, cfg->costs.i, cfg->costs.w);
-    return PP_OK;
+    return pp__check_rank_speed(&cfg->costs, cfg->pp, err);
 }
 
 /* The layout search's working state (cfg.layers) for one pp_search call. Its arrays hold the
@@ -8633,7 +8985,7 @@ static pp_status pp__search_result(pp__search *S, const pp_search_config *cfg, p
         pp__candidate c;
         memset(&c, 0, sizeof c);
         c.kind = b->kind; c.placement = b->placement; c.vpp = b->vpp; c.group = b->group;
-        c.max_live = b->max_live; c.flags = b->greedy_flags; c.split = b->split_overlaps;
+        c.max_live = b->max_live; c.max_memory = b->max_memory; c.flags = b->greedy_flags; c.split = b->split_overlaps;
         /* a greedy order comes from the costs: the winner's split's */
         if (b->stage_layers) pp__split_costs(cfg, &cfg->costs, b->stage_layers, cfg->pp * b->vpp, L->cost);
         st = pp__candidate_build(cfg, &c, &res->best, err);
@@ -13203,6 +13555,275 @@ done:
     PIPEPAR_FREE(ids);
     PIPEPAR_FREE(idle);
     return st;
+}
+
+
+/* --- >>adapt (implementation) ------------------------------------------------------------------ */
+
+/* Tags of a layer move: the stage field holds this code (as the MIMO bridge's do), the
+ * microbatch field the transfer's index g * tensors + k. */
+#define PP__MOVE_STAGE 0xFFFE00
+
+/* The median of v[0..n) (sorted in place, pp__double_cmp of >>draw); 0 for n = 0. */
+static double pp__median(double *v, int n)
+{
+    if (n == 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, pp__double_cmp);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+pp_status pp_speed_summarize(const pp_timeline *t, const double *stage_work, int num_stages,
+                             float summary[PP_SPEED_SUMMARY], pp_error *err)
+{
+    double *v;
+    int n[PP_SPEED_SUMMARY] = { 0, 0, 0, 0 }, i, k;
+    if (!t || !stage_work || !summary)
+        return pp__fail(err, PP_EINVAL, "pp_speed_summarize: t, stage_work and summary must not be NULL");
+    if (num_stages < 1 || (t->schedule && num_stages != t->schedule->num_stages))
+        return pp__fail(err, PP_EINVAL, "pp_speed_summarize: num_stages=%d: must be the schedule's (%d)", num_stages,
+                        t->schedule ? t->schedule->num_stages : 0);
+    if (t->length < 0 || (t->length > 0 && (!t->actions || !t->ready || !t->end)))
+        return pp__fail(err, PP_EINVAL, "pp_speed_summarize: rank %d's timeline has no times (length %d)", t->rank,
+                        t->length);
+    for (i = 0; i < num_stages; i++)
+        if (!pp__finite_nonneg(stage_work[i]))
+            return pp__fail(err, PP_EINVAL, "stage_work[%d]=%g: must be a finite number >= 0", i, stage_work[i]);
+    v = (double *)pp__calloc((size_t)t->length * PP_SPEED_SUMMARY + 1, sizeof(double));
+    if (!v) return pp__fail(err, PP_ENOMEM, "out of memory");
+    for (i = 0; i < t->length; i++) {
+        pp_action a = t->actions[i];
+        double d;
+        k = a.op == PP_OP_F ? 0 : a.op == PP_OP_I ? 1 : a.op == PP_OP_W ? 2 : a.op == PP_OP_B ? 3 : -1;
+        if (k < 0 || (t->start && t->start[i] < 0) || t->ready[i] < 0) continue;
+        if (a.stage < 0 || a.stage >= num_stages) {
+            PIPEPAR_FREE(v);
+            return pp__fail(err, PP_EINVAL, "pp_speed_summarize: rank %d action %d: stage %d of %d stages", t->rank, i,
+                            a.stage, num_stages);
+        }
+        d = t->end[i] - t->ready[i];
+        if (stage_work[a.stage] <= 0 || !(d >= 0)) continue;
+        v[(size_t)k * t->length + n[k]++] = d / stage_work[a.stage];
+    }
+    for (k = 0; k < PP_SPEED_SUMMARY; k++) summary[k] = (float)pp__median(v + (size_t)k * t->length, n[k]);
+    PIPEPAR_FREE(v);
+    return pp__ok(err);
+}
+
+pp_status pp_speed_estimate(const float *summaries, int pp, double *rank_speed, pp_layer_costs *layer, pp_error *err)
+{
+    double *per = NULL, *kind = NULL, fastest = 0;
+    int r, k;
+    if (!summaries || !rank_speed)
+        return pp__fail(err, PP_EINVAL, "pp_speed_estimate: summaries and rank_speed must not be NULL");
+    if (pp < 1 || pp > (1 << 20)) return pp__fail(err, PP_EINVAL, "pp=%d: must be between 1 and %d", pp, 1 << 20);
+    for (r = 0; r < pp; r++) {
+        for (k = 0; k < PP_SPEED_SUMMARY; k++) {
+            float x = summaries[(size_t)r * PP_SPEED_SUMMARY + k];
+            if (!(x >= 0 && x <= FLT_MAX))
+                return pp__fail(err, PP_EINVAL, "summaries[%d]=%g (rank %d): must be a finite number >= 0",
+                                r * PP_SPEED_SUMMARY + k, (double)x, r);
+        }
+        if (!(summaries[(size_t)r * PP_SPEED_SUMMARY] > 0))
+            return pp__fail(err, PP_EINVAL, "pp_speed_estimate: rank %d ran no forward with work in its summary (a "
+                            "step of its program, timed, and stage_work > 0 where it computes)", r);
+    }
+    per = (double *)pp__calloc((size_t)pp, sizeof(double));
+    kind = (double *)pp__calloc((size_t)pp, sizeof(double));
+    if (!per || !kind) { PIPEPAR_FREE(per); PIPEPAR_FREE(kind); return pp__fail(err, PP_ENOMEM, "out of memory"); }
+    for (r = 0; r < pp; r++) {   /* a rank's time per layer: F, then I + W, or B without them */
+        const float *x = summaries + (size_t)r * PP_SPEED_SUMMARY;
+        per[r] = (double)x[0] + (x[1] > 0 || x[2] > 0 ? (double)x[1] + (double)x[2] : (double)x[3]);
+        if (r == 0 || per[r] < fastest) fastest = per[r];
+    }
+    for (r = 0; r < pp; r++) rank_speed[r] = fastest / per[r];
+    if (layer) {
+        double f[PP_SPEED_SUMMARY];
+        for (k = 0; k < PP_SPEED_SUMMARY; k++) {
+            for (r = 0; r < pp; r++) kind[r] = (double)summaries[(size_t)r * PP_SPEED_SUMMARY + k] * rank_speed[r];
+            f[k] = pp__median(kind, pp);
+        }
+        memset(layer, 0, sizeof *layer);
+        layer->f = f[0];
+        if (f[1] > 0 || f[2] > 0) { layer->i = f[1]; layer->w = f[2]; }
+        else layer->i = layer->w = f[3] / 2;
+        layer->memory = 1;
+    }
+    PIPEPAR_FREE(per); PIPEPAR_FREE(kind);
+    return pp__ok(err);
+}
+
+pp_status pp_speed_from_timelines(const pp_timeline *ranks, int count, const double *stage_work, int num_stages,
+                                  double *rank_speed, pp_layer_costs *layer, pp_error *err)
+{
+    float *sum;
+    pp_status st = PP_OK;
+    int r;
+    if (!ranks || count < 1 || count > (1 << 20))
+        return pp__fail(err, PP_EINVAL, "pp_speed_from_timelines: ranks=%p count=%d: needs every rank's timeline",
+                        (const void *)ranks, count);
+    sum = (float *)pp__calloc((size_t)count * PP_SPEED_SUMMARY, sizeof(float));
+    if (!sum) return pp__fail(err, PP_ENOMEM, "out of memory");
+    for (r = 0; r < count && st == PP_OK; r++) {
+        if (ranks[r].rank != r)
+            st = pp__fail(err, PP_EINVAL, "pp_speed_from_timelines: ranks[%d] is rank %d's timeline (give them in rank "
+                          "order)", r, ranks[r].rank);
+        else st = pp_speed_summarize(&ranks[r], stage_work, num_stages, sum + (size_t)r * PP_SPEED_SUMMARY, err);
+    }
+    if (st == PP_OK) st = pp_speed_estimate(sum, count, rank_speed, layer, err);
+    PIPEPAR_FREE(sum);
+    return st;
+}
+
+pp_status pp_speed_exchange(const pp_transport *t, const pp_timeline *mine, const double *stage_work, int num_stages,
+                            double timeout_s, double *rank_speed, pp_layer_costs *layer, pp_error *err)
+{
+    float *sum;
+    double timeout;
+    pp_status st;
+    if (!t || !t->all_reduce)
+        return pp__fail(err, PP_EINVAL, "pp_speed_exchange: transport%s must not be NULL", t ? ".all_reduce" : "");
+    if (t->world < 1 || t->rank < 0 || t->rank >= t->world)
+        return pp__fail(err, PP_EINVAL, "pp_speed_exchange: transport.rank=%d of world=%d: must be between 0 and "
+                        "world-1", t->rank, t->world);
+    if (!(timeout_s >= 0) || timeout_s > 1e9)
+        return pp__fail(err, PP_EINVAL, "pp_speed_exchange: timeout_s=%g: must be >= 0 (0 means 60 s)", timeout_s);
+    if ((size_t)t->world * PP_SPEED_SUMMARY > (size_t)INT_MAX)
+        return pp__fail(err, PP_EINVAL, "pp_speed_exchange: world=%d: too many ranks", t->world);
+    timeout = timeout_s > 0 ? timeout_s : 60.0;
+    sum = (float *)pp__calloc((size_t)t->world * PP_SPEED_SUMMARY, sizeof(float));
+    if (!sum) return pp__fail(err, PP_ENOMEM, "out of memory");
+    /* each rank fills its own 4 floats and zeros elsewhere: the sum is every rank's, exactly */
+    st = pp_speed_summarize(mine, stage_work, num_stages, sum + (size_t)t->rank * PP_SPEED_SUMMARY, err);
+    if (st == PP_OK) st = t->all_reduce(t->user, sum, t->world * PP_SPEED_SUMMARY, timeout, err);
+    if (st == PP_OK) st = pp_speed_estimate(sum, t->world, rank_speed, layer, err);
+    PIPEPAR_FREE(sum);
+    return st;
+}
+
+pp_status pp_layers_replan(const pp_replan_config *cfg, int *next, double *gain, pp_error *err)
+{
+    pp__balance b;
+    int *count = NULL, s, total = 0, fits_now, fits_new;
+    double *sc = NULL, *rt = NULL, now, then;
+    pp_status st;
+    if (gain) *gain = 0;
+    if (!cfg || !next || !cfg->current)
+        return pp__fail(err, PP_EINVAL, "pp_layers_replan: cfg, cfg->current and next must not be NULL");
+    if (!cfg->balance.rank_speed)
+        return pp__fail(err, PP_EINVAL, "balance.rank_speed: NULL; re-planning needs the measured speeds "
+                        "(pp_speed_exchange)");
+    if (!(cfg->min_gain >= 0 && cfg->min_gain < 1))
+        return pp__fail(err, PP_EINVAL, "min_gain=%g: must be at least 0 and below 1", cfg->min_gain);
+    if ((st = pp__balance_init(&cfg->balance, &b, err)) != PP_OK) goto done;
+    for (s = 0; s < b.S; s++) {
+        if (cfg->current[s] < 0 || cfg->current[s] > b.n) {
+            st = pp__fail(err, PP_EINVAL, "current[%d]=%d: must be between 0 and num_layers=%d", s, cfg->current[s], b.n);
+            goto done;
+        }
+        total += cfg->current[s];
+    }
+    if (total != b.n) {
+        st = pp__fail(err, PP_EINVAL, "current: its %d stages hold %d layers, but num_layers=%d", b.S, total, b.n);
+        goto done;
+    }
+    count = (int *)pp__calloc((size_t)b.S, sizeof(int));
+    sc = (double *)pp__calloc((size_t)b.S, sizeof(double));
+    rt = (double *)pp__calloc((size_t)b.pp, sizeof(double));
+    if (!count || !sc || !rt) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+    if ((st = pp__balance_stages(&b, count, err)) != PP_OK) goto done;
+    if (b.vpp > 1 && (st = pp__balance_refine(&b, count, err)) != PP_OK) goto done;
+    now = pp__balance_eval(&b, cfg->current, sc, NULL, rt, NULL, &fits_now);
+    then = pp__balance_eval(&b, count, sc, NULL, rt, NULL, &fits_new);
+    if ((fits_new && !fits_now) || (now > 0 && (now - then) / now > cfg->min_gain)) {
+        memcpy(next, count, (size_t)b.S * sizeof *next);
+        if (gain) *gain = now > 0 && then < now ? (now - then) / now : 0;
+    } else memcpy(next, cfg->current, (size_t)b.S * sizeof *next);
+    st = pp__ok(err);
+done:
+    pp__balance_free(&b);
+    PIPEPAR_FREE(count); PIPEPAR_FREE(sc); PIPEPAR_FREE(rt);
+    return st;
+}
+
+pp_status pp_layers_owners(const int *stage_layers, int pp, int vpp, int v_placement, int num_layers, int *owner,
+                           pp_error *err)
+{
+    int s, k, g = 0;
+    if (!stage_layers || !owner) return pp__fail(err, PP_EINVAL, "pp_layers_owners: stage_layers and owner must not be NULL");
+    if (pp < 1 || vpp < 1 || (double)pp * vpp > PP__LAYERS_MAX)
+        return pp__fail(err, PP_EINVAL, "pp=%d, vpp=%d: each must be at least 1, pp*vpp at most %d", pp, vpp,
+                        PP__LAYERS_MAX);
+    if (v_placement && vpp != 2)
+        return pp__fail(err, PP_EINVAL, "v_placement=%d: the V placement holds 2 stages a rank, but vpp=%d", v_placement,
+                        vpp);
+    if (num_layers < 0 || num_layers > PP__LAYERS_MAX)
+        return pp__fail(err, PP_EINVAL, "num_layers=%d: must be between 0 and %d", num_layers, PP__LAYERS_MAX);
+    for (s = 0; s < pp * vpp; s++) {
+        int r = v_placement ? (s < pp ? s : 2 * pp - 1 - s) : s % pp;
+        if (stage_layers[s] < 0 || stage_layers[s] > num_layers - g)
+            return pp__fail(err, PP_EINVAL, "stage_layers[%d]=%d: the stages hold more than num_layers=%d", s,
+                            stage_layers[s], num_layers);
+        for (k = 0; k < stage_layers[s]; k++) owner[g++] = r;
+    }
+    if (g != num_layers)
+        return pp__fail(err, PP_EINVAL, "stage_layers: the %d stages hold %d layers, but num_layers=%d", pp * vpp, g,
+                        num_layers);
+    return pp__ok(err);
+}
+
+pp_status pp_layers_move(const pp_transport *t, const int *old_owner, const int *new_owner, int num_layers,
+                         int tensors, void *const *buf, const size_t *bytes, double timeout_s, pp_error *err)
+{
+    pp_transfer *xf = NULL;
+    void *handle = NULL;
+    int g, k, n = 0, me;
+    pp_status st;
+    if (!t || !old_owner || !new_owner || !bytes)
+        return pp__fail(err, PP_EINVAL, "pp_layers_move: t, old_owner, new_owner and bytes must not be NULL");
+    if (t->world < 1 || t->rank < 0 || t->rank >= t->world)
+        return pp__fail(err, PP_EINVAL, "pp_layers_move: transport.rank=%d of world=%d: must be between 0 and "
+                        "world-1", t->rank, t->world);
+    if (num_layers < 0 || tensors < 1 || (double)num_layers * tensors >= (double)(1 << 24))
+        return pp__fail(err, PP_EINVAL, "num_layers=%d, tensors=%d: need tensors >= 1 and num_layers * tensors "
+                        "below 2^24", num_layers, tensors);
+    if (!(timeout_s >= 0) || timeout_s > 1e9)
+        return pp__fail(err, PP_EINVAL, "pp_layers_move: timeout_s=%g: must be >= 0 (0 means 60 s)", timeout_s);
+    me = t->rank;
+    for (g = 0; g < num_layers; g++) {
+        if (old_owner[g] < 0 || old_owner[g] >= t->world || new_owner[g] < 0 || new_owner[g] >= t->world)
+            return pp__fail(err, PP_EINVAL, "layer %d: owners %d -> %d: must be ranks of the transport (0..%d)", g,
+                            old_owner[g], new_owner[g], t->world - 1);
+        if (old_owner[g] == new_owner[g] || (old_owner[g] != me && new_owner[g] != me)) continue;
+        for (k = 0; k < tensors; k++) {
+            if (bytes[(size_t)g * tensors + k] == 0) continue;
+            if (!buf || !buf[(size_t)g * tensors + k])
+                return pp__fail(err, PP_EINVAL, "layer %d tensor %d: rank %d %s it, but buf[%d] is NULL", g, k, me,
+                                old_owner[g] == me ? "sends" : "receives", g * tensors + k);
+            n++;
+        }
+    }
+    if (n == 0) return pp__ok(err);
+    if (!t->post || !t->wait) return pp__fail(err, PP_EINVAL, "pp_layers_move: transport.post and .wait must be set");
+    xf = (pp_transfer *)pp__calloc((size_t)n, sizeof *xf);
+    if (!xf) return pp__fail(err, PP_ENOMEM, "out of memory");
+    n = 0;
+    for (g = 0; g < num_layers; g++) {   /* every rank in layer order: a transport matching by order agrees */
+        if (old_owner[g] == new_owner[g] || (old_owner[g] != me && new_owner[g] != me)) continue;
+        for (k = 0; k < tensors; k++) {
+            size_t at = (size_t)g * tensors + k;
+            if (bytes[at] == 0) continue;
+            xf[n].is_send = old_owner[g] == me;
+            xf[n].peer = xf[n].is_send ? new_owner[g] : old_owner[g];
+            xf[n].tag = pp_transfer_tag(PP_OP_SEND_F, PP__MOVE_STAGE, (int)at, 0);
+            xf[n].buf = buf[at];
+            xf[n].bytes = bytes[at];
+            n++;
+        }
+    }
+    st = t->post(t->user, xf, n, &handle, err);
+    if (st == PP_OK) st = t->wait(t->user, handle, timeout_s > 0 ? timeout_s : 60.0, err);
+    PIPEPAR_FREE(xf);
+    return st == PP_OK ? pp__ok(err) : st;
 }
 
 

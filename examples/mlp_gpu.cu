@@ -39,6 +39,9 @@
  *                  gradients against a single-GPU run; (--trace FILE) Perfetto JSON
  *   7. train       (--train N) N steps of SGD or AdamW with the gradient norm clipped over all
  *                  pipeline ranks (pp_cuda_l2norm + pp_nccl_grad_norm), printing the loss
+ * With --adapt, between 5 and 6: each rank's speed from the last step's timeline, the blocks
+ * re-split for the speeds and moved to their new ranks, the steps timed again (mlp_gpu_adapt.h);
+ * --slow-rank R makes rank R's GPU slow on purpose, to see it.
  *
  * Shapes (row-major, as PyTorch stores them; cuBLASLt sees the same bytes column-major):
  *   x, y, dy        [T, H]     a microbatch's activation and its gradient
@@ -227,6 +230,10 @@ struct Model {
     float *d_loss = nullptr;
     size_t bytes = 0, peak_bytes = 0;            /* what this program allocated */
     int kill_step = -1, step_no = 0;             /* failure test */
+    /* --slow-rank: this GPU runs slow_extra more GEMMs per GEMM of the model (0.35 for 1.35x), each
+     * a forward's second GEMM into burn [T, H], counted in slow_debt until a whole one is due */
+    double slow_extra = 0, slow_debt = 0;
+    bf16 *burn = nullptr;
 };
 
 static void *dev_alloc(Model &m, size_t bytes)
@@ -264,7 +271,9 @@ static int slot_get(Model &m, int nb)
     return s;
 }
 
-static void model_init_blocks(Model &m, const std::vector<int> &blocks, bool adamw)
+/* The blocks' weights, gradients and (adamw) optimizer state; init: their initial values (else
+ * they arrive from another rank: --adapt). */
+static void model_init_blocks(Model &m, const std::vector<int> &blocks, bool adamw, bool init = true)
 {
     size_t wn = (size_t)m.F * m.H;
     for (int b : blocks) {
@@ -273,22 +282,24 @@ static void model_init_blocks(Model &m, const std::vector<int> &blocks, bool ada
         m.dW1[b] = (float *)dev_alloc(m, wn * 4);
         m.dW2[b] = (float *)dev_alloc(m, wn * 4);
         /* nn.Linear's default init: uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
-        init_kernel<<<grid_for(wn), 256, 0, m.stream>>>(m.W1[b], wn, 1000 + 2 * b, 1.0f / sqrtf((float)m.H));
-        init_kernel<<<grid_for(wn), 256, 0, m.stream>>>(m.W2[b], wn, 1001 + 2 * b, 1.0f / sqrtf((float)m.F));
+        if (init) init_kernel<<<grid_for(wn), 256, 0, m.stream>>>(m.W1[b], wn, 1000 + 2 * b, 1.0f / sqrtf((float)m.H));
+        if (init) init_kernel<<<grid_for(wn), 256, 0, m.stream>>>(m.W2[b], wn, 1001 + 2 * b, 1.0f / sqrtf((float)m.F));
         if (adamw) {
             m.m1[b] = (float *)dev_alloc(m, wn * 4); m.v1[b] = (float *)dev_alloc(m, wn * 4);
             m.m2[b] = (float *)dev_alloc(m, wn * 4); m.v2[b] = (float *)dev_alloc(m, wn * 4);
-            CK(cudaMemsetAsync(m.m1[b], 0, wn * 4, m.stream)); CK(cudaMemsetAsync(m.v1[b], 0, wn * 4, m.stream));
-            CK(cudaMemsetAsync(m.m2[b], 0, wn * 4, m.stream)); CK(cudaMemsetAsync(m.v2[b], 0, wn * 4, m.stream));
+            if (init) {
+                CK(cudaMemsetAsync(m.m1[b], 0, wn * 4, m.stream)); CK(cudaMemsetAsync(m.v1[b], 0, wn * 4, m.stream));
+                CK(cudaMemsetAsync(m.m2[b], 0, wn * 4, m.stream)); CK(cudaMemsetAsync(m.v2[b], 0, wn * 4, m.stream));
+            }
         }
     }
     CK(cudaGetLastError());
 }
 
-/* counts: blocks of each of the S stages (NULL: L / S each) */
-static void model_setup(Model &m, const Options &o, int S, const int *counts, cudaStream_t stream, int verbose)
+/* The split: counts = blocks of each of the S stages (NULL: L / S each). */
+static void model_split(Model &m, int S, const int *counts)
 {
-    m.H = o.hidden; m.F = 4 * o.hidden; m.T = o.tokens; m.L = o.layers; m.M = o.mb; m.S = S;
+    m.S = S;
     m.first.assign(S, 0); m.count.assign(S, 0);
     m.nb = 0;
     for (int s = 0, b = 0; s < S; s++) {
@@ -297,18 +308,25 @@ static void model_setup(Model &m, const Options &o, int S, const int *counts, cu
         b += m.count[s];
         m.nb = std::max(m.nb, m.count[s]);
     }
+    m.slot_bytes = slot_size(m, m.nb);
+    m.free_slots.assign(m.nb + 1, std::vector<int>());
+}
+
+static void model_setup(Model &m, const Options &o, int S, const int *counts, cudaStream_t stream, int verbose)
+{
+    m.H = o.hidden; m.F = 4 * o.hidden; m.T = o.tokens; m.L = o.layers; m.M = o.mb;
+    model_split(m, S, counts);
     m.stream = stream;
     m.W1.assign(m.L, nullptr); m.W2.assign(m.L, nullptr);
     m.dW1.assign(m.L, nullptr); m.dW2.assign(m.L, nullptr);
     m.m1.assign(m.L, nullptr); m.v1.assign(m.L, nullptr); m.m2.assign(m.L, nullptr); m.v2.assign(m.L, nullptr);
     m.fresh.assign(m.L, 1);
-    m.slot_bytes = slot_size(m, m.nb);
-    m.free_slots.assign(m.nb + 1, std::vector<int>());
     size_t th = (size_t)m.T * m.H;
     m.dh = (bf16 *)dev_alloc(m, (size_t)m.T * m.F * 2);
     m.work[0] = (bf16 *)dev_alloc(m, th * 2);
     m.work[1] = (bf16 *)dev_alloc(m, th * 2);
     m.d_loss = (float *)dev_alloc(m, sizeof(float));
+    if (m.slow_extra > 0) m.burn = (bf16 *)dev_alloc(m, th * 2);
     gemms_create(m.G, m.H, m.T, o.tune, stream, verbose, o.gemm_picks, o.single && o.tune_in_step > 0);
     /* Load every kernel of this file now (CUDA loads modules lazily by default): a first launch
      * in the middle of a step would load it while NCCL kernels may be waiting on a peer. */
@@ -402,6 +420,16 @@ static void backward_weight_blocks(Model &m, const bf16 *in, const bf16 *grad_ou
     }
 }
 
+/* --slow-rank: the extra GEMMs due for `gemms` GEMMs of the model (same shape and kernel as theirs:
+ * w2 [H, F] of a block the rank holds times dh [T, F], into burn), so this GPU computes slower by
+ * the same factor whatever it runs. */
+static void slow_burn(Model &m, int gemms, const bf16 *w2)
+{
+    if (m.slow_extra <= 0) return;
+    for (m.slow_debt += gemms * m.slow_extra; m.slow_debt >= 1; m.slow_debt -= 1)
+        gemm_run(m.G, G_FWD2, w2, m.dh, m.burn, m.burn, 0.0f, nullptr, m.stream);
+}
+
 static void loss_grad(Model &m, const bf16 *out, int mb, bf16 *grad_out)
 {
     size_t n = (size_t)m.T * m.H;
@@ -449,6 +477,7 @@ static void single_step(Single &s)
         forward_blocks(m, 0, m.L, x, s.out, s.slot);
         loss_grad(m, s.out, mb, s.dy);
         backward_blocks(m, 0, m.L, x, s.dy, nullptr, s.slot);
+        slow_burn(m, 6 * m.L - 1, m.W2[0]);   /* 2 GEMMs a block forward, 4 backward, block 0's dx skipped */
     }
 }
 
@@ -485,6 +514,7 @@ struct Rank {
     char *arena = nullptr;
     size_t arena_bytes = 0, arena_used = 0;
     std::string slot_summary;       /* this rank's activation slots by stage size, for the log */
+    std::vector<void *> retired;    /* --adapt: weights sent to another rank, freed after the transport */
 };
 
 static size_t cb_tensor_bytes(void *user, int boundary, const pp_mb_info *info)
@@ -520,6 +550,7 @@ static int cb_forward(void *user, const pp_mb_info *info, const void *in, void *
     if (m.saved[k] >= 0) return 2;   /* a forward twice without its backward */
     m.saved[k] = slot_get(m, m.count[info->stage]);
     forward_blocks(m, m.first[info->stage], m.count[info->stage], (const bf16 *)in, (bf16 *)out, m.slots[m.saved[k]]);
+    slow_burn(m, 2 * m.count[info->stage], m.W2[m.first[info->stage]]);
     return cudaGetLastError() != cudaSuccess;
 }
 
@@ -552,6 +583,7 @@ static int cb_backward(void *user, const pp_mb_info *info, const void *in, const
     char *slot;
     if (!take_slot(r->m, info, &slot, 1)) return 3;
     backward_blocks(r->m, r->m.first[info->stage], r->m.count[info->stage], (const bf16 *)in, (const bf16 *)grad_out, (bf16 *)grad_in, slot);
+    slow_burn(r->m, 4 * r->m.count[info->stage] - (grad_in ? 0 : 1), r->m.W2[r->m.first[info->stage]]);
     return cudaGetLastError() != cudaSuccess;
 }
 
@@ -573,6 +605,7 @@ static int cb_backward_input(void *user, const pp_mb_info *info, const void *in,
     m.iw_free.pop_back();
     backward_input_blocks(m, (const bf16 *)grad_out, (bf16 *)grad_in, m.first[info->stage], m.count[info->stage], slot,
                           m.iw_bufs[m.iw_of[k]]);
+    slow_burn(m, 2 * m.count[info->stage] - (grad_in ? 0 : 1), m.W2[m.first[info->stage]]);
     return cudaGetLastError() != cudaSuccess;
 }
 
@@ -589,6 +622,7 @@ static int cb_backward_weight(void *user, const pp_mb_info *info, const void *in
     if (!take_slot(m, info, &slot, 1)) return 3;
     backward_weight_blocks(m, (const bf16 *)in, (const bf16 *)grad_out, m.first[info->stage], m.count[info->stage], slot,
                            m.iw_bufs[m.iw_of[k]]);
+    slow_burn(m, 2 * m.count[info->stage], m.W2[m.first[info->stage]]);
     m.iw_free.push_back(m.iw_of[k]);
     m.iw_of[k] = -1;
     return cudaGetLastError() != cudaSuccess;
@@ -640,6 +674,7 @@ static double run_single(const Options &o, int device, bool print, Single *keep)
     cudaStream_t stream;
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     Single local, &s = keep ? *keep : local;
+    if (o.slow_rank == device) s.m.slow_extra = o.slow_factor - 1;
     single_setup(s, o, stream, false, print && !o.quiet);
     if (o.tune_in_step > 0 && !s.m.G.picked_from_file)
         tune_in_steps(s.m.G, [&s]() { single_step(s); }, stream, o.tune_in_step, print && !o.quiet);
@@ -723,6 +758,7 @@ static int rank_connect(Rank &R, Shared *sh, int thread_rank)
     R.rank = pp_nccl_rank(R.world_comm);
     R.world = pp_nccl_world(R.world_comm);
     R.lead = R.rank == 0;
+    if (o.slow_rank == R.rank) R.m.slow_extra = o.slow_factor - 1;   /* this process's GPU, wherever placed */
     R.pp = o.pp ? o.pp : R.world;
     if (R.pp != R.world) {
         fprintf(stderr, "mlp_gpu: --pp=%d: this example runs one pipeline, so pp must equal the world size (%d)\n", R.pp,
@@ -894,16 +930,11 @@ static int rank_transport(Rank &R)
     return 0;
 }
 
-/* Every buffer of a step, before any transfer: the executor's planned peak of boundary tensors
- * (one arena), this rank's peak of live (stage, microbatch) activations by stage size (slots of
- * one size serve only stages of that size), and its I->W buffers, all counted from its program. */
-static int rank_buffers(Rank &R)
+/* This rank's peak of live (stage, microbatch) activations by stage size (slots of one size serve
+ * only stages of that size) and its I->W buffers, counted from its program and split. */
+static int rank_slots(Rank &R)
 {
-    pp_executor_stats stats;
-    pp_executor_get_stats(R.ex, &stats);
-    size_t tb = ((size_t)R.m.T * R.m.H * sizeof(bf16) + 255) & ~(size_t)255;
-    R.arena_bytes = tb * (size_t)(stats.planned_slots > 0 ? stats.planned_slots : 1);
-    R.arena = (char *)dev_alloc(R.m, R.arena_bytes);
+    R.slot_summary.clear();
     std::vector<int> peak(R.m.nb + 1, 0), unused(R.m.nb + 1, 0);
     int awaiting = 0;
     PPCK(pp_schedule_rank_peaks(R.sched, R.rank, R.m.count.data(), R.m.nb + 1, peak.data(), unused.data(), &e_));
@@ -921,6 +952,18 @@ static int rank_buffers(Rank &R)
                                        std::to_string(c) + " block" + (c > 1 ? "s" : "");
     }
     return 0;
+}
+
+/* Every buffer of a step, before any transfer: the executor's planned peak of boundary tensors
+ * (one arena), and the slots and I->W buffers (rank_slots). */
+static int rank_buffers(Rank &R)
+{
+    pp_executor_stats stats;
+    pp_executor_get_stats(R.ex, &stats);
+    size_t tb = ((size_t)R.m.T * R.m.H * sizeof(bf16) + 255) & ~(size_t)255;
+    R.arena_bytes = tb * (size_t)(stats.planned_slots > 0 ? stats.planned_slots : 1);
+    R.arena = (char *)dev_alloc(R.m, R.arena_bytes);
+    return rank_slots(R);
 }
 
 /* 4. build: this rank's blocks (stage s holds blocks [first[s], first[s] + count[s]), placed by
@@ -1053,6 +1096,7 @@ static int rank_check(Rank &R, double *single_s, int *failed)
 }
 
 #include "mlp_gpu_report.h"   /* 6. report: rank_measure, report_print, rank_where */
+#include "mlp_gpu_adapt.h"    /* --adapt: rank_adapt */
 
 /* 7. train (--train N): N steps, each clipping the global gradient norm (every pipeline rank's
  *    sum of squares: pp_cuda_l2norm, pp_nccl_grad_norm on the device) and stepping SGD or AdamW. */
@@ -1117,6 +1161,20 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     pp_layers_free(lay);   /* the stages' sizes now live in R.m.first / count */
     PHASE(rank_time(R, T));
     PHASE(rank_measure(R, T, M));
+    if (o.adapt) {   /* the report of the first split, a new split for the measured speeds, its steps */
+        bool switched = false;
+        double before = median(T.times);
+        if (R.lead) { printf("before --adapt:\n"); report_print(R, T, M, single_s); }
+        PHASE(rank_adapt(R, &switched));
+        if (switched) {
+            T = Timing();
+            M = Measured();
+            PHASE(rank_time(R, T));
+            PHASE(rank_measure(R, T, M));
+        }
+        if (R.lead) printf("adapt: step %.1f ms before, %.1f ms after%s\n", before * 1e3, median(T.times) * 1e3,
+                           switched ? "" : " (the split kept)");
+    }
     if (o.check) PHASE(rank_check(R, &single_s, &check_failed));
     if (R.lead) report_print(R, T, M, single_s);
     PHASE(rank_where(R, T, M));
@@ -1124,6 +1182,7 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     pp_executor_free(R.ex);
     pp_nccl_timer_free(&R.timer);
     pp_nccl_transport_free(&R.tp);
+    for (void *p : R.retired) CK(cudaFree(p));
     pp_schedule_free(R.sched);
     pp_nccl_free(R.pipe);
     pp_nccl_free(R.world_comm);

@@ -33,6 +33,10 @@ struct Options {
     const char *search_kind = nullptr; /* --search-kind K: --schedule search tries only kind K */
     int place_by_speed = 0;         /* --place-by-speed: the heaviest pipeline rank on the fastest GPU */
     const char *gpu_ms = nullptr;   /* --gpu-ms LIST: those GPU times instead of measuring (tests) */
+    int slow_rank = -1;             /* --slow-rank R: this rank's GPU does slow_factor times the GEMMs */
+    double slow_factor = 1.35;      /* --slow-factor X */
+    int slow_factor_given = 0;
+    int adapt = 0;                  /* --adapt: re-plan the split for the measured speeds, then time again */
 };
 
 static const char usage[] =
@@ -43,6 +47,7 @@ static const char usage[] =
     "               [--layout STR] [--max-memory X] [--keep-overlaps] [--split-backward] [--schedule-csv FILE]\n"
     "               [--gemm-picks FILE] [--tune-in-step N] [--search-layout] [--search-kind K]\n"
     "               [--place-by-speed [--gpu-ms LIST]] [--kill-rank R --kill-step K]\n"
+    "               [--slow-rank R [--slow-factor X]] [--adapt]\n"
     "  --single        the whole model on one GPU: the baseline of the pipeline efficiency\n"
     "  --threads N     one process driving N GPUs, one thread each (else one process per GPU,\n"
     "                  rank and world from RANK/WORLD_SIZE/LOCAL_RANK, MPI or Slurm variables)\n"
@@ -96,7 +101,14 @@ static const char usage[] =
     "                  half (pp_schedule_split_backward): the B's output gradient leaves for the previous\n"
     "                  stage before the weight gradients are computed, so that rank starts its B sooner;\n"
     "                  with --schedule search, every candidate with whole B's so (pp_search's split_backward)\n"
-    "  --kill-rank R --kill-step K   failure test: rank R kills itself in the middle of step K\n";
+    "  --kill-rank R --kill-step K   failure test: rank R kills itself in the middle of step K\n"
+    "  --slow-rank R   a slow GPU on purpose: rank R (with --single: LOCAL_RANK R) runs --slow-factor X\n"
+    "                  (1.35) times the GEMMs, the extra ones beside its own, of the same shape\n"
+    "  --adapt         after the timed steps, each rank's speed from the last step's timeline\n"
+    "                  (pp_speed_exchange), the blocks re-split for them (pp_layers_replan: when the\n"
+    "                  slowest rank's time falls by more than 2%), the moved blocks' weights and optimizer\n"
+    "                  state sent to their new rank (pp_layers_move), and the steps timed again; with a\n"
+    "                  --schedule kind, whose order stays the same for the new split\n";
 
 static int parse_args(int argc, char **argv, Options *o)
 {
@@ -109,11 +121,11 @@ static int parse_args(int argc, char **argv, Options *o)
         snprintf(flag, sizeof flag, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
         static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", "--no-gate",
                                               "--no-copy-engine", "--keep-overlaps", "--search-layout",
-                                              "--place-by-speed", "--split-backward", NULL };
+                                              "--place-by-speed", "--split-backward", "--adapt", NULL };
         static const char *const valued[] = { "--threads", "--pp", "--vpp", "--group", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
             "--single-ms", "--kill-rank", "--kill-step", "--layout", "--max-memory", "--search-kind", "--gpu-ms",
-            "--schedule-csv", "--gemm-picks", "--tune-in-step", NULL };
+            "--schedule-csv", "--gemm-picks", "--tune-in-step", "--slow-rank", "--slow-factor", NULL };
         bool is_bool = false, known = false;
         for (int b = 0; bools[b]; b++) if (!strcmp(flag, bools[b])) is_bool = known = true;
         for (int b = 0; valued[b]; b++) if (!strcmp(flag, valued[b])) known = true;
@@ -190,6 +202,9 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--max-memory")) ok = num(0, 1e6, &o->max_memory);
         else if (!strcmp(flag, "--kill-rank")) ok = integer(0, 1 << 20, &o->kill_rank);
         else if (!strcmp(flag, "--kill-step")) ok = integer(0, 1 << 20, &o->kill_step);
+        else if (!strcmp(flag, "--slow-rank")) ok = integer(0, 1 << 20, &o->slow_rank);
+        else if (!strcmp(flag, "--slow-factor")) { ok = num(1, 10, &o->slow_factor); o->slow_factor_given = 1; }
+        else if (!strcmp(flag, "--adapt")) o->adapt = 1;
         if (!ok) return 2;
     }
     return 0;
@@ -227,6 +242,15 @@ static int check_args(const Options *o)
     if (o->tune_in_step && (!o->single || !o->tune)) {
         fprintf(stderr, "mlp_gpu: --tune-in-step: %s\n", !o->single ? "only with --single (pipelines take its picks "
                 "through --gemm-picks)" : "not with --no-tune");
+        return 2;
+    }
+    if (o->slow_factor_given && o->slow_rank < 0) {
+        fprintf(stderr, "mlp_gpu: --slow-factor: only with --slow-rank\n");
+        return 2;
+    }
+    if (o->adapt && (o->single || o->schedule_csv || !strcmp(o->schedule, "search"))) {
+        fprintf(stderr, "mlp_gpu: --adapt: with a --schedule kind, whose order suits any split (not with %s)\n",
+                o->single ? "--single" : o->schedule_csv ? "--schedule-csv" : "--schedule search");
         return 2;
     }
     if (o->gemm_picks && !o->tune) {

@@ -865,6 +865,116 @@ static void layers_balance_matches_brute_force_on_random_cases(void)
     }
 }
 
+/* Speeds. 16 equal layers, pp 2, rank 1 1.35x slower (speeds 1 and 1/1.35): x layers on rank 0
+ * take x, 16 - x on rank 1 take 1.35 (16 - x); x = 9 gives max(9, 9.45) = 9.45, x = 10 gives 10,
+ * x = 8 gives 10.8. With the V placement (vpp 2, rank 0 holding stages 0 and 3) the ranks' sums are
+ * again 9 and 7; the exact split of stage times alone (5, 3, 3, 5: stage times at most 5) would
+ * give rank 0 ten layers, which is why the ranks' sums are balanced after it. Looped stages
+ * (rank 0 holding stages 0 and 2) likewise. */
+static void layers_balance_gives_a_slow_rank_fewer_layers(void)
+{
+    static const double speed[2] = { 1, 1 / 1.35 };
+    pp_balance_config b;
+    pp_layers *l = NULL;
+    pp_error err;
+    int v;
+    memset(&b, 0, sizeof b);
+    b.num_layers = 16; b.pp = 2; b.rank_speed = speed;
+    PP_CHECK_OK(pp_layers_balance(&b, &l, &err), &err);
+    if (l) {
+        PP_CHECK_STR(l->layout, "Et*9|t*7L");
+        PP_CHECK_NEAR(l->max_cost, 9.45, 1e-12);
+        PP_CHECK_NEAR(l->rank_time[0], 9, 0);
+        PP_CHECK_NEAR(l->rank_time[1], 9.45, 1e-12);
+        PP_CHECK_NEAR(l->stage_cost[1], 7, 0);      /* stage costs stay costs, not times */
+    }
+    check_round_trip(l);
+    pp_layers_free(l);
+    for (v = 0; v <= 1; v++) {
+        b.vpp = 2; b.v_placement = v;
+        PP_CHECK_OK(pp_layers_balance(&b, &l, &err), &err);
+        if (!l) continue;
+        PP_CHECK_MSG(l->count[0] + l->count[v ? 3 : 2] == 9, "%s: rank 0 holds %d layers (%s), expected 9",
+                     v ? "V" : "looped", l->count[0] + l->count[v ? 3 : 2], l->layout);
+        PP_CHECK_NEAR(l->max_cost, 9.45, 1e-12);
+        pp_layers_free(l);
+    }
+    /* equal speeds balance the ranks' sums; without speeds the stages (rank_time still reported) */
+    b.num_layers = 10; b.v_placement = 0;
+    b.rank_speed = NULL;
+    PP_CHECK_OK(pp_layers_balance(&b, &l, &err), &err);
+    if (l) { PP_CHECK_NEAR(l->max_cost, 3, 0); PP_CHECK_NEAR(l->rank_time[0] + l->rank_time[1], 10, 0); }
+    pp_layers_free(l);
+    /* bad speeds and placements are named */
+    b.rank_speed = speed; b.vpp = 1; b.v_placement = 1;
+    PP_CHECK_FAILS(pp_layers_balance(&b, &l, &err), &err, PP_EINVAL,
+                   "v_placement=1: the V placement holds 2 stages a rank, but vpp=1");
+    {
+        double bad[2] = { 1, 0 };
+        b.v_placement = 0; b.rank_speed = bad;
+        PP_CHECK_FAILS(pp_layers_balance(&b, &l, &err), &err, PP_EINVAL, "rank_speed[1]=0: must be a finite number > 0");
+        bad[1] = HUGE_VAL;
+        PP_CHECK_FAILS(pp_layers_balance(&b, &l, &err), &err, PP_EINVAL, "rank_speed[1]=inf");
+    }
+    PP_CHECK(l == NULL);
+}
+
+/* Every split of n <= 9 layers into pp*vpp stages (pp 1..3, vpp 1..2, looped and V), enumerated
+ * with random speeds: at vpp 1 the slowest rank's time is the least of all splits (exact); at
+ * vpp 2 it is the least whenever the decoder layers cost alike (an embedding and a loss of their
+ * own cost around them; layers of unequal costs can end a few percent above it). rank_time is
+ * each rank's stages' costs / its speed. */
+static void layers_balance_with_speeds_matches_brute_force(void)
+{
+    unsigned rng = 777;
+    int trial;
+    for (trial = 0; trial < 300; trial++) {
+        int pp = 1 + (int)(pp_test_rng(&rng) % 3), vpp = pp > 1 ? 1 + (int)(pp_test_rng(&rng) % 2) : 1;
+        int S = pp * vpp, n = S + (int)(pp_test_rng(&rng) % (10 - S)), v = vpp == 2 && trial % 2;
+        int alike = trial % 3 != 0, cut[7], i, s, r;
+        double c[9], speed[3], front = (double)(pp_test_rng(&rng) % 30) / 10, back = (double)(pp_test_rng(&rng) % 30) / 10;
+        double best = HUGE_VAL;
+        pp_balance_config b;
+        pp_layers *l = NULL;
+        pp_error err;
+        for (i = 0; i < n; i++) c[i] = alike ? 1 : (double)(1 + pp_test_rng(&rng) % 9);
+        for (r = 0; r < pp; r++) speed[r] = 0.5 + (double)(pp_test_rng(&rng) % 100) / 100;
+        cut[0] = 0; cut[S] = n;
+        for (i = 1; i < S; i++) cut[i] = 0;
+        for (;;) {
+            double rt[3] = { 0, 0, 0 }, worst = 0;
+            for (s = 0; s < S; s++) {
+                double acc = s == 0 ? front : 0;
+                for (i = cut[s]; i < cut[s + 1]; i++) acc += c[i];
+                if (s == S - 1) acc += back;
+                rt[v ? (s < pp ? s : 2 * pp - 1 - s) : s % pp] += acc;
+            }
+            for (r = 0; r < pp; r++) if (rt[r] / speed[r] > worst) worst = rt[r] / speed[r];
+            if (worst < best) best = worst;
+            for (i = S - 1; i >= 1 && cut[i] == n; i--) {}
+            if (i < 1) break;
+            cut[i]++;
+            for (s = i + 1; s < S; s++) cut[s] = cut[i];
+        }
+        memset(&b, 0, sizeof b);
+        b.num_layers = n; b.pp = pp; b.vpp = vpp; b.cost = c; b.embedding_cost = front; b.loss_cost = back;
+        b.rank_speed = speed; b.v_placement = v;
+        PP_CHECK_OK(pp_layers_balance(&b, &l, &err), &err);
+        if (!l) continue;
+        if (vpp == 1 || alike)
+            PP_CHECK_MSG(l->max_cost <= best * (1 + 1e-12), "trial %d (pp %d vpp %d n %d%s): slowest rank %.17g, brute "
+                         "force %.17g", trial, pp, vpp, n, v ? " V" : "", l->max_cost, best);
+        for (r = 0; r < pp; r++) {
+            double acc = 0;
+            for (s = 0; s < S; s++)
+                if ((v ? (s < pp ? s : 2 * pp - 1 - s) : s % pp) == r) acc += l->stage_cost[s];
+            PP_CHECK_NEAR(acc / speed[r], l->rank_time[r], 1e-9 * (1 + acc));
+        }
+        check_round_trip(l);
+        pp_layers_free(l);
+    }
+}
+
 /* ============================================================================================
  * Output, queries, fuzzing
  * ============================================================================================ */
@@ -1034,6 +1144,8 @@ const pp_test_case pp_suite_layers[] = {
     PP_TEST(layers_balance_counts_embedding_loss_and_mtp),
     PP_TEST(layers_balance_respects_the_memory_cap),
     PP_TEST(layers_balance_matches_brute_force_on_random_cases),
+    PP_TEST(layers_balance_gives_a_slow_rank_fewer_layers),
+    PP_TEST(layers_balance_with_speeds_matches_brute_force),
     PP_TEST(layers_text_and_json_list_every_stage),
     PP_TEST(layers_queries_reject_out_of_range),
     PP_TEST(layers_fuzz_the_string_parsers),

@@ -862,6 +862,137 @@ static void search_cap_holds_for_weighted_memory(void)
 /* action_cost: measured per-action times replace the per-stage costs. The same times written
  * per action reproduce the per-stage timeline exactly; lengthening the last action lengthens
  * the step by as much; bad input is refused. */
+/* A rank of speed s takes cost / s for each compute action. 1F1B, pp 2, one microbatch, F = 1
+ * and B = 2 a stage, rank 1 at half speed: F0 [0,1), F1 [1,3), B1 [3,7), B0 [7,9): step 9,
+ * rank 0 busy 3, rank 1 busy 6. Measured action times carry their rank's speed already: with
+ * action_cost the speeds change nothing. */
+static void simulate_scales_each_rank_by_its_speed(void)
+{
+    static const double speed[2] = { 1, 0.5 };
+    pp_schedule_config sc;
+    pp_schedule *s = NULL;
+    pp_sim_result *sim = NULL;
+    pp_sim_costs c;
+    pp_error err;
+    memset(&sc, 0, sizeof sc);
+    sc.kind = PP_1F1B; sc.pp = 2; sc.mb = 1;
+    PP_CHECK_OK(pp_schedule_build(&sc, &s, &err), &err);
+    if (!s) return;
+    PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+    memset(&c, 0, sizeof c);
+    c.f = 1; c.b = 2; c.rank_speed = speed;
+    PP_CHECK_OK(pp_simulate(s, &c, &sim, &err), &err);
+    if (sim) {
+        PP_CHECK_NEAR(sim->makespan, 9, 1e-12);
+        PP_CHECK_NEAR(sim->busy[0], 3, 1e-12);
+        PP_CHECK_NEAR(sim->busy[1], 6, 1e-12);
+    }
+    pp_sim_result_free(sim);
+    sim = NULL;
+    {
+        double a0[8], a1[8];
+        const double *ac[2];
+        int k;
+        for (k = 0; k < 8; k++) a0[k] = a1[k] = 1;
+        ac[0] = a0; ac[1] = a1;
+        c.action_cost = ac;
+        PP_CHECK_OK(pp_simulate(s, &c, &sim, &err), &err);
+        if (sim) PP_CHECK_NEAR(sim->makespan, 4, 1e-12);   /* F0 F1 B1 B0, 1 each */
+        pp_sim_result_free(sim);
+        c.action_cost = NULL;
+    }
+    {
+        double bad[2] = { 1, -1 };
+        c.rank_speed = bad;
+        PP_CHECK_FAILS(pp_simulate(s, &c, &sim, &err), &err, PP_EINVAL, "costs: rank_speed[1]=-1: must be a finite "
+                       "number > 0");
+    }
+    pp_schedule_free(s);
+}
+
+/* The layout search with a slow rank (pp 2, rank 1 1.35x slower, F = I = W = 1 a layer, mb 8):
+ * 16 layers give rank 1 seven (9 / 7 as pp_layers_balance gives: 7 x 3 x 8 x 1.35 = 226.8 of
+ * compute on rank 1), and every split is simulated with the speeds, within 5 points of the
+ * 220.6 the two speeds allow (8 x 48 / (1 + 1/1.35)), 3 of which whole layers cost (226.8);
+ * 24 layers split 14 / 10, rank 0 computing 14 x 24 = 336 and the winner taking just that: 98.5%
+ * of the 330.9 the speeds allow. ZB-V on the even split of 24 takes 12 x 24 x 1.35 = 388.8 at best. */
+static void search_with_speeds_gives_the_slow_rank_fewer_layers(void)
+{
+    static const double speed[2] = { 1, 1 / 1.35 };
+    pp_search_config cfg;
+    pp_search_result *res = NULL;
+    pp_error err;
+    int L, k;
+    for (L = 16; L <= 24; L += 8) {
+        double bound = 8 * 3.0 * L / (1 + 1 / 1.35);
+        int rank0 = 0, stages;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.pp = 2; cfg.mb = 8; cfg.layers = L; cfg.vpp = 2; cfg.max_memory = 3;
+        cfg.costs.f = cfg.costs.i = cfg.costs.w = 1; cfg.costs.rank_speed = speed;
+        PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+        if (!res || !res->best) { pp_search_result_free(res); continue; }
+        stages = 2 * res->entries[0].vpp;
+        for (k = 0; k < stages; k++)
+            if (pp_stage_rank(res->best, k) == 0) rank0 += res->entries[0].stage_layers[k];
+        PP_CHECK_MSG(rank0 == (L == 16 ? 9 : 14), "%d layers: rank 0 holds %d (%s)", L, rank0, res->entries[0].name);
+        PP_CHECK_MSG(res->entries[0].makespan <= bound / (L == 16 ? 0.95 : 0.98), "%d layers: %s takes %.3f, the "
+                     "speeds allow %.3f", L, res->entries[0].name, res->entries[0].makespan, bound);
+        if (L == 24) PP_CHECK_NEAR(res->entries[0].makespan, 336, 1e-9);
+        pp_search_result_free(res);
+        res = NULL;
+    }
+}
+
+/* Under max_memory the greedy scheduler weighs a live activation by its stage's memory: V, pp 2,
+ * stages of 1, 3, 1, 3 layers (rank 0: stages 0 and 3, 4 of the 8 layers, so one microbatch
+ * through its chunks is 1 unit of the average rank's 4 layers). At every policy and a cap of 2
+ * the weighed peak stays within 2, and rank 0 holds more live activations than the count cap of
+ * the same memory (4) allows: its small stage's weigh a quarter of an even stage's. */
+static void greedy_max_memory_weighs_each_stage_by_its_memory(void)
+{
+    static const double layers[4] = { 1, 3, 1, 3 };
+    pp_greedy_config g;
+    pp_sim_costs c;
+    pp_schedule *s = NULL;
+    pp_sim_result *sim = NULL;
+    pp_error err;
+    int most = 0;
+    unsigned flags;
+    memset(&c, 0, sizeof c);
+    c.f = 1; c.f_stage = layers; c.i_stage = layers; c.w_stage = layers; c.memory_stage = layers;
+    memset(&g, 0, sizeof g);
+    g.pp = 2; g.mb = 8; g.vpp = 2; g.placement = PP_PLACEMENT_V; g.costs = &c; g.max_memory = 2;
+    for (flags = 0; flags < PP_GREEDY_FLAG_LIMIT; flags++) {
+        g.flags = flags;
+        PP_CHECK_OK(pp_schedule_build_greedy(&g, &s, &err), &err);
+        if (!s) continue;
+        PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+        PP_CHECK_OK(pp_schedule_validate(s, &err), &err);
+        PP_CHECK_OK(pp_simulate(s, &c, &sim, &err), &err);
+        if (sim) {
+            PP_CHECK_MSG(sim->peak_memory[0] <= 2 + 1e-9 && sim->peak_memory[1] <= 2 + 1e-9,
+                         "flags %u: peak memory %g, %g over the cap 2", flags, sim->peak_memory[0], sim->peak_memory[1]);
+            if (sim->peak_live[0] > most) most = sim->peak_live[0];
+        }
+        pp_sim_result_free(sim);
+        pp_schedule_free(s);
+        sim = NULL; s = NULL;
+    }
+    PP_CHECK_MSG(most > 4, "rank 0 holds at most %d live activations", most);
+    g.flags = 0; g.max_memory = 0.9;
+    PP_CHECK_FAILS(pp_schedule_build_greedy(&g, &s, &err), &err, PP_EUNSUPPORTED,
+                   "max_memory=0.9: a greedy schedule needs room for one microbatch through every chunk of a rank, "
+                   "and rank 0's take 1");
+    g.max_memory = 2; g.max_live = 4;
+    PP_CHECK_FAILS(pp_schedule_build_greedy(&g, &s, &err), &err, PP_EINVAL, "max_memory=2 and max_live=4: give one cap");
+    g.max_live = 0; c.memory_stage = NULL;
+    PP_CHECK_FAILS(pp_schedule_build_greedy(&g, &s, &err), &err, PP_EINVAL, "max_memory=2: weighs activations by "
+                   "costs->memory_stage, which is NULL");
+    g.max_memory = -1;
+    PP_CHECK_FAILS(pp_schedule_build_greedy(&g, &s, &err), &err, PP_EINVAL, "max_memory=-1: must be a number");
+    PP_CHECK(s == NULL);
+}
+
 static void simulate_takes_per_action_costs(void)
 {
     static const double f[4] = { 1, 1.5, 0.5, 2 }, i[4] = { 1.1, 1.2, 0.7, 1.9 }, w[4] = { .4, .6, .3, .8 };
@@ -1498,6 +1629,9 @@ static void search_layout_text_round_trips(void)
 
 const pp_test_case pp_suite_search[] = {
     PP_TEST(simulate_takes_per_action_costs),
+    PP_TEST(simulate_scales_each_rank_by_its_speed),
+    PP_TEST(search_with_speeds_gives_the_slow_rank_fewer_layers),
+    PP_TEST(greedy_max_memory_weighs_each_stage_by_its_memory),
     PP_TEST(simulate_weighs_live_activations_by_memory_stage),
     PP_TEST(simulate_refuses_a_bad_memory_stage),
     PP_TEST(search_cap_holds_for_weighted_memory),
