@@ -424,8 +424,9 @@ static int cp_boundaries(const cp_opts *o, int32_t **cu_out, int32_t **lengths_o
         cu[0] = 0;
         for (i = 0; i < n; i++) {
             if (lengths[i] < 1) {
+                int bad = (int)lengths[i];
                 free(lengths); free(cu);
-                return cli_usage_error("lengths[%d]=%d: a sequence needs at least 1 token", i, (int)lengths[i]);
+                return cli_usage_error("lengths[%d]=%d: a sequence needs at least 1 token", i, bad);
             }
             acc += (lengths[i] + m - 1) / m * m;
             if (acc > CLI_MAX_PRINTED_TOKENS) {
