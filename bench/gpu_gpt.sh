@@ -78,7 +78,7 @@ MEG=$OUTDIR/megatron.log
 if [ "${SKIP_MEGATRON:-0}" != 1 ]; then
     say "== Megatron-LM: bench/megatron_gpt_bench.py"
     LAYERS=$LAYERS HIDDEN=$HIDDEN HEADS=$HEADS SEQ=$SEQ VOCAB=$VOCAB MB=$MB STEPS=$STEPS WARMUP=$WARMUP \
-        PYTHONPATH=${MEGATRON_PATH:-.megatron}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 timeout 600 \
+        PYTHONPATH=${MEGATRON_PATH:-.megatron}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 timeout 360 \
         python3 -m torch.distributed.run --nproc_per_node=2 bench/megatron_gpt_bench.py >"$MEG" 2>&1
     say "   (exit $?)"
     grep -E "^megatron" "$MEG" | tee -a "$LOG"

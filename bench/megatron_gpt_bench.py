@@ -33,6 +33,7 @@ from megatron.core import parallel_state as ps
 from megatron.core import tensor_parallel
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.models.gpt.gpt_model import GPTModel
+from megatron.core.transformer.module import Float16Module
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.pipeline_parallel import get_forward_backward_func
 import megatron.core.package_info as pi
@@ -72,12 +73,15 @@ def build(pp, vpp):
     chunks = []
     for v in range(vpp):
         vp = v if vpp > 1 else None
-        chunks.append(GPTModel(
+        model = GPTModel(
             config=cfg, transformer_layer_spec=spec, vocab_size=VOCAB, max_sequence_length=SEQ,
             pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),
             post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp),
             share_embeddings_and_output_weights=True, position_embedding_type="learned_absolute",
-            vp_stage=vp).cuda())
+            vp_stage=vp).cuda()
+        # As Megatron's own trainer does (training.get_model): the torch norms of the local spec are
+        # built fp32 whatever params_dtype says; Float16Module casts every parameter to bf16.
+        chunks.append(Float16Module(cfg, model))
     return cfg, chunks
 
 
@@ -153,9 +157,10 @@ for name in CONFIGS:
     try:
         run(name if name == "single" else f"{name} pp {pp}" + (f" vpp {vpp} overlap_p2p_comm" if vpp > 1 else ""),
             pp, vpp)
-    except Exception as e:  # an out-of-memory or an API mismatch: say so and go on to the next
-        if rank == 0:
-            print(f"megatron {name} FAILED: {type(e).__name__}: {str(e)[:400]}", flush=True)
-        torch.cuda.empty_cache()
+    except Exception as e:  # an out-of-memory or an API mismatch: say so and stop every process
+        # A rank that fails mid-pipeline leaves its peer blocked in a receive; going on to the next
+        # configuration would meet that peer in a different collective and hang.
+        print(f"megatron {name} FAILED on rank {rank}: {type(e).__name__}: {str(e)[:400]}", flush=True)
+        os._exit(1)
 ps.destroy_model_parallel()
 dist.destroy_process_group()
