@@ -13,6 +13,8 @@ cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
 total_pass=0; total_fail=0
 log=$(mktemp -d)
+t_start=$(date +%s)
+part() { echo "== $* (at $(( $(date +%s) - t_start )) s)"; }   # a part's title and when it starts
 
 count() {   # count NAME LOGFILE EXITCODE: add the log's last "N passed, N failed" to the totals
     local name=$1 file=$2 rc=$3 line p f
@@ -34,12 +36,12 @@ compile_check() {   # compile_check NAME COMMAND...: one test that passes when t
     else total_fail=$((total_fail + 1)); echo "FAIL $name"; tail -n 30 "$log/cc.txt" | sed 's/^/    /'; fi
 }
 
-echo "== build (plain)"
+part "build (plain)"
 make -s -j"$JOBS" host >"$log/b1.txt" 2>&1 || { cat "$log/b1.txt"; echo "0 passed, 1 failed"; exit 1; }
-echo "== tests (plain)"
+part "tests (plain)"
 build/run_tests >"$log/t1.txt" 2>&1; count "plain" "$log/t1.txt" $?
 
-echo "== tests (ASan + UBSan)"
+part "tests (ASan + UBSan)"
 if make -s -j"$JOBS" BUILD=build-asan OPT="-O1 -g" \
      SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
      build-asan/run_tests >"$log/b2.txt" 2>&1; then
@@ -47,7 +49,7 @@ if make -s -j"$JOBS" BUILD=build-asan OPT="-O1 -g" \
         build-asan/run_tests >"$log/t2.txt" 2>&1; count "asan+ubsan" "$log/t2.txt" $?
 else cat "$log/b2.txt"; total_fail=$((total_fail + 1)); fi
 
-echo "== tests (TSan: suites that start threads)"
+part "tests (TSan: suites that start threads)"
 TSAN_SUITES=$(ls tests/test_runtime*.c tests/test_threads*.c tests/test_mimo*.c 2>/dev/null | sed -E 's#tests/test_(.*)\.c#\1#')
 if [ -n "$TSAN_SUITES" ]; then
     if make -s -j"$JOBS" BUILD=build-tsan OPT="-O1 -g" SAN="-fsanitize=thread" \
@@ -57,24 +59,26 @@ if [ -n "$TSAN_SUITES" ]; then
     else cat "$log/b3.txt"; total_fail=$((total_fail + 1)); fi
 fi
 
-echo "== shell tests"
+part "shell tests"
 for t in tests/*.sh; do
     case "$t" in tests/run_all.sh|tests/*_lib.sh) continue;; esac   # the runner and sourced helpers
-    bash "$t" >"$log/sh.txt" 2>&1; count "$(basename "$t")" "$log/sh.txt" $?
+    t0=$(date +%s)
+    bash "$t" >"$log/sh.txt" 2>&1; count "$(basename "$t") ($(( $(date +%s) - t0 )) s)" "$log/sh.txt" $?
 done
 
-echo "== CLI shell tests under ASan + UBSan (PIPEPAR=build-asan/pipepar; leaks and undefined behaviour fail them)"
+part "CLI shell tests under ASan + UBSan (PIPEPAR=build-asan/pipepar; leaks and undefined behaviour fail them)"
 if make -s -j"$JOBS" BUILD=build-asan OPT="-O1 -g" \
      SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
      build-asan/pipepar >"$log/b4.txt" 2>&1; then
     for t in tests/*cli*.sh; do
         case "$t" in tests/*_lib.sh) continue;; esac
+        t0=$(date +%s)
         PIPEPAR=build-asan/pipepar ASAN_OPTIONS=detect_leaks=1:exitcode=86 UBSAN_OPTIONS=print_stacktrace=1 \
-            bash "$t" >"$log/sh.txt" 2>&1; count "asan: $(basename "$t")" "$log/sh.txt" $?
+            bash "$t" >"$log/sh.txt" 2>&1; count "asan: $(basename "$t") ($(( $(date +%s) - t0 )) s)" "$log/sh.txt" $?
     done
 else cat "$log/b4.txt"; total_fail=$((total_fail + 1)); fi
 
-echo "== fuzz corpora and fixed findings, replayed (tests/fuzz: gcc + ASan/UBSan, no libFuzzer needed)"
+part "fuzz corpora and fixed findings, replayed (tests/fuzz: gcc + ASan/UBSan, no libFuzzer needed)"
 sh tests/fuzz/run.sh replay >"$log/fz.txt" 2>&1; rc=$?
 sh tests/fuzz/run.sh crashes >>"$log/fz.txt" 2>&1 || rc=$?
 fz_ok=$(grep -c '^ok ' "$log/fz.txt"); fz_bad=$(grep -c '^FAIL' "$log/fz.txt")
@@ -83,7 +87,7 @@ grep '^FAIL' -A3 "$log/fz.txt" | head -n 30
 echo "  fuzz replay: $fz_ok passed, $fz_bad failed"
 total_pass=$((total_pass + fz_ok)); total_fail=$((total_fail + fz_bad))
 
-echo "== compile checks"
+part "compile checks"
 compile_check "header compiles as C++" ${CXX:-c++} -x c++ -std=c++11 -Wall -Wextra -Werror \
     -Wno-unused-function -fsyntax-only tests/impl.c
 # strict C99 with no POSIX feature macro: the header stops with one clear #error naming the two
@@ -104,5 +108,6 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 
 rm -rf "$log"
+echo "== done in $(( $(date +%s) - t_start )) s"
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ]
