@@ -9,7 +9,6 @@
  *         -fno-sanitize-recover=all tests/fuzz/fuzz_action_parse.c -o build/fuzz_action_parse -lm -lpthread
  *   build/fuzz_action_parse -dict=tests/fuzz/schedule.dict tests/fuzz/corpus/action_parse
  * Replay without clang: see replay_main.c. */
-#define PIPEPAR_IMPLEMENTATION
 #include "../../pipepar.h"
 #include "fuzz_common.h"
 

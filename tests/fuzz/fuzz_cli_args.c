@@ -16,7 +16,6 @@
  *         -fno-sanitize-recover=all tests/fuzz/fuzz_cli_args.c -o build/fuzz_cli_args -lm -lpthread
  *   build/fuzz_cli_args -dict=tests/fuzz/cli.dict -max_len=4096 tests/fuzz/corpus/cli_args
  * Replay without clang: see replay_main.c. */
-#define PIPEPAR_IMPLEMENTATION
 #include "../../examples/cli_schedule.c"
 #include "../../examples/cli_search.c"
 #include "../../examples/cli_grid.c"

@@ -1,9 +1,10 @@
 /* fuzz_common.h — helpers shared by the libFuzzer harnesses in tests/fuzz/ (see fuzz_*.c).
  *
- * Every harness is one translation unit that defines PIPEPAR_IMPLEMENTATION and includes
- * pipepar.h (directly, or through an examples/cli_*.c file it drives), then includes this file.
- * Builds two ways: clang -fsanitize=fuzzer (libFuzzer supplies main) or any C99 compiler with
- * tests/fuzz/replay_main.c (a main that replays corpus files; no clang needed).              */
+ * Every harness is one translation unit that includes pipepar.h (directly, or through an
+ * examples/cli_*.c file it drives), then this file; pipepar's implementation comes from
+ * fuzz_impl.c, compiled once and linked into every harness. Builds two ways: clang
+ * -fsanitize=fuzzer (libFuzzer supplies main) or any C99 compiler with tests/fuzz/replay_main.c
+ * (a main that replays corpus files; no clang needed). tests/fuzz/run.sh does both. */
 #ifndef PP_FUZZ_COMMON_H
 #define PP_FUZZ_COMMON_H
 #include <stddef.h>

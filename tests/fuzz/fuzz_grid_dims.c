@@ -16,7 +16,6 @@
  *         -fno-sanitize-recover=all tests/fuzz/fuzz_grid_dims.c -o build/fuzz_grid_dims -lm -lpthread
  *   build/fuzz_grid_dims -dict=tests/fuzz/grid.dict tests/fuzz/corpus/grid_dims
  * Replay without clang: see replay_main.c. */
-#define PIPEPAR_IMPLEMENTATION
 #include "../../pipepar.h"
 #include "fuzz_common.h"
 

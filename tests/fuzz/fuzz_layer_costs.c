@@ -20,7 +20,6 @@
  *   build/fuzz_layer_costs -close_fd_mask=2 -max_len=4096 tests/fuzz/corpus/layer_costs
  * Replay without clang: see replay_main.c. */
 #include "fuzz_fopen.h"   /* fopen in examples/cli_search.c reads the fuzz input */
-#define PIPEPAR_IMPLEMENTATION
 #include "../../examples/cli_search.c"
 #undef fopen
 #include "fuzz_common.h"

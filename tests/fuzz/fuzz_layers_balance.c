@@ -20,7 +20,6 @@
  *         -fno-sanitize-recover=all tests/fuzz/fuzz_layers_balance.c -o build/fuzz_layers_balance -lm -lpthread
  *   build/fuzz_layers_balance -close_fd_mask=2 -dict=tests/fuzz/layers.dict tests/fuzz/corpus/layers_balance
  * Replay without clang: see replay_main.c. */
-#define PIPEPAR_IMPLEMENTATION
 #include "../../examples/cli_layers.c"
 #include "fuzz_common.h"
 #include "fuzz_layers_check.h"

@@ -12,7 +12,6 @@
  *         -fno-sanitize-recover=all tests/fuzz/fuzz_layers_hybrid.c -o build/fuzz_layers_hybrid -lm -lpthread
  *   build/fuzz_layers_hybrid -dict=tests/fuzz/layers.dict -max_len=4096 tests/fuzz/corpus/layers_hybrid
  * Replay without clang: see replay_main.c. */
-#define PIPEPAR_IMPLEMENTATION
 #include "../../pipepar.h"
 #include "fuzz_common.h"
 #include "fuzz_layers_check.h"

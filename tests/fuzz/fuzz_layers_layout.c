@@ -15,7 +15,6 @@
  *         -fno-sanitize-recover=all tests/fuzz/fuzz_layers_layout.c -o build/fuzz_layers_layout -lm -lpthread
  *   build/fuzz_layers_layout -dict=tests/fuzz/layers.dict -max_len=4096 tests/fuzz/corpus/layers_layout
  * Replay without clang: see replay_main.c. */
-#define PIPEPAR_IMPLEMENTATION
 #include "../../pipepar.h"
 #include "fuzz_common.h"
 #include "fuzz_layers_check.h"

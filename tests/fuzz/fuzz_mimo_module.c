@@ -14,7 +14,6 @@
  *         -fno-sanitize-recover=all tests/fuzz/fuzz_mimo_module.c -o build/fuzz_mimo_module -lm -lpthread
  *   build/fuzz_mimo_module -dict=tests/fuzz/grid.dict tests/fuzz/corpus/mimo_module
  * Replay without clang: see replay_main.c. */
-#define PIPEPAR_IMPLEMENTATION
 #include "../../pipepar.h"
 #include "fuzz_common.h"
 

@@ -11,7 +11,6 @@
  *         -fno-sanitize-recover=all tests/fuzz/fuzz_moe_freq.c -o build/fuzz_moe_freq -lm -lpthread
  *   build/fuzz_moe_freq -dict=tests/fuzz/layers.dict -max_len=4096 tests/fuzz/corpus/moe_freq
  * Replay without clang: see replay_main.c. */
-#define PIPEPAR_IMPLEMENTATION
 #include "../../pipepar.h"
 #include "fuzz_common.h"
 #include "fuzz_layers_check.h"

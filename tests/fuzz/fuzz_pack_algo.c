@@ -10,7 +10,6 @@
  *         -fno-sanitize-recover=all tests/fuzz/fuzz_pack_algo.c -o build/fuzz_pack_algo -lm -lpthread
  *   build/fuzz_pack_algo -dict=tests/fuzz/names.dict tests/fuzz/corpus/pack_algo
  * Replay without clang: see replay_main.c. */
-#define PIPEPAR_IMPLEMENTATION
 #include "../../pipepar.h"
 #include "fuzz_common.h"
 

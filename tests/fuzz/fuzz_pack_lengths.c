@@ -21,7 +21,6 @@
  *   build/fuzz_pack_lengths -close_fd_mask=2 -max_len=4096 tests/fuzz/corpus/pack_lengths
  * Replay without clang: see replay_main.c. */
 #include "fuzz_fopen.h"   /* fopen in examples/cli.h and cli_data.c reads the fuzz input */
-#define PIPEPAR_IMPLEMENTATION
 #include "../../examples/cli_data.c"
 #undef fopen
 #include "fuzz_common.h"

@@ -17,7 +17,6 @@
  *         -fno-sanitize-recover=all tests/fuzz/fuzz_schedule_csv.c -o build/fuzz_schedule_csv -lm -lpthread
  *   build/fuzz_schedule_csv -dict=tests/fuzz/schedule.dict -max_len=4096 tests/fuzz/corpus/schedule_csv
  * Replay without clang: see replay_main.c. */
-#define PIPEPAR_IMPLEMENTATION
 #include "../../pipepar.h"
 #include "fuzz_common.h"
 

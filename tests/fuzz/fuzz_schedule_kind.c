@@ -9,7 +9,6 @@
  *         -fno-sanitize-recover=all tests/fuzz/fuzz_schedule_kind.c -o build/fuzz_schedule_kind -lm -lpthread
  *   build/fuzz_schedule_kind -dict=tests/fuzz/names.dict tests/fuzz/corpus/schedule_kind
  * Replay without clang: see replay_main.c. */
-#define PIPEPAR_IMPLEMENTATION
 #include "../../pipepar.h"
 #include "fuzz_common.h"
 

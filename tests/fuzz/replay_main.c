@@ -2,7 +2,7 @@
  *
  *     gcc -std=c99 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=address,undefined \
  *         -fno-sanitize-recover=all -o build/replay_action_parse \
- *         tests/fuzz/fuzz_action_parse.c tests/fuzz/replay_main.c -lpthread -lm
+ *         tests/fuzz/fuzz_action_parse.c tests/fuzz/fuzz_impl.c tests/fuzz/replay_main.c -lpthread -lm
  *     build/replay_action_parse tests/fuzz/corpus/action_parse tests/fuzz/crashes/action_parse-*
  *
  * Runs LLVMFuzzerTestOneInput once on every file named on the command line and on every regular
