@@ -993,7 +993,8 @@ typedef struct pp_search_config {
                                schedules), e.g. PP_INTERLEAVED_1F1B for a trainer with no split backward */
     int layers;             /* > 0: choose the layout too (above). costs.f, b, i, w are then per layer,
                                and no per-stage costs may be given: each split sets them, and
-                               memory_stage to its layers. A vpp with more stages than layers is skipped */
+                               memory_stage to its layers. A vpp with more stages than layers is skipped;
+                               at pp 1 only vpp 1 (a layout has no virtual stages there) */
     int layout_spread;      /* with layers: how far a stage's layer count may stray from the even
                                split (layers / stages, rounded down or up); 0 means 1 */
     pp_layer_costs embedding; /* with layers: the input layer (Megatron's E), on the first stage: added
@@ -4463,9 +4464,10 @@ static int pp__layers_shows_type(const pp_layers *l, int t)
 pp_status pp_layers_write_text(const pp_layers *l, FILE *out, pp_error *err)
 {
     pp__text t;
-    int s, k;
+    int s, k, shows[PP_LAYER_TYPE_COUNT];
     if (!l || !out) return pp__fail(err, PP_EINVAL, "layers, out: must not be NULL");
     memset(&t, 0, sizeof t);
+    for (k = 0; k < PP_LAYER_TYPE_COUNT; k++) shows[k] = pp__layers_shows_type(l, k);   /* once: linear in stages */
     for (s = 0; s < l->num_stages; s++) {
         t.len = 0; pp__layers_putc(&t, '\0'); t.len = 0;
         pp__layers_stage_spell(l, s, &t);
@@ -4474,7 +4476,7 @@ pp_status pp_layers_write_text(const pp_layers *l, FILE *out, pp_error *err)
                 l->first[s] + l->count[s], t.len ? t.data : "-");
         for (k = 0; k < PP_LAYER_TYPE_COUNT; k++) {
             int a = l->type_first[s * PP_LAYER_TYPE_COUNT + k];
-            if (pp__layers_shows_type(l, k))
+            if (shows[k])
                 fprintf(out, " %s [%d,%d)", pp__layer_type_names[k], a, a + l->type_count[s * PP_LAYER_TYPE_COUNT + k]);
         }
         if (l->stage_cost) fprintf(out, " cost %.9g", l->stage_cost[s]);
@@ -4491,9 +4493,11 @@ pp_status pp_layers_write_text(const pp_layers *l, FILE *out, pp_error *err)
 pp_status pp_layers_write_json(const pp_layers *l, FILE *out, pp_error *err)
 {
     pp__text t;
-    int s, k;
+    int s, k, any[PP_LAYER_TYPE_COUNT];   /* a type with layers on some stage: listed on every stage */
     if (!l || !out) return pp__fail(err, PP_EINVAL, "layers, out: must not be NULL");
     memset(&t, 0, sizeof t);
+    for (k = 0; k < PP_LAYER_TYPE_COUNT; k++)
+        for (any[k] = 0, s = 0; s < l->num_stages && !any[k]; s++) any[k] = l->type_count[s * PP_LAYER_TYPE_COUNT + k] > 0;
     /* Strings here are layout letters and hybrid symbols: nothing JSON must escape. */
     fprintf(out, "{\"form\":\"%s\",\"pp\":%d,\"vpp\":%d,\"num_stages\":%d,\"num_layers\":%d,\"mtp_layers\":%d,"
             "\"mtp_standalone\":%s", pp_layers_form_name(l->form), l->pp, l->vpp, l->num_stages, l->num_layers,
@@ -4516,9 +4520,7 @@ pp_status pp_layers_write_json(const pp_layers *l, FILE *out, pp_error *err)
         fprintf(out, ",\"types\":{");
         for (k = 0; k < PP_LAYER_TYPE_COUNT; k++) {
             int a = l->type_first[s * PP_LAYER_TYPE_COUNT + k], c = l->type_count[s * PP_LAYER_TYPE_COUNT + k];
-            int total = 0, j;
-            for (j = 0; j < l->num_stages; j++) total += l->type_count[j * PP_LAYER_TYPE_COUNT + k];
-            if (!total) continue;
+            if (!any[k]) continue;
             fprintf(out, "%s\"%s\":{\"first\":%d,\"count\":%d}", shown++ ? "," : "", pp__layer_type_names[k], a, c);
         }
         fprintf(out, "}}");
@@ -8790,6 +8792,9 @@ static pp_status pp__search_validate(const pp_search_config *cfg, pp_error *err)
         return pp__fail(err, PP_EINVAL, "max_layouts=%ld: must be in 0..2^40 (0 means 4096)", cfg->max_layouts);
     if (cfg->layers > 4096)
         return pp__fail(err, PP_EINVAL, "layers=%d: at most 4096 for a layout search", cfg->layers);
+    if (cfg->layers && cfg->pp == 1 && cfg->vpp > 1)
+        return pp__fail(err, PP_EINVAL, "vpp=%d: a layout search at pp=1 takes vpp 1 (virtual stages need pp >= 2, "
+                        "as in pp_layers_build and Megatron-LM)", cfg->vpp);
     for (k = 0; k < 2; k++) {
         const pp_layer_costs *lc = k ? &cfg->loss : &cfg->embedding;
         const char *name = k ? "loss" : "embedding";
@@ -9030,6 +9035,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     }
     vlo = cfg->vpp ? cfg->vpp : 1;
     vhi = cfg->vpp ? cfg->vpp : cfg->max_vpp ? cfg->max_vpp : 4;
+    if (cfg->layers && cfg->pp == 1) vhi = 1;   /* a layout at pp 1 has no virtual stages */
     if (cfg->layers) {
         st = pp__layouts_init(&L, &cfg_copy, vlo, vhi, err);
         if (st != PP_OK) goto done;
@@ -9048,7 +9054,8 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
                       "and zb-h2 run at vpp 1; zbv, dualpipev and dualpipe at vpp 2, dualpipe only with even pp and "
                       "mb and no per-stage costs or layers; interleaved, interleaved-zb and looped-bfs at vpp 2 and up)",
                       cfg->kind == PP_CUSTOM ? "greedy" : pp_schedule_kind_name(cfg->kind), cfg->pp, cfg->mb, vlo, vhi,
-                      cfg->layers && (long)cfg->pp * vhi > cfg->layers ? " (fewer, as every stage needs a layer)" : "");
+                      cfg->layers && cfg->pp == 1 ? " (a layout at pp 1 takes vpp 1: virtual stages need pp >= 2)"
+                      : cfg->layers && (long)cfg->pp * vhi > cfg->layers ? " (fewer, as every stage needs a layer)" : "");
         goto done;
     }
     st = pp__search_result(&S, cfg, &L, out, err);

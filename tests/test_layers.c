@@ -10,6 +10,7 @@
  *   - --moe-layer-freq as moe_freq_type and get_gpt_decoder_block_spec read it.
  * Hand-worked vectors carry their arithmetic in comments.                                    */
 #include <stdlib.h>
+#include <time.h>
 #include "pp_test.h"
 
 static pp_layers_config config(int num_layers, int pp, int vpp)
@@ -1021,6 +1022,35 @@ static void layers_text_and_json_list_every_stage(void)
     pp_layers_free(l);
 }
 
+/* The writers are linear in the stages: 65536 stages (pp 64, vpp 1024) are written as text and
+ * JSON in well under a second; writers that rescanned every stage per stage took minutes. The
+ * bound (10 s of CPU for both) leaves room for sanitizers and loaded machines. */
+static void layers_writers_are_linear_in_stages(void)
+{
+    pp_layers_config c;
+    pp_layers *l = NULL;
+    pp_error err;
+    char *text, *json;
+    clock_t t0;
+    double cpu;
+    memset(&c, 0, sizeof c);
+    c.pp = 64;
+    c.layout = "Et(|)*65535L";
+    PP_CHECK_OK(pp_layers_build(&c, &l, &err), &err);
+    if (!l) return;
+    PP_CHECK_INT(l->num_stages, 65536);
+    t0 = clock();
+    text = capture(pp_layers_write_text, l);
+    json = capture(pp_layers_write_json, l);
+    cpu = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    PP_CHECK_MSG(cpu < 10.0, "writing 65536 stages took %.1f s of CPU", cpu);
+    if (text) PP_CHECK_CONTAINS(text, "stage 65535 rank 63 chunk 1023 layers [1,1) items L\n");
+    if (json) PP_CHECK_CONTAINS(json, "{\"stage\":65535,\"rank\":63,\"chunk\":1023,\"first\":1,\"count\":0,\"items\":\"L\"");
+    free(text);
+    free(json);
+    pp_layers_free(l);
+}
+
 static void layers_queries_reject_out_of_range(void)
 {
     pp_layers_config c = config(4, 2, 0);
@@ -1147,6 +1177,7 @@ const pp_test_case pp_suite_layers[] = {
     PP_TEST(layers_balance_gives_a_slow_rank_fewer_layers),
     PP_TEST(layers_balance_with_speeds_matches_brute_force),
     PP_TEST(layers_text_and_json_list_every_stage),
+    PP_TEST(layers_writers_are_linear_in_stages),
     PP_TEST(layers_queries_reject_out_of_range),
     PP_TEST(layers_fuzz_the_string_parsers),
     { 0, 0 }

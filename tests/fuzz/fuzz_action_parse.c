@@ -6,7 +6,7 @@
  * pp_error must carry the returned status and a terminated message.
  *
  *   clang -std=c99 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
- *         -fno-sanitize-recover=all tests/fuzz/fuzz_action_parse.c -o build/fuzz_action_parse -lm -lpthread
+ *         -fno-sanitize-recover=all tests/fuzz/fuzz_action_parse.c tests/fuzz/fuzz_impl.c -o build/fuzz_action_parse -lm -lpthread
  *   build/fuzz_action_parse -dict=tests/fuzz/schedule.dict tests/fuzz/corpus/action_parse
  * Replay without clang: see replay_main.c. */
 #include "../../pipepar.h"

@@ -13,7 +13,7 @@
  * stderr and stdout are swapped for a memory stream and /dev/null while a parse runs.
  *
  *   clang -std=c99 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
- *         -fno-sanitize-recover=all tests/fuzz/fuzz_cli_args.c -o build/fuzz_cli_args -lm -lpthread
+ *         -fno-sanitize-recover=all tests/fuzz/fuzz_cli_args.c tests/fuzz/fuzz_impl.c -o build/fuzz_cli_args -lm -lpthread
  *   build/fuzz_cli_args -dict=tests/fuzz/cli.dict -max_len=4096 tests/fuzz/corpus/cli_args
  * Replay without clang: see replay_main.c. */
 #include "../../examples/cli_schedule.c"

@@ -13,7 +13,7 @@
  * (checked for every rank up to world 512, else for ranks 0..63: the listing is O(world)).
  *
  *   clang -std=c99 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
- *         -fno-sanitize-recover=all tests/fuzz/fuzz_grid_dims.c -o build/fuzz_grid_dims -lm -lpthread
+ *         -fno-sanitize-recover=all tests/fuzz/fuzz_grid_dims.c tests/fuzz/fuzz_impl.c -o build/fuzz_grid_dims -lm -lpthread
  *   build/fuzz_grid_dims -dict=tests/fuzz/grid.dict tests/fuzz/corpus/grid_dims
  * Replay without clang: see replay_main.c. */
 #include "../../pipepar.h"

@@ -16,7 +16,7 @@
  * same split.
  *
  *   clang -std=c99 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
- *         -fno-sanitize-recover=all tests/fuzz/fuzz_layer_costs.c -o build/fuzz_layer_costs -lm -lpthread
+ *         -fno-sanitize-recover=all tests/fuzz/fuzz_layer_costs.c tests/fuzz/fuzz_impl.c -o build/fuzz_layer_costs -lm -lpthread
  *   build/fuzz_layer_costs -close_fd_mask=2 -max_len=4096 tests/fuzz/corpus/layer_costs
  * Replay without clang: see replay_main.c. */
 #include "fuzz_fopen.h"   /* fopen in examples/cli_search.c reads the fuzz input */

@@ -17,7 +17,7 @@
  * be the search's "internal error" (that is a bug report, not a verdict on the input).
  *
  *   clang -std=c99 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
- *         -fno-sanitize-recover=all tests/fuzz/fuzz_layers_balance.c -o build/fuzz_layers_balance -lm -lpthread
+ *         -fno-sanitize-recover=all tests/fuzz/fuzz_layers_balance.c tests/fuzz/fuzz_impl.c -o build/fuzz_layers_balance -lm -lpthread
  *   build/fuzz_layers_balance -close_fd_mask=2 -dict=tests/fuzz/layers.dict tests/fuzz/corpus/layers_balance
  * Replay without clang: see replay_main.c. */
 #include "../../examples/cli_layers.c"

@@ -12,7 +12,7 @@
  * to the same split) must build again into the same stages.
  *
  *   clang -std=c99 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
- *         -fno-sanitize-recover=all tests/fuzz/fuzz_layers_layout.c -o build/fuzz_layers_layout -lm -lpthread
+ *         -fno-sanitize-recover=all tests/fuzz/fuzz_layers_layout.c tests/fuzz/fuzz_impl.c -o build/fuzz_layers_layout -lm -lpthread
  *   build/fuzz_layers_layout -dict=tests/fuzz/layers.dict -max_len=4096 tests/fuzz/corpus/layers_layout
  * Replay without clang: see replay_main.c. */
 #include "../../pipepar.h"

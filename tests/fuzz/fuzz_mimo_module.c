@@ -11,7 +11,7 @@
  * pipeline is built, its programs checked, and every stage maps back to a module.
  *
  *   clang -std=c99 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
- *         -fno-sanitize-recover=all tests/fuzz/fuzz_mimo_module.c -o build/fuzz_mimo_module -lm -lpthread
+ *         -fno-sanitize-recover=all tests/fuzz/fuzz_mimo_module.c tests/fuzz/fuzz_impl.c -o build/fuzz_mimo_module -lm -lpthread
  *   build/fuzz_mimo_module -dict=tests/fuzz/grid.dict tests/fuzz/corpus/mimo_module
  * Replay without clang: see replay_main.c. */
 #include "../../pipepar.h"

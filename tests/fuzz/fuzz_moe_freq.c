@@ -8,7 +8,7 @@
  * ranges of the stages add up to the MoE layers, and an integer N marks exactly i % N == 0.
  *
  *   clang -std=c99 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
- *         -fno-sanitize-recover=all tests/fuzz/fuzz_moe_freq.c -o build/fuzz_moe_freq -lm -lpthread
+ *         -fno-sanitize-recover=all tests/fuzz/fuzz_moe_freq.c tests/fuzz/fuzz_impl.c -o build/fuzz_moe_freq -lm -lpthread
  *   build/fuzz_moe_freq -dict=tests/fuzz/layers.dict -max_len=4096 tests/fuzz/corpus/moe_freq
  * Replay without clang: see replay_main.c. */
 #include "../../pipepar.h"

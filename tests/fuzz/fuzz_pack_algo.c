@@ -7,7 +7,7 @@
  * PP_EINVAL and leave *algo alone.
  *
  *   clang -std=c99 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
- *         -fno-sanitize-recover=all tests/fuzz/fuzz_pack_algo.c -o build/fuzz_pack_algo -lm -lpthread
+ *         -fno-sanitize-recover=all tests/fuzz/fuzz_pack_algo.c tests/fuzz/fuzz_impl.c -o build/fuzz_pack_algo -lm -lpthread
  *   build/fuzz_pack_algo -dict=tests/fuzz/names.dict tests/fuzz/corpus/pack_algo
  * Replay without clang: see replay_main.c. */
 #include "../../pipepar.h"

@@ -17,7 +17,7 @@
  * the replay map of a 4-layer all-MoE model build and agree with each other.
  *
  *   clang -std=c99 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
- *         -fno-sanitize-recover=all tests/fuzz/fuzz_pack_lengths.c -o build/fuzz_pack_lengths -lm -lpthread
+ *         -fno-sanitize-recover=all tests/fuzz/fuzz_pack_lengths.c tests/fuzz/fuzz_impl.c -o build/fuzz_pack_lengths -lm -lpthread
  *   build/fuzz_pack_lengths -close_fd_mask=2 -max_len=4096 tests/fuzz/corpus/pack_lengths
  * Replay without clang: see replay_main.c. */
 #include "fuzz_fopen.h"   /* fopen in examples/cli.h and cli_data.c reads the fuzz input */

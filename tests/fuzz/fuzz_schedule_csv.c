@@ -14,7 +14,7 @@
  * the copy validates too.
  *
  *   clang -std=c99 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
- *         -fno-sanitize-recover=all tests/fuzz/fuzz_schedule_csv.c -o build/fuzz_schedule_csv -lm -lpthread
+ *         -fno-sanitize-recover=all tests/fuzz/fuzz_schedule_csv.c tests/fuzz/fuzz_impl.c -o build/fuzz_schedule_csv -lm -lpthread
  *   build/fuzz_schedule_csv -dict=tests/fuzz/schedule.dict -max_len=4096 tests/fuzz/corpus/schedule_csv
  * Replay without clang: see replay_main.c. */
 #include "../../pipepar.h"

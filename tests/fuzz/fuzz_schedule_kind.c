@@ -6,7 +6,7 @@
  * fail with PP_EINVAL and leave *kind alone. Both outcomes fill pp_error consistently.
  *
  *   clang -std=c99 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
- *         -fno-sanitize-recover=all tests/fuzz/fuzz_schedule_kind.c -o build/fuzz_schedule_kind -lm -lpthread
+ *         -fno-sanitize-recover=all tests/fuzz/fuzz_schedule_kind.c tests/fuzz/fuzz_impl.c -o build/fuzz_schedule_kind -lm -lpthread
  *   build/fuzz_schedule_kind -dict=tests/fuzz/names.dict tests/fuzz/corpus/schedule_kind
  * Replay without clang: see replay_main.c. */
 #include "../../pipepar.h"
