@@ -2,8 +2,8 @@
 # bench/gpu_single.sh — pipepar's single-GPU step against PyTorch's, on one GPU of any kind: the
 # comparison model (H=4096, L=16, 8192 tokens, 8 microbatches, bf16, tanh GELU on both sides) run
 # whole by examples/mlp_gpu.cu (--single) and by bench/torch_pp_bench.py on one process (its
-# single-GPU step: eager nn.Linear, autograd, the same microbatches). This is issue 7's first
-# target ("pipepar's single-GPU step at least as fast as PyTorch's"), measured without a second GPU.
+# single-GPU step: eager nn.Linear, autograd, the same microbatches): pipepar's single-GPU step
+# should be at least as fast as PyTorch's, and this measures it without a second GPU.
 #
 #     bash bench/gpu_single.sh [OUTDIR]   (OUTDIR defaults to $OUT, else bench/out)
 #

@@ -4,7 +4,7 @@
  *     build/mimo_threads                       both layouts below, 5 steps
  *     build/mimo_threads --layout colocated --steps 10 --schedule zb-h1
  *
- * Non-colocated (the layout of pipepar issue 9):
+ * Non-colocated (encoder and language model on ranks of their own):
  *     vision   dp=2 on ranks 0, 1   (each encodes half of every microbatch's rows)
  *     language pp=2 on ranks 2, 3   (stage 0 gets both halves, concatenated: fan-in 2:1)
  *   One pipeline of 3 stages runs under the unchanged executor; pp_mimo_transport turns the
