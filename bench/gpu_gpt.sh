@@ -4,7 +4,8 @@
 # of 32768, 8 microbatches of one 4096-token sequence each: Megatron's local layer spec takes no
 # packed sequences, so both run unpacked fixed-length sequences), bf16.
 #
-#     bash bench/gpu_gpt.sh [OUTDIR]        (OUTDIR defaults to $OUT, else bench/out; logs in OUTDIR/gpt)
+#     bash bench/gpu_gpt.sh [OUTDIR]        (OUTDIR defaults to $OUT, else bench/out; results in
+#                                           OUTDIR/gpt/gpt.log, each run's log in OUTDIR/gpt/runs.tar.gz)
 #
 # In order: build; gpt_gpu's single-GPU step on both GPUs at once (each GPU's, and their harmonic
 # mean: the efficiency baseline); gpt_gpu's pp 2 schedules (1F1B, interleaved vpp 2, ZB-V,
@@ -102,4 +103,7 @@ done
 best=$(for n in 1f1b interleaved-vpp2 zbv dualpipev; do echo "${STEP[$n]:-}"; done | grep -v '^$' | sort -g | head -n 1)
 mbest=$(printf '%s\n%s\n' "$M1" "$MI" | grep -v '^$' | sort -g | head -n 1)
 say "best against best: gpt_gpu ${best:-?} ms, Megatron-LM ${mbest:-?} ms: $(awk -v a="${best:-0}" -v b="${mbest:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.3fx", b / a; else printf "?" }') (target 1.05x)"
-say "== done in $(( $(date +%s) - t0 )) s; logs in $OUTDIR"
+# every run's own log in one archive beside gpt.log (a device machine sends back only a few files)
+runs=$(cd "$OUTDIR" && ls *.rank*.log single-gpu*.log megatron.log build.log 2>/dev/null)
+[ -n "$runs" ] && (cd "$OUTDIR" && tar czf runs.tar.gz --remove-files $runs)
+say "== done in $(( $(date +%s) - t0 )) s; $OUTDIR/gpt.log, each run's log in $OUTDIR/runs.tar.gz"
