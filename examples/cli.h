@@ -59,28 +59,35 @@ static CLI_UNUSED const char *cli_short(const char *s)
     return b;
 }
 
+/* Prints "pipepar: <message>" on stderr and returns code. */
+static CLI_UNUSED CLI_PRINTF(2, 0) int cli_verror(int code, const char *fmt, va_list ap)
+{
+    fputs("pipepar: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    return code;
+}
+
 /* Prints "pipepar: <message>" on stderr and returns exit code 2 (the request is refused). */
 static CLI_UNUSED CLI_PRINTF(1, 2) int cli_usage_error(const char *fmt, ...)
 {
     va_list ap;
-    fputs("pipepar: ", stderr);
+    int rc;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    rc = cli_verror(2, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
-    return 2;
+    return rc;
 }
 
 /* Prints "pipepar: <message>" on stderr and returns exit code 1 (the environment failed). */
 static CLI_UNUSED CLI_PRINTF(1, 2) int cli_env_error(const char *fmt, ...)
 {
     va_list ap;
-    fputs("pipepar: ", stderr);
+    int rc;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    rc = cli_verror(1, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
-    return 1;
+    return rc;
 }
 
 /* Prints a pp_error as "pipepar: message"; returns 2 when the input broke a rule (the library
