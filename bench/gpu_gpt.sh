@@ -9,14 +9,17 @@
 #
 # In order: build; gpt_gpu's single-GPU step on both GPUs at once (each GPU's, and their harmonic
 # mean: the efficiency baseline); gpt_gpu's pp 2 schedules (1F1B, interleaved vpp 2, ZB-V,
-# DualPipeV); Megatron-LM's (bench/megatron_gpt_bench.py: single-GPU on both GPUs at once, 1F1B,
-# interleaved vpp 2 with overlap_p2p_comm; PYTHONPATH must reach megatron/core, default .megatron);
+# DualPipeV, and 1F1B with FIRST layers on the first stage: the last stage also holds the output
+# layer and the loss); Megatron-LM's (bench/megatron_gpt_bench.py: single-GPU on both GPUs at once,
+# 1F1B, interleaved vpp 2 with overlap_p2p_comm, 1F1B with FIRST layers on the first stage
+# (num_layers_in_first_pipeline_stage); PYTHONPATH must reach megatron/core, default .megatron);
 # the summary: step time, tokens/s per GPU, pipeline efficiency against each framework's own
 # single-GPU step (baseline / (2 x step)), peak memory, and gpt_gpu's data-path kernels' share of
 # the step (CUDA events around packing, the cp split and the replay gather). A step is the forward
 # and backward of every microbatch (Megatron's forward_backward_func; gpt_gpu's from the data's
 # upload to complete gradients, the update excluded). About 5 minutes on 2 H100s.
-# Env: LAYERS, HIDDEN, HEADS, SEQ, VOCAB, MB, STEPS (timed), WARMUP override the sizes;
+# Env: LAYERS, HIDDEN, HEADS, SEQ, VOCAB, MB, STEPS (timed), WARMUP override the sizes; FIRST
+# (default LAYERS/2 + 1);
 # SKIP_MEGATRON=1, SKIP_BUILD=1; MEGATRON_PATH (default .megatron).
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -25,7 +28,7 @@ OUTDIR=${1:-${OUT:-bench/out}}/gpt
 mkdir -p "$OUTDIR"
 export NCCL_NVLS_ENABLE=0
 LAYERS=${LAYERS:-24} HIDDEN=${HIDDEN:-2048} HEADS=${HEADS:-16} SEQ=${SEQ:-4096} VOCAB=${VOCAB:-32768}
-MB=${MB:-8} STEPS=${STEPS:-5} WARMUP=${WARMUP:-2}
+MB=${MB:-8} STEPS=${STEPS:-5} WARMUP=${WARMUP:-2} FIRST=${FIRST:-$((LAYERS / 2 + 1))}
 MODEL=(--layers "$LAYERS" --width "$HIDDEN" --heads "$HEADS" --vocab "$VOCAB" --capacity "$SEQ" --min-len "$SEQ"
        --max-len "$SEQ" --seqs "$MB" --steps $((WARMUP + STEPS)) --warmup "$WARMUP")
 LOG=$OUTDIR/gpt.log
@@ -63,10 +66,12 @@ done
 say "   baseline (harmonic mean): $SINGLE ms"
 
 declare -A STEP TOK PEAK DPS
-for cfg in "1f1b 1" "interleaved 2" "zbv 2" "dualpipev 2"; do
-    read -r kind vpp <<<"$cfg"
+NAMES="1f1b interleaved-vpp2 zbv dualpipev 1f1b-first$FIRST"
+for cfg in "1f1b 1 0" "interleaved 2 0" "zbv 2 0" "dualpipev 2 0" "1f1b 1 $FIRST"; do
+    read -r kind vpp first <<<"$cfg"
     name=$kind; [ "$kind" = interleaved ] && name="interleaved-vpp$vpp"
-    RANK_TIMEOUT=300 ranks_run 2 "$OUTDIR/$name" build/gpt_gpu "${MODEL[@]}" --pp 2 --schedule "$kind" --vpp "$vpp"
+    extra=(); [ "$first" != 0 ] && name="$kind-first$first" && extra=(--first-stage-layers "$first")
+    RANK_TIMEOUT=300 ranks_run 2 "$OUTDIR/$name" build/gpt_gpu "${MODEL[@]}" --pp 2 --schedule "$kind" --vpp "$vpp" "${extra[@]}"
     rc=$?
     cat "$OUTDIR/$name.rank0.log" >>"$LOG"
     grep -h "gpt_gpu:" "$OUTDIR/$name.rank1.log" | sed "s/^/rank 1: /" >>"$LOG"
@@ -78,7 +83,7 @@ done
 MEG=$OUTDIR/megatron.log
 if [ "${SKIP_MEGATRON:-0}" != 1 ]; then
     say "== Megatron-LM: bench/megatron_gpt_bench.py"
-    LAYERS=$LAYERS HIDDEN=$HIDDEN HEADS=$HEADS SEQ=$SEQ VOCAB=$VOCAB MB=$MB STEPS=$STEPS WARMUP=$WARMUP \
+    LAYERS=$LAYERS HIDDEN=$HIDDEN HEADS=$HEADS SEQ=$SEQ VOCAB=$VOCAB MB=$MB STEPS=$STEPS WARMUP=$WARMUP FIRST=$FIRST \
         PYTHONPATH=${MEGATRON_PATH:-.megatron}${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 timeout 360 \
         python3 -m torch.distributed.run --nproc_per_node=2 bench/megatron_gpt_bench.py >"$MEG" 2>&1
     say "   (exit $?)"
@@ -87,21 +92,22 @@ fi
 MSINGLE=$(sed -n 's/.*harmonic mean \([0-9.]*\) ms.*/\1/p' "$MEG" 2>/dev/null | head -n 1)
 meg() { sed -n "s/^megatron $1.*step \\([0-9.]*\\) ms.*/\\1/p" "$MEG" 2>/dev/null | head -n 1; }
 megfield() { sed -n "s|^megatron $1.*$2 \\([0-9.]*\\).*|\\1|p" "$MEG" 2>/dev/null | head -n 1; }
-M1=$(meg "1f1b pp 2:"); MI=$(meg "interleaved pp 2 vpp 2")
+M1=$(meg "1f1b pp 2:"); MI=$(meg "interleaved pp 2 vpp 2"); MF=$(meg "1f1b pp 2 first stage $FIRST layers")
 
 say ""
 say "== summary (2 GPUs; efficiency: each framework's own single-GPU baseline / (2 x step))"
 say "| schedule | gpt_gpu step | tokens/s/GPU | efficiency | peak GiB | data path | Megatron-LM step | tokens/s/GPU | efficiency | peak GiB |"
 say "|---|---|---|---|---|---|---|---|---|---|"
 say "| single GPU (harmonic mean) | $SINGLE ms | | | $(field_of "$OUTDIR/single-gpu0.log" "peak") | | ${MSINGLE:-?} ms | $(megfield "single-gpu" "tokens/s/gpu") | | $(megfield "single-gpu" "peak") |"
-for name in 1f1b interleaved-vpp2 zbv dualpipev; do
-    case $name in 1f1b) m=$M1; k="1f1b pp 2:" ;; interleaved-vpp2) m=$MI; k="interleaved pp 2 vpp 2" ;; *) m=""; k="" ;; esac
+for name in $NAMES; do
+    case $name in 1f1b) m=$M1; k="1f1b pp 2:" ;; interleaved-vpp2) m=$MI; k="interleaved pp 2 vpp 2" ;;
+                  1f1b-first*) m=$MF; k="1f1b pp 2 first stage $FIRST layers" ;; *) m=""; k="" ;; esac
     mt=""; mp=""
     [ -n "$k" ] && mt=$(megfield "$k" "tokens/s/gpu") && mp=$(megfield "$k" "peak")
     say "| $name | ${STEP[$name]:-?} ms | ${TOK[$name]:-?} | $(eff "$SINGLE" "${STEP[$name]:-0}") | ${PEAK[$name]:-?} | ${DPS[$name]:-?}% | ${m:-—} ms | ${mt:-—} | $( [ -n "$m" ] && eff "${MSINGLE:-0}" "$m" || echo —) | ${mp:-—} |"
 done
-best=$(for n in 1f1b interleaved-vpp2 zbv dualpipev; do echo "${STEP[$n]:-}"; done | grep -v '^$' | sort -g | head -n 1)
-mbest=$(printf '%s\n%s\n' "$M1" "$MI" | grep -v '^$' | sort -g | head -n 1)
+best=$(for n in $NAMES; do echo "${STEP[$n]:-}"; done | grep -v '^$' | sort -g | head -n 1)
+mbest=$(printf '%s\n%s\n%s\n' "$M1" "$MI" "$MF" | grep -v '^$' | sort -g | head -n 1)
 say "best against best: gpt_gpu ${best:-?} ms, Megatron-LM ${mbest:-?} ms: $(awk -v a="${best:-0}" -v b="${mbest:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.3fx", b / a; else printf "?" }') (target 1.05x)"
 # every run's own log in one archive beside gpt.log (a device machine sends back only a few files)
 runs=$(cd "$OUTDIR" && ls *.rank*.log single-gpu*.log megatron.log build.log 2>/dev/null)

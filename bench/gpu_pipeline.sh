@@ -13,7 +13,7 @@
 # best schedules again with NCCL forced onto sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, a
 # stand-in for two nodes) and the failure test (both skipped by SKIP_SOCKET=1); PyTorch's bench (GELU=tanh: the same model); the
 # summary table (each run under its "-- name" line). Logs of every run land in OUTDIR. Env: H, L, T, M override the model size;
-# SKIP_TORCH=1, SKIP_MEGATRON=1, SKIP_SOCKET=1 skip parts (Megatron-LM runs where .megatron/megatron/core is); FULL=1 adds more runs (interleaved vpp 2,
+# SKIP_TORCH=1, SKIP_MEGATRON=1, SKIP_SOCKET=1 skip parts (SKIP_PIPEPAR=1: only the peers, with pipepar's plans in PyTorch's runtime) (Megatron-LM runs where .megatron/megatron/core is); FULL=1 adds more runs (interleaved vpp 2,
 # looped-BFS, interleaved ZB vpp 2, ZB-H1, runs through NCCL with and without the arrival gate); TORCH_CONFIGS picks PyTorch's schedules;
 # SKIP_BUILD=1 uses binaries already in build/ when they run.
 set -u
@@ -40,7 +40,7 @@ t0=$(date +%s)
 if [ "${SKIP_BUILD:-0}" = 1 ] && build/mlp_gpu --help >/dev/null 2>&1 && ! ldd build/bench_nccl_bw build/gpu/test_nccl | grep -q "not found"; then
     say "using the binaries in build/ (SKIP_BUILD=1)"
 else
-    make -s -j16 build/mlp_gpu build/bench_nccl_bw build/gpu/test_nccl >"$OUTDIR/build.log" 2>&1 || { cat "$OUTDIR/build.log"; exit 1; }
+    make -s -j16 build/pipepar build/mlp_gpu build/bench_nccl_bw build/gpu/test_nccl >"$OUTDIR/build.log" 2>&1 || { cat "$OUTDIR/build.log"; exit 1; }
     say "built in $(( $(date +%s) - t0 )) s"
 fi
 
@@ -56,6 +56,7 @@ launchn() {
 }
 launch2() { launchn 2 "$@"; }
 
+if [ "${SKIP_PIPEPAR:-0}" != 1 ]; then
 say "== NCCL point-to-point bandwidth"
 launch2 nccl_bw build/bench_nccl_bw || say "nccl_bw failed ($?)"
 cat "$OUTDIR/nccl_bw.rank0.log"
@@ -120,6 +121,7 @@ fi
 
 say "== failure test"
 bash tests/gpu/nccl_failure.sh build 2>&1 | tee -a "$LOG" | tail -n 3
+fi
 
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
     say "== PyTorch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null), torch.distributed.pipelining"
@@ -155,6 +157,7 @@ if [ "${SKIP_MEGATRON:-0}" != 1 ] && [ -d "$MEGATRON/megatron/core" ]; then
     grep -qE "^megatron-core" "$OUTDIR/megatron.log" || tail -n 15 "$OUTDIR/megatron.log" | tee -a "$LOG"
 fi
 
+[ "${SKIP_PIPEPAR:-0}" = 1 ] && exit 0
 say "== summary (step ms, efficiency = single / $NPROC / step)"
 grep -E "^(-- |== NCCL over|single-gpu|single-GPU|search:|schedule |pipeline|  efficiency|  simulator|  compute busy|  rank 0|  peak|gradient check|  where the last|    rank [0-9]+:|  exposed transfer \(the|  exposed on the critical|  bound:)" "$LOG" | tee "$OUTDIR/summary.txt"
 say "== pipepar against the fastest GPU's single step alone (the most conservative baseline)"

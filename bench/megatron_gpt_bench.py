@@ -7,8 +7,9 @@
 #
 # (.megatron holds megatron/core of a fetched Megatron-LM, carried to the machine, never committed.)
 # Env: LAYERS (24), HIDDEN (2048), HEADS (16), SEQ (4096), VOCAB (32768), MB (8 microbatches),
-# STEPS (5 timed), WARMUP (2), CONFIGS (comma-separated, of "single", "1f1b", "interleaved"; default
-# all three).
+# STEPS (5 timed), WARMUP (2), CONFIGS (comma-separated, of "single", "1f1b", "interleaved", "1f1b-first";
+# default all four), FIRST (the first stage's layers in "1f1b-first", default LAYERS/2 + 1: the last
+# stage also holds the output layer and the loss, Megatron's num_layers_in_first_pipeline_stage).
 #
 # The model is gpt_gpu's: learned absolute positions, RMSNorm (eps 1e-5), causal self-attention, a
 # GELU MLP (tanh form) of 4*HIDDEN, no biases, the output layer tied to the token embedding, the
@@ -42,7 +43,8 @@ LAYERS = int(os.environ.get("LAYERS", 24)); HIDDEN = int(os.environ.get("HIDDEN"
 HEADS = int(os.environ.get("HEADS", 16)); SEQ = int(os.environ.get("SEQ", 4096))
 VOCAB = int(os.environ.get("VOCAB", 32768)); MB = int(os.environ.get("MB", 8))
 STEPS = int(os.environ.get("STEPS", 5)); WARMUP = int(os.environ.get("WARMUP", 2))
-CONFIGS = os.environ.get("CONFIGS", "single,1f1b,interleaved").split(",")
+CONFIGS = os.environ.get("CONFIGS", "single,1f1b,interleaved,1f1b-first").split(",")
+FIRST = int(os.environ.get("FIRST", LAYERS // 2 + 1))
 
 rank = int(os.environ["RANK"]); world = int(os.environ["WORLD_SIZE"])
 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
@@ -55,8 +57,9 @@ except ImportError:
     FUSED_SOFTMAX = False
 
 
-def build(pp, vpp):
-    """The model chunks of this rank for pp pipeline ranks with vpp chunks each (vpp 1: one)."""
+def build(pp, vpp, first=None):
+    """The model chunks of this rank for pp pipeline ranks with vpp chunks each (vpp 1: one); first:
+    the first stage's layers (the rest split evenly over the others), None: all even."""
     ps.destroy_model_parallel()
     ps.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=pp,
                                  virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None)
@@ -68,7 +71,9 @@ def build(pp, vpp):
         masked_softmax_fusion=FUSED_SOFTMAX, bf16=True, params_dtype=torch.bfloat16,
         pipeline_dtype=torch.bfloat16, pipeline_model_parallel_size=pp,
         virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
-        overlap_p2p_comm=vpp > 1, batch_p2p_comm=vpp == 1, deallocate_pipeline_outputs=True)
+        overlap_p2p_comm=vpp > 1, batch_p2p_comm=vpp == 1, deallocate_pipeline_outputs=True,
+        num_layers_in_first_pipeline_stage=first,
+        num_layers_in_last_pipeline_stage=(LAYERS - first) if first is not None and pp == 2 else None)
     spec = get_gpt_layer_local_spec(normalization="RMSNorm")
     chunks = []
     for v in range(vpp):
@@ -106,8 +111,8 @@ def forward_step(data_iterator, model):
     return losses, loss_func
 
 
-def run(name, pp, vpp):
-    cfg, chunks = build(pp, vpp)
+def run(name, pp, vpp, first=None):
+    cfg, chunks = build(pp, vpp, first)
     data = batches()
     fb = get_forward_backward_func()
     times = []
@@ -151,12 +156,15 @@ if rank == 0:
           f"{'fused (scaled_upper_triang_masked_softmax_cuda)' if FUSED_SOFTMAX else 'PyTorch (no fused kernel installed)'}",
           flush=True)
 for name in CONFIGS:
-    pp, vpp = {"single": (1, 1), "1f1b": (world, 1), "interleaved": (world, 2)}[name]
-    if LAYERS % (pp * vpp):
+    pp, vpp = {"single": (1, 1), "1f1b": (world, 1), "interleaved": (world, 2), "1f1b-first": (world, 1)}[name]
+    first = FIRST if name == "1f1b-first" else None
+    if first is None and LAYERS % (pp * vpp) or first is not None and (world != 2 or not 0 < first < LAYERS):
         continue
+    label = "single" if name == "single" else f"{name.split('-')[0]} pp {pp}"
+    label += f" vpp {vpp} overlap_p2p_comm" if vpp > 1 else ""
+    label += f" first stage {first} layers" if first is not None else ""
     try:
-        run(name if name == "single" else f"{name} pp {pp}" + (f" vpp {vpp} overlap_p2p_comm" if vpp > 1 else ""),
-            pp, vpp)
+        run(label, pp, vpp, first)
     except Exception as e:  # an out-of-memory or an API mismatch: say so and stop every process
         # A rank that fails mid-pipeline leaves its peer blocked in a receive; going on to the next
         # configuration would meet that peer in a different collective and hang.
