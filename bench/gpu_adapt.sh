@@ -10,8 +10,9 @@
 #      speeds allow: the step with the work split in proportion to their speeds, 1 / (1/t0 + 1/t1);
 #   2. the pipeline on the even split, then --adapt: the speeds measured from its last step's
 #      timeline, the blocks re-split for them (pp_layers_replan) and moved to their new ranks
-#      (pp_layers_move), the steps timed again, and --check: the new split's gradients against the
-#      single-GPU run's (which also shows that every moved weight arrived).
+#      (pp_layers_move), the steps timed again, round after round until a split is kept, and
+#      --check: the new split's gradients against the single-GPU run's (which also shows that every
+#      moved weight arrived).
 # Whole blocks bound the gain: with 16 blocks the best split, 9 / 7, leaves rank 1 at 7 x 1.35 =
 # 9.45 blocks' time where the speeds allow 16 / (1 + 1/1.35) = 9.19, 2.8% over; 24 blocks split
 # 14 / 10 come within 0.2%, and ZB-V on them within 1.6 points in simulation (pipepar.h, >>search).

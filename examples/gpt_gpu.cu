@@ -522,7 +522,9 @@ struct Rank {
     float grad_scale = 1;           /* 1 / the step's labelled tokens */
     size_t bytes = 0;               /* device memory this program allocated */
     std::vector<double> step_ms;
+    std::vector<double> busy_ms;    /* this rank's compute in each timed step (the executor's timeline) */
     double dp_ms[DP_KINDS] = { 0, 0, 0 };
+    pp_timer timer = {};            /* CUDA events around every action, for the timeline */
     Reference *ref = nullptr;
     int check_failures = 0;
 };
@@ -800,6 +802,12 @@ static int rank_build(Rank &R)
     ec.allocator.alloc = cb_alloc;
     ec.allocator.free = cb_free;
     ec.timeout_s = o.timeout;
+    /* every action timed: each rank's compute per step, beside the step, shows how even the stages
+     * are. A lowered program holds at most a few actions (compute, sends, receives) per microbatch
+     * and chunk; 3 events each. */
+    PPCK(R, pp_nccl_event_timer(R.stream, 3 * (8 * J.max_mb * R.nchunks + 16), &R.timer, &e_));
+    ec.timer = R.timer;
+    ec.record_timeline = 1;
     PPCK(R, pp_executor_create(&ec, &R.ex, &e_));
 
     /* saved activations: one slot holds this rank's largest chunk at the most tokens */
@@ -864,6 +872,7 @@ static int rank_build(Rank &R)
 static void rank_free(Rank &R)
 {
     pp_executor_free(R.ex);
+    pp_nccl_timer_free(&R.timer);
     if (R.have_tp) pp_nccl_transport_free(&R.tp);
     if (R.have_dpg) pp_nccl_transport_free(&R.dpg);
     if (R.have_embg) pp_nccl_transport_free(&R.embg);
@@ -1077,6 +1086,12 @@ static int rank_step(Rank &R, int step)
     double dp_ms[DP_KINDS] = { 0, 0, 0 };
     dp_collect(R.M.dpt, dp_ms);
     if (step >= J.o.warmup) {
+        pp_timeline tl;
+        double busy = 0;
+        PPCK(R, pp_executor_timeline(R.ex, &tl, &e_));
+        for (int i = 0; i < tl.length; i++)
+            if (tl.actions[i].op <= PP_OP_FB && tl.ready[i] >= 0) busy += tl.end[i] - tl.ready[i];
+        R.busy_ms.push_back(busy * 1e3);
         R.step_ms.push_back(ms);
         for (int k = 0; k < DP_KINDS; k++) R.dp_ms[k] += dp_ms[k];
     }
@@ -1115,7 +1130,8 @@ static double median_of(std::vector<double> v)
 
 /* One line per run, on rank 0 (the bench reads it): the median timed step, tokens per second per
  * GPU, each rank's peak memory (the most of any rank printed), the data path's share of the step
- * (rank 0's and the largest of any rank). */
+ * (rank 0's and the largest of any rank); then each rank's compute (its median over the timed
+ * steps): no step is shorter than the busiest rank's, so it shows what uneven stages cost. */
 static int report(Rank &R)
 {
     const Job &J = *R.job;
@@ -1125,18 +1141,26 @@ static int report(Rank &R)
     for (int s = J.o.warmup; s < J.o.steps; s++) tokens += (double)J.steps[s].tokens;
     tokens /= n;
     const double step = median_of(R.step_ms), dp = (R.dp_ms[0] + R.dp_ms[1] + R.dp_ms[2]) / n;
-    std::vector<float> v(3 * (size_t)R.world, 0.0f);
-    v[3 * R.rank] = (float)(R.bytes / 1073741824.0);
-    v[3 * R.rank + 1] = (float)dp;
-    v[3 * R.rank + 2] = (float)step;
+    std::vector<float> v(4 * (size_t)R.world, 0.0f);
+    v[4 * R.rank] = (float)(R.bytes / 1073741824.0);
+    v[4 * R.rank + 1] = (float)dp;
+    v[4 * R.rank + 2] = (float)step;
+    v[4 * R.rank + 3] = (float)median_of(R.busy_ms);
     PPCK(R, pp_nccl_all_reduce_host(R.world_c, v.data(), (int)v.size(), R.M.timeout_s, &e_));
     if (!R.lead) return 0;
-    float peak = 0, dp_most = 0;
-    for (int r = 0; r < R.world; r++) { peak = std::max(peak, v[3 * r]); dp_most = std::max(dp_most, v[3 * r + 1] / v[3 * r + 2]); }
+    float peak = 0, dp_most = 0, busiest = 0;
+    for (int r = 0; r < R.world; r++) {
+        peak = std::max(peak, v[4 * r]);
+        dp_most = std::max(dp_most, v[4 * r + 1] / v[4 * r + 2]);
+        busiest = std::max(busiest, v[4 * r + 3]);
+    }
     printf("timing: step %.1f ms (median of %d, min %.1f)  tokens/s/gpu %.0f  peak %.2f GiB (the most of any rank)  "
            "data path %.3f ms = %.3f%% of the step (pack %.3f, cp %.3f, replay %.3f; the most of any rank %.3f%%)\n",
            step, n, *std::min_element(R.step_ms.begin(), R.step_ms.end()), tokens / (step * 1e-3) / R.world, peak, dp,
            100.0 * dp / step, R.dp_ms[DP_PACK] / n, R.dp_ms[DP_CP] / n, R.dp_ms[DP_REPLAY] / n, 100.0 * dp_most);
+    printf("compute per rank, ms of the step:");
+    for (int r = 0; r < R.world; r++) printf(" %.1f", v[4 * r + 3]);
+    printf("; the busiest rank computes %.1f%% of the step\n", 100.0 * busiest / step);
     if (R.pool.grown) printf("note: the boundary-tensor pool grew by %lld blocks during steps\n", R.pool.grown);
     return 0;
 }

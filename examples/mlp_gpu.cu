@@ -1161,19 +1161,26 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     pp_layers_free(lay);   /* the stages' sizes now live in R.m.first / count */
     PHASE(rank_time(R, T));
     PHASE(rank_measure(R, T, M));
-    if (o.adapt) {   /* the report of the first split, a new split for the measured speeds, its steps */
-        bool switched = false;
+    if (o.adapt) {   /* the report of the first split, new splits for the measured speeds, their steps */
+        int rounds = 0;
         double before = median(T.times);
         if (R.lead) { printf("before --adapt:\n"); report_print(R, T, M, single_s); }
-        PHASE(rank_adapt(R, &switched));
-        if (switched) {
+        /* A GPU that waits for part of the step runs faster while it computes (it clocks higher
+         * under its power limit), so speeds measured on an uneven split overstate the waiting
+         * rank's: the first new split can overshoot. Each round measures the split that ran;
+         * pp_layers_replan keeps a split unless the slowest rank gains over 2%, so rounds stop. */
+        for (bool switched = true; switched && rounds < ADAPT_MAX_ROUNDS;) {
+            PHASE(rank_adapt(R, &switched));
+            if (!switched) break;
+            rounds++;
             T = Timing();
             M = Measured();
             PHASE(rank_time(R, T));
             PHASE(rank_measure(R, T, M));
+            if (R.lead) printf("adapt: round %d: step %.1f ms\n", rounds, median(T.times) * 1e3);
         }
         if (R.lead) printf("adapt: step %.1f ms before, %.1f ms after%s\n", before * 1e3, median(T.times) * 1e3,
-                           switched ? "" : " (the split kept)");
+                           rounds ? "" : " (the split kept)");
     }
     if (o.check) PHASE(rank_check(R, &single_s, &check_failed));
     if (R.lead) report_print(R, T, M, single_s);

@@ -12,8 +12,11 @@
  *               (pp_layers_move); the activation slots and I->W buffers are made again for the new
  *               stage sizes. The schedule and executor stay: a kind's order fits any split, and
  *               the callbacks read the new one from the model.
+ * Rounds repeat 1-3 on each new split until a split is kept (mlp_gpu.cu says why).
  * Nothing a block computes changes, so --check still compares every gradient with the single-GPU
  * run (which also shows that every weight arrived: it starts from the initial weights). */
+
+#define ADAPT_MAX_ROUNDS 4   /* re-plans after the first; each measures the split the last one made */
 
 /* 1. and 2.: the speeds and the new split (next = the current one when it is kept). */
 static int adapt_plan(Rank &R, std::vector<int> &next, double *gain)

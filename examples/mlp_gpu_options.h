@@ -107,8 +107,9 @@ static const char usage[] =
     "  --adapt         after the timed steps, each rank's speed from the last step's timeline\n"
     "                  (pp_speed_exchange), the blocks re-split for them (pp_layers_replan: when the\n"
     "                  slowest rank's time falls by more than 2%), the moved blocks' weights and optimizer\n"
-    "                  state sent to their new rank (pp_layers_move), and the steps timed again; with a\n"
-    "                  --schedule kind, whose order stays the same for the new split\n";
+    "                  state sent to their new rank (pp_layers_move), and the steps timed again, round\n"
+    "                  after round until a split is kept (at most 4); with a --schedule kind, whose order\n"
+    "                  stays the same for the new split\n";
 
 static int parse_args(int argc, char **argv, Options *o)
 {
