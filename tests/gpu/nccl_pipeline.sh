@@ -12,7 +12,9 @@ pass=0; fail=0
 ok()  { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -lt 2 ]; then echo "needs 2 GPUs"; echo "0 passed, 1 failed"; exit 1; fi
-[ -x "$BUILD/mlp_gpu" ] || make -s "$BUILD/mlp_gpu" || { echo "0 passed, 1 failed"; exit 1; }
+for b in mlp_gpu pipepar; do
+    [ -x "$BUILD/$b" ] || make -s "$BUILD/$b" || { echo "0 passed, 1 failed"; exit 1; }
+done
 SMALL="--hidden 512 --layers 8 --tokens 1024 --mb 8 --warmup 1 --steps 2 --timeout 60"
 log=$(mktemp -d)
 
@@ -176,6 +178,23 @@ grep -Eq "placement by speed: fwd2 GEMM [0-9.]+ [0-9.]+ ms by process" "$log/pla
 run2 place-equal $SMALL --schedule 1f1b --place-by-speed --gpu-ms 1,1 --check; expect_match place-equal $?
 grep -q "process 0 -> rank 0, process 1 -> rank 1 (bottleneck 0.00% lower)" "$log/place-equal" &&
     ok "place-equal: equal GPUs keep their ranks" || bad "place-equal: $(grep 'placement by speed' "$log/place-equal")"
+
+# a slow GPU on purpose (rank 1 runs each GEMM twice): --adapt measures the speeds, gives rank 1
+# fewer blocks (round after round until a split is kept), and the new split's gradients still match
+# the single-GPU run's (which also shows every moved weight arrived). Blocks large enough that the
+# GEMMs, not launches, set each rank's pace.
+run2 adapt --hidden 2048 --layers 8 --tokens 4096 --mb 8 --warmup 1 --steps 3 --timeout 60 --schedule zbv \
+    --slow-rank 1 --slow-factor 2 --adapt --check
+expect_match adapt $?
+# ZB-V: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2
+after=$(sed -n 's/^adapt: rank speeds .* blocks per stage [0-9,]* -> \([0-9,]*\).*/\1/p' "$log/adapt" | tail -n 1)
+steps=$(sed -n 's/^adapt: step \([0-9.]*\) ms before, \([0-9.]*\) ms after$/\1 \2/p' "$log/adapt")
+if [ -n "$after" ] && [ -n "$steps" ] && echo "$after" | awk -F, '{ exit !($1 + $4 > $2 + $3) }' &&
+   echo "$steps" | awk '{ exit !($2 < $1) }'; then
+    ok "adapt: blocks per stage $after, step $(echo "$steps" | awk '{ print $1 " -> " $2 }') ms"
+else
+    bad "adapt: split '$after', steps '$steps'"; grep "^adapt" "$log/adapt" | sed 's/^/    /'
+fi
 
 # NCCL over its socket transport (a stand-in for two nodes)
 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 run2 sockets $SMALL --schedule 1f1b --check; expect_match sockets $?
