@@ -1968,6 +1968,10 @@ PIPEPAR_API pp_status pp_timeline_write_svg(const pp_timeline *ranks, int count,
  *               and the callbacks read the new split. A greedy or searched order comes from the
  *               costs: every rank builds it from the measured costs and speeds (which all hold),
  *               and a new executor for it. The next step runs on the new split.
+ * Run the three again after the new split's steps, until a split is kept: a GPU that waits for
+ * part of a step clocks higher while it computes (its power limit allows it), so speeds measured
+ * on an uneven split overstate the waiting rank's, and the first new split can overshoot; the
+ * next measurement is taken on that split and corrects it, and min_gain ends the rounds.
  * Only who computes a layer changes, never what it computes: the gradients stay the unsplit
  * model's (tests/test_runtime_adapt.c checks it on CPU threads with a rank slowed on purpose,
  * examples/mlp_gpu.cu --adapt on GPUs).
