@@ -16,7 +16,7 @@
  * Nothing a block computes changes, so --check still compares every gradient with the single-GPU
  * run (which also shows that every weight arrived: it starts from the initial weights). */
 
-#define ADAPT_MAX_ROUNDS 4   /* re-plans after the first; each measures the split the last one made */
+#define ADAPT_MAX_ROUNDS 4   /* the most new splits one --adapt run switches to */
 
 /* 1. and 2.: the speeds and the new split (next = the current one when it is kept). */
 static int adapt_plan(Rank &R, std::vector<int> &next, double *gain)
