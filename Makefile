@@ -218,11 +218,8 @@ uninstall:
 	@rmdir "$(DESTDIR)$(CMAKEDIR)" "$(DESTDIR)$(DOCDIR)" 2>/dev/null || true
 
 # --- the README's commands -------------------------------------------------------------------
-demo: host
-	@if [ -x $(BUILD)/mlp_threads ]; then \
-	   $(BUILD)/mlp_threads --pp 4 --vpp 2 --mb 8 --schedule interleaved --steps 20; \
-	 else \
-	   $(BUILD)/pipepar schedule --kind interleaved --pp 4 --vpp 2 --mb 8 --format text; fi
+demo: $(BUILD)/mlp_threads
+	@$(BUILD)/mlp_threads --pp 4 --vpp 2 --mb 8 --schedule interleaved --steps 20
 
 test:
 	@bash tests/run_all.sh
