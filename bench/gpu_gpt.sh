@@ -17,7 +17,7 @@
 # single-GPU step (baseline / (2 x step)), peak memory, and gpt_gpu's data-path kernels' share of
 # the step (CUDA events around packing, the cp split and the replay gather). A step is the forward
 # and backward of every microbatch (Megatron's forward_backward_func; gpt_gpu's from the data's
-# upload to complete gradients, the update excluded). About 5 minutes on 2 H100s.
+# upload to complete gradients, the update excluded). About 3 minutes on 2 H100s.
 # Env: LAYERS, HIDDEN, HEADS, SEQ, VOCAB, MB, STEPS (timed), WARMUP override the sizes; FIRST
 # (default LAYERS/2 + 1);
 # SKIP_MEGATRON=1, SKIP_BUILD=1; MEGATRON_PATH (default .megatron).
