@@ -9343,8 +9343,9 @@ pp_status pp_plan_build(const pp_plan_config *cfg, pp_plan **out, pp_error *err)
     if ((st = pp__plan_validate(cfg, err)) != PP_OK) return st;
     if (!(p = (pp_plan *)pp__calloc(1, sizeof *p))) return pp__fail(err, PP_ENOMEM, "out of memory");
     p->costs = cfg->costs;
-    /* the greedy scheduler and a search need the stages' costs before they build */
-    costs_first = (cfg->search && !cfg->search_layout) || cfg->kind == PP_CUSTOM;
+    /* the greedy scheduler and a search need the stages' costs before they build; a search of
+     * the layout too (of any kind, greedy included) sets them from the per-layer costs itself */
+    costs_first = cfg->search ? !cfg->search_layout : cfg->kind == PP_CUSTOM;
     if (cfg->csv) st = pp__plan_csv(p, cfg, err);
     if (st == PP_OK && cfg->layout) st = pp__plan_layout(p, cfg, err);
     else if (st == PP_OK && costs_first && cfg->layers)

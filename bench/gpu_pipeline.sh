@@ -93,6 +93,9 @@ run_pp interleaved4-searched-placed --schedule search --search-kind interleaved 
 # weight gradients are computed, so the previous stage's rank starts its B sooner
 run_pp interleaved4-split --schedule search --search-kind interleaved --search-layout --vpp 4 --split-backward --check
 run_pp interleaved4-megatron-split --schedule interleaved --vpp 4 --split-backward
+# the greedy V order on the split the search chooses for it (at pp 4 and 16 microbatches it beats
+# ZB-V's start-up in simulation, keeping up to twice ZB-V's activations)
+run_pp greedy-searched   --schedule search --search-kind greedy --search-layout --vpp 2 --check
 if [ "$NPROC" = 2 ] && [ "$L" = 16 ]; then   # uneven stages: small first and last chunk, pp_search's order
     run_pp search-2-6-2-6 --schedule search --layout 'Et*2|t*6|t*2|t*6L'
 fi

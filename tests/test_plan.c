@@ -311,6 +311,32 @@ static void a_search_that_chooses_the_layout_gives_its_split_as_the_layers(void)
     pp_plan_free(p);
 }
 
+/* The greedy kind with the layout searched too: the search ranks greedy orders on every split and
+ * sets each stage's cost itself (no costs are given per stage first), and the plan runs the
+ * winner's split. */
+static void a_greedy_search_that_chooses_the_layout_runs_its_split(void)
+{
+    pp_plan_config c;
+    pp_plan *p = NULL;
+    pp_error err;
+    int s, total = 0;
+    memset(&c, 0, sizeof c);
+    c.search = 1; c.kind = PP_CUSTOM; c.pp = 2; c.vpp = 2; c.mb = 4; c.layers = 8; c.search_layout = 1;
+    c.costs.f = 1; c.costs.i = 1.1; c.costs.w = 1;
+    PP_CHECK_OK(pp_plan_build(&c, &p, &err), &err);
+    if (!p) return;
+    PP_CHECK_CONTAINS(p->name, "greedy");
+    PP_CHECK(p->search->layouts > 1);
+    PP_CHECK_INT(p->layers->num_stages, 4);
+    for (s = 0; s < 4; s++) {
+        PP_CHECK_INT(p->layers->count[s], p->search->entries[0].stage_layers[s]);
+        total += p->layers->count[s];
+    }
+    PP_CHECK_INT(total, 8);
+    PP_CHECK_OK(pp_schedule_validate(p->schedule, &err), &err);
+    pp_plan_free(p);
+}
+
 /* A search over an even split of 6 layers on pp 3 takes vpp 2 (6 stages of 1 layer); with no
  * layers at all it may pick any vpp and the plan then gives one layer a model stage. */
 static void a_search_over_even_layers_runs_at_vpp_2(void)
@@ -492,6 +518,7 @@ const pp_test_case pp_suite_plan[] = {
     PP_TEST(one_rank_with_several_chunks_gets_its_even_split),
     PP_TEST(a_search_on_a_layout_runs_the_fastest_order_for_its_stages),
     PP_TEST(a_search_that_chooses_the_layout_gives_its_split_as_the_layers),
+    PP_TEST(a_greedy_search_that_chooses_the_layout_runs_its_split),
     PP_TEST(a_search_over_even_layers_runs_at_vpp_2),
     PP_TEST(greedy_is_built_for_the_layouts_costs),
     PP_TEST(stage_costs_sum_each_layers_own_and_refuse_an_empty_stage),
