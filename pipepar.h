@@ -1121,6 +1121,9 @@ typedef struct pp_plan_config {
     int split_backward;     /* 1: each whole B as its I then its W (pp_schedule_split_backward);
                                a search's candidates too */
     int split_overlaps;     /* 1: each FB as its F then its B (pp_schedule_split_overlaps) */
+    int threads;            /* search with search_layout: the splits searched on this many threads
+                               (pp_search_config.threads; 0 or 1: the calling thread). The plan is
+                               the same for any count */
 } pp_plan_config;
 
 typedef struct pp_plan {
@@ -9088,6 +9091,8 @@ static pp_status pp__plan_validate(const pp_plan_config *c, pp_error *err)
         if (value[i] < 0) return pp__fail(err, PP_EINVAL, "%s=%d: must be >= 0", name[i], value[i]);
     if ((int)c->kind < PP_KIND_NONE || (int)c->kind >= PP_KIND_COUNT)
         return pp__fail(err, PP_EINVAL, "kind=%d: not a schedule kind", (int)c->kind);
+    if (c->threads < 0 || c->threads > 1024)
+        return pp__fail(err, PP_EINVAL, "threads=%d: must be in 0..1024 (0 or 1: the calling thread)", c->threads);
     if (c->csv && (c->kind || c->search || c->group || c->max_live))
         return pp__fail(err, PP_EINVAL, "csv: the file is the whole schedule (not with %s)", c->search ? "search"
                         : c->kind ? "kind" : c->group ? "group" : "max_live");
@@ -9262,7 +9267,7 @@ static pp_status pp__plan_search(pp_plan *p, const pp_plan_config *c, pp_error *
     q.costs = p->layers ? p->costs : c->costs;
     q.vpp = p->layers ? p->layers->vpp : c->vpp;
     q.costs.grouped = 0;   /* a search ranks each transfer on its own */
-    if (c->search_layout) { q.layers = c->layers; q.layer_costs = c->layer_costs; }
+    if (c->search_layout) { q.layers = c->layers; q.layer_costs = c->layer_costs; q.threads = c->threads; }
     if ((st = pp_search(&q, &p->search, err)) != PP_OK) return st;
     if (!p->search->best) {
         const pp_search_entry *lean = NULL;

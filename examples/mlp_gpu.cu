@@ -815,6 +815,10 @@ static int plan_config(Rank &R, pp_plan_config &pc, std::vector<char> &csv, std:
     pc.layers = o.layers;
     pc.layout = o.layout;
     pc.search_layout = o.search_layout;
+    if (o.search_layout) {   /* the splits searched on this process's share of the host's cores */
+        long share = sysconf(_SC_NPROCESSORS_ONLN) / (R.world > 0 ? R.world : 1);
+        pc.threads = share > 1 ? (int)(share < 64 ? share : 64) : 1;
+    }
     pc.max_memory = o.max_memory;
     pc.costs.f = pc.costs.i = pc.costs.w = 1;
     pc.costs.p2p_latency = 290.0 / o.hidden + 0.01;

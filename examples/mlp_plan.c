@@ -15,6 +15,7 @@
 #define MLP_THREADS_NO_MAIN
 #include "mlp_threads.c"
 #include "text_file.h"
+#include <unistd.h>       /* sysconf: the cores for a layout search */
 
 static const char help[] =
     "usage: mlp_plan [--pp N] [--vpp N] [--mb N] [--schedule KIND|search] [--group G] [--steps N]\n"
@@ -113,7 +114,12 @@ int main(int argc, char **argv)
         pc.csv_name = strrchr(csv, '/') ? strrchr(csv, '/') + 1 : csv;
         snprintf(where, sizeof where, "--schedule-csv=%.140s: ", csv);
     }
-    /* the plan: the layer split; the schedule built, searched or read; lowered, split, proven */
+    /* the plan: the layer split; the schedule built, searched or read; lowered, split, proven (a
+     * layout search on every core: its splits are independent) */
+    if (pc.search_layout) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        pc.threads = cores > 1 ? (int)(cores < 64 ? cores : 64) : 1;
+    }
     st = pp_plan_build(&pc, &plan, &err);
     free(text);
     if (st != PP_OK) return fprintf(stderr, "mlp_plan: %s%s\n", where, err.message), refused(st);

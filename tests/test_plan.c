@@ -334,6 +334,18 @@ static void a_greedy_search_that_chooses_the_layout_runs_its_split(void)
     }
     PP_CHECK_INT(total, 8);
     PP_CHECK_OK(pp_schedule_validate(p->schedule, &err), &err);
+    /* on threads: the same plan */
+    c.threads = 3;
+    {
+        pp_plan *q = NULL;
+        PP_CHECK_OK(pp_plan_build(&c, &q, &err), &err);
+        if (q) {
+            PP_CHECK_STR(q->name, p->name);
+            for (s = 0; s < 4; s++) PP_CHECK_INT(q->layers->count[s], p->layers->count[s]);
+            PP_CHECK_NEAR(q->search->entries[0].makespan, p->search->entries[0].makespan, 0);
+        }
+        pp_plan_free(q);
+    }
     pp_plan_free(p);
 }
 
@@ -422,6 +434,8 @@ static void every_refusal_names_the_field_and_the_rule(void)
       *c = pl_kind(PP_1F1B, 2, 0, 4); c->csv = "0F0,0B0\n"; c->csv_len = 8; }
     { pp_plan_config *c = PL_CASE(PP_EINVAL, "group=4: not with search (it tries the group sizes itself)");
       c->search = 1; c->pp = 2; c->mb = 8; c->group = 4; }
+    { pp_plan_config *c = PL_CASE(PP_EINVAL, "threads=-1: must be in 0..1024");
+      *c = pl_kind(PP_1F1B, 2, 0, 8); c->threads = -1; }
     { pp_plan_config *c = PL_CASE(PP_EINVAL, "search_layout: only with search");
       *c = pl_kind(PP_1F1B, 2, 0, 8); c->layers = 8; c->search_layout = 1; }
     { pp_plan_config *c = PL_CASE(PP_EINVAL, "search_layout: needs layers"); c->search = 1; c->pp = 2; c->mb = 8;
