@@ -415,6 +415,9 @@ typedef struct pp_layers {
                                    with rank_speed the slowest rank's time */
     double *rank_time;          /* balanced only: [pp] each rank's time, the sum of its stages' costs
                                    (/ its rank_speed when given) */
+    int v_placement;            /* balanced with pp_balance_config.v_placement: stage s is on rank
+                                   s < pp ? s : 2pp-1-s (chunk s / pp), as ZB-V and DualPipeV place
+                                   it; 0: on rank s % pp. pp_layers_rank says which */
 } pp_layers;
 
 PIPEPAR_API const char *pp_layer_type_name(pp_layer_type type);     /* "moe", "mamba", ... */
@@ -444,6 +447,9 @@ PIPEPAR_API int pp_layers_type_index(const pp_layers *l, int layer, pp_layer_typ
 /* A stage's items as text: layout spelling "Et*13", hybrid symbols "M*-M". Returns the length
  * it needs (like snprintf); -1 when the stage is out of range. */
 PIPEPAR_API int pp_layers_stage_text(const pp_layers *l, int stage, char *buf, size_t size);
+/* The pipeline rank that holds stage s under the split's placement (see v_placement), -1 for no
+ * such stage; its chunk there is s / pp either way. */
+PIPEPAR_API int pp_layers_rank(const pp_layers *l, int stage);
 
 /* One line per stage: "stage S rank R chunk C layers [a,b) items TEXT" then, for each other
  * type the model has, " TYPE [a,b)" in that type's index space; then "layout STRING" (or
@@ -4438,6 +4444,12 @@ int pp_layers_type_index(const pp_layers *l, int layer, pp_layer_type type)
     return idx;
 }
 
+int pp_layers_rank(const pp_layers *l, int stage)
+{
+    if (!l || stage < 0 || stage >= l->num_stages) return -1;
+    return l->v_placement ? (stage < l->pp ? stage : 2 * l->pp - 1 - stage) : stage % l->pp;
+}
+
 int pp_layers_stage_text(const pp_layers *l, int stage, char *buf, size_t size)
 {
     pp__text t;
@@ -4479,7 +4491,7 @@ pp_status pp_layers_write_text(const pp_layers *l, FILE *out, pp_error *err)
         t.len = 0; pp__layers_putc(&t, '\0'); t.len = 0;
         pp__layers_stage_spell(l, s, &t);
         if (t.failed) { pp__text_free(&t); return pp__fail(err, PP_ENOMEM, "write: out of memory"); }
-        fprintf(out, "stage %d rank %d chunk %d layers [%d,%d) items %s", s, s % l->pp, s / l->pp, l->first[s],
+        fprintf(out, "stage %d rank %d chunk %d layers [%d,%d) items %s", s, pp_layers_rank(l, s), s / l->pp, l->first[s],
                 l->first[s] + l->count[s], t.len ? t.data : "-");
         for (k = 0; k < PP_LAYER_TYPE_COUNT; k++) {
             int a = l->type_first[s * PP_LAYER_TYPE_COUNT + k];
@@ -4491,7 +4503,13 @@ pp_status pp_layers_write_text(const pp_layers *l, FILE *out, pp_error *err)
         fputc('\n', out);
     }
     pp__text_free(&t);
-    if (l->form == PP_LAYERS_BALANCED) fprintf(out, "max stage cost %.9g\n", l->max_cost);
+    if (l->form == PP_LAYERS_BALANCED) {   /* the largest stage, then each rank's time (its speed's) */
+        double most = 0;
+        for (s = 0; s < l->num_stages; s++) if (l->stage_cost[s] > most) most = l->stage_cost[s];
+        fprintf(out, "max stage cost %.9g\nrank time", most);
+        for (k = 0; k < l->pp; k++) fprintf(out, " %.9g", l->rank_time[k]);
+        fputc('\n', out);
+    }
     if (l->layout) fprintf(out, "layout %s\n", l->layout);
     if (l->pattern) fprintf(out, "pattern %s\n", l->pattern);
     return ferror(out) ? pp__fail(err, PP_EIO, "write: output error") : pp__ok(err);
@@ -4511,7 +4529,12 @@ pp_status pp_layers_write_json(const pp_layers *l, FILE *out, pp_error *err)
             l->mtp_layers, l->mtp_standalone ? "true" : "false");
     if (l->layout) fprintf(out, ",\"layout\":\"%s\"", l->layout);
     if (l->pattern) fprintf(out, ",\"pattern\":\"%s\"", l->pattern);
-    if (l->form == PP_LAYERS_BALANCED) fprintf(out, ",\"max_cost\":%.17g", l->max_cost);
+    if (l->form == PP_LAYERS_BALANCED) {
+        fprintf(out, ",\"max_cost\":%.17g,\"v_placement\":%s,\"rank_time\":[", l->max_cost,
+                l->v_placement ? "true" : "false");
+        for (k = 0; k < l->pp; k++) fprintf(out, k ? ",%.17g" : "%.17g", l->rank_time[k]);
+        fputc(']', out);
+    }
     fprintf(out, ",\"is_moe\":[");
     for (k = 0; k < l->num_layers; k++) fprintf(out, k ? ",%d" : "%d", l->is_moe[k]);
     fprintf(out, "],\"stages\":[");
@@ -4521,7 +4544,7 @@ pp_status pp_layers_write_json(const pp_layers *l, FILE *out, pp_error *err)
         pp__layers_stage_spell(l, s, &t);
         if (t.failed) { pp__text_free(&t); return pp__fail(err, PP_ENOMEM, "write: out of memory"); }
         fprintf(out, "%s{\"stage\":%d,\"rank\":%d,\"chunk\":%d,\"first\":%d,\"count\":%d,\"items\":\"%s\"",
-                s ? "," : "", s, s % l->pp, s / l->pp, l->first[s], l->count[s], t.len ? t.data : "");
+                s ? "," : "", s, pp_layers_rank(l, s), s / l->pp, l->first[s], l->count[s], t.len ? t.data : "");
         if (l->stage_cost) fprintf(out, ",\"cost\":%.17g", l->stage_cost[s]);
         if (l->stage_memory) fprintf(out, ",\"memory\":%.17g", l->stage_memory[s]);
         fprintf(out, ",\"types\":{");
@@ -4810,6 +4833,7 @@ pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_er
         st = pp__fail(err, PP_ENOMEM, "balance: out of memory");
         goto done;
     }
+    l->v_placement = cfg->v_placement != 0;
     worst = pp__balance_eval(&b, count, l->stage_cost, l->stage_memory, l->rank_time, NULL, &fits);
     if (b.speed) l->max_cost = worst;      /* the slowest rank's time */
     else

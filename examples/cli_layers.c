@@ -18,7 +18,8 @@ static const char layers_usage[] =
     "usage: pipepar layers --layers L --pp P [--vpp V] [--first N] [--last N] [--embedding] [--loss]\n"
     "                      [--mtp N] [--layout STR | --hybrid STR] [--moe-freq STR] [--json]\n"
     "                      [--rank R [--chunk C]]\n"
-    "       pipepar layers --costs LIST --pp P [--vpp V] [--memory LIST --memory-cap X] [--json] ...\n"
+    "       pipepar layers --costs LIST --pp P [--vpp V] [--memory LIST --memory-cap X]\n"
+    "                      [--rank-speed LIST] [--v-placement] [--json] ...\n"
     "  --layers L      decoder layers (num_layers); optional with --layout, --hybrid or --costs\n"
     "  --pp P          pipeline ranks (default 1)\n"
     "  --vpp V         virtual stages per rank (default 1, or what the layout / pattern implies)\n"
@@ -34,6 +35,9 @@ static const char layers_usage[] =
     "  --memory LIST   memory of each decoder layer (same form); --memory-cap X per stage\n"
     "  --embedding-cost X, --loss-cost X, --mtp-cost X, --embedding-memory X, --loss-memory X,\n"
     "  --mtp-memory X  cost / memory of the embedding (first stage), loss and MTP depths (last)\n"
+    "  --rank-speed LIST  each rank's speed, pp values > 0 (1 / 1.35 for a GPU 1.35x slower): the\n"
+    "                  split that makes the slowest rank's time (its stages' cost / its speed) least\n"
+    "  --v-placement   with --vpp 2: rank r holds stages r and 2pp-1-r (ZB-V, DualPipeV)\n"
     "  --rank R        print only the stages of rank R (and --chunk C: only that one)\n"
     "  --json          one JSON object instead of text\n";
 
@@ -96,7 +100,7 @@ static int layers_parse_list(const char *flag, const char *text, double **out)
 typedef struct layers_opts {
     pp_layers_config cfg;
     pp_balance_config bal;
-    const char *costs_text, *memory_text;
+    const char *costs_text, *memory_text, *speed_text;
     long rank, chunk;
     int json;
 } layers_opts;
@@ -108,7 +112,7 @@ static const cli_flag_spec layers_specs[] = {
     { "--embedding-cost", CLI_VALUE }, { "--embedding-memory", CLI_VALUE }, { "--loss-cost", CLI_VALUE },
     { "--loss-memory", CLI_VALUE }, { "--mtp-cost", CLI_VALUE }, { "--mtp-memory", CLI_VALUE }, { "--rank", CLI_VALUE },
     { "--chunk", CLI_VALUE }, { "--embedding", CLI_SWITCH }, { "--loss", CLI_SWITCH }, { "--json", CLI_SWITCH },
-    { NULL, 0 }
+    { "--rank-speed", CLI_VALUE }, { "--v-placement", CLI_SWITCH }, { NULL, 0 }
 };
 
 /* One flag into *o; 1, or 0 after printing why. */
@@ -139,6 +143,8 @@ static int layers_flag(layers_opts *o, const char *a, const char *val)
     else if (!strcmp(a, "--moe-freq")) o->cfg.moe_layer_freq = val;
     else if (!strcmp(a, "--costs")) o->costs_text = val;
     else if (!strcmp(a, "--memory")) o->memory_text = val;
+    else if (!strcmp(a, "--rank-speed")) o->speed_text = val;
+    else if (!strcmp(a, "--v-placement")) o->bal.v_placement = 1;
     else if (!strcmp(a, "--embedding")) o->cfg.account_for_embedding = 1;
     else if (!strcmp(a, "--loss")) o->cfg.account_for_loss = 1;
     else if (!strcmp(a, "--json")) o->json = 1;
@@ -171,6 +177,9 @@ static int layers_parse(int argc, char **argv, layers_opts *o)
         if (o->memory_text || bal->memory_cap > 0 || bal->embedding_cost > 0 || bal->loss_cost > 0 || bal->mtp_cost > 0 ||
             bal->embedding_memory > 0 || bal->loss_memory > 0 || bal->mtp_memory > 0)
             return cli_usage_error("--memory, --memory-cap and the --*-cost / --*-memory flags need --costs");
+        if (o->speed_text || bal->v_placement)
+            return cli_usage_error("%s: balances a split, so it needs --costs (e.g. --costs '1*24')",
+                                   o->speed_text ? "--rank-speed" : "--v-placement");
         if (!o->cfg.num_layers && !o->cfg.layout && !o->cfg.hybrid)
             return cli_usage_error("--layers: required (or give --layout, --hybrid or --costs)");
     }
@@ -186,8 +195,8 @@ int pp_cli_layers(int argc, char **argv)
     pp_error err;
     pp_status st;
     long rank, chunk;
-    int json, n_cost = -1, n_mem = -1, rc;
-    double *costs = NULL, *memory = NULL;
+    int json, n_cost = -1, n_mem = -1, n_speed = -1, rc, k;
+    double *costs = NULL, *memory = NULL, *speed = NULL;
     if ((rc = layers_parse(argc, argv, &o)) != 0) return rc < 0 ? 0 : rc;
     cfg = o.cfg; bal = o.bal; rank = o.rank; chunk = o.chunk; json = o.json;
     if (o.costs_text) {
@@ -203,6 +212,22 @@ int pp_cli_layers(int argc, char **argv)
         if (memory && n_mem != n_cost) {
             rc = cli_usage_error("--memory: %d values, but --costs has %d", n_mem, n_cost);
             goto out;
+        }
+        if (o.speed_text) {
+            if ((n_speed = layers_parse_list("--rank-speed", o.speed_text, &speed)) < 0) {
+                rc = n_speed == -3 ? 1 : 2;
+                goto out;
+            }
+            if (n_speed != (cfg.pp ? cfg.pp : 1)) {
+                rc = cli_usage_error("--rank-speed: %d values, but --pp=%d (one speed a rank)", n_speed, cfg.pp ? cfg.pp : 1);
+                goto out;
+            }
+            for (k = 0; k < n_speed; k++)
+                if (!(speed[k] > 0)) {
+                    rc = cli_usage_error("--rank-speed: value %d is %g: a speed must be above 0", k + 1, speed[k]);
+                    goto out;
+                }
+            bal.rank_speed = speed;
         }
         bal.num_layers = n_cost;
         bal.pp = cfg.pp; bal.vpp = cfg.vpp;
@@ -223,9 +248,9 @@ int pp_cli_layers(int argc, char **argv)
         int s;
         char items[4096];
         for (s = 0; s < l->num_stages; s++) {
-            if (s % l->pp != rank || (chunk >= 0 && s / l->pp != chunk)) continue;
+            if (pp_layers_rank(l, s) != rank || (chunk >= 0 && s / l->pp != chunk)) continue;
             pp_layers_stage_text(l, s, items, sizeof items);
-            printf("stage %d rank %d chunk %d layers [%d,%d) items %s\n", s, s % l->pp, s / l->pp, l->first[s],
+            printf("stage %d rank %d chunk %d layers [%d,%d) items %s\n", s, pp_layers_rank(l, s), s / l->pp, l->first[s],
                    l->first[s] + l->count[s], items[0] ? items : "-");
         }
         st = PP_OK;
@@ -237,5 +262,6 @@ out:
     pp_layers_free(l);
     free(costs);
     free(memory);
+    free(speed);
     return rc;
 }

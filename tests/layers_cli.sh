@@ -41,6 +41,15 @@ expect_out "balanced" "layout Et*7|(t*11|)*2t*3L" --pp 4 --costs '3,1*30,4' --em
 expect_out "balanced bottleneck" "max stage cost 11" --pp 4 --costs '3,1*30,4' --embedding-cost 2 --loss-cost 5
 expect_out "balanced memory" "stage 0 rank 0 chunk 0 layers [0,3) items Et*3 cost 3 memory 6" \
     --pp 2 --costs '1*4' --memory '1,2,3,4' --memory-cap 6
+# a GPU at 0.808 of its neighbour's speed, ZB-V's V placement: rank 0 holds stages 0 and 3
+expect_out "speeds, V" "stage 3 rank 0 chunk 1 layers [18,24) items t*6L cost 6.56" \
+    --pp 2 --vpp 2 --costs '1*24' --loss-cost 0.56 --rank-speed 1,0.808 --v-placement
+expect_out "speeds, V: rank times" "rank time 13.56 13.6138614" \
+    --pp 2 --vpp 2 --costs '1*24' --loss-cost 0.56 --rank-speed 1,0.808 --v-placement
+expect_out "speeds, V: json" '"v_placement":true,"rank_time":[13.56,13.613861386138613]' \
+    --pp 2 --vpp 2 --costs '1*24' --loss-cost 0.56 --rank-speed 1,0.808 --v-placement --json
+expect_lines "speeds, V: rank filter" 2 --pp 2 --vpp 2 --costs '1*24' --rank-speed 1,0.808 --v-placement --rank 0
+expect_out "speeds, looped: the slow rank gets less" "layout Et*13|t*11L" --pp 2 --costs '1*24' --rank-speed 1,0.808
 expect_out "json" '"stages":[{"stage":0,"rank":0,"chunk":0,"first":0,"count":13,"items":"Et*13"' \
     --layers 27 --pp 2 --first 13 --json
 expect_lines "json is one line" 1 --layers 27 --pp 2 --first 13 --json
@@ -58,6 +67,11 @@ expect_err "moe freq length" "the list has 3 entries, but the model has 4 decode
 expect_err "memory cap" "the layers need at least 3 stages under this cap, but pp*vpp = 2" \
     --pp 2 --costs '1*4' --memory '1,2,3,4' --memory-cap 5
 expect_err "costs list" "--costs='1,x': expected numbers >= 0" --pp 2 --costs '1,x'
+expect_err "speeds need costs" "--rank-speed: balances a split, so it needs --costs" --layers 8 --pp 2 --rank-speed 1,1
+expect_err "V needs costs" "--v-placement: balances a split, so it needs --costs" --layers 8 --pp 2 --vpp 2 --v-placement
+expect_err "a speed a rank" "--rank-speed: 3 values, but --pp=2 (one speed a rank)" --pp 2 --costs '1*8' --rank-speed 1,1,1
+expect_err "speeds above 0" "--rank-speed: value 2 is 0: a speed must be above 0" --pp 2 --costs '1*8' --rank-speed 1,0
+expect_err "V at vpp 2" "v_placement=1: the V placement holds 2 stages a rank, but vpp=1" --pp 2 --costs '1*8' --v-placement
 expect_err "costs vs layers" "--costs: 3 values, but --layers=4" --layers 4 --costs '1,1,1'
 expect_err "costs with layout" "--costs: finds its own split" --pp 2 --costs '1,1' --layout 'Et|tL'
 expect_err "memory needs costs" "need --costs" --layers 4 --memory-cap 3

@@ -872,6 +872,8 @@ static void layers_balance_matches_brute_force_on_random_cases(void)
  * again 9 and 7; the exact split of stage times alone (5, 3, 3, 5: stage times at most 5) would
  * give rank 0 ten layers, which is why the ranks' sums are balanced after it. Looped stages
  * (rank 0 holding stages 0 and 2) likewise. */
+static char *capture(pp_status (*write)(const pp_layers *, FILE *, pp_error *), const pp_layers *l);
+
 static void layers_balance_gives_a_slow_rank_fewer_layers(void)
 {
     static const double speed[2] = { 1, 1 / 1.35 };
@@ -898,6 +900,21 @@ static void layers_balance_gives_a_slow_rank_fewer_layers(void)
         PP_CHECK_MSG(l->count[0] + l->count[v ? 3 : 2] == 9, "%s: rank 0 holds %d layers (%s), expected 9",
                      v ? "V" : "looped", l->count[0] + l->count[v ? 3 : 2], l->layout);
         PP_CHECK_NEAR(l->max_cost, 9.45, 1e-12);
+        /* the split says where its stages are: the text and JSON name each stage's rank */
+        PP_CHECK_INT(l->v_placement, v);
+        PP_CHECK_INT(pp_layers_rank(l, 2), v ? 1 : 0);
+        PP_CHECK_INT(pp_layers_rank(l, 3), v ? 0 : 1);
+        PP_CHECK_INT(pp_layers_rank(l, 4), -1);
+        PP_CHECK_INT(pp_layers_rank(NULL, 0), -1);
+        {
+            char *text = capture(pp_layers_write_text, l), *json = capture(pp_layers_write_json, l);
+            PP_CHECK_CONTAINS(text, v ? "stage 3 rank 0 chunk 1" : "stage 3 rank 1 chunk 1");
+            PP_CHECK_CONTAINS(text, "rank time 9 9.45");
+            PP_CHECK_CONTAINS(json, v ? "\"v_placement\":true" : "\"v_placement\":false");
+            PP_CHECK_CONTAINS(json, v ? "{\"stage\":3,\"rank\":0,\"chunk\":1" : "{\"stage\":3,\"rank\":1,\"chunk\":1");
+            free(text);
+            free(json);
+        }
         pp_layers_free(l);
     }
     /* equal speeds balance the ranks' sums; without speeds the stages (rank_time still reported) */
