@@ -44,7 +44,7 @@
 
 typedef struct options {
     int dp, cp, pp, ranks, vpp, first_stage_layers;
-    char *schedule;
+    char *schedule, *hybrid;
     int layers, width, heads, vocab, moe, experts, topk, replay;
     char *replay_save, *replay_file;
     int steps, seqs, min_len, max_len, capacity, seq_multiple;
@@ -71,7 +71,10 @@ static const flag FLAGS[] = {
     {"--vpp", 'i', OPT(vpp), 1, MAX_CHUNKS, "chunks per rank (default: the schedule's)"},
     {"--first-stage-layers", 'i', OPT(first_stage_layers), 1, MAX_LAYERS,
      "layers of pipeline rank 0 (Megatron's, over its chunks)"},
-    {"--layers", 'i', OPT(layers), 1, MAX_LAYERS, "decoder layers (default 8)"},
+    {"--hybrid", 's', OPT(hybrid), 0, 0,
+     "the split in half layers: Megatron's hybrid pattern, '*' a layer's attention, '-' its MLP ('E' MoE), "
+     "'|' between stages, e.g. '*-*-*|-*-*-' (default: whole layers, even)"},
+    {"--layers", 'i', OPT(layers), 1, MAX_LAYERS, "decoder layers (default 8; with --hybrid, the pattern's)"},
     {"--width", 'i', OPT(width), 2, 256, "the residual stream (default 16)"},
     {"--heads", 'i', OPT(heads), 1, 16, "attention heads (default 2)"},
     {"--vocab", 'i', OPT(vocab), 4, 4096, "tokens (default 32)"},
@@ -273,7 +276,8 @@ typedef struct job {
     gpt_config cfg;
     pp_grid grid;
     pp_schedule_kind kind;
-    pp_layers *layers;          /* the model split into model stages: layers [first[s], + count[s]) */
+    pp_layers *layers;          /* the model split into model stages: layers, or units with --hybrid
+                                   (gpt_split_units) */
     pp_schedule *shape;         /* the first step's schedule: which stages each rank holds */
     int replay_slots;           /* MoE layers: the recording's layer axis */
     step_data *steps;
@@ -284,6 +288,7 @@ typedef struct job {
     reference ref;
     int mismatches;
     int *moe_slot;              /* [L] each layer's slot in a recording (its MoE index), -1 dense */
+    unsigned char *is_moe;      /* [L] 1: layer l's MLP is a mixture of experts */
 } job;
 
 /* ============================================================================================
@@ -435,11 +440,13 @@ static pp_status meta_replay(mb_meta *mm, rank_state *r, const step_data *d, int
         if ((s = pp_replay_config_from_stage(jb->layers, r->model_stage[c], &rc, err)) != PP_OK ||
             (s = pp_replay_map_build(d->plan, bin, &rc, &map, err)) != PP_OK)
             return s;
-        for (i = st->first; i < st->first + st->count; i++) want += gpt_layer_is_moe(&jb->cfg, i);
-        for (i = 0; i < map->num_layers && want == map->num_layers; i++)
-            if (!gpt_layer_is_moe(&jb->cfg, map->layers[i]) || map->layers[i] < st->first ||
-                map->layers[i] >= st->first + st->count)
+        for (i = 0; i < st->count; i++) want += st->w.layer[i].wrouter != NULL;
+        for (i = 0; i < map->num_layers && want == map->num_layers; i++) {
+            int l = gpt_split_item_layer(jb->layers, map->layers[i]);
+            if (!gpt_layer_is_moe(&jb->cfg, l) || l < st->first || l >= st->first + st->count ||
+                !GPT_HAS_MLP(st, l - st->first))
                 want = -1;
+        }
         if (want != map->num_layers) {
             s = pp_error_set(err, PP_EINVAL, "stage %d computes layers [%d,%d), but its replay map is for layers "
                              "[%d,%d): built from another layer split or stage numbering", r->stage_of[c], st->first,
@@ -778,8 +785,12 @@ static int stage_tensors(const gpt_config *c, const gpt_stage *st, tensor *out)
     for (k = 0; k < st->count; k++) {
         int l = st->first + k, moe = st->w.layer[k].wrouter != NULL;
         size_t nfc = moe ? (size_t)c->experts * c->expert_hidden * C : (size_t)c->hidden * C;
-        TENSOR(l, "ln1", layer[k].ln1, C); TENSOR(l, "wqkv", layer[k].wqkv, 3 * C * C);
-        TENSOR(l, "wo", layer[k].wo, C * C); TENSOR(l, "ln2", layer[k].ln2, C);
+        if (GPT_HAS_ATTN(st, k)) {      /* a stage may hold half a layer (gpt_stage) */
+            TENSOR(l, "ln1", layer[k].ln1, C); TENSOR(l, "wqkv", layer[k].wqkv, 3 * C * C);
+            TENSOR(l, "wo", layer[k].wo, C * C);
+        }
+        if (!GPT_HAS_MLP(st, k)) continue;
+        TENSOR(l, "ln2", layer[k].ln2, C);
         if (moe) TENSOR(l, "wrouter", layer[k].wrouter, (size_t)c->experts * C);
         TENSOR(l, "wfc", layer[k].wfc, nfc); TENSOR(l, "wproj", layer[k].wproj, nfc);
     }
@@ -1018,8 +1029,9 @@ static pp_status rank_setup(rank_state *r, pp_threads_world *w, pp_error *err)
         int st = pp_rank_chunk_stage(sh, r->pp_rank, c);
         r->stage_of[c] = st;
         r->model_stage[c] = pp_stage_model_stage(sh, st);
-        if (gpt_stage_init(&r->model[c], &jb->cfg, jb->layers->first[r->model_stage[c]],
-                           jb->layers->count[r->model_stage[c]], (uint64_t)jb->o.seed))
+        int u0, units, ends;
+        gpt_split_units(jb->layers, r->model_stage[c], &u0, &units, &ends);
+        if (gpt_stage_init_units(&r->model[c], &jb->cfg, u0, units, ends, (uint64_t)jb->o.seed))
             return pp_error_set(err, PP_ENOMEM, "out of memory");
     }
     /* one slot holds the saved activations of this rank's largest chunk at the most tokens */
@@ -1269,11 +1281,15 @@ int main(int argc, char **argv)
     int rc, r, s, l, world;
 
     memset(&jb, 0, sizeof jb);
-    o->schedule = (char *)"1f1b"; o->dp = o->cp = o->pp = 1; o->layers = 8; o->width = 16; o->heads = 2;
+    o->schedule = (char *)"1f1b"; o->dp = o->cp = o->pp = 1; o->width = 16; o->heads = 2;
     o->vocab = 32; o->experts = 4; o->topk = 2; o->steps = 3; o->seqs = 16; o->min_len = 3; o->max_len = 24;
     o->capacity = 32; o->lr = 0.01; o->clip = 1.0; o->seed = 1;
     if ((rc = parse_flags(argc, argv, o)) >= 0) return rc;
     world = o->ranks ? o->ranks : o->dp * o->cp * o->pp;
+    if (o->hybrid && o->moe) return usage_error("--moe", NULL, "not with --hybrid: its 'E' blocks are the MoE layers");
+    if (o->hybrid && o->first_stage_layers) return usage_error("--first-stage-layers", NULL, "not with --hybrid (its '|' split)");
+    if (o->hybrid) o->moe = strchr(o->hybrid, 'E') != NULL;
+    if (!o->hybrid && !o->layers) o->layers = 8;
 
     /* the rules between flags */
     if (o->width % o->heads) return usage_error("--heads", NULL, "must divide --width");
@@ -1304,25 +1320,52 @@ int main(int argc, char **argv)
     /* the schedule of the first step: its placement says which stages each rank holds */
     memset(&sc, 0, sizeof sc);
     sc.kind = jb.kind; sc.pp = o->pp; sc.vpp = o->vpp; sc.mb = jb.steps[0].plan->num_microbatches;
+    if (o->hybrid && !o->vpp && gpt_hybrid_stages(o->hybrid) % o->pp == 0 && gpt_hybrid_stages(o->hybrid) > o->pp)
+        sc.vpp = gpt_hybrid_stages(o->hybrid) / o->pp;  /* the pattern's '|' split says the chunks per rank */
     rc = 2;
     if (pp_schedule_build(&sc, &jb.shape, &err) != PP_OK || schedule_peaks(&jb, sc, &err)) {
-        usage_error("--schedule", o->schedule, err.message);
+        if (sc.vpp && !o->vpp) {        /* the vpp came from the pattern: say so */
+            char why[sizeof err.message + 64];
+            snprintf(why, sizeof why, "its %d stages on pp %d make vpp %d, and %s", gpt_hybrid_stages(o->hybrid), o->pp,
+                     sc.vpp, err.message);
+            usage_error("--hybrid", o->hybrid, why);
+        } else {
+            usage_error("--schedule", o->schedule, err.message);
+        }
         goto out;
     }
 
     /* the layers of each model stage: pp * vpp stages, or pp under DualPipe (each held twice) */
     memset(&lc, 0, sizeof lc);
-    lc.num_layers = o->layers; lc.pp = o->pp;
+    lc.num_layers = o->hybrid ? 0 : o->layers; lc.pp = o->pp;
     lc.vpp = jb.shape->placement == PP_PLACEMENT_DUAL ? 1 : jb.shape->vpp;
     lc.first = o->first_stage_layers;
-    lc.moe_layer_freq = o->moe ? "2" : NULL;
+    lc.moe_layer_freq = o->moe && !o->hybrid ? "2" : NULL;
+    lc.hybrid = o->hybrid;
     if (pp_layers_build(&lc, &jb.layers, &err) != PP_OK) {
-        usage_error(o->first_stage_layers ? "--first-stage-layers" : "--layers", NULL, err.message);
+        usage_error(o->hybrid ? "--hybrid" : o->first_stage_layers ? "--first-stage-layers" : "--layers", o->hybrid,
+                    err.message);
         goto out;
     }
+    if (o->hybrid) {
+        char why[160];
+        if (gpt_split_check(jb.layers, why, sizeof why)) { usage_error("--hybrid", o->hybrid, why); goto out; }
+        if (o->layers && o->layers != gpt_split_layers(jb.layers)) {
+            snprintf(why, sizeof why, "has %d layers, --layers says %d", gpt_split_layers(jb.layers), o->layers);
+            usage_error("--hybrid", o->hybrid, why);
+            goto out;
+        }
+        if ((o->layers = gpt_split_layers(jb.layers)) > MAX_LAYERS) {
+            snprintf(why, sizeof why, "has %d layers, at most %d", o->layers, MAX_LAYERS);
+            usage_error("--hybrid", o->hybrid, why);
+            goto out;
+        }
+    }
     jb.moe_slot = (int *)malloc(sizeof(int) * (size_t)o->layers);
+    jb.is_moe = (unsigned char *)malloc((size_t)o->layers);
     for (l = 0; l < o->layers; l++) {   /* a recording keeps one slot per MoE layer, in layer order */
-        jb.moe_slot[l] = pp_layers_type_index(jb.layers, l, PP_LAYER_MOE);
+        jb.moe_slot[l] = pp_layers_type_index(jb.layers, gpt_split_mlp_item(jb.layers, l), PP_LAYER_MOE);
+        jb.is_moe[l] = jb.moe_slot[l] >= 0;
         jb.replay_slots += jb.moe_slot[l] >= 0;
     }
     for (s = 0; jb.replay_slots && s < o->steps; s++)
@@ -1332,7 +1375,7 @@ int main(int argc, char **argv)
     jb.cfg.vocab = o->vocab; jb.cfg.width = o->width; jb.cfg.heads = o->heads; jb.cfg.layers = o->layers;
     jb.cfg.max_pos = o->capacity; jb.cfg.hidden = 4 * o->width; jb.cfg.experts = o->experts; jb.cfg.topk = o->topk;
     jb.cfg.expert_hidden = 2 * o->width;
-    jb.cfg.is_moe = o->moe ? jb.layers->is_moe : NULL;
+    jb.cfg.is_moe = jb.is_moe;
     jb.cfg.moe_slot = jb.moe_slot;
     if (o->replay_file && (rc = read_recordings(&jb, o->replay_file)) != 0) goto out;
     rc = 1;
@@ -1340,9 +1383,10 @@ int main(int argc, char **argv)
     if (o->gradcheck) { rc = gradcheck(&jb); goto out; }
 
     printf("gpt: %d layers (%s), width %d, %d heads, vocab %d; %d ranks = dp %d x cp %d x pp %d\n", o->layers,
-           o->moe ? "MoE in every other layer" : "dense", o->width, o->heads, o->vocab, world, o->dp, o->cp, o->pp);
+           !o->moe ? "dense" : o->hybrid ? "MoE where the pattern says 'E'" : "MoE in every other layer", o->width,
+           o->heads, o->vocab, world, o->dp, o->cp, o->pp);
     printf("     %s, vpp %d, stages %s; %d sequences a step of %s tokens, bins of %d%s%s\n",
-           pp_schedule_kind_name(jb.kind), jb.shape->vpp, jb.layers->layout ? jb.layers->layout : "", jb.steps[0].n,
+           pp_schedule_kind_name(jb.kind), jb.shape->vpp, jb.layers->layout ? jb.layers->layout : jb.layers->pattern, jb.steps[0].n,
            o->lengths ? o->lengths : "random", o->capacity, o->replay ? ", router replay" : "",
            o->check ? ", checked against one thread" : "");
     if (o->check)
@@ -1371,7 +1415,7 @@ int main(int argc, char **argv)
 out:
     reference_free(&jb.ref);
     for (r = 0; jb.ranks && r < world; r++) free(jb.ranks[r]);
-    free(jb.ranks); free(jb.report); free(jb.sched_peak); free(jb.moe_slot);
+    free(jb.ranks); free(jb.report); free(jb.sched_peak); free(jb.moe_slot); free(jb.is_moe);
     free_steps(jb.steps, o->steps);
     pp_layers_free(jb.layers);
     pp_schedule_free(jb.shape);

@@ -55,7 +55,7 @@ static double now_s(void)
 
 typedef struct options {
     int dp, cp, pp, vpp, first_stage_layers;
-    char *schedule;
+    char *schedule, *hybrid;
     int layers, width, heads, vocab, moe, experts, topk, replay;
     int steps, warmup, seqs, min_len, max_len, capacity, attn_block;
     double lr, clip, timeout;
@@ -79,7 +79,10 @@ static const flag FLAGS[] = {
     {"--vpp", 'i', OPT(vpp), 1, MAX_CHUNKS, "chunks per rank (default: the schedule's)"},
     {"--first-stage-layers", 'i', OPT(first_stage_layers), 1, GPT_MAX_LAYERS,
      "layers of pipeline rank 0 (Megatron's, over its chunks)"},
-    {"--layers", 'i', OPT(layers), 1, GPT_MAX_LAYERS, "decoder layers (default 4)"},
+    {"--hybrid", 's', OPT(hybrid), 0, 0,
+     "the split in half layers: Megatron's hybrid pattern, '*' a layer's attention, '-' its MLP ('E' MoE), "
+     "'|' between stages, e.g. '*-*-*|-*-*-' (default: whole layers, even)"},
+    {"--layers", 'i', OPT(layers), 1, GPT_MAX_LAYERS, "decoder layers (default 4; with --hybrid, the pattern's)"},
     {"--width", 'i', OPT(width), 8, 8192, "the residual stream (default 64)"},
     {"--heads", 'i', OPT(heads), 1, 128, "attention heads (default 4)"},
     {"--vocab", 'i', OPT(vocab), 4, 262144, "tokens (default 64)"},
@@ -229,8 +232,10 @@ struct Job {
     gpt_config cfg;
     pp_schedule_kind kind;
     pp_schedule *shape = nullptr;   /* the first step's schedule: which stages each rank holds */
-    pp_layers *layers = nullptr;    /* the model split into stages: layers [first[s], + count[s]) */
+    pp_layers *layers = nullptr;    /* the model split into stages: layers, or units with --hybrid
+                                       (gpt_split_units) */
     std::vector<int> moe_slot;      /* [L] each layer's slot in a recording (its MoE index), -1 dense */
+    std::vector<unsigned char> is_moe;  /* [L] 1: layer l's MLP is a mixture of experts */
     int replay_slots = 0;           /* MoE layers: the recording's layer axis */
     std::vector<step_data> steps;
     int max_mb = 0, max_tokens = 0; /* the most microbatches per dp rank, tokens per microbatch */
@@ -250,6 +255,11 @@ static int job_setup(Job &J)
 {
     options *o = &J.o;
     pp_error err;
+    if (o->hybrid && o->moe)
+        return usage_error("--moe", NULL, "not with --hybrid: its 'E' blocks are the MoE layers");
+    if (o->hybrid && o->first_stage_layers) return usage_error("--first-stage-layers", NULL, "not with --hybrid (its '|' split)");
+    if (o->hybrid) o->moe = strchr(o->hybrid, 'E') != NULL;
+    if (!o->hybrid && !o->layers) o->layers = 4;
     if (o->width % o->heads) return usage_error("--heads", NULL, "must divide --width");
     if (o->topk > o->experts) return usage_error("--topk", NULL, "must be at most --experts");
     if (o->min_len > o->max_len) return usage_error("--min-len", NULL, "must be at most --max-len");
@@ -271,23 +281,49 @@ static int job_setup(Job &J)
     pp_schedule_config sc;
     memset(&sc, 0, sizeof sc);
     sc.kind = J.kind; sc.pp = o->pp; sc.vpp = o->vpp; sc.mb = J.steps[0].plan->num_microbatches;
-    if (pp_schedule_build(&sc, &J.shape, &err) != PP_OK) return usage_error("--schedule", o->schedule, err.message);
+    if (o->hybrid && !o->vpp && gpt_hybrid_stages(o->hybrid) % o->pp == 0 && gpt_hybrid_stages(o->hybrid) > o->pp)
+        sc.vpp = gpt_hybrid_stages(o->hybrid) / o->pp;  /* the pattern's '|' split says the chunks per rank */
+    if (pp_schedule_build(&sc, &J.shape, &err) != PP_OK) {
+        if (!sc.vpp || o->vpp) return usage_error("--schedule", o->schedule, err.message);
+        char why[sizeof err.message + 64];  /* the vpp came from the pattern: say so */
+        snprintf(why, sizeof why, "its %d stages on pp %d make vpp %d, and %s", gpt_hybrid_stages(o->hybrid), o->pp,
+                 sc.vpp, err.message);
+        return usage_error("--hybrid", o->hybrid, why);
+    }
     pp_layers_config lc;
     memset(&lc, 0, sizeof lc);
-    lc.num_layers = o->layers; lc.pp = o->pp; lc.vpp = J.shape->vpp; lc.first = o->first_stage_layers;
-    lc.moe_layer_freq = o->moe ? "2" : NULL;
+    lc.num_layers = o->hybrid ? 0 : o->layers; lc.pp = o->pp; lc.vpp = J.shape->vpp; lc.first = o->first_stage_layers;
+    lc.moe_layer_freq = o->moe && !o->hybrid ? "2" : NULL;
+    lc.hybrid = o->hybrid;
     if (pp_layers_build(&lc, &J.layers, &err) != PP_OK)
-        return usage_error(o->first_stage_layers ? "--first-stage-layers" : "--layers", NULL, err.message);
+        return usage_error(o->hybrid ? "--hybrid" : o->first_stage_layers ? "--first-stage-layers" : "--layers", o->hybrid,
+                           err.message);
+    if (o->hybrid) {
+        char why[160];
+        const int L = gpt_split_layers(J.layers);
+        if (gpt_split_check(J.layers, why, sizeof why)) return usage_error("--hybrid", o->hybrid, why);
+        if (o->layers && o->layers != L) {
+            snprintf(why, sizeof why, "has %d layers, --layers says %d", L, o->layers);
+            return usage_error("--hybrid", o->hybrid, why);
+        }
+        if (L > GPT_MAX_LAYERS) {
+            snprintf(why, sizeof why, "has %d layers, at most %d", L, GPT_MAX_LAYERS);
+            return usage_error("--hybrid", o->hybrid, why);
+        }
+        o->layers = L;
+    }
     J.moe_slot.resize(o->layers);
+    J.is_moe.resize(o->layers);
     for (int l = 0; l < o->layers; l++) {   /* a recording keeps one slot per MoE layer, in layer order */
-        J.moe_slot[l] = pp_layers_type_index(J.layers, l, PP_LAYER_MOE);
+        J.moe_slot[l] = pp_layers_type_index(J.layers, gpt_split_mlp_item(J.layers, l), PP_LAYER_MOE);
+        J.is_moe[l] = J.moe_slot[l] >= 0;
         J.replay_slots += J.moe_slot[l] >= 0;
     }
     gpt_config &c = J.cfg;
     memset(&c, 0, sizeof c);
     c.vocab = o->vocab; c.width = o->width; c.heads = o->heads; c.layers = o->layers; c.max_pos = o->capacity;
     c.hidden = 4 * o->width; c.experts = o->experts; c.topk = o->topk; c.expert_hidden = 2 * o->width;
-    c.is_moe = o->moe ? J.layers->is_moe : NULL;
+    c.is_moe = o->moe ? J.is_moe.data() : NULL;
     c.moe_slot = J.moe_slot.data();
     return 0;
 }
@@ -743,7 +779,9 @@ static void rank_chunks(Rank &R)
     for (int c = 0; c < R.nchunks; c++) {
         const int st = pp_rank_chunk_stage(sh, R.pp_rank, c), ms = pp_stage_model_stage(sh, st);
         R.stage_of[c] = st;
-        stage_create(R.chunk[c], &J.cfg, J.layers->first[ms], J.layers->count[ms], (uint64_t)J.o.seed, R.stream, &R.bytes);
+        int u0, units, ends;
+        gpt_split_units(J.layers, ms, &u0, &units, &ends);
+        stage_create(R.chunk[c], &J.cfg, u0, units, ends, (uint64_t)J.o.seed, R.stream, &R.bytes);
         R.has_head |= R.chunk[c].shape.has_head;
     }
 }
@@ -913,8 +951,9 @@ static pp_status build_replay_maps(Rank &R, MbHost &h, const step_data &d, pp_er
             return s;
         int ok = h.map[k]->num_layers == st.moe_layers && (h.map[k]->num_layers == 0 || h.map[k]->num_tokens == h.T);
         for (int i = 0; ok && i < h.map[k]->num_layers; i++) {
-            const int l = h.map[k]->layers[i];
-            ok = l >= st.shape.first && l < st.shape.first + st.shape.count && gpt_layer_is_moe(&J.cfg, l);
+            const int l = gpt_split_item_layer(J.layers, h.map[k]->layers[i]);
+            ok = l >= st.shape.first && l < st.shape.first + st.shape.count && gpt_layer_is_moe(&J.cfg, l) &&
+                 GPT_HAS_MLP(&st.shape, l - st.shape.first);
         }
         if (!ok)
             return pp_error_set(err, PP_EINVAL, "stage %d computes layers [%d,%d) (%d MoE), but its replay map is for "
@@ -1180,13 +1219,14 @@ int main(int argc, char **argv)
     static Job J;
     options *o = &J.o;
     memset(o, 0, sizeof *o);
-    o->schedule = (char *)"1f1b"; o->dp = o->cp = o->pp = 1; o->layers = 4; o->width = 64; o->heads = 4;
+    o->schedule = (char *)"1f1b"; o->dp = o->cp = o->pp = 1; o->width = 64; o->heads = 4;
     o->vocab = 64; o->experts = 8; o->topk = 2; o->steps = 3; o->warmup = 1; o->seqs = 24; o->min_len = 3;
     o->max_len = 48; o->capacity = 64; o->attn_block = 1024; o->lr = 0.01; o->clip = 1.0; o->seed = 1; o->timeout = 120;
     int rc = parse_flags(argc, argv, o);
     if (rc >= 0) return rc;
     if (o->steps == 1) o->warmup = 0;
     if (o->selftest) {                  /* one GPU, the model against gpt_model.h's */
+        if (o->hybrid) return usage_error("--selftest", NULL, "runs the model whole on one GPU: not with --hybrid");
         o->moe = 1; o->dp = o->cp = o->pp = 1; o->steps = 1; o->warmup = 0;
         if ((rc = job_setup(J)) != 0) return rc;
         rc = selftest(J);
@@ -1201,10 +1241,11 @@ int main(int argc, char **argv)
     if ((rc = rank_build(R)) != 0) return rc;
     if (R.lead) {
         printf("gpt_gpu (%s): %d layers (%s), width %d, %d heads, vocab %d; %d ranks = dp %d x cp %d x pp %d\n",
-               GPT_PRECISION, o->layers, o->moe ? "MoE in every other layer" : "dense", o->width, o->heads, o->vocab,
+               GPT_PRECISION, o->layers, !o->moe ? "dense" : o->hybrid ? "MoE where the pattern says 'E'" :
+               "MoE in every other layer", o->width, o->heads, o->vocab,
                R.world, o->dp, o->cp, o->pp);
         printf("        %s, vpp %d, stages %s; %d sequences a step of %d..%d tokens, bins of %d, attention blocks "
-               "of %d rows%s%s\n", pp_schedule_kind_name(J.kind), J.shape->vpp, J.layers->layout ? J.layers->layout : "",
+               "of %d rows%s%s\n", pp_schedule_kind_name(J.kind), J.shape->vpp, J.layers->layout ? J.layers->layout : J.layers->pattern,
                o->seqs, o->min_len, o->max_len, o->capacity, o->attn_block, o->replay ? ", router replay" : "",
                o->check ? ", checked against the model whole on one GPU" : "");
         printf("rank 0: %d saved-activation slots of %.1f MiB (pp_executor_saved_slots), %.2f GiB allocated\n",

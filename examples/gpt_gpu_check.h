@@ -62,7 +62,7 @@ static void reference_create(Reference &F, const Job &J, cudaStream_t stream)
     M.cfg = c; M.attn_block = J.o.attn_block; M.stream = stream; M.cp = 1; M.cp_rank = 0; M.sync_comm = nullptr;
     M.why[0] = '\0';
     blas_create(M.blas, stream);
-    stage_create(F.st, &c, 0, c.layers, (uint64_t)J.o.seed, stream, &F.bytes);
+    stage_create(F.st, &c, 0, 2 * c.layers, GPT_EMBEDDING | GPT_HEAD, (uint64_t)J.o.seed, stream, &F.bytes);
     int64_t P = 0;
     for (const step_data &d : J.steps)
         for (int bin = 0; bin < d.plan->num_bins; bin++) {

@@ -669,7 +669,10 @@ static int stage_tensors(const gpt_config *c, const gpt_stage *sh, const gpt_wei
         const int l = sh->first + k, moe = gpt_layer_is_moe(c, l);
         const gpt_layer_weights &a = w->layer[k], &b = g->layer[k];
         const size_t nfc = moe ? (size_t)c->experts * c->expert_hidden * C : (size_t)c->hidden * C;
-        add(l, "ln1", a.ln1, b.ln1, C); add(l, "wqkv", a.wqkv, b.wqkv, 3 * C * C); add(l, "wo", a.wo, b.wo, C * C);
+        if (GPT_HAS_ATTN(sh, k)) {      /* a stage may hold half a layer (gpt_stage) */
+            add(l, "ln1", a.ln1, b.ln1, C); add(l, "wqkv", a.wqkv, b.wqkv, 3 * C * C); add(l, "wo", a.wo, b.wo, C * C);
+        }
+        if (!GPT_HAS_MLP(sh, k)) continue;
         add(l, "ln2", a.ln2, b.ln2, C);
         if (moe) add(l, "wrouter", a.wrouter, b.wrouter, (size_t)c->experts * C);
         add(l, "wfc", a.wfc, b.wfc, nfc); add(l, "wproj", a.wproj, b.wproj, nfc);
@@ -687,17 +690,15 @@ static int find_tensor(const Tensor *t, int n, int layer, const char *name)
     return -1;
 }
 
-/* Layers [first, first + count) with the ends they hold, on the device, starting equal to the
- * same layers of gpt_model.h's model drawn from `seed`: each layer is drawn on the host by
- * gpt_stage_init (one layer at a time, so the host never holds more than one) and copied tensor
- * by tensor. `bytes` adds what it allocated. */
-static void stage_create(Stage &s, const gpt_config *c, int first, int count, uint64_t seed, cudaStream_t stream,
-                         size_t *bytes)
+/* Units [u0, u0 + units) (two per layer, gpt_stage) and the ends of the model in `ends`
+ * (gpt_stage_shape), on the device, starting equal to the same units of gpt_model.h's model drawn
+ * from `seed`: each layer is drawn on the host by gpt_stage_init (one layer at a time, so the host
+ * never holds more than one) and the stage's tensors of it copied. `bytes` adds what it allocated. */
+static void stage_create(Stage &s, const gpt_config *c, int u0, int units, int ends, uint64_t seed,
+                         cudaStream_t stream, size_t *bytes)
 {
-    memset(&s.shape, 0, sizeof s.shape);
-    s.shape.first = first; s.shape.count = count;
-    s.shape.has_embedding = first == 0;
-    s.shape.has_head = first + count == c->layers;
+    gpt_stage_shape(&s.shape, u0, units, ends);
+    const int first = s.shape.first, count = s.shape.count;
     s.wl.assign((size_t)std::max(count, 1), gpt_layer_weights());
     s.gl.assign((size_t)std::max(count, 1), gpt_layer_weights());
     s.w.layer = s.wl.data(); s.g.layer = s.gl.data();
@@ -711,7 +712,7 @@ static void stage_create(Stage &s, const gpt_config *c, int first, int count, ui
     CK(cudaMemsetAsync(s.grads, 0, nb, stream));
     CK(cudaMemsetAsync(s.adam_m, 0, nb, stream));
     CK(cudaMemsetAsync(s.adam_v, 0, nb, stream));
-    for (int k = 0; k < count; k++) s.moe_layers += gpt_layer_is_moe(c, first + k);
+    for (int k = 0; k < count; k++) s.moe_layers += GPT_HAS_MLP(&s.shape, k) && gpt_layer_is_moe(c, first + k);
 
     static Tensor mine[MAX_TENSORS], part[MAX_TENSORS];
     const int nm = stage_tensors(c, &s.shape, &s.w, &s.g, mine);
@@ -804,12 +805,17 @@ static size_t acts_carve(const gpt_config *c, const Stage &st, int T, int Tk, in
     const size_t X = sizeof(floatX), F = sizeof(float);
     for (int k = 0; k < st.shape.count; k++) {
         LayerActs &la = a->layer[k];
-        la.x = (floatX *)take(t * C * X); la.rs1 = (float *)take(t * F); la.n1 = (floatX *)take(t * C * X);
-        la.qkv = (floatX *)take(t * 3 * C * X);
-        la.kv = cp > 1 ? (floatX *)take((size_t)Tk * 2 * C * X) : nullptr;
-        la.P = (floatX *)take((size_t)P * X);
-        la.ay = (floatX *)take(t * C * X); la.x2 = (floatX *)take(t * C * X); la.rs2 = (float *)take(t * F);
-        la.n2 = (floatX *)take(t * C * X);
+        const bool attn = GPT_HAS_ATTN(&st.shape, k), mlp = GPT_HAS_MLP(&st.shape, k);
+        la.x = (floatX *)take(t * C * X);
+        if (attn) {
+            la.rs1 = (float *)take(t * F); la.n1 = (floatX *)take(t * C * X); la.qkv = (floatX *)take(t * 3 * C * X);
+            la.kv = cp > 1 ? (floatX *)take((size_t)Tk * 2 * C * X) : nullptr;
+            la.P = (floatX *)take((size_t)P * X);
+            la.ay = (floatX *)take(t * C * X);
+        }
+        la.x2 = !attn ? la.x : mlp ? (floatX *)take(t * C * X) : nullptr;  /* without attention the input is x2 */
+        if (!mlp) continue;             /* the attention writes the stage's output */
+        la.rs2 = (float *)take(t * F); la.n2 = (floatX *)take(t * C * X);
         if (gpt_layer_is_moe(c, st.shape.first + k)) {
             la.hpre = (floatX *)take(t * K * He * X); la.hact = (floatX *)take(t * K * He * X);
             la.probs = (float *)take(t * c->experts * F); la.choice = (int *)take(t * K * 4);
@@ -1103,11 +1109,13 @@ static int stage_forward(GpuModel &M, const Stage &st, const Batch &b, const Rou
         const gpt_layer_weights &w = st.w.layer[k];
         LayerActs &la = a.layer[k];
         floatX *y = k + 1 < st.shape.count ? a.layer[k + 1].x : (st.shape.has_head ? a.xf : out);
-        /* attention block: x2 = x + Wo attention(RMSNorm(x)) */
-        rmsnorm_forward(M, la.n1, la.rs1, la.x, X(st, w.ln1), T);
-        linear(M.blas, la.qkv, la.n1, X(st, w.wqkv), T, C, 3 * C);
-        if (attention_forward(M, b, la)) return 1;
-        linear(M.blas, la.x2, la.ay, X(st, w.wo), T, C, C, la.x);
+        if (GPT_HAS_ATTN(&st.shape, k)) {   /* attention block: x2 = x + Wo attention(RMSNorm(x)) */
+            rmsnorm_forward(M, la.n1, la.rs1, la.x, X(st, w.ln1), T);
+            linear(M.blas, la.qkv, la.n1, X(st, w.wqkv), T, C, 3 * C);
+            if (attention_forward(M, b, la)) return 1;
+            linear(M.blas, GPT_HAS_MLP(&st.shape, k) ? la.x2 : y, la.ay, X(st, w.wo), T, C, C, la.x);
+        }
+        if (!GPT_HAS_MLP(&st.shape, k)) continue;
         /* MLP block: y = x2 + MLP(RMSNorm(x2)) */
         rmsnorm_forward(M, la.n2, la.rs2, la.x2, X(st, w.ln2), T);
         if (w.wrouter) {
@@ -1159,10 +1167,13 @@ static int stage_backward(GpuModel &M, Stage &st, const Batch &b, const floatX *
         const gpt_layer_weights &w = st.w.layer[k];
         gpt_layer_weights &g = st.g.layer[k];
         const LayerActs &la = a.layer[k];
-        /* MLP block: dx holds dy; the residual passes it to x2 unchanged, the MLP adds to it */
-        if (w.wrouter) moe_backward(M, st, w, g, la, T, dx, dn);
-        else mlp_backward(M, st, w, g, la, T, dx, dn);
-        rmsnorm_backward(M, dx, g.ln2, dn, la.x2, la.rs2, X(st, w.ln2), dx, T);
+        if (GPT_HAS_MLP(&st.shape, k)) {
+            /* MLP block: dx holds dy; the residual passes it to x2 unchanged, the MLP adds to it */
+            if (w.wrouter) moe_backward(M, st, w, g, la, T, dx, dn);
+            else mlp_backward(M, st, w, g, la, T, dx, dn);
+            rmsnorm_backward(M, dx, g.ln2, dn, la.x2, la.rs2, X(st, w.ln2), dx, T);
+        }
+        if (!GPT_HAS_ATTN(&st.shape, k)) continue;
         /* attention block: dx holds dx2; the residual passes it on, attention adds to it */
         linear_dw(M.blas, g.wo, dx, la.ay, T, C, C);
         linear_dx(M.blas, M.s.day, dx, X(st, w.wo), T, C, C);

@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 
 typedef struct gpt_config {
     int vocab;              /* V: token ids 0 .. V-1; 0 is padding */
@@ -43,6 +44,9 @@ typedef struct gpt_config {
 
 static int gpt_layer_is_moe(const gpt_config *c, int l) { return c->is_moe && c->is_moe[l]; }
 
+#define GPT_HAS_ATTN(s, k) (!((k) == 0 && (s)->skip_attn))              /* the stage's layer k has its */
+#define GPT_HAS_MLP(s, k) (!((k) == (s)->count - 1 && (s)->skip_mlp))    /* attention, its MLP */
+
 /* ------------------------------------------------------------------------------------------
  * parameters: one stage's weights in one array (so one call reduces them), and views into it
  * ------------------------------------------------------------------------------------------ */
@@ -54,7 +58,7 @@ typedef struct gpt_layer_weights {
     float *wo;              /* [C, C] attention output projection */
     float *wfc;             /* dense [H, C]; MoE [E, He, C] */
     float *wproj;           /* dense [C, H]; MoE [E, C, He] */
-    float *wrouter;         /* MoE [E, C]; NULL in a dense layer */
+    float *wrouter;         /* MoE [E, C]; NULL in a dense layer (or one whose MLP is not the stage's) */
 } gpt_layer_weights;
 
 typedef struct gpt_weights {    /* views into one flat array of a stage's tensors */
@@ -66,8 +70,14 @@ typedef struct gpt_weights {    /* views into one flat array of a stage's tensor
     gpt_layer_weights *layer;   /* [count] */
 } gpt_weights;
 
+/* A stage runs units [u0, u1) of the model's 2L: unit 2l is layer l's attention block, unit 2l+1
+ * its MLP block (Megatron-LM's hybrid symbols '*' and '-' or 'E'). Both blocks add into the
+ * residual stream, so a stage may start or end between a layer's two halves and still pass one
+ * [T, C] tensor: a pipeline balances in half layers where whole layers are too coarse. */
 typedef struct gpt_stage {
-    int first, count;           /* global layers [first, first + count) */
+    int first, count;           /* global layers [first, first + count) it touches */
+    int skip_attn;              /* 1: layer `first` starts at its MLP (its attention: the stage before) */
+    int skip_mlp;               /* 1: layer first + count - 1 ends after its attention (its MLP: the next) */
     int has_embedding;          /* it starts the model: wte, wpe */
     int has_head;               /* it ends the model: lnf and the (tied) output layer */
     size_t n;                   /* floats of the stage's parameters */
@@ -102,8 +112,8 @@ static size_t gpt_layout(const gpt_config *c, const gpt_stage *s, float *base, g
     int k;
 #define GPT_TAKE(ptr, count) do { if (base) (ptr) = base + at; at += (count); } while (0)
     for (k = 0; k < s->count; k++) {
-        GPT_TAKE(w->layer[k].ln1, C);
-        GPT_TAKE(w->layer[k].ln2, C);
+        if (GPT_HAS_ATTN(s, k)) GPT_TAKE(w->layer[k].ln1, C);
+        if (GPT_HAS_MLP(s, k)) GPT_TAKE(w->layer[k].ln2, C);
     }
     if (s->has_head) GPT_TAKE(w->lnf, C);
     if (gains) *gains = at;
@@ -114,9 +124,13 @@ static size_t gpt_layout(const gpt_config *c, const gpt_stage *s, float *base, g
     }
     for (k = 0; k < s->count; k++) {
         gpt_layer_weights *lw = &w->layer[k];
-        GPT_TAKE(lw->wqkv, 3 * C * C);
-        GPT_TAKE(lw->wo, C * C);
-        if (gpt_layer_is_moe(c, s->first + k)) {
+        if (GPT_HAS_ATTN(s, k)) {
+            GPT_TAKE(lw->wqkv, 3 * C * C);
+            GPT_TAKE(lw->wo, C * C);
+        }
+        if (!GPT_HAS_MLP(s, k)) {
+            if (base) lw->wrouter = NULL;
+        } else if (gpt_layer_is_moe(c, s->first + k)) {
             size_t E = (size_t)c->experts, He = (size_t)c->expert_hidden;
             GPT_TAKE(lw->wrouter, E * C);
             GPT_TAKE(lw->wfc, E * He * C);
@@ -131,17 +145,30 @@ static size_t gpt_layout(const gpt_config *c, const gpt_stage *s, float *base, g
     return at;
 }
 
-/* The weights of layers [first, first + count), with the ends they hold, drawn from `seed`:
- * tensor by tensor from its global name, so a stage of a pipeline starts equal to the same
- * layers of the whole model. Returns 0, or -1 when out of memory. */
-static int gpt_stage_init(gpt_stage *s, const gpt_config *c, int first, int count, uint64_t seed)
+enum { GPT_EMBEDDING = 1, GPT_HEAD = 2 };     /* the ends of the model a stage holds */
+
+/* gpt_stage_shape: the layers that units [u0, u0 + units) (gpt_stage: two per layer) touch, and
+ * the ends of the model the stage holds (GPT_EMBEDDING | GPT_HEAD: the first and the last stage,
+ * even one with no units). gpt_stage_init_units: that stage's weights, drawn from `seed` tensor by
+ * tensor from its global name, so a stage of a pipeline starts equal to the same units of the
+ * whole model. Returns 0, or -1 when out of memory. */
+static void gpt_stage_shape(gpt_stage *s, int u0, int units, int ends)
+{
+    memset(s, 0, sizeof *s);
+    s->first = u0 / 2;
+    s->count = units > 0 ? (u0 + units + 1) / 2 - u0 / 2 : 0;
+    s->skip_attn = units > 0 && u0 % 2;
+    s->skip_mlp = units > 0 && (u0 + units) % 2;
+    s->has_embedding = (ends & GPT_EMBEDDING) != 0;
+    s->has_head = (ends & GPT_HEAD) != 0;
+}
+
+static int gpt_stage_init_units(gpt_stage *s, const gpt_config *c, int u0, int units, int ends, uint64_t seed)
 {
     size_t C = (size_t)c->width, V = (size_t)c->vocab, i;
-    int k;
-    memset(s, 0, sizeof *s);
-    s->first = first; s->count = count;
-    s->has_embedding = first == 0;
-    s->has_head = first + count == c->layers;
+    int k, first = u0 / 2, count;
+    gpt_stage_shape(s, u0, units, ends);
+    count = s->count;
     s->w.layer = (gpt_layer_weights *)calloc((size_t)(count > 0 ? count : 1), sizeof(gpt_layer_weights));
     s->g.layer = (gpt_layer_weights *)calloc((size_t)(count > 0 ? count : 1), sizeof(gpt_layer_weights));
     if (!s->w.layer || !s->g.layer) return -1;
@@ -165,8 +192,11 @@ static int gpt_stage_init(gpt_stage *s, const gpt_config *c, int first, int coun
         gpt_layer_weights *lw = &s->w.layer[k];
         uint64_t id = 16 + 16 * (uint64_t)(first + k);
         float in = 1.0f / sqrtf((float)C), out = in / sqrtf(2.0f * (float)c->layers);
-        gpt_fill(lw->wqkv, 3 * C * C, in, seed, id + 1);
-        gpt_fill(lw->wo, C * C, out, seed, id + 2);
+        if (GPT_HAS_ATTN(s, k)) {
+            gpt_fill(lw->wqkv, 3 * C * C, in, seed, id + 1);
+            gpt_fill(lw->wo, C * C, out, seed, id + 2);
+        }
+        if (!GPT_HAS_MLP(s, k)) continue;
         if (lw->wrouter) {
             size_t E = (size_t)c->experts, He = (size_t)c->expert_hidden;
             gpt_fill(lw->wrouter, E * C, in, seed, id + 3);
@@ -180,12 +210,71 @@ static int gpt_stage_init(gpt_stage *s, const gpt_config *c, int first, int coun
     return 0;
 }
 
+/* The whole layers [first, first + count), with the ends of the model that they reach. */
+static int gpt_stage_init(gpt_stage *s, const gpt_config *c, int first, int count, uint64_t seed)
+{
+    return gpt_stage_init_units(s, c, 2 * first, 2 * count,
+                                (first == 0 ? GPT_EMBEDDING : 0) | (first + count == c->layers ? GPT_HEAD : 0), seed);
+}
+
 static void gpt_stage_free(gpt_stage *s)
 {
     free(s->params); free(s->grads); free(s->adam_m); free(s->adam_v);
     free(s->w.layer); free(s->g.layer);
     memset(s, 0, sizeof *s);
 }
+
+#ifdef PIPEPAR_H
+/* ------------------------------------------------------------------------------------------
+ * the pipeline's split: whole layers (a Megatron layout) or half layers (a hybrid pattern)
+ * ------------------------------------------------------------------------------------------ */
+
+/* A layout's decoder items are layers; a hybrid pattern's are units, '*' a layer's attention and
+ * '-' (or 'E', MoE) its MLP. Returns 0 when l's decoder is a GPT's, L = l->num_layers / 2 pairs
+ * of '*' then '-' or 'E' (always so for a layout), else 1 with the rule in why[n]. */
+static int gpt_split_check(const pp_layers *l, char *why, size_t n)
+{
+    int u;
+    if (!l->pattern) return 0;
+    if (l->mtp_layers) { snprintf(why, n, "the GPT has no MTP depths"); return 1; }
+    if (l->num_layers % 2) {
+        snprintf(why, n, "has %d blocks: a GPT layer is two, '*' (attention) then '-' or 'E' (its MLP)", l->num_layers);
+        return 1;
+    }
+    for (u = 0; u < l->num_layers; u++) {
+        int t = l->layer_type[u];
+        if (u % 2 == 0 ? t != PP_LAYER_ATTENTION : t != PP_LAYER_MLP && t != PP_LAYER_MOE) {
+            snprintf(why, n, "block %d is '%s': a GPT layer is '*' (attention) then '-' or 'E' (its MLP), so block %d "
+                     "must be %s", u, pp_layer_type_name((pp_layer_type)t), u, u % 2 ? "'-' or 'E'" : "'*'");
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The stages a hybrid pattern's '|' separate. */
+static int gpt_hybrid_stages(const char *pattern)
+{
+    int n = 1;
+    for (; *pattern; pattern++) n += *pattern == '|';
+    return n;
+}
+
+static int gpt_split_layers(const pp_layers *l) { return l->pattern ? l->num_layers / 2 : l->num_layers; }
+
+/* Model stage s's units [*u0, *u0 + *units) and the ends it holds (gpt_stage_init_units). */
+static void gpt_split_units(const pp_layers *l, int s, int *u0, int *units, int *ends)
+{
+    int h = l->pattern ? 1 : 2;
+    *u0 = h * l->first[s];
+    *units = h * l->count[s];
+    *ends = (s == 0 ? GPT_EMBEDDING : 0) | (s == l->num_stages - 1 ? GPT_HEAD : 0);
+}
+
+/* The decoder item of layer `layer`'s MLP (whose type says dense or MoE), and the layer of an item. */
+static int gpt_split_mlp_item(const pp_layers *l, int layer) { return l->pattern ? 2 * layer + 1 : layer; }
+static int gpt_split_item_layer(const pp_layers *l, int item) { return l->pattern ? item / 2 : item; }
+#endif
 
 /* ------------------------------------------------------------------------------------------
  * a microbatch as one rank sees it, and how attention reaches the other cp ranks
@@ -266,9 +355,16 @@ static void gpt_acts_carve(const gpt_config *c, const gpt_stage *s, int T, int T
 #define GPT_I(ptr, count) do { if (f) (ptr) = ip + ai; ai += (count); } while (0)
     for (k = 0; k < s->count; k++) {
         gpt_layer_acts *la = &a->layer[k];
-        GPT_F(la->x, t * C); GPT_F(la->rs1, t); GPT_F(la->n1, t * C); GPT_F(la->qkv, t * 3 * C);
-        GPT_F(la->kv, tk * 2 * C); GPT_F(la->att, (size_t)c->heads * t * tk); GPT_F(la->ay, t * C);
-        GPT_F(la->x2, t * C); GPT_F(la->rs2, t); GPT_F(la->n2, t * C);
+        GPT_F(la->x, t * C);
+        if (!GPT_HAS_ATTN(s, k)) {      /* the input is x2 already */
+            if (f) la->x2 = la->x;
+        } else {
+            GPT_F(la->rs1, t); GPT_F(la->n1, t * C); GPT_F(la->qkv, t * 3 * C);
+            GPT_F(la->kv, tk * 2 * C); GPT_F(la->att, (size_t)c->heads * t * tk); GPT_F(la->ay, t * C);
+            if (GPT_HAS_MLP(s, k)) GPT_F(la->x2, t * C);
+        }
+        if (!GPT_HAS_MLP(s, k)) continue;   /* the attention writes the stage's output */
+        GPT_F(la->rs2, t); GPT_F(la->n2, t * C);
         if (gpt_layer_is_moe(c, s->first + k)) {
             GPT_F(la->hpre, t * K * He); GPT_F(la->hact, t * K * He);
             GPT_F(la->probs, t * (size_t)c->experts); GPT_F(la->eout, t * K * C);
@@ -619,12 +715,15 @@ static int gpt_forward(const gpt_config *c, const gpt_stage *st, const gpt_batch
         const gpt_layer_weights *w = &st->w.layer[k];
         gpt_layer_acts *la = &a->layer[k];
         float *y = k + 1 < st->count ? a->layer[k + 1].x : (st->has_head ? a->xf : out);
-        /* attention block: x2 = x + Wo attention(RMSNorm(x)) */
-        gpt_rmsnorm(la->n1, la->rs1, la->x, w->ln1, T, C);
-        gpt_matmul(la->qkv, la->n1, w->wqkv, T, C, 3 * C);
-        if (gpt_attention(la->ay, la->att, la->kv, la->qkv, b, c, cp, s)) return -1;
-        gpt_matmul(la->x2, la->ay, w->wo, T, C, C);
-        for (i = 0; i < (int)n; i++) la->x2[i] += la->x[i];
+        if (GPT_HAS_ATTN(st, k)) {      /* attention block: x2 = x + Wo attention(RMSNorm(x)) */
+            float *x2 = GPT_HAS_MLP(st, k) ? la->x2 : y;
+            gpt_rmsnorm(la->n1, la->rs1, la->x, w->ln1, T, C);
+            gpt_matmul(la->qkv, la->n1, w->wqkv, T, C, 3 * C);
+            if (gpt_attention(la->ay, la->att, la->kv, la->qkv, b, c, cp, s)) return -1;
+            gpt_matmul(x2, la->ay, w->wo, T, C, C);
+            for (i = 0; i < (int)n; i++) x2[i] += la->x[i];
+        }
+        if (!GPT_HAS_MLP(st, k)) continue;
         /* MLP block: y = x2 + MLP(RMSNorm(x2)) */
         gpt_rmsnorm(la->n2, la->rs2, la->x2, w->ln2, T, C);
         if (w->wrouter) {
@@ -693,10 +792,13 @@ static int gpt_backward(const gpt_config *c, gpt_stage *st, const gpt_batch *b, 
         const gpt_layer_weights *w = &st->w.layer[k];
         gpt_layer_weights *g = &st->g.layer[k];
         const gpt_layer_acts *la = &a->layer[k];
-        /* MLP block: dx holds dy; the residual passes it to x2 unchanged, the MLP adds to it */
-        if (w->wrouter) gpt_moe_backward(s->dn, dx, la, la->n2, w, g, c, T, s);
-        else gpt_mlp_backward(s->dn, dx, la->hpre, la->hact, la->n2, w, g, c, T, s);
-        gpt_rmsnorm_backward(dx, g->ln2, s->dn, la->x2, la->rs2, w->ln2, T, C, 1);
+        if (GPT_HAS_MLP(st, k)) {
+            /* MLP block: dx holds dy; the residual passes it to x2 unchanged, the MLP adds to it */
+            if (w->wrouter) gpt_moe_backward(s->dn, dx, la, la->n2, w, g, c, T, s);
+            else gpt_mlp_backward(s->dn, dx, la->hpre, la->hact, la->n2, w, g, c, T, s);
+            gpt_rmsnorm_backward(dx, g->ln2, s->dn, la->x2, la->rs2, w->ln2, T, C, 1);
+        }
+        if (!GPT_HAS_ATTN(st, k)) continue;
         /* attention block: dx holds dx2; the residual passes it on, attention adds to it */
         gpt_matmul_backward(s->day, g->wo, dx, la->ay, w->wo, T, C, C);
         if (gpt_attention_backward(s->dqkv, s->day, la->att, la->kv, la->qkv, b, c, cp, s)) return -1;

@@ -66,6 +66,18 @@ checked "pp 2 dualpipe, MoE"               --pp 2 --schedule dualpipe --moe
 checked "pp 2 1f1b, first stage 3 of 8 layers" --pp 2 --schedule 1f1b --first-stage-layers 3 --moe --replay
 checked "pp 2 interleaved vpp 2, first stage 2 of 8 layers, cp 2" --pp 2 --vpp 2 --schedule interleaved \
                                            --first-stage-layers 2 --cp 2
+# stages cut between a layer's attention and its MLP (--hybrid: Megatron's hybrid pattern, '*' a
+# layer's attention, '-' its MLP, 'E' an MoE MLP), under every placement; and empty end stages
+checked "pp 2 1f1b, half layers ('*-*-*-*-*|-*-*-*-')" --pp 2 --schedule 1f1b --hybrid '*-*-*-*-*|-*-*-*-'
+checked "pp 2 interleaved, half layers, cp 2 x dp 2, MoE, replay (vpp from the pattern)" --pp 2 --schedule interleaved \
+                                           --cp 2 --dp 2 --replay --hybrid '*-*E*|-*E|*-*|E*-*E'
+checked "pp 2 zbv, half layers, MoE, replay" --pp 2 --schedule zbv --replay --hybrid '*-*E*|-*E|*-*|E*-*E'
+checked "pp 2 dualpipev, a stage of one attention" --pp 2 --schedule dualpipev --hybrid '*|-*-*-*-*-*-|*-*|-'
+checked "pp 2 dualpipe, half layers, MoE"   --pp 2 --schedule dualpipe --hybrid '*-*E*-*|E*-*E'
+checked "pp 4 interleaved vpp 2, stages of one block" --pp 4 --schedule interleaved \
+                                           --hybrid '*|-|*-|*-*|-*-|*-*-|*|-*-*-'
+checked "pp 2 zbv, empty first and last stages" --pp 2 --schedule zbv --hybrid '|*-*-*-*|-*-*-*-|'
+checked "pp 2 1f1b, an empty last stage (first stage 8 of 8 layers)" --pp 2 --first-stage-layers 8
 # 20 steps: the two trainings' loss curves stay together, and the loss falls
 out="$tmp/curve.txt"
 if "$BIN" --pp 2 --vpp 2 --dp 2 --schedule interleaved --moe --replay --steps 20 --check >"$out" 2>&1; then
@@ -117,6 +129,15 @@ expect_usage "gpt: --replay: needs --moe" --replay
 expect_usage "gpt: --topk: must be at most --experts" --moe --experts 2 --topk 3
 expect_usage "gpt: --schedule=nope:" --schedule nope
 expect_usage "gpt: --lengths=5,,3: a comma-separated list" --lengths 5,,3
+expect_usage "gpt: --hybrid=*-*--*: block 4 is 'mlp': a GPT layer is '*' (attention) then '-' or 'E' (its MLP), so block 4 must be '*'" \
+    --pp 2 --hybrid '*-*--*'
+expect_usage "gpt: --hybrid=*-*-*: has 5 blocks: a GPT layer is two" --hybrid '*-*-*'
+expect_usage "gpt: --hybrid=*-*-|*-: has 3 layers, --layers says 4" --pp 2 --hybrid '*-*-|*-' --layers 4
+expect_usage "gpt: --hybrid=*-|*-|*-|*-: its 4 stages on pp 2 make vpp 2, and vpp=2: 1f1b runs one chunk per rank" \
+    --pp 2 --hybrid '*-|*-|*-|*-' --schedule 1f1b
+expect_usage "3 '|'-separated segments, but pp=2 x vpp=2 needs 4" --pp 2 --hybrid '*-|*-|*-*-' --schedule zbv
+expect_usage "gpt: --moe: not with --hybrid" --moe --hybrid '*E'
+expect_usage "gpt: --first-stage-layers: not with --hybrid" --pp 2 --first-stage-layers 1 --hybrid '*-|*-'
 if "$BIN" --help >"$tmp/h.txt" 2>&1 && grep -q '^usage: gpt' "$tmp/h.txt"; then ok "--help"; else bad "--help" "$tmp/h.txt"; fi
 
 # 5. under ThreadSanitizer: every rank a thread, the cp and dp collectives inside the callbacks
