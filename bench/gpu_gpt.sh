@@ -10,14 +10,15 @@
 # In order: build; gpt_gpu's single-GPU step on both GPUs at once (each GPU's, and their harmonic
 # mean: the efficiency baseline); gpt_gpu's pp 2 schedules (1F1B, interleaved vpp 2, ZB-V,
 # DualPipeV, and 1F1B with FIRST layers on the first stage: the last stage also holds the output
-# layer and the loss); Megatron-LM's (bench/megatron_gpt_bench.py: single-GPU on both GPUs at once,
-# 1F1B, interleaved vpp 2 with overlap_p2p_comm, 1F1B with FIRST layers on the first stage
-# (num_layers_in_first_pipeline_stage); PYTHONPATH must reach megatron/core, default .megatron);
-# the summary: step time, tokens/s per GPU, pipeline efficiency against each framework's own
+# layer and the loss; then interleaved, ZB-V and DualPipeV with half-layer stages, --hybrid, that
+# move one MLP off the rank holding the output layer); Megatron-LM's (bench/megatron_gpt_bench.py:
+# single-GPU on both GPUs at once, 1F1B, interleaved vpp 2 with overlap_p2p_comm, 1F1B with FIRST
+# layers on the first stage (num_layers_in_first_pipeline_stage); PYTHONPATH must reach
+# megatron/core, default .megatron); the summary: step time, tokens/s per GPU, pipeline efficiency against each framework's own
 # single-GPU step (baseline / (2 x step)), peak memory, and gpt_gpu's data-path kernels' share of
 # the step (CUDA events around packing, the cp split and the replay gather). A step is the forward
 # and backward of every microbatch (Megatron's forward_backward_func; gpt_gpu's from the data's
-# upload to complete gradients, the update excluded). About 3 minutes on 2 H100s.
+# upload to complete gradients, the update excluded). About 4 minutes on 2 H100s.
 # Env: LAYERS, HIDDEN, HEADS, SEQ, VOCAB, MB, STEPS (timed), WARMUP override the sizes; FIRST
 # (default LAYERS/2 + 1);
 # SKIP_MEGATRON=1, SKIP_BUILD=1; MEGATRON_PATH (default .megatron).
@@ -65,12 +66,31 @@ done
 [ "$inv" != 0 ] && SINGLE=$(awk -v i="$inv" 'BEGIN { printf "%.1f", 2 / i }')
 say "   baseline (harmonic mean): $SINGLE ms"
 
+# hybrid_of UNITS...: the hybrid pattern (gpt_gpu --hybrid) of stages of these many units, a unit
+# being a layer's attention ('*') or its MLP ('-'), in model order
+hybrid_of() {
+    local out="" u=0 n i
+    for n in "$@"; do
+        [ -n "$out" ] && out+="|"
+        for ((i = 0; i < n; i++)); do if (( (u + i) % 2 == 0 )); then out+="*"; else out+="-"; fi; done
+        u=$((u + n))
+    done
+    echo "$out"
+}
+# Half-layer stages: the rank that also holds the output layer gives one MLP to the other rank.
+# Interleaved (stages 0-3 on ranks 0,1,0,1; the head on rank 1): stage 1's last MLP goes to stage 2.
+# ZB-V and DualPipeV (rank 0 holds stages 0 and 3, the head): stage 0's last MLP goes to stage 1.
+H=$LAYERS   # units per stage of 4: 2 * LAYERS / 4
+HALF_INTERLEAVED=$(hybrid_of $((H / 2)) $((H / 2 - 1)) $((H / 2 + 1)) $((H / 2)))
+HALF_V=$(hybrid_of $((H / 2 - 1)) $((H / 2 + 1)) $((H / 2)) $((H / 2)))
 declare -A STEP TOK PEAK DPS
-NAMES="1f1b interleaved-vpp2 zbv dualpipev 1f1b-first$FIRST"
-for cfg in "1f1b 1 0" "interleaved 2 0" "zbv 2 0" "dualpipev 2 0" "1f1b 1 $FIRST"; do
-    read -r kind vpp first <<<"$cfg"
+NAMES="1f1b interleaved-vpp2 zbv dualpipev 1f1b-first$FIRST interleaved-vpp2-half zbv-half dualpipev-half"
+for cfg in "1f1b 1 0" "interleaved 2 0" "zbv 2 0" "dualpipev 2 0" "1f1b 1 $FIRST" "interleaved 2 0 $HALF_INTERLEAVED" \
+           "zbv 2 0 $HALF_V" "dualpipev 2 0 $HALF_V"; do
+    read -r kind vpp first pattern <<<"$cfg"
     name=$kind; [ "$kind" = interleaved ] && name="interleaved-vpp$vpp"
     extra=(); [ "$first" != 0 ] && name="$kind-first$first" && extra=(--first-stage-layers "$first")
+    [ -n "$pattern" ] && name="$name-half" && extra=(--hybrid "$pattern")
     RANK_TIMEOUT=300 ranks_run 2 "$OUTDIR/$name" build/gpt_gpu "${MODEL[@]}" --pp 2 --schedule "$kind" --vpp "$vpp" "${extra[@]}"
     rc=$?
     cat "$OUTDIR/$name.rank0.log" >>"$LOG"

@@ -6,7 +6,8 @@
 #   3. --check for the GPUs present: the pipeline's loss and gradients against the same model whole
 #      on one GPU (fp32 1e-4, bf16 3e-2). 1 GPU: a world of one process (pp 1, MoE, replay); 2 GPUs: pp 2 with 1F1B, interleaved, ZB-V and DualPipeV
 #      (dense, and MoE with router replay), cp 2 x pp 1, dp 2 x pp 1; 4 GPUs also dp 2 x cp 2,
-#      cp 2 x pp 2, dp 2 x pp 2. The fp32 build runs the whole matrix, the bf16 build a subset.
+#      cp 2 x pp 2, dp 2 x pp 2; stages cut between a layer's attention and its MLP (--hybrid) on
+#      every placement. The fp32 build runs the whole matrix, the bf16 build a subset.
 # One process per GPU (torchrun's variables, a fresh file bootstrap each run). Small model (seconds
 # per run). Ends with "N passed, N failed".
 set -u
@@ -42,6 +43,8 @@ expect_usage "needs --moe" --replay
 expect_usage "must be at most --capacity" --max-len 100 --capacity 64
 expect_usage "DualPipe keeps two copies" --pp 2 --schedule dualpipe
 expect_usage "unknown flag" --frobnicate
+expect_usage "block 2 is 'mlp'" --hybrid '*--*'
+expect_usage "not with --hybrid: its 'E' blocks" --moe --hybrid '*E'
 
 # --- 3. the check matrix -----------------------------------------------------------------------
 runn() {   # runn N NAME BINARY ARGS...: N processes, rank 0's output in $log/NAME
@@ -90,6 +93,13 @@ if [ "$ngpu" -ge 2 ]; then
         check 2 "$b-cp2" $b --cp 2
         check 2 "$b-dp2-moe" $b --dp 2 "${MOE[@]}"
         check 2 "$b-pp2-uneven" $b --pp 2 --layers 5 --first-stage-layers 3
+    done
+    # stages cut between a layer's attention and its MLP (--hybrid), under each placement
+    for b in gpt_gpu_fp32 gpt_gpu; do
+        check 2 "$b-pp2-1f1b-half" $b --pp 2 --schedule 1f1b --hybrid '*-*-*|-*-'
+        check 2 "$b-pp2-interleaved-half-moe" $b --pp 2 --schedule interleaved --hybrid '*-*|E*-*|-*|E*-*E' --replay
+        check 2 "$b-pp2-zbv-half-moe" $b --pp 2 --schedule zbv --hybrid '*-*E*|-*|E*-*|-*E' --replay
+        check 2 "$b-pp2-dualpipev-half" $b --pp 2 --schedule dualpipev --hybrid '*|-*-*-|*-*-*|-'
     done
     # a grid that does not multiply to the processes: every rank refuses, exit 2
     runn 2 grid gpt_gpu --pp 4; rc=$?
