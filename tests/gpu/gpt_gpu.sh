@@ -9,7 +9,7 @@
 #      cp 2 x pp 2, dp 2 x pp 2; stages cut between a layer's attention and its MLP (--hybrid) on
 #      every placement. The fp32 build runs the whole matrix, the bf16 build a subset.
 # One process per GPU (torchrun's variables, a fresh file bootstrap each run). Small model (seconds
-# per run). Ends with "N passed, N failed".
+# per run). ONLY=REGEX runs only the check runs whose names it matches. Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${1:-build}
@@ -68,8 +68,9 @@ expect_match() {   # expect_match NAME RC: exit 0 and "gradients match"
         for f in "$log/$name".[1-9]*; do [ -e "$f" ] && grep -h "gpt_gpu" "$f" | sed "s/^/    ${f##*.}: /"; done
     fi
 }
-check() {   # check N NAME BINARY ARGS...
+check() {   # check N NAME BINARY ARGS... (ONLY=REGEX: only the names it matches)
     local n=$1 name=$2; shift 2
+    [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]] && return 0
     runn "$n" "$name" "$@" --check --steps 3; expect_match "$name" $?
 }
 MOE=(--moe --replay)
