@@ -489,6 +489,10 @@ typedef struct pp_balance_config {
     int v_placement;            /* 0: stage s on rank s % pp (Megatron's looped stages); 1 (vpp = 2):
                                    the V placement of ZB-V and DualPipeV, stages r and 2pp-1-r on
                                    rank r. Matters with rank_speed and for rank_time */
+    const char *hybrid;         /* a hybrid layer pattern without '|' (e.g. "*-*-*E"): its symbols
+                                   are the decoder layers to split, num_layers of them (0: counted),
+                                   so a stage may end between an attention and its MLP; the result
+                                   is a hybrid split (pattern with '|'). NULL: transformer layers */
 } pp_balance_config;
 
 PIPEPAR_API pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_error *err);
@@ -3876,7 +3880,7 @@ static pp_status pp__layers_finish(pp_layers *l, const char *moe_freq, pp_error 
         l->count[s] = g - l->first[s];
         for (t = 0; t < C; t++) l->type_count[s * C + t] = running[t] - l->type_first[s * C + t];
     }
-    if (l->form != PP_LAYERS_HYBRID) return pp__layers_make_layout(l, err);
+    if (l->form != PP_LAYERS_HYBRID && !l->pattern) return pp__layers_make_layout(l, err);
     return PP_OK;
 }
 
@@ -4807,9 +4811,32 @@ static pp_status pp__balance_refine(const pp__balance *b, int *count, pp_error *
     return PP_OK;
 }
 
+/* A balanced split of a hybrid pattern's symbols: the items and the pattern with '|' between stages. */
+static pp_status pp__balance_hybrid_items(pp_layers *l, const char *hybrid, const int *count, pp_error *err)
+{
+    pp__text pat;
+    int s, k, at = 0;
+    memset(&pat, 0, sizeof pat);
+    for (s = 0; s < l->num_stages; s++) {
+        l->stage_items[s] = l->num_items;
+        if (s) pp__layers_putc(&pat, '|');
+        if (s == 0) pp__layers_push(l, PP_LAYER_EMBEDDING, 1);
+        for (k = 0; k < count[s]; k++, at++) {
+            pp__layers_push(l, pp__hybrid_symbol_type(hybrid[at]), 1);
+            pp__layers_putc(&pat, hybrid[at]);
+        }
+        if (s == l->num_stages - 1) pp__layers_push(l, PP_LAYER_LOSS, 1);
+    }
+    l->stage_items[l->num_stages] = l->num_items;
+    if (pat.failed || !pat.data) { pp__text_free(&pat); return pp__fail(err, PP_ENOMEM, "balance: out of memory"); }
+    l->pattern = pat.data;
+    return PP_OK;
+}
+
 pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_error *err)
 {
     pp__balance b;
+    pp_balance_config hc;
     pp_layers *l = NULL;
     int *count = NULL, s, fits;
     double worst;
@@ -4817,6 +4844,29 @@ pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_er
     if (!out) return pp__fail(err, PP_EINVAL, "out: must not be NULL");
     *out = NULL;
     if (!cfg) return pp__fail(err, PP_EINVAL, "cfg: must not be NULL");
+    if (cfg->hybrid) {                  /* the pattern's symbols are the layers */
+        char echo[96], ch[8];
+        size_t i, n = strlen(cfg->hybrid);
+        for (i = 0; i < n; i++)
+            if (pp__hybrid_symbol_type(cfg->hybrid[i]) < 0)
+                return pp__fail(err, PP_EPARSE, "hybrid='%s': '%s' at position %zu is not a layer symbol%s",
+                                pp__layers_echo(cfg->hybrid, echo, sizeof echo), pp__layers_char(cfg->hybrid[i], ch), i,
+                                cfg->hybrid[i] == '|' || cfg->hybrid[i] == '/'
+                                    ? " (the balance places the stage breaks; MTP depths are mtp_layers)" : "");
+        if (n == 0 || n > PP__LAYERS_MAX)
+            return pp__fail(err, PP_EINVAL, "hybrid='%s': has %zu layers, must have 1 to %d",
+                            pp__layers_echo(cfg->hybrid, echo, sizeof echo), n, PP__LAYERS_MAX);
+        if (cfg->num_layers && (size_t)cfg->num_layers != n)
+            return pp__fail(err, PP_EINVAL, "num_layers=%d: the hybrid pattern has %zu layers", cfg->num_layers, n);
+        if (cfg->moe_layer_freq)
+            return pp__fail(err, PP_EINVAL, "moe_layer_freq='%s': a hybrid pattern marks its MoE layers itself ('E')",
+                            cfg->moe_layer_freq);
+        if (cfg->mtp_layers)
+            return pp__fail(err, PP_EINVAL, "mtp_layers=%d: not with a hybrid pattern", cfg->mtp_layers);
+        hc = *cfg;
+        hc.num_layers = (int)n;
+        cfg = &hc;
+    }
     if ((st = pp__balance_init(cfg, &b, err)) != PP_OK) goto done;
     count = (int *)pp__calloc((size_t)b.S, sizeof(int));
     if (!count) { st = pp__fail(err, PP_ENOMEM, "balance: out of memory"); goto done; }
@@ -4825,7 +4875,8 @@ pp_status pp_layers_balance(const pp_balance_config *cfg, pp_layers **out, pp_er
 
     l = pp__layers_new(PP_LAYERS_BALANCED, b.pp, b.vpp, b.n + 2 + cfg->mtp_layers);
     if (!l) { st = pp__fail(err, PP_ENOMEM, "balance: out of memory"); goto done; }
-    pp__layers_fill_counts(l, count, cfg->mtp_layers);
+    if (!cfg->hybrid) pp__layers_fill_counts(l, count, cfg->mtp_layers);
+    else if ((st = pp__balance_hybrid_items(l, cfg->hybrid, count, err)) != PP_OK) goto done;
     l->stage_cost = (double *)pp__calloc((size_t)b.S, sizeof(double));
     l->stage_memory = b.m ? (double *)pp__calloc((size_t)b.S, sizeof(double)) : NULL;
     l->rank_time = (double *)pp__calloc((size_t)b.pp, sizeof(double));

@@ -4,6 +4,7 @@
  *     build/pipepar layers --pp 2 --layout 'Et*3|(tt|)*29,m|L' --moe-freq '[0]*3+[1]*58'
  *     build/pipepar layers --pp 2 --hybrid 'M*-M*-|M*-M*-'
  *     build/pipepar layers --pp 4 --costs '3,1*30,4' --embedding-cost 2 --loss-cost 5
+ *     build/pipepar layers --pp 2 --vpp 2 --hybrid '*-*-*-*-' --costs '0.7,0.3*8' --loss-cost 0.6
  *
  * One line per stage, "stage S rank R chunk C layers [a,b) items TEXT" and, for each other
  * layer type of the model, " TYPE [a,b)" in that type's own index space (e.g. MoE indices);
@@ -18,7 +19,7 @@ static const char layers_usage[] =
     "usage: pipepar layers --layers L --pp P [--vpp V] [--first N] [--last N] [--embedding] [--loss]\n"
     "                      [--mtp N] [--layout STR | --hybrid STR] [--moe-freq STR] [--json]\n"
     "                      [--rank R [--chunk C]]\n"
-    "       pipepar layers --costs LIST --pp P [--vpp V] [--memory LIST --memory-cap X]\n"
+    "       pipepar layers --costs LIST --pp P [--vpp V] [--hybrid STR] [--memory LIST --memory-cap X]\n"
     "                      [--rank-speed LIST] [--v-placement] [--json] ...\n"
     "  --layers L      decoder layers (num_layers); optional with --layout, --hybrid or --costs\n"
     "  --pp P          pipeline ranks (default 1)\n"
@@ -29,9 +30,11 @@ static const char layers_usage[] =
     "  --loss          account_for_loss_in_pipeline_split\n"
     "  --mtp N         MTP depths (mtp_num_layers), on the last stage\n"
     "  --layout STR    pipeline_model_parallel_layout, e.g. 'Et*3|(tt|)*29,m|L' with --pp 16\n"
-    "  --hybrid STR    hybrid layer pattern with '|' between stages, e.g. 'M*-M*-|M*-M*-'\n"
+    "  --hybrid STR    hybrid layer pattern with '|' between stages, e.g. 'M*-M*-|M*-M*-'; with\n"
+    "                  --costs, without '|': the balance places the breaks, between any two symbols\n"
     "  --moe-freq STR  --moe-layer-freq: N (layer i is MoE when i % N == 0) or '[0]*3+[1]*58'\n"
-    "  --costs LIST    balanced split: cost of each decoder layer, e.g. '3,1*30,4' (x*N repeats)\n"
+    "  --costs LIST    balanced split: cost of each decoder layer (hybrid symbol), e.g. '3,1*30,4'\n"
+    "                  (x*N repeats)\n"
     "  --memory LIST   memory of each decoder layer (same form); --memory-cap X per stage\n"
     "  --embedding-cost X, --loss-cost X, --mtp-cost X, --embedding-memory X, --loss-memory X,\n"
     "  --mtp-memory X  cost / memory of the embedding (first stage), loss and MTP depths (last)\n"
@@ -169,10 +172,12 @@ static int layers_parse(int argc, char **argv, layers_opts *o)
     if (k < 0) return 2;
     if (o->chunk >= 0 && o->rank < 0) return cli_usage_error("--chunk=%ld: needs --rank", o->chunk);
     if (o->costs_text) {
-        if (o->cfg.layout || o->cfg.hybrid || o->cfg.first || o->cfg.last || o->cfg.account_for_embedding ||
-            o->cfg.account_for_loss)
-            return cli_usage_error("--costs: finds its own split; it cannot be combined with --layout, --hybrid, "
-                                   "--first, --last, --embedding or --loss");
+        if (o->cfg.layout || o->cfg.first || o->cfg.last || o->cfg.account_for_embedding || o->cfg.account_for_loss)
+            return cli_usage_error("--costs: finds its own split; it cannot be combined with --layout, --first, "
+                                   "--last, --embedding or --loss");
+        if (o->cfg.hybrid && strchr(o->cfg.hybrid, '|'))
+            return cli_usage_error("--hybrid=%s: with --costs the balance places the stage breaks: give the pattern "
+                                   "without '|'", o->cfg.hybrid);
     } else {
         if (o->memory_text || bal->memory_cap > 0 || bal->embedding_cost > 0 || bal->loss_cost > 0 || bal->mtp_cost > 0 ||
             bal->embedding_memory > 0 || bal->loss_memory > 0 || bal->mtp_memory > 0)
@@ -234,6 +239,7 @@ int pp_cli_layers(int argc, char **argv)
         bal.cost = costs; bal.memory = memory;
         bal.mtp_layers = cfg.mtp_layers;
         bal.moe_layer_freq = cfg.moe_layer_freq;
+        bal.hybrid = cfg.hybrid;
         st = pp_layers_balance(&bal, &l, &err);
     } else {
         st = pp_layers_build(&cfg, &l, &err);

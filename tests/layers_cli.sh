@@ -50,6 +50,20 @@ expect_out "speeds, V: json" '"v_placement":true,"rank_time":[13.56,13.613861386
     --pp 2 --vpp 2 --costs '1*24' --loss-cost 0.56 --rank-speed 1,0.808 --v-placement --json
 expect_lines "speeds, V: rank filter" 2 --pp 2 --vpp 2 --costs '1*24' --rank-speed 1,0.808 --v-placement --rank 0
 expect_out "speeds, looped: the slow rank gets less" "layout Et*13|t*11L" --pp 2 --costs '1*24' --rank-speed 1,0.808
+# a GPT of 24 layers in half layers ('*' attention 0.69, '-' MLP 0.31, the head 0.56): the rank
+# that holds the head gives one MLP to the other, looped and V
+GPT24=$(printf '*-%.0s' $(seq 24)); GPTC=$(printf '0.69,0.31,%.0s' $(seq 24)); GPTC=${GPTC%,}
+expect_out "hybrid balance, interleaved" "pattern *-*-*-*-*-*-|*-*-*-*-*-*|-*-*-*-*-*-*-|*-*-*-*-*-*-" \
+    --pp 2 --vpp 2 --hybrid "$GPT24" --costs "$GPTC" --loss-cost 0.56 --rank-speed 1,1
+expect_out "hybrid balance, V" "pattern *-*-*-*-*-*|-*-*-*-*-*-*-|*-*-*-*-*-*-|*-*-*-*-*-*-" \
+    --pp 2 --vpp 2 --hybrid "$GPT24" --costs "$GPTC" --loss-cost 0.56 --rank-speed 1,1 --v-placement
+expect_out "hybrid balance: rank times" "rank time 12.25 12.31" \
+    --pp 2 --vpp 2 --hybrid "$GPT24" --costs "$GPTC" --loss-cost 0.56 --rank-speed 1,1 --v-placement
+expect_out "hybrid balance: json" '"pattern":"*-|*E","max_cost":2' --pp 2 --hybrid '*-*E' --costs '1*4' --json
+expect_err "hybrid balance places the breaks" "--hybrid=*-|*-: with --costs the balance places the stage breaks" \
+    --pp 2 --hybrid '*-|*-' --costs '1*4'
+expect_err "hybrid balance symbols" "hybrid='*-x-': 'x' at position 2 is not a layer symbol" --pp 2 --hybrid '*-x-' --costs '1*4'
+expect_err "hybrid balance count" "num_layers=4: the hybrid pattern has 3 layers" --pp 2 --hybrid '*-*' --costs '1*4'
 expect_out "json" '"stages":[{"stage":0,"rank":0,"chunk":0,"first":0,"count":13,"items":"Et*13"' \
     --layers 27 --pp 2 --first 13 --json
 expect_lines "json is one line" 1 --layers 27 --pp 2 --first 13 --json

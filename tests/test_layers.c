@@ -866,6 +866,66 @@ static void layers_balance_matches_brute_force_on_random_cases(void)
     }
 }
 
+
+/* A hybrid pattern's symbols are the layers the balance splits, so a stage may end between a
+ * layer's attention ('*') and its MLP ('-'): a GPT of 24 layers (attention 0.69, MLP 0.31, the
+ * output layer 0.56 on the last stage) at pp 2, vpp 2 with ranks balanced moves one MLP off the
+ * rank that holds the head (12 | 11 | 13 | 12 units looped; 11 | 13 | 12 | 12 under the V), where
+ * whole layers leave 12 against 12.56. The items, MoE marks and types follow the pattern. */
+static void layers_balance_splits_a_hybrid_pattern_between_attention_and_mlp(void)
+{
+    char pattern[49];
+    double cost[48], speed[2] = { 1, 1 };
+    pp_balance_config b;
+    pp_layers *l = NULL;
+    pp_error err;
+    int u;
+    for (u = 0; u < 48; u++) { pattern[u] = u % 2 ? '-' : '*'; cost[u] = u % 2 ? 0.31 : 0.69; }
+    pattern[48] = '\0';
+    memset(&b, 0, sizeof b);
+    b.pp = 2; b.vpp = 2; b.cost = cost; b.loss_cost = 0.56; b.rank_speed = speed; b.hybrid = pattern;
+    PP_CHECK_OK(pp_layers_balance(&b, &l, &err), &err);
+    if (l) {
+        PP_CHECK_STR(l->pattern, "*-*-*-*-*-*-|*-*-*-*-*-*|-*-*-*-*-*-*-|*-*-*-*-*-*-");
+        PP_CHECK(l->layout == NULL);
+        PP_CHECK_INT(l->num_layers, 48);
+        PP_CHECK_INT(l->count[1], 11);
+        PP_CHECK_INT(l->first[2], 23);
+        PP_CHECK_INT(l->layer_type[23], PP_LAYER_MLP);
+        PP_CHECK_NEAR(l->rank_time[0], 12.31, 1e-9);
+        PP_CHECK_NEAR(l->rank_time[1], 12.25, 1e-9);
+    }
+    pp_layers_free(l);
+    b.v_placement = 1;
+    PP_CHECK_OK(pp_layers_balance(&b, &l, &err), &err);
+    if (l) {
+        PP_CHECK_STR(l->pattern, "*-*-*-*-*-*|-*-*-*-*-*-*-|*-*-*-*-*-*-|*-*-*-*-*-*-");
+        PP_CHECK_NEAR(l->rank_time[0], 12.25, 1e-9);
+        PP_CHECK_NEAR(l->rank_time[1], 12.31, 1e-9);
+    }
+    pp_layers_free(l);
+    /* MoE symbols keep their marks; num_layers 0 counts the symbols */
+    memset(&b, 0, sizeof b);
+    b.pp = 2; b.hybrid = "*-*E";
+    PP_CHECK_OK(pp_layers_balance(&b, &l, &err), &err);
+    if (l) {
+        PP_CHECK_STR(l->pattern, "*-|*E");
+        PP_CHECK_INT(l->is_moe[3], 1);
+        PP_CHECK_INT(pp_layers_type_index(l, 3, PP_LAYER_MOE), 0);
+    }
+    pp_layers_free(l);
+    l = NULL;
+    b.hybrid = "*-|*-";
+    PP_CHECK_FAILS(pp_layers_balance(&b, &l, &err), &err, PP_EPARSE, "'|' at position 2 is not a layer symbol (the "
+                   "balance places the stage breaks");
+    b.hybrid = "*-*E"; b.moe_layer_freq = "2";
+    PP_CHECK_FAILS(pp_layers_balance(&b, &l, &err), &err, PP_EINVAL, "a hybrid pattern marks its MoE layers itself");
+    b.moe_layer_freq = NULL; b.num_layers = 3;
+    PP_CHECK_FAILS(pp_layers_balance(&b, &l, &err), &err, PP_EINVAL, "num_layers=3: the hybrid pattern has 4 layers");
+    b.num_layers = 0; b.hybrid = "";
+    PP_CHECK_FAILS(pp_layers_balance(&b, &l, &err), &err, PP_EINVAL, "has 0 layers, must have 1 to");
+    PP_CHECK(l == NULL);
+}
 /* Speeds. 16 equal layers, pp 2, rank 1 1.35x slower (speeds 1 and 1/1.35): x layers on rank 0
  * take x, 16 - x on rank 1 take 1.35 (16 - x); x = 9 gives max(9, 9.45) = 9.45, x = 10 gives 10,
  * x = 8 gives 10.8. With the V placement (vpp 2, rank 0 holding stages 0 and 3) the ranks' sums are
@@ -1192,6 +1252,7 @@ const pp_test_case pp_suite_layers[] = {
     PP_TEST(layers_balance_respects_the_memory_cap),
     PP_TEST(layers_balance_matches_brute_force_on_random_cases),
     PP_TEST(layers_balance_gives_a_slow_rank_fewer_layers),
+    PP_TEST(layers_balance_splits_a_hybrid_pattern_between_attention_and_mlp),
     PP_TEST(layers_balance_with_speeds_matches_brute_force),
     PP_TEST(layers_text_and_json_list_every_stage),
     PP_TEST(layers_writers_are_linear_in_stages),
