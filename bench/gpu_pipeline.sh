@@ -13,7 +13,7 @@
 # best schedules again with NCCL forced onto sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, a
 # stand-in for two nodes) and the failure test (both skipped by SKIP_SOCKET=1); PyTorch's bench (GELU=tanh: the same model); the
 # summary table (each run under its "-- name" line). Logs of every run land in OUTDIR. Env: H, L, T, M override the model size;
-# SKIP_TORCH=1, SKIP_MEGATRON=1, SKIP_SOCKET=1 skip parts (SKIP_PIPEPAR=1: only the peers, with pipepar's plans in PyTorch's runtime) (Megatron-LM runs where .megatron/megatron/core is); FULL=1 adds more runs (interleaved vpp 2,
+# SKIP_TORCH=1, SKIP_MEGATRON=1, SKIP_SOCKET=1 skip parts; ONLY=REGEX runs only the pipepar runs it matches (SKIP_PIPEPAR=1: only the peers, with pipepar's plans in PyTorch's runtime) (Megatron-LM runs where .megatron/megatron/core is); FULL=1 adds more runs (interleaved vpp 2,
 # looped-BFS, interleaved ZB vpp 2, ZB-H1, runs through NCCL with and without the arrival gate); TORCH_CONFIGS picks PyTorch's schedules;
 # SKIP_BUILD=1 uses binaries already in build/ when they run.
 set -u
@@ -72,8 +72,9 @@ cp "$OUTDIR/single-gpu0.log" "$OUTDIR/single.log"   # GPU 0's, against PyTorch's
 say "== pipepar single GPU, on all $NPROC GPUs at once (the pipeline's power and thermal conditions)"
 single_concurrent "$NPROC" "$OUTDIR" $MODEL
 
-run_pp() {   # run_pp NAME ARGS...: a pipepar run on NPROC GPUs
+run_pp() {   # run_pp NAME ARGS...: a pipepar run on NPROC GPUs (ONLY=REGEX: only the names it matches)
     local name=$1; shift
+    [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]] && return 0
     say "-- $name"
     launchn "$NPROC" "$name" build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 $GATE "$@" || say "$name: exit $?"
 }
@@ -96,6 +97,10 @@ run_pp interleaved4-megatron-split --schedule interleaved --vpp 4 --split-backwa
 # the greedy V order on the split the search chooses for it (at pp 4 and 16 microbatches it beats
 # ZB-V's start-up in simulation, keeping up to twice ZB-V's activations)
 run_pp greedy-searched   --schedule search --search-kind greedy --search-layout --vpp 2 --check
+# the blocks re-split for each GPU's measured speed (--adapt, round after round until a split is
+# kept): GPUs of one host differ, by power and heat, more than a pipeline's start-up costs
+run_pp zbv-adapt         --schedule zbv --adapt --check
+run_pp dualpipev-adapt   --schedule dualpipev --adapt
 if [ "$NPROC" = 2 ] && [ "$L" = 16 ]; then   # uneven stages: small first and last chunk, pp_search's order
     run_pp search-2-6-2-6 --schedule search --layout 'Et*2|t*6|t*2|t*6L'
 fi
@@ -109,10 +114,12 @@ if [ "${FULL:-0}" = 1 ]; then
     run_pp interleaved4-nccl --schedule interleaved --vpp 4 --no-copy-engine
     run_pp zbv-nccl          --schedule zbv --no-copy-engine
 fi
-say "-- 1f1b-threads (one process, a thread per GPU)"
-timeout 100 build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 $GATE --schedule 1f1b --threads $NPROC --warmup 1 --steps 3 \
-    >"$OUTDIR/1f1b-threads.log" 2>&1 || say "1f1b-threads: exit $?"
-cat "$OUTDIR/1f1b-threads.log" >>"$LOG"
+if [ -z "${ONLY:-}" ] || [[ 1f1b-threads =~ $ONLY ]]; then
+    say "-- 1f1b-threads (one process, a thread per GPU)"
+    timeout 100 build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 $GATE --schedule 1f1b --threads $NPROC \
+        --warmup 1 --steps 3 >"$OUTDIR/1f1b-threads.log" 2>&1 || say "1f1b-threads: exit $?"
+    cat "$OUTDIR/1f1b-threads.log" >>"$LOG"
+fi
 
 if [ "${SKIP_SOCKET:-0}" != 1 ]; then
     say "== NCCL over sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)"
@@ -120,10 +127,9 @@ if [ "${SKIP_SOCKET:-0}" != 1 ]; then
     run_pp socket-1f1b --schedule 1f1b
     run_pp socket-zbv  --schedule zbv
     unset NCCL_P2P_DISABLE NCCL_SHM_DISABLE
+    say "== failure test"
+    bash tests/gpu/nccl_failure.sh build 2>&1 | tee -a "$LOG" | tail -n 3
 fi
-
-say "== failure test"
-bash tests/gpu/nccl_failure.sh build 2>&1 | tee -a "$LOG" | tail -n 3
 fi
 
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
@@ -162,7 +168,7 @@ fi
 
 [ "${SKIP_PIPEPAR:-0}" = 1 ] && exit 0
 say "== summary (step ms, efficiency = single / $NPROC / step)"
-grep -E "^(-- |== NCCL over|single-gpu|single-GPU|search:|schedule |pipeline|  efficiency|  simulator|  compute busy|  rank 0|  peak|gradient check|  where the last|    rank [0-9]+:|  exposed transfer \(the|  exposed on the critical|  bound:)" "$LOG" | tee "$OUTDIR/summary.txt"
+grep -E "^(-- |== NCCL over|adapt: |single-gpu|single-GPU|search:|schedule |pipeline|  efficiency|  simulator|  compute busy|  rank 0|  peak|gradient check|  where the last|    rank [0-9]+:|  exposed transfer \(the|  exposed on the critical|  bound:)" "$LOG" | tee "$OUTDIR/summary.txt"
 say "== pipepar against the fastest GPU's single step alone (the most conservative baseline)"
 efficiency_vs_fastest "$LOG" "$NPROC" | tee -a "$LOG" "$OUTDIR/summary.txt" >/dev/null
 say "== against the single steps run on every GPU at once (harmonic mean $SINGLE_TOGETHER_MS ms)"
