@@ -47,8 +47,8 @@ static void search_usage(FILE *out)
     fprintf(out,
             "usage: pipepar search --pp P --mb M [costs] [--max-mem X] [--vpp V | --max-vpp V] [--top N]\n"
             "                      [--kind K] [--layers N [--spread S] [--max-layouts N] [--embedding F,I,W[,M]]\n"
-            "                      [--loss F,I,W[,M]] [--layer-costs FILE] [--threads T]] [--split-backward] [--csv FILE]\n"
-            "                      [--json]\n"
+            "                      [--loss F,I,W[,M]] [--layer-costs FILE [--hybrid STR]] [--threads T]]\n"
+            "                      [--split-backward] [--csv FILE] [--json]\n"
             "  costs, in time units for one rank's share of the model (a chunk costs 1/vpp of it):\n"
             "  --f F          forward (default 1)\n"
             "  --i I --w W    input-gradient and weight-gradient halves of the backward (default B/2 each)\n"
@@ -73,6 +73,9 @@ static void search_usage(FILE *out)
             "                 last stage with fewer layers\n"
             "  --layer-costs FILE  each layer's own costs, a line per layer in model order: F I W [M]\n"
             "                 (blank lines and # comments skipped); sets --layers to the line count\n"
+            "  --hybrid STR   the layers are this hybrid pattern's symbols (e.g. '*-*-' for two GPT layers\n"
+            "                 cut between attention and MLP): the winner's split is shown as the pattern\n"
+            "                 with '|' between stages too, for gpt --hybrid\n"
             "  --kind K       only this kind (interleaved, zbv, ..., greedy): a trainer without a split\n"
             "                 backward wants --kind interleaved or 1f1b\n"
             "  --split-backward  each whole backward B as its I then its W (a trainer with both halves):\n"
@@ -213,10 +216,21 @@ static void print_layout(const pp_search_entry *e, int pp)
     if (buf != small) free(buf);
 }
 
+/* --hybrid: an entry's split as the hybrid pattern whose symbols are the layers, '|' between
+ * stages, for --hybrid of gpt and gpt_gpu. */
+static void print_pattern(const pp_search_entry *e, int pp, const char *hybrid)
+{
+    int s, k, at = 0;
+    for (s = 0; s < pp * e->vpp; s++) {
+        if (s) putchar('|');
+        for (k = 0; k < e->stage_layers[s]; k++) putchar(hybrid[at++]);
+    }
+}
+
 /* What the flags ask for. stage[k] (allocated by search_parse) holds --f-stage .. --mem-stage. */
 typedef struct search_opts {
     pp_search_config cfg;
-    const char *csv, *layout, *layer_costs_path;
+    const char *csv, *layout, *layer_costs_path, *hybrid;
     double *stage[5];
     double bytes, gbps;
     long top;
@@ -233,7 +247,7 @@ static const cli_flag_spec search_specs[] = {
     { "--layer-costs", CLI_VALUE }, { "--embedding", CLI_VALUE }, { "--loss", CLI_VALUE }, { "--kind", CLI_VALUE },
     { "--csv", CLI_VALUE }, { "--layout", CLI_VALUE }, { "--f-stage", CLI_VALUE }, { "--i-stage", CLI_VALUE },
     { "--w-stage", CLI_VALUE }, { "--b-stage", CLI_VALUE }, { "--mem-stage", CLI_VALUE }, { "--json", CLI_SWITCH },
-    { "--split-backward", CLI_SWITCH }, { NULL, 0 }
+    { "--split-backward", CLI_SWITCH }, { "--hybrid", CLI_VALUE }, { NULL, 0 }
 };
 
 static void search_opts_free(search_opts *o)
@@ -277,6 +291,7 @@ static int search_flag(search_opts *o, const char *a, const char *val, const cha
     if (!strcmp(a, "--layer-costs")) o->layer_costs_path = val;
     else if (!strcmp(a, "--csv")) o->csv = val;
     else if (!strcmp(a, "--layout")) o->layout = val;
+    else if (!strcmp(a, "--hybrid")) o->hybrid = val;
     else if (!strcmp(a, "--json")) o->json = 1;
     else if (!strcmp(a, "--split-backward")) cfg->split_backward = 1;
     else
@@ -324,6 +339,8 @@ static int search_parse(int argc, char **argv, search_opts *o)
         return cli_usage_error("%s: only with --layers (the layout search)", cfg->layout_spread ? "--spread" :
                                cfg->max_layouts ? "--max-layouts" : "--threads");
     if (layered && o->layout) return cli_usage_error("--layers and --layout: give one (--layers searches the layouts)");
+    if (o->hybrid && !layered)
+        return cli_usage_error("--hybrid: names the layers of a layout search: needs --layers or --layer-costs");
     if (layered && cfg->costs.b > 0 && cfg->costs.i <= 0)
         return cli_usage_error("--layers with --b: give the halves --i and --w per layer instead");
     for (k = 0; k < 5; k++) {
@@ -413,6 +430,11 @@ static void search_print_json(const search_opts *o, const pp_search_result *res)
             printf(", \"layout\": \"");
             print_layout(e, cfg->pp);
             printf("\"");
+            if (o->hybrid) {
+                printf(", \"pattern\": \"");
+                print_pattern(e, cfg->pp, o->hybrid);
+                printf("\"");
+            }
         }
         printf("}");
     }
@@ -453,6 +475,11 @@ static void search_print_table(const search_opts *o, const pp_search_result *res
         printf("\nlayout: '");
         print_layout(&res->entries[0], cfg->pp);
         printf("'");
+        if (o->hybrid) {
+            printf("\npattern: '");
+            print_pattern(&res->entries[0], cfg->pp, o->hybrid);
+            printf("'");
+        }
     }
     printf("\n");
 }
@@ -481,6 +508,23 @@ int pp_cli_search(int argc, char **argv)
         }
         cfg->layers = n;
         cfg->layer_costs = layer_costs;
+    }
+    if (o.hybrid) {     /* Megatron's symbols, one a layer, no stage breaks (the search places them) */
+        pp_layers_config hc;
+        memset(&hc, 0, sizeof hc);
+        hc.hybrid = o.hybrid;
+        if (strpbrk(o.hybrid, "|/")) {
+            rc = cli_usage_error("--hybrid=%s: one symbol a layer, without '|' or '/' (the search places the stage "
+                                 "breaks)", cli_short(o.hybrid));
+            goto done;
+        }
+        if (pp_layers_build(&hc, &lay, &err) != PP_OK) { rc = cli_report(&err); goto done; }
+        if ((int)strlen(o.hybrid) != cfg->layers) {
+            rc = cli_usage_error("--hybrid: %d symbols, but the search has %d layers", (int)strlen(o.hybrid), cfg->layers);
+            goto done;
+        }
+        pp_layers_free(lay);
+        lay = NULL;
     }
     if (o.layout) {   /* each stage costs its layers' sum, per layer as the flags say */
         pp_layers_config lc;

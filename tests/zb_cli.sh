@@ -111,6 +111,25 @@ $P search --pp 2 --mb 8 --vpp 1 --layers 16 --kind 1f1b --spread 8 | grep -q "^l
 out=$($P search --pp 2 --mb 8 --vpp 1 --kind 1f1b --spread 8 --layer-costs "$T/layers.txt") && ok || bad "search --layer-costs exit $?"
 echo "$out" | grep -q "every split of 16 layers" && echo "$out" | grep -Eq "^layout: 'Et\*(9|10|11)\|t\*(7|6|5)L'$" \
     && ok || bad "search --layer-costs: the first stage does not take more layers: $out"
+# --hybrid: the layers are a GPT's halves, attention ('*', F 1 B 2) and MLP ('-', F 0.5 B 1), with
+# a dear output layer: the winner's split comes back as the pattern gpt --hybrid takes, and the
+# search may cut a layer in two (the pattern keeps every symbol in order)
+for k in $(seq 8); do echo "1 1 1"; echo "0.5 0.5 0.5"; done >"$T/gpt.txt"
+out=$($P search --pp 2 --mb 8 --vpp 2 --kind interleaved --spread 4 --layer-costs "$T/gpt.txt" --loss 1,1,1 \
+      --hybrid '*-*-*-*-*-*-*-*-') && ok || bad "search --hybrid exit $?"
+pat=$(echo "$out" | sed -n "s/^pattern: '\(.*\)'$/\1/p")
+[ "$(echo "$pat" | tr -d '|')" = '*-*-*-*-*-*-*-*-' ] && [ "$(echo "$pat" | tr -cd '|' | wc -c)" -eq 3 ] \
+    && ok || bad "search --hybrid: pattern '$pat' is not the 16 symbols in 4 stages: $out"
+lay=$(echo "$out" | sed -n "s/^layout: 'E\(.*\)L'$/\1/p")
+[ "$(echo "$lay" | tr '|' '\n' | sed 's/^t$/1/; s/^t\*//' | paste -sd' ')" = \
+  "$(echo "$pat" | tr '|' '\n' | awk '{ print length($0) }' | paste -sd' ')" ] \
+    && ok || bad "search --hybrid: pattern '$pat' does not match layout '$lay'"
+$P search --pp 2 --mb 8 --layers 4 --hybrid '*-*E' --kind 1f1b --json | grep -q '"pattern": "\*-|\*E"' \
+    && ok || bad "search --hybrid --json: no pattern"
+expect_error 2 "--hybrid: 3 symbols, but the search has 16 layers" search --pp 2 --mb 8 --layer-costs "$T/gpt.txt" --hybrid '*-*'
+expect_error 2 "--hybrid=*-|*-: one symbol a layer, without '|' or '/'" search --pp 2 --mb 8 --layers 4 --hybrid '*-|*-'
+expect_error 2 "--hybrid: names the layers of a layout search: needs --layers or --layer-costs" search --pp 2 --mb 8 --hybrid '*-'
+expect_error 2 "hybrid pattern '*-x-': 'x' at position 2 is not a layer symbol" search --pp 2 --mb 8 --layers 4 --hybrid '*-x-'
 printf '1 1\n' >"$T/short.txt"
 expect_error 2 "--layer-costs '$T/short.txt': line 1: 2 number(s), expected F I W [M]" search --pp 2 --mb 8 --layer-costs "$T/short.txt"
 printf '1 1 1 x\n' >"$T/bad.txt"
