@@ -11,14 +11,15 @@
 # mean: the efficiency baseline); gpt_gpu's pp 2 schedules (1F1B, interleaved vpp 2, ZB-V,
 # DualPipeV, and 1F1B with FIRST layers on the first stage: the last stage also holds the output
 # layer and the loss; then interleaved, ZB-V and DualPipeV with half-layer stages, --hybrid, that
-# move one MLP off the rank holding the output layer); Megatron-LM's (bench/megatron_gpt_bench.py:
+# move one MLP off the rank holding the output layer, and again on the half-layer split that
+# pipepar search finds for each on the units' costs that gpt_gpu --unit-costs measures); Megatron-LM's (bench/megatron_gpt_bench.py:
 # single-GPU on both GPUs at once, 1F1B, interleaved vpp 2 with overlap_p2p_comm, 1F1B with FIRST
 # layers on the first stage (num_layers_in_first_pipeline_stage); PYTHONPATH must reach
 # megatron/core, default .megatron); the summary: step time, tokens/s per GPU, pipeline efficiency against each framework's own
 # single-GPU step (baseline / (2 x step)), peak memory, and gpt_gpu's data-path kernels' share of
 # the step (CUDA events around packing, the cp split and the replay gather). A step is the forward
 # and backward of every microbatch (Megatron's forward_backward_func; gpt_gpu's from the data's
-# upload to complete gradients, the update excluded). About 4 minutes on 2 H100s.
+# upload to complete gradients, the update excluded). About 5 minutes on 2 H100s.
 # Env: LAYERS, HIDDEN, HEADS, SEQ, VOCAB, MB, STEPS (timed), WARMUP override the sizes; FIRST
 # (default LAYERS/2 + 1);
 # SKIP_MEGATRON=1, SKIP_BUILD=1; MEGATRON_PATH (default .megatron).
@@ -40,7 +41,7 @@ say "== $(date -u +%Y-%m-%dT%H:%MZ)  $(nvidia-smi --query-gpu=name,driver_versio
 say "   $LAYERS layers, hidden $HIDDEN, $HEADS heads, vocab $VOCAB, $MB microbatches of one $SEQ-token sequence; $STEPS steps timed after $WARMUP"
 t0=$(date +%s)
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-    make -s -j16 build/gpt_gpu >"$OUTDIR/build.log" 2>&1 || { cat "$OUTDIR/build.log"; exit 1; }
+    make -s -j16 build/gpt_gpu build/pipepar >"$OUTDIR/build.log" 2>&1 || { cat "$OUTDIR/build.log"; exit 1; }
     say "== built in $(( $(date +%s) - t0 )) s"
 fi
 
@@ -83,14 +84,35 @@ hybrid_of() {
 H=$LAYERS   # units per stage of 4: 2 * LAYERS / 4
 HALF_INTERLEAVED=$(hybrid_of $((H / 2)) $((H / 2 - 1)) $((H / 2 + 1)) $((H / 2)))
 HALF_V=$(hybrid_of $((H / 2 - 1)) $((H / 2 + 1)) $((H / 2)) $((H / 2)))
+# The split pipepar search finds for each kind on the units' measured costs (gpt_gpu --unit-costs
+# on GPU 0: every attention and MLP, forward and backward; the search simulates the schedule on
+# every split within 4 units of the even one)
+say "== gpt_gpu --unit-costs, then pipepar search --hybrid for each kind"
+CUDA_VISIBLE_DEVICES=0 timeout 300 build/gpt_gpu "${MODEL[@]}" --unit-costs "$OUTDIR/units.txt" >"$OUTDIR/units.log" 2>&1
+grep -E "^(unit costs|  attention|wrote)" "$OUTDIR/units.log" | tee -a "$LOG"
+SEARCH_FLAGS=$(sed -n 's/^wrote .*; search with: //p' "$OUTDIR/units.log")
+declare -A SEARCHED
+for kind in interleaved zbv dualpipev; do
+    SEARCHED[$kind]=""
+    [ -n "$SEARCH_FLAGS" ] || continue
+    eval build/pipepar search --pp 2 --mb "$MB" --kind "$kind" --vpp 2 --spread 4 "$SEARCH_FLAGS" >"$OUTDIR/search-$kind.log" 2>&1
+    SEARCHED[$kind]=$(sed -n "s/^pattern: '\(.*\)'$/\1/p" "$OUTDIR/search-$kind.log")
+    say "   $kind: $(grep -E '^best' "$OUTDIR/search-$kind.log") (simulated); split '${SEARCHED[$kind]:-none}'"
+done
 declare -A STEP TOK PEAK DPS
 NAMES="1f1b interleaved-vpp2 zbv dualpipev 1f1b-first$FIRST interleaved-vpp2-half zbv-half dualpipev-half"
-for cfg in "1f1b 1 0" "interleaved 2 0" "zbv 2 0" "dualpipev 2 0" "1f1b 1 $FIRST" "interleaved 2 0 $HALF_INTERLEAVED" \
-           "zbv 2 0 $HALF_V" "dualpipev 2 0 $HALF_V"; do
-    read -r kind vpp first pattern <<<"$cfg"
+NAMES="$NAMES interleaved-vpp2-searched zbv-searched dualpipev-searched"
+for cfg in "1f1b 1 0" "interleaved 2 0" "zbv 2 0" "dualpipev 2 0" "1f1b 1 $FIRST" "interleaved 2 0 half $HALF_INTERLEAVED" \
+           "zbv 2 0 half $HALF_V" "dualpipev 2 0 half $HALF_V" "interleaved 2 0 searched ${SEARCHED[interleaved]}" \
+           "zbv 2 0 searched ${SEARCHED[zbv]}" "dualpipev 2 0 searched ${SEARCHED[dualpipev]}"; do
+    read -r kind vpp first how pattern <<<"$cfg"
     name=$kind; [ "$kind" = interleaved ] && name="interleaved-vpp$vpp"
     extra=(); [ "$first" != 0 ] && name="$kind-first$first" && extra=(--first-stage-layers "$first")
-    [ -n "$pattern" ] && name="$name-half" && extra=(--hybrid "$pattern")
+    if [ -n "$how" ]; then
+        name="$name-$how"
+        [ -n "$pattern" ] || { say "== gpt_gpu pp 2 $name: no split (see $OUTDIR/units.log, search-$kind.log)"; continue; }
+        extra=(--hybrid "$pattern")
+    fi
     RANK_TIMEOUT=300 ranks_run 2 "$OUTDIR/$name" build/gpt_gpu "${MODEL[@]}" --pp 2 --schedule "$kind" --vpp "$vpp" "${extra[@]}"
     rc=$?
     cat "$OUTDIR/$name.rank0.log" >>"$LOG"
@@ -130,6 +152,6 @@ best=$(for n in $NAMES; do echo "${STEP[$n]:-}"; done | grep -v '^$' | sort -g |
 mbest=$(printf '%s\n%s\n%s\n' "$M1" "$MI" "$MF" | grep -v '^$' | sort -g | head -n 1)
 say "best against best: gpt_gpu ${best:-?} ms, Megatron-LM ${mbest:-?} ms: $(awk -v a="${best:-0}" -v b="${mbest:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.3fx", b / a; else printf "?" }') (target 1.05x)"
 # every run's own log in one archive beside gpt.log (a device machine sends back only a few files)
-runs=$(cd "$OUTDIR" && ls *.rank*.log single-gpu*.log megatron.log build.log 2>/dev/null)
+runs=$(cd "$OUTDIR" && ls *.rank*.log single-gpu*.log megatron.log build.log units.log units.txt search-*.log 2>/dev/null)
 [ -n "$runs" ] && (cd "$OUTDIR" && tar czf runs.tar.gz --remove-files $runs)
 say "== done in $(( $(date +%s) - t0 )) s; $OUTDIR/gpt.log, each run's log in $OUTDIR/runs.tar.gz"

@@ -46,7 +46,7 @@ typedef struct options {
     int dp, cp, pp, ranks, vpp, first_stage_layers;
     char *schedule, *hybrid;
     int layers, width, heads, vocab, moe, experts, topk, replay;
-    char *replay_save, *replay_file;
+    char *replay_save, *replay_file, *unit_costs;
     int steps, seqs, min_len, max_len, capacity, seq_multiple;
     char *lengths;
     double lr, clip;
@@ -96,6 +96,9 @@ static const flag FLAGS[] = {
     {"--seed", 'i', OPT(seed), 0, 2147483647, "weights and data (default 1)"},
     {"--check", 'b', OPT(check), 0, 1, "train the one-thread model alongside and compare"},
     {"--gradcheck", 'b', OPT(gradcheck), 0, 1, "check the model's backward by finite differences, then exit"},
+    {"--unit-costs", 's', OPT(unit_costs), 0, 0,
+     "time each layer's attention and MLP, forward and backward, on one thread into FILE (pipepar search "
+     "--layer-costs; with --hybrid it finds half-layer splits), then exit"},
 };
 #define NFLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
 
@@ -1270,6 +1273,61 @@ static int print_memory(const job *jb)
     return differ;
 }
 
+/* --unit-costs: the model whole on one thread over step 1's bins, passes after a warm-up one, the
+ * time at which each part starts (gpt_mark): the mean forward and backward of every unit (a
+ * layer's attention, its MLP), of the embedding and of the output layer with its loss, in ms per
+ * microbatch. Writes one line per unit, "F B 0" (the backward runs whole), for pipepar search
+ * --layer-costs, and prints the --embedding and --loss flags that go with it. Returns 0; 2 when
+ * the file cannot be opened (before any timing); 1 when writing it fails. */
+static int unit_costs(job *jb)
+{
+    reference *ref = &jb->ref;
+    const step_data *d = &jb->steps[0];
+    const int L = jb->cfg.layers, per = 4 * L + 5, passes = 3, bins = d->plan->num_bins;
+    double *t;
+    int count, k, i, u, rc = 0;
+    FILE *f = fopen(jb->o.unit_costs, "w");
+    if (!f) return usage_error("--unit-costs", jb->o.unit_costs, strerror(errno));
+    t = (double *)calloc((size_t)per, sizeof(double));
+    ref->scratch.max_marks = passes * bins * per;
+    ref->scratch.mark_at = (double *)malloc(sizeof(double) * (size_t)ref->scratch.max_marks);
+    if (!t || !ref->scratch.mark_at) { fprintf(stderr, "gpt: out of memory\n"); rc = 1; goto out; }
+    reference_pass(ref, &ref->solo, jb, d, NULL, NULL, &count);             /* warm-up */
+    ref->scratch.marks = 0;
+    for (k = 0; k < passes; k++) reference_pass(ref, &ref->solo, jb, d, NULL, NULL, &count);
+    if (ref->scratch.marks != passes * bins * per) {
+        fprintf(stderr, "gpt: --unit-costs: %d marks, expected %d\n", ref->scratch.marks, passes * bins * per);
+        rc = 1;
+        goto out;
+    }
+    /* per microbatch, in the order they run: embedding F; attention 0 F, MLP 0 F, ...; head F (and
+     * the loss); head B; MLP L-1 B, attention L-1 B, ...; embedding B */
+    for (k = 0; k < passes * bins; k++)
+        for (i = 0; i + 1 < per; i++)
+            t[i] += 1e3 * (ref->scratch.mark_at[k * per + i + 1] - ref->scratch.mark_at[k * per + i]) / (passes * bins);
+    fprintf(f, "# gpt --unit-costs: ms per microbatch of up to %d tokens, forward, backward, 0; a line per unit in\n"
+               "# model order, layer l's attention then its MLP (pipepar search --layer-costs)\n", jb->o.capacity);
+    for (u = 0; u < 2 * L; u++)
+        fprintf(f, "%.6f %.6f 0  # layer %d %s\n", t[1 + u], t[4 * L + 2 - u], u / 2,
+                u % 2 == 0 ? "attention" : gpt_layer_is_moe(&jb->cfg, u / 2) ? "moe" : "mlp");
+    if (fflush(f) != 0 || ferror(f)) rc = 1;
+    if (fclose(f) != 0) rc = 1;
+    f = NULL;
+    if (rc) { fprintf(stderr, "gpt: --unit-costs=%s: write failed: %s\n", jb->o.unit_costs, strerror(errno)); goto out; }
+    printf("unit costs (ms per microbatch, one thread, the mean of %d passes over %d microbatches): embedding F %.4f "
+           "B %.4f; output layer and loss F %.4f B %.4f\nwrote %s; search with: --layer-costs %s --embedding "
+           "%.6f,%.6f,0 --loss %.6f,%.6f,0 --hybrid '", passes, bins, t[0], t[per - 2], t[2 * L + 1], t[2 * L + 2],
+           jb->o.unit_costs, jb->o.unit_costs, t[0], t[per - 2], t[2 * L + 1], t[2 * L + 2]);
+    for (u = 0; u < L; u++) fputs(gpt_layer_is_moe(&jb->cfg, u) ? "*E" : "*-", stdout);
+    printf("'\n");
+out:
+    if (f) fclose(f);
+    free(ref->scratch.mark_at);
+    ref->scratch.mark_at = NULL;
+    free(t);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     job jb;
@@ -1287,6 +1345,9 @@ int main(int argc, char **argv)
     if ((rc = parse_flags(argc, argv, o)) >= 0) return rc;
     world = o->ranks ? o->ranks : o->dp * o->cp * o->pp;
     if (o->hybrid && o->moe) return usage_error("--moe", NULL, "not with --hybrid: its 'E' blocks are the MoE layers");
+    if (o->unit_costs && (o->hybrid || o->pp > 1 || o->cp > 1 || o->dp > 1 || o->gradcheck || o->check))
+        return usage_error("--unit-costs", o->unit_costs, "times the model whole on one thread: not with --hybrid, "
+                           "--pp, --cp, --dp, --check or --gradcheck");
     if (o->hybrid && o->first_stage_layers) return usage_error("--first-stage-layers", NULL, "not with --hybrid (its '|' split)");
     if (o->hybrid) o->moe = strchr(o->hybrid, 'E') != NULL;
     if (!o->hybrid && !o->layers) o->layers = 8;
@@ -1379,8 +1440,12 @@ int main(int argc, char **argv)
     jb.cfg.moe_slot = jb.moe_slot;
     if (o->replay_file && (rc = read_recordings(&jb, o->replay_file)) != 0) goto out;
     rc = 1;
-    if ((o->check || o->gradcheck) && reference_init(&jb.ref, &jb)) { fprintf(stderr, "gpt: out of memory\n"); goto out; }
+    if ((o->check || o->gradcheck || o->unit_costs) && reference_init(&jb.ref, &jb)) {
+        fprintf(stderr, "gpt: out of memory\n");
+        goto out;
+    }
     if (o->gradcheck) { rc = gradcheck(&jb); goto out; }
+    if (o->unit_costs) { rc = unit_costs(&jb); goto out; }
 
     printf("gpt: %d layers (%s), width %d, %d heads, vocab %d; %d ranks = dp %d x cp %d x pp %d\n", o->layers,
            !o->moe ? "dense" : o->hybrid ? "MoE where the pattern says 'E'" : "MoE in every other layer", o->width,

@@ -5,6 +5,8 @@
  *
  *     build/gpt_gpu --selftest                                 one GPU: the GPU model against
  *                                                              gpt_model.h's, every gradient
+ *     build/gpt_gpu --unit-costs units.txt                     one GPU: each half layer's time,
+ *                                                              for pipepar search --hybrid
  *     torchrun --nproc-per-node 2 --no-python build/gpt_gpu --pp 2 --schedule interleaved --vpp 2 --check
  *     RANK=r WORLD_SIZE=4 LOCAL_RANK=r PIPEPAR_NCCL_ID_FILE=/tmp/id build/gpt_gpu --dp 2 --cp 2 --moe --replay
  *     build/gpt_gpu --help
@@ -60,6 +62,7 @@ typedef struct options {
     int steps, warmup, seqs, min_len, max_len, capacity, attn_block;
     double lr, clip, timeout;
     int seed, check, selftest;
+    char *unit_costs;
 } options;
 
 typedef struct flag {
@@ -105,6 +108,9 @@ static const flag FLAGS[] = {
     {"--timeout", 'f', OPT(timeout), 1, 3600, "seconds any wait for another rank may take (default 120)"},
     {"--check", 'b', OPT(check), 0, 1, "compare with the same model whole on one GPU (see gpt_gpu_check.h)"},
     {"--selftest", 'b', OPT(selftest), 0, 1, "one GPU: this model against gpt_model.h's on the CPU, then exit"},
+    {"--unit-costs", 's', OPT(unit_costs), 0, 0,
+     "one GPU: time each layer's attention and MLP, forward and backward, into FILE (pipepar search "
+     "--layer-costs; with --hybrid it finds half-layer splits), then exit"},
 };
 #define NFLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
 
@@ -1225,6 +1231,15 @@ int main(int argc, char **argv)
     int rc = parse_flags(argc, argv, o);
     if (rc >= 0) return rc;
     if (o->steps == 1) o->warmup = 0;
+    if (o->unit_costs) {                /* one GPU, the model whole: each part's time */
+        if (o->hybrid || o->pp > 1 || o->cp > 1 || o->dp > 1 || o->selftest || o->check)
+            return usage_error("--unit-costs", o->unit_costs, "times the model whole on one GPU: not with --hybrid, "
+                               "--pp, --cp, --dp, --selftest or --check");
+        if ((rc = job_setup(J)) != 0) return rc;
+        rc = unit_costs(J);
+        job_free(J);
+        return rc;
+    }
     if (o->selftest) {                  /* one GPU, the model against gpt_model.h's */
         if (o->hybrid) return usage_error("--selftest", NULL, "runs the model whole on one GPU: not with --hybrid");
         o->moe = 1; o->dp = o->cp = o->pp = 1; o->steps = 1; o->warmup = 0;

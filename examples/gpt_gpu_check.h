@@ -449,3 +449,83 @@ static int selftest(Job &J)
     cudaFree(d_ids); cudaFree(d_labels); cudaFree(recording); cudaFree(rec_sum); cudaFree(d_bad);
     return fails ? 1 : 0;
 }
+
+/* ============================================================================================
+ * --unit-costs: what a stage split in half layers is made of, for pipepar search
+ * ============================================================================================ */
+
+/* The model whole on one GPU over step 1's bins, passes after a warm-up one, an event where each
+ * part starts (unit_mark): the mean forward and backward of every unit (a layer's attention, its
+ * MLP), of the embedding and of the output layer with its loss, in ms per microbatch. Writes one
+ * line per unit, "F B 0" (the backward runs whole: pipepar's unsplit fallback), for pipepar
+ * search --layer-costs, and prints the --embedding and --loss flags that go with it. Returns 0; 2
+ * when the file cannot be opened (before any timing); 1 when writing it fails. */
+static int unit_costs(Job &J)
+{
+    FILE *f = fopen(J.o.unit_costs, "w");
+    if (!f) {
+        fprintf(stderr, "gpt_gpu: --unit-costs=%s: %s\n", J.o.unit_costs, strerror(errno));
+        return 2;
+    }
+    const gpt_config &c = J.cfg;
+    const step_data &d = J.steps[0];
+    const int L = c.layers, per = 4 * L + 5, passes = 3;
+    const char *lr = getenv("LOCAL_RANK");
+    CK(cudaSetDevice(lr ? atoi(lr) : 0));
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    static Reference F;
+    reference_create(F, J, s);
+    int *d_ids, *d_labels;
+    CK(cudaMalloc(&d_ids, d.tokens * 4)); CK(cudaMalloc(&d_labels, d.tokens * 4));
+    CK(cudaMemcpyAsync(d_ids, d.ids.data(), d.tokens * 4, cudaMemcpyHostToDevice, s));
+    CK(cudaMemcpyAsync(d_labels, d.labels.data(), d.tokens * 4, cudaMemcpyHostToDevice, s));
+    reference_pass(F, J, d, d_ids, d_labels, nullptr, nullptr, J.o.attn_block);     /* warm-up */
+    std::vector<cudaEvent_t> marks;
+    F.M.marks = &marks;
+    for (int p = 0; p < passes; p++) reference_pass(F, J, d, d_ids, d_labels, nullptr, nullptr, J.o.attn_block);
+    F.M.marks = nullptr;
+    CK(cudaStreamSynchronize(s));
+    const int bins = d.plan->num_bins;
+    if ((int)marks.size() != passes * bins * per) {
+        fprintf(stderr, "gpt_gpu: --unit-costs: %zu marks, expected %d\n", marks.size(), passes * bins * per);
+        exit(1);
+    }
+    /* per microbatch, in the order they run: embedding F; attention 0 F, MLP 0 F, ...; head F (and
+     * the loss); head B; MLP L-1 B, attention L-1 B, ...; embedding B */
+    std::vector<double> t(per - 1, 0.0);
+    for (int k = 0; k < passes * bins; k++)
+        for (int i = 0; i + 1 < per; i++) {
+            float ms;
+            CK(cudaEventElapsedTime(&ms, marks[(size_t)k * per + i], marks[(size_t)k * per + i + 1]));
+            t[i] += ms / (passes * bins);
+        }
+    for (cudaEvent_t e : marks) cudaEventDestroy(e);
+    auto unit_f = [&](int u) { return t[1 + u]; };
+    auto unit_b = [&](int u) { return t[4 * L + 2 - u]; };
+    int rc = 0;
+    fprintf(f, "# gpt_gpu --unit-costs (%s): ms per microbatch of %d tokens, forward, backward, 0; a line per\n"
+               "# unit in model order, layer l's attention then its MLP (pipepar search --layer-costs)\n",
+            GPT_PRECISION, J.max_tokens);
+    for (int u = 0; u < 2 * L; u++)
+        fprintf(f, "%.6f %.6f 0  # layer %d %s\n", unit_f(u), unit_b(u), u / 2,
+                u % 2 == 0 ? "attention" : gpt_layer_is_moe(&c, u / 2) ? "moe" : "mlp");
+    if (fflush(f) != 0 || ferror(f)) rc = 1;
+    if (fclose(f) != 0) rc = 1;
+    if (rc) fprintf(stderr, "gpt_gpu: --unit-costs=%s: write failed: %s\n", J.o.unit_costs, strerror(errno));
+    double af = 0, ab = 0, mf = 0, mb = 0;
+    for (int l = 0; l < L; l++) { af += unit_f(2 * l); ab += unit_b(2 * l); mf += unit_f(2 * l + 1); mb += unit_b(2 * l + 1); }
+    printf("unit costs (%s, ms per microbatch of %d tokens, mean of %d passes over %d microbatches):\n"
+           "  attention F %.3f B %.3f, MLP F %.3f B %.3f (the mean over %d layers); embedding F %.3f B %.3f; output "
+           "layer and loss F %.3f B %.3f\n", GPT_PRECISION, J.max_tokens, passes, bins, af / L, ab / L, mf / L, mb / L, L,
+           t[0], t[per - 2], t[2 * L + 1], t[2 * L + 2]);
+    if (!rc) {
+        std::string pattern;
+        for (int l = 0; l < L; l++) pattern += gpt_layer_is_moe(&c, l) ? "*E" : "*-";
+        printf("wrote %s; search with: --layer-costs %s --embedding %.6f,%.6f,0 --loss %.6f,%.6f,0 --hybrid '%s'\n",
+               J.o.unit_costs, J.o.unit_costs, t[0], t[per - 2], t[2 * L + 1], t[2 * L + 2], pattern.c_str());
+    }
+    reference_free(F);
+    cudaFree(d_ids); cudaFree(d_labels);
+    return rc;
+}

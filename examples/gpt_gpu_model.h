@@ -615,8 +615,20 @@ struct GpuModel {
     double timeout_s = 60;
     Scratch s;
     DataPathTimer dpt;
+    std::vector<cudaEvent_t> *marks = nullptr;  /* --unit-costs: an event where each part of a stage pass
+                                                   starts (unit_mark), in the order they run */
     char why[PP_ERROR_MESSAGE_SIZE + 128];  /* why a call failed (a collective) */
 };
+
+/* --unit-costs: an event on the stream where the next part of a pass starts. */
+static void unit_mark(GpuModel &M)
+{
+    if (!M.marks) return;
+    cudaEvent_t e;
+    CK(cudaEventCreate(&e));
+    CK(cudaEventRecord(e, M.stream));
+    M.marks->push_back(e);
+}
 
 /* The host waits for the stream (the MoE layers need their experts' row counts): with a deadline
  * where the stream may wait on a peer. Returns 0, or 1 with M.why set. */
@@ -1100,6 +1112,7 @@ static int stage_forward(GpuModel &M, const Stage &st, const Batch &b, const Rou
     const int C = c.width, T = b.T;
     cudaStream_t s = M.stream;
     floatX *x = st.shape.count > 0 ? a.layer[0].x : (st.shape.has_head ? a.xf : out);
+    unit_mark(M);
     if (st.shape.has_embedding)        /* x = wte[id] + wpe[position in its sequence] */
         embed_fwd_kernel<<<grid_for((size_t)T * C), 256, 0, s>>>(x, (const int *)in, b.pos, X(st, st.w.wte),
                                                                  X(st, st.w.wpe), T, C);
@@ -1110,6 +1123,7 @@ static int stage_forward(GpuModel &M, const Stage &st, const Batch &b, const Rou
         LayerActs &la = a.layer[k];
         floatX *y = k + 1 < st.shape.count ? a.layer[k + 1].x : (st.shape.has_head ? a.xf : out);
         if (GPT_HAS_ATTN(&st.shape, k)) {   /* attention block: x2 = x + Wo attention(RMSNorm(x)) */
+            unit_mark(M);
             rmsnorm_forward(M, la.n1, la.rs1, la.x, X(st, w.ln1), T);
             linear(M.blas, la.qkv, la.n1, X(st, w.wqkv), T, C, 3 * C);
             if (attention_forward(M, b, la)) return 1;
@@ -1117,6 +1131,7 @@ static int stage_forward(GpuModel &M, const Stage &st, const Batch &b, const Rou
         }
         if (!GPT_HAS_MLP(&st.shape, k)) continue;
         /* MLP block: y = x2 + MLP(RMSNorm(x2)) */
+        unit_mark(M);
         rmsnorm_forward(M, la.n2, la.rs2, la.x2, X(st, w.ln2), T);
         if (w.wrouter) {
             const int *rp = r && r->replay ? r->replay + (size_t)moe * T * c.topk : nullptr;
@@ -1127,6 +1142,7 @@ static int stage_forward(GpuModel &M, const Stage &st, const Batch &b, const Rou
         }
     }
     if (st.shape.has_head) {           /* logits = RMSNorm(x) wte^T: the output layer is the embedding */
+        unit_mark(M);
         rmsnorm_forward(M, a.nf, a.rsf, a.xf, X(st, st.w.lnf), T);
         linear(M.blas, out, a.nf, X(st, st.w.wte_out), T, C, c.vocab);
     }
@@ -1156,6 +1172,7 @@ static int stage_backward(GpuModel &M, Stage &st, const Batch &b, const floatX *
     const int C = c.width, T = b.T;
     cudaStream_t s = M.stream;
     floatX *dx = M.s.dx, *dn = M.s.dn;
+    unit_mark(M);
     if (st.shape.has_head) {
         linear_dw(M.blas, st.g.wte_out, grad_out, a.nf, T, C, c.vocab);
         linear_dx(M.blas, dn, grad_out, X(st, st.w.wte_out), T, C, c.vocab);
@@ -1169,12 +1186,14 @@ static int stage_backward(GpuModel &M, Stage &st, const Batch &b, const floatX *
         const LayerActs &la = a.layer[k];
         if (GPT_HAS_MLP(&st.shape, k)) {
             /* MLP block: dx holds dy; the residual passes it to x2 unchanged, the MLP adds to it */
+            unit_mark(M);
             if (w.wrouter) moe_backward(M, st, w, g, la, T, dx, dn);
             else mlp_backward(M, st, w, g, la, T, dx, dn);
             rmsnorm_backward(M, dx, g.ln2, dn, la.x2, la.rs2, X(st, w.ln2), dx, T);
         }
         if (!GPT_HAS_ATTN(&st.shape, k)) continue;
         /* attention block: dx holds dx2; the residual passes it on, attention adds to it */
+        unit_mark(M);
         linear_dw(M.blas, g.wo, dx, la.ay, T, C, C);
         linear_dx(M.blas, M.s.day, dx, X(st, w.wo), T, C, C);
         if (attention_backward(M, b, la, M.s.day, M.s.dqkv)) return 1;
@@ -1182,10 +1201,12 @@ static int stage_backward(GpuModel &M, Stage &st, const Batch &b, const floatX *
         linear_dx(M.blas, dn, M.s.dqkv, X(st, w.wqkv), T, C, 3 * C);
         rmsnorm_backward(M, dx, g.ln1, dn, la.x, la.rs1, X(st, w.ln1), dx, T);
     }
+    unit_mark(M);
     if (st.shape.has_embedding)        /* each token's row of wte and its position's row of wpe */
         embed_bwd_kernel<<<grid_for((size_t)T * C), 256, 0, s>>>(st.g.wte, st.g.wpe, dx, b.ids, b.pos, T, C);
     else if (grad_in)
         CK(cudaMemcpyAsync(grad_in, dx, (size_t)T * C * sizeof(floatX), cudaMemcpyDeviceToDevice, s));
+    unit_mark(M);
     CK(cudaGetLastError());
     return 0;
 }

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
+#include <time.h>
 
 typedef struct gpt_config {
     int vocab;              /* V: token ids 0 .. V-1; 0 is padding */
@@ -391,7 +392,19 @@ typedef struct gpt_scratch {
     float *kvsend;              /* [T, 2C] this rank's keys and values, to all-gather */
     float *kvall;               /* [Tk, 2C] every rank's, in rank order */
     float *vec;                 /* [max(V, E)] one token's logits or router gradient */
+    double *mark_at;            /* unit timing (gpt --unit-costs), NULL: off: the seconds at which each
+                                   part of a pass starts, in the order they run (gpt_mark) */
+    int marks, max_marks;
 } gpt_scratch;
+
+/* Unit timing: the time the next part of a pass starts (a clock of the calling thread's process). */
+static void gpt_mark(gpt_scratch *s)
+{
+    struct timespec ts;
+    if (!s->mark_at || s->marks >= s->max_marks) return;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    s->mark_at[s->marks++] = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static int gpt_scratch_init(gpt_scratch *s, const gpt_config *c, int T, int Tk)
 {
@@ -407,6 +420,8 @@ static int gpt_scratch_init(gpt_scratch *s, const gpt_config *c, int T, int Tk)
     s->kvsend = (float *)malloc(sizeof(float) * t * 2 * C);
     s->kvall = (float *)malloc(sizeof(float) * tk * 2 * C);
     s->vec = (float *)malloc(sizeof(float) * v);
+    s->mark_at = NULL;
+    s->marks = s->max_marks = 0;
     return s->dx && s->dn && s->dqkv && s->dkv && s->day && s->dh && s->kvsend && s->kvall && s->vec ? 0 : -1;
 }
 
@@ -703,6 +718,7 @@ static int gpt_forward(const gpt_config *c, const gpt_stage *st, const gpt_batch
     int C = c->width, T = b->T, k, t, i, moe = 0;
     size_t n = (size_t)T * C;
     float *x = st->count > 0 ? a->layer[0].x : (st->has_head ? a->xf : out);
+    gpt_mark(s);
     if (st->has_embedding) {            /* x[t] = wte[id] + wpe[position in its sequence] */
         const int32_t *ids = (const int32_t *)in;
         for (t = 0; t < T; t++)
@@ -717,6 +733,7 @@ static int gpt_forward(const gpt_config *c, const gpt_stage *st, const gpt_batch
         float *y = k + 1 < st->count ? a->layer[k + 1].x : (st->has_head ? a->xf : out);
         if (GPT_HAS_ATTN(st, k)) {      /* attention block: x2 = x + Wo attention(RMSNorm(x)) */
             float *x2 = GPT_HAS_MLP(st, k) ? la->x2 : y;
+            gpt_mark(s);
             gpt_rmsnorm(la->n1, la->rs1, la->x, w->ln1, T, C);
             gpt_matmul(la->qkv, la->n1, w->wqkv, T, C, 3 * C);
             if (gpt_attention(la->ay, la->att, la->kv, la->qkv, b, c, cp, s)) return -1;
@@ -725,6 +742,7 @@ static int gpt_forward(const gpt_config *c, const gpt_stage *st, const gpt_batch
         }
         if (!GPT_HAS_MLP(st, k)) continue;
         /* MLP block: y = x2 + MLP(RMSNorm(x2)) */
+        gpt_mark(s);
         gpt_rmsnorm(la->n2, la->rs2, la->x2, w->ln2, T, C);
         if (w->wrouter) {
             const int32_t *rp = r && r->replay ? r->replay + (size_t)moe * T * c->topk : NULL;
@@ -736,6 +754,7 @@ static int gpt_forward(const gpt_config *c, const gpt_stage *st, const gpt_batch
         for (i = 0; i < (int)n; i++) y[i] += la->x2[i];
     }
     if (st->has_head) {                 /* logits = RMSNorm(x) wteᵀ: the output layer is the embedding */
+        gpt_mark(s);
         gpt_rmsnorm(a->nf, a->rsf, a->xf, st->w.lnf, T, C);
         gpt_matmul(out, a->nf, st->w.wte_out, T, C, c->vocab);
     }
@@ -782,6 +801,7 @@ static int gpt_backward(const gpt_config *c, gpt_stage *st, const gpt_batch *b, 
     int C = c->width, T = b->T, k, t, i;
     size_t n = (size_t)T * C;
     float *dx = s->dx;
+    gpt_mark(s);
     if (st->has_head) {
         gpt_matmul_backward(s->dn, st->g.wte_out, grad_out, a->nf, st->w.wte_out, T, C, c->vocab);
         gpt_rmsnorm_backward(dx, st->g.lnf, s->dn, a->xf, a->rsf, st->w.lnf, T, C, 0);
@@ -794,17 +814,20 @@ static int gpt_backward(const gpt_config *c, gpt_stage *st, const gpt_batch *b, 
         const gpt_layer_acts *la = &a->layer[k];
         if (GPT_HAS_MLP(st, k)) {
             /* MLP block: dx holds dy; the residual passes it to x2 unchanged, the MLP adds to it */
+            gpt_mark(s);
             if (w->wrouter) gpt_moe_backward(s->dn, dx, la, la->n2, w, g, c, T, s);
             else gpt_mlp_backward(s->dn, dx, la->hpre, la->hact, la->n2, w, g, c, T, s);
             gpt_rmsnorm_backward(dx, g->ln2, s->dn, la->x2, la->rs2, w->ln2, T, C, 1);
         }
         if (!GPT_HAS_ATTN(st, k)) continue;
         /* attention block: dx holds dx2; the residual passes it on, attention adds to it */
+        gpt_mark(s);
         gpt_matmul_backward(s->day, g->wo, dx, la->ay, w->wo, T, C, C);
         if (gpt_attention_backward(s->dqkv, s->day, la->att, la->kv, la->qkv, b, c, cp, s)) return -1;
         gpt_matmul_backward(s->dn, g->wqkv, s->dqkv, la->n1, w->wqkv, T, C, 3 * C);
         gpt_rmsnorm_backward(dx, g->ln1, s->dn, la->x, la->rs1, w->ln1, T, C, 1);
     }
+    gpt_mark(s);
     if (st->has_embedding) {            /* each token's row of wte and its position's row of wpe */
         for (t = 0; t < T; t++)
             for (i = 0; i < C; i++) {
@@ -814,6 +837,7 @@ static int gpt_backward(const gpt_config *c, gpt_stage *st, const gpt_batch *b, 
     } else if (grad_in) {
         memcpy(grad_in, dx, sizeof(float) * n);
     }
+    gpt_mark(s);
     return 0;
 }
 

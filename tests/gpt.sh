@@ -78,6 +78,18 @@ checked "pp 4 interleaved vpp 2, stages of one block" --pp 4 --schedule interlea
                                            --hybrid '*|-|*-|*-*|-*-|*-*-|*|-*-*-'
 checked "pp 2 zbv, empty first and last stages" --pp 2 --schedule zbv --hybrid '|*-*-*-*|-*-*-*-|'
 checked "pp 2 1f1b, an empty last stage (first stage 8 of 8 layers)" --pp 2 --first-stage-layers 8
+# the half-layer split found from measured costs: --unit-costs times every attention and MLP,
+# pipepar search --hybrid finds ZB-V's fastest split of them, and that split trains as the whole
+# model does (the search's choice depends on the timings; any split it gives must match)
+if "$BIN" --moe --unit-costs "$tmp/units.txt" >"$tmp/units.out" 2>&1 && [ "$(grep -vc '^#' "$tmp/units.txt")" -eq 16 ] &&
+   flags=$(sed -n 's/^wrote .*; search with: //p' "$tmp/units.out") && [ -n "$flags" ]; then
+    ok "--unit-costs: 16 units timed, and the search flags printed"
+    if eval build/pipepar search --pp 2 --mb 8 --kind zbv --vpp 2 --spread 4 "$flags" >"$tmp/search.out" 2>&1 &&
+       pattern=$(sed -n "s/^pattern: '\\(.*\\)'$/\\1/p" "$tmp/search.out") && [ -n "$pattern" ]; then
+        ok "pipepar search --hybrid on the measured units: '$pattern'"
+        checked "pp 2 zbv on the searched half-layer split, MoE, replay" --pp 2 --schedule zbv --replay --hybrid "$pattern"
+    else bad "pipepar search on the measured units" "$tmp/search.out"; fi
+else bad "--unit-costs" "$tmp/units.out"; fi
 # 20 steps: the two trainings' loss curves stay together, and the loss falls
 out="$tmp/curve.txt"
 if "$BIN" --pp 2 --vpp 2 --dp 2 --schedule interleaved --moe --replay --steps 20 --check >"$out" 2>&1; then
@@ -137,6 +149,8 @@ expect_usage "gpt: --hybrid=*-|*-|*-|*-: its 4 stages on pp 2 make vpp 2, and vp
     --pp 2 --hybrid '*-|*-|*-|*-' --schedule 1f1b
 expect_usage "3 '|'-separated segments, but pp=2 x vpp=2 needs 4" --pp 2 --hybrid '*-|*-|*-*-' --schedule zbv
 expect_usage "gpt: --moe: not with --hybrid" --moe --hybrid '*E'
+expect_usage "gpt: --unit-costs=$tmp/u.txt: times the model whole on one thread: not with --hybrid" --unit-costs "$tmp/u.txt" --pp 2
+expect_usage "gpt: --unit-costs=/nonexistent/u.txt: No such file or directory" --unit-costs /nonexistent/u.txt
 expect_usage "gpt: --first-stage-layers: not with --hybrid" --pp 2 --first-stage-layers 1 --hybrid '*-|*-'
 if "$BIN" --help >"$tmp/h.txt" 2>&1 && grep -q '^usage: gpt' "$tmp/h.txt"; then ok "--help"; else bad "--help" "$tmp/h.txt"; fi
 

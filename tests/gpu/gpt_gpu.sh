@@ -45,6 +45,7 @@ expect_usage "DualPipe keeps two copies" --pp 2 --schedule dualpipe
 expect_usage "unknown flag" --frobnicate
 expect_usage "block 2 is 'mlp'" --hybrid '*--*'
 expect_usage "not with --hybrid: its 'E' blocks" --moe --hybrid '*E'
+expect_usage "times the model whole on one GPU" --unit-costs "$log/u.txt" --pp 2
 
 # --- 3. the check matrix -----------------------------------------------------------------------
 runn() {   # runn N NAME BINARY ARGS...: N processes, rank 0's output in $log/NAME
@@ -102,6 +103,19 @@ if [ "$ngpu" -ge 2 ]; then
         check 2 "$b-pp2-zbv-half-moe" $b --pp 2 --schedule zbv --hybrid '*-*E*|-*|E*-*|-*E' --replay
         check 2 "$b-pp2-dualpipev-half" $b --pp 2 --schedule dualpipev --hybrid '*|-*-*-|*-*-*|-'
     done
+    # the half-layer split pipepar search finds on the units' measured costs (--unit-costs)
+    if [ -z "${ONLY:-}" ] || [[ searched =~ $ONLY ]]; then
+        [ -x "$BUILD/pipepar" ] || make -s "$BUILD/pipepar"
+        CUDA_VISIBLE_DEVICES=0 timeout 300 "$BUILD/gpt_gpu_fp32" --moe --layers 6 --unit-costs "$log/units.txt" >"$log/units" 2>&1
+        flags=$(sed -n 's/^wrote .*; search with: //p' "$log/units")
+        if [ -n "$flags" ] && eval "$BUILD/pipepar" search --pp 2 --mb 8 --kind zbv --vpp 2 --spread 4 "$flags" >"$log/search" 2>&1 &&
+           pattern=$(sed -n "s/^pattern: '\(.*\)'$/\1/p" "$log/search") && [ -n "$pattern" ]; then
+            ok "--unit-costs and pipepar search --hybrid: '$pattern'"
+            check 2 "gpt_gpu_fp32-pp2-zbv-searched-moe" gpt_gpu_fp32 --pp 2 --schedule zbv --replay --hybrid "$pattern"
+        else
+            bad "--unit-costs, then pipepar search --hybrid"; sed 's/^/    /' "$log/units" "$log/search" 2>/dev/null
+        fi
+    fi
     # a grid that does not multiply to the processes: every rank refuses, exit 2
     runn 2 grid gpt_gpu --pp 4; rc=$?
     if [ "$rc" -eq 2 ] && grep -q "processes run" "$log/grid"; then ok "grid: $(grep "processes run" "$log/grid")"
