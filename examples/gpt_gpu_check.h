@@ -385,26 +385,36 @@ static double selftest_compare(Reference &F, const Job &J, gpt_stage &cpu, doubl
     return worst;
 }
 
-/* --selftest. Exits 0 when everything is within its tolerance, else 1. */
-static int selftest(Job &J)
+/* The model whole on this process's GPU (LOCAL_RANK's, else 0) on a stream of its own, and step
+ * 1's tokens and labels on the device, for the one-GPU modes (--selftest, --unit-costs). */
+static cudaStream_t one_gpu_reference(Reference &F, const Job &J, int **d_ids, int **d_labels)
 {
-    const gpt_config &c = J.cfg;
     const step_data &d = J.steps[0];
     const char *lr = getenv("LOCAL_RANK");
     CK(cudaSetDevice(lr ? atoi(lr) : 0));
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    static Reference F;
     reference_create(F, J, s);
+    CK(cudaMalloc(d_ids, d.tokens * 4)); CK(cudaMalloc(d_labels, d.tokens * 4));
+    CK(cudaMemcpyAsync(*d_ids, d.ids.data(), d.tokens * 4, cudaMemcpyHostToDevice, s));
+    CK(cudaMemcpyAsync(*d_labels, d.labels.data(), d.tokens * 4, cudaMemcpyHostToDevice, s));
+    return s;
+}
+
+/* --selftest. Exits 0 when everything is within its tolerance, else 1. */
+static int selftest(Job &J)
+{
+    const gpt_config &c = J.cfg;
+    const step_data &d = J.steps[0];
+    static Reference F;
+    int *d_ids, *d_labels;
+    cudaStream_t s = one_gpu_reference(F, J, &d_ids, &d_labels);
     gpt_stage cpu;
     if (gpt_stage_init(&cpu, &c, 0, c.layers, (uint64_t)J.o.seed)) { fprintf(stderr, "gpt_gpu: out of memory\n"); return 1; }
     const size_t nrec = (size_t)d.tokens * J.replay_slots * c.topk;
-    int *d_ids, *d_labels, *recording, *d_bad;
+    int *recording, *d_bad;
     float *rec_sum;
-    CK(cudaMalloc(&d_ids, d.tokens * 4)); CK(cudaMalloc(&d_labels, d.tokens * 4));
     CK(cudaMalloc(&recording, nrec * 4)); CK(cudaMalloc(&rec_sum, nrec * 4)); CK(cudaMalloc(&d_bad, 4));
-    CK(cudaMemcpyAsync(d_ids, d.ids.data(), d.tokens * 4, cudaMemcpyHostToDevice, s));
-    CK(cudaMemcpyAsync(d_labels, d.labels.data(), d.tokens * 4, cudaMemcpyHostToDevice, s));
     int fails = 0;
     printf("selftest (%s): %d layers (MoE in every other one: %d experts, top-%d), width %d, %d heads, vocab %d;\n"
            "          %d sequences of %d..%d tokens packed into %d bins of %d; tolerances: loss %g, gradients %g\n",
@@ -470,16 +480,9 @@ static int unit_costs(Job &J)
     const gpt_config &c = J.cfg;
     const step_data &d = J.steps[0];
     const int L = c.layers, per = 4 * L + 5, passes = 3;
-    const char *lr = getenv("LOCAL_RANK");
-    CK(cudaSetDevice(lr ? atoi(lr) : 0));
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     static Reference F;
-    reference_create(F, J, s);
     int *d_ids, *d_labels;
-    CK(cudaMalloc(&d_ids, d.tokens * 4)); CK(cudaMalloc(&d_labels, d.tokens * 4));
-    CK(cudaMemcpyAsync(d_ids, d.ids.data(), d.tokens * 4, cudaMemcpyHostToDevice, s));
-    CK(cudaMemcpyAsync(d_labels, d.labels.data(), d.tokens * 4, cudaMemcpyHostToDevice, s));
+    cudaStream_t s = one_gpu_reference(F, J, &d_ids, &d_labels);
     reference_pass(F, J, d, d_ids, d_labels, nullptr, nullptr, J.o.attn_block);     /* warm-up */
     std::vector<cudaEvent_t> marks;
     F.M.marks = &marks;
