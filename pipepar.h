@@ -4496,7 +4496,7 @@ pp_status pp_layers_write_text(const pp_layers *l, FILE *out, pp_error *err)
         pp__layers_stage_spell(l, s, &t);
         if (t.failed) { pp__text_free(&t); return pp__fail(err, PP_ENOMEM, "write: out of memory"); }
         fprintf(out, "stage %d rank %d chunk %d layers [%d,%d) items %s", s, pp_layers_rank(l, s), s / l->pp, l->first[s],
-                l->first[s] + l->count[s], t.len ? t.data : "-");
+                l->first[s] + l->count[s], t.len ? t.data : "(none)");
         for (k = 0; k < PP_LAYER_TYPE_COUNT; k++) {
             int a = l->type_first[s * PP_LAYER_TYPE_COUNT + k];
             if (shows[k])

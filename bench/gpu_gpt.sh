@@ -19,7 +19,7 @@
 # single-GPU step (baseline / (2 x step)), peak memory, and gpt_gpu's data-path kernels' share of
 # the step (CUDA events around packing, the cp split and the replay gather). A step is the forward
 # and backward of every microbatch (Megatron's forward_backward_func; gpt_gpu's from the data's
-# upload to complete gradients, the update excluded). About 5 minutes on 2 H100s.
+# upload to complete gradients, the update excluded).
 # Env: LAYERS, HIDDEN, HEADS, SEQ, VOCAB, MB, STEPS (timed), WARMUP override the sizes; FIRST
 # (default LAYERS/2 + 1);
 # SKIP_MEGATRON=1, SKIP_BUILD=1; MEGATRON_PATH (default .megatron).
@@ -81,9 +81,13 @@ hybrid_of() {
 # Half-layer stages: the rank that also holds the output layer gives one MLP to the other rank.
 # Interleaved (stages 0-3 on ranks 0,1,0,1; the head on rank 1): stage 1's last MLP goes to stage 2.
 # ZB-V and DualPipeV (rank 0 holds stages 0 and 3, the head): stage 0's last MLP goes to stage 1.
-H=$LAYERS   # units per stage of 4: 2 * LAYERS / 4
-HALF_INTERLEAVED=$(hybrid_of $((H / 2)) $((H / 2 - 1)) $((H / 2 + 1)) $((H / 2)))
-HALF_V=$(hybrid_of $((H / 2 - 1)) $((H / 2 + 1)) $((H / 2)) $((H / 2)))
+# Each stage's last unit is an MLP when it holds whole layers: LAYERS a multiple of 4.
+U=$((LAYERS / 2))   # units per stage of 4: 2 * LAYERS / 4
+HALF_INTERLEAVED="" HALF_V=""
+if [ $((LAYERS % 4)) = 0 ]; then
+    HALF_INTERLEAVED=$(hybrid_of "$U" $((U - 1)) $((U + 1)) "$U")
+    HALF_V=$(hybrid_of $((U - 1)) $((U + 1)) "$U" "$U")
+fi
 # The split pipepar search finds for each kind on the units' measured costs (gpt_gpu --unit-costs
 # on GPU 0: every attention and MLP, forward and backward; the search simulates the schedule on
 # every split within 4 units of the even one)
@@ -110,7 +114,8 @@ for cfg in "1f1b 1 0" "interleaved 2 0" "zbv 2 0" "dualpipev 2 0" "1f1b 1 $FIRST
     extra=(); [ "$first" != 0 ] && name="$kind-first$first" && extra=(--first-stage-layers "$first")
     if [ -n "$how" ]; then
         name="$name-$how"
-        [ -n "$pattern" ] || { say "== gpt_gpu pp 2 $name: no split (see $OUTDIR/units.log, search-$kind.log)"; continue; }
+        [ -n "$pattern" ] || { say "== gpt_gpu pp 2 $name: skipped, no split (half: LAYERS not a multiple of 4;" \
+                                   "searched: see $OUTDIR/units.log, search-$kind.log)"; continue; }
         extra=(--hybrid "$pattern")
     fi
     RANK_TIMEOUT=300 ranks_run 2 "$OUTDIR/$name" build/gpt_gpu "${MODEL[@]}" --pp 2 --schedule "$kind" --vpp "$vpp" "${extra[@]}"

@@ -257,7 +257,7 @@ int pp_cli_layers(int argc, char **argv)
             if (pp_layers_rank(l, s) != rank || (chunk >= 0 && s / l->pp != chunk)) continue;
             pp_layers_stage_text(l, s, items, sizeof items);
             printf("stage %d rank %d chunk %d layers [%d,%d) items %s\n", s, pp_layers_rank(l, s), s / l->pp, l->first[s],
-                   l->first[s] + l->count[s], items[0] ? items : "-");
+                   l->first[s] + l->count[s], items[0] ? items : "(none)");
         }
         st = PP_OK;
     } else {

@@ -97,8 +97,8 @@ static const flag FLAGS[] = {
     {"--check", 'b', OPT(check), 0, 1, "train the one-thread model alongside and compare"},
     {"--gradcheck", 'b', OPT(gradcheck), 0, 1, "check the model's backward by finite differences, then exit"},
     {"--unit-costs", 's', OPT(unit_costs), 0, 0,
-     "time each layer's attention and MLP, forward and backward, on one thread into FILE (pipepar search "
-     "--layer-costs; with --hybrid it finds half-layer splits), then exit"},
+     "time each layer's attention and MLP, forward and backward, on one thread into FILE, then exit "
+     "(pipepar search --layer-costs FILE ... --hybrid finds half-layer splits on them)"},
 };
 #define NFLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
 
@@ -453,7 +453,8 @@ static pp_status meta_replay(mb_meta *mm, rank_state *r, const step_data *d, int
         if (want != map->num_layers) {
             s = pp_error_set(err, PP_EINVAL, "stage %d computes layers [%d,%d), but its replay map is for layers "
                              "[%d,%d): built from another layer split or stage numbering", r->stage_of[c], st->first,
-                             st->first + st->count, rc.first_layer, rc.last_layer);
+                             st->first + st->count, gpt_split_item_layer(jb->layers, rc.first_layer),
+                             gpt_split_layer_end(jb->layers, rc.last_layer));
             pp_replay_map_free(map);
             return s;
         }
@@ -1306,7 +1307,7 @@ static int unit_costs(job *jb)
         for (i = 0; i + 1 < per; i++)
             t[i] += 1e3 * (ref->scratch.mark_at[k * per + i + 1] - ref->scratch.mark_at[k * per + i]) / (passes * bins);
     fprintf(f, "# gpt --unit-costs: ms per microbatch of up to %d tokens, forward, backward, 0; a line per unit in\n"
-               "# model order, layer l's attention then its MLP (pipepar search --layer-costs)\n", jb->o.capacity);
+               "# model order, layer l's attention then its MLP (pipepar search --layer-costs)\n", jb->max_tokens);
     for (u = 0; u < 2 * L; u++)
         fprintf(f, "%.6f %.6f 0  # layer %d %s\n", t[1 + u], t[4 * L + 2 - u], u / 2,
                 u % 2 == 0 ? "attention" : gpt_layer_is_moe(&jb->cfg, u / 2) ? "moe" : "mlp");
@@ -1315,7 +1316,7 @@ static int unit_costs(job *jb)
     f = NULL;
     if (rc) { fprintf(stderr, "gpt: --unit-costs=%s: write failed: %s\n", jb->o.unit_costs, strerror(errno)); goto out; }
     printf("unit costs (ms per microbatch, one thread, the mean of %d passes over %d microbatches): embedding F %.4f "
-           "B %.4f; output layer and loss F %.4f B %.4f\nwrote %s; search with: --layer-costs %s --embedding "
+           "B %.4f; output layer and loss F %.4f B %.4f\nwrote %s; search with: --layer-costs '%s' --embedding "
            "%.6f,%.6f,0 --loss %.6f,%.6f,0 --hybrid '", passes, bins, t[0], t[per - 2], t[2 * L + 1], t[2 * L + 2],
            jb->o.unit_costs, jb->o.unit_costs, t[0], t[per - 2], t[2 * L + 1], t[2 * L + 2]);
     for (u = 0; u < L; u++) fputs(gpt_layer_is_moe(&jb->cfg, u) ? "*E" : "*-", stdout);
@@ -1356,7 +1357,9 @@ int main(int argc, char **argv)
     if (o->width % o->heads) return usage_error("--heads", NULL, "must divide --width");
     if (o->topk > o->experts) return usage_error("--topk", NULL, "must be at most --experts");
     if (o->min_len > o->max_len) return usage_error("--min-len", NULL, "must be at most --max-len");
-    if (o->replay && !o->moe) return usage_error("--replay", NULL, "needs --moe (there is no routing to replay)");
+    if (o->replay && !o->moe)
+        return usage_error("--replay", NULL, o->hybrid ? "needs MoE layers ('E' in --hybrid): there is no routing to replay"
+                                                       : "needs --moe (there is no routing to replay)");
     if ((o->replay_save || o->replay_file) && !o->replay)
         return usage_error(o->replay_save ? "--replay-save" : "--replay-file", NULL, "needs --replay");
     if (o->replay_save && o->replay_file) return usage_error("--replay-save", NULL, "not with --replay-file");

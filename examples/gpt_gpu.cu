@@ -109,8 +109,8 @@ static const flag FLAGS[] = {
     {"--check", 'b', OPT(check), 0, 1, "compare with the same model whole on one GPU (see gpt_gpu_check.h)"},
     {"--selftest", 'b', OPT(selftest), 0, 1, "one GPU: this model against gpt_model.h's on the CPU, then exit"},
     {"--unit-costs", 's', OPT(unit_costs), 0, 0,
-     "one GPU: time each layer's attention and MLP, forward and backward, into FILE (pipepar search "
-     "--layer-costs; with --hybrid it finds half-layer splits), then exit"},
+     "one GPU: time each layer's attention and MLP, forward and backward, into FILE, then exit "
+     "(pipepar search --layer-costs FILE ... --hybrid finds half-layer splits on them)"},
 };
 #define NFLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
 
@@ -270,7 +270,9 @@ static int job_setup(Job &J)
     if (o->topk > o->experts) return usage_error("--topk", NULL, "must be at most --experts");
     if (o->min_len > o->max_len) return usage_error("--min-len", NULL, "must be at most --max-len");
     if (o->max_len > o->capacity) return usage_error("--max-len", NULL, "must be at most --capacity (a bin's tokens)");
-    if (o->replay && !o->moe) return usage_error("--replay", NULL, "needs --moe (there is no routing to replay)");
+    if (o->replay && !o->moe)
+        return usage_error("--replay", NULL, o->hybrid ? "needs MoE layers ('E' in --hybrid): there is no routing to replay"
+                                                       : "needs --moe (there is no routing to replay)");
     if (o->warmup >= o->steps && o->warmup > 0) return usage_error("--warmup", NULL, "must be less than --steps");
     if (pp_schedule_kind_parse(o->schedule, &J.kind, &err) != PP_OK) return usage_error("--schedule", o->schedule, err.message);
     if (J.kind == PP_DUALPIPE)
@@ -965,7 +967,8 @@ static pp_status build_replay_maps(Rank &R, MbHost &h, const step_data &d, pp_er
             return pp_error_set(err, PP_EINVAL, "stage %d computes layers [%d,%d) (%d MoE), but its replay map is for "
                                 "layers [%d,%d) (%d MoE): built from another layer split or stage numbering",
                                 R.stage_of[k], st.shape.first, st.shape.first + st.shape.count, st.moe_layers,
-                                rc.first_layer, rc.last_layer, h.map[k]->num_layers);
+                                gpt_split_item_layer(J.layers, rc.first_layer),
+                                gpt_split_layer_end(J.layers, rc.last_layer), h.map[k]->num_layers);
     }
     return PP_OK;
 }

@@ -507,7 +507,7 @@ static int unit_costs(Job &J)
     auto unit_f = [&](int u) { return t[1 + u]; };
     auto unit_b = [&](int u) { return t[4 * L + 2 - u]; };
     int rc = 0;
-    fprintf(f, "# gpt_gpu --unit-costs (%s): ms per microbatch of %d tokens, forward, backward, 0; a line per\n"
+    fprintf(f, "# gpt_gpu --unit-costs (%s): ms per microbatch of up to %d tokens, forward, backward, 0; a line per\n"
                "# unit in model order, layer l's attention then its MLP (pipepar search --layer-costs)\n",
             GPT_PRECISION, J.max_tokens);
     for (int u = 0; u < 2 * L; u++)
@@ -518,14 +518,14 @@ static int unit_costs(Job &J)
     if (rc) fprintf(stderr, "gpt_gpu: --unit-costs=%s: write failed: %s\n", J.o.unit_costs, strerror(errno));
     double af = 0, ab = 0, mf = 0, mb = 0;
     for (int l = 0; l < L; l++) { af += unit_f(2 * l); ab += unit_b(2 * l); mf += unit_f(2 * l + 1); mb += unit_b(2 * l + 1); }
-    printf("unit costs (%s, ms per microbatch of %d tokens, mean of %d passes over %d microbatches):\n"
+    printf("unit costs (%s, ms per microbatch of up to %d tokens, mean of %d passes over %d microbatches):\n"
            "  attention F %.3f B %.3f, MLP F %.3f B %.3f (the mean over %d layers); embedding F %.3f B %.3f; output "
            "layer and loss F %.3f B %.3f\n", GPT_PRECISION, J.max_tokens, passes, bins, af / L, ab / L, mf / L, mb / L, L,
            t[0], t[per - 2], t[2 * L + 1], t[2 * L + 2]);
     if (!rc) {
         std::string pattern;
         for (int l = 0; l < L; l++) pattern += gpt_layer_is_moe(&c, l) ? "*E" : "*-";
-        printf("wrote %s; search with: --layer-costs %s --embedding %.6f,%.6f,0 --loss %.6f,%.6f,0 --hybrid '%s'\n",
+        printf("wrote %s; search with: --layer-costs '%s' --embedding %.6f,%.6f,0 --loss %.6f,%.6f,0 --hybrid '%s'\n",
                J.o.unit_costs, J.o.unit_costs, t[0], t[per - 2], t[2 * L + 1], t[2 * L + 2], pattern.c_str());
     }
     reference_free(F);

@@ -275,6 +275,8 @@ static void gpt_split_units(const pp_layers *l, int s, int *u0, int *units, int 
 /* The decoder item of layer `layer`'s MLP (whose type says dense or MoE), and the layer of an item. */
 static int gpt_split_mlp_item(const pp_layers *l, int layer) { return l->pattern ? 2 * layer + 1 : layer; }
 static int gpt_split_item_layer(const pp_layers *l, int item) { return l->pattern ? item / 2 : item; }
+/* The end of the layers that decoder items [a, end) touch. */
+static int gpt_split_layer_end(const pp_layers *l, int end) { return l->pattern ? (end + 1) / 2 : end; }
 #endif
 
 /* ------------------------------------------------------------------------------------------
@@ -381,7 +383,8 @@ static void gpt_acts_carve(const gpt_config *c, const gpt_stage *s, int T, int T
     *ni = ai;
 }
 
-/* Working memory of a backward (nothing in it outlives the call): sized for T, Tk tokens. */
+/* Working memory of a backward (nothing in it outlives the call but the unit timing's marks):
+ * sized for T, Tk tokens. */
 typedef struct gpt_scratch {
     float *dx;                  /* [T, C] gradient of the residual stream */
     float *dn;                  /* [T, C] gradient of a norm's output */
@@ -393,17 +396,21 @@ typedef struct gpt_scratch {
     float *kvall;               /* [Tk, 2C] every rank's, in rank order */
     float *vec;                 /* [max(V, E)] one token's logits or router gradient */
     double *mark_at;            /* unit timing (gpt --unit-costs), NULL: off: the seconds at which each
-                                   part of a pass starts, in the order they run (gpt_mark) */
-    int marks, max_marks;
+                                   part of a pass starts, in the order they run (gpt_mark); unlike the
+                                   rest, it collects over many calls */
+    int marks, max_marks;       /* marks counts every mark, also those past max_marks (not stored) */
 } gpt_scratch;
 
-/* Unit timing: the time the next part of a pass starts (a clock of the calling thread's process). */
+/* Unit timing: the time the next part of a pass starts, on the monotonic clock. */
 static void gpt_mark(gpt_scratch *s)
 {
     struct timespec ts;
-    if (!s->mark_at || s->marks >= s->max_marks) return;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    s->mark_at[s->marks++] = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    if (!s->mark_at) return;
+    if (s->marks < s->max_marks) {
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        s->mark_at[s->marks] = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    }
+    s->marks++;
 }
 
 static int gpt_scratch_init(gpt_scratch *s, const gpt_config *c, int T, int Tk)
