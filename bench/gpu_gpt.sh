@@ -12,7 +12,8 @@
 # DualPipeV, and 1F1B with FIRST layers on the first stage: the last stage also holds the output
 # layer and the loss; then interleaved, ZB-V and DualPipeV with half-layer stages, --hybrid, that
 # move one MLP off the rank holding the output layer, and again on the half-layer split that
-# pipepar search finds for each on the units' costs that gpt_gpu --unit-costs measures); Megatron-LM's (bench/megatron_gpt_bench.py:
+# pipepar search finds for each on the units' costs that gpt_gpu --unit-costs measures; 1F1B and
+# the searched interleaved with the output layer's weight gradient deferred); Megatron-LM's (bench/megatron_gpt_bench.py:
 # single-GPU on both GPUs at once, 1F1B, interleaved vpp 2 with overlap_p2p_comm, 1F1B with FIRST
 # layers on the first stage (num_layers_in_first_pipeline_stage); PYTHONPATH must reach
 # megatron/core, default .megatron); the summary: step time, tokens/s per GPU, pipeline efficiency against each framework's own
@@ -105,18 +106,25 @@ for kind in interleaved zbv dualpipev; do
 done
 declare -A STEP TOK PEAK DPS
 NAMES="1f1b interleaved-vpp2 zbv dualpipev 1f1b-first$FIRST interleaved-vpp2-half zbv-half dualpipev-half"
-NAMES="$NAMES interleaved-vpp2-searched zbv-searched dualpipev-searched"
+NAMES="$NAMES interleaved-vpp2-searched zbv-searched dualpipev-searched 1f1b-defer interleaved-vpp2-searched-defer"
+# "defer": the output layer's weight gradient in one product once its stage's backwards are done
+# (--defer-head-wgrad, Megatron-LM's defer_embedding_wgrad_compute, which these Megatron-LM runs
+# leave off: it needs gradient_accumulation_fusion)
 for cfg in "1f1b 1 0" "interleaved 2 0" "zbv 2 0" "dualpipev 2 0" "1f1b 1 $FIRST" "interleaved 2 0 half $HALF_INTERLEAVED" \
            "zbv 2 0 half $HALF_V" "dualpipev 2 0 half $HALF_V" "interleaved 2 0 searched ${SEARCHED[interleaved]}" \
-           "zbv 2 0 searched ${SEARCHED[zbv]}" "dualpipev 2 0 searched ${SEARCHED[dualpipev]}"; do
+           "zbv 2 0 searched ${SEARCHED[zbv]}" "dualpipev 2 0 searched ${SEARCHED[dualpipev]}" "1f1b 1 0 defer" \
+           "interleaved 2 0 searched-defer ${SEARCHED[interleaved]}"; do
     read -r kind vpp first how pattern <<<"$cfg"
     name=$kind; [ "$kind" = interleaved ] && name="interleaved-vpp$vpp"
     extra=(); [ "$first" != 0 ] && name="$kind-first$first" && extra=(--first-stage-layers "$first")
-    if [ -n "$how" ]; then
+    if [ "$how" = defer ]; then
+        name="$name-defer"; extra=(--defer-head-wgrad)
+    elif [ -n "$how" ]; then
         name="$name-$how"
         [ -n "$pattern" ] || { say "== gpt_gpu pp 2 $name: skipped, no split (half: LAYERS not a multiple of 4;" \
                                    "searched: see $OUTDIR/units.log, search-$kind.log)"; continue; }
         extra=(--hybrid "$pattern")
+        [ "$how" = searched-defer ] && extra+=(--defer-head-wgrad)
     fi
     RANK_TIMEOUT=300 ranks_run 2 "$OUTDIR/$name" build/gpt_gpu "${MODEL[@]}" --pp 2 --schedule "$kind" --vpp "$vpp" "${extra[@]}"
     rc=$?

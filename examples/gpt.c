@@ -50,7 +50,7 @@ typedef struct options {
     int steps, seqs, min_len, max_len, capacity, seq_multiple;
     char *lengths;
     double lr, clip;
-    int seed, check, gradcheck;
+    int seed, check, gradcheck, defer_head_wgrad;
 } options;
 
 typedef struct flag {
@@ -94,6 +94,9 @@ static const flag FLAGS[] = {
     {"--lr", 'f', OPT(lr), 0, 1, "AdamW's learning rate (default 0.01)"},
     {"--clip", 'f', OPT(clip), 0, 1e6, "largest gradient norm, 0: none (default 1)"},
     {"--seed", 'i', OPT(seed), 0, 2147483647, "weights and data (default 1)"},
+    {"--defer-head-wgrad", 'b', OPT(defer_head_wgrad), 0, 1,
+     "the output layer's weight gradient in one product when its stage's last backward is done "
+     "(Megatron-LM's defer_embedding_wgrad_compute): under 1F1B, while the first rank runs its last backward"},
     {"--check", 'b', OPT(check), 0, 1, "train the one-thread model alongside and compare"},
     {"--gradcheck", 'b', OPT(gradcheck), 0, 1, "check the model's backward by finite differences, then exit"},
     {"--unit-costs", 's', OPT(unit_costs), 0, 0,
@@ -542,9 +545,12 @@ static int cb_backward_input(void *user, const pp_mb_info *info, const void *in,
     (void)in;                   /* the slot holds the stage's input (and, on stage 0, mm the ids) */
     if (r->slot_owner[info->slot] != slot_key(info))
         return callback_failed(r, "backward: its slot holds another (stage, microbatch)", info);
-    if (gpt_backward(&r->job->cfg, &r->model[info->chunk], &mm->b, &r->cpx, (const float *)grad_out, (float *)grad_in,
-                     &a, &r->scratch))
-        return callback_failed(r, "backward: the cp group's all-reduce failed", info);
+    switch (gpt_backward(&r->job->cfg, &r->model[info->chunk], &mm->b, &r->cpx, (const float *)grad_out,
+                         (float *)grad_in, &a, &r->scratch)) {
+    case 0: break;
+    case -2: return callback_failed(r, "backward: more output-layer rows than --defer-head-wgrad keeps", info);
+    default: return callback_failed(r, "backward: the cp group's all-reduce failed", info);
+    }
     return 0;
 }
 
@@ -560,12 +566,14 @@ static int cb_backward(void *user, const pp_mb_info *info, const void *in, const
     return rc ? rc : release_slot((rank_state *)user, info);
 }
 
-/* The chunk's gradients are complete: sum them over the ranks that split the batch (dp x cp)
+/* The chunk's backwards are done: with --defer-head-wgrad its output layer's weight gradient
+ * first, then its gradients are complete: sum them over the ranks that split the batch (dp x cp)
  * now, while the pipeline drains (Megatron-LM's grad_sync_func). */
 static int cb_chunk_done(void *user, const pp_mb_info *info)
 {
     rank_state *r = (rank_state *)user;
     gpt_stage *st = &r->model[info->chunk];
+    gpt_head_wgrad(&r->job->cfg, st);  /* --defer-head-wgrad: the output layer's, now */
     if (pp_group_all_reduce(&r->dpcp, st->grads, st->n, 0, NULL) != PP_OK)
         return callback_failed(r, "chunk_done: the dp x cp gradient all-reduce failed", info);
     return 0;
@@ -1035,7 +1043,8 @@ static pp_status rank_setup(rank_state *r, pp_threads_world *w, pp_error *err)
         r->model_stage[c] = pp_stage_model_stage(sh, st);
         int u0, units, ends;
         gpt_split_units(jb->layers, r->model_stage[c], &u0, &units, &ends);
-        if (gpt_stage_init_units(&r->model[c], &jb->cfg, u0, units, ends, (uint64_t)jb->o.seed))
+        if (gpt_stage_init_units(&r->model[c], &jb->cfg, u0, units, ends, (uint64_t)jb->o.seed) ||
+            (jb->o.defer_head_wgrad && gpt_stage_defer_head(&r->model[c], &jb->cfg, jb->max_mb * Tmax)))
             return pp_error_set(err, PP_ENOMEM, "out of memory");
     }
     /* one slot holds the saved activations of this rank's largest chunk at the most tokens */

@@ -61,7 +61,7 @@ typedef struct options {
     int layers, width, heads, vocab, moe, experts, topk, replay;
     int steps, warmup, seqs, min_len, max_len, capacity, attn_block;
     double lr, clip, timeout;
-    int seed, check, selftest;
+    int seed, check, selftest, defer_head_wgrad;
     char *unit_costs;
 } options;
 
@@ -106,6 +106,9 @@ static const flag FLAGS[] = {
     {"--clip", 'f', OPT(clip), 0, 1e6, "largest gradient norm, 0: none (default 1)"},
     {"--seed", 'i', OPT(seed), 0, 2147483647, "weights and data (default 1)"},
     {"--timeout", 'f', OPT(timeout), 1, 3600, "seconds any wait for another rank may take (default 120)"},
+    {"--defer-head-wgrad", 'b', OPT(defer_head_wgrad), 0, 1,
+     "the output layer's weight gradient in one product when its stage's last backward is done "
+     "(Megatron-LM's defer_embedding_wgrad_compute): under 1F1B, while the first rank runs its last backward"},
     {"--check", 'b', OPT(check), 0, 1, "compare with the same model whole on one GPU (see gpt_gpu_check.h)"},
     {"--selftest", 'b', OPT(selftest), 0, 1, "one GPU: this model against gpt_model.h's on the CPU, then exit"},
     {"--unit-costs", 's', OPT(unit_costs), 0, 0,
@@ -655,13 +658,15 @@ static int cb_backward(void *user, const pp_mb_info *info, const void *in, const
                           acts_of(R, info, m.b));
 }
 
-/* The chunk's gradients are complete: their sum over the ranks that split the batch (dp x cp)
- * starts now on the gradient stream, while the pipeline drains (Megatron-LM's grad_sync_func). */
+/* The chunk's backwards are done: with --defer-head-wgrad its output layer's weight gradient first;
+ * then its gradients are complete, and their sum over the ranks that split the batch (dp x cp)
+ * starts on the gradient stream, while the pipeline drains (Megatron-LM's grad_sync_func). */
 static int cb_chunk_done(void *user, const pp_mb_info *info)
 {
     Rank &R = *(Rank *)user;
-    if (!R.have_dpg) return 0;
     Stage &st = R.chunk[info->chunk];
+    stage_head_wgrad(R.M, st);
+    if (!R.have_dpg) return 0;
     pp_error e;
     CK(cudaEventRecord(R.ev_chunk, R.stream));
     CK(cudaStreamWaitEvent(R.grad_stream, R.ev_chunk, 0));
@@ -790,6 +795,7 @@ static void rank_chunks(Rank &R)
         int u0, units, ends;
         gpt_split_units(J.layers, ms, &u0, &units, &ends);
         stage_create(R.chunk[c], &J.cfg, u0, units, ends, (uint64_t)J.o.seed, R.stream, &R.bytes);
+        if (J.o.defer_head_wgrad) stage_defer_head(R.chunk[c], &J.cfg, J.max_mb * (J.max_tokens / J.o.cp), &R.bytes);
         R.has_head |= R.chunk[c].shape.has_head;
     }
 }

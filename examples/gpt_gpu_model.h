@@ -656,6 +656,9 @@ struct Stage {
     float *params = nullptr, *grads = nullptr, *adam_m = nullptr, *adam_v = nullptr;   /* [n] */
     floatX *px = nullptr;       /* [n] the floatX copy every kernel reads */
     int moe_layers = 0;
+    floatX *head_dout = nullptr, *head_in = nullptr;   /* stage_defer_head: [head_cap, V] the logits'
+                                                          gradients, [head_cap, C] the output layer's inputs */
+    int head_rows = 0, head_cap = 0;
 };
 
 /* The floatX copy of a master tensor */
@@ -743,10 +746,25 @@ static void stage_create(Stage &s, const gpt_config *c, int u0, int units, int e
     CK(cudaGetLastError());
 }
 
+/* The output layer's weight gradient deferred (gpt_model.h's gpt_stage_defer_head, Megatron-LM's
+ * defer_embedding_wgrad_compute): each backward keeps its rows, at most `rows` until
+ * stage_head_wgrad computes the gradient of them all in one product. Only for the head's stage;
+ * `bytes` adds what it allocated. */
+static void stage_defer_head(Stage &s, const gpt_config *c, int rows, size_t *bytes)
+{
+    if (!s.shape.has_head || rows <= 0) return;
+    const size_t nd = (size_t)rows * c->vocab * sizeof(floatX), ni = (size_t)rows * c->width * sizeof(floatX);
+    CK(cudaMalloc(&s.head_dout, nd)); CK(cudaMalloc(&s.head_in, ni));
+    *bytes += nd + ni;
+    s.head_cap = rows;
+    s.head_rows = 0;
+}
+
 static void stage_free(Stage &s)
 {
     cudaFree(s.params); cudaFree(s.grads); cudaFree(s.adam_m); cudaFree(s.adam_v); cudaFree(s.px);
-    s.params = s.grads = s.adam_m = s.adam_v = nullptr; s.px = nullptr;
+    cudaFree(s.head_dout); cudaFree(s.head_in);
+    s.params = s.grads = s.adam_m = s.adam_v = nullptr; s.px = nullptr; s.head_dout = s.head_in = nullptr;
 }
 
 /* ============================================================================================
@@ -1173,8 +1191,20 @@ static int stage_backward(GpuModel &M, Stage &st, const Batch &b, const floatX *
     cudaStream_t s = M.stream;
     floatX *dx = M.s.dx, *dn = M.s.dn;
     unit_mark(M);
+    if (st.shape.has_head && st.head_dout) {   /* stage_defer_head: keep the rows for stage_head_wgrad */
+        if (st.head_rows + T > st.head_cap) {
+            snprintf(M.why, sizeof M.why, "backward: more output-layer rows than the deferred weight gradient keeps (%d)",
+                     st.head_cap);
+            return 1;
+        }
+        CK(cudaMemcpyAsync(st.head_dout + (size_t)st.head_rows * c.vocab, grad_out, (size_t)T * c.vocab * sizeof(floatX),
+                           cudaMemcpyDeviceToDevice, s));
+        CK(cudaMemcpyAsync(st.head_in + (size_t)st.head_rows * C, a.nf, (size_t)T * C * sizeof(floatX),
+                           cudaMemcpyDeviceToDevice, s));
+        st.head_rows += T;
+    }
     if (st.shape.has_head) {
-        linear_dw(M.blas, st.g.wte_out, grad_out, a.nf, T, C, c.vocab);
+        if (!st.head_dout) linear_dw(M.blas, st.g.wte_out, grad_out, a.nf, T, C, c.vocab);
         linear_dx(M.blas, dn, grad_out, X(st, st.w.wte_out), T, C, c.vocab);
         rmsnorm_backward(M, dx, st.g.lnf, dn, a.xf, a.rsf, X(st, st.w.lnf), nullptr, T);
     } else {
@@ -1209,6 +1239,15 @@ static int stage_backward(GpuModel &M, Stage &st, const Batch &b, const floatX *
     unit_mark(M);
     CK(cudaGetLastError());
     return 0;
+}
+
+/* stage_defer_head: the output layer's weight gradient of the rows kept since the last call, in
+ * one product; the rows start again. */
+static void stage_head_wgrad(GpuModel &M, Stage &st)
+{
+    if (!st.head_dout || !st.head_rows) return;
+    linear_dw(M.blas, st.g.wte_out, st.head_dout, st.head_in, st.head_rows, M.cfg.width, M.cfg.vocab);
+    st.head_rows = 0;
 }
 
 /* AdamW over the stage, the gradients scaled by *scale (device; NULL: 1); step counts from 1. */

@@ -86,6 +86,9 @@ typedef struct gpt_stage {
     float *params, *grads;      /* [n] each */
     float *adam_m, *adam_v;     /* [n] AdamW's moments */
     gpt_weights w, g;           /* views into params and grads, the same layout */
+    float *head_dout, *head_in; /* gpt_stage_defer_head: [head_cap, V] the logits' gradients and
+                                   [head_cap, C] the output layer's inputs of the rows so far */
+    int head_rows, head_cap;
 } gpt_stage;
 
 /* A uniform in [-1, 1) from a seeded generator (splitmix64), so that every tensor is drawn from
@@ -218,8 +221,25 @@ static int gpt_stage_init(gpt_stage *s, const gpt_config *c, int first, int coun
                                 (first == 0 ? GPT_EMBEDDING : 0) | (first + count == c->layers ? GPT_HEAD : 0), seed);
 }
 
+/* The output layer's weight gradient deferred (Megatron-LM's defer_embedding_wgrad_compute): each
+ * backward keeps its rows (at most `rows` of them until gpt_head_wgrad), and gpt_head_wgrad
+ * computes the gradient of them all at once, when the stage's last backward of the step is done.
+ * Under 1F1B the last stage has finished then while the first still runs its last backward, so
+ * the output layer's weight gradients leave the last stage's share of every microbatch. Only for a
+ * stage that holds the head. Returns 0, or -1 when out of memory. */
+static int gpt_stage_defer_head(gpt_stage *s, const gpt_config *c, int rows)
+{
+    if (!s->has_head || rows <= 0) return 0;
+    s->head_dout = (float *)malloc(sizeof(float) * (size_t)rows * c->vocab);
+    s->head_in = (float *)malloc(sizeof(float) * (size_t)rows * c->width);
+    s->head_cap = rows;
+    s->head_rows = 0;
+    return s->head_dout && s->head_in ? 0 : -1;
+}
+
 static void gpt_stage_free(gpt_stage *s)
 {
+    free(s->head_dout); free(s->head_in);
     free(s->params); free(s->grads); free(s->adam_m); free(s->adam_v);
     free(s->w.layer); free(s->g.layer);
     memset(s, 0, sizeof *s);
@@ -454,7 +474,7 @@ static void gpt_matmul(float *out, const float *in, const float *w, int T, int I
         }
 }
 
-/* din = dout w (din may be NULL), dw += doutᵀ in */
+/* din = dout w, dw += doutᵀ in (either may be NULL) */
 static void gpt_matmul_backward(float *din, float *dw, const float *dout, const float *in, const float *w, int T,
                                 int IC, int OC)
 {
@@ -467,8 +487,9 @@ static void gpt_matmul_backward(float *din, float *dw, const float *dout, const 
                 for (o = 0; o < OC; o++) a += d[o] * w[(size_t)o * IC + i];
                 din[(size_t)t * IC + i] = a;
             }
-        for (o = 0; o < OC; o++)
-            for (i = 0; i < IC; i++) dw[(size_t)o * IC + i] += d[o] * in[(size_t)t * IC + i];
+        if (dw)
+            for (o = 0; o < OC; o++)
+                for (i = 0; i < IC; i++) dw[(size_t)o * IC + i] += d[o] * in[(size_t)t * IC + i];
     }
 }
 
@@ -801,7 +822,9 @@ static double gpt_loss(const gpt_config *c, const gpt_batch *b, const float *log
  * ------------------------------------------------------------------------------------------ */
 
 /* grad_out: [T, V] dlogits on the last stage, else [T, C]; grad_in: [T, C], or NULL on the first
- * stage (the embedding takes the gradient instead). Adds into the stage's grads. */
+ * stage (the embedding takes the gradient instead). Adds into the stage's grads (the output
+ * layer's weight under gpt_stage_defer_head: keeps its rows). Returns 0, -1 when a cp collective
+ * failed, or -2 when the deferred rows would pass gpt_stage_defer_head's count. */
 static int gpt_backward(const gpt_config *c, gpt_stage *st, const gpt_batch *b, const gpt_cp *cp,
                         const float *grad_out, float *grad_in, const gpt_acts *a, gpt_scratch *s)
 {
@@ -810,7 +833,14 @@ static int gpt_backward(const gpt_config *c, gpt_stage *st, const gpt_batch *b, 
     float *dx = s->dx;
     gpt_mark(s);
     if (st->has_head) {
-        gpt_matmul_backward(s->dn, st->g.wte_out, grad_out, a->nf, st->w.wte_out, T, C, c->vocab);
+        int defer = st->head_dout != NULL;
+        if (defer && st->head_rows + T > st->head_cap) return -2;
+        gpt_matmul_backward(s->dn, defer ? NULL : st->g.wte_out, grad_out, a->nf, st->w.wte_out, T, C, c->vocab);
+        if (defer) {                    /* the weight gradient's rows, for gpt_head_wgrad */
+            memcpy(st->head_dout + (size_t)st->head_rows * c->vocab, grad_out, sizeof(float) * (size_t)T * c->vocab);
+            memcpy(st->head_in + (size_t)st->head_rows * C, a->nf, sizeof(float) * n);
+            st->head_rows += T;
+        }
         gpt_rmsnorm_backward(dx, st->g.lnf, s->dn, a->xf, a->rsf, st->w.lnf, T, C, 0);
     } else {
         memcpy(dx, grad_out, sizeof(float) * n);
@@ -846,6 +876,15 @@ static int gpt_backward(const gpt_config *c, gpt_stage *st, const gpt_batch *b, 
     }
     gpt_mark(s);
     return 0;
+}
+
+/* gpt_stage_defer_head: the output layer's weight gradient of the rows kept since the last call,
+ * at once; the rows start again. */
+static void gpt_head_wgrad(const gpt_config *c, gpt_stage *st)
+{
+    if (!st->head_dout || !st->head_rows) return;
+    gpt_matmul_backward(NULL, st->g.wte_out, st->head_dout, st->head_in, st->w.wte_out, st->head_rows, c->width, c->vocab);
+    st->head_rows = 0;
 }
 
 /* ------------------------------------------------------------------------------------------

@@ -90,6 +90,14 @@ if "$BIN" --moe --unit-costs "$tmp/units.txt" >"$tmp/units.out" 2>&1 && [ "$(gre
         checked "pp 2 zbv on the searched half-layer split, MoE, replay" --pp 2 --schedule zbv --replay --hybrid "$pattern"
     else bad "pipepar search on the measured units" "$tmp/search.out"; fi
 else bad "--unit-costs" "$tmp/units.out"; fi
+# the output layer's weight gradient deferred to the end of its stage's backwards, in one product
+checked "pp 2 1f1b, deferred output-layer weight gradient" --pp 2 --schedule 1f1b --defer-head-wgrad
+checked "pp 2 interleaved, deferred output-layer weight gradient, cp 2 x dp 2, MoE, replay" --pp 2 --vpp 2 \
+                                           --schedule interleaved --cp 2 --dp 2 --moe --replay --defer-head-wgrad
+checked "pp 2 dualpipe (two copies of the head), deferred output-layer weight gradient" --pp 2 --schedule dualpipe \
+                                           --defer-head-wgrad
+checked "pp 2 zbv, half layers, deferred output-layer weight gradient" --pp 2 --schedule zbv --defer-head-wgrad \
+                                           --hybrid '*-*-*|-*-*-|*-*-*-|*-*-*-'
 # 20 steps: the two trainings' loss curves stay together, and the loss falls
 out="$tmp/curve.txt"
 if "$BIN" --pp 2 --vpp 2 --dp 2 --schedule interleaved --moe --replay --steps 20 --check >"$out" 2>&1; then

@@ -103,6 +103,12 @@ if [ "$ngpu" -ge 2 ]; then
         check 2 "$b-pp2-zbv-half-moe" $b --pp 2 --schedule zbv --hybrid '*-*E*|-*|E*-*|-*E' --replay
         check 2 "$b-pp2-dualpipev-half" $b --pp 2 --schedule dualpipev --hybrid '*|-*-*-|*-*-*|-'
     done
+    # the output layer's weight gradient deferred to the end of its stage's backwards
+    for b in gpt_gpu_fp32 gpt_gpu; do
+        check 2 "$b-pp2-1f1b-defer-head" $b --pp 2 --schedule 1f1b --defer-head-wgrad
+        check 2 "$b-pp2-interleaved-half-defer-head-moe" $b --pp 2 --schedule interleaved --replay --defer-head-wgrad \
+            --hybrid '*-*|E*-*|-*|E*-*E'
+    done
     # the half-layer split pipepar search finds on the units' measured costs (--unit-costs)
     if [ -z "${ONLY:-}" ] || [[ searched =~ $ONLY ]]; then
         [ -x "$BUILD/pipepar" ] || make -s "$BUILD/pipepar"
