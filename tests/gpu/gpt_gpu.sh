@@ -7,7 +7,8 @@
 #      on one GPU (fp32 1e-4, bf16 3e-2). 1 GPU: a world of one process (pp 1, MoE, replay); 2 GPUs: pp 2 with 1F1B, interleaved, ZB-V and DualPipeV
 #      (dense, and MoE with router replay), cp 2 x pp 1, dp 2 x pp 1; 4 GPUs also dp 2 x cp 2,
 #      cp 2 x pp 2, dp 2 x pp 2; stages cut between a layer's attention and its MLP (--hybrid) on
-#      the looped and the V placement, and on the split pipepar search finds on --unit-costs. The fp32 build runs the whole matrix, the bf16 build a subset.
+#      the looped and the V placement, and on the split pipepar search finds on --unit-costs; the
+#      output layer's weight gradient deferred (--defer-head-wgrad). The fp32 build runs the whole matrix, the bf16 build a subset.
 # One process per GPU (torchrun's variables, a fresh file bootstrap each run). Small model (seconds
 # per run). ONLY=REGEX runs only the check runs whose names it matches. Ends with "N passed, N failed".
 set -u
