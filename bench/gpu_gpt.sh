@@ -96,12 +96,13 @@ say "== gpt_gpu --unit-costs, then pipepar search --hybrid for each kind"
 CUDA_VISIBLE_DEVICES=0 timeout 300 build/gpt_gpu "${MODEL[@]}" --unit-costs "$OUTDIR/units.txt" >"$OUTDIR/units.log" 2>&1
 grep -E "^(unit costs|  attention|wrote)" "$OUTDIR/units.log" | tee -a "$LOG"
 SEARCH_FLAGS=$(sed -n 's/^wrote .*; search with: //p' "$OUTDIR/units.log")
-declare -A SEARCHED
+declare -A SEARCHED GROUP
 for kind in interleaved zbv dualpipev; do
-    SEARCHED[$kind]=""
+    SEARCHED[$kind]=""; GROUP[$kind]=""
     [ -n "$SEARCH_FLAGS" ] || continue
     eval build/pipepar search --pp 2 --mb "$MB" --kind "$kind" --vpp 2 --spread 4 "$SEARCH_FLAGS" >"$OUTDIR/search-$kind.log" 2>&1
     SEARCHED[$kind]=$(sed -n "s/^pattern: '\(.*\)'$/\1/p" "$OUTDIR/search-$kind.log")
+    GROUP[$kind]=$(sed -n 's/^best: [a-z]* vpp=[0-9]* group=\([0-9]*\),.*/\1/p' "$OUTDIR/search-$kind.log")
     say "   $kind: $(grep -E '^best' "$OUTDIR/search-$kind.log") (simulated); split '${SEARCHED[$kind]:-none}'"
 done
 declare -A STEP TOK PEAK DPS
@@ -124,6 +125,7 @@ for cfg in "1f1b 1 0" "interleaved 2 0" "zbv 2 0" "dualpipev 2 0" "1f1b 1 $FIRST
         [ -n "$pattern" ] || { say "== gpt_gpu pp 2 $name: skipped, no split (half: LAYERS not a multiple of 4;" \
                                    "searched: see $OUTDIR/units.log, search-$kind.log)"; continue; }
         extra=(--hybrid "$pattern")
+        [ "$how" != half ] && [ -n "${GROUP[$kind]:-}" ] && extra+=(--group "${GROUP[$kind]}")   # the search's group too
         [ "$how" = searched-defer ] && extra+=(--defer-head-wgrad)
     fi
     RANK_TIMEOUT=300 ranks_run 2 "$OUTDIR/$name" build/gpt_gpu "${MODEL[@]}" --pp 2 --schedule "$kind" --vpp "$vpp" "${extra[@]}"

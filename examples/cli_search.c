@@ -235,6 +235,7 @@ typedef struct search_opts {
     double bytes, gbps;
     long top;
     int json, have_threads, have_ends;
+    int fixed;                  /* a split to simulate: --layout, or --hybrid with '|' */
 } search_opts;
 
 static const char *const search_stage_flag[5] = { "--f-stage", "--i-stage", "--w-stage", "--b-stage", "--mem-stage" };
@@ -331,29 +332,38 @@ static int search_parse(int argc, char **argv, search_opts *o)
     if (cfg->vpp && cfg->max_vpp) return cli_usage_error("--vpp and --max-vpp: give one (--vpp tries only that vpp)");
     if (o->layer_costs_path && (cfg->costs.f > 0 || cfg->costs.i > 0 || cfg->costs.w > 0 || cfg->costs.b > 0))
         return cli_usage_error("--layer-costs and --f/--i/--w/--b: give one (the file has every layer's)");
-    layered = cfg->layers || o->layer_costs_path;
-    if (!layered && o->have_ends)
-        return cli_usage_error("--embedding/--loss: only with --layers (the layout search; a --layout's E and L cost "
-                               "nothing)");
+    if (o->layout && o->hybrid)
+        return cli_usage_error("--layout and --hybrid: give one (a --hybrid pattern with '|' is a split too)");
+    o->fixed = o->layout || (o->hybrid && strchr(o->hybrid, '|'));
+    layered = cfg->layers || (o->layer_costs_path && !o->fixed);
+    if (!layered && !o->fixed && o->have_ends)
+        return cli_usage_error("--embedding/--loss: with --layers (the layout search) or a split (--layout, --hybrid "
+                               "with '|')");
     if (!layered && (cfg->layout_spread || cfg->max_layouts || o->have_threads))
         return cli_usage_error("%s: only with --layers (the layout search)", cfg->layout_spread ? "--spread" :
                                cfg->max_layouts ? "--max-layouts" : "--threads");
-    if (layered && o->layout) return cli_usage_error("--layers and --layout: give one (--layers searches the layouts)");
-    if (o->hybrid && !layered)
-        return cli_usage_error("--hybrid: names the layers of a layout search: needs --layers or --layer-costs");
+    if (cfg->layers && o->fixed)
+        return cli_usage_error("--layers and %s: give one (--layers searches the layouts)",
+                               o->layout ? "--layout" : "--hybrid with '|'");
+    if (o->hybrid && !layered && !o->fixed)
+        return cli_usage_error("--hybrid: names the layers of a layout search (needs --layers or --layer-costs), or "
+                               "with '|' between its stages is a split to simulate");
     if (layered && cfg->costs.b > 0 && cfg->costs.i <= 0)
         return cli_usage_error("--layers with --b: give the halves --i and --w per layer instead");
     for (k = 0; k < 5; k++) {
         if (!stage_text[k]) continue;
         if (layered) return cli_usage_error("--layers and %s: give one (each split sets every stage's cost)", search_stage_flag[k]);
-        if (o->layout) return cli_usage_error("--layout and %s: give one (the layout sets every stage's cost)", search_stage_flag[k]);
+        if (o->fixed)
+            return cli_usage_error("%s and %s: give one (the split sets every stage's cost)",
+                                   o->layout ? "--layout" : "--hybrid", search_stage_flag[k]);
     }
     if (o->bytes > 0 && o->gbps <= 0) return cli_usage_error("--bytes: needs --bandwidth (GB/s) too");
     if (o->gbps > 0 && o->bytes <= 0)
         return cli_usage_error("--bandwidth: needs --bytes too (a transfer's time is bytes / bandwidth)");
-    if (o->layout && cfg->costs.b > 0 && cfg->costs.i <= 0)
+    if (o->fixed && cfg->costs.b > 0 && cfg->costs.i <= 0)
         return cli_usage_error("--layout with --b: give the halves --i and --w per layer instead");
-    if (o->layout && cfg->max_vpp) return cli_usage_error("--layout and --max-vpp: the layout fixes vpp");
+    if (o->fixed && cfg->max_vpp)
+        return cli_usage_error("%s and --max-vpp: the split fixes vpp", o->layout ? "--layout" : "--hybrid");
     for (k = 0; k < 5; k++) {
         if (!stage_text[k]) continue;
         if (!cfg->vpp) return cli_usage_error("%s: per-stage costs need --vpp (they hold pp*vpp values)", search_stage_flag[k]);
@@ -492,6 +502,7 @@ int pp_cli_search(int argc, char **argv)
     pp_error err;
     pp_layers *lay = NULL;
     pp_layer_costs *layer_costs = NULL;
+    int n_layer_costs = 0;
     double *layout_costs = NULL;
     FILE *csv_file = NULL;
     char csv_tmp[4200] = "";
@@ -506,16 +517,18 @@ int pp_cli_search(int argc, char **argv)
             rc = cli_usage_error("--layers=%d: --layer-costs '%s' has %d layers", cfg->layers, cli_short(o.layer_costs_path), n);
             goto done;
         }
-        cfg->layers = n;
-        cfg->layer_costs = layer_costs;
+        if (!o.fixed) {
+            cfg->layers = n;
+            cfg->layer_costs = layer_costs;
+        }
+        n_layer_costs = n;
     }
-    if (o.hybrid) {     /* Megatron's symbols, one a layer, no stage breaks (the search places them) */
+    if (o.hybrid && !o.fixed) {     /* Megatron's symbols, one a layer, no stage breaks (the search places them) */
         pp_layers_config hc;
         memset(&hc, 0, sizeof hc);
         hc.hybrid = o.hybrid;
-        if (strpbrk(o.hybrid, "|/")) {
-            rc = cli_usage_error("--hybrid=%s: one symbol a layer, without '|' or '/' (the search places the stage "
-                                 "breaks)", cli_short(o.hybrid));
+        if (strchr(o.hybrid, '/')) {
+            rc = cli_usage_error("--hybrid=%s: one symbol a layer, without MTP depths ('/')", cli_short(o.hybrid));
             goto done;
         }
         if (pp_layers_build(&hc, &lay, &err) != PP_OK) { rc = cli_report(&err); goto done; }
@@ -526,24 +539,39 @@ int pp_cli_search(int argc, char **argv)
         pp_layers_free(lay);
         lay = NULL;
     }
-    if (o.layout) {   /* each stage costs its layers' sum, per layer as the flags say */
+    if (o.fixed) {    /* each stage costs its layers' sum (per layer as the flags or the file say), and the ends' */
         pp_layers_config lc;
+        int S, e;
         memset(&lc, 0, sizeof lc);
-        lc.pp = cfg->pp; lc.layout = o.layout;
+        lc.pp = cfg->pp; lc.layout = o.layout; lc.hybrid = o.layout ? NULL : o.hybrid;
         if (pp_layers_build(&lc, &lay, &err) != PP_OK) { rc = cli_report(&err); goto done; }
         if (cfg->vpp && cfg->vpp != lay->vpp) {
-            rc = cli_usage_error("--vpp=%d: the layout has %d stages, so vpp = %d (or leave --vpp out)", cfg->vpp,
-                                 lay->num_stages, lay->vpp);
+            rc = cli_usage_error("--vpp=%d: the %s has %d stages, so vpp = %d (or leave --vpp out)", cfg->vpp,
+                                 o.layout ? "layout" : "pattern", lay->num_stages, lay->vpp);
             goto done;
         }
-        if (!(layout_costs = (double *)calloc((size_t)lay->num_stages * 5, sizeof(double)))) {
+        if (layer_costs && n_layer_costs != lay->num_layers) {
+            rc = cli_usage_error("--layer-costs '%s': %d layers, but the %s has %d", cli_short(o.layer_costs_path),
+                                 n_layer_costs, o.layout ? "layout" : "pattern", lay->num_layers);
+            goto done;
+        }
+        S = lay->num_stages;
+        if (!(layout_costs = (double *)calloc((size_t)S * 5, sizeof(double)))) {
             rc = cli_env_error("out of memory");
             goto done;
         }
-        if (pp_plan_stage_costs(lay, &cfg->costs, NULL, layout_costs, &cfg->costs, &err) != PP_OK) {
+        if (pp_plan_stage_costs(lay, &cfg->costs, layer_costs, layout_costs, &cfg->costs, &err) != PP_OK) {
             rc = cli_report(&err);
             goto done;
         }
+        for (e = 0; e < 2; e++) {       /* f, b, i, w, memory: the embedding on the first stage, the loss on the last */
+            const pp_layer_costs *end = e ? &cfg->loss : &cfg->embedding;
+            int s = e ? S - 1 : 0;
+            layout_costs[s] += end->f; layout_costs[S + s] += end->i + end->w;
+            layout_costs[2 * S + s] += end->i; layout_costs[3 * S + s] += end->w; layout_costs[4 * S + s] += end->memory;
+        }
+        memset(&cfg->embedding, 0, sizeof cfg->embedding);   /* in the stages' costs now */
+        memset(&cfg->loss, 0, sizeof cfg->loss);
         cfg->vpp = lay->vpp;
     }
     if (o.csv && (rc = search_open_csv(o.csv, &csv_file, csv_tmp)) != 0) goto done;

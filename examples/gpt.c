@@ -43,7 +43,7 @@
  * ============================================================================================ */
 
 typedef struct options {
-    int dp, cp, pp, ranks, vpp, first_stage_layers;
+    int dp, cp, pp, ranks, vpp, first_stage_layers, group;
     char *schedule, *hybrid;
     int layers, width, heads, vocab, moe, experts, topk, replay;
     char *replay_save, *replay_file, *unit_costs;
@@ -69,6 +69,9 @@ static const flag FLAGS[] = {
     {"--ranks", 'i', OPT(ranks), 1, 512, "threads (default dp*cp*pp; must equal it)"},
     {"--schedule", 's', OPT(schedule), 0, 0, "1f1b, interleaved, zbv, dualpipev, ... (default 1f1b)"},
     {"--vpp", 'i', OPT(vpp), 1, MAX_CHUNKS, "chunks per rank (default: the schedule's)"},
+    {"--group", 'i', OPT(group), 1, 1024,
+     "interleaved: microbatches a chunk runs before the next (Megatron's microbatch_group_size_per_vp_stage; "
+     "default pp)"},
     {"--first-stage-layers", 'i', OPT(first_stage_layers), 1, MAX_LAYERS,
      "layers of pipeline rank 0 (Megatron's, over its chunks)"},
     {"--hybrid", 's', OPT(hybrid), 0, 0,
@@ -1020,7 +1023,7 @@ static pp_status rank_setup(rank_state *r, pp_threads_world *w, pp_error *err)
     r->cpx.cp = jb->o.cp; r->cpx.user = r; r->cpx.all_gather = cp_all_gather; r->cpx.all_reduce = cp_all_reduce;
 
     memset(&ec, 0, sizeof ec);
-    ec.recipe.kind = jb->kind; ec.recipe.pp = sh->pp; ec.recipe.vpp = sh->vpp;
+    ec.recipe.kind = jb->kind; ec.recipe.pp = sh->pp; ec.recipe.vpp = sh->vpp; ec.recipe.group = jb->o.group;
     ec.split_overlaps = 1;      /* no forward_backward callback: DualPipeV's F&B pairs run as F then B */
     ec.max_mb = jb->max_mb;
     ec.transport = r->pipe;
@@ -1392,7 +1395,7 @@ int main(int argc, char **argv)
 
     /* the schedule of the first step: its placement says which stages each rank holds */
     memset(&sc, 0, sizeof sc);
-    sc.kind = jb.kind; sc.pp = o->pp; sc.vpp = o->vpp; sc.mb = jb.steps[0].plan->num_microbatches;
+    sc.kind = jb.kind; sc.pp = o->pp; sc.vpp = o->vpp; sc.mb = jb.steps[0].plan->num_microbatches; sc.group = o->group;
     if (o->hybrid && !o->vpp && gpt_hybrid_stages(o->hybrid) % o->pp == 0 && gpt_hybrid_stages(o->hybrid) > o->pp)
         sc.vpp = gpt_hybrid_stages(o->hybrid) / o->pp;  /* the pattern's '|' split says the chunks per rank */
     rc = 2;
@@ -1402,6 +1405,8 @@ int main(int argc, char **argv)
             snprintf(why, sizeof why, "its %d stages on pp %d make vpp %d, and %s", gpt_hybrid_stages(o->hybrid), o->pp,
                      sc.vpp, err.message);
             usage_error("--hybrid", o->hybrid, why);
+        } else if (o->group && strstr(err.message, "group=")) {
+            usage_error("--group", NULL, err.message);
         } else {
             usage_error("--schedule", o->schedule, err.message);
         }

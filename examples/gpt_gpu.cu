@@ -56,7 +56,7 @@ static double now_s(void)
  * ============================================================================================ */
 
 typedef struct options {
-    int dp, cp, pp, vpp, first_stage_layers;
+    int dp, cp, pp, vpp, first_stage_layers, group;
     char *schedule, *hybrid;
     int layers, width, heads, vocab, moe, experts, topk, replay;
     int steps, warmup, seqs, min_len, max_len, capacity, attn_block;
@@ -82,6 +82,9 @@ static const flag FLAGS[] = {
     {"--vpp", 'i', OPT(vpp), 1, MAX_CHUNKS, "chunks per rank (default: the schedule's)"},
     {"--first-stage-layers", 'i', OPT(first_stage_layers), 1, GPT_MAX_LAYERS,
      "layers of pipeline rank 0 (Megatron's, over its chunks)"},
+    {"--group", 'i', OPT(group), 1, 1024,
+     "interleaved: microbatches a chunk runs before the next (Megatron's microbatch_group_size_per_vp_stage; "
+     "default pp)"},
     {"--hybrid", 's', OPT(hybrid), 0, 0,
      "the split in half layers: Megatron's hybrid pattern, '*' a layer's attention, '-' its MLP ('E' MoE), "
      "'|' between stages, e.g. '*-*-*|-*-*-' (default: whole layers, even)"},
@@ -291,10 +294,11 @@ static int job_setup(Job &J)
     }
     pp_schedule_config sc;
     memset(&sc, 0, sizeof sc);
-    sc.kind = J.kind; sc.pp = o->pp; sc.vpp = o->vpp; sc.mb = J.steps[0].plan->num_microbatches;
+    sc.kind = J.kind; sc.pp = o->pp; sc.vpp = o->vpp; sc.mb = J.steps[0].plan->num_microbatches; sc.group = o->group;
     if (o->hybrid && !o->vpp && gpt_hybrid_stages(o->hybrid) % o->pp == 0 && gpt_hybrid_stages(o->hybrid) > o->pp)
         sc.vpp = gpt_hybrid_stages(o->hybrid) / o->pp;  /* the pattern's '|' split says the chunks per rank */
     if (pp_schedule_build(&sc, &J.shape, &err) != PP_OK) {
+        if (o->group && strstr(err.message, "group=")) return usage_error("--group", NULL, err.message);
         if (!sc.vpp || o->vpp) return usage_error("--schedule", o->schedule, err.message);
         char why[sizeof err.message + 64];  /* the vpp came from the pattern: say so */
         snprintf(why, sizeof why, "its %d stages on pp %d make vpp %d, and %s", gpt_hybrid_stages(o->hybrid), o->pp,
@@ -839,7 +843,7 @@ static int rank_build(Rank &R)
 
     pp_executor_config ec;
     memset(&ec, 0, sizeof ec);
-    ec.recipe.kind = J.kind; ec.recipe.pp = o.pp; ec.recipe.vpp = J.shape->vpp;
+    ec.recipe.kind = J.kind; ec.recipe.pp = o.pp; ec.recipe.vpp = J.shape->vpp; ec.recipe.group = o.group;
     ec.split_overlaps = 1;      /* no forward_backward callback: DualPipeV's F&B pairs run as F then B */
     ec.max_mb = J.max_mb;
     ec.transport = R.tp;

@@ -50,6 +50,7 @@ checked "pp 2 1f1b, cp 2, MoE"             --pp 2 --schedule 1f1b --cp 2 --moe
 checked "pp 2 interleaved vpp 2, cp 2 x dp 2, MoE, replay (the issue's)" \
                                            --pp 2 --vpp 2 --cp 2 --dp 2 --schedule interleaved --moe --replay
 checked "pp 2 interleaved vpp 2, dense"    --pp 2 --vpp 2 --schedule interleaved
+checked "pp 2 interleaved vpp 2, microbatch group 4" --pp 2 --vpp 2 --schedule interleaved --group 4
 checked "pp 2 zbv, cp 2, MoE, replay"      --pp 2 --schedule zbv --cp 2 --moe --replay
 checked "pp 2 dualpipev, dp 2"             --pp 2 --schedule dualpipev --dp 2
 checked "pp 2 dualpipev, cp 2, MoE, replay" --pp 2 --schedule dualpipev --cp 2 --moe --replay
@@ -157,6 +158,7 @@ expect_usage "gpt: --hybrid=*-|*-|*-|*-: its 4 stages on pp 2 make vpp 2, and vp
     --pp 2 --hybrid '*-|*-|*-|*-' --schedule 1f1b
 expect_usage "3 '|'-separated segments, but pp=2 x vpp=2 needs 4" --pp 2 --hybrid '*-|*-|*-*-' --schedule zbv
 expect_usage "gpt: --moe: not with --hybrid" --moe --hybrid '*E'
+expect_usage "gpt: --group: group=4: only interleaved schedules take a microbatch group size" --pp 2 --group 4
 expect_usage "gpt: --unit-costs=$tmp/u.txt: times the model whole on one thread: not with --hybrid" --unit-costs "$tmp/u.txt" --pp 2
 expect_usage "gpt: --unit-costs=/nonexistent/u.txt: No such file or directory" --unit-costs /nonexistent/u.txt
 expect_usage "gpt: --first-stage-layers: not with --hybrid" --pp 2 --first-stage-layers 1 --hybrid '*-|*-'

@@ -107,6 +107,7 @@ if [ "$ngpu" -ge 2 ]; then
     # the output layer's weight gradient deferred to the end of its stage's backwards
     for b in gpt_gpu_fp32 gpt_gpu; do
         check 2 "$b-pp2-1f1b-defer-head" $b --pp 2 --schedule 1f1b --defer-head-wgrad
+        check 2 "$b-pp2-interleaved-group4-defer-head" $b --pp 2 --schedule interleaved --vpp 2 --group 4 --defer-head-wgrad
         check 2 "$b-pp2-interleaved-half-defer-head-moe" $b --pp 2 --schedule interleaved --replay --defer-head-wgrad \
             --hybrid '*-*|E*-*|-*|E*-*E'
     done
