@@ -126,9 +126,22 @@ lay=$(echo "$out" | sed -n "s/^layout: 'E\(.*\)L'$/\1/p")
     && ok || bad "search --hybrid: pattern '$pat' does not match layout '$lay'"
 $P search --pp 2 --mb 8 --layers 4 --hybrid '*-*E' --kind 1f1b --json | grep -q '"pattern": "\*-|\*E"' \
     && ok || bad "search --hybrid --json: no pattern"
+# a --hybrid pattern with '|' is a split to simulate: on the same costs it takes the step the
+# layout search reported for that split
+best=$(echo "$out" | sed -n 's/^best: .*step time \([0-9.]*\).*/\1/p')
+grp=$(echo "$out" | sed -n 's/^best: interleaved vpp=2 group=\([0-9]*\),.*/\1/p')
+fixed=$($P search --pp 2 --mb 8 --kind interleaved --layer-costs "$T/gpt.txt" --loss 1,1,1 --hybrid "$pat" --top 0)
+echo "$fixed" | grep -Eq "^ +[0-9]+ +interleaved vpp=2 group=$grp +$best " \
+    && ok || bad "search --hybrid '$pat' (a split): not the search's $best with group $grp: $fixed"
+# the loss counts on a given split: a dearer one makes the step longer
+fixed2=$($P search --pp 2 --mb 8 --kind interleaved --layer-costs "$T/gpt.txt" --loss 3,3,3 --hybrid "$pat" | sed -n 's/^best: .*step time \([0-9.]*\).*/\1/p')
+awk -v a="$fixed2" -v b="$best" 'BEGIN { exit !(a > b) }' && ok || bad "search --hybrid split: --loss 3,3,3 gives $fixed2, not above $best"
+expect_error 2 "--layer-costs '$T/gpt.txt': 16 layers, but the pattern has 4" search --pp 2 --mb 8 --layer-costs "$T/gpt.txt" --hybrid '*-|*-'
+expect_error 2 "--layout and --hybrid: give one" search --pp 2 --mb 8 --layout 'Et|tL' --hybrid '*-|*-'
+expect_error 2 "--layers and --hybrid with '|': give one" search --pp 2 --mb 8 --layers 4 --hybrid '*-|*-'
 expect_error 2 "--hybrid: 3 symbols, but the search has 16 layers" search --pp 2 --mb 8 --layer-costs "$T/gpt.txt" --hybrid '*-*'
-expect_error 2 "--hybrid=*-|*-: one symbol a layer, without '|' or '/'" search --pp 2 --mb 8 --layers 4 --hybrid '*-|*-'
-expect_error 2 "--hybrid: names the layers of a layout search: needs --layers or --layer-costs" search --pp 2 --mb 8 --hybrid '*-'
+expect_error 2 "--hybrid=*-/*-: one symbol a layer, without MTP depths" search --pp 2 --mb 8 --layers 4 --hybrid '*-/*-'
+expect_error 2 "--hybrid: names the layers of a layout search (needs --layers or --layer-costs)" search --pp 2 --mb 8 --hybrid '*-'
 expect_error 2 "hybrid pattern '*-x-': 'x' at position 2 is not a layer symbol" search --pp 2 --mb 8 --layers 4 --hybrid '*-x-'
 printf '1 1\n' >"$T/short.txt"
 expect_error 2 "--layer-costs '$T/short.txt': line 1: 2 number(s), expected F I W [M]" search --pp 2 --mb 8 --layer-costs "$T/short.txt"
@@ -152,7 +165,7 @@ expect_error 2 "--layer-costs and --f/--i/--w/--b: give one" search --pp 2 --mb 
 expect_error 2 "--layer-costs '$T/none.txt': cannot open" search --pp 2 --mb 8 --layer-costs "$T/none.txt"
 expect_error 2 "--loss: '1,1': expected F,I,W or F,I,W,M" search --pp 2 --mb 8 --layers 16 --loss 1,1
 expect_error 2 "--embedding: '1,2,3,4,5': at most 4 numbers" search --pp 2 --mb 8 --layers 16 --embedding 1,2,3,4,5
-expect_error 2 "--embedding/--loss: only with --layers" search --pp 2 --mb 8 --loss 1,1,1
+expect_error 2 "--embedding/--loss: with --layers (the layout search) or a split" search --pp 2 --mb 8 --loss 1,1,1
 expect_error 2 "--spread: only with --layers" search --pp 2 --mb 8 --spread 2
 expect_error 2 "--max-layouts: only with --layers" search --pp 2 --mb 8 --max-layouts 5
 expect_error 2 "--layers and --layout: give one" search --pp 2 --mb 8 --layers 16 --layout 'Et|t|t|tL'
