@@ -157,7 +157,8 @@ say "| schedule | gpt_gpu step | tokens/s/GPU | efficiency | peak GiB | data pat
 say "|---|---|---|---|---|---|---|---|---|---|"
 say "| single GPU (harmonic mean) | $SINGLE ms | | | $(field_of "$OUTDIR/single-gpu0.log" "peak") | | ${MSINGLE:-?} ms | $(megfield "single-gpu" "tokens/s/gpu") | | $(megfield "single-gpu" "peak") |"
 for name in $NAMES; do
-    case $name in 1f1b) m=$M1; k="1f1b pp 2:" ;; interleaved-vpp2) m=$MI; k="interleaved pp 2 vpp 2" ;;
+    # each row beside Megatron-LM's run of the same kind (its whole-layer split, no deferral)
+    case $name in 1f1b|1f1b-defer) m=$M1; k="1f1b pp 2:" ;; interleaved-vpp2*) m=$MI; k="interleaved pp 2 vpp 2" ;;
                   1f1b-first*) m=$MF; k="1f1b pp 2 first stage $FIRST layers" ;; *) m=""; k="" ;; esac
     mt=""; mp=""
     [ -n "$k" ] && mt=$(megfield "$k" "tokens/s/gpu") && mp=$(megfield "$k" "peak")
