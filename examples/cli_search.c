@@ -338,6 +338,8 @@ static int search_parse(int argc, char **argv, search_opts *o)
     if (o->layout && o->hybrid)
         return cli_usage_error("--layout and --hybrid: give one (a --hybrid pattern with '|' is a split too)");
     o->fixed = o->layout || (o->hybrid && strchr(o->hybrid, '|'));
+    if (o->hybrid && strchr(o->hybrid, '/'))
+        return cli_usage_error("--hybrid=%s: one symbol a layer, without MTP depths ('/')", cli_short(o->hybrid));
     layered = cfg->layers || (o->layer_costs_path && !o->fixed);
     if (!layered && !o->fixed && o->have_ends)
         return cli_usage_error("--embedding/--loss: with --layers (the layout search) or a split (--layout, --hybrid "
@@ -364,7 +366,8 @@ static int search_parse(int argc, char **argv, search_opts *o)
     if (o->gbps > 0 && o->bytes <= 0)
         return cli_usage_error("--bandwidth: needs --bytes too (a transfer's time is bytes / bandwidth)");
     if (o->fixed && cfg->costs.b > 0 && cfg->costs.i <= 0)
-        return cli_usage_error("--layout with --b: give the halves --i and --w per layer instead");
+        return cli_usage_error("%s with --b: give the halves --i and --w per layer instead",
+                               o->layout ? "--layout" : "--hybrid");
     if (o->fixed && cfg->max_vpp)
         return cli_usage_error("%s and --max-vpp: the split fixes vpp", o->layout ? "--layout" : "--hybrid");
     for (k = 0; k < 5; k++) {
@@ -530,10 +533,6 @@ int pp_cli_search(int argc, char **argv)
         pp_layers_config hc;
         memset(&hc, 0, sizeof hc);
         hc.hybrid = o.hybrid;
-        if (strchr(o.hybrid, '/')) {
-            rc = cli_usage_error("--hybrid=%s: one symbol a layer, without MTP depths ('/')", cli_short(o.hybrid));
-            goto done;
-        }
         if (pp_layers_build(&hc, &lay, &err) != PP_OK) { rc = cli_report(&err); goto done; }
         if ((int)strlen(o.hybrid) != cfg->layers) {
             rc = cli_usage_error("--hybrid: %d symbols, but the search has %d layers", (int)strlen(o.hybrid), cfg->layers);

@@ -99,7 +99,8 @@ static const flag FLAGS[] = {
     {"--seed", 'i', OPT(seed), 0, 2147483647, "weights and data (default 1)"},
     {"--defer-head-wgrad", 'b', OPT(defer_head_wgrad), 0, 1,
      "the output layer's weight gradient in one product when its stage's last backward is done "
-     "(Megatron-LM's defer_embedding_wgrad_compute): under 1F1B, while the first rank runs its last backward"},
+     "(Megatron-LM's defer_embedding_wgrad_compute): under 1F1B, while the pipeline drains; keeps every "
+     "microbatch's logits' gradient until then"},
     {"--check", 'b', OPT(check), 0, 1, "train the one-thread model alongside and compare"},
     {"--gradcheck", 'b', OPT(gradcheck), 0, 1, "check the model's backward by finite differences, then exit"},
     {"--unit-costs", 's', OPT(unit_costs), 0, 0,

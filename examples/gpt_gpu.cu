@@ -111,7 +111,8 @@ static const flag FLAGS[] = {
     {"--timeout", 'f', OPT(timeout), 1, 3600, "seconds any wait for another rank may take (default 120)"},
     {"--defer-head-wgrad", 'b', OPT(defer_head_wgrad), 0, 1,
      "the output layer's weight gradient in one product when its stage's last backward is done "
-     "(Megatron-LM's defer_embedding_wgrad_compute): under 1F1B, while the first rank runs its last backward"},
+     "(Megatron-LM's defer_embedding_wgrad_compute): under 1F1B, while the pipeline drains; keeps every "
+     "microbatch's logits' gradient until then"},
     {"--check", 'b', OPT(check), 0, 1, "compare with the same model whole on one GPU (see gpt_gpu_check.h)"},
     {"--selftest", 'b', OPT(selftest), 0, 1, "one GPU: this model against gpt_model.h's on the CPU, then exit"},
     {"--unit-costs", 's', OPT(unit_costs), 0, 0,
@@ -1218,7 +1219,8 @@ static int report(Rank &R)
            100.0 * dp / step, R.dp_ms[DP_PACK] / n, R.dp_ms[DP_CP] / n, R.dp_ms[DP_REPLAY] / n, 100.0 * dp_most);
     printf("compute per rank, ms of the step:");
     for (int r = 0; r < R.world; r++) printf(" %.1f", v[4 * r + 3]);
-    printf("; the busiest rank computes %.1f%% of the step\n", 100.0 * busiest / step);
+    printf("; the busiest rank computes %.1f%% of the step%s\n", 100.0 * busiest / step,
+           R.job->o.defer_head_wgrad ? " (the schedule's actions: not the deferred output-layer weight gradient)" : "");
     if (R.pool.grown) printf("note: the boundary-tensor pool grew by %lld blocks during steps\n", R.pool.grown);
     return 0;
 }

@@ -224,8 +224,8 @@ static int gpt_stage_init(gpt_stage *s, const gpt_config *c, int first, int coun
 /* The output layer's weight gradient deferred (Megatron-LM's defer_embedding_wgrad_compute): each
  * backward keeps its rows (at most `rows` of them until gpt_head_wgrad), and gpt_head_wgrad
  * computes the gradient of them all at once, when the stage's last backward of the step is done.
- * Under 1F1B the last stage has finished then while the first still runs its last backward, so
- * the output layer's weight gradients leave the last stage's share of every microbatch. Only for a
+ * Under 1F1B the last stage has finished then while the pipeline drains, so the output layer's
+ * weight gradients leave the last stage's share of every microbatch. Only for a
  * stage that holds the head. Returns 0, or -1 when out of memory. */
 static int gpt_stage_defer_head(gpt_stage *s, const gpt_config *c, int rows)
 {

@@ -138,6 +138,8 @@ fixed2=$($P search --pp 2 --mb 8 --kind interleaved --layer-costs "$T/gpt.txt" -
 awk -v a="$fixed2" -v b="$best" 'BEGIN { exit !(a > b) }' && ok || bad "search --hybrid split: --loss 3,3,3 gives $fixed2, not above $best"
 expect_error 2 "--layer-costs '$T/gpt.txt': 16 layers, but the pattern has 4" search --pp 2 --mb 8 --layer-costs "$T/gpt.txt" --hybrid '*-|*-'
 expect_error 2 "--layout and --hybrid: give one" search --pp 2 --mb 8 --layout 'Et|tL' --hybrid '*-|*-'
+expect_error 2 "--hybrid=*-|*-/*-: one symbol a layer, without MTP depths" search --pp 2 --mb 8 --layer-costs "$T/gpt.txt" --hybrid '*-|*-/*-'
+expect_error 2 "--hybrid with --b: give the halves --i and --w" search --pp 2 --mb 8 --hybrid '*-|*-' --b 2
 expect_error 2 "--layers and --hybrid with '|': give one" search --pp 2 --mb 8 --layers 4 --hybrid '*-|*-'
 expect_error 2 "--hybrid: 3 symbols, but the search has 16 layers" search --pp 2 --mb 8 --layer-costs "$T/gpt.txt" --hybrid '*-*'
 expect_error 2 "--hybrid=*-/*-: one symbol a layer, without MTP depths" search --pp 2 --mb 8 --layers 4 --hybrid '*-/*-'

@@ -108,6 +108,8 @@ if [ "$ngpu" -ge 2 ]; then
     for b in gpt_gpu_fp32 gpt_gpu; do
         check 2 "$b-pp2-1f1b-defer-head" $b --pp 2 --schedule 1f1b --defer-head-wgrad
         check 2 "$b-pp2-interleaved-group4-defer-head" $b --pp 2 --schedule interleaved --vpp 2 --group 4 --defer-head-wgrad
+        check 2 "$b-dp2-defer-head" $b --dp 2 --defer-head-wgrad
+        check 2 "$b-cp2-defer-head-moe" $b --cp 2 --moe --replay --defer-head-wgrad
         check 2 "$b-pp2-interleaved-half-defer-head-moe" $b --pp 2 --schedule interleaved --replay --defer-head-wgrad \
             --hybrid '*-*|E*-*|-*|E*-*E'
     done
