@@ -567,8 +567,8 @@ static void ta_reference(const ta_world *W, float (*tensor)[TA_TENSORS][TA_H * T
  * units a step (F + I + W of 12 blocks, 8 microbatches), which bounds the step; measured after step
  * 2, re-planned (rank 0 takes 14 blocks, rank 1 10: 336 against 324 on rank 1) and moved, steps 3-4
  * run at ZB-V's simulated 336, 13.6% faster, within 1.6 points of the 330.9 the two speeds allow.
- * The busiest rank's compute must fall by 5% (each action's timing noise adds to both sides
- * alike, and a loaded machine stretches some actions), the step must be faster (by less than that where the machine is loaded: the new split
+ * The busiest rank's compute must fall by 10% (each action's timing noise adds to both sides
+ * alike), the step must be faster (by less than that where the machine is loaded: the new split
  * leaves no slack, so every late wake-up lands on the step), and every block's weights, momentum
  * and last gradients must be the unsplit model's bit for bit. */
 static void a_slowed_rank_gets_fewer_blocks_and_the_step_gets_faster(void)
@@ -631,8 +631,8 @@ static void a_slowed_rank_gets_fewer_blocks_and_the_step_gets_faster(void)
         if (step >= TA_ADAPT_AT && b < adapted_busy) adapted_busy = b;
     }
     bound = TA_MB * 3.0 * TA_LAYERS * TA_UNIT / (1 + 1 / TA_SLOW);
-    PP_CHECK_MSG(adapted_busy < 0.95 * even_busy, "the busiest rank computed %.1f ms adapted, %.1f ms on the even "
-                 "split: not 5%% less (13.6%% expected)", adapted_busy * 1e3, even_busy * 1e3);
+    PP_CHECK_MSG(adapted_busy < 0.9 * even_busy, "the busiest rank computed %.1f ms adapted, %.1f ms on the even split: "
+                 "not 10%% less", adapted_busy * 1e3, even_busy * 1e3);
     PP_CHECK_MSG(adapted < even, "adapted step %.1f ms, even %.1f ms: not faster", adapted * 1e3, even * 1e3);
     if (getenv("PP_TEST_VERBOSE"))
         printf("     adapt: rank 1 speed %.4f, split %d,%d,%d,%d; even step %.1f ms (%.1f%% of the bound %.1f ms, "
