@@ -10,6 +10,7 @@
  *     line 4   optional: memory_cap embedding_cost embedding_memory loss_cost loss_memory
  *              mtp_cost mtp_memory (numbers as strtod reads them, passed on unchecked)
  *     line 5   optional: moe_layer_freq
+ *     line 6   optional: a hybrid pattern whose symbols are the layers (pp_balance_config.hybrid)
  * On success: the consistency checks of fuzz_layers_check.h; stage costs that add up as
  * documented, max_cost their maximum, every stage under the memory cap; and for small cases
  * (at most 10 layers and 5 stages) max_cost equal to the smallest bottleneck over every
@@ -85,11 +86,19 @@ static void check_balance(const pp_balance_config *cfg, const pp_layers *l)
     }
     for (s = 0, j = 0; s < l->num_stages; s++) j += l->count[s];
     FUZZ_CHECK(j == cfg->num_layers);
+    if (cfg->hybrid) {                  /* the pattern: the symbols in order, '|' between the stages */
+        const char *p = l->pattern, *h = cfg->hybrid;
+        FUZZ_CHECK(p != NULL && l->layout == NULL);
+        for (s = 0; p && s < l->num_stages; s++) {
+            for (k = 0; k < l->count[s]; k++) FUZZ_CHECK(*p++ == *h++);
+            FUZZ_CHECK(*p++ == (s + 1 < l->num_stages ? '|' : '\0'));
+        }
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char *text = fuzz_cstr(data, size), *line[5] = { NULL, NULL, NULL, NULL, NULL };
+    char *text = fuzz_cstr(data, size), *line[6] = { NULL, NULL, NULL, NULL, NULL, NULL };
     double *costs = NULL, *memory = NULL, d[7] = { 0, 0, 0, 0, 0, 0, 0 };
     long v[3] = { 0, 0, 0 };
     int n_cost, n_mem = -1, k;
@@ -97,7 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pp_layers *l = NULL;
     pp_error err;
     pp_status st;
-    fuzz_lines(text, line, 5);
+    fuzz_lines(text, line, 6);
     memset(&bal, 0, sizeof bal);
     if ((n_cost = layers_parse_list("--costs", line[0], &costs)) < 0) goto out;
     if (line[1] && line[1][0] && strcmp(line[1], "-") &&
@@ -119,6 +128,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bal.memory_cap = d[0]; bal.embedding_cost = d[1]; bal.embedding_memory = d[2];
     bal.loss_cost = d[3]; bal.loss_memory = d[4]; bal.mtp_cost = d[5]; bal.mtp_memory = d[6];
     bal.moe_layer_freq = line[4] && line[4][0] ? line[4] : NULL;
+    bal.hybrid = line[5] && line[5][0] ? line[5] : NULL;
     st = pp_layers_balance(&bal, &l, &err);
     FUZZ_CHECK(err.status == st);
     if (st == PP_OK) check_balance(&bal, l);
