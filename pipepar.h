@@ -1539,7 +1539,9 @@ PIPEPAR_API pp_status pp_replay_gather(const pp_replay_map *map, const int32_t *
  * saved activations once, that many, and indexes them by slot.
  *
  * Around a chunk: callbacks.chunk_done says when a chunk's last backward of the step has run, so
- * its data-parallel gradient reduce starts while the rest of the pipeline drains.
+ * its data-parallel gradient reduce starts while the rest of the pipeline drains. It comes once
+ * the sends after that backward are posted: work it queues (a deferred weight gradient, say)
+ * runs beside the transfer the next stage waits for, not before it.
  *
  * Microbatch counts. Packing decides how many bins a step has. An executor made from a recipe
  * (pp_executor_config.recipe) instead of a schedule runs a step of any count up to max_mb: the
@@ -1786,8 +1788,10 @@ typedef struct pp_callbacks {
      * (info->mb is that action's microbatch), so its weight gradients are complete. A trainer
      * starts that chunk's data-parallel gradient reduce here, while the pipeline drains
      * (Megatron-LM's grad_sync_func). Called once per chunk per training step, in program order,
-     * right after the chunk's last B, W or FB (never after an I: its W follows, even when the W
-     * runs nothing); never in forward-only steps. info->slot is -1. */
+     * after the chunk's last B, W or FB (never after an I: its W follows, even when the W runs
+     * nothing) and after the transfers that follow that action in the program are posted, so
+     * what the callback puts on a compute stream does not hold back the sends of the action's
+     * result; never in forward-only steps. info->slot is -1. */
     int (*chunk_done)(void *user, const pp_mb_info *info);
 } pp_callbacks;
 
@@ -12688,7 +12692,7 @@ static pp_status pp__chunk_done(pp_executor *ex, int i, pp_action a, pp_error *e
 static pp_status pp__walk(pp_executor *ex, pp_error *err)
 {
     pp_status st = PP_OK;
-    int i = 0;
+    int i = 0, done_at = -1;   /* done_at: a chunk's last backward, told once the transfers after it are posted */
     while (i < ex->len && st == PP_OK) {
         pp_action a = ex->prog[i];
         if (pp__is_comm(a.op)) {
@@ -12697,6 +12701,11 @@ static pp_status pp__walk(pp_executor *ex, pp_error *err)
             st = pp__post_group(ex, i, j, err);
             i = j;
             continue;
+        }
+        if (done_at >= 0) {
+            st = pp__chunk_done(ex, done_at, ex->prog[done_at], err);
+            done_at = -1;
+            if (st != PP_OK) break;
         }
         if (ex->forward_only && (a.op == PP_OP_B || a.op == PP_OP_I || a.op == PP_OP_W)) { i++; continue; }
         pp__mark(ex, 3 * i);
@@ -12711,10 +12720,10 @@ static pp_status pp__walk(pp_executor *ex, pp_error *err)
         default: st = pp__run_fb(ex, i, a, err); break;
         }
         if (st == PP_OK) pp__mark(ex, 3 * i + 2);
-        if (st == PP_OK && ex->plan->done[i] && ex->cb.chunk_done && !ex->planning && !ex->forward_only)
-            st = pp__chunk_done(ex, i, a, err);
+        if (st == PP_OK && ex->plan->done[i] && ex->cb.chunk_done && !ex->planning && !ex->forward_only) done_at = i;
         i++;
     }
+    if (st == PP_OK && done_at >= 0) st = pp__chunk_done(ex, done_at, ex->prog[done_at], err);
     if (st == PP_OK && ex->ngroups > 0) st = pp__wait_upto(ex, ex->ngroups - 1, ex->len, err);
     return st;
 }

@@ -11,9 +11,10 @@
 # mean: the efficiency baseline); gpt_gpu's pp 2 schedules (1F1B, interleaved vpp 2, ZB-V,
 # DualPipeV, and 1F1B with FIRST layers on the first stage: the last stage also holds the output
 # layer and the loss; then interleaved, ZB-V and DualPipeV with half-layer stages, --hybrid, that
-# move one MLP off the rank holding the output layer, and again on the half-layer split that
-# pipepar search finds for each on the units' costs that gpt_gpu --unit-costs measures; 1F1B and
-# the searched interleaved with the output layer's weight gradient deferred); Megatron-LM's (bench/megatron_gpt_bench.py:
+# move one MLP off the rank holding the output layer; all four again on the half-layer split that
+# pipepar search finds for each on the units' costs that gpt_gpu --unit-costs measures; 1F1B, the
+# searched 1F1B and the searched interleaved with the output layer's weight gradient deferred);
+# Megatron-LM's (bench/megatron_gpt_bench.py:
 # single-GPU on both GPUs at once, 1F1B, interleaved vpp 2 with overlap_p2p_comm, 1F1B with FIRST
 # layers on the first stage (num_layers_in_first_pipeline_stage); PYTHONPATH must reach
 # megatron/core, default .megatron); the summary: step time, tokens/s per GPU, pipeline efficiency against each framework's own
@@ -97,23 +98,26 @@ CUDA_VISIBLE_DEVICES=0 timeout 300 build/gpt_gpu "${MODEL[@]}" --unit-costs "$OU
 grep -E "^(unit costs|  attention|wrote)" "$OUTDIR/units.log" | tee -a "$LOG"
 SEARCH_FLAGS=$(sed -n 's/^wrote .*; search with: //p' "$OUTDIR/units.log")
 declare -A SEARCHED GROUP
-for kind in interleaved zbv dualpipev; do
+for kind in 1f1b interleaved zbv dualpipev; do
     SEARCHED[$kind]=""; GROUP[$kind]=""
     [ -n "$SEARCH_FLAGS" ] || continue
-    eval build/pipepar search --pp 2 --mb "$MB" --kind "$kind" --vpp 2 --spread 4 "$SEARCH_FLAGS" >"$OUTDIR/search-$kind.log" 2>&1
+    v=2; [ "$kind" = 1f1b ] && v=1
+    eval build/pipepar search --pp 2 --mb "$MB" --kind "$kind" --vpp "$v" --spread 4 "$SEARCH_FLAGS" >"$OUTDIR/search-$kind.log" 2>&1
     SEARCHED[$kind]=$(sed -n "s/^pattern: '\(.*\)'$/\1/p" "$OUTDIR/search-$kind.log")
     GROUP[$kind]=$(sed -n 's/^best: [a-z]* vpp=[0-9]* group=\([0-9]*\),.*/\1/p' "$OUTDIR/search-$kind.log")
     say "   $kind: $(grep -E '^best' "$OUTDIR/search-$kind.log") (simulated); split '${SEARCHED[$kind]:-none}'"
 done
 declare -A STEP TOK PEAK DPS
 NAMES="1f1b interleaved-vpp2 zbv dualpipev 1f1b-first$FIRST interleaved-vpp2-half zbv-half dualpipev-half"
-NAMES="$NAMES interleaved-vpp2-searched zbv-searched dualpipev-searched 1f1b-defer interleaved-vpp2-searched-defer"
+NAMES="$NAMES 1f1b-searched interleaved-vpp2-searched zbv-searched dualpipev-searched 1f1b-defer 1f1b-searched-defer"
+NAMES="$NAMES interleaved-vpp2-searched-defer"
 # "defer": the output layer's weight gradient in one product once its stage's backwards are done
 # (--defer-head-wgrad, Megatron-LM's defer_embedding_wgrad_compute, which these Megatron-LM runs
 # leave off: it needs gradient_accumulation_fusion)
 for cfg in "1f1b 1 0" "interleaved 2 0" "zbv 2 0" "dualpipev 2 0" "1f1b 1 $FIRST" "interleaved 2 0 half $HALF_INTERLEAVED" \
-           "zbv 2 0 half $HALF_V" "dualpipev 2 0 half $HALF_V" "interleaved 2 0 searched ${SEARCHED[interleaved]}" \
-           "zbv 2 0 searched ${SEARCHED[zbv]}" "dualpipev 2 0 searched ${SEARCHED[dualpipev]}" "1f1b 1 0 defer" \
+           "zbv 2 0 half $HALF_V" "dualpipev 2 0 half $HALF_V" "1f1b 1 0 searched ${SEARCHED[1f1b]}" \
+           "interleaved 2 0 searched ${SEARCHED[interleaved]}" "zbv 2 0 searched ${SEARCHED[zbv]}" \
+           "dualpipev 2 0 searched ${SEARCHED[dualpipev]}" "1f1b 1 0 defer" "1f1b 1 0 searched-defer ${SEARCHED[1f1b]}" \
            "interleaved 2 0 searched-defer ${SEARCHED[interleaved]}"; do
     read -r kind vpp first how pattern <<<"$cfg"
     name=$kind; [ "$kind" = interleaved ] && name="interleaved-vpp$vpp"
@@ -158,7 +162,7 @@ say "|---|---|---|---|---|---|---|---|---|---|"
 say "| single GPU (harmonic mean) | $SINGLE ms | | | $(field_of "$OUTDIR/single-gpu0.log" "peak") | | ${MSINGLE:-?} ms | $(megfield "single-gpu" "tokens/s/gpu") | | $(megfield "single-gpu" "peak") |"
 for name in $NAMES; do
     # each row beside Megatron-LM's run of the same kind (its whole-layer split, no deferral)
-    case $name in 1f1b|1f1b-defer) m=$M1; k="1f1b pp 2:" ;; interleaved-vpp2*) m=$MI; k="interleaved pp 2 vpp 2" ;;
+    case $name in 1f1b|1f1b-defer|1f1b-searched*) m=$M1; k="1f1b pp 2:" ;; interleaved-vpp2*) m=$MI; k="interleaved pp 2 vpp 2" ;;
                   1f1b-first*) m=$MF; k="1f1b pp 2 first stage $FIRST layers" ;; *) m=""; k="" ;; esac
     mt=""; mp=""
     [ -n "$k" ] && mt=$(megfield "$k" "tokens/s/gpu") && mp=$(megfield "$k" "peak")

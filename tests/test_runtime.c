@@ -210,6 +210,7 @@ static void tm_sum_copies(const pp_schedule *s, const tm_params *grads, tm_param
 typedef struct tm_watch {
     pp_transport inner;
     long long posts;                /* posts made */
+    long long sends;                /* sends among them */
     const void *ptr[256];           /* buffers callbacks touched ... */
     long long touched[256];         /* ... and the posts made by then */
     int n;
@@ -269,6 +270,7 @@ typedef struct tm_run {
     int slot_max[TM_MAX_STAGES], saved_slots[TM_MAX_STAGES], slot_bad[TM_MAX_STAGES];
     char slot_why[TM_MAX_STAGES][160];
     int chunk_done_calls[TM_MAX_STAGES];
+    long long sends_at_done[TM_MAX_STAGES][2 * TM_MAX_STAGES];   /* watch: sends posted at each chunk_done */
     /* log_calls: each rank's callbacks in order, "F1.0 B1.0 D0:1.0 " (D: chunk_done, chunk:stage.mb) */
     int log_calls;
     char log[TM_MAX_STAGES][8192];
@@ -335,7 +337,7 @@ static pp_status tm_watch_post(void *user, const pp_transfer *x, int count, void
     pp_status st;
     int i, j;
     for (i = 0; i < count; i++) {
-        if (x[i].is_send) continue;
+        if (x[i].is_send) { w->sends++; continue; }
         w->receives++;
         if (x[i].buf_free_posts > 0) w->early++;
         for (j = 0; j < w->n && w->ptr[j] != x[i].buf; j++) {}
@@ -518,6 +520,8 @@ static int tm_chunk_done(void *user, const pp_mb_info *info)
     tm_run *run = (tm_run *)user;
     if (info->slot != -1) tm_slot_error(run, info, "chunk_done names a slot");
     if (info->forward_only) tm_slot_error(run, info, "chunk_done in a forward-only step");
+    if (run->watch && run->chunk_done_calls[info->rank] < 2 * TM_MAX_STAGES)
+        run->sends_at_done[info->rank][run->chunk_done_calls[info->rank]] = run->watches[info->rank].sends;
     run->chunk_done_calls[info->rank]++;
     tm_log(run, info->rank, "D%d:%d.%d ", info->chunk, info->stage, info->mb);
     return 0;
@@ -1440,6 +1444,62 @@ static void chunk_done_follows_each_chunks_last_backward_once_per_step(void)
             pp_schedule_free(s);
             pp_schedule_free(base);
         }
+}
+
+/* chunk_done comes after the transfers that follow the chunk's last backward in the program are
+ * posted, so what a trainer queues there (a deferred weight gradient, a gradient reduce on the
+ * compute stream) does not hold back the send the next stage waits for: at each call, the sends a
+ * rank has posted are all those of its lowered program up to the next compute action. */
+static void chunk_done_comes_after_the_sends_that_follow_it(void)
+{
+    static const struct { pp_schedule_kind kind; int pp, vpp, mb; } cfgs[] = {
+        { PP_1F1B, 3, 1, 5 }, { PP_INTERLEAVED_1F1B, 2, 2, 4 }, { PP_ZBV, 2, 2, 4 }, { PP_DUALPIPEV, 4, 2, 8 },
+        { PP_ZB_H1, 3, 1, 4 },
+    };
+    size_t k;
+    for (k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
+        pp_schedule *s = tm_schedule(cfgs[k].kind, cfgs[k].pp, cfgs[k].vpp, cfgs[k].mb);
+        tm_run *run;
+        pp_error err;
+        int r, i, step;
+        if (!s) continue;
+        run = tm_new(s, 2);
+        run->steps = 2;
+        run->watch = 1;
+        PP_CHECK_OK(tm_go(run, &err), &err);
+        for (r = 0; r < s->pp; r++) {
+            long long per_step = 0, want[2 * TM_MAX_STAGES];
+            int last[TM_MAX_STAGES], c, nd = 0;
+            for (c = 0; c < TM_MAX_STAGES; c++) last[c] = -1;
+            for (i = 0; i < s->length[r]; i++) {
+                pp_action a = s->actions[r][i];
+                if (a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B) per_step++;
+                if (a.op == PP_OP_B || a.op == PP_OP_W) last[pp_stage_chunk(s, a.stage)] = i;
+                if (a.op == PP_OP_FB) last[pp_stage_chunk(s, a.stage2)] = i;
+            }
+            for (step = 0; step < 2; step++) {
+                long long sent = step * per_step;
+                for (i = 0; i < s->length[r]; i++) {
+                    pp_action a = s->actions[r][i];
+                    int bs = a.op == PP_OP_FB ? a.stage2 : a.stage, j;
+                    if (a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B) sent++;
+                    if (a.op > PP_OP_FB || last[pp_stage_chunk(s, bs)] != i) continue;
+                    for (j = i + 1; j < s->length[r] && s->actions[r][j].op > PP_OP_FB; j++)
+                        if (s->actions[r][j].op == PP_OP_SEND_F || s->actions[r][j].op == PP_OP_SEND_B) sent++;
+                    if (nd < 2 * TM_MAX_STAGES) want[nd++] = sent;
+                    for (j = i + 1; j < s->length[r] && s->actions[r][j].op > PP_OP_FB; j++)
+                        if (s->actions[r][j].op == PP_OP_SEND_F || s->actions[r][j].op == PP_OP_SEND_B) sent--;
+                }
+            }
+            PP_CHECK_INT(run->chunk_done_calls[r], nd);
+            for (i = 0; i < nd && i < run->chunk_done_calls[r]; i++)
+                PP_CHECK_MSG(run->sends_at_done[r][i] == want[i], "%s rank %d: chunk_done %d came with %lld sends posted, "
+                             "want %lld (all up to the next compute action)", pp_schedule_kind_name(s->kind), r, i,
+                             run->sends_at_done[r][i], want[i]);
+        }
+        tm_free(run);
+        pp_schedule_free(s);
+    }
 }
 
 /* Without backward_input / backward_weight, a schedule with I and W still runs: each I calls
@@ -2393,6 +2453,7 @@ const pp_test_case pp_suite_runtime[] = {
     PP_TEST(the_pool_stays_within_the_planned_slots_and_a_steady_step_allocates_nothing),
     PP_TEST(saved_state_slots_are_never_shared_and_number_the_live_peak),
     PP_TEST(chunk_done_follows_each_chunks_last_backward_once_per_step),
+    PP_TEST(chunk_done_comes_after_the_sends_that_follow_it),
     PP_TEST(an_unsplit_backward_runs_split_schedules_to_the_split_gradients),
     PP_TEST(executor_refuses_half_a_split_backward),
     PP_TEST(data_parallel_pipelines_run_on_group_transports_and_sum_over_dp),
