@@ -20,11 +20,14 @@
 # megatron/core, default .megatron); the summary: step time, tokens/s per GPU, pipeline efficiency against each framework's own
 # single-GPU step (baseline / (2 x step)), peak memory, and gpt_gpu's data-path kernels' share of
 # the step (CUDA events around packing, the cp split and the replay gather). A step is the forward
-# and backward of every microbatch (Megatron's forward_backward_func; gpt_gpu's from the data's
-# upload to complete gradients, the update excluded).
+# and backward of every microbatch and the tied weight's copies summed over the first and the last
+# stage (Megatron's forward_backward_func, then that sum; gpt_gpu's from the data's upload to
+# complete gradients), the update excluded.
 # Env: LAYERS, HIDDEN, HEADS, SEQ, VOCAB, MB, STEPS (timed), WARMUP override the sizes; FIRST
 # (default LAYERS/2 + 1);
-# SKIP_MEGATRON=1, SKIP_BUILD=1; MEGATRON_PATH (default .megatron).
+# SKIP_MEGATRON=1, SKIP_BUILD=1; MEGATRON_PATH (default .megatron); ONLY=REGEX runs only the
+# pipepar runs whose names it matches (the single-GPU baseline always runs), CONFIGS picks
+# Megatron-LM's runs (bench/megatron_gpt_bench.py's variable).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . bench/gpu_lib.sh
@@ -122,6 +125,10 @@ for cfg in "1f1b 1 0" "interleaved 2 0" "zbv 2 0" "dualpipev 2 0" "1f1b 1 $FIRST
     read -r kind vpp first how pattern <<<"$cfg"
     name=$kind; [ "$kind" = interleaved ] && name="interleaved-vpp$vpp"
     extra=(); [ "$first" != 0 ] && name="$kind-first$first" && extra=(--first-stage-layers "$first")
+    if [ -n "${ONLY:-}" ]; then
+        full=$name; [ "$first" != 0 ] && full="$kind-first$first"; [ -n "$how" ] && full="$full-$how"
+        [[ $full =~ $ONLY ]] || continue
+    fi
     if [ "$how" = defer ]; then
         name="$name-defer"; extra=(--defer-head-wgrad)
     elif [ -n "$how" ]; then

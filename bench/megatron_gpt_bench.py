@@ -19,8 +19,9 @@
 # sequence each). Its softmax is Megatron's fused causal kernel when the extension is installed
 # (scaled_upper_triang_masked_softmax_cuda), else PyTorch's; the first line says which. Gradients
 # accumulate in each parameter's bf16 .grad (no DistributedDataParallel wrapper: Megatron's cheaper
-# path; gpt_gpu accumulates fp32). The step timed is forward_backward_func's: every microbatch's
-# forward and backward, from a synchronised start to a synchronised end.
+# path; gpt_gpu accumulates fp32). The step timed is forward_backward_func's, every microbatch's
+# forward and backward, and then the tied weight's two copies summed over the first and last
+# stage (finalize_model_grads' part for them), from a synchronised start to a synchronised end.
 #
 # "single": every process runs the whole model on its own GPU (pp 1, each GPU a replica that never
 # communicates), so one run gives each GPU's single-GPU step under the same conditions as the
@@ -111,6 +112,21 @@ def forward_step(data_iterator, model):
     return losses, loss_func
 
 
+def tied_grad_sum(chunks, pp):
+    """The tied weight's two copies summed over the embedding group (the first and the last stage),
+    as finalize_model_grads does after forward_backward_func; its own _allreduce_word_embedding_grads
+    wants a DistributedDataParallel wrapper, which this bench leaves off. gpt_gpu's step sums its
+    copies too (fp32 there, bf16 here), so both steps end with complete gradients."""
+    if pp == 1:
+        return
+    first = ps.is_pipeline_first_stage(ignore_virtual=True)
+    if not (first or ps.is_pipeline_last_stage(ignore_virtual=True)):
+        return
+    w = (chunks[0] if first else chunks[-1]).module.shared_embedding_or_output_weight()
+    if w is not None and w.grad is not None:
+        dist.all_reduce(w.grad, group=ps.get_embedding_group())
+
+
 def run(name, pp, vpp, first=None):
     cfg, chunks = build(pp, vpp, first)
     data = batches()
@@ -124,6 +140,7 @@ def run(name, pp, vpp, first=None):
         fb(forward_step_func=forward_step, data_iterator=its if vpp > 1 else its[0],
            model=chunks if vpp > 1 else chunks[0], num_microbatches=MB, seq_length=SEQ,
            micro_batch_size=1, forward_only=False)
+        tied_grad_sum(chunks, pp)
         torch.cuda.synchronize()
         if step >= WARMUP:
             times.append(time.perf_counter() - t0)

@@ -574,6 +574,7 @@ struct Rank {
     float grad_scale = 1;           /* 1 / the step's labelled tokens */
     size_t bytes = 0;               /* device memory this program allocated */
     std::vector<double> step_ms;
+    std::vector<floatX *> head_at;      /* --defer-head-wgrad: each microbatch's logits' gradient (stage_head_rows) */
     std::vector<double> busy_ms;    /* this rank's compute in each timed step (the executor's timeline) */
     double dp_ms[DP_KINDS] = { 0, 0, 0 };
     pp_timer timer = {};            /* CUDA events around every action, for the timeline */
@@ -641,11 +642,20 @@ static int cb_forward(void *user, const pp_mb_info *info, const void *in, void *
 }
 
 /* The loss stays on the device (reading it here would stall the host every microbatch): weight
- * is the microbatch's labelled tokens, which the host knows; loss 0, the trainer reads d_loss. */
+ * is the microbatch's labelled tokens, which the host knows; loss 0, the trainer reads d_loss.
+ * With --defer-head-wgrad the logits' gradient goes to the rows the deferred product will read
+ * (stage_head_rows), and the backward reads it there, not in grad_out. */
 static int cb_loss(void *user, const pp_mb_info *info, const void *out, void *grad_out, pp_loss *loss)
 {
     Rank &R = *(Rank *)user;
     const Batch &b = ((const MbDev *)info->meta)->b;
+    Stage &st = R.chunk[info->chunk];
+    if (grad_out && st.head_dout) {
+        floatX *rows = stage_head_rows(R.M, st, b.T);
+        if (!rows) return 1;
+        R.head_at[info->mb] = rows;
+        grad_out = rows;
+    }
     if (grad_out) stage_loss(R.M, b, (const floatX *)out, (floatX *)grad_out, R.grad_scale, R.d_loss);
     loss->loss = 0;
     loss->weight = (float)b.labelled;
@@ -658,9 +668,10 @@ static int cb_backward(void *user, const pp_mb_info *info, const void *in, const
 {
     Rank &R = *(Rank *)user;
     MbDev &m = *(MbDev *)info->meta;
+    Stage &st = R.chunk[info->chunk];
     (void)in;
-    return stage_backward(R.M, R.chunk[info->chunk], m.b, (const floatX *)grad_out, (floatX *)grad_in,
-                          acts_of(R, info, m.b));
+    if (st.shape.has_head && st.head_dout) grad_out = R.head_at[info->mb];   /* cb_loss wrote it there */
+    return stage_backward(R.M, st, m.b, (const floatX *)grad_out, (floatX *)grad_in, acts_of(R, info, m.b));
 }
 
 /* The chunk's backwards are done: with --defer-head-wgrad its output layer's weight gradient first;
@@ -801,6 +812,7 @@ static void rank_chunks(Rank &R)
         gpt_split_units(J.layers, ms, &u0, &units, &ends);
         stage_create(R.chunk[c], &J.cfg, u0, units, ends, (uint64_t)J.o.seed, R.stream, &R.bytes);
         if (J.o.defer_head_wgrad) stage_defer_head(R.chunk[c], &J.cfg, J.max_mb * (J.max_tokens / J.o.cp), &R.bytes);
+        R.head_at.assign((size_t)J.max_mb, nullptr);
         R.has_head |= R.chunk[c].shape.has_head;
     }
 }
@@ -1100,7 +1112,8 @@ static int meet(Rank &R)
 }
 
 /* One training step of this rank, from the data to the update. Timed: from the data's upload to
- * complete gradients (what Megatron-LM's forward_backward_func covers); the update after. */
+ * complete gradients, the tied weight's copies summed (what bench/megatron_gpt_bench.py times of
+ * Megatron-LM: its forward_backward_func, then that sum); the update after. */
 static int rank_step(Rank &R, int step)
 {
     Job &J = *R.job;

@@ -355,30 +355,80 @@ __global__ void attn_softmax_bwd_kernel(floatX *dP, const floatX *P, const Span 
         dP[at + j] = toX(j <= lim ? f32(P[at + j]) * (f32(dP[at + j]) - dot) : 0.0f);
 }
 
+/* (m, s) with s = sum exp(x - m) over some x, merged with (m2, s2): the pair over both */
+__device__ __forceinline__ void softmax_merge(float &m, float &s, float m2, float s2)
+{
+    const float M = fmaxf(m, m2);
+    if (M == -INFINITY) return;             /* both empty */
+    s = s * expf(m - M) + s2 * expf(m2 - M);
+    m = M;
+}
+
+/* The block's (max, sum of exponentials) pair, every thread's merged; every thread gets it */
+__device__ void block_softmax_reduce(float &m, float &s)
+{
+    __shared__ float pm[32], ps[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        softmax_merge(m, s, m2, s2);
+    }
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) { pm[threadIdx.x >> 5] = m; ps[threadIdx.x >> 5] = s; }
+    __syncthreads();
+    m = -INFINITY; s = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) softmax_merge(m, s, pm[i], ps[i]);
+}
+
 /* Cross-entropy, block per token: loss_sum += log sum exp(logits) - logits[label] over labelled
  * tokens; dlogits = (softmax - onehot(label)) * grad_scale, 0 for unlabelled rows (dlogits may
- * be logits, or NULL for the loss alone). */
+ * be logits, or NULL for the loss alone). Two passes over the row, not three: the max and the sum
+ * of exponentials together (online softmax), then dlogits; 16 bytes a load and a store where the
+ * vocab is a multiple of that (the output layer's logits are the step's largest tensor). */
 __global__ void cross_entropy_kernel(const floatX *logits, floatX *dlogits, const int *labels, int V, float grad_scale,
                                      double *loss_sum)
 {
+    constexpr int VEC = 16 / sizeof(floatX);
     const floatX *l = logits + (size_t)blockIdx.x * V;
     floatX *d = dlogits ? dlogits + (size_t)blockIdx.x * V : nullptr;
     const int label = labels[blockIdx.x];
+    const bool vec = V % VEC == 0;
     if (label < 0) {
         if (d) for (int v = threadIdx.x; v < V; v += blockDim.x) d[v] = toX(0.0f);
         return;
     }
-    float mx = -INFINITY, z = 0;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, f32(l[v]));
-    mx = block_reduce<true>(mx);
-    for (int v = threadIdx.x; v < V; v += blockDim.x) z += expf(f32(l[v]) - mx);
-    z = block_reduce<false>(z);
+    float m = -INFINITY, z = 0.0f;
+    if (vec) {
+        for (int v = threadIdx.x * VEC; v < V; v += blockDim.x * VEC) {
+            const uint4 u = *reinterpret_cast<const uint4 *>(l + v);
+            const floatX *e = reinterpret_cast<const floatX *>(&u);
+            float cm = f32(e[0]), cs = 0.0f;
+            for (int j = 1; j < VEC; j++) cm = fmaxf(cm, f32(e[j]));
+            for (int j = 0; j < VEC; j++) cs += expf(f32(e[j]) - cm);
+            softmax_merge(m, z, cm, cs);
+        }
+    } else {
+        for (int v = threadIdx.x; v < V; v += blockDim.x) softmax_merge(m, z, f32(l[v]), 1.0f);
+    }
+    block_softmax_reduce(m, z);
     const float at_label = f32(l[label]);
-    if (threadIdx.x == 0) atomicAdd(loss_sum, (double)(logf(z) + mx - at_label));
+    if (threadIdx.x == 0) atomicAdd(loss_sum, (double)(logf(z) + m - at_label));
     __syncthreads();            /* every thread read l[label] before d (maybe l) is written */
-    if (d)
+    if (!d) return;
+    const float inv = 1.0f / z;
+    if (vec) {
+        for (int v = threadIdx.x * VEC; v < V; v += blockDim.x * VEC) {
+            const uint4 u = *reinterpret_cast<const uint4 *>(l + v);
+            const floatX *e = reinterpret_cast<const floatX *>(&u);
+            uint4 o;
+            floatX *oe = reinterpret_cast<floatX *>(&o);
+            for (int j = 0; j < VEC; j++)
+                oe[j] = toX((expf(f32(e[j]) - m) * inv - (v + j == label ? 1.0f : 0.0f)) * grad_scale);
+            *reinterpret_cast<uint4 *>(d + v) = o;
+        }
+    } else {
         for (int v = threadIdx.x; v < V; v += blockDim.x)
-            d[v] = toX((expf(f32(l[v]) - mx) / z - (v == label ? 1.0f : 0.0f)) * grad_scale);
+            d[v] = toX((expf(f32(l[v]) - m) * inv - (v == label ? 1.0f : 0.0f)) * grad_scale);
+    }
 }
 
 /* AdamW (Loshchilov & Hutter) as gpt_adamw, gradients scaled by *scale (the clip; NULL: 1), the
@@ -747,9 +797,11 @@ static void stage_create(Stage &s, const gpt_config *c, int u0, int units, int e
 }
 
 /* The output layer's weight gradient deferred (gpt_model.h's gpt_stage_defer_head, Megatron-LM's
- * defer_embedding_wgrad_compute): each backward keeps its rows, at most `rows` until
- * stage_head_wgrad computes the gradient of them all in one product. Only for the head's stage;
- * `bytes` adds what it allocated. */
+ * defer_embedding_wgrad_compute): each microbatch's loss writes its logits' gradient into rows
+ * that stage_head_rows hands out, its backward reads them there and keeps its inputs beside them,
+ * at most `rows` until stage_head_wgrad computes the gradient of them all in one product. The
+ * logits' gradient is written once and never copied. Only for the head's stage; `bytes` adds
+ * what it allocated. */
 static void stage_defer_head(Stage &s, const gpt_config *c, int rows, size_t *bytes)
 {
     if (!s.shape.has_head || rows <= 0) return;
@@ -758,6 +810,20 @@ static void stage_defer_head(Stage &s, const gpt_config *c, int rows, size_t *by
     *bytes += nd + ni;
     s.head_cap = rows;
     s.head_rows = 0;
+}
+
+/* stage_defer_head: T rows for a microbatch's logits' gradient, the next free ones; NULL when
+ * every row is taken (M.why says so). */
+static floatX *stage_head_rows(GpuModel &M, Stage &st, int T)
+{
+    if (st.head_rows + T > st.head_cap) {
+        snprintf(M.why, sizeof M.why, "loss: more output-layer rows than the deferred weight gradient keeps (%d)",
+                 st.head_cap);
+        return nullptr;
+    }
+    floatX *at = st.head_dout + (size_t)st.head_rows * M.cfg.vocab;
+    st.head_rows += T;
+    return at;
 }
 
 static void stage_free(Stage &s)
@@ -1191,17 +1257,13 @@ static int stage_backward(GpuModel &M, Stage &st, const Batch &b, const floatX *
     cudaStream_t s = M.stream;
     floatX *dx = M.s.dx, *dn = M.s.dn;
     unit_mark(M);
-    if (st.shape.has_head && st.head_dout) {   /* stage_defer_head: keep the rows for stage_head_wgrad */
-        if (st.head_rows + T > st.head_cap) {
-            snprintf(M.why, sizeof M.why, "backward: more output-layer rows than the deferred weight gradient keeps (%d)",
-                     st.head_cap);
+    if (st.shape.has_head && st.head_dout) {   /* stage_defer_head: grad_out is rows of head_dout (stage_head_rows) */
+        const size_t row = (size_t)(grad_out - st.head_dout) / c.vocab;
+        if (grad_out < st.head_dout || row + T > (size_t)st.head_cap) {
+            snprintf(M.why, sizeof M.why, "backward: the logits' gradient is not in the deferred output layer's rows");
             return 1;
         }
-        CK(cudaMemcpyAsync(st.head_dout + (size_t)st.head_rows * c.vocab, grad_out, (size_t)T * c.vocab * sizeof(floatX),
-                           cudaMemcpyDeviceToDevice, s));
-        CK(cudaMemcpyAsync(st.head_in + (size_t)st.head_rows * C, a.nf, (size_t)T * C * sizeof(floatX),
-                           cudaMemcpyDeviceToDevice, s));
-        st.head_rows += T;
+        CK(cudaMemcpyAsync(st.head_in + row * C, a.nf, (size_t)T * C * sizeof(floatX), cudaMemcpyDeviceToDevice, s));
     }
     if (st.shape.has_head) {
         if (!st.head_dout) linear_dw(M.blas, st.g.wte_out, grad_out, a.nf, T, C, c.vocab);
