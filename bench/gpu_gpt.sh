@@ -96,11 +96,22 @@ fi
 # The split pipepar search finds for each kind on the units' measured costs (gpt_gpu --unit-costs
 # on GPU 0: every attention and MLP, forward and backward; the search simulates the schedule on
 # every split within 4 units of the even one)
-say "== gpt_gpu --unit-costs, then pipepar search --hybrid for each kind"
-CUDA_VISIBLE_DEVICES=0 timeout 300 build/gpt_gpu "${MODEL[@]}" --unit-costs "$OUTDIR/units.txt" >"$OUTDIR/units.log" 2>&1
-grep -E "^(unit costs|  attention|wrote)" "$OUTDIR/units.log" | tee -a "$LOG"
-SEARCH_FLAGS=$(sed -n 's/^wrote .*; search with: //p' "$OUTDIR/units.log")
+# (skipped when ONLY picks no searched run)
 declare -A SEARCHED GROUP
+SEARCH_FLAGS=""
+want_search=1
+if [ -n "${ONLY:-}" ]; then
+    want_search=0
+    for n in 1f1b-searched interleaved-vpp2-searched zbv-searched dualpipev-searched; do
+        [[ $n =~ $ONLY || $n-defer =~ $ONLY ]] && want_search=1
+    done
+fi
+if [ "$want_search" = 1 ]; then
+    say "== gpt_gpu --unit-costs, then pipepar search --hybrid for each kind"
+    CUDA_VISIBLE_DEVICES=0 timeout 300 build/gpt_gpu "${MODEL[@]}" --unit-costs "$OUTDIR/units.txt" >"$OUTDIR/units.log" 2>&1
+    grep -E "^(unit costs|  attention|wrote)" "$OUTDIR/units.log" | tee -a "$LOG"
+    SEARCH_FLAGS=$(sed -n 's/^wrote .*; search with: //p' "$OUTDIR/units.log")
+fi
 for kind in 1f1b interleaved zbv dualpipev; do
     SEARCHED[$kind]=""; GROUP[$kind]=""
     [ -n "$SEARCH_FLAGS" ] || continue
@@ -126,7 +137,7 @@ for cfg in "1f1b 1 0" "interleaved 2 0" "zbv 2 0" "dualpipev 2 0" "1f1b 1 $FIRST
     name=$kind; [ "$kind" = interleaved ] && name="interleaved-vpp$vpp"
     extra=(); [ "$first" != 0 ] && name="$kind-first$first" && extra=(--first-stage-layers "$first")
     if [ -n "${ONLY:-}" ]; then
-        full=$name; [ "$first" != 0 ] && full="$kind-first$first"; [ -n "$how" ] && full="$full-$how"
+        full=$name; [ -n "$how" ] && full="$full-$how"
         [[ $full =~ $ONLY ]] || continue
     fi
     if [ "$how" = defer ]; then
@@ -168,6 +179,7 @@ say "| schedule | gpt_gpu step | tokens/s/GPU | efficiency | peak GiB | data pat
 say "|---|---|---|---|---|---|---|---|---|---|"
 say "| single GPU (harmonic mean) | $SINGLE ms | | | $(field_of "$OUTDIR/single-gpu0.log" "peak") | | ${MSINGLE:-?} ms | $(megfield "single-gpu" "tokens/s/gpu") | | $(megfield "single-gpu" "peak") |"
 for name in $NAMES; do
+    [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]] && continue
     # each row beside Megatron-LM's run of the same kind (its whole-layer split, no deferral)
     case $name in 1f1b|1f1b-defer|1f1b-searched*) m=$M1; k="1f1b pp 2:" ;; interleaved-vpp2*) m=$MI; k="interleaved pp 2 vpp 2" ;;
                   1f1b-first*) m=$MF; k="1f1b pp 2 first stage $FIRST layers" ;; *) m=""; k="" ;; esac

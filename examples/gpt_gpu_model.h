@@ -355,11 +355,14 @@ __global__ void attn_softmax_bwd_kernel(floatX *dP, const floatX *P, const Span 
         dP[at + j] = toX(j <= lim ? f32(P[at + j]) * (f32(dP[at + j]) - dot) : 0.0f);
 }
 
-/* (m, s) with s = sum exp(x - m) over some x, merged with (m2, s2): the pair over both */
+/* (m, s) with s = sum exp(x - m) over some x, merged with (m2, s2): the pair over both. A pair
+ * with m2 = -inf (nothing, or only -inf logits) adds nothing; a NaN logit makes s NaN, so the loss
+ * says so. */
 __device__ __forceinline__ void softmax_merge(float &m, float &s, float m2, float s2)
 {
+    if (m2 == -INFINITY) return;
+    if (m == -INFINITY) { m = m2; s = s2; return; }
     const float M = fmaxf(m, m2);
-    if (M == -INFINITY) return;             /* both empty */
     s = s * expf(m - M) + s2 * expf(m2 - M);
     m = M;
 }
