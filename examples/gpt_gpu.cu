@@ -812,9 +812,9 @@ static void rank_chunks(Rank &R)
         gpt_split_units(J.layers, ms, &u0, &units, &ends);
         stage_create(R.chunk[c], &J.cfg, u0, units, ends, (uint64_t)J.o.seed, R.stream, &R.bytes);
         if (J.o.defer_head_wgrad) stage_defer_head(R.chunk[c], &J.cfg, J.max_mb * (J.max_tokens / J.o.cp), &R.bytes);
-        R.head_at.assign((size_t)J.max_mb, nullptr);
         R.has_head |= R.chunk[c].shape.has_head;
     }
+    if (J.o.defer_head_wgrad) R.head_at.assign((size_t)J.max_mb, nullptr);
 }
 
 /* The largest attention probabilities (elements) of any of this rank's microbatch views. */

@@ -1261,8 +1261,8 @@ static int stage_backward(GpuModel &M, Stage &st, const Batch &b, const floatX *
     floatX *dx = M.s.dx, *dn = M.s.dn;
     unit_mark(M);
     if (st.shape.has_head && st.head_dout) {   /* stage_defer_head: grad_out is rows of head_dout (stage_head_rows) */
-        const size_t row = (size_t)(grad_out - st.head_dout) / c.vocab;
-        if (grad_out < st.head_dout || row + T > (size_t)st.head_cap) {
+        const size_t row = grad_out >= st.head_dout ? (size_t)(grad_out - st.head_dout) / c.vocab : (size_t)st.head_cap;
+        if (row + T > (size_t)st.head_cap) {
             snprintf(M.why, sizeof M.why, "backward: the logits' gradient is not in the deferred output layer's rows");
             return 1;
         }
