@@ -770,6 +770,11 @@ typedef struct pp_sim_costs {
                                    seconds_per_byte times the most transfers it has in one
                                    direction, and everything it receives lands at its end.
                                    0: each transfer on its own. pp_simulate only */
+    const double *tail_stage;   /* optional [num_stages]: work stage s's rank does once a step after
+                                   that stage's last backward (B, W or FB), once the transfers that
+                                   follow it are posted: a weight gradient deferred to then, as a
+                                   trainer runs it from pp_callbacks.chunk_done (gpt's
+                                   --defer-head-wgrad). Counts as the rank's compute; 0 none */
 } pp_sim_costs;
 
 typedef struct pp_sim_result {
@@ -1014,6 +1019,13 @@ typedef struct pp_search_config {
                                layers, which is why Megatron can count it in the split
                                (account_for_loss_in_pipeline_split); the search then gives the last
                                stage fewer layers */
+    double loss_deferred;   /* with layers: of the loss's backward (loss.i + loss.w, per microbatch), the
+                               part a trainer defers to once a step, after the last stage's last
+                               backward (the output layer's weight gradient: gpt's
+                               --defer-head-wgrad, Megatron-LM's defer_embedding_wgrad_compute).
+                               Each backward of the last stage costs that much less, and the stage
+                               does mb times it as its tail (pp_sim_costs.tail_stage); it comes out
+                               of loss.w first, then loss.i. 0: none */
     const pp_layer_costs *layer_costs; /* with layers, optional: [layers] each layer's own costs, in
                                model order (dense and MoE layers, attention and Mamba); a stage costs
                                the sum of its layers'. NULL: every layer costs costs.f, i, w and
@@ -6763,16 +6775,23 @@ typedef struct pp__sim {
     pp__progress prog;
     pp__sim_groups groups;                  /* costs->grouped only */
     double t0, t1;                          /* first compute start, last compute end */
+    double **tail;                          /* costs->tail_stage only: [pp][length] the work after the
+                                               action there (its stage's last backward), else 0 */
+    double *tail_due;                       /* [pp] that work, before the rank's next compute */
 } pp__sim;
 
 static void pp__sim_free(pp__sim *S)
 {
+    int r;
     PIPEPAR_FREE(S->post_send); PIPEPAR_FREE(S->post_recv); PIPEPAR_FREE(S->send_r); PIPEPAR_FREE(S->send_p);
     PIPEPAR_FREE(S->recv_r); PIPEPAR_FREE(S->recv_p); PIPEPAR_FREE(S->arr_f); PIPEPAR_FREE(S->arr_b);
     PIPEPAR_FREE(S->arrived_f); PIPEPAR_FREE(S->arrived_b); PIPEPAR_FREE(S->t); PIPEPAR_FREE(S->pc);
     pp__sim_groups_free(&S->groups);
     pp__progress_free(&S->prog);
     pp_sim_result_free(S->res);
+    if (S->tail)
+        for (r = 0; r < S->s->pp; r++) PIPEPAR_FREE(S->tail[r]);
+    PIPEPAR_FREE(S->tail); PIPEPAR_FREE(S->tail_due);
 }
 
 /* A RECV (rv) completed at `end`: its tensor is here for the compute that needs it. */
@@ -6851,6 +6870,11 @@ static pp_status pp__sim_check_costs(const pp_schedule *s, const pp_sim_costs *c
             return pp__fail(err, PP_EINVAL, "costs: memory_stage: the stages weigh %g in all (they need some memory "
                             "to measure against)", *mem_all);
     }
+    if (costs->tail_stage)
+        for (i = 0; i < s->num_stages; i++)
+            if (!(costs->tail_stage[i] >= 0) || costs->tail_stage[i] > DBL_MAX)
+                return pp__fail(err, PP_EINVAL, "costs: tail_stage[%d]=%g: must be a finite number >= 0", i,
+                                costs->tail_stage[i]);
     if (!costs->action_cost) return PP_OK;
     if (!has_comm && s->pp > 1)
         return pp__fail(err, PP_EINVAL, "costs: action_cost: needs a lowered schedule (its entries follow the "
@@ -6913,6 +6937,25 @@ static pp_status pp__sim_init(pp__sim *S, const pp_schedule *s, const pp_sim_cos
         if (!res->start[r] || !res->end[r]) return pp__fail(err, PP_ENOMEM, "out of memory");
     }
     for (k = 0; k < nkeys; k++) { S->post_send[k] = S->post_recv[k] = -1; S->send_r[k] = S->recv_r[k] = -1; }
+    if (costs->tail_stage) {   /* each stage's tail after its last backward in its rank's program */
+        S->tail = (double **)pp__calloc((size_t)s->pp, sizeof(double *));
+        S->tail_due = (double *)pp__calloc((size_t)s->pp, sizeof(double));
+        if (!S->tail || !S->tail_due) return pp__fail(err, PP_ENOMEM, "out of memory");
+        for (r = 0; r < s->pp; r++) {
+            S->tail[r] = (double *)pp__calloc(s->length[r] > 0 ? (size_t)s->length[r] : 1, sizeof(double));
+            if (!S->tail[r]) return pp__fail(err, PP_ENOMEM, "out of memory");
+            for (i = s->length[r] - 1; i >= 0; i--) {
+                pp_action a = s->actions[r][i];
+                int st = a.op == PP_OP_FB ? a.stage2 : a.stage, j, later = 0;
+                if (a.op != PP_OP_B && a.op != PP_OP_W && a.op != PP_OP_FB) continue;
+                for (j = i + 1; j < s->length[r] && !later; j++) {
+                    pp_action b = s->actions[r][j];
+                    later = (b.op == PP_OP_B || b.op == PP_OP_W) ? b.stage == st : b.op == PP_OP_FB && b.stage2 == st;
+                }
+                if (!later) S->tail[r][i] = costs->tail_stage[st];
+            }
+        }
+    }
     if (!costs->grouped) return PP_OK;
     if (!pp__sim_groups_init(s, &S->groups)) return pp__fail(err, PP_ENOMEM, "out of memory");
     for (r = 0; r < s->pp; r++)
@@ -6943,6 +6986,17 @@ static void pp__sim_post(pp__sim *S, int r, pp_action a)
     pp__sim_arrive(S, s->actions[S->recv_r[k]][S->recv_p[k]], end);
 }
 
+/* Rank r does the tail its last compute left (costs->tail_stage), now that the transfers after
+ * that compute are posted. */
+static void pp__sim_pay_tail(pp__sim *S, int r)
+{
+    if (!S->tail || S->tail_due[r] <= 0) return;
+    S->res->busy[r] += S->tail_due[r];
+    S->t[r] += S->tail_due[r];
+    if (S->t[r] > S->t1) S->t1 = S->t[r];
+    S->tail_due[r] = 0;
+}
+
 /* Rank r's compute action a (at S->pc[r]): 1 when it ran, starting once the rank is free and its
  * inputs have arrived; 0 while an input from another rank has not; -1 (err set) when it comes
  * before work its own rank has still to do. */
@@ -6950,8 +7004,10 @@ static int pp__sim_compute(pp__sim *S, int r, pp_action a, pp_error *err)
 {
     const pp_schedule *s = S->s;
     int ops[2], stg[2], mbs[2], h, nh = pp__halves(a, ops, stg, mbs), ready = 1;
-    double start = S->t[r], dur = 0;
+    double start, dur = 0;
     char txt[64];
+    pp__sim_pay_tail(S, r);
+    start = S->t[r];
     for (h = 0; h < nh && ready == 1; h++) {
         const char *why = "";
         int from;
@@ -6978,6 +7034,7 @@ static int pp__sim_compute(pp__sim *S, int r, pp_action a, pp_error *err)
     S->t[r] = start + dur;
     if (start < S->t0) S->t0 = start;
     if (start + dur > S->t1) S->t1 = start + dur;
+    if (S->tail) S->tail_due[r] = S->tail[r][S->pc[r]];
     return 1;
 }
 
@@ -7011,7 +7068,7 @@ static pp_status pp__sim_run(pp__sim *S, pp_error *err)
                 }
                 progress = 1;
             }
-            if (S->pc[r] >= s->length[r]) finished++;
+            if (S->pc[r] >= s->length[r]) { pp__sim_pay_tail(S, r); finished++; }
         }
         if (!progress && finished < s->pp)
             return pp__fail(err, PP_EDEADLOCK, "simulation cannot finish: the schedule waits for tensors that are "
@@ -8612,7 +8669,7 @@ static int pp__split_advance(int32_t *split, const int32_t *even, int stages, in
 /* Per-stage costs of a split: each stage its layers times the per-layer costs, the first stage
  * the embedding's on top and the last the loss's. */
 static void pp__split_costs(const pp_search_config *cfg, const pp_sim_costs *per_layer, const int32_t *split,
-                            int stages, double **arrays)
+                            int stages, double **arrays)   /* [6]: f, b, i, w, memory, and tail or NULL */
 {
     const pp_layer_costs *ends[2];
     int e;
@@ -8644,6 +8701,13 @@ static void pp__split_costs(const pp_search_config *cfg, const pp_sim_costs *per
         arrays[0][s] += ends[e]->f; arrays[1][s] += ends[e]->i + ends[e]->w;
         arrays[2][s] += ends[e]->i; arrays[3][s] += ends[e]->w;
         arrays[4][s] += ends[e]->memory;
+    }
+    if (arrays[5]) {   /* loss_deferred: out of the last stage's backwards, into its tail */
+        const double d = cfg->loss_deferred, from_w = d < cfg->loss.w ? d : cfg->loss.w;
+        for (s = 0; s < stages; s++) arrays[5][s] = 0;
+        s = stages - 1;
+        arrays[1][s] -= d; arrays[2][s] -= d - from_w; arrays[3][s] -= from_w;
+        arrays[5][s] = d * cfg->mb;
     }
 }
 
@@ -8692,7 +8756,7 @@ typedef struct pp__split_shared {
 typedef struct pp__split_worker {
     pp__search W;
     pp_search_config cfg;
-    double *cost[5];
+    double *cost[6];        /* f, b, i, w, memory, tail (pp__split_costs) */
     int32_t *split;
     const pp_sim_costs *per_layer;
     int vpp, lo, hi, t, T;
@@ -8765,15 +8829,17 @@ static pp_status pp__search_splits_threaded(pp__search *S, const pp_search_confi
     for (t = 0; t < T; t++) {
         pp__split_worker *w = &k[t];
         w->cfg = *cfg_copy;
-        for (c = 0; c < 5; c++) {
+        for (c = 0; c < 6; c++) {
             w->cost[c] = (double *)pp__calloc((size_t)S->stages, sizeof(double));
             if (!w->cost[c]) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
         }
+        if (!(cfg_copy->loss_deferred > 0)) { PIPEPAR_FREE(w->cost[5]); w->cost[5] = NULL; }
         w->split = (int32_t *)pp__calloc((size_t)S->stages, sizeof(int32_t));
         if (!w->split) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
         w->cfg.costs.f_stage = w->cost[0]; w->cfg.costs.b_stage = w->cost[1];
         w->cfg.costs.i_stage = w->cost[2]; w->cfg.costs.w_stage = w->cost[3];
         w->cfg.costs.memory_stage = w->cost[4];
+        w->cfg.costs.tail_stage = w->cost[5];
         w->cfg.progress = cfg_copy->progress ? pp__split_worker_progress : NULL;
         w->cfg.progress_user = w;
         w->per_layer = &cfg_copy->costs;
@@ -8835,7 +8901,7 @@ static pp_status pp__search_splits_threaded(pp__search *S, const pp_search_confi
 done:
     S->layout = layout;
     for (t = 0; k && t < T; t++) {
-        for (c = 0; c < 5; c++) PIPEPAR_FREE(k[t].cost[c]);
+        for (c = 0; c < 6; c++) PIPEPAR_FREE(k[t].cost[c]);
         PIPEPAR_FREE(k[t].split);
         PIPEPAR_FREE(k[t].W.entries);
         PIPEPAR_FREE(k[t].W.layout_at);
@@ -8891,6 +8957,14 @@ static pp_status pp__search_validate(const pp_search_config *cfg, pp_error *err)
             return pp__fail(err, PP_EINVAL, "%s: only with layers (the layout search); otherwise put it in the "
                             "per-stage costs", name);
     }
+    if (!(cfg->loss_deferred >= 0) || cfg->loss_deferred > DBL_MAX)
+        return pp__fail(err, PP_EINVAL, "loss_deferred=%g: must be a finite number >= 0", cfg->loss_deferred);
+    if (cfg->loss_deferred > 0 && !cfg->layers)
+        return pp__fail(err, PP_EINVAL, "loss_deferred=%g: only with layers (the layout search); with per-stage "
+                        "costs, take it out of the last stage's and give it as costs.tail_stage", cfg->loss_deferred);
+    if (cfg->loss_deferred > cfg->loss.i + cfg->loss.w)
+        return pp__fail(err, PP_EINVAL, "loss_deferred=%g: more than the loss's backward (loss.i + loss.w = %g), "
+                        "of which it is a part", cfg->loss_deferred, cfg->loss.i + cfg->loss.w);
     if (cfg->layer_costs && !cfg->layers)
         return pp__fail(err, PP_EINVAL, "layer_costs: only with layers (they hold one entry per layer)");
     for (k = 0; cfg->layer_costs && k < cfg->layers; k++) {
@@ -8906,7 +8980,7 @@ static pp_status pp__search_validate(const pp_search_config *cfg, pp_error *err)
         return pp__fail(err, PP_EINVAL, "costs: grouped=%d: a search ranks with each transfer on its own (its "
                         "greedy schedules are built that way; leave it 0)", cfg->costs.grouped);
     has_stage_costs = cfg->costs.f_stage || cfg->costs.b_stage || cfg->costs.i_stage || cfg->costs.w_stage ||
-                      cfg->costs.memory_stage;
+                      cfg->costs.memory_stage || cfg->costs.tail_stage;
     if (has_stage_costs && cfg->layers)
         return pp__fail(err, PP_EINVAL, "layers=%d with per-stage costs: the layout search sets every stage's cost "
                         "from the per-layer costs f, b, i, w (leave the per-stage arrays NULL)", cfg->layers);
@@ -8925,7 +8999,7 @@ typedef struct pp__layouts {
     int32_t *split;         /* the current split */
     int32_t *even;          /* the current vpp's even split */
     int32_t *trial;         /* the descent's candidate: split with one layer moved */
-    double *cost[5];        /* the current split's per-stage f, b, i, w and memory (the working
+    double *cost[6];        /* the current split's per-stage f, b, i, w, memory and tail (the working
                                config's per-stage arrays point here) */
     int spread, threads;    /* cfg.layout_spread and cfg.threads, defaults applied */
     long max_layouts;       /* cfg.max_layouts, default applied */
@@ -8937,7 +9011,7 @@ static void pp__layouts_free(pp__layouts *L)
 {
     int k;
     PIPEPAR_FREE(L->split); PIPEPAR_FREE(L->even); PIPEPAR_FREE(L->trial);
-    for (k = 0; k < 5; k++) PIPEPAR_FREE(L->cost[k]);
+    for (k = 0; k < 6; k++) PIPEPAR_FREE(L->cost[k]);
 }
 
 /* Allocates L for vpp vlo..vhi and points cfg's per-stage costs at L->cost. */
@@ -8962,11 +9036,14 @@ static pp_status pp__layouts_init(pp__layouts *L, pp_search_config *cfg, int vlo
     L->even = (int32_t *)pp__calloc((size_t)most, sizeof *L->even);
     L->trial = (int32_t *)pp__calloc((size_t)most, sizeof *L->trial);
     for (k = 0; k < 5; k++) L->cost[k] = (double *)pp__calloc((size_t)most, sizeof(double));
-    if (!L->split || !L->even || !L->trial || !L->cost[0] || !L->cost[1] || !L->cost[2] || !L->cost[3] || !L->cost[4])
+    if (cfg->loss_deferred > 0) L->cost[5] = (double *)pp__calloc((size_t)most, sizeof(double));   /* the tail */
+    if (!L->split || !L->even || !L->trial || !L->cost[0] || !L->cost[1] || !L->cost[2] || !L->cost[3] || !L->cost[4] ||
+        (cfg->loss_deferred > 0 && !L->cost[5]))
         return pp__fail(err, PP_ENOMEM, "out of memory");
     cfg->costs.f_stage = L->cost[0]; cfg->costs.b_stage = L->cost[1];
     cfg->costs.i_stage = L->cost[2]; cfg->costs.w_stage = L->cost[3];
     cfg->costs.memory_stage = L->cost[4];
+    cfg->costs.tail_stage = L->cost[5];
     return PP_OK;
 }
 
@@ -9228,7 +9305,7 @@ static pp_status pp__plan_costs(const pp_layers *l, int stages, const pp_sim_cos
                                 const pp_layer_costs *layer_costs, double *storage, pp_sim_costs *out, pp_error *err)
 {
     pp_search_config sc;
-    double *arrays[5];
+    double *arrays[6];
     int32_t *split;
     int s, k, n = l->num_stages;
     for (s = 0; s < n; s++)
@@ -9241,6 +9318,7 @@ static pp_status pp__plan_costs(const pp_layers *l, int stages, const pp_sim_cos
     memset(&sc, 0, sizeof sc);
     sc.layer_costs = layer_costs;
     for (k = 0; k < 5; k++) arrays[k] = storage + (size_t)k * (size_t)stages;
+    arrays[5] = NULL;
     pp__split_costs(&sc, per_layer, split, n, arrays);   /* the model stages' own, then their copies */
     for (s = n; s < stages; s++)
         for (k = 0; k < 5; k++) arrays[k][s] = arrays[k][s % n];

@@ -12,8 +12,9 @@
 # DualPipeV, and 1F1B with FIRST layers on the first stage: the last stage also holds the output
 # layer and the loss; then interleaved, ZB-V and DualPipeV with half-layer stages, --hybrid, that
 # move one MLP off the rank holding the output layer; all four again on the half-layer split that
-# pipepar search finds for each on the units' costs that gpt_gpu --unit-costs measures; 1F1B, the
-# searched 1F1B and the searched interleaved with the output layer's weight gradient deferred);
+# pipepar search finds for each on the units' costs that gpt_gpu --unit-costs measures; 1F1B, and
+# 1F1B and interleaved on the split searched for it, with the output layer's weight gradient
+# deferred (--defer-head-wgrad; the search told so with --loss-deferred));
 # Megatron-LM's (bench/megatron_gpt_bench.py:
 # single-GPU on both GPUs at once, 1F1B, interleaved vpp 2 with overlap_p2p_comm, 1F1B with FIRST
 # layers on the first stage (num_layers_in_first_pipeline_stage); PYTHONPATH must reach
@@ -109,17 +110,21 @@ fi
 if [ "$want_search" = 1 ]; then
     say "== gpt_gpu --unit-costs, then pipepar search --hybrid for each kind"
     CUDA_VISIBLE_DEVICES=0 timeout 300 build/gpt_gpu "${MODEL[@]}" --unit-costs "$OUTDIR/units.txt" >"$OUTDIR/units.log" 2>&1
-    grep -E "^(unit costs|  attention|wrote)" "$OUTDIR/units.log" | tee -a "$LOG"
+    grep -E "^(unit costs|  attention|wrote|with --defer)" "$OUTDIR/units.log" | tee -a "$LOG"
     SEARCH_FLAGS=$(sed -n 's/^wrote .*; search with: //p' "$OUTDIR/units.log")
+    DEFER_FLAG=$(sed -n 's/^with --defer-head-wgrad, add: //p' "$OUTDIR/units.log")
 fi
-for kind in 1f1b interleaved zbv dualpipev; do
-    SEARCHED[$kind]=""; GROUP[$kind]=""
+# each kind's split, and for the deferred runs (1F1B, interleaved) the split searched with the
+# output layer's weight gradient out of every backward and in the stage's tail (--loss-deferred)
+for key in 1f1b interleaved zbv dualpipev 1f1b-defer interleaved-defer; do
+    kind=${key%-defer}; flags=$SEARCH_FLAGS; [ "$key" != "$kind" ] && flags="$SEARCH_FLAGS ${DEFER_FLAG:-}"
+    SEARCHED[$key]=""; GROUP[$key]=""
     [ -n "$SEARCH_FLAGS" ] || continue
     v=2; [ "$kind" = 1f1b ] && v=1
-    eval build/pipepar search --pp 2 --mb "$MB" --kind "$kind" --vpp "$v" --spread 4 "$SEARCH_FLAGS" >"$OUTDIR/search-$kind.log" 2>&1
-    SEARCHED[$kind]=$(sed -n "s/^pattern: '\(.*\)'$/\1/p" "$OUTDIR/search-$kind.log")
-    GROUP[$kind]=$(sed -n 's/^best: [a-z]* vpp=[0-9]* group=\([0-9]*\),.*/\1/p' "$OUTDIR/search-$kind.log")
-    say "   $kind: $(grep -E '^best' "$OUTDIR/search-$kind.log") (simulated); split '${SEARCHED[$kind]:-none}'"
+    eval build/pipepar search --pp 2 --mb "$MB" --kind "$kind" --vpp "$v" --spread 4 "$flags" >"$OUTDIR/search-$key.log" 2>&1
+    SEARCHED[$key]=$(sed -n "s/^pattern: '\(.*\)'$/\1/p" "$OUTDIR/search-$key.log")
+    GROUP[$key]=$(sed -n 's/^best: [a-z]* vpp=[0-9]* group=\([0-9]*\),.*/\1/p' "$OUTDIR/search-$key.log")
+    say "   $key: $(grep -E '^best' "$OUTDIR/search-$key.log") (simulated); split '${SEARCHED[$key]:-none}'"
 done
 declare -A STEP TOK PEAK DPS
 NAMES="1f1b interleaved-vpp2 zbv dualpipev 1f1b-first$FIRST interleaved-vpp2-half zbv-half dualpipev-half"
@@ -131,8 +136,8 @@ NAMES="$NAMES interleaved-vpp2-searched-defer"
 for cfg in "1f1b 1 0" "interleaved 2 0" "zbv 2 0" "dualpipev 2 0" "1f1b 1 $FIRST" "interleaved 2 0 half $HALF_INTERLEAVED" \
            "zbv 2 0 half $HALF_V" "dualpipev 2 0 half $HALF_V" "1f1b 1 0 searched ${SEARCHED[1f1b]}" \
            "interleaved 2 0 searched ${SEARCHED[interleaved]}" "zbv 2 0 searched ${SEARCHED[zbv]}" \
-           "dualpipev 2 0 searched ${SEARCHED[dualpipev]}" "1f1b 1 0 defer" "1f1b 1 0 searched-defer ${SEARCHED[1f1b]}" \
-           "interleaved 2 0 searched-defer ${SEARCHED[interleaved]}"; do
+           "dualpipev 2 0 searched ${SEARCHED[dualpipev]}" "1f1b 1 0 defer" "1f1b 1 0 searched-defer ${SEARCHED[1f1b-defer]}" \
+           "interleaved 2 0 searched-defer ${SEARCHED[interleaved-defer]}"; do
     read -r kind vpp first how pattern <<<"$cfg"
     name=$kind; [ "$kind" = interleaved ] && name="interleaved-vpp$vpp"
     extra=(); [ "$first" != 0 ] && name="$kind-first$first" && extra=(--first-stage-layers "$first")
@@ -147,7 +152,8 @@ for cfg in "1f1b 1 0" "interleaved 2 0" "zbv 2 0" "dualpipev 2 0" "1f1b 1 $FIRST
         [ -n "$pattern" ] || { say "== gpt_gpu pp 2 $name: skipped, no split (half: LAYERS not a multiple of 4;" \
                                    "searched: see $OUTDIR/units.log, search-$kind.log)"; continue; }
         extra=(--hybrid "$pattern")
-        [ "$how" != half ] && [ -n "${GROUP[$kind]:-}" ] && extra+=(--group "${GROUP[$kind]}")   # the search's group too
+        key=$kind; [ "$how" = searched-defer ] && key=$kind-defer
+        [ "$how" != half ] && [ -n "${GROUP[$key]:-}" ] && extra+=(--group "${GROUP[$key]}")   # the search's group too
         [ "$how" = searched-defer ] && extra+=(--defer-head-wgrad)
     fi
     RANK_TIMEOUT=300 ranks_run 2 "$OUTDIR/$name" build/gpt_gpu "${MODEL[@]}" --pp 2 --schedule "$kind" --vpp "$vpp" "${extra[@]}"

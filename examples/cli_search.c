@@ -47,7 +47,8 @@ static void search_usage(FILE *out)
     fprintf(out,
             "usage: pipepar search --pp P --mb M [costs] [--max-mem X] [--vpp V | --max-vpp V] [--top N]\n"
             "                      [--kind K] [--layers N [--spread S] [--max-layouts N] [--embedding F,I,W[,M]]\n"
-            "                      [--loss F,I,W[,M]] [--layer-costs FILE [--hybrid STR]] [--threads T]]\n"
+            "                      [--loss F,I,W[,M] [--loss-deferred W]] [--layer-costs FILE [--hybrid STR]]\n"
+            "                      [--threads T]]\n"
             "                      [--split-backward] [--csv FILE] [--json]\n"
             "  costs, in time units for one rank's share of the model (a chunk costs 1/vpp of it):\n"
             "  --f F          forward (default 1)\n"
@@ -72,6 +73,10 @@ static void search_usage(FILE *out)
             "                 costs on the first stage and the output layer and loss's on the last\n"
             "                 (forward, input and weight gradient, and activation memory in layers;\n"
             "                 default 0): a dear loss gets a last stage with fewer layers\n"
+            "  --loss-deferred W  of the loss's backward (per microbatch), the part the trainer runs once a\n"
+            "                 step after the last stage's last backward instead: the output layer's weight\n"
+            "                 gradient under gpt --defer-head-wgrad (Megatron-LM's\n"
+            "                 defer_embedding_wgrad_compute); out of --loss's W first, then its I\n"
             "  --layer-costs FILE  each layer's own costs, a line per layer in model order: F I W [M]\n"
             "                 (blank lines and # comments skipped); sets --layers to the line count, or\n"
             "                 with a split (--layout, --hybrid with '|') gives its layers' costs\n"
@@ -251,7 +256,7 @@ static const cli_flag_spec search_specs[] = {
     { "--layer-costs", CLI_VALUE }, { "--embedding", CLI_VALUE }, { "--loss", CLI_VALUE }, { "--kind", CLI_VALUE },
     { "--csv", CLI_VALUE }, { "--layout", CLI_VALUE }, { "--f-stage", CLI_VALUE }, { "--i-stage", CLI_VALUE },
     { "--w-stage", CLI_VALUE }, { "--b-stage", CLI_VALUE }, { "--mem-stage", CLI_VALUE }, { "--json", CLI_SWITCH },
-    { "--split-backward", CLI_SWITCH }, { "--hybrid", CLI_VALUE }, { NULL, 0 }
+    { "--split-backward", CLI_SWITCH }, { "--hybrid", CLI_VALUE }, { "--loss-deferred", CLI_VALUE }, { NULL, 0 }
 };
 
 static void search_opts_free(search_opts *o)
@@ -286,6 +291,10 @@ static int search_flag(search_opts *o, const char *a, const char *val, const cha
         if (!cli_parse_int("--max-layouts", val, 1, 1L << 30, &v)) return 0;
         cfg->max_layouts = v;
         return 1;
+    }
+    if (!strcmp(a, "--loss-deferred")) {
+        o->have_ends = 1;
+        return cli_parse_double("--loss-deferred", val, 0, &cfg->loss_deferred);
     }
     if (!strcmp(a, "--embedding") || !strcmp(a, "--loss")) {
         o->have_ends = 1;
@@ -342,8 +351,11 @@ static int search_parse(int argc, char **argv, search_opts *o)
         return cli_usage_error("--hybrid=%s: one symbol a layer, without MTP depths ('/')", cli_short(o->hybrid));
     layered = cfg->layers || (o->layer_costs_path && !o->fixed);
     if (!layered && !o->fixed && o->have_ends)
-        return cli_usage_error("--embedding/--loss: with --layers (the layout search) or a split (--layout, --hybrid "
-                               "with '|')");
+        return cli_usage_error("--embedding/--loss%s: with --layers (the layout search) or a split (--layout, --hybrid "
+                               "with '|')", cfg->loss_deferred > 0 ? "/--loss-deferred" : "");
+    if (cfg->loss_deferred > cfg->loss.i + cfg->loss.w)
+        return cli_usage_error("--loss-deferred=%g: more than the loss's backward (--loss's I + W = %g), of which it "
+                               "is a part", cfg->loss_deferred, cfg->loss.i + cfg->loss.w);
     if (!layered && (cfg->layout_spread || cfg->max_layouts || o->have_threads))
         return cli_usage_error("%s: only with --layers (the layout search)", cfg->layout_spread ? "--spread" :
                                cfg->max_layouts ? "--max-layouts" : "--threads");
@@ -509,7 +521,7 @@ int pp_cli_search(int argc, char **argv)
     pp_layers *lay = NULL;
     pp_layer_costs *layer_costs = NULL;
     int n_layer_costs = 0;
-    double *layout_costs = NULL;
+    double *layout_costs = NULL, *tail = NULL;
     FILE *csv_file = NULL;
     char csv_tmp[4200] = "";
     search_meter meter = { { 0, 0 }, { 0, 0 }, 0 };
@@ -572,6 +584,14 @@ int pp_cli_search(int argc, char **argv)
             layout_costs[s] += end->f; layout_costs[S + s] += end->i + end->w;
             layout_costs[2 * S + s] += end->i; layout_costs[3 * S + s] += end->w; layout_costs[4 * S + s] += end->memory;
         }
+        if (cfg->loss_deferred > 0) {   /* out of the last stage's backwards, into its tail (pp_search_config.loss_deferred) */
+            const double d = cfg->loss_deferred, from_w = d < cfg->loss.w ? d : cfg->loss.w;
+            if (!(tail = (double *)calloc((size_t)S, sizeof(double)))) { rc = cli_env_error("out of memory"); goto done; }
+            layout_costs[2 * S - 1] -= d; layout_costs[3 * S - 1] -= d - from_w; layout_costs[4 * S - 1] -= from_w;
+            tail[S - 1] = d * cfg->mb;
+            cfg->costs.tail_stage = tail;
+            cfg->loss_deferred = 0;
+        }
         memset(&cfg->embedding, 0, sizeof cfg->embedding);   /* in the stages' costs now */
         memset(&cfg->loss, 0, sizeof cfg->loss);
         cfg->vpp = lay->vpp;
@@ -612,6 +632,7 @@ done:
     pp_layers_free(lay);
     free(layer_costs);
     free(layout_costs);
+    free(tail);
     search_opts_free(&o);
     return rc;
 }

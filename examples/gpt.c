@@ -1291,13 +1291,14 @@ static int print_memory(const job *jb)
  * time at which each part starts (gpt_mark): the mean forward and backward of every unit (a
  * layer's attention, its MLP), of the embedding and of the output layer with its loss, in ms per
  * microbatch. Writes one line per unit, "F B 0" (the backward runs whole), for pipepar search
- * --layer-costs, and prints the --embedding and --loss flags that go with it. Returns 0; 2 when
+ * --layer-costs, and prints the --embedding and --loss flags that go with it, and the
+ * --loss-deferred that goes with --defer-head-wgrad (the output layer's weight gradient). Returns 0; 2 when
  * the file cannot be opened (before any timing); 1 when writing it fails. */
 static int unit_costs(job *jb)
 {
     reference *ref = &jb->ref;
     const step_data *d = &jb->steps[0];
-    const int L = jb->cfg.layers, per = 4 * L + 5, passes = 3, bins = d->plan->num_bins;
+    const int L = jb->cfg.layers, per = 4 * L + 6, passes = 3, bins = d->plan->num_bins;
     double *t;
     int count, k, i, u, rc = 0;
     FILE *f = fopen(jb->o.unit_costs, "w");
@@ -1315,25 +1316,27 @@ static int unit_costs(job *jb)
         goto out;
     }
     /* per microbatch, in the order they run: embedding F; attention 0 F, MLP 0 F, ...; head F (and
-     * the loss); head B; MLP L-1 B, attention L-1 B, ...; embedding B */
+     * the loss); head B: its input gradient, then its weight gradient; MLP L-1 B, attention L-1 B,
+     * ...; embedding B */
     for (k = 0; k < passes * bins; k++)
         for (i = 0; i + 1 < per; i++)
             t[i] += 1e3 * (ref->scratch.mark_at[k * per + i + 1] - ref->scratch.mark_at[k * per + i]) / (passes * bins);
     fprintf(f, "# gpt --unit-costs: ms per microbatch of up to %d tokens, forward, backward, 0; a line per unit in\n"
                "# model order, layer l's attention then its MLP (pipepar search --layer-costs)\n", jb->max_tokens);
     for (u = 0; u < 2 * L; u++)
-        fprintf(f, "%.6f %.6f 0  # layer %d %s\n", t[1 + u], t[4 * L + 2 - u], u / 2,
+        fprintf(f, "%.6f %.6f 0  # layer %d %s\n", t[1 + u], t[4 * L + 3 - u], u / 2,
                 u % 2 == 0 ? "attention" : gpt_layer_is_moe(&jb->cfg, u / 2) ? "moe" : "mlp");
     if (fflush(f) != 0 || ferror(f)) rc = 1;
     if (fclose(f) != 0) rc = 1;
     f = NULL;
     if (rc) { fprintf(stderr, "gpt: --unit-costs=%s: write failed: %s\n", jb->o.unit_costs, strerror(errno)); goto out; }
     printf("unit costs (ms per microbatch, one thread, the mean of %d passes over %d microbatches): embedding F %.4f "
-           "B %.4f; output layer and loss F %.4f B %.4f\nwrote %s; search with: --layer-costs '%s' --embedding "
-           "%.6f,%.6f,0 --loss %.6f,%.6f,0 --hybrid '", passes, bins, t[0], t[per - 2], t[2 * L + 1], t[2 * L + 2],
-           jb->o.unit_costs, jb->o.unit_costs, t[0], t[per - 2], t[2 * L + 1], t[2 * L + 2]);
+           "B %.4f; output layer and loss F %.4f B %.4f (its weight gradient %.4f)\nwrote %s; search with: "
+           "--layer-costs '%s' --embedding %.6f,%.6f,0 --loss %.6f,%.6f,0 --hybrid '", passes, bins, t[0], t[per - 2],
+           t[2 * L + 1], t[2 * L + 2] + t[2 * L + 3], t[2 * L + 3], jb->o.unit_costs, jb->o.unit_costs, t[0],
+           t[per - 2], t[2 * L + 1], t[2 * L + 2] + t[2 * L + 3]);
     for (u = 0; u < L; u++) fputs(gpt_layer_is_moe(&jb->cfg, u) ? "*E" : "*-", stdout);
-    printf("'\n");
+    printf("'\nwith --defer-head-wgrad, add: --loss-deferred %.6f\n", t[2 * L + 3]);
 out:
     if (f) fclose(f);
     free(ref->scratch.mark_at);

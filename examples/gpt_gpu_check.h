@@ -468,7 +468,8 @@ static int selftest(Job &J)
  * part starts (unit_mark): the mean forward and backward of every unit (a layer's attention, its
  * MLP), of the embedding and of the output layer with its loss, in ms per microbatch. Writes one
  * line per unit, "F B 0" (the backward runs whole: pipepar's unsplit fallback), for pipepar
- * search --layer-costs, and prints the --embedding and --loss flags that go with it. Returns 0; 2
+ * search --layer-costs, and prints the --embedding and --loss flags that go with it, and the
+ * --loss-deferred that goes with --defer-head-wgrad (the output layer's weight gradient). Returns 0; 2
  * when the file cannot be opened (before any timing); 1 when writing it fails. */
 static int unit_costs(Job &J)
 {
@@ -479,7 +480,7 @@ static int unit_costs(Job &J)
     }
     const gpt_config &c = J.cfg;
     const step_data &d = J.steps[0];
-    const int L = c.layers, per = 4 * L + 5, passes = 3;
+    const int L = c.layers, per = 4 * L + 6, passes = 3;
     static Reference F;
     int *d_ids, *d_labels;
     cudaStream_t s = one_gpu_reference(F, J, &d_ids, &d_labels);
@@ -495,7 +496,8 @@ static int unit_costs(Job &J)
         exit(1);
     }
     /* per microbatch, in the order they run: embedding F; attention 0 F, MLP 0 F, ...; head F (and
-     * the loss); head B; MLP L-1 B, attention L-1 B, ...; embedding B */
+     * the loss); head B: its input gradient, then its weight gradient; MLP L-1 B, attention L-1 B,
+     * ...; embedding B */
     std::vector<double> t(per - 1, 0.0);
     for (int k = 0; k < passes * bins; k++)
         for (int i = 0; i + 1 < per; i++) {
@@ -505,7 +507,8 @@ static int unit_costs(Job &J)
         }
     for (cudaEvent_t e : marks) cudaEventDestroy(e);
     auto unit_f = [&](int u) { return t[1 + u]; };
-    auto unit_b = [&](int u) { return t[4 * L + 2 - u]; };
+    auto unit_b = [&](int u) { return t[4 * L + 3 - u]; };
+    const double head_b = t[2 * L + 2] + t[2 * L + 3], head_w = t[2 * L + 3];
     int rc = 0;
     fprintf(f, "# gpt_gpu --unit-costs (%s): ms per microbatch of up to %d tokens, forward, backward, 0; a line per\n"
                "# unit in model order, layer l's attention then its MLP (pipepar search --layer-costs)\n",
@@ -520,13 +523,14 @@ static int unit_costs(Job &J)
     for (int l = 0; l < L; l++) { af += unit_f(2 * l); ab += unit_b(2 * l); mf += unit_f(2 * l + 1); mb += unit_b(2 * l + 1); }
     printf("unit costs (%s, ms per microbatch of up to %d tokens, mean of %d passes over %d microbatches):\n"
            "  attention F %.3f B %.3f, MLP F %.3f B %.3f (the mean over %d layers); embedding F %.3f B %.3f; output "
-           "layer and loss F %.3f B %.3f\n", GPT_PRECISION, J.max_tokens, passes, bins, af / L, ab / L, mf / L, mb / L, L,
-           t[0], t[per - 2], t[2 * L + 1], t[2 * L + 2]);
+           "layer and loss F %.3f B %.3f (its weight gradient %.3f)\n", GPT_PRECISION, J.max_tokens, passes, bins, af / L,
+           ab / L, mf / L, mb / L, L, t[0], t[per - 2], t[2 * L + 1], head_b, head_w);
     if (!rc) {
         std::string pattern;
         for (int l = 0; l < L; l++) pattern += gpt_layer_is_moe(&c, l) ? "*E" : "*-";
-        printf("wrote %s; search with: --layer-costs '%s' --embedding %.6f,%.6f,0 --loss %.6f,%.6f,0 --hybrid '%s'\n",
-               J.o.unit_costs, J.o.unit_costs, t[0], t[per - 2], t[2 * L + 1], t[2 * L + 2], pattern.c_str());
+        printf("wrote %s; search with: --layer-costs '%s' --embedding %.6f,%.6f,0 --loss %.6f,%.6f,0 --hybrid '%s'\n"
+               "with --defer-head-wgrad, add: --loss-deferred %.6f\n", J.o.unit_costs, J.o.unit_costs, t[0], t[per - 2],
+               t[2 * L + 1], head_b, pattern.c_str(), head_w);
     }
     reference_free(F);
     cudaFree(d_ids); cudaFree(d_labels);

@@ -1269,9 +1269,10 @@ static int stage_backward(GpuModel &M, Stage &st, const Batch &b, const floatX *
         CK(cudaMemcpyAsync(st.head_in + row * C, a.nf, (size_t)T * C * sizeof(floatX), cudaMemcpyDeviceToDevice, s));
     }
     if (st.shape.has_head) {
-        if (!st.head_dout) linear_dw(M.blas, st.g.wte_out, grad_out, a.nf, T, C, c.vocab);
         linear_dx(M.blas, dn, grad_out, X(st, st.w.wte_out), T, C, c.vocab);
         rmsnorm_backward(M, dx, st.g.lnf, dn, a.xf, a.rsf, X(st, st.w.lnf), nullptr, T);
+        unit_mark(M);                  /* the weight gradient on its own (--unit-costs: what a deferral moves) */
+        if (!st.head_dout) linear_dw(M.blas, st.g.wte_out, grad_out, a.nf, T, C, c.vocab);
     } else {
         CK(cudaMemcpyAsync(dx, grad_out, (size_t)T * C * sizeof(floatX), cudaMemcpyDeviceToDevice, s));
     }

@@ -835,13 +835,16 @@ static int gpt_backward(const gpt_config *c, gpt_stage *st, const gpt_batch *b, 
     if (st->has_head) {
         int defer = st->head_dout != NULL;
         if (defer && st->head_rows + T > st->head_cap) return -2;
-        gpt_matmul_backward(s->dn, defer ? NULL : st->g.wte_out, grad_out, a->nf, st->w.wte_out, T, C, c->vocab);
+        gpt_matmul_backward(s->dn, NULL, grad_out, a->nf, st->w.wte_out, T, C, c->vocab);
+        gpt_rmsnorm_backward(dx, st->g.lnf, s->dn, a->xf, a->rsf, st->w.lnf, T, C, 0);
+        gpt_mark(s);                    /* the weight gradient on its own (--unit-costs: what a deferral moves) */
         if (defer) {                    /* the weight gradient's rows, for gpt_head_wgrad */
             memcpy(st->head_dout + (size_t)st->head_rows * c->vocab, grad_out, sizeof(float) * (size_t)T * c->vocab);
             memcpy(st->head_in + (size_t)st->head_rows * C, a->nf, sizeof(float) * n);
             st->head_rows += T;
+        } else {
+            gpt_matmul_backward(NULL, st->g.wte_out, grad_out, a->nf, st->w.wte_out, T, C, c->vocab);
         }
-        gpt_rmsnorm_backward(dx, st->g.lnf, s->dn, a->xf, a->rsf, st->w.lnf, T, C, 0);
     } else {
         memcpy(dx, grad_out, sizeof(float) * n);
     }

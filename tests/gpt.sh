@@ -90,6 +90,17 @@ if "$BIN" --moe --unit-costs "$tmp/units.txt" >"$tmp/units.out" 2>&1 && [ "$(gre
         ok "pipepar search --hybrid on the measured units: '$pattern'"
         checked "pp 2 zbv on the searched half-layer split, MoE, replay" --pp 2 --schedule zbv --replay --hybrid "$pattern"
     else bad "pipepar search on the measured units" "$tmp/search.out"; fi
+    # with the output layer's weight gradient deferred: the part of the loss's backward it moves,
+    # timed on its own, less than the whole; the search takes it, and its 1F1B split trains
+    lb=$(sed -n 's/^wrote .* --loss [0-9.]*,\([0-9.]*\),0 .*/\1/p' "$tmp/units.out")
+    dw=$(sed -n 's/^with --defer-head-wgrad, add: --loss-deferred \([0-9.]*\)$/\1/p' "$tmp/units.out")
+    if [ -n "$lb" ] && [ -n "$dw" ] && awk -v d="$dw" -v b="$lb" 'BEGIN { exit !(d > 0 && d < b) }' &&
+       eval build/pipepar search --pp 2 --mb 8 --kind 1f1b --spread 4 "$flags" --loss-deferred "$dw" >"$tmp/search-d.out" 2>&1 &&
+       pattern=$(sed -n "s/^pattern: '\\(.*\\)'$/\\1/p" "$tmp/search-d.out") && [ -n "$pattern" ]; then
+        ok "--loss-deferred $dw of the loss's backward $lb, searched: '$pattern'"
+        checked "pp 2 1f1b on the split searched with the deferral, deferred" --pp 2 --schedule 1f1b --replay \
+                --defer-head-wgrad --hybrid "$pattern"
+    else bad "--loss-deferred from --unit-costs (loss B '$lb', deferred '$dw')" "$tmp/units.out"; fi
 else bad "--unit-costs" "$tmp/units.out"; fi
 # the output layer's weight gradient deferred to the end of its stage's backwards, in one product
 checked "pp 2 1f1b, deferred output-layer weight gradient" --pp 2 --schedule 1f1b --defer-head-wgrad

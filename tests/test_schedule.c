@@ -332,6 +332,49 @@ static void communication_cost_delays_the_step_by_the_transfers_on_the_critical_
     pp_schedule_free(s);
 }
 
+/* A stage's tail (costs.tail_stage): work its rank does once a step after the stage's last
+ * backward, once the sends after it are posted. 1F1B pp 2, mb 4, F = 1, B = 2: rank 1 ends its
+ * last B at 13, its gradient leaves at once and rank 0's last B runs 13 -> 15. A tail of 1 on
+ * stage 1 runs beside that B (the step stays 15: it does not hold the send back), a tail of 3
+ * ends at 16; a tail on stage 0 comes after rank 0's last B (15 + 2). Each counts as its rank's
+ * compute; ungrouped and grouped the same; a negative tail is refused naming the stage. */
+static void a_stage_tail_runs_after_its_last_backward_and_beside_the_send(void)
+{
+    static const struct { double t0, t1, step, busy0, busy1; } cases[] = {
+        { 0, 1, 15, 12, 13 }, { 0, 3, 16, 12, 15 }, { 2, 0, 17, 14, 12 }, { 0, 0, 15, 12, 12 },
+    };
+    pp_schedule *s = build(PP_1F1B, 2, 1, 4, 0);
+    pp_sim_costs c;
+    pp_error err;
+    double tail[2];
+    size_t k;
+    int g;
+    if (!s) return;
+    for (k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (g = 0; g <= 1; g++) {
+            pp_sim_result *r = NULL;
+            memset(&c, 0, sizeof c);
+            c.f = 1; c.b = 2; c.grouped = g;
+            tail[0] = cases[k].t0; tail[1] = cases[k].t1;
+            c.tail_stage = tail;
+            PP_CHECK_OK(pp_simulate(s, &c, &r, &err), &err);
+            if (!r) continue;
+            PP_CHECK_MSG(fabs(r->makespan - cases[k].step) < 1e-12, "tails %g, %g (grouped %d): step %g, want %g",
+                         cases[k].t0, cases[k].t1, g, r->makespan, cases[k].step);
+            PP_CHECK_NEAR(r->busy[0], cases[k].busy0, 1e-12);
+            PP_CHECK_NEAR(r->busy[1], cases[k].busy1, 1e-12);
+            pp_sim_result_free(r);
+        }
+    {
+        pp_sim_result *r = NULL;
+        tail[0] = 0; tail[1] = -1;
+        PP_CHECK(pp_simulate(s, &c, &r, &err) == PP_EINVAL);
+        PP_CHECK_MSG(strstr(err.message, "tail_stage[1]") != NULL, "%s", err.message);
+        PP_CHECK(r == NULL);
+    }
+    pp_schedule_free(s);
+}
+
 /* Grouped transfers (costs.grouped): a group waits for the one before it on its rank's stream.
  * Interleaved pp 2, vpp 2, mb 2, F = 1, B = 2 (a chunk: F 0.5, B 1), each transfer 1: rank 1
  * posts its send of 3B1's gradient (group 7) at 7.5, but its group before, the receive of 2B0's
@@ -884,6 +927,7 @@ const pp_test_case pp_suite_schedule[] = {
     PP_TEST(orders_equal_pytorch_reference),
     PP_TEST(every_generator_validates_for_pp_1_to_8_vpp_1_to_4_mb_1_to_32),
     PP_TEST(simulated_bubbles_equal_the_textbook_formulas),
+    PP_TEST(a_stage_tail_runs_after_its_last_backward_and_beside_the_send),
     PP_TEST(peak_live_activations_of_1f1b_are_pp_minus_rank),
     PP_TEST(communication_cost_delays_the_step_by_the_transfers_on_the_critical_path),
     PP_TEST(grouped_transfers_wait_for_the_group_before_them_on_the_stream),

@@ -1460,6 +1460,49 @@ static void search_layers_counts_the_embedding_and_the_loss(void)
     PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "embedding: only with layers");
 }
 
+/* loss_deferred: of the loss's backward, the part a trainer runs once a step after the last
+ * stage's last backward (gpt's --defer-head-wgrad; pp_sim_costs.tail_stage). 1F1B at pp 2, 16
+ * layers of F 1, I 1, W 1, the loss F 3, I 3, W 3, 8 microbatches. Without it the last stage takes
+ * 6 layers (10 + 6: 264). Deferring W 3: on 9 + 7 both stages' cycles are 27 (9 + 18; 7 + 3 +
+ * 14 + 3), so the last backward ends at 9 + 8 x 27 = 225, and the tail of 8 x 3 ends the step at
+ * 249, later than the first stage's last backward (243). Refused: more than the loss's backward,
+ * a negative or NaN amount, and without layers. */
+static void search_layers_defers_part_of_the_loss_to_the_tail(void)
+{
+    pp_search_config cfg = sr_layers_cfg(2, 8, 1, 16, PP_1F1B);
+    pp_search_result *res = NULL;
+    pp_error err;
+    cfg.layout_spread = 8;
+    cfg.costs.f = 1; cfg.costs.i = 1; cfg.costs.w = 1;
+    cfg.loss.f = 3; cfg.loss.i = 3; cfg.loss.w = 3;
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    if (res && res->count > 0 && res->entries[0].stage_layers) {
+        PP_CHECK_INT(res->entries[0].stage_layers[0], 10);
+        PP_CHECK_NEAR(res->entries[0].makespan, 264, 1e-9);
+    }
+    pp_search_result_free(res);
+    res = NULL;
+    cfg.loss_deferred = 3;
+    PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+    if (res && res->count > 0 && res->entries[0].stage_layers) {
+        PP_CHECK_INT(res->entries[0].stage_layers[0], 9);
+        PP_CHECK_NEAR(res->entries[0].makespan, 249, 1e-9);
+    } else {
+        PP_CHECK_MSG(0, "no winner with a split");
+    }
+    pp_search_result_free(res);
+    res = NULL;
+    cfg.loss_deferred = 6.5;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "loss_deferred=6.5: more than the loss's backward");
+    cfg.loss_deferred = -1;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "loss_deferred=-1: must be a finite number >= 0");
+    cfg.loss_deferred = NAN;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "must be a finite number >= 0");
+    cfg.loss_deferred = 3; cfg.layers = 0; cfg.layout_spread = 0;
+    memset(&cfg.loss, 0, sizeof cfg.loss);
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "loss_deferred=3: only with layers");
+}
+
 /* Each layer its own costs (layer_costs): the first 4 of 16 layers dense and cheap (half a layer),
  * the rest dearer MoE layers (1.25). 1F1B at pp 2: every split simulated here from the per-stage
  * sums gives the best; the search agrees, and gives the first stage more layers. Layer costs all
@@ -1693,6 +1736,7 @@ const pp_test_case pp_suite_search[] = {
     PP_TEST(search_layers_tie_keeps_the_split_nearest_even),
     PP_TEST(search_layers_descends_where_there_are_too_many_splits),
     PP_TEST(search_layers_counts_the_embedding_and_the_loss),
+    PP_TEST(search_layers_defers_part_of_the_loss_to_the_tail),
     PP_TEST(search_layers_takes_each_layers_own_costs),
     PP_TEST(search_layers_names_the_parameter_it_refuses),
     PP_TEST(search_layers_at_pp1_keeps_to_vpp1),

@@ -105,6 +105,23 @@ $P search --pp 2 --mb 8 --vpp 1 --layers 16 --kind 1f1b --spread 8 --loss 3,3,3 
     && ok || bad "search --loss 3,3,3: not 10 and 6 layers"
 $P search --pp 2 --mb 8 --vpp 1 --layers 16 --kind 1f1b --spread 8 | grep -q "^layout: 'Et\*8|t\*8L'$" \
     && ok || bad "search without --loss: not 8 and 8 layers"
+# --loss-deferred: of that loss's backward (I 3 + W 3 a microbatch), W 3 runs once a step after
+# the last stage's last backward (gpt --defer-head-wgrad). On 8 + 8 layers (F 1, B 2 each): the
+# last stage's cycle drops from 11 + 22 to 11 + 19, so 8 + 8 x 30 + 16 = 264, but its tail of
+# 8 x 3 ends at 8 + 240 + 24 = 272 (without it 288). Deferring all 6: 8 + 8 x 27 = 224, + 48 = 272
+# again. The layout search then gives the last stage a layer back: 9 + 7 layers, 249 (from 264)
+for d in "0 288" "3 272" "6 272"; do
+    set -- $d
+    got=$($P search --pp 2 --mb 8 --kind 1f1b --layout 'Et*8|t*8L' --loss 3,3,3 --loss-deferred "$1" | sed -n 's/^best: .*step time \([0-9.]*\).*/\1/p')
+    [ "$got" = "$2.000" ] && ok || bad "search --layout 8|8 --loss 3,3,3 --loss-deferred $1: step $got, want $2"
+done
+out=$($P search --pp 2 --mb 8 --vpp 1 --layers 16 --kind 1f1b --spread 8 --loss 3,3,3 --loss-deferred 3)
+echo "$out" | grep -q "^layout: 'Et\*9|t\*7L'$" && echo "$out" | grep -q "^best: 1f1b, step time 249.000" \
+    && ok || bad "search --layers --loss-deferred 3: not 9 and 7 layers at 249: $out"
+expect_error 2 "--loss-deferred=7: more than the loss's backward (--loss's I + W = 6)" search --pp 2 --mb 8 --layers 16 \
+    --loss 3,3,3 --loss-deferred 7
+expect_error 2 "--embedding/--loss/--loss-deferred: with --layers" search --pp 2 --mb 8 --loss-deferred 1
+expect_error 2 "--loss-deferred=-1: must be at least 0" search --pp 2 --mb 8 --layers 16 --loss-deferred -1
 # --layer-costs: each layer its own; 4 cheap dense layers first (0.5), 12 MoE layers (1.25): the
 # first stage takes more layers (the library test checks the split against a brute-force sweep)
 { echo "# dense, then MoE"; for k in 1 2 3 4; do echo "0.5 0.5 0.5 0.5"; done; for k in $(seq 12); do echo "1.25,1.25,1.25,1.25"; done; } >"$T/layers.txt"

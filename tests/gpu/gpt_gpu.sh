@@ -129,6 +129,17 @@ if [ "$ngpu" -ge 2 ]; then
         else
             bad "--unit-costs, then pipepar search --hybrid"; sed 's/^/    /' "$log/units" "$log/search" 2>/dev/null
         fi
+        # the output layer's weight gradient timed on its own, for a search told of the deferral
+        defer=$(sed -n 's/^with --defer-head-wgrad, add: //p' "$log/units")
+        if [ -n "$flags" ] && [ -n "$defer" ] &&
+           eval "$BUILD/pipepar" search --pp 2 --mb 8 --kind 1f1b --spread 4 "$flags" "$defer" >"$log/search" 2>&1 &&
+           pattern=$(sed -n "s/^pattern: '\(.*\)'$/\1/p" "$log/search") && [ -n "$pattern" ]; then
+            ok "--unit-costs' $defer and pipepar search --kind 1f1b: '$pattern'"
+            check 2 "gpt_gpu_fp32-pp2-1f1b-searched-defer-head" gpt_gpu_fp32 --pp 2 --schedule 1f1b --replay \
+                --defer-head-wgrad --hybrid "$pattern"
+        else
+            bad "--unit-costs' --loss-deferred, then pipepar search"; sed 's/^/    /' "$log/units" "$log/search" 2>/dev/null
+        fi
     fi
     # a grid that does not multiply to the processes: every rank refuses, exit 2
     runn 2 grid gpt_gpu --pp 4; rc=$?
