@@ -8705,8 +8705,10 @@ static void pp__split_costs(const pp_search_config *cfg, const pp_sim_costs *per
     if (arrays[5]) {   /* loss_deferred: out of the last stage's backwards, into its tail */
         const double d = cfg->loss_deferred, from_w = d < cfg->loss.w ? d : cfg->loss.w;
         for (s = 0; s < stages; s++) arrays[5][s] = 0;
-        s = stages - 1;
-        arrays[1][s] -= d; arrays[2][s] -= d - from_w; arrays[3][s] -= from_w;
+        s = stages - 1;   /* at 0 at least: d may be all of the loss's backward, give or take rounding */
+        arrays[1][s] = arrays[1][s] > d ? arrays[1][s] - d : 0;
+        arrays[2][s] = arrays[2][s] > d - from_w ? arrays[2][s] - (d - from_w) : 0;
+        arrays[3][s] = arrays[3][s] > from_w ? arrays[3][s] - from_w : 0;
         arrays[5][s] = d * cfg->mb;
     }
 }
@@ -9184,7 +9186,7 @@ pp_status pp_search(const pp_search_config *user_cfg, pp_search_result **out, pp
     memset(&L, 0, sizeof L);
     S.cfg = cfg;
     S.has_stage_costs = cfg->costs.f_stage || cfg->costs.b_stage || cfg->costs.i_stage || cfg->costs.w_stage ||
-                        cfg->costs.memory_stage;
+                        cfg->costs.memory_stage || cfg->costs.tail_stage;
     /* Kinds mix full B's with split I/W (DualPipeV does both): when only the halves are given, a
      * full backward costs their sum, not pp_simulate's default of 2F. */
     if (cfg_copy.costs.b == 0 && cfg_copy.costs.i + cfg_copy.costs.w > 0)
@@ -9271,7 +9273,8 @@ static pp_status pp__plan_validate(const pp_plan_config *c, pp_error *err)
     if (k->action_cost)
         return pp__fail(err, PP_EINVAL, "costs: action_cost times one schedule's own actions; a plan builds its "
                         "schedule (give it to pp_simulate)");
-    if ((k->f_stage || k->b_stage || k->i_stage || k->w_stage || k->memory_stage) && (c->layers || c->layout))
+    if ((k->f_stage || k->b_stage || k->i_stage || k->w_stage || k->memory_stage || k->tail_stage) &&
+        (c->layers || c->layout))
         return pp__fail(err, PP_EINVAL, "costs: per-stage arrays with %s: the stages' costs come from their layers "
                         "(give per-layer costs)", c->layout ? "a layout" : "layers");
     return PP_OK;

@@ -149,10 +149,10 @@ for cfg in "1f1b 1 0" "interleaved 2 0" "zbv 2 0" "dualpipev 2 0" "1f1b 1 $FIRST
         name="$name-defer"; extra=(--defer-head-wgrad)
     elif [ -n "$how" ]; then
         name="$name-$how"
-        [ -n "$pattern" ] || { say "== gpt_gpu pp 2 $name: skipped, no split (half: LAYERS not a multiple of 4;" \
-                                   "searched: see $OUTDIR/units.log, search-$kind.log)"; continue; }
-        extra=(--hybrid "$pattern")
         key=$kind; [ "$how" = searched-defer ] && key=$kind-defer
+        [ -n "$pattern" ] || { say "== gpt_gpu pp 2 $name: skipped, no split (half: LAYERS not a multiple of 4;" \
+                                   "searched: see $OUTDIR/units.log, search-$key.log)"; continue; }
+        extra=(--hybrid "$pattern")
         [ "$how" != half ] && [ -n "${GROUP[$key]:-}" ] && extra+=(--group "${GROUP[$key]}")   # the search's group too
         [ "$how" = searched-defer ] && extra+=(--defer-head-wgrad)
     fi

@@ -587,7 +587,10 @@ int pp_cli_search(int argc, char **argv)
         if (cfg->loss_deferred > 0) {   /* out of the last stage's backwards, into its tail (pp_search_config.loss_deferred) */
             const double d = cfg->loss_deferred, from_w = d < cfg->loss.w ? d : cfg->loss.w;
             if (!(tail = (double *)calloc((size_t)S, sizeof(double)))) { rc = cli_env_error("out of memory"); goto done; }
-            layout_costs[2 * S - 1] -= d; layout_costs[3 * S - 1] -= d - from_w; layout_costs[4 * S - 1] -= from_w;
+            double *b = &layout_costs[2 * S - 1], *i = &layout_costs[3 * S - 1], *w = &layout_costs[4 * S - 1];
+            *b = *b > d ? *b - d : 0;                           /* at 0 at least, give or take rounding */
+            *i = *i > d - from_w ? *i - (d - from_w) : 0;
+            *w = *w > from_w ? *w - from_w : 0;
             tail[S - 1] = d * cfg->mb;
             cfg->costs.tail_stage = tail;
             cfg->loss_deferred = 0;

@@ -423,7 +423,7 @@ static void stage_costs_sum_each_layers_own_and_refuse_an_empty_stage(void)
 static void every_refusal_names_the_field_and_the_rule(void)
 {
     static const double per_stage[4] = { 1, 1, 1, 1 };
-    struct { pp_plan_config c; pp_status st; const char *needle; } cases[24];
+    struct { pp_plan_config c; pp_status st; const char *needle; } cases[26];
     pp_plan *p = NULL;
     pp_error err;
     int n = 0, k;
@@ -464,6 +464,8 @@ static void every_refusal_names_the_field_and_the_rule(void)
       *c = pl_kind(PP_CUSTOM, 2, 0, 4); c->group = 2; }
     { pp_plan_config *c = PL_CASE(PP_EINVAL, "costs: per-stage arrays with layers");
       *c = pl_kind(PP_INTERLEAVED_1F1B, 2, 2, 4); c->layers = 4; c->costs.f_stage = per_stage; }
+    { pp_plan_config *c = PL_CASE(PP_EINVAL, "costs: per-stage arrays with layers");   /* a tail is one too */
+      *c = pl_kind(PP_DUALPIPE, 2, 2, 4); c->layers = 8; c->costs.tail_stage = per_stage; }
     { pp_plan_config *c = PL_CASE(PP_EINVAL, "pp=-1: must be >= 0"); *c = pl_kind(PP_1F1B, -1, 0, 4); }
     { pp_plan_config *c = PL_CASE(PP_EINVAL, "mb=0: must be at least 1"); *c = pl_kind(PP_1F1B, 2, 0, 0); }
     { pp_plan_config *c = PL_CASE(PP_EINVAL, "layer_costs: only with layers");

@@ -1501,6 +1501,18 @@ static void search_layers_defers_part_of_the_loss_to_the_tail(void)
     cfg.loss_deferred = 3; cfg.layers = 0; cfg.layout_spread = 0;
     memset(&cfg.loss, 0, sizeof cfg.loss);
     PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "loss_deferred=3: only with layers");
+    {   /* a tail given per stage is a per-stage cost: DualPipe, whose chunks are whole model stages, stays out */
+        static const double tail[4] = { 0, 0, 0, 2 };
+        cfg.loss_deferred = 0; cfg.vpp = 2; cfg.mb = 4; cfg.kind = PP_KIND_NONE;
+        cfg.costs.tail_stage = tail;
+        PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+        if (res) {
+            PP_CHECK(res->count > 0);
+            PP_CHECK(sr_find(res, "dualpipe") == NULL);
+            PP_CHECK(sr_find(res, "dualpipe split") == NULL);
+        }
+        pp_search_result_free(res);
+    }
 }
 
 /* Each layer its own costs (layer_costs): the first 4 of 16 layers dense and cheap (half a layer),
