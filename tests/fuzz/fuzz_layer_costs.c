@@ -9,8 +9,8 @@
  * Its first line, when a '#' comment, also sets the search: "pp=P mb=M vpp=V kind=K" (small
  * values: pp 1..4, mb 1..8, vpp 1..2; kind a pp_schedule_kind_parse name or greedy; default
  * pp=2 mb=4 vpp=1 kind=1f1b: a search of every kind and vpp takes seconds per input under
- * ASan; greedy is capped at pp 2, mb 4, vpp 1) and "--embedding F,I,W[,M] --loss F,I,W[,M]"
- * as the CLI reads them. On success: every layer's numbers are finite and >= 0, the search
+ * ASan; greedy is capped at pp 2, mb 4, vpp 1) and "--embedding F,I,W[,M] --loss F,I,W[,M]
+ * --loss-deferred W" as the CLI reads them. On success: every layer's numbers are finite and >= 0, the search
  * ranks at least one schedule, each entry's split covers every layer with stages of at least
  * one, and the entry's layout text (pp_search_layout_text) builds with pp_layers_build into the
  * same split.
@@ -70,6 +70,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (word_after(first, "--embedding ", word, sizeof word) && !parse_layer_costs("--embedding", word, &cfg.embedding))
             goto out;
         if (word_after(first, "--loss ", word, sizeof word) && !parse_layer_costs("--loss", word, &cfg.loss)) goto out;
+        if (word_after(first, "--loss-deferred ", word, sizeof word) &&
+            !cli_parse_double("--loss-deferred", word, 0, &cfg.loss_deferred)) goto out;
     }
     if (read_layer_costs(FUZZ_PATH, &costs, &n) != 0) { FUZZ_CHECK(costs == NULL); goto out; }
     FUZZ_CHECK(n >= 1 && n <= 4096);
