@@ -6937,24 +6937,24 @@ static pp_status pp__sim_init(pp__sim *S, const pp_schedule *s, const pp_sim_cos
         if (!res->start[r] || !res->end[r]) return pp__fail(err, PP_ENOMEM, "out of memory");
     }
     for (k = 0; k < nkeys; k++) { S->post_send[k] = S->post_recv[k] = -1; S->send_r[k] = S->recv_r[k] = -1; }
-    if (costs->tail_stage) {   /* each stage's tail after its last backward in its rank's program */
+    if (costs->tail_stage) {   /* each stage's tail after its last backward (B, W, FB's B) on its rank */
+        int *last = (int *)PIPEPAR_MALLOC((size_t)s->num_stages * sizeof(int)), st;
         S->tail = (double **)pp__calloc((size_t)s->pp, sizeof(double *));
         S->tail_due = (double *)pp__calloc((size_t)s->pp, sizeof(double));
-        if (!S->tail || !S->tail_due) return pp__fail(err, PP_ENOMEM, "out of memory");
+        if (!last || !S->tail || !S->tail_due) { PIPEPAR_FREE(last); return pp__fail(err, PP_ENOMEM, "out of memory"); }
         for (r = 0; r < s->pp; r++) {
             S->tail[r] = (double *)pp__calloc(s->length[r] > 0 ? (size_t)s->length[r] : 1, sizeof(double));
-            if (!S->tail[r]) return pp__fail(err, PP_ENOMEM, "out of memory");
-            for (i = s->length[r] - 1; i >= 0; i--) {
+            if (!S->tail[r]) { PIPEPAR_FREE(last); return pp__fail(err, PP_ENOMEM, "out of memory"); }
+            for (st = 0; st < s->num_stages; st++) last[st] = -1;
+            for (i = 0; i < s->length[r]; i++) {
                 pp_action a = s->actions[r][i];
-                int st = a.op == PP_OP_FB ? a.stage2 : a.stage, j, later = 0;
-                if (a.op != PP_OP_B && a.op != PP_OP_W && a.op != PP_OP_FB) continue;
-                for (j = i + 1; j < s->length[r] && !later; j++) {
-                    pp_action b = s->actions[r][j];
-                    later = (b.op == PP_OP_B || b.op == PP_OP_W) ? b.stage == st : b.op == PP_OP_FB && b.stage2 == st;
-                }
-                if (!later) S->tail[r][i] = costs->tail_stage[st];
+                if (a.op == PP_OP_B || a.op == PP_OP_W) last[a.stage] = i;
+                if (a.op == PP_OP_FB) last[a.stage2] = i;
             }
+            for (st = 0; st < s->num_stages; st++)
+                if (last[st] >= 0) S->tail[r][last[st]] = costs->tail_stage[st];
         }
+        PIPEPAR_FREE(last);
     }
     if (!costs->grouped) return PP_OK;
     if (!pp__sim_groups_init(s, &S->groups)) return pp__fail(err, PP_ENOMEM, "out of memory");
