@@ -1135,6 +1135,8 @@ typedef struct pp_plan_config {
                                a model stage */
     const char *layout;     /* Megatron's pipeline layout ('Et*3|t*4|t*4|t*5L'): the stages' sizes */
     int search_layout;      /* with search and layers: the search splits the layers too */
+    int layout_spread;      /* search_layout: each stage within this many layers of the even split
+                               (pp_search_config's; 0 means 1) */
     pp_sim_costs costs;     /* per layer with layers or a layout, else as pp_simulate takes them;
                                zero means F = 1, B = 2F, I = W = B/2. Per-stage arrays only without
                                layers and layout; action_cost never (it times one schedule) */
@@ -1165,6 +1167,19 @@ typedef struct pp_plan {
  * may take schedule and layers for itself (set them NULL before pp_plan_free). */
 PIPEPAR_API pp_status pp_plan_build(const pp_plan_config *cfg, pp_plan **out, pp_error *err);
 PIPEPAR_API void pp_plan_free(pp_plan *p);
+/* Re-planning a searched plan for measured costs (>>adapt): where the order comes from the costs
+ * (cfg->search with cfg->search_layout and cfg->layers), a new split wants a new order, so both
+ * are searched again. cfg is the plan's config with the measured per-layer costs at speed 1 and
+ * the ranks' speeds in cfg->costs.rank_speed (required; pp_speed_exchange gives both); current is
+ * the schedule running now (as pp_plan_build made it; not DualPipe's two copies), current_split
+ * its layers per stage [current->num_stages]. Both are simulated on those costs: *next gets the
+ * new plan when its step is shorter by more than min_gain (0 .. 1), or when the current plan is
+ * over cfg->max_memory and the new one is not; else NULL (keep running current). *gain (may be
+ * NULL) as pp_layers_replan's, of the simulated steps. The new plan may place stages otherwise
+ * (a V order for a looped one): pp_layers_owners with each schedule's placement says which rank
+ * holds each layer before and after. Ranks given the same config get the same plan. */
+PIPEPAR_API pp_status pp_plan_replan(const pp_plan_config *cfg, const pp_schedule *current, const int *current_split,
+                                     double min_gain, pp_plan **next, double *gain, pp_error *err);
 /* The per-stage costs of a layer split, as a plan computes them: each stage's F, B, I, W and
  * memory the sum of its layers' (per_layer's costs and one unit of memory a layer, or each
  * layer's own from layer_costs [l->num_layers] when not NULL). storage holds 5 * l->num_stages
@@ -9270,6 +9285,9 @@ static pp_status pp__plan_validate(const pp_plan_config *c, pp_error *err)
                         "layout (the search chooses the layout)" : "needs layers (the layers to split)");
     if (c->layer_costs && !c->layers)
         return pp__fail(err, PP_EINVAL, "layer_costs: only with layers (they hold one entry a layer)");
+    if (c->layout_spread < 0 || (c->layout_spread > 0 && !c->search_layout))
+        return pp__fail(err, PP_EINVAL, "layout_spread=%d: %s", c->layout_spread, c->layout_spread < 0 ? "must be >= 0 "
+                        "(0 means 1)" : "only with search_layout (the splits it tries)");
     if (k->action_cost)
         return pp__fail(err, PP_EINVAL, "costs: action_cost times one schedule's own actions; a plan builds its "
                         "schedule (give it to pp_simulate)");
@@ -9427,7 +9445,9 @@ static pp_status pp__plan_search(pp_plan *p, const pp_plan_config *c, pp_error *
     q.costs = p->layers ? p->costs : c->costs;
     q.vpp = p->layers ? p->layers->vpp : c->vpp;
     q.costs.grouped = 0;   /* a search ranks each transfer on its own */
-    if (c->search_layout) { q.layers = c->layers; q.layer_costs = c->layer_costs; q.threads = c->threads; }
+    if (c->search_layout) {
+        q.layers = c->layers; q.layer_costs = c->layer_costs; q.threads = c->threads; q.layout_spread = c->layout_spread;
+    }
     if ((st = pp_search(&q, &p->search, err)) != PP_OK) return st;
     if (!p->search->best) {
         const pp_search_entry *lean = NULL;
@@ -9536,6 +9556,95 @@ void pp_plan_free(pp_plan *p)
     pp_search_result_free(p->search);
     PIPEPAR_FREE(p->stage_costs);
     PIPEPAR_FREE(p);
+}
+
+/* The largest of a simulation's per-rank peak memories. */
+static double pp__sim_peak(const pp_sim_result *r)
+{
+    double m = 0;
+    int k;
+    for (k = 0; k < r->pp; k++) m = r->peak_memory[k] > m ? r->peak_memory[k] : m;
+    return m;
+}
+
+pp_status pp_plan_replan(const pp_plan_config *cfg, const pp_schedule *current, const int *current_split,
+                         double min_gain, pp_plan **next, double *gain, pp_error *err)
+{
+    pp_search_config sc;
+    pp_sim_costs costs;
+    pp_sim_result *was = NULL, *won = NULL;
+    pp_plan *p = NULL;
+    int32_t *split = NULL;
+    double *storage = NULL, *arrays[6], now, then;
+    int s, n, total = 0, fits_now, fits_new;
+    pp_status st;
+    if (gain) *gain = 0;
+    if (next) *next = NULL;
+    if (!cfg || !current || !current_split || !next)
+        return pp__fail(err, PP_EINVAL, "pp_plan_replan: cfg, current, current_split and next must not be NULL");
+    if (!cfg->search || !cfg->search_layout || !cfg->layers || cfg->csv || cfg->layout)
+        return pp__fail(err, PP_EINVAL, "cfg: search=%d, search_layout=%d, layers=%d%s: re-planning searches the order "
+                        "and the split together (search, search_layout and layers set, no csv or layout); a kind's "
+                        "order suits any split: pp_layers_replan", cfg->search, cfg->search_layout, cfg->layers,
+                        cfg->csv ? ", csv" : cfg->layout ? ", layout" : "");
+    if (!cfg->costs.rank_speed)
+        return pp__fail(err, PP_EINVAL, "cfg->costs.rank_speed: NULL; re-planning needs the measured speeds "
+                        "(pp_speed_exchange)");
+    if (!(min_gain >= 0 && min_gain < 1))
+        return pp__fail(err, PP_EINVAL, "min_gain=%g: must be at least 0 and below 1", min_gain);
+    if (current->placement == PP_PLACEMENT_DUAL)
+        return pp__fail(err, PP_EINVAL, "current: DualPipe's placement runs every model stage twice; re-planning "
+                        "takes one copy a stage");
+    if (current->pp != cfg->pp || current->mb != cfg->mb)
+        return pp__fail(err, PP_EINVAL, "current: pp=%d mb=%d, but cfg has pp=%d mb=%d", current->pp, current->mb,
+                        cfg->pp, cfg->mb);
+    n = current->num_stages;
+    for (s = 0; s < n; s++) {
+        if (current_split[s] < 1 || current_split[s] > cfg->layers)
+            return pp__fail(err, PP_EINVAL, "current_split[%d]=%d: every stage holds at least one layer and at most "
+                            "layers=%d", s, current_split[s], cfg->layers);
+        total += current_split[s];
+    }
+    if (total != cfg->layers)
+        return pp__fail(err, PP_EINVAL, "current_split: its %d stages hold %d layers, but layers=%d", n, total,
+                        cfg->layers);
+    /* the running plan, timed on the measured costs as a search times its candidates */
+    split = (int32_t *)pp__calloc((size_t)n, sizeof *split);
+    storage = (double *)pp__calloc((size_t)n * 5, sizeof(double));
+    if (!split || !storage) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+    for (s = 0; s < n; s++) split[s] = current_split[s];
+    memset(&sc, 0, sizeof sc);
+    sc.layer_costs = cfg->layer_costs;
+    for (s = 0; s < 5; s++) arrays[s] = storage + (size_t)s * (size_t)n;
+    arrays[5] = NULL;
+    pp__split_costs(&sc, &cfg->costs, split, n, arrays);
+    costs = cfg->costs;
+    costs.f_stage = arrays[0]; costs.b_stage = arrays[1]; costs.i_stage = arrays[2]; costs.w_stage = arrays[3];
+    costs.memory_stage = arrays[4];
+    costs.grouped = 0;
+    if ((st = pp_simulate(current, &costs, &was, err)) != PP_OK) goto done;
+    /* the search's plan for them, timed the same way */
+    if ((st = pp_plan_build(cfg, &p, err)) != PP_OK) goto done;
+    costs = p->costs;
+    costs.grouped = 0;
+    if ((st = pp_simulate(p->schedule, &costs, &won, err)) != PP_OK) goto done;
+    now = was->makespan;
+    then = won->makespan;
+    fits_now = !(cfg->max_memory > 0) || pp__sim_peak(was) <= cfg->max_memory;
+    fits_new = !(cfg->max_memory > 0) || pp__sim_peak(won) <= cfg->max_memory;
+    if ((fits_new && !fits_now) || (fits_new && now > 0 && (now - then) / now > min_gain)) {
+        if (gain) *gain = now > 0 && then < now ? (now - then) / now : 0;
+        *next = p;
+        p = NULL;
+    }
+    st = pp__ok(err);
+done:
+    pp_sim_result_free(was);
+    pp_sim_result_free(won);
+    pp_plan_free(p);
+    PIPEPAR_FREE(split);
+    PIPEPAR_FREE(storage);
+    return st;
 }
 
 

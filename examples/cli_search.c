@@ -49,7 +49,7 @@ static void search_usage(FILE *out)
             "                      [--kind K] [--layers N [--spread S] [--max-layouts N] [--embedding F,I,W[,M]]\n"
             "                      [--loss F,I,W[,M] [--loss-deferred W]] [--layer-costs FILE [--hybrid STR]]\n"
             "                      [--threads T]]\n"
-            "                      [--split-backward] [--csv FILE] [--json]\n"
+            "                      [--split-backward] [--rank-speed LIST] [--csv FILE] [--json]\n"
             "  costs, in time units for one rank's share of the model (a chunk costs 1/vpp of it):\n"
             "  --f F          forward (default 1)\n"
             "  --i I --w W    input-gradient and weight-gradient halves of the backward (default B/2 each)\n"
@@ -88,7 +88,11 @@ static void search_usage(FILE *out)
             "                 backward wants --kind interleaved or 1f1b\n"
             "  --split-backward  each whole backward B as its I then its W (a trainer with both halves):\n"
             "                 the B's output gradient leaves before its weight gradient is computed\n"
-            "  --p2p L        latency per transfer; --bytes N --bandwidth GBPS add N bytes at GBPS\n"
+            "  --p2p L        latency per transfer; --bytes N --bandwidth GBPS add N bytes at GBPS\n");
+    fprintf(out,
+            "  --rank-speed LIST  each rank's speed, pp values > 0 (1 / 1.35 for a GPU 1.35x slower, e.g.\n"
+            "                 as mlp_gpu --adapt measures them): rank r computes an action of cost c in\n"
+            "                 c / speed; with --layers the slow rank's stages get fewer layers\n"
             "  --max-mem X    cap on every rank's peak activations, in microbatches through the rank's\n"
             "                 layers (1F1B's first rank needs pp); default: no cap\n"
             "  --vpp V        try only this vpp (default: 1..max-vpp); --max-vpp V (default 4)\n"
@@ -98,7 +102,7 @@ static void search_usage(FILE *out)
 }
 
 /* Parses "1,1.5,2" into exactly `want` non-negative numbers. */
-static int parse_list(const char *flag, const char *text, int want, double *out)
+static int parse_list(const char *flag, const char *text, int want, const char *what, double *out)
 {
     int n = 0;
     const char *p = text;
@@ -123,7 +127,7 @@ static int parse_list(const char *flag, const char *text, int want, double *out)
         p = comma + 1;
     }
     if (n != want) {
-        cli_usage_error("%s: %d values, expected pp*vpp = %d", flag, n, want);
+        cli_usage_error("%s: %d values, expected %s = %d", flag, n, what, want);
         return 0;
     }
     return 1;
@@ -238,8 +242,9 @@ static void print_pattern(const pp_search_entry *e, int pp, const char *hybrid)
 /* What the flags ask for. stage[k] (allocated by search_parse) holds --f-stage .. --mem-stage. */
 typedef struct search_opts {
     pp_search_config cfg;
-    const char *csv, *layout, *layer_costs_path, *hybrid;
+    const char *csv, *layout, *layer_costs_path, *hybrid, *speed_text;
     double *stage[5];
+    double *speed;              /* --rank-speed: pp entries */
     double bytes, gbps;
     long top;
     int json, have_threads, have_ends;
@@ -256,13 +261,15 @@ static const cli_flag_spec search_specs[] = {
     { "--layer-costs", CLI_VALUE }, { "--embedding", CLI_VALUE }, { "--loss", CLI_VALUE }, { "--kind", CLI_VALUE },
     { "--csv", CLI_VALUE }, { "--layout", CLI_VALUE }, { "--f-stage", CLI_VALUE }, { "--i-stage", CLI_VALUE },
     { "--w-stage", CLI_VALUE }, { "--b-stage", CLI_VALUE }, { "--mem-stage", CLI_VALUE }, { "--json", CLI_SWITCH },
-    { "--split-backward", CLI_SWITCH }, { "--hybrid", CLI_VALUE }, { "--loss-deferred", CLI_VALUE }, { NULL, 0 }
+    { "--split-backward", CLI_SWITCH }, { "--hybrid", CLI_VALUE }, { "--loss-deferred", CLI_VALUE },
+    { "--rank-speed", CLI_VALUE }, { NULL, 0 }
 };
 
 static void search_opts_free(search_opts *o)
 {
     int k;
     for (k = 0; k < 5; k++) { free(o->stage[k]); o->stage[k] = NULL; }
+    free(o->speed); o->speed = NULL;
 }
 
 /* One flag into *o; 1, or 0 after printing why. stage_text[k] keeps the per-stage lists for later. */
@@ -305,6 +312,7 @@ static int search_flag(search_opts *o, const char *a, const char *val, const cha
     else if (!strcmp(a, "--csv")) o->csv = val;
     else if (!strcmp(a, "--layout")) o->layout = val;
     else if (!strcmp(a, "--hybrid")) o->hybrid = val;
+    else if (!strcmp(a, "--rank-speed")) o->speed_text = val;
     else if (!strcmp(a, "--json")) o->json = 1;
     else if (!strcmp(a, "--split-backward")) cfg->split_backward = 1;
     else
@@ -387,7 +395,16 @@ static int search_parse(int argc, char **argv, search_opts *o)
         if (!cfg->vpp) return cli_usage_error("%s: per-stage costs need --vpp (they hold pp*vpp values)", search_stage_flag[k]);
         if (!(o->stage[k] = (double *)calloc((size_t)cfg->pp * (size_t)cfg->vpp, sizeof(double))))
             return cli_env_error("out of memory");
-        if (!parse_list(search_stage_flag[k], stage_text[k], cfg->pp * cfg->vpp, o->stage[k])) return 2;
+        if (!parse_list(search_stage_flag[k], stage_text[k], cfg->pp * cfg->vpp, "pp*vpp", o->stage[k])) return 2;
+    }
+    if (o->speed_text) {
+        if (!(o->speed = (double *)calloc((size_t)cfg->pp, sizeof(double)))) return cli_env_error("out of memory");
+        if (!parse_list("--rank-speed", o->speed_text, cfg->pp, "pp", o->speed)) return 2;
+        for (k = 0; k < cfg->pp; k++)
+            if (!(o->speed[k] > 0))
+                return cli_usage_error("--rank-speed: value %d is %g: a speed must be above 0 (1 / 1.35 for a GPU "
+                                       "1.35x slower)", k + 1, o->speed[k]);
+        cfg->costs.rank_speed = o->speed;
     }
     if (o->bytes > 0) {
         cfg->costs.activation_bytes = o->bytes;

@@ -818,6 +818,9 @@ static int plan_config(Rank &R, pp_plan_config &pc, std::vector<char> &csv, std:
     if (o.search_layout) {   /* the splits searched on this process's share of the host's cores */
         long share = sysconf(_SC_NPROCESSORS_ONLN) / (R.world > 0 ? R.world : 1);
         pc.threads = share > 1 ? (int)(share < 64 ? share : 64) : 1;
+        /* every stage from one block up: a small first and last stage shortens the start-up and
+         * drain, and a slow rank's stages shrink (--adapt) */
+        pc.layout_spread = std::max(1, o.layers / (R.pp * (o.vpp ? o.vpp : 1)) - 1);
     }
     pc.max_memory = o.max_memory;
     pc.costs.f = pc.costs.i = pc.costs.w = 1;
@@ -854,7 +857,8 @@ static int csv_fits_run(Rank &R, const pp_schedule *s)
 }
 
 /* --schedule search: what it tried and chose, and its simulated efficiency (F + I + W of every
- * block and microbatch, over pp ranks, against the winner's step). */
+ * block and microbatch, over pp ranks, against the winner's step; --adapt's plans, on measured
+ * costs and speeds: the simulated step). */
 static void print_search(const Rank &R, const pp_plan *plan)
 {
     const Options &o = *R.o;
@@ -862,8 +866,12 @@ static void print_search(const Rank &R, const pp_plan *plan)
     double work = (3.0 * o.layers - (o.search_layout ? 0.5 : 0.0)) * o.mb;
     printf("search: %d schedules simulated", plan->search->count);
     if (o.search_layout) printf(", each on %ld splits of the %d blocks", plan->search->layouts, o.layers);
-    printf("; the fastest: %s (simulated efficiency %.2f%%, memory %.2f)\n", won->name,
-           100.0 * work / R.pp / won->makespan, won->peak_memory);
+    if (plan->costs.rank_speed)   /* --adapt's: measured costs in seconds, each rank at its own speed */
+        printf("; the fastest: %s (simulated step %.1f ms, memory %.2f)\n", won->name, won->makespan * 1e3,
+               won->peak_memory);
+    else
+        printf("; the fastest: %s (simulated efficiency %.2f%%, memory %.2f)\n", won->name,
+               100.0 * work / R.pp / won->makespan, won->peak_memory);
     if (won->stage_layers) {
         int stages = R.pp * won->vpp;
         std::vector<char> text((size_t)pp_search_layout_text(won->stage_layers, stages, nullptr, 0) + 1);
@@ -970,6 +978,34 @@ static int rank_buffers(Rank &R)
     return rank_slots(R);
 }
 
+/* The executor of R.sched, timing every action with CUDA events (the timer sized for the longest
+ * rank program). */
+static int rank_executor(Rank &R)
+{
+    const Options &o = *R.o;
+    PPCK(pp_nccl_event_timer(R.stream, 3 * R.maxlen + 3, &R.timer, &e_));
+    pp_executor_config ec;
+    memset(&ec, 0, sizeof ec);
+    ec.schedule = R.sched;
+    ec.transport = R.tp;
+    ec.callbacks.user = &R;
+    ec.callbacks.tensor_bytes = cb_tensor_bytes;
+    ec.callbacks.input = cb_input;
+    ec.callbacks.forward = cb_forward;
+    ec.callbacks.loss = cb_loss;
+    ec.callbacks.backward = cb_backward;
+    ec.callbacks.backward_input = cb_backward_input;
+    ec.callbacks.backward_weight = cb_backward_weight;
+    ec.allocator.user = &R;
+    ec.allocator.alloc = cb_alloc;
+    ec.allocator.free = cb_free;
+    ec.timeout_s = o.timeout;
+    ec.record_timeline = 1;
+    ec.timer = R.timer;
+    PPCK(pp_executor_create(&ec, &R.ex, &e_));
+    return 0;
+}
+
 /* 4. build: this rank's blocks (stage s holds blocks [first[s], first[s] + count[s]), placed by
  *    the schedule), its data, the transport, the executor timing every action with CUDA events,
  *    and every buffer of a step. */
@@ -991,26 +1027,7 @@ static int rank_build(Rank &R, pp_layers *lay, double t_start)
     R.m.saved.assign((size_t)R.vpp * o.mb, -1);
     R.m.iw_of.assign((size_t)R.vpp * o.mb, -1);
     PHASE(rank_transport(R));
-    PPCK(pp_nccl_event_timer(R.stream, 3 * R.maxlen + 3, &R.timer, &e_));
-    pp_executor_config ec;
-    memset(&ec, 0, sizeof ec);
-    ec.schedule = R.sched;
-    ec.transport = R.tp;
-    ec.callbacks.user = &R;
-    ec.callbacks.tensor_bytes = cb_tensor_bytes;
-    ec.callbacks.input = cb_input;
-    ec.callbacks.forward = cb_forward;
-    ec.callbacks.loss = cb_loss;
-    ec.callbacks.backward = cb_backward;
-    ec.callbacks.backward_input = cb_backward_input;
-    ec.callbacks.backward_weight = cb_backward_weight;
-    ec.allocator.user = &R;
-    ec.allocator.alloc = cb_alloc;
-    ec.allocator.free = cb_free;
-    ec.timeout_s = o.timeout;
-    ec.record_timeline = 1;
-    ec.timer = R.timer;
-    PPCK(pp_executor_create(&ec, &R.ex, &e_));
+    PHASE(rank_executor(R));
     PHASE(rank_buffers(R));
     CK(cudaStreamSynchronize(R.stream));
     if (R.lead && !o.quiet) {
@@ -1166,25 +1183,13 @@ static int run_rank(const Options &o, Shared *sh, int thread_rank)
     PHASE(rank_time(R, T));
     PHASE(rank_measure(R, T, M));
     if (o.adapt) {   /* the report of the first split, new splits for the measured speeds, their steps */
-        int rounds = 0;
-        double before = median(T.times);
         if (R.lead) { printf("before --adapt:\n"); report_print(R, T, M, single_s); }
         /* A GPU that waits for part of the step runs faster while it computes (it clocks higher
          * under its power limit), so speeds measured on an uneven split overstate the waiting
-         * rank's: the first new split can overshoot. Each round measures the split that ran;
-         * pp_layers_replan keeps a split unless the slowest rank gains over 2%, so rounds stop. */
-        for (bool switched = true; switched && rounds < ADAPT_MAX_ROUNDS;) {
-            PHASE(rank_adapt(R, &switched));
-            if (!switched) break;
-            rounds++;
-            T = Timing();
-            M = Measured();
-            PHASE(rank_time(R, T));
-            PHASE(rank_measure(R, T, M));
-            if (R.lead) printf("adapt: round %d: step %.1f ms\n", rounds, median(T.times) * 1e3);
-        }
-        if (R.lead) printf("adapt: step %.1f ms before, %.1f ms after%s\n", before * 1e3, median(T.times) * 1e3,
-                           rounds ? "" : " (the split kept)");
+         * rank's: the first new split can overshoot. Each round measures the split that ran and
+         * re-plans from there; the rounds end where a split is kept (the gain not over 2%) or one
+         * that ran comes back, and the fastest split measured is the one that stays. */
+        PHASE(rank_adapt_rounds(R, T, M));
     }
     if (o.check) PHASE(rank_check(R, &single_s, &check_failed));
     if (R.lead) report_print(R, T, M, single_s);

@@ -3,39 +3,61 @@
  * training example readable; included there after rank_slots, rank_time and the report.
  *
  *   1. measure  the last timed step's timeline (CUDA events around every action) gives each
- *               rank's speed, the same numbers on every rank (pp_speed_exchange: one host
- *               all-reduce over the pipeline's transport)
- *   2. plan     pp_layers_replan: the blocks split for those speeds, kept unless the slowest
- *               rank's time falls by more than 2%
+ *               rank's speed and one block's costs, the same numbers on every rank
+ *               (pp_speed_exchange: one host all-reduce over the pipeline's transport)
+ *   2. plan     a --schedule kind: pp_layers_replan, the blocks split for those speeds, kept
+ *               unless the slowest rank's time falls by more than 2%. --schedule search
+ *               --search-layout: pp_plan_replan, order and split searched again on the measured
+ *               costs and speeds, kept unless the simulated step falls by more than 2%
  *   3. switch   every rank allocates the blocks it gains; every moved block's weights (and AdamW
  *               state) go from its old rank to its new one over the pipeline's transport
  *               (pp_layers_move); the activation slots and I->W buffers are made again for the new
- *               stage sizes. The schedule and executor stay: a kind's order fits any split, and
- *               the callbacks read the new one from the model.
+ *               stage sizes. A kind's order fits any split: its schedule and executor stay, and
+ *               the callbacks read the new split from the model. A searched order comes with its
+ *               split: the executor is made again for it (the boundary arena kept when it fits).
  * Rounds repeat 1-3 on each new split until a split is kept (mlp_gpu.cu says why).
  * Nothing a block computes changes, so --check still compares every gradient with the single-GPU
  * run (which also shows that every weight arrived: it starts from the initial weights). */
 
 #define ADAPT_MAX_ROUNDS 4   /* the most new splits one --adapt run switches to */
 
-/* 1. and 2.: the speeds and the new split (next = the current one when it is kept). */
-static int adapt_plan(Rank &R, std::vector<int> &next, double *gain)
+/* 1. and 2.: the speeds and the new split (next = the current one when it is kept); with a
+ * searched order, *plan gets the new plan (NULL when the current one is kept). */
+static int adapt_plan(Rank &R, std::vector<int> &next, double *gain, pp_plan **plan)
 {
     const Options &o = *R.o;
     pp_timeline tl;
+    pp_layer_costs layer;
     std::vector<double> work(R.S), speed(R.pp);
     for (int s = 0; s < R.S; s++) work[s] = R.m.count[s];
+    *plan = nullptr;
     PPCK(pp_executor_timeline(R.ex, &tl, &e_));
-    PPCK(pp_speed_exchange(&R.tp, &tl, work.data(), R.S, o.timeout, speed.data(), NULL, &e_));
-    pp_replan_config rc;
-    memset(&rc, 0, sizeof rc);
-    rc.balance.num_layers = o.layers; rc.balance.pp = R.pp; rc.balance.vpp = R.vpp;
-    rc.balance.v_placement = R.sched->placement == PP_PLACEMENT_V;
-    rc.balance.rank_speed = speed.data();
-    rc.current = R.m.count.data();
-    rc.min_gain = 0.02;
-    next.assign(R.S, 0);
-    PPCK(pp_layers_replan(&rc, next.data(), gain, &e_));
+    PPCK(pp_speed_exchange(&R.tp, &tl, work.data(), R.S, o.timeout, speed.data(), &layer, &e_));
+    if (o.search_layout) {   /* the plan's own config, on the measured costs and speeds */
+        pp_plan_config pc;
+        std::vector<char> csv;
+        std::vector<pp_layer_costs> per_block;
+        PHASE(plan_config(R, pc, csv, per_block));
+        for (int b = 0; b < o.layers; b++) {   /* block 0's I is one GEMM, as plan_config has it */
+            per_block[b].f = layer.f; per_block[b].i = b == 0 ? 0.5 * layer.i : layer.i; per_block[b].w = layer.w;
+        }
+        pc.costs.f = layer.f; pc.costs.i = layer.i; pc.costs.w = layer.w;
+        pc.costs.p2p_latency *= layer.f;   /* plan_config's is in units of a block's forward */
+        pc.costs.rank_speed = speed.data();
+        PPCK(pp_plan_replan(&pc, R.sched, R.m.count.data(), 0.02, plan, gain, &e_));
+        next = *plan ? std::vector<int>((*plan)->layers->count, (*plan)->layers->count + (*plan)->layers->num_stages)
+                     : R.m.count;
+    } else {
+        pp_replan_config rc;
+        memset(&rc, 0, sizeof rc);
+        rc.balance.num_layers = o.layers; rc.balance.pp = R.pp; rc.balance.vpp = R.vpp;
+        rc.balance.v_placement = R.sched->placement == PP_PLACEMENT_V;
+        rc.balance.rank_speed = speed.data();
+        rc.current = R.m.count.data();
+        rc.min_gain = 0.02;
+        next.assign(R.S, 0);
+        PPCK(pp_layers_replan(&rc, next.data(), gain, &e_));
+    }
     if (R.lead) {
         std::string sp, was, now;
         for (int r = 0; r < R.pp; r++) {
@@ -43,27 +65,82 @@ static int adapt_plan(Rank &R, std::vector<int> &next, double *gain)
             snprintf(one, sizeof one, "%s%.3f", r ? " " : "", speed[r]);
             sp += one;
         }
-        for (int s = 0; s < R.S; s++) {
-            was += (s ? "," : "") + std::to_string(R.m.count[s]);
-            now += (s ? "," : "") + std::to_string(next[s]);
-        }
-        printf("adapt: rank speeds %s (the last step's timeline); blocks per stage %s -> %s (the slowest rank "
-               "%.1f%% faster%s)\n", sp.c_str(), was.c_str(), now.c_str(), 100.0 * *gain,
-               *gain > 0 ? "" : ": kept, not over 2%");
+        for (int s = 0; s < R.S; s++) was += (s ? "," : "") + std::to_string(R.m.count[s]);
+        for (size_t s = 0; s < next.size(); s++) now += (s ? "," : "") + std::to_string(next[s]);
+        printf("adapt: rank speeds %s (the last step's timeline); blocks per stage %s -> %s (%s %.1f%% faster%s)\n",
+               sp.c_str(), was.c_str(), now.c_str(), o.search_layout ? "the simulated step" : "the slowest rank",
+               100.0 * *gain, *gain > 0 ? "" : ": kept, not over 2%");
+        if (*plan) print_search(R, *plan);
         fflush(stdout);
     }
     return 0;
 }
 
-/* 3.: the blocks moved to their new ranks and the slots made for the new split. */
-static int adapt_switch(Rank &R, const std::vector<int> &next)
+/* Which rank holds each block under a schedule and its split (stage s holds counts[s] blocks). */
+static std::vector<int> block_owners(const pp_schedule *sched, const std::vector<int> &counts)
+{
+    std::vector<int> owner;
+    for (int st = 0; st < sched->num_stages; st++)
+        for (int j = 0; j < counts[st]; j++) owner.push_back(pp_stage_rank(sched, st));
+    return owner;
+}
+
+/* A searched plan's schedule (taken: this call owns it) in place of the running one: a new
+ * executor (and event timer) for it, the boundary arena kept when the new plan's peak fits in it
+ * (else kept aside for the transport's lifetime, as moved weights are, and a larger one made),
+ * and the input or targets where this rank now holds the first or last stage. Between steps,
+ * with nothing in flight. */
+static int adapt_take_schedule(Rank &R, pp_schedule *sched, const char *name)
 {
     const Options &o = *R.o;
-    const int L = o.layers, v = R.sched->placement == PP_PLACEMENT_V, K = R.adamw ? 6 : 2;
+    pp_executor_free(R.ex);
+    R.ex = nullptr;
+    pp_nccl_timer_free(&R.timer);
+    pp_schedule_free(R.sched);
+    R.sched = sched;
+    snprintf(R.sched_name, sizeof R.sched_name, "%s", name);
+    R.S = R.sched->num_stages;
+    R.vpp = R.sched->vpp;
+    R.maxlen = 0;
+    R.split = 0;
+    for (int r = 0; r < R.pp; r++) {
+        R.maxlen = std::max(R.maxlen, R.sched->length[r]);
+        for (int i = 0; i < R.sched->length[r]; i++) R.split |= R.sched->actions[r][i].op == PP_OP_I;
+    }
+    bool first = false, last = false;
+    for (int c = 0; c < R.vpp; c++) {
+        int st = pp_rank_chunk_stage(R.sched, R.rank, c);
+        first |= st == 0;
+        last |= st == R.S - 1;
+    }
+    model_data(R.m, first && !R.m.inputs, last && !R.m.targets);
+    R.first = first;
+    R.last = last;
+    R.m.saved.assign((size_t)R.vpp * o.mb, -1);
+    R.m.iw_of.assign((size_t)R.vpp * o.mb, -1);
+    PHASE(rank_executor(R));
+    pp_executor_stats stats;
+    pp_executor_get_stats(R.ex, &stats);
+    size_t tb = ((size_t)R.m.T * R.m.H * sizeof(bf16) + 255) & ~(size_t)255;
+    size_t need = tb * (size_t)(stats.planned_slots > 0 ? stats.planned_slots : 1);
+    if (need > R.arena_bytes) {   /* a peer may still map the old one: it goes with the transport */
+        R.retired.push_back(R.arena);
+        R.arena_bytes = need;
+        R.arena = (char *)dev_alloc(R.m, R.arena_bytes);
+    }
+    R.arena_used = 0;
+    return 0;
+}
+
+/* 3.: the blocks moved to their new ranks and the slots made for the new split (with a searched
+ * order, sched is the new schedule, which takes the running one's place: this call owns it). */
+static int adapt_switch(Rank &R, const std::vector<int> &next, pp_schedule *sched, const char *name)
+{
+    const Options &o = *R.o;
+    const int L = o.layers, K = R.adamw ? 6 : 2;
     const size_t wn = (size_t)R.m.F * R.m.H;
-    std::vector<int> was(L), now(L), gained;
-    PPCK(pp_layers_owners(R.m.count.data(), R.pp, R.vpp, v, L, was.data(), &e_));
-    PPCK(pp_layers_owners(next.data(), R.pp, R.vpp, v, L, now.data(), &e_));
+    std::vector<int> was = block_owners(R.sched, R.m.count), now = block_owners(sched ? sched : R.sched, next);
+    std::vector<int> gained;
     for (int b = 0; b < L; b++)
         if (now[b] == R.rank && was[b] != R.rank) gained.push_back(b);
     model_init_blocks(R.m, gained, R.adamw, false);
@@ -97,6 +174,7 @@ static int adapt_switch(Rank &R, const std::vector<int> &next)
     for (bf16 *p : R.m.iw_bufs) { CK(cudaFree(p)); R.m.bytes -= iw_size(R.m); }
     R.m.slots.clear(); R.m.slot_nb.clear();
     R.m.iw_bufs.clear(); R.m.iw_free.clear(); R.m.iw_nb = 0;
+    if (sched) PHASE(adapt_take_schedule(R, sched, name));
     model_split(R.m, R.S, next.data());
     R.blocks.clear();
     for (int c = 0; c < R.vpp; c++) {
@@ -113,15 +191,111 @@ static int adapt_switch(Rank &R, const std::vector<int> &next)
     return 0;
 }
 
-/* --adapt, between the timed steps and the report: *switched = the split changed. */
-static int rank_adapt(Rank &R, bool *switched)
+/* A split that ran: its blocks per stage, its schedule (a searched order's, copied; NULL for a
+ * kind, whose order stays) and name, and its measured step (the same number on every rank). */
+struct Tried {
+    std::vector<int> counts;
+    pp_schedule *sched = nullptr;
+    std::string name;
+    double step = 0;
+};
+
+/* The timed steps' median, the same on every rank (their mean over the pipeline): rounds decide
+ * by it, and every rank must decide alike. */
+static int agreed_step(Rank &R, const Timing &T, double *step)
+{
+    float v = (float)median(T.times);
+    PPCK(pp_nccl_all_reduce_host(R.pipe, &v, 1, 0, &e_));
+    *step = (double)v / R.pp;
+    return 0;
+}
+
+/* The running split into tried[], once its steps are timed. */
+static int adapt_note(Rank &R, const Timing &T, std::vector<Tried> &tried)
+{
+    Tried t;
+    t.counts = R.m.count;
+    t.name = R.sched_name;
+    if (R.o->search_layout) PPCK(pp_schedule_copy(R.sched, &t.sched, &e_));
+    PHASE(agreed_step(R, T, &t.step));
+    tried.push_back(t);
+    return 0;
+}
+
+/* One round: measure and plan; switch unless the plan keeps the running split or returns to one
+ * already run (the measured speeds swing with the split, since a rank that waits clocks higher:
+ * rounds can go to and fro). *switched = the split changed. */
+static int rank_adapt(Rank &R, const std::vector<Tried> &tried, bool *switched)
 {
     std::vector<int> next;
     double gain = 0;
+    pp_plan *plan = nullptr;
     *switched = false;
-    PHASE(adapt_plan(R, next, &gain));
-    if (gain <= 0) return 0;
-    PHASE(adapt_switch(R, next));
+    PHASE(adapt_plan(R, next, &gain, &plan));
+    if (gain <= 0 && !plan) return 0;
+    for (const Tried &t : tried)
+        if (t.counts == next && (!plan || t.name == plan->name)) {
+            if (R.lead) printf("adapt: that split ran in an earlier round (%.1f ms): no switch\n", t.step * 1e3);
+            pp_plan_free(plan);
+            return 0;
+        }
+    pp_schedule *sched = plan ? plan->schedule : nullptr;
+    if (plan) plan->schedule = nullptr;
+    int rc = adapt_switch(R, next, sched, plan ? plan->name : "");
+    pp_plan_free(plan);
+    if (rc) return rc;
     *switched = true;
+    return 0;
+}
+
+/* --adapt, between the timed steps and the report: rounds of measure, plan and switch until a
+ * split is kept (or one already run comes back, or ADAPT_MAX_ROUNDS), then the fastest split
+ * measured, if that is not the running one. T and M are the last timed steps' and their report. */
+static int rank_adapt_rounds(Rank &R, Timing &T, Measured &M)
+{
+    std::vector<Tried> tried;
+    int rounds = 0;
+    PHASE(adapt_note(R, T, tried));
+    const double before = tried[0].step;
+    for (bool switched = true; switched && rounds < ADAPT_MAX_ROUNDS;) {
+        PHASE(rank_adapt(R, tried, &switched));
+        if (!switched) break;
+        rounds++;
+        T = Timing();
+        M = Measured();
+        PHASE(rank_time(R, T));
+        PHASE(rank_measure(R, T, M));
+        PHASE(adapt_note(R, T, tried));
+        if (R.lead) printf("adapt: round %d: step %.1f ms\n", rounds, tried.back().step * 1e3);
+    }
+    size_t best = 0;
+    for (size_t k = 1; k < tried.size(); k++)
+        if (tried[k].step < tried[best].step) best = k;
+    if (best + 1 != tried.size()) {   /* back to the fastest that ran */
+        const Tried &b = tried[best];
+        pp_schedule *sched = nullptr;
+        if (b.sched) PPCK(pp_schedule_copy(b.sched, &sched, &e_));
+        if (R.lead) {
+            std::string was;
+            for (size_t s = 0; s < b.counts.size(); s++) was += (s ? "," : "") + std::to_string(b.counts[s]);
+            printf("adapt: back to blocks per stage %s, the fastest of the %zu splits run (%.1f ms)\n", was.c_str(),
+                   tried.size(), b.step * 1e3);
+        }
+        PHASE(adapt_switch(R, b.counts, sched, b.name.c_str()));
+        T = Timing();
+        M = Measured();
+        PHASE(rank_time(R, T));
+        PHASE(rank_measure(R, T, M));
+        PHASE(adapt_note(R, T, tried));
+    }
+    if (R.lead) {
+        std::string now;
+        for (int s = 0; s < R.S; s++) now += (s ? "," : "") + std::to_string(R.m.count[s]);
+        printf("adapt: runs blocks per stage %s (%s)\n", now.c_str(),
+               R.sched_name[0] ? R.sched_name : pp_schedule_kind_name(R.sched->kind));
+        printf("adapt: step %.1f ms before, %.1f ms after%s\n", before * 1e3, tried.back().step * 1e3,
+               rounds ? "" : " (the split kept)");
+    }
+    for (Tried &t : tried) pp_schedule_free(t.sched);
     return 0;
 }

@@ -58,8 +58,8 @@ static const char usage[] =
     "                  (what 'pipepar schedule --format csv' and 'pipepar search --csv' write); its rows must be\n"
     "                  the pipeline's ranks and its microbatches --mb; sends and receives are lowered again\n"
     "  --search-layout with --schedule search: split the blocks into stages too (pp_search's layers:\n"
-    "                  every split near the even one; each block F = I = W, block 0's I half), and run\n"
-    "                  the fastest\n"
+    "                  every stage from one block to one block short of twice the even size; each\n"
+    "                  block F = I = W, block 0's I half), and run the fastest\n"
     "  --search-kind K with --schedule search: only schedules of kind K (e.g. interleaved: Megatron's\n"
     "                  order, its microbatch group and, with --search-layout, its stages chosen)\n"
     "  --place-by-speed time every GPU on the model's largest GEMM (all at once, under load, 3.5 s) and\n"
@@ -109,7 +109,9 @@ static const char usage[] =
     "                  slowest rank's time falls by more than 2%), the moved blocks' weights and optimizer\n"
     "                  state sent to their new rank (pp_layers_move), and the steps timed again, round\n"
     "                  after round until a split is kept (at most 4); with a --schedule kind, whose order\n"
-    "                  stays the same for the new split\n";
+    "                  stays the same for the new split, or with --schedule search --search-layout: order\n"
+    "                  and split searched again on the measured costs and speeds (pp_plan_replan: when the\n"
+    "                  simulated step falls by more than 2%), and a new executor for the new order\n";
 
 static int parse_args(int argc, char **argv, Options *o)
 {
@@ -249,9 +251,10 @@ static int check_args(const Options *o)
         fprintf(stderr, "mlp_gpu: --slow-factor: only with --slow-rank\n");
         return 2;
     }
-    if (o->adapt && (o->single || o->schedule_csv || !strcmp(o->schedule, "search"))) {
-        fprintf(stderr, "mlp_gpu: --adapt: with a --schedule kind, whose order suits any split (not with %s)\n",
-                o->single ? "--single" : o->schedule_csv ? "--schedule-csv" : "--schedule search");
+    if (o->adapt && (o->single || o->schedule_csv || (!strcmp(o->schedule, "search") && !o->search_layout))) {
+        fprintf(stderr, "mlp_gpu: --adapt: with a --schedule kind, whose order suits any split, or with --schedule "
+                "search --search-layout, which searches order and split again (not with %s)\n",
+                o->single ? "--single" : o->schedule_csv ? "--schedule-csv" : "--schedule search without --search-layout");
         return 2;
     }
     if (o->gemm_picks && !o->tune) {

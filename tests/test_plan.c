@@ -423,7 +423,7 @@ static void stage_costs_sum_each_layers_own_and_refuse_an_empty_stage(void)
 static void every_refusal_names_the_field_and_the_rule(void)
 {
     static const double per_stage[4] = { 1, 1, 1, 1 };
-    struct { pp_plan_config c; pp_status st; const char *needle; } cases[26];
+    struct { pp_plan_config c; pp_status st; const char *needle; } cases[28];
     pp_plan *p = NULL;
     pp_error err;
     int n = 0, k;
@@ -442,6 +442,10 @@ static void every_refusal_names_the_field_and_the_rule(void)
       c->search_layout = 1; }
     { pp_plan_config *c = PL_CASE(PP_EINVAL, "search_layout: not with layout"); c->search = 1; c->pp = 2; c->mb = 8;
       c->search_layout = 1; c->layers = 4; c->layout = "Et|t|t|tL"; }
+    { pp_plan_config *c = PL_CASE(PP_EINVAL, "layout_spread=2: only with search_layout (the splits it tries)");
+      c->search = 1; c->pp = 2; c->mb = 8; c->layers = 8; c->layout_spread = 2; }
+    { pp_plan_config *c = PL_CASE(PP_EINVAL, "layout_spread=-1: must be >= 0 (0 means 1)");
+      c->search = 1; c->pp = 2; c->mb = 8; c->layers = 8; c->search_layout = 1; c->layout_spread = -1; }
     { pp_plan_config *c = PL_CASE(PP_EINVAL, "vpp=3: the layout has 4 stages, so vpp = 2 (or leave vpp 0)");
       *c = pl_kind(PP_INTERLEAVED_1F1B, 2, 3, 8); c->layout = "Et|t|t|tL"; }
     { pp_plan_config *c = PL_CASE(PP_EINVAL, "layout 'Et||tL': stage 1 holds no layer ('t'): every stage needs one");

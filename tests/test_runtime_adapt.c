@@ -6,8 +6,10 @@
  * time, as a GPU's kernels would (the rank's thread waits), and rank 1 waits 1.35x as long: a
  * slow GPU. Weights, momentum and gradients live only on the rank that holds the block, so a move
  * that lost or mixed up a tensor would show in the comparison with the unsplit model run on one
- * thread, which must match bit for bit (same operations, same order). The test's name puts it in
- * CI's TSan run (tests/run_all.sh runs the suites test_runtime* there). */
+ * thread, which must match bit for bit (same operations, same order). A second run does the same
+ * under a searched order, which pp_plan_replan searches again (order and split) for the measured
+ * speeds. The test's name puts it in CI's TSan run (tests/run_all.sh runs the suites
+ * test_runtime* there). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -167,6 +169,80 @@ static void replan_rounds_settle_when_the_measured_speeds_follow_the_split(void)
     PP_CHECK_NEAR(gain, 0, 0);
 }
 
+/* The layers a plan's rank holds under its split (each schedule stage s runs model stage s). */
+static int rp_rank_layers(const pp_plan *p, int rank)
+{
+    int s, n = 0;
+    for (s = 0; s < p->schedule->num_stages; s++)
+        if (pp_stage_rank(p->schedule, s) == rank) n += p->layers->count[s];
+    return n;
+}
+
+/* A searched order (greedy, its split searched too) re-planned for a slow rank: 24 layers of F, I,
+ * W = 1, 1, 0.5 on 2 ranks, 8 microbatches, planned for equal speeds; rank 1 then measures 1.35x
+ * slower. The new plan moves layers off rank 1 and its simulated step (speeds counted) comes
+ * within 3% of the bound the speeds allow, 8 x 60 / (1 + 1/1.35) = 275.7; the same speeds again
+ * keep it (the search's own best), as do equal speeds on the first plan, and a min_gain above
+ * the gain. */
+static void replan_of_a_searched_order_searches_order_and_split_together(void)
+{
+    static const double equal[2] = { 1, 1 }, slow[2] = { 1, 1 / 1.35 };
+    pp_plan_config pc;
+    pp_plan *first = NULL, *next = NULL, *again = (pp_plan *)1;
+    pp_sim_result *sim = NULL;
+    pp_error err;
+    double gain = -1, bound = 8 * 60.0 / (1 + 1 / 1.35);
+    int split[4] = { 6, 6, 6, 6 };
+    memset(&pc, 0, sizeof pc);
+    pc.search = 1; pc.kind = PP_CUSTOM; pc.pp = 2; pc.mb = 8; pc.vpp = 2; pc.layers = 24; pc.search_layout = 1;
+    pc.costs.f = 1; pc.costs.i = 1; pc.costs.w = 0.5; pc.costs.p2p_latency = 0.01; pc.threads = 1;
+    PP_CHECK_OK(pp_plan_build(&pc, &first, &err), &err);
+    if (!first) return;
+    PP_CHECK_INT(rp_rank_layers(first, 1), 12);
+    pc.costs.rank_speed = equal;
+    PP_CHECK_OK(pp_plan_replan(&pc, first->schedule, first->layers->count, 0.02, &next, &gain, &err), &err);
+    PP_CHECK(next == NULL);
+    PP_CHECK_NEAR(gain, 0, 0);
+    pc.costs.rank_speed = slow;
+    PP_CHECK_OK(pp_plan_replan(&pc, first->schedule, first->layers->count, 0.02, &next, &gain, &err), &err);
+    PP_CHECK(next != NULL);
+    if (!next) { pp_plan_free(first); return; }
+    PP_CHECK_MSG(rp_rank_layers(next, 1) <= 10, "the slow rank holds %d layers", rp_rank_layers(next, 1));
+    PP_CHECK_OK(pp_simulate(next->schedule, &next->costs, &sim, &err), &err);
+    if (sim) {
+        PP_CHECK_MSG(sim->makespan < bound / 0.97, "re-planned step %.2f: not within 3%% of the bound %.2f",
+                     sim->makespan, bound);
+        PP_CHECK_MSG(gain > 0.1, "gain %.4f: expected over 10%% (rank 1 held 12 layers at 1/1.35)", gain);
+        pp_sim_result_free(sim);
+    }
+    PP_CHECK_OK(pp_plan_replan(&pc, next->schedule, next->layers->count, 0.02, &again, &gain, &err), &err);
+    PP_CHECK(again == NULL);
+    PP_CHECK_NEAR(gain, 0, 0);
+    PP_CHECK_OK(pp_plan_replan(&pc, first->schedule, first->layers->count, 0.99, &again, &gain, &err), &err);
+    PP_CHECK(again == NULL);
+    /* what is refused, named */
+    pc.costs.rank_speed = NULL;
+    PP_CHECK_FAILS(pp_plan_replan(&pc, first->schedule, split, 0.02, &again, &gain, &err), &err, PP_EINVAL,
+                   "cfg->costs.rank_speed: NULL");
+    pc.costs.rank_speed = slow; pc.search_layout = 0;
+    PP_CHECK_FAILS(pp_plan_replan(&pc, first->schedule, split, 0.02, &again, &gain, &err), &err, PP_EINVAL,
+                   "search_layout=0");
+    pc.search_layout = 1;
+    PP_CHECK_FAILS(pp_plan_replan(&pc, first->schedule, split, 1.5, &again, &gain, &err), &err, PP_EINVAL,
+                   "min_gain=1.5: must be at least 0 and below 1");
+    split[3] = 7;
+    PP_CHECK_FAILS(pp_plan_replan(&pc, first->schedule, split, 0.02, &again, &gain, &err), &err, PP_EINVAL,
+                   "current_split: its 4 stages hold 25 layers, but layers=24");
+    split[3] = 0;
+    PP_CHECK_FAILS(pp_plan_replan(&pc, first->schedule, split, 0.02, &again, &gain, &err), &err, PP_EINVAL,
+                   "current_split[3]=0: every stage holds at least one layer");
+    pc.mb = 4;
+    PP_CHECK_FAILS(pp_plan_replan(&pc, first->schedule, first->layers->count, 0.02, &again, &gain, &err), &err,
+                   PP_EINVAL, "current: pp=2 mb=8, but cfg has pp=2 mb=4");
+    pp_plan_free(next);
+    pp_plan_free(first);
+}
+
 /* Stages of 1, 2, 3, 2 layers on 2 ranks: looped, rank 0 holds stages 0 and 2 (layers 0, 3-5);
  * V, rank 0 holds stages 0 and 3 (layers 0, 6-7). */
 static void owners_follow_the_placement(void)
@@ -193,7 +269,7 @@ static void owners_follow_the_placement(void)
 #define TA_MB 8
 #define TA_PP 2
 #define TA_STAGES 4
-#define TA_STEPS 5            /* steps 0-2 on the even split, measured after step 2, 3-4 adapted */
+#define TA_STEPS 5            /* steps 0-2 on the first split, measured after step 2, 3-4 adapted */
 #define TA_ADAPT_AT 3
 #define TA_TENSORS 4          /* W1, W2 and their momentum */
 #define TA_SLOW_RANK 1
@@ -221,8 +297,15 @@ typedef struct ta_world {
     ta_mb data[TA_STEPS][TA_MB];
     float init[TA_LAYERS][2][TA_H * TA_D];        /* the initial W1, W2 of every block */
     ta_rank ranks[TA_PP];
+    int searched;                                  /* 0: ZB-V; 1: a searched order (pp_plan_build,
+                                                      re-planned with pp_plan_replan) */
     int split[TA_STAGES];                          /* the split in force */
+    int v_placement;                               /* its placement: 1 V, 0 looped */
     int next[TA_PP][TA_STAGES];                    /* each rank's re-plan */
+    int first[TA_PP][TA_STAGES];                   /* searched: each rank's first plan's split */
+    int first_v[TA_PP];                            /*   and its placement */
+    char plan_name[TA_PP][2][160];                 /* searched: each rank's first plan and its
+                                                      re-plan ("" where it kept the first) */
     double speed[TA_PP][TA_PP];                    /* each rank's measured speeds */
     double gain[TA_PP];
     double seconds[TA_PP][TA_STEPS];               /* each rank's step times */
@@ -440,29 +523,62 @@ static int ta_hold(ta_rank *R, int g, int hold, const ta_world *W, int fresh)
     return 1;
 }
 
-/* Steps 1-3 of the protocol (>>adapt) after a timed step: measure, plan, and move the blocks. */
-static pp_status ta_adapt(ta_world *W, ta_rank *R, pp_executor *ex, pp_transport *t, pp_error *err)
+/* The searched plan's config: greedy orders (PP_CUSTOM) searched with the split, for one layer's
+ * costs at speed 1 and the ranks' speeds (NULL: equal). The latency between ranks stays a
+ * hundredth of a layer's F, whatever unit the costs come in. */
+static void ta_plan_config(pp_plan_config *pc, const pp_layer_costs *layer, const double *speed)
+{
+    memset(pc, 0, sizeof *pc);
+    pc->search = 1; pc->kind = PP_CUSTOM; pc->pp = TA_PP; pc->mb = TA_MB; pc->vpp = 2; pc->layers = TA_LAYERS;
+    pc->search_layout = 1; pc->threads = 1;
+    pc->costs.f = layer->f; pc->costs.i = layer->i; pc->costs.w = layer->w;
+    pc->costs.p2p_latency = 0.01 * layer->f;
+    pc->costs.rank_speed = speed;
+}
+
+/* Steps 1-3 of the protocol (>>adapt) after a timed step: measure, plan, and move the blocks.
+ * ZB-V's order suits any split: pp_layers_replan re-splits it. A searched order was made for the
+ * costs: pp_plan_replan searches order and split again, and *next gets the new plan (NULL: the
+ * running one stays), whose placement may differ from the running one's. */
+static pp_status ta_adapt(ta_world *W, ta_rank *R, pp_executor *ex, const pp_schedule *running, pp_transport *t,
+                          pp_plan **next, pp_error *err)
 {
     pp_timeline tl;
-    pp_replan_config rc;
+    pp_layer_costs layer;
     double work[TA_STAGES];
     int old_owner[TA_LAYERS], new_owner[TA_LAYERS], s, g, k;
+    int old_v = running->placement == PP_PLACEMENT_V, new_v = old_v;
     void *buf[TA_LAYERS * TA_TENSORS];
     size_t bytes[TA_LAYERS * TA_TENSORS];
     pp_status st;
-    /* 1. measure: every rank gets every rank's speed */
+    *next = NULL;
+    /* 1. measure: every rank gets every rank's speed, and one layer's costs at speed 1 */
     for (s = 0; s < TA_STAGES; s++) work[s] = W->split[s];
     if ((st = pp_executor_timeline(ex, &tl, err)) != PP_OK) return st;
-    if ((st = pp_speed_exchange(t, &tl, work, TA_STAGES, 0, W->speed[R->rank], NULL, err)) != PP_OK) return st;
+    if ((st = pp_speed_exchange(t, &tl, work, TA_STAGES, 0, W->speed[R->rank], &layer, err)) != PP_OK) return st;
     /* 2. plan, each rank on its own from the same numbers */
-    memset(&rc, 0, sizeof rc);
-    rc.balance.num_layers = TA_LAYERS; rc.balance.pp = TA_PP; rc.balance.vpp = 2; rc.balance.v_placement = 1;
-    rc.balance.rank_speed = W->speed[R->rank];
-    rc.current = W->split; rc.min_gain = 0.02;
-    if ((st = pp_layers_replan(&rc, W->next[R->rank], &W->gain[R->rank], err)) != PP_OK) return st;
-    /* 3. switch: the new owner makes room, the tensors move, the old owner lets go */
-    if ((st = pp_layers_owners(W->split, TA_PP, 2, 1, TA_LAYERS, old_owner, err)) != PP_OK) return st;
-    if ((st = pp_layers_owners(W->next[R->rank], TA_PP, 2, 1, TA_LAYERS, new_owner, err)) != PP_OK) return st;
+    if (W->searched) {
+        pp_plan_config pc;
+        ta_plan_config(&pc, &layer, W->speed[R->rank]);
+        st = pp_plan_replan(&pc, running, W->split, 0.02, next, &W->gain[R->rank], err);
+        if (st != PP_OK) return st;
+        memcpy(W->next[R->rank], *next ? (*next)->layers->count : W->split, sizeof W->next[R->rank]);
+        if (*next) {
+            new_v = (*next)->schedule->placement == PP_PLACEMENT_V;
+            snprintf(W->plan_name[R->rank][1], sizeof W->plan_name[R->rank][1], "%s", (*next)->name);
+        }
+    } else {
+        pp_replan_config rc;
+        memset(&rc, 0, sizeof rc);
+        rc.balance.num_layers = TA_LAYERS; rc.balance.pp = TA_PP; rc.balance.vpp = 2; rc.balance.v_placement = 1;
+        rc.balance.rank_speed = W->speed[R->rank];
+        rc.current = W->split; rc.min_gain = 0.02;
+        if ((st = pp_layers_replan(&rc, W->next[R->rank], &W->gain[R->rank], err)) != PP_OK) return st;
+    }
+    /* 3. switch: the new owner makes room, the tensors move, the old owner lets go (the owners
+     * before under the running placement, after under the new one) */
+    if ((st = pp_layers_owners(W->split, TA_PP, 2, old_v, TA_LAYERS, old_owner, err)) != PP_OK) return st;
+    if ((st = pp_layers_owners(W->next[R->rank], TA_PP, 2, new_v, TA_LAYERS, new_owner, err)) != PP_OK) return st;
     for (g = 0; g < TA_LAYERS; g++)
         if (new_owner[g] == R->rank && old_owner[g] != R->rank && !ta_hold(R, g, 1, W, 0))
             return pp_error_set(err, PP_ENOMEM, "out of memory");
@@ -477,42 +593,95 @@ static pp_status ta_adapt(ta_world *W, ta_rank *R, pp_executor *ex, pp_transport
         if (old_owner[g] == R->rank && new_owner[g] != R->rank) ta_hold(R, g, 0, W, 0);
     /* every rank has moved its blocks before the split in force changes (one writer: rank 0) */
     pthread_barrier_wait(&W->barrier);
-    if (R->rank == 0) memcpy(W->split, W->next[0], sizeof W->split);
+    if (R->rank == 0) { memcpy(W->split, W->next[0], sizeof W->split); W->v_placement = new_v; }
     pthread_barrier_wait(&W->barrier);
     return PP_OK;
 }
 
-static pp_status ta_rank_main(void *user, int rank, pp_transport *t, pp_error *err)
+/* An executor of schedule s for rank R: the blocks' callbacks, each action timed. */
+static pp_status ta_executor(ta_rank *R, const pp_schedule *s, const pp_transport *t, pp_executor **ex, pp_error *err)
 {
-    ta_world *W = (ta_world *)user;
-    ta_rank *R = &W->ranks[rank];
-    pp_schedule_config sc;
-    pp_schedule *s = NULL;
     pp_executor_config ec;
-    pp_executor *ex = NULL;
-    pp_status st;
-    int step, g, k, owner[TA_LAYERS];
-    memset(&sc, 0, sizeof sc);
-    sc.kind = PP_ZBV; sc.pp = TA_PP; sc.mb = TA_MB;
-    if ((st = pp_schedule_build(&sc, &s, err)) != PP_OK) return st;
-    if ((st = pp_schedule_lower(s, err)) != PP_OK) goto done;
-    if ((st = pp_layers_owners(W->split, TA_PP, 2, 1, TA_LAYERS, owner, err)) != PP_OK) goto done;
-    for (g = 0; g < TA_LAYERS; g++)
-        if (owner[g] == rank && !ta_hold(R, g, 1, W, 1)) { st = pp_error_set(err, PP_ENOMEM, "out of memory"); goto done; }
     memset(&ec, 0, sizeof ec);
     ec.schedule = s; ec.transport = *t; ec.record_timeline = 1; ec.timeout_s = 30;
     ec.callbacks.user = R;
     ec.callbacks.tensor_bytes = ta_bytes; ec.callbacks.input = ta_input; ec.callbacks.forward = ta_cb_forward;
     ec.callbacks.loss = ta_cb_loss; ec.callbacks.backward = ta_cb_backward;
     ec.callbacks.backward_input = ta_cb_backward_input; ec.callbacks.backward_weight = ta_cb_backward_weight;
-    if ((st = pp_executor_create(&ec, &ex, err)) != PP_OK) goto done;
+    return pp_executor_create(&ec, ex, err);
+}
+
+/* The first searched plan, for equal speeds and the blocks' costs (ta_spend: a unit each for a
+ * block's F, I and W). Every rank builds the same one; rank 0 puts its split in force. */
+static pp_status ta_first_plan(ta_world *W, int rank, pp_plan **plan, pp_error *err)
+{
+    static const pp_layer_costs block = { 1, 1, 1, 1 };
+    pp_plan_config pc;
+    pp_status st;
+    ta_plan_config(&pc, &block, NULL);
+    st = pp_plan_build(&pc, plan, err);
+    if (st == PP_OK && (*plan)->layers->num_stages != TA_STAGES)
+        st = pp_error_set(err, PP_EINVAL, "the plan has %d stages, not %d", (*plan)->layers->num_stages, TA_STAGES);
+    if (st == PP_OK) {
+        memcpy(W->first[rank], (*plan)->layers->count, sizeof W->first[rank]);
+        W->first_v[rank] = (*plan)->schedule->placement == PP_PLACEMENT_V;
+        snprintf(W->plan_name[rank][0], sizeof W->plan_name[rank][0], "%s", (*plan)->name);
+    }
+    /* the ranks wait for each other whatever befell: one that failed must not strand the other */
+    pthread_barrier_wait(&W->barrier);
+    if (st == PP_OK && rank == 0) {
+        memcpy(W->split, W->first[0], sizeof W->split);
+        W->v_placement = W->first_v[0];
+    }
+    pthread_barrier_wait(&W->barrier);
+    return st;
+}
+
+static pp_status ta_rank_main(void *user, int rank, pp_transport *t, pp_error *err)
+{
+    ta_world *W = (ta_world *)user;
+    ta_rank *R = &W->ranks[rank];
+    pp_schedule *zbv = NULL;
+    pp_plan *plan = NULL, *next = NULL;
+    const pp_schedule *running;
+    pp_executor *ex = NULL;
+    pp_status st;
+    int step, g, k, owner[TA_LAYERS];
+    if (W->searched) {
+        if ((st = ta_first_plan(W, rank, &plan, err)) != PP_OK) goto done;
+        running = plan->schedule;
+    } else {
+        pp_schedule_config sc;
+        memset(&sc, 0, sizeof sc);
+        sc.kind = PP_ZBV; sc.pp = TA_PP; sc.mb = TA_MB;
+        if ((st = pp_schedule_build(&sc, &zbv, err)) != PP_OK) return st;
+        if ((st = pp_schedule_lower(zbv, err)) != PP_OK) goto done;
+        running = zbv;
+    }
+    st = pp_layers_owners(W->split, TA_PP, 2, running->placement == PP_PLACEMENT_V, TA_LAYERS, owner, err);
+    if (st != PP_OK) goto done;
+    for (g = 0; g < TA_LAYERS; g++)
+        if (owner[g] == rank && !ta_hold(R, g, 1, W, 1)) { st = pp_error_set(err, PP_ENOMEM, "out of memory"); goto done; }
+    if ((st = ta_executor(R, running, t, &ex, err)) != PP_OK) goto done;
     for (step = 0; step < TA_STEPS; step++) {
         void *meta[TA_MB];
         pp_step opts;
         pp_step_result res;
         int m;
-        /* ZB-V's order is the same for any stage sizes: the schedule and executor stay */
-        if (step == TA_ADAPT_AT && (st = ta_adapt(W, R, ex, t, err)) != PP_OK) goto done;
+        if (step == TA_ADAPT_AT) {
+            if ((st = ta_adapt(W, R, ex, running, t, &next, err)) != PP_OK) goto done;
+            /* ZB-V's order is the same for any stage sizes: the schedule and executor stay. A new
+             * searched plan brings a new order: a new executor runs it */
+            if (next) {
+                pp_executor_free(ex);
+                ex = NULL;
+                pp_plan_free(plan);
+                plan = next;
+                next = NULL;
+                running = plan->schedule;
+                if ((st = ta_executor(R, running, t, &ex, err)) != PP_OK) goto done;
+            }
+        }
         for (g = 0; g < TA_LAYERS; g++)
             for (k = 0; k < 2 && R->grad[g][0]; k++) memset(R->grad[g][k], 0, TA_H * TA_D * sizeof(float));
         for (m = 0; m < TA_MB; m++) meta[m] = &W->data[step][m];
@@ -533,7 +702,9 @@ static pp_status ta_rank_main(void *user, int rank, pp_transport *t, pp_error *e
     st = PP_OK;
 done:
     pp_executor_free(ex);
-    pp_schedule_free(s);
+    pp_schedule_free(zbv);
+    pp_plan_free(next);
+    pp_plan_free(plan);
     return st;
 }
 
@@ -563,6 +734,92 @@ static void ta_reference(const ta_world *W, float (*tensor)[TA_TENSORS][TA_H * T
     }
 }
 
+/* A world for the end-to-end tests: the same data and initial weights for both, on the even split
+ * under ZB-V (a searched order puts its first plan's split in force itself). */
+static ta_world *ta_world_new(int searched)
+{
+    ta_world *W = (ta_world *)calloc(1, sizeof *W);
+    unsigned seed = 4242u;
+    int step, m, i, g, k, r;
+    if (!W) return NULL;
+#define TA_RND() ((seed = seed * 1103515245u + 12345u), ((float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f))
+    for (step = 0; step < TA_STEPS; step++)
+        for (m = 0; m < TA_MB; m++)
+            for (i = 0; i < TA_ROWS * TA_D; i++) { W->data[step][m].x[i] = TA_RND(); W->data[step][m].t[i] = TA_RND(); }
+    for (g = 0; g < TA_LAYERS; g++)
+        for (k = 0; k < 2; k++)
+            for (i = 0; i < TA_H * TA_D; i++) W->init[g][k][i] = 0.8f * TA_RND();
+#undef TA_RND
+    W->searched = searched;
+    for (i = 0; i < TA_STAGES; i++) W->split[i] = TA_LAYERS / TA_STAGES;
+    W->v_placement = 1;
+    for (r = 0; r < TA_PP; r++) { W->ranks[r].rank = r; W->ranks[r].split = W->split; }
+    if (pthread_barrier_init(&W->barrier, NULL, TA_PP)) { free(W); return NULL; }
+    return W;
+}
+
+static void ta_world_free(ta_world *W)
+{
+    int r, g;
+    for (r = 0; r < TA_PP; r++)
+        for (g = 0; g < TA_LAYERS; g++) ta_hold(&W->ranks[r], g, 0, W, 0);
+    pthread_barrier_destroy(&W->barrier);
+    free(W);
+}
+
+/* Runs every rank's protocol on its thread; each must end well. */
+static void ta_world_run(ta_world *W)
+{
+    pp_status status[TA_PP];
+    pp_error errors[TA_PP], err;
+    int r;
+    PP_CHECK_OK(pp_threads_run(TA_PP, ta_rank_main, W, status, errors, &err), &err);
+    for (r = 0; r < TA_PP; r++) PP_CHECK_MSG(status[r] == PP_OK, "rank %d: %s", r, errors[r].message);
+}
+
+/* Every block on the rank that holds it under the split and placement in force, as the unsplit
+ * model has it: weights, momentum and last gradients, bit for bit. held[r]: the blocks rank r
+ * holds (any it should not would count there too). */
+static void ta_check_blocks(const ta_world *W, int held[TA_PP])
+{
+    static float ref_t[TA_LAYERS][TA_TENSORS][TA_H * TA_D], ref_g[TA_LAYERS][2][TA_H * TA_D];
+    pp_error err;
+    pp_status st;
+    int owner[TA_LAYERS], g, k, r;
+    for (r = 0; r < TA_PP; r++) held[r] = 0;
+    st = pp_layers_owners(W->split, TA_PP, 2, W->v_placement, TA_LAYERS, owner, &err);
+    PP_CHECK_OK(st, &err);
+    if (st != PP_OK) return;
+    ta_reference(W, ref_t, ref_g);
+    for (g = 0; g < TA_LAYERS; g++) {
+        const ta_rank *R = &W->ranks[owner[g]];
+        for (r = 0; r < TA_PP; r++) held[r] += W->ranks[r].tensor[g][0] != NULL;
+        if (!R->tensor[g][0]) { PP_CHECK_MSG(0, "block %d: rank %d does not hold it", g, owner[g]); continue; }
+        for (k = 0; k < TA_TENSORS; k++)
+            PP_CHECK_MSG(!memcmp(R->tensor[g][k], ref_t[g][k], sizeof ref_t[g][k]), "block %d tensor %d differs from "
+                         "the unsplit model's", g, k);
+        for (k = 0; k < 2; k++)
+            PP_CHECK_MSG(!memcmp(R->grad[g][k], ref_g[g][k], sizeof ref_g[g][k]), "block %d gradient %d differs from "
+                         "the unsplit model's", g, k);
+    }
+}
+
+/* The best step before the switch (1-2; step 0 warms up) and after it (3-4), each the slower
+ * rank's; the busiest rank's compute likewise. */
+static void ta_best_steps(const ta_world *W, double *before, double *after, double *before_busy, double *after_busy)
+{
+    int step;
+    *before = *after = *before_busy = *after_busy = HUGE_VAL;
+    for (step = 1; step < TA_STEPS; step++) {
+        double t = W->seconds[0][step] > W->seconds[1][step] ? W->seconds[0][step] : W->seconds[1][step];
+        double b = W->busy[0][step] > W->busy[1][step] ? W->busy[0][step] : W->busy[1][step];
+        if (step < TA_ADAPT_AT && t < *before) *before = t;
+        if (step < TA_ADAPT_AT && b < *before_busy) *before_busy = b;
+        if (step >= TA_ADAPT_AT && t < *after) *after = t;
+        if (step >= TA_ADAPT_AT && b < *after_busy) *after_busy = b;
+    }
+}
+
 /* Rank 1 is 1.35x slower. On the even split (6 blocks a stage) it computes 12 x 24 x 1.35 = 388.8
  * units a step (F + I + W of 12 blocks, 8 microbatches), which bounds the step; measured after step
  * 2, re-planned (rank 0 takes 14 blocks, rank 1 10: 336 against 324 on rank 1) and moved, steps 3-4
@@ -573,28 +830,11 @@ static void ta_reference(const ta_world *W, float (*tensor)[TA_TENSORS][TA_H * T
  * and last gradients must be the unsplit model's bit for bit. */
 static void a_slowed_rank_gets_fewer_blocks_and_the_step_gets_faster(void)
 {
-    static float ref_t[TA_LAYERS][TA_TENSORS][TA_H * TA_D], ref_g[TA_LAYERS][2][TA_H * TA_D];
-    ta_world *W = (ta_world *)calloc(1, sizeof *W);
-    pp_status status[TA_PP];
-    pp_error errors[TA_PP], err;
-    unsigned seed = 4242u;
-    int step, m, i, g, k, r, held[TA_PP] = { 0, 0 };
+    ta_world *W = ta_world_new(0);
+    int held[TA_PP];
     double even, adapted, even_busy, adapted_busy, bound;
     if (!W) { PP_CHECK(W != NULL); return; }
-#define TA_RND() ((seed = seed * 1103515245u + 12345u), ((float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f))
-    for (step = 0; step < TA_STEPS; step++)
-        for (m = 0; m < TA_MB; m++)
-            for (i = 0; i < TA_ROWS * TA_D; i++) { W->data[step][m].x[i] = TA_RND(); W->data[step][m].t[i] = TA_RND(); }
-    for (g = 0; g < TA_LAYERS; g++)
-        for (k = 0; k < 2; k++)
-            for (i = 0; i < TA_H * TA_D; i++) W->init[g][k][i] = 0.8f * TA_RND();
-#undef TA_RND
-    for (i = 0; i < TA_STAGES; i++) W->split[i] = TA_LAYERS / TA_STAGES;
-    for (r = 0; r < TA_PP; r++) { W->ranks[r].rank = r; W->ranks[r].split = W->split; }
-    pthread_barrier_init(&W->barrier, NULL, TA_PP);
-    PP_CHECK_OK(pp_threads_run(TA_PP, ta_rank_main, W, status, errors, &err), &err);
-    pthread_barrier_destroy(&W->barrier);
-    for (r = 0; r < TA_PP; r++) PP_CHECK_MSG(status[r] == PP_OK, "rank %d: %s", r, errors[r].message);
+    ta_world_run(W);
     /* the same speeds and plan on both ranks: the slow one at about 1/1.35, 14 / 10 blocks */
     PP_CHECK(!memcmp(W->speed[0], W->speed[1], sizeof W->speed[0]));
     PP_CHECK(!memcmp(W->next[0], W->next[1], sizeof W->next[0]));
@@ -603,33 +843,12 @@ static void a_slowed_rank_gets_fewer_blocks_and_the_step_gets_faster(void)
     PP_CHECK_INT(W->split[0] + W->split[3], 14);
     PP_CHECK(W->gain[0] > 0.1);
     /* every block on its new rank, as the unsplit model has it */
-    ta_reference(W, ref_t, ref_g);
-    for (g = 0; g < TA_LAYERS; g++) {
-        int owner = g < W->split[0] || g >= TA_LAYERS - W->split[3] ? 0 : 1;
-        ta_rank *R = &W->ranks[owner];
-        held[0] += W->ranks[0].tensor[g][0] != NULL;
-        held[1] += W->ranks[1].tensor[g][0] != NULL;
-        if (!R->tensor[g][0]) { PP_CHECK_MSG(0, "block %d: rank %d does not hold it", g, owner); continue; }
-        for (k = 0; k < TA_TENSORS; k++)
-            PP_CHECK_MSG(!memcmp(R->tensor[g][k], ref_t[g][k], sizeof ref_t[g][k]), "block %d tensor %d differs from "
-                         "the unsplit model's", g, k);
-        for (k = 0; k < 2; k++)
-            PP_CHECK_MSG(!memcmp(R->grad[g][k], ref_g[g][k], sizeof ref_g[g][k]), "block %d gradient %d differs from "
-                         "the unsplit model's", g, k);
-    }
+    ta_check_blocks(W, held);
     PP_CHECK_INT(held[0], 14);
     PP_CHECK_INT(held[1], 10);
     /* faster: the best even step (1-2) against the best adapted one (3-4), each the slower rank's;
      * the busiest rank's compute likewise */
-    even = adapted = even_busy = adapted_busy = HUGE_VAL;
-    for (step = 1; step < TA_STEPS; step++) {
-        double t = W->seconds[0][step] > W->seconds[1][step] ? W->seconds[0][step] : W->seconds[1][step];
-        double b = W->busy[0][step] > W->busy[1][step] ? W->busy[0][step] : W->busy[1][step];
-        if (step < TA_ADAPT_AT && t < even) even = t;
-        if (step < TA_ADAPT_AT && b < even_busy) even_busy = b;
-        if (step >= TA_ADAPT_AT && t < adapted) adapted = t;
-        if (step >= TA_ADAPT_AT && b < adapted_busy) adapted_busy = b;
-    }
+    ta_best_steps(W, &even, &adapted, &even_busy, &adapted_busy);
     bound = TA_MB * 3.0 * TA_LAYERS * TA_UNIT / (1 + 1 / TA_SLOW);
     PP_CHECK_MSG(adapted_busy < 0.9 * even_busy, "the busiest rank computed %.1f ms adapted, %.1f ms on the even split: "
                  "not 10%% less", adapted_busy * 1e3, even_busy * 1e3);
@@ -639,9 +858,59 @@ static void a_slowed_rank_gets_fewer_blocks_and_the_step_gets_faster(void)
                "busiest rank %.1f ms), adapted %.1f ms (%.1f%%, busiest rank %.1f ms)\n", W->speed[0][1], W->split[0],
                W->split[1], W->split[2], W->split[3], even * 1e3, 100 * bound / even, bound * 1e3, even_busy * 1e3,
                adapted * 1e3, 100 * bound / adapted, adapted_busy * 1e3);
-    for (r = 0; r < TA_PP; r++)
-        for (g = 0; g < TA_LAYERS; g++) ta_hold(&W->ranks[r], g, 0, W, 0);
-    free(W);
+    ta_world_free(W);
+}
+
+/* The same model and slow rank under a searched order: every rank plans the first steps with
+ * pp_plan_build (greedy orders, the split searched with them) for equal speeds and the blocks'
+ * costs, and after step 2 searches order and split again with pp_plan_replan for the measured
+ * speeds and layer costs. Planned for equal speeds the ranks hold 12 blocks each, so rank 1's
+ * 388.8 units bound the step as on ZB-V's even split; 14 / 10 blocks take max(14, 10 x 1.35) x 24
+ * = 336, 13.6% less. The new plan may place its stages otherwise than the first (V or looped):
+ * the owners before and after come from each plan's placement, and a new executor runs the new
+ * order. Both ranks must plan alike, rank 1 must end with fewer blocks than rank 0, the simulated
+ * gain must be well above the 2% that switches, and the checks on the blocks and the times are
+ * the ZB-V test's (the searches run before step 0 and between steps 2 and 3, outside the times). */
+static void a_searched_order_is_searched_again_for_a_slowed_rank(void)
+{
+    ta_world *W = ta_world_new(1);
+    pp_error err;
+    pp_status st;
+    int held[TA_PP], owner[TA_LAYERS], g, first_slow = 0;
+    double first, adapted, first_busy, adapted_busy, bound;
+    if (!W) { PP_CHECK(W != NULL); return; }
+    ta_world_run(W);
+    /* the same first plan, speeds and new plan on both ranks; the first plan 12 blocks a rank */
+    PP_CHECK_STR(W->plan_name[0][0], W->plan_name[1][0]);
+    PP_CHECK(!memcmp(W->first[0], W->first[1], sizeof W->first[0]));
+    PP_CHECK_INT(W->first_v[0], W->first_v[1]);
+    st = pp_layers_owners(W->first[0], TA_PP, 2, W->first_v[0], TA_LAYERS, owner, &err);
+    PP_CHECK_OK(st, &err);
+    for (g = 0; g < TA_LAYERS && st == PP_OK; g++) first_slow += owner[g] == TA_SLOW_RANK;
+    PP_CHECK_INT(first_slow, TA_LAYERS / TA_PP);
+    PP_CHECK(!memcmp(W->speed[0], W->speed[1], sizeof W->speed[0]));
+    PP_CHECK(!memcmp(W->next[0], W->next[1], sizeof W->next[0]));
+    PP_CHECK_STR(W->plan_name[0][1], W->plan_name[1][1]);
+    PP_CHECK_MSG(W->speed[0][1] > 1 / 1.45 && W->speed[0][1] < 1 / 1.25, "rank 1's speed %g, expected near 1/1.35",
+                 W->speed[0][1]);
+    PP_CHECK_MSG(W->plan_name[0][1][0] != '\0', "no new plan: the simulated gain %.4f", W->gain[0]);
+    PP_CHECK_MSG(W->gain[0] > 0.05, "gain %.4f: expected over 5%%", W->gain[0]);
+    /* every block on its new rank (by the new plan's placement), as the unsplit model has it */
+    ta_check_blocks(W, held);
+    PP_CHECK_MSG(held[1] < held[0], "the slow rank holds %d blocks, the other %d", held[1], held[0]);
+    ta_best_steps(W, &first, &adapted, &first_busy, &adapted_busy);
+    bound = TA_MB * 3.0 * TA_LAYERS * TA_UNIT / (1 + 1 / TA_SLOW);
+    PP_CHECK_MSG(adapted_busy < 0.9 * first_busy, "the busiest rank computed %.1f ms re-planned, %.1f ms on the first "
+                 "plan: not 10%% less", adapted_busy * 1e3, first_busy * 1e3);
+    PP_CHECK_MSG(adapted < first, "re-planned step %.1f ms, first %.1f ms: not faster", adapted * 1e3, first * 1e3);
+    if (getenv("PP_TEST_VERBOSE"))
+        printf("     searched: rank 1 speed %.4f, gain %.4f; first %s, split %d,%d,%d,%d: step %.1f ms (%.1f%% of the "
+               "bound %.1f ms, busiest rank %.1f ms); re-planned %s, split %d,%d,%d,%d (%s): step %.1f ms (%.1f%%, "
+               "busiest rank %.1f ms)\n", W->speed[0][1], W->gain[0], W->plan_name[0][0], W->first[0][0],
+               W->first[0][1], W->first[0][2], W->first[0][3], first * 1e3, 100 * bound / first, bound * 1e3,
+               first_busy * 1e3, W->plan_name[0][1], W->split[0], W->split[1], W->split[2], W->split[3],
+               W->v_placement ? "V" : "looped", adapted * 1e3, 100 * bound / adapted, adapted_busy * 1e3);
+    ta_world_free(W);
 }
 
 const pp_test_case pp_suite_runtime_adapt[] = {
@@ -649,6 +918,8 @@ const pp_test_case pp_suite_runtime_adapt[] = {
     PP_TEST(replan_switches_only_when_it_gains_more_than_min_gain),
     PP_TEST(replan_rounds_settle_when_the_measured_speeds_follow_the_split),
     PP_TEST(owners_follow_the_placement),
+    PP_TEST(replan_of_a_searched_order_searches_order_and_split_together),
     PP_TEST(a_slowed_rank_gets_fewer_blocks_and_the_step_gets_faster),
+    PP_TEST(a_searched_order_is_searched_again_for_a_slowed_rank),
     {0}
 };

@@ -122,6 +122,17 @@ expect_error 2 "--loss-deferred=7: more than the loss's backward (--loss's I + W
     --loss 3,3,3 --loss-deferred 7
 expect_error 2 "--embedding/--loss/--loss-deferred: with --layers" search --pp 2 --mb 8 --loss-deferred 1
 expect_error 2 "--loss-deferred=-1: must be at least 0" search --pp 2 --mb 8 --layers 16 --loss-deferred -1
+# --rank-speed: rank 1 at half speed takes twice as long for each action. 1F1B on 8 + 8 layers (F 1,
+# I 1, W 1 each): rank 1 starts after rank 0's first F (8) and then never waits, 8 x (16 + 32) =
+# 384, and rank 0's last backward of 16 follows: 408 (equal speeds: 216). The layout search gives
+# the slow rank fewer layers: 11 + 5
+got=$($P search --pp 2 --mb 8 --kind 1f1b --layout 'Et*8|t*8L' --f 1 --i 1 --w 1 --rank-speed 1,0.5 | sed -n 's/^best: .*step time \([0-9.]*\).*/\1/p')
+[ "$got" = "408.000" ] && ok || bad "search --rank-speed 1,0.5 on 8|8: step $got, want 408"
+$P search --pp 2 --mb 8 --vpp 1 --layers 16 --kind 1f1b --spread 8 --f 1 --i 1 --w 1 --rank-speed 1,0.5 | \
+    grep -q "^layout: 'Et\*11|t\*5L'$" && ok || bad "search --layers --rank-speed 1,0.5: not 11 and 5 layers"
+expect_error 2 "--rank-speed: 3 values, expected pp = 2" search --pp 2 --mb 8 --rank-speed 1,1,1
+expect_error 2 "--rank-speed: value 2 is 0: a speed must be above 0" search --pp 2 --mb 8 --rank-speed 1,0
+expect_error 2 "--rank-speed: 'fast' is not a number >= 0" search --pp 2 --mb 8 --rank-speed fast,1
 # --layer-costs: each layer its own; 4 cheap dense layers first (0.5), 12 MoE layers (1.25): the
 # first stage takes more layers (the library test checks the split against a brute-force sweep)
 { echo "# dense, then MoE"; for k in 1 2 3 4; do echo "0.5 0.5 0.5 0.5"; done; for k in $(seq 12); do echo "1.25,1.25,1.25,1.25"; done; } >"$T/layers.txt"

@@ -187,13 +187,31 @@ run2 adapt --hidden 2048 --layers 8 --tokens 4096 --mb 8 --warmup 1 --steps 3 --
     --slow-rank 1 --slow-factor 2 --adapt --check
 expect_match adapt $?
 # ZB-V: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2
-after=$(sed -n 's/^adapt: rank speeds .* blocks per stage [0-9,]* -> \([0-9,]*\).*/\1/p' "$log/adapt" | tail -n 1)
+after=$(sed -n 's/^adapt: runs blocks per stage \([0-9,]*\) .*/\1/p' "$log/adapt")
 steps=$(sed -n 's/^adapt: step \([0-9.]*\) ms before, \([0-9.]*\) ms after$/\1 \2/p' "$log/adapt")
 if [ -n "$after" ] && [ -n "$steps" ] && echo "$after" | awk -F, '{ exit !($1 + $4 > $2 + $3) }' &&
    echo "$steps" | awk '{ exit !($2 < $1) }'; then
     ok "adapt: blocks per stage $after, step $(echo "$steps" | awk '{ print $1 " -> " $2 }') ms"
 else
     bad "adapt: split '$after', steps '$steps'"; grep "^adapt" "$log/adapt" | sed 's/^/    /'
+fi
+
+# the same with a searched order: --adapt searches order and split again on the measured costs
+# and speeds (pp_plan_replan), a new executor runs the new order, and the gradients still match;
+# rank 1, twice as slow, ends with fewer blocks than rank 0 (the placement of the plan in force,
+# V or looped, read from its name)
+run2 adapt-searched --hidden 2048 --layers 8 --tokens 4096 --mb 8 --warmup 1 --steps 3 --timeout 60 --schedule search \
+    --search-kind greedy --search-layout --vpp 2 --slow-rank 1 --slow-factor 2 --adapt --check
+expect_match adapt-searched $?
+after=$(sed -n 's/^adapt: runs blocks per stage \([0-9,]*\) .*/\1/p' "$log/adapt-searched")
+placed=$(sed -n 's/^adapt: runs blocks per stage [0-9,]* (greedy \(V\|looped\).*/\1/p' "$log/adapt-searched")
+steps=$(sed -n 's/^adapt: step \([0-9.]*\) ms before, \([0-9.]*\) ms after$/\1 \2/p' "$log/adapt-searched")
+if [ -n "$after" ] && [ -n "$steps" ] && [ -n "$placed" ] &&
+   echo "$after" | awk -F, -v v="$placed" '{ r0 = v == "V" ? $1 + $4 : $1 + $3; exit !(r0 > 8 - r0) }' &&
+   echo "$steps" | awk '{ exit !($2 < $1) }'; then
+    ok "adapt-searched: blocks per stage $after ($placed), step $(echo "$steps" | awk '{ print $1 " -> " $2 }') ms"
+else
+    bad "adapt-searched: split '$after' ($placed), steps '$steps'"; grep -E "^(adapt|search)" "$log/adapt-searched" | sed 's/^/    /'
 fi
 
 # NCCL over its socket transport (a stand-in for two nodes)
