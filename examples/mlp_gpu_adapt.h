@@ -21,6 +21,61 @@
 
 #define ADAPT_MAX_ROUNDS 4   /* the most new splits one --adapt run switches to */
 
+/* Which rank holds each block under a schedule and its split (stage s holds counts[s] blocks). */
+static std::vector<int> block_owners(const pp_schedule *sched, const std::vector<int> &counts)
+{
+    std::vector<int> owner;
+    for (int st = 0; st < sched->num_stages; st++)
+        for (int j = 0; j < counts[st]; j++) owner.push_back(pp_stage_rank(sched, st));
+    return owner;
+}
+
+/* The device bytes this rank's activation slots and I->W buffers take under a schedule and its
+ * split (rank_slots makes them so). */
+static size_t plan_buffer_bytes(Rank &R, const pp_schedule *sched, const std::vector<int> &counts)
+{
+    int nb = *std::max_element(counts.begin(), counts.end()), iw_nb = 0, awaiting = 0;
+    std::vector<int> peak(nb + 1, 0), unused(nb + 1, 0);
+    pp_error e;
+    if (pp_schedule_rank_peaks(sched, R.rank, counts.data(), nb + 1, peak.data(), unused.data(), &e) != PP_OK ||
+        pp_schedule_rank_peaks(sched, R.rank, nullptr, 1, nullptr, &awaiting, &e) != PP_OK)
+        return SIZE_MAX;
+    size_t bytes = 0;
+    for (int c = 1; c <= nb; c++) bytes += (size_t)peak[c] * slot_size(R.m, c);
+    for (int c = 0; c < sched->vpp; c++) iw_nb = std::max(iw_nb, counts[pp_rank_chunk_stage(sched, R.rank, c)]);
+    if (iw_nb > 0) bytes += (size_t)awaiting * ((size_t)iw_nb * R.m.T * R.m.F + (size_t)(iw_nb - 1) * R.m.T * R.m.H) * 2;
+    return bytes;
+}
+
+/* Whether every rank can hold a new plan: the blocks it gains and its new slots and I->W buffers
+ * within its free device memory, with the slots and buffers of the running plan given back (a
+ * searched order may keep many microbatches live on a rank that gains blocks; the search counts
+ * activations, not what the device has). The same answer on every rank. */
+static int plan_fits(Rank &R, const pp_schedule *sched, const std::vector<int> &next, bool *fits)
+{
+    const size_t wn = (size_t)R.m.F * R.m.H, per_block = wn * (2 * 2 + 2 * 4 + (R.adamw ? 4 * 4 : 0));
+    std::vector<int> was = block_owners(R.sched, R.m.count), now = block_owners(sched, next);
+    size_t need = plan_buffer_bytes(R, sched, next), have = plan_buffer_bytes(R, R.sched, R.m.count), gained = 0;
+    size_t free_b = 0, total = 0;
+    for (size_t b = 0; b < now.size(); b++) gained += now[b] == R.rank && was[b] != R.rank ? per_block : 0;
+    CK(cudaMemGetInfo(&free_b, &total));
+    const size_t margin = (size_t)1 << 30;   /* the executor's boundary tensors, the allocator's rounding */
+    /* the gained blocks arrive while the running plan's buffers are still held (adapt_switch) */
+    const bool mine = need != SIZE_MAX && gained + margin <= free_b && need + gained + margin <= free_b + have;
+    if (need != SIZE_MAX) need += gained;
+    float short_of = mine ? 0.0f : 1.0f;
+    if (!mine)
+        printf("adapt: rank %d: the new plan needs %.2f GiB for its blocks, slots and I->W buffers; %.2f GiB free "
+               "with the running plan's given back\n", R.rank, need == SIZE_MAX ? -1.0 : need / 1073741824.0,
+               (free_b + have) / 1073741824.0);
+    PPCK(pp_nccl_all_reduce_host(R.pipe, &short_of, 1, 0, &e_));
+    *fits = short_of == 0.0f;
+    if (R.lead && !*fits)
+        printf("adapt: the new plan does not fit in the device memory of %d rank%s: the running one is kept\n",
+               (int)short_of, short_of > 1 ? "s" : "");
+    return 0;
+}
+
 /* 1. and 2.: the speeds and the new split (next = the current one when it is kept); with a
  * searched order, *plan gets the new plan (NULL when the current one is kept). */
 static int adapt_plan(Rank &R, std::vector<int> &next, double *gain, pp_plan **plan)
@@ -47,6 +102,14 @@ static int adapt_plan(Rank &R, std::vector<int> &next, double *gain, pp_plan **p
         PPCK(pp_plan_replan(&pc, R.sched, R.m.count.data(), 0.02, plan, gain, &e_));
         next = *plan ? std::vector<int>((*plan)->layers->count, (*plan)->layers->count + (*plan)->layers->num_stages)
                      : R.m.count;
+        bool fits = true;
+        if (*plan) PHASE(plan_fits(R, (*plan)->schedule, next, &fits));
+        if (!fits) {
+            pp_plan_free(*plan);
+            *plan = nullptr;
+            *gain = 0;
+            next = R.m.count;
+        }
     } else {
         pp_replan_config rc;
         memset(&rc, 0, sizeof rc);
@@ -74,15 +137,6 @@ static int adapt_plan(Rank &R, std::vector<int> &next, double *gain, pp_plan **p
         fflush(stdout);
     }
     return 0;
-}
-
-/* Which rank holds each block under a schedule and its split (stage s holds counts[s] blocks). */
-static std::vector<int> block_owners(const pp_schedule *sched, const std::vector<int> &counts)
-{
-    std::vector<int> owner;
-    for (int st = 0; st < sched->num_stages; st++)
-        for (int j = 0; j < counts[st]; j++) owner.push_back(pp_stage_rank(sched, st));
-    return owner;
 }
 
 /* A searched plan's schedule (taken: this call owns it) in place of the running one: a new
