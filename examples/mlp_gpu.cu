@@ -966,6 +966,22 @@ static int rank_slots(Rank &R)
     return 0;
 }
 
+/* The activation slots and I->W buffers given back (rank_slots makes them again): between steps,
+ * for a new split (--adapt) or to make room for the single-GPU reference (--check). */
+static int release_slots(Rank &R)
+{
+    CK(cudaStreamSynchronize(R.stream));
+    for (size_t i = 0; i < R.m.slots.size(); i++) {
+        CK(cudaFree(R.m.slots[i]));
+        R.m.bytes -= slot_size(R.m, R.m.slot_nb[i]);
+    }
+    for (bf16 *p : R.m.iw_bufs) { CK(cudaFree(p)); R.m.bytes -= iw_size(R.m); }
+    R.m.slots.clear(); R.m.slot_nb.clear();
+    R.m.iw_bufs.clear(); R.m.iw_free.clear(); R.m.iw_nb = 0;
+    R.m.free_slots.assign(R.m.nb + 1, std::vector<int>());
+    return 0;
+}
+
 /* Every buffer of a step, before any transfer: the executor's planned peak of boundary tensors
  * (one arena), and the slots and I->W buffers (rank_slots). */
 static int rank_buffers(Rank &R)
@@ -1099,7 +1115,11 @@ static int rank_time(Rank &R, Timing &T)
 static int rank_check(Rank &R, double *single_s, int *failed)
 {
     const Options &o = *R.o;
-    double ref_s = 0, worst = check_gradients(R, &ref_s), w = 0;
+    double ref_s = 0, worst, w = 0;
+    /* the reference runs on this GPU beside the pipeline: the slots make room for it meanwhile */
+    PHASE(release_slots(R));
+    worst = check_gradients(R, &ref_s);
+    PHASE(rank_slots(R));
     float v[2] = { (float)worst, R.lead ? (float)ref_s : 0.0f };
     std::vector<float> wmax(R.world, 0.0f);
     wmax[R.rank] = (float)worst;

@@ -221,13 +221,7 @@ static int adapt_switch(Rank &R, const std::vector<int> &next, pp_schedule *sche
         R.m.dW1[b] = R.m.dW2[b] = R.m.m1[b] = R.m.v1[b] = R.m.m2[b] = R.m.v2[b] = nullptr;
     }
     /* the slots and I->W buffers of the old stage sizes give way to the new ones' */
-    for (size_t i = 0; i < R.m.slots.size(); i++) {
-        CK(cudaFree(R.m.slots[i]));
-        R.m.bytes -= slot_size(R.m, R.m.slot_nb[i]);
-    }
-    for (bf16 *p : R.m.iw_bufs) { CK(cudaFree(p)); R.m.bytes -= iw_size(R.m); }
-    R.m.slots.clear(); R.m.slot_nb.clear();
-    R.m.iw_bufs.clear(); R.m.iw_free.clear(); R.m.iw_nb = 0;
+    PHASE(release_slots(R));
     if (sched) PHASE(adapt_take_schedule(R, sched, name));
     model_split(R.m, R.S, next.data());
     R.blocks.clear();
