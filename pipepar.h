@@ -2004,18 +2004,25 @@ PIPEPAR_API pp_status pp_timeline_write_svg(const pp_timeline *ranks, int count,
  *   2. plan     pp_layers_replan balances the layers for those speeds and keeps the running split
  *               unless the slowest rank's time falls by more than min_gain (measurement noise must
  *               not move layers to and fro). Deterministic: the same numbers give the same split.
+ *               A searched order (pp_plan_config with search and search_layout) was made for the
+ *               costs, so pp_plan_replan searches order and split again on the measured ones and
+ *               keeps the running plan unless its simulated step falls by more than min_gain.
  *   3. switch   when the split changed, between steps: pp_layers_owners says which rank holds each
  *               layer before and after; the new owner allocates the layers it gains, pp_layers_move
  *               sends each moved layer's tensors (weights, optimizer state) from its old owner to
  *               its new one in one group, and the old owner frees them. A fixed kind's order (ZB-V,
  *               1F1B, interleaved) is the same for any stage sizes: its schedule and executor stay,
- *               and the callbacks read the new split. A greedy or searched order comes from the
- *               costs: every rank builds it from the measured costs and speeds (which all hold),
- *               and a new executor for it. The next step runs on the new split.
+ *               and the callbacks read the new split. A searched order comes with its split:
+ *               every rank gets the same plan from the same numbers and makes a new executor for
+ *               it (its placement may differ: owners follow each schedule's). The next step runs
+ *               on the new split.
  * Run the three again after the new split's steps, until a split is kept: a GPU that waits for
  * part of a step clocks higher while it computes (its power limit allows it), so speeds measured
  * on an uneven split overstate the waiting rank's, and the first new split can overshoot; the
- * next measurement is taken on that split and corrects it, and min_gain ends the rounds.
+ * next measurement is taken on that split and corrects it, and min_gain ends the rounds. The
+ * speeds can swing enough to send rounds back and forth between neighbouring splits: a trainer
+ * stops when a split that already ran comes back and keeps the fastest one it timed
+ * (examples/mlp_gpu_adapt.h does).
  * Only who computes a layer changes, never what it computes: the gradients stay the unsplit
  * model's (tests/test_runtime_adapt.c checks it on CPU threads with a rank slowed on purpose,
  * examples/mlp_gpu.cu --adapt on GPUs).
