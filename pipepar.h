@@ -1174,8 +1174,9 @@ PIPEPAR_API void pp_plan_free(pp_plan *p);
  * the schedule running now (as pp_plan_build made it; not DualPipe's two copies), current_split
  * its layers per stage [current->num_stages]. Both are simulated on those costs: *next gets the
  * new plan when its step is shorter by more than min_gain (0 .. 1), or when the current plan is
- * over cfg->max_memory and the new one is not; else NULL (keep running current). *gain (may be
- * NULL) as pp_layers_replan's, of the simulated steps. The new plan may place stages otherwise
+ * over cfg->max_memory and the new one is not; else NULL (keep running current). Fails as
+ * pp_plan_build does where no schedule fits cfg->max_memory. *gain (may be NULL) as
+ * pp_layers_replan's, of the simulated steps. The new plan may place stages otherwise
  * (a V order for a looped one): pp_layers_owners with each schedule's placement says which rank
  * holds each layer before and after. Ranks given the same config get the same plan. */
 PIPEPAR_API pp_status pp_plan_replan(const pp_plan_config *cfg, const pp_schedule *current, const int *current_split,

@@ -102,7 +102,7 @@ static void search_usage(FILE *out)
 }
 
 /* Parses "1,1.5,2" into exactly `want` non-negative numbers. */
-static int parse_list(const char *flag, const char *text, int want, const char *what, double *out)
+static int parse_list(const char *flag, const char *text, int want, const char *what, int positive, double *out)
 {
     int n = 0;
     const char *p = text;
@@ -117,8 +117,9 @@ static int parse_list(const char *flag, const char *text, int want, const char *
         }
         memcpy(buf, p, len); buf[len] = '\0';
         v = strtod(buf, &end);
-        if (end == buf || *end != '\0' || v != v || v < 0 || v > 1e300 || isspace((unsigned char)buf[0])) {
-            cli_usage_error("%s: '%s' is not a number >= 0", flag, buf);
+        if (end == buf || *end != '\0' || v != v || v < 0 || (positive && v == 0) || v > 1e300 ||
+            isspace((unsigned char)buf[0])) {
+            cli_usage_error("%s: '%s' is not a number %s", flag, buf, positive ? "> 0" : ">= 0");
             return 0;
         }
         if (n < want) out[n] = v;
@@ -395,15 +396,11 @@ static int search_parse(int argc, char **argv, search_opts *o)
         if (!cfg->vpp) return cli_usage_error("%s: per-stage costs need --vpp (they hold pp*vpp values)", search_stage_flag[k]);
         if (!(o->stage[k] = (double *)calloc((size_t)cfg->pp * (size_t)cfg->vpp, sizeof(double))))
             return cli_env_error("out of memory");
-        if (!parse_list(search_stage_flag[k], stage_text[k], cfg->pp * cfg->vpp, "pp*vpp", o->stage[k])) return 2;
+        if (!parse_list(search_stage_flag[k], stage_text[k], cfg->pp * cfg->vpp, "pp*vpp", 0, o->stage[k])) return 2;
     }
     if (o->speed_text) {
         if (!(o->speed = (double *)calloc((size_t)cfg->pp, sizeof(double)))) return cli_env_error("out of memory");
-        if (!parse_list("--rank-speed", o->speed_text, cfg->pp, "pp", o->speed)) return 2;
-        for (k = 0; k < cfg->pp; k++)
-            if (!(o->speed[k] > 0))
-                return cli_usage_error("--rank-speed: value %d is %g: a speed must be above 0 (1 / 1.35 for a GPU "
-                                       "1.35x slower)", k + 1, o->speed[k]);
+        if (!parse_list("--rank-speed", o->speed_text, cfg->pp, "pp", 1, o->speed)) return 2;
         cfg->costs.rank_speed = o->speed;
     }
     if (o->bytes > 0) {

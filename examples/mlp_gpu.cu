@@ -481,10 +481,23 @@ static void single_step(Single &s)
     }
 }
 
+/* Everything the single-GPU run allocated on the device: the gradient check runs it on a
+ * pipeline rank's GPU, and the pipeline goes on after it (--train). */
 static void single_free(Single &s)
 {
-    /* the process exits right after; the driver frees device memory */
-    gemms_free(s.m.G);
+    Model &m = s.m;
+    CK(cudaStreamSynchronize(m.stream));
+    for (int b = 0; b < m.L; b++) {
+        void *t[8] = { m.W1[b], m.W2[b], m.dW1[b], m.dW2[b], m.m1[b], m.v1[b], m.m2[b], m.v2[b] };
+        for (void *p : t) CK(cudaFree(p));
+    }
+    void *bufs[9] = { m.dh, m.work[0], m.work[1], m.d_loss, m.burn, m.inputs, m.targets, s.out, s.dy };
+    for (void *p : bufs) CK(cudaFree(p));
+    CK(cudaFree(s.slot));
+    gemms_free(m.G);
+    m = Model();
+    s.out = s.dy = nullptr;
+    s.slot = nullptr;
 }
 
 /* ============================================================================================
@@ -728,7 +741,9 @@ static double check_gradients(Rank &R, double *ref_step_s)
         }
     }
     CK(cudaFree(d));
+    cudaStream_t stream = ref.m.stream;
     single_free(ref);
+    CK(cudaStreamDestroy(stream));
     return worst;
 }
 

@@ -60,15 +60,17 @@ static int plan_fits(Rank &R, const pp_schedule *sched, const std::vector<int> &
     for (size_t b = 0; b < now.size(); b++) gained += now[b] == R.rank && was[b] != R.rank ? per_block : 0;
     CK(cudaMemGetInfo(&free_b, &total));
     const size_t margin = (size_t)1 << 30;   /* the executor's boundary tensors, the allocator's rounding */
-    /* the gained blocks arrive while the running plan's buffers are still held (adapt_switch) */
-    const bool mine = need != SIZE_MAX && gained + margin <= free_b && need + gained + margin <= free_b + have;
     if (need != SIZE_MAX) need += gained;
+    /* adapt_switch gives the running plan's buffers back before the gained blocks arrive */
+    const bool mine = need != SIZE_MAX && need + margin <= free_b + have;
     float short_of = mine ? 0.0f : 1.0f;
-    if (!mine)
-        printf("adapt: rank %d: the new plan needs %.2f GiB for its blocks, slots and I->W buffers; %.2f GiB free "
-               "with the running plan's given back\n", R.rank, need == SIZE_MAX ? -1.0 : need / 1073741824.0,
-               (free_b + have) / 1073741824.0);
-    PPCK(pp_nccl_all_reduce_host(R.pipe, &short_of, 1, 0, &e_));
+    if (!mine && need == SIZE_MAX)
+        printf("adapt: rank %d: the new plan's buffers could not be counted\n", R.rank);
+    else if (!mine)
+        printf("adapt: rank %d: the new plan needs %.2f GiB for the blocks it gains, its slots and I->W buffers, with "
+               "1 GiB to spare; %.2f GiB are free with the running plan's buffers given back\n", R.rank,
+               need / 1073741824.0, (free_b + have) / 1073741824.0);
+    PPCK(pp_nccl_all_reduce_host(R.pipe, &short_of, 1, R.o->timeout, &e_));
     *fits = short_of == 0.0f;
     if (R.lead && !*fits)
         printf("adapt: the new plan does not fit in the device memory of %d rank%s: the running one is kept\n",
@@ -84,6 +86,8 @@ static int adapt_plan(Rank &R, std::vector<int> &next, double *gain, pp_plan **p
     pp_timeline tl;
     pp_layer_costs layer;
     std::vector<double> work(R.S), speed(R.pp);
+    std::vector<int> refused;       /* a searched plan's split that does not fit the devices */
+    double refused_gain = 0;
     for (int s = 0; s < R.S; s++) work[s] = R.m.count[s];
     *plan = nullptr;
     PPCK(pp_executor_timeline(R.ex, &tl, &e_));
@@ -105,6 +109,8 @@ static int adapt_plan(Rank &R, std::vector<int> &next, double *gain, pp_plan **p
         bool fits = true;
         if (*plan) PHASE(plan_fits(R, (*plan)->schedule, next, &fits));
         if (!fits) {
+            refused = next;
+            refused_gain = *gain;
             pp_plan_free(*plan);
             *plan = nullptr;
             *gain = 0;
@@ -128,14 +134,18 @@ static int adapt_plan(Rank &R, std::vector<int> &next, double *gain, pp_plan **p
             snprintf(one, sizeof one, "%s%.3f", r ? " " : "", speed[r]);
             sp += one;
         }
+        const std::vector<int> &shown = refused.empty() ? next : refused;
+        const double g = refused.empty() ? *gain : refused_gain;
         for (int s = 0; s < R.S; s++) was += (s ? "," : "") + std::to_string(R.m.count[s]);
-        for (size_t s = 0; s < next.size(); s++) now += (s ? "," : "") + std::to_string(next[s]);
+        for (size_t s = 0; s < shown.size(); s++) now += (s ? "," : "") + std::to_string(shown[s]);
         printf("adapt: rank speeds %s (the last step's timeline); blocks per stage %s -> %s (%s %.1f%% faster%s)\n",
                sp.c_str(), was.c_str(), now.c_str(), o.search_layout ? "the simulated step" : "the slowest rank",
-               100.0 * *gain, *gain > 0 ? "" : ": kept, not over 2%");
+               100.0 * g, !refused.empty() ? ", but it does not fit: kept" : *plan && g <= 0 ? ": the running plan "
+               "is over --max-memory" : g > 0 ? "" : ": kept, not over 2%");
         if (*plan) print_search(R, *plan);
         fflush(stdout);
     }
+    if (*plan) (*plan)->costs.rank_speed = nullptr;   /* speed is this function's */
     return 0;
 }
 
@@ -197,6 +207,9 @@ static int adapt_switch(Rank &R, const std::vector<int> &next, pp_schedule *sche
     std::vector<int> gained;
     for (int b = 0; b < L; b++)
         if (now[b] == R.rank && was[b] != R.rank) gained.push_back(b);
+    /* the slots and I->W buffers of the old stage sizes give way first (the gained blocks need
+     * the room; the new ones' are made below, for the new split) */
+    PHASE(release_slots(R));
     model_init_blocks(R.m, gained, R.adamw, false);
     /* tensors of block b: W1, W2 (bf16), then AdamW's m1, v1, m2, v2 (fp32) */
     std::vector<void *> buf((size_t)L * K, nullptr);
@@ -220,8 +233,6 @@ static int adapt_switch(Rank &R, const std::vector<int> &next, pp_schedule *sche
         R.m.W1[b] = R.m.W2[b] = nullptr;
         R.m.dW1[b] = R.m.dW2[b] = R.m.m1[b] = R.m.v1[b] = R.m.m2[b] = R.m.v2[b] = nullptr;
     }
-    /* the slots and I->W buffers of the old stage sizes give way to the new ones' */
-    PHASE(release_slots(R));
     if (sched) PHASE(adapt_take_schedule(R, sched, name));
     model_split(R.m, R.S, next.data());
     R.blocks.clear();
@@ -248,12 +259,23 @@ struct Tried {
     double step = 0;
 };
 
+/* Whether two schedules run the same actions in the same order on every rank. */
+static bool same_order(const pp_schedule *a, const pp_schedule *b)
+{
+    if (!a || !b || a->pp != b->pp || a->num_stages != b->num_stages || a->placement != b->placement) return false;
+    for (int r = 0; r < a->pp; r++)
+        if (a->length[r] != b->length[r] ||
+            memcmp(a->actions[r], b->actions[r], (size_t)a->length[r] * sizeof(pp_action)) != 0)
+            return false;
+    return true;
+}
+
 /* The timed steps' median, the same on every rank (their mean over the pipeline): rounds decide
  * by it, and every rank must decide alike. */
 static int agreed_step(Rank &R, const Timing &T, double *step)
 {
     float v = (float)median(T.times);
-    PPCK(pp_nccl_all_reduce_host(R.pipe, &v, 1, 0, &e_));
+    PPCK(pp_nccl_all_reduce_host(R.pipe, &v, 1, R.o->timeout, &e_));
     *step = (double)v / R.pp;
     return 0;
 }
@@ -282,8 +304,8 @@ static int rank_adapt(Rank &R, const std::vector<Tried> &tried, bool *switched)
     PHASE(adapt_plan(R, next, &gain, &plan));
     if (gain <= 0 && !plan) return 0;
     for (const Tried &t : tried)
-        if (t.counts == next && (!plan || t.name == plan->name)) {
-            if (R.lead) printf("adapt: that split ran in an earlier round (%.1f ms): no switch\n", t.step * 1e3);
+        if (t.counts == next && (!plan || same_order(t.sched, plan->schedule))) {
+            if (R.lead) printf("adapt: that split and order ran in an earlier round (%.1f ms): no switch\n", t.step * 1e3);
             pp_plan_free(plan);
             return 0;
         }

@@ -58,8 +58,9 @@ static const char usage[] =
     "                  (what 'pipepar schedule --format csv' and 'pipepar search --csv' write); its rows must be\n"
     "                  the pipeline's ranks and its microbatches --mb; sends and receives are lowered again\n"
     "  --search-layout with --schedule search: split the blocks into stages too (pp_search's layers:\n"
-    "                  every stage from one block to one block short of twice the even size; each\n"
-    "                  block F = I = W, block 0's I half), and run the fastest\n"
+    "                  each stage from one block up to as many more than the even split, that is\n"
+    "                  --layers / (pp * vpp) - 1 more, vpp 1 without --vpp; each block F = I = W, block\n"
+    "                  0's I half), and run the fastest\n"
     "  --search-kind K with --schedule search: only schedules of kind K (e.g. interleaved: Megatron's\n"
     "                  order, its microbatch group and, with --search-layout, its stages chosen)\n"
     "  --place-by-speed time every GPU on the model's largest GEMM (all at once, under load, 3.5 s) and\n"
@@ -108,10 +109,12 @@ static const char usage[] =
     "                  (pp_speed_exchange), the blocks re-split for them (pp_layers_replan: when the\n"
     "                  slowest rank's time falls by more than 2%), the moved blocks' weights and optimizer\n"
     "                  state sent to their new rank (pp_layers_move), and the steps timed again, round\n"
-    "                  after round until a split is kept (at most 4); with a --schedule kind, whose order\n"
-    "                  stays the same for the new split, or with --schedule search --search-layout: order\n"
-    "                  and split searched again on the measured costs and speeds (pp_plan_replan: when the\n"
-    "                  simulated step falls by more than 2%), and a new executor for the new order\n";
+    "                  after round until a split is kept or one that ran comes back (at most 4 rounds),\n"
+    "                  then the fastest split timed is the one that stays; with a --schedule kind, whose\n"
+    "                  order stays the same for the new split, or with --schedule search --search-layout:\n"
+    "                  order and split searched again on the measured costs and speeds (pp_plan_replan:\n"
+    "                  when the simulated step falls by more than 2% and every rank's GPU can hold the\n"
+    "                  new plan), and a new executor for the new order\n";
 
 static int parse_args(int argc, char **argv, Options *o)
 {

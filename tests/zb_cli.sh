@@ -131,8 +131,9 @@ got=$($P search --pp 2 --mb 8 --kind 1f1b --layout 'Et*8|t*8L' --f 1 --i 1 --w 1
 $P search --pp 2 --mb 8 --vpp 1 --layers 16 --kind 1f1b --spread 8 --f 1 --i 1 --w 1 --rank-speed 1,0.5 | \
     grep -q "^layout: 'Et\*11|t\*5L'$" && ok || bad "search --layers --rank-speed 1,0.5: not 11 and 5 layers"
 expect_error 2 "--rank-speed: 3 values, expected pp = 2" search --pp 2 --mb 8 --rank-speed 1,1,1
-expect_error 2 "--rank-speed: value 2 is 0: a speed must be above 0" search --pp 2 --mb 8 --rank-speed 1,0
-expect_error 2 "--rank-speed: 'fast' is not a number >= 0" search --pp 2 --mb 8 --rank-speed fast,1
+expect_error 2 "--rank-speed: '0' is not a number > 0" search --pp 2 --mb 8 --rank-speed 1,0
+expect_error 2 "--rank-speed: '-1' is not a number > 0" search --pp 2 --mb 8 --rank-speed -1,1
+expect_error 2 "--rank-speed: 'fast' is not a number > 0" search --pp 2 --mb 8 --rank-speed fast,1
 # --layer-costs: each layer its own; 4 cheap dense layers first (0.5), 12 MoE layers (1.25): the
 # first stage takes more layers (the library test checks the split against a brute-force sweep)
 { echo "# dense, then MoE"; for k in 1 2 3 4; do echo "0.5 0.5 0.5 0.5"; done; for k in $(seq 12); do echo "1.25,1.25,1.25,1.25"; done; } >"$T/layers.txt"
