@@ -101,6 +101,8 @@ run_pp greedy-searched   --schedule search --search-kind greedy --search-layout 
 # kept): GPUs of one host differ, by power and heat, more than a pipeline's start-up costs
 run_pp zbv-adapt         --schedule zbv --adapt --check
 run_pp dualpipev-adapt   --schedule dualpipev --adapt
+# the greedy order and its split searched again on each round's measured costs (pp_plan_replan)
+run_pp greedy-searched-adapt --schedule search --search-kind greedy --search-layout --vpp 2 --adapt --check
 if [ "$NPROC" = 2 ] && [ "$L" = 16 ]; then   # uneven stages: small first and last chunk, pp_search's order
     run_pp search-2-6-2-6 --schedule search --layout 'Et*2|t*6|t*2|t*6L'
 fi
