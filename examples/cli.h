@@ -233,6 +233,41 @@ static CLI_UNUSED int cli_parse_double(const char *flag, const char *text, doubl
     return 1;
 }
 
+/* Parses "1,1.5,2" into exactly `want` numbers, each >= 0 (> 0 with positive); `what` names the
+ * count in the message ("pp*vpp" for per-stage lists, "pp" for per-rank ones). 0 after printing why. */
+static CLI_UNUSED int cli_parse_list(const char *flag, const char *text, int want, const char *what, int positive,
+                                     double *out)
+{
+    int n = 0;
+    const char *p = text;
+    for (;;) {
+        char *end, buf[64];
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        double v;
+        if (len == 0 || len >= sizeof buf) {
+            cli_usage_error("%s: '%s': expected comma-separated numbers", flag, cli_short(text));
+            return 0;
+        }
+        memcpy(buf, p, len); buf[len] = '\0';
+        v = strtod(buf, &end);
+        if (end == buf || *end != '\0' || v != v || v < 0 || (positive && v == 0) || v > 1e300 ||
+            isspace((unsigned char)buf[0])) {
+            cli_usage_error("%s: '%s' is not a number %s", flag, buf, positive ? "> 0" : ">= 0");
+            return 0;
+        }
+        if (n < want) out[n] = v;
+        n++;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    if (n != want) {
+        cli_usage_error("%s: %d value%s, expected %s = %d", flag, n, n == 1 ? "" : "s", what, want);
+        return 0;
+    }
+    return 1;
+}
+
 /* A schedule kind: pp_schedule_kind_parse's names, and "greedy" (the greedy zero-bubble
  * scheduler, kind PP_CUSTOM). 0 after printing why. */
 static CLI_UNUSED int cli_parse_kind(const char *flag, const char *text, pp_schedule_kind *out)

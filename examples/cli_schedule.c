@@ -23,6 +23,8 @@ typedef struct schedule_flags {
     int split_overlaps;      /* --split-overlaps: each FB as F then B (pp_schedule_split_overlaps) */
     int split_backward;      /* --split-backward: each B as I then W (pp_schedule_split_backward) */
     const char *layout;      /* simulate --layout: stages of unequal size */
+    const char *speed_text;  /* simulate --rank-speed: each rank's speed, pp values */
+    double *speed;
 } schedule_flags;
 
 static void schedule_usage(FILE *out, int simulate)
@@ -59,6 +61,8 @@ static void schedule_usage(FILE *out, int simulate)
                 "  chunk is a whole model stage and costs all of it)\n"
                 "  --f F (default 1)  --b B (full backward, default 2F)  --i I  --w W (split backward; default B/2 each)\n"
                 "  --p2p L (latency per transfer)  --bytes N (per transfer)  --bandwidth GBPS\n"
+                "  --rank-speed LIST  each rank's speed, pp values > 0 (1 / 1.35 for a GPU 1.35x slower): rank r\n"
+                "              computes an action of cost c in c / speed\n"
                 "              on GPUs take a transfer's time beside a busy peer (bench/RESULTS.md has measured ones)\n"
                 "  --groups    transfers as the runtime posts them: a round's transfers in one group that ends\n"
                 "              as a whole, one group after another on each rank (default: each on its own)\n"
@@ -83,7 +87,7 @@ static const cli_flag_spec schedule_specs[] = {
 static const cli_flag_spec simulate_specs[] = {
     SCHEDULE_COMMON_FLAGS, { "--f", CLI_VALUE }, { "--b", CLI_VALUE }, { "--i", CLI_VALUE }, { "--w", CLI_VALUE },
     { "--p2p", CLI_VALUE }, { "--bytes", CLI_VALUE }, { "--bandwidth", CLI_VALUE }, { "--groups", CLI_SWITCH },
-    { "--json", CLI_SWITCH }, { NULL, 0 }
+    { "--json", CLI_SWITCH }, { "--rank-speed", CLI_VALUE }, { NULL, 0 }
 };
 
 /* One flag of either subcommand into *fl; 1, or 0 after printing why. */
@@ -119,6 +123,7 @@ static int schedule_flag(schedule_flags *fl, const char *a, const char *val)
     else if (!strcmp(a, "--bandwidth")) return cli_parse_double("--bandwidth", val, 1e-9, &fl->bandwidth_gbps);
     else if (!strcmp(a, "--groups")) fl->costs.grouped = 1;
     else if (!strcmp(a, "--json")) fl->json = 1;
+    else if (!strcmp(a, "--rank-speed")) fl->speed_text = val;
     return 1;
 }
 
@@ -312,8 +317,20 @@ int pp_cli_simulate(int argc, char **argv)
     pp_error err;
     int rc = parse_schedule_flags(argc, argv, 1, &fl), r, *awaiting = NULL, any_awaiting = 0;
     if (rc) return rc < 0 ? 0 : rc;
+    /* --rank-speed: one a rank; a built schedule's ranks are --pp's (a greedy order is then built
+     * for the speeds too), a CSV's are the file's */
+    if (fl.speed_text && !fl.from_csv) {
+        if (!(fl.speed = (double *)calloc((size_t)fl.cfg.pp, sizeof(double)))) { rc = cli_env_error("out of memory"); goto done; }
+        if (!cli_parse_list("--rank-speed", fl.speed_text, fl.cfg.pp, "pp", 1, fl.speed)) { rc = 2; goto done; }
+        fl.costs.rank_speed = fl.speed;
+    }
     if ((rc = make_plan(&fl, &plan)) != 0) goto done;
     s = plan->schedule;
+    if (fl.speed_text && fl.from_csv) {
+        if (!(fl.speed = (double *)calloc((size_t)s->pp, sizeof(double)))) { rc = cli_env_error("out of memory"); goto done; }
+        if (!cli_parse_list("--rank-speed", fl.speed_text, s->pp, "pp", 1, fl.speed)) { rc = 2; goto done; }
+        plan->costs.rank_speed = fl.speed;
+    }
     if (pp_simulate(s, &plan->costs, &sim, &err) != PP_OK) { rc = cli_report(&err); goto done; }
     /* what a trainer sizes its I->W buffers by (pp_schedule_rank_peaks); any I at all shows it */
     if (!(awaiting = (int *)calloc((size_t)s->pp, sizeof(int)))) { rc = cli_env_error("out of memory"); goto done; }
@@ -324,6 +341,7 @@ int pp_cli_simulate(int argc, char **argv)
     simulate_write(&fl, s, sim, awaiting, any_awaiting);
 done:
     free(awaiting);
+    free(fl.speed);
     pp_sim_result_free(sim);
     pp_plan_free(plan);
     return rc;

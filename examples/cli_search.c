@@ -101,38 +101,6 @@ static void search_usage(FILE *out)
             "  --json         the ranking as JSON instead of a table\n");
 }
 
-/* Parses "1,1.5,2" into exactly `want` non-negative numbers. */
-static int parse_list(const char *flag, const char *text, int want, const char *what, int positive, double *out)
-{
-    int n = 0;
-    const char *p = text;
-    for (;;) {
-        char *end, buf[64];
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        double v;
-        if (len == 0 || len >= sizeof buf) {
-            cli_usage_error("%s: '%s': expected comma-separated numbers", flag, cli_short(text));
-            return 0;
-        }
-        memcpy(buf, p, len); buf[len] = '\0';
-        v = strtod(buf, &end);
-        if (end == buf || *end != '\0' || v != v || v < 0 || (positive && v == 0) || v > 1e300 ||
-            isspace((unsigned char)buf[0])) {
-            cli_usage_error("%s: '%s' is not a number %s", flag, buf, positive ? "> 0" : ">= 0");
-            return 0;
-        }
-        if (n < want) out[n] = v;
-        n++;
-        if (!comma) break;
-        p = comma + 1;
-    }
-    if (n != want) {
-        cli_usage_error("%s: %d values, expected %s = %d", flag, n, what, want);
-        return 0;
-    }
-    return 1;
-}
 
 /* Parses "F,I,W" or "F,I,W,M" (numbers >= 0) into *c; 0 after printing why on failure. */
 static int parse_layer_costs(const char *flag, const char *text, pp_layer_costs *c)
@@ -396,11 +364,11 @@ static int search_parse(int argc, char **argv, search_opts *o)
         if (!cfg->vpp) return cli_usage_error("%s: per-stage costs need --vpp (they hold pp*vpp values)", search_stage_flag[k]);
         if (!(o->stage[k] = (double *)calloc((size_t)cfg->pp * (size_t)cfg->vpp, sizeof(double))))
             return cli_env_error("out of memory");
-        if (!parse_list(search_stage_flag[k], stage_text[k], cfg->pp * cfg->vpp, "pp*vpp", 0, o->stage[k])) return 2;
+        if (!cli_parse_list(search_stage_flag[k], stage_text[k], cfg->pp * cfg->vpp, "pp*vpp", 0, o->stage[k])) return 2;
     }
     if (o->speed_text) {
         if (!(o->speed = (double *)calloc((size_t)cfg->pp, sizeof(double)))) return cli_env_error("out of memory");
-        if (!parse_list("--rank-speed", o->speed_text, cfg->pp, "pp", 1, o->speed)) return 2;
+        if (!cli_parse_list("--rank-speed", o->speed_text, cfg->pp, "pp", 1, o->speed)) return 2;
         cfg->costs.rank_speed = o->speed;
     }
     if (o->bytes > 0) {

@@ -131,6 +131,15 @@ got=$($P search --pp 2 --mb 8 --kind 1f1b --layout 'Et*8|t*8L' --f 1 --i 1 --w 1
 $P search --pp 2 --mb 8 --vpp 1 --layers 16 --kind 1f1b --spread 8 --f 1 --i 1 --w 1 --rank-speed 1,0.5 | \
     grep -q "^layout: 'Et\*11|t\*5L'$" && ok || bad "search --layers --rank-speed 1,0.5: not 11 and 5 layers"
 expect_error 2 "--rank-speed: 3 values, expected pp = 2" search --pp 2 --mb 8 --rank-speed 1,1,1
+# simulate takes the speeds too: the same 408 on the given split; a CSV's ranks set the count
+got=$($P simulate --kind 1f1b --pp 2 --mb 8 --layout 'Et*8|t*8L' --f 1 --i 1 --w 1 --rank-speed 1,0.5 | sed -n 's/^step time (makespan) *\([0-9.]*\)$/\1/p')
+[ "$got" = "408.000" ] && ok || bad "simulate --rank-speed 1,0.5 on 8|8: step $got, want 408"
+$P schedule --kind zbv --pp 2 --mb 8 --format csv --out "$T/zbv2.csv" && ok || bad "schedule --format csv"
+got=$($P simulate --from-csv "$T/zbv2.csv" --rank-speed 1,1 | sed -n 's/^step time (makespan) *\([0-9.]*\)$/\1/p')
+want=$($P simulate --from-csv "$T/zbv2.csv" | sed -n 's/^step time (makespan) *\([0-9.]*\)$/\1/p')
+[ -n "$got" ] && [ "$got" = "$want" ] && ok || bad "simulate --from-csv --rank-speed 1,1: step '$got', without speeds '$want'"
+expect_error 2 "--rank-speed: 1 value, expected pp = 2" simulate --from-csv "$T/zbv2.csv" --rank-speed 1
+expect_error 2 "--rank-speed: '-2' is not a number > 0" simulate --kind 1f1b --pp 2 --mb 8 --rank-speed 1,-2
 expect_error 2 "--rank-speed: '0' is not a number > 0" search --pp 2 --mb 8 --rank-speed 1,0
 expect_error 2 "--rank-speed: '-1' is not a number > 0" search --pp 2 --mb 8 --rank-speed -1,1
 expect_error 2 "--rank-speed: 'fast' is not a number > 0" search --pp 2 --mb 8 --rank-speed fast,1
