@@ -308,6 +308,16 @@ static void simulate_write(const schedule_flags *fl, const pp_schedule *s, const
     }
 }
 
+/* --rank-speed's list for pp ranks into fl->speed, and costs->rank_speed pointing at it: 0, or
+ * the exit code after printing why. */
+static int simulate_speeds(schedule_flags *fl, int pp, pp_sim_costs *costs)
+{
+    if (!(fl->speed = (double *)calloc((size_t)pp, sizeof(double)))) return cli_env_error("out of memory");
+    if (!cli_parse_list("--rank-speed", fl->speed_text, pp, "pp", 1, fl->speed)) return 2;
+    costs->rank_speed = fl->speed;
+    return 0;
+}
+
 int pp_cli_simulate(int argc, char **argv)
 {
     schedule_flags fl;
@@ -319,18 +329,10 @@ int pp_cli_simulate(int argc, char **argv)
     if (rc) return rc < 0 ? 0 : rc;
     /* --rank-speed: one a rank; a built schedule's ranks are --pp's (a greedy order is then built
      * for the speeds too), a CSV's are the file's */
-    if (fl.speed_text && !fl.from_csv) {
-        if (!(fl.speed = (double *)calloc((size_t)fl.cfg.pp, sizeof(double)))) { rc = cli_env_error("out of memory"); goto done; }
-        if (!cli_parse_list("--rank-speed", fl.speed_text, fl.cfg.pp, "pp", 1, fl.speed)) { rc = 2; goto done; }
-        fl.costs.rank_speed = fl.speed;
-    }
+    if (fl.speed_text && !fl.from_csv && (rc = simulate_speeds(&fl, fl.cfg.pp, &fl.costs)) != 0) goto done;
     if ((rc = make_plan(&fl, &plan)) != 0) goto done;
     s = plan->schedule;
-    if (fl.speed_text && fl.from_csv) {
-        if (!(fl.speed = (double *)calloc((size_t)s->pp, sizeof(double)))) { rc = cli_env_error("out of memory"); goto done; }
-        if (!cli_parse_list("--rank-speed", fl.speed_text, s->pp, "pp", 1, fl.speed)) { rc = 2; goto done; }
-        plan->costs.rank_speed = fl.speed;
-    }
+    if (fl.speed_text && fl.from_csv && (rc = simulate_speeds(&fl, s->pp, &plan->costs)) != 0) goto done;
     if (pp_simulate(s, &plan->costs, &sim, &err) != PP_OK) { rc = cli_report(&err); goto done; }
     /* what a trainer sizes its I->W buffers by (pp_schedule_rank_peaks); any I at all shows it */
     if (!(awaiting = (int *)calloc((size_t)s->pp, sizeof(int)))) { rc = cli_env_error("out of memory"); goto done; }
