@@ -72,7 +72,7 @@ for L in ${LAYERS:-16 24}; do
 done
 
 say "== summary"
-grep -E "^(== |-- |single-GPU step|before --adapt|adapt:|pipeline|  compute busy|gradient check|[0-9]+ blocks, against)" \
+grep -E "^(== |-- |single-GPU step|before --adapt|adapt:|pipeline|  compute busy|  each timed step|gradient check|[0-9]+ blocks, against)" \
     "$LOG" | tee "$OUTDIR/summary.txt"
 say "== SM clock (MHz) and power (W) over the run, per GPU: min / median / max"
 clocks_summary "$OUTDIR/clocks.csv" | tee -a "$LOG"

@@ -29,7 +29,8 @@ single_baseline() {
     local n=$1 out=$2 g ms inv=0 list=""; shift 2
     SINGLE_FASTEST_MS=0
     for g in $(seq 0 $((n - 1))); do
-        CUDA_VISIBLE_DEVICES=$g build/mlp_gpu --single "$@" >"$out/single-gpu$g.log" 2>&1
+        clocks_during "$out/single-gpu$g.clocks.csv" env CUDA_VISIBLE_DEVICES=$g build/mlp_gpu --single "$@" >"$out/single-gpu$g.log" 2>&1
+        clocks_brief "$out/single-gpu$g.clocks.csv" >>"$out/single-gpu$g.log"
         cat "$out/single-gpu$g.log" >>"$LOG"
         ms=$(single_step_ms "$out/single-gpu$g.log")
         if [ -z "$ms" ]; then SINGLE_MS=0; say "single-GPU step on GPU $g: none (see $out/single-gpu$g.log)"; return 1; fi
@@ -46,22 +47,39 @@ single_baseline() {
 # A pipeline keeps every GPU busy at once, and GPUs under their power cap run slower warm and
 # beside a busy neighbour than alone after a rest: this baseline has the pipeline's conditions.
 # The scripts print both.
-single_concurrent() {
-    local n=$1 out=$2 g p ms inv=0 list="" pids=(); shift 2
+single_concurrent() { single_together_ "$1" "$2" together "" "${@:3}"; SINGLE_TOGETHER_MS=$TOGETHER_MS; }
+
+# single_warm N OUTDIR MODEL...: the same after 12 warm-up steps; sets SINGLE_WARM_MS. Under the
+# power cap a GPU's clock falls as it warms (leakage grows with temperature, leaving less of the
+# same power to the SMs), and a pipeline's timed steps come after its set-up and warm-up, where a
+# short single-GPU run still runs cooler. This baseline times the single step nearer the temperature
+# the pipeline's steps run at (every run prints its clocks and temperature).
+single_warm() { single_together_ "$1" "$2" warm "--warmup 12" "${@:3}"; SINGLE_WARM_MS=$TOGETHER_MS; }
+
+single_together_() {   # N OUTDIR TAG EXTRA MODEL...: single_concurrent and single_warm
+    local n=$1 out=$2 tag=$3 extra=$4 g ms inv=0 list=""; shift 4
+    TOGETHER_MS=0
+    clocks_during "$out/single-$tag.clocks.csv" single_launch_ "$n" "$out" "$tag" "$extra" "$@"
     for g in $(seq 0 $((n - 1))); do
-        CUDA_VISIBLE_DEVICES=$g timeout "${RANK_TIMEOUT:-120}" build/mlp_gpu --single "$@" >"$out/single-together-gpu$g.log" 2>&1 &
-        pids+=($!)
-    done
-    for p in "${pids[@]}"; do wait "$p"; done
-    for g in $(seq 0 $((n - 1))); do
-        cat "$out/single-together-gpu$g.log" >>"$LOG"
-        ms=$(single_step_ms "$out/single-together-gpu$g.log")
-        if [ -z "$ms" ]; then SINGLE_TOGETHER_MS=0; say "single-GPU step on GPU $g (together): none"; return 1; fi
+        cat "$out/single-$tag-gpu$g.log" >>"$LOG"
+        ms=$(single_step_ms "$out/single-$tag-gpu$g.log")
+        if [ -z "$ms" ]; then say "single-GPU step on GPU $g ($tag): none"; return 1; fi
         list="$list GPU $g $ms ms;"
         inv=$(awk -v a="$inv" -v b="$ms" 'BEGIN { print a + 1 / b }')
     done
-    SINGLE_TOGETHER_MS=$(awk -v n="$n" -v i="$inv" 'BEGIN { printf "%.1f", n / i }')
-    say "single-GPU step, every GPU at once:$list harmonic mean $SINGLE_TOGETHER_MS ms"
+    TOGETHER_MS=$(awk -v n="$n" -v i="$inv" 'BEGIN { printf "%.1f", n / i }')
+    say "single-GPU step, every GPU at once${extra:+ ($extra)}:$list harmonic mean $TOGETHER_MS ms"
+    clocks_brief "$out/single-$tag.clocks.csv" | tee -a "$LOG"
+}
+
+single_launch_() {   # N OUTDIR TAG EXTRA MODEL...: the N runs at once
+    local n=$1 out=$2 tag=$3 extra=$4 g p pids=(); shift 4
+    for g in $(seq 0 $((n - 1))); do
+        # shellcheck disable=SC2086
+        CUDA_VISIBLE_DEVICES=$g timeout "${RANK_TIMEOUT:-120}" build/mlp_gpu --single "$@" $extra >"$out/single-$tag-gpu$g.log" 2>&1 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p"; done
 }
 
 # efficiency_against LOG N MS LABEL: each run's step against MS / N (nothing when MS is 0: no baseline).
@@ -79,6 +97,39 @@ clocks_start() {
     nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu --format=csv -l 1 >"$1/clocks.csv" 2>/dev/null &
     CLOCKS_PID=$!
     trap 'kill $CLOCKS_PID 2>/dev/null' EXIT
+}
+
+# clocks_during FILE CMD ARGS...: runs CMD (a command or a function) with every GPU's SM clock,
+# power and temperature sampled every 100 ms into FILE; returns CMD's exit. Under the power cap a
+# step's time follows the clock, so each run carries its own.
+clocks_during() {
+    local f=$1 pid rc=0; shift
+    nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu --format=csv -lms 100 >"$f" 2>/dev/null &
+    pid=$!
+    "$@" || rc=$?
+    kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+    return $rc
+}
+
+# clocks_brief CSV: one line, per GPU the median SM clock, power and temperature over the samples
+# above 300 W (computing), and the spread of the clock over them (10th-90th percentile).
+clocks_brief() {
+    python3 - "$1" <<'EOF'
+import sys, statistics as st
+rows = [l.split(",") for l in open(sys.argv[1]).read().splitlines()[1:] if l.count(",") >= 4]
+def num(x):
+    try: return float(x.split()[0])
+    except (ValueError, IndexError): return None
+out = []
+for g in sorted(set(r[1].strip() for r in rows), key=int):
+    s = [(num(r[2]), num(r[3]), num(r[4])) for r in rows if r[1].strip() == g]
+    s = sorted((c, p, t) for c, p, t in s if c is not None and p is not None and t is not None and p > 300)
+    if not s: out.append(f"GPU {g}: no sample above 300 W"); continue
+    c = [x[0] for x in s]
+    out.append(f"GPU {g} {st.median(c):.0f} MHz ({c[len(c) // 10]:.0f}-{c[(9 * len(c)) // 10]:.0f}) "
+               f"{st.median(x[1] for x in s):.0f} W {st.median(x[2] for x in s):.0f} C")
+print("  clocks while computing (median, 10-90%), power, temperature: " + "; ".join(out) + f" ({len(rows)} samples)")
+EOF
 }
 
 # clocks_summary CSV: per GPU, min / median / max clock and power, and the median clock while it

@@ -71,12 +71,16 @@ single_baseline "$NPROC" "$OUTDIR" $MODEL
 cp "$OUTDIR/single-gpu0.log" "$OUTDIR/single.log"   # GPU 0's, against PyTorch's on GPU 0
 say "== pipepar single GPU, on all $NPROC GPUs at once (the pipeline's power and thermal conditions)"
 single_concurrent "$NPROC" "$OUTDIR" $MODEL
+say "== pipepar single GPU, on all $NPROC GPUs at once after 12 warm-up steps (the pipeline's temperature)"
+single_warm "$NPROC" "$OUTDIR" $MODEL
 
 run_pp() {   # run_pp NAME ARGS...: a pipepar run on NPROC GPUs (ONLY=REGEX: only the names it matches)
     local name=$1; shift
     [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]] && return 0
     say "-- $name"
-    launchn "$NPROC" "$name" build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 $GATE "$@" || say "$name: exit $?"
+    clocks_during "$OUTDIR/$name.clocks.csv" launchn "$NPROC" "$name" build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet \
+        --timeout 30 $GATE "$@" || say "$name: exit $?"
+    clocks_brief "$OUTDIR/$name.clocks.csv" | tee -a "$LOG" >/dev/null
 }
 say "== pipepar on $NPROC GPUs"
 run_pp gpipe             --schedule gpipe
@@ -97,6 +101,9 @@ run_pp interleaved4-megatron-split --schedule interleaved --vpp 4 --split-backwa
 # the greedy V order on the split the search chooses for it (at pp 4 and 16 microbatches it beats
 # ZB-V's start-up in simulation, keeping up to twice ZB-V's activations)
 run_pp greedy-searched   --schedule search --search-kind greedy --search-layout --vpp 2 --check
+# the same with the busier rank on the faster GPU: at pp 2 whole blocks leave one rank a block's
+# input gradient more (block 0 has none), and the GPUs of one host differ by up to 2%
+run_pp greedy-searched-placed --schedule search --search-kind greedy --search-layout --vpp 2 --place-by-speed --check
 # the blocks re-split for each GPU's measured speed (--adapt, round after round until a split is
 # kept): GPUs of one host differ, by power and heat, more than a pipeline's start-up costs
 run_pp zbv-adapt         --schedule zbv --adapt --check
@@ -170,8 +177,10 @@ fi
 
 [ "${SKIP_PIPEPAR:-0}" = 1 ] && exit 0
 say "== summary (step ms, efficiency = single / $NPROC / step)"
-grep -E "^(-- |== NCCL over|adapt: |single-gpu|single-GPU|search:|schedule |pipeline|  efficiency|  simulator|  compute busy|  rank 0|  peak|gradient check|  where the last|    rank [0-9]+:|  exposed transfer \(the|  exposed on the critical|  bound:)" "$LOG" | tee "$OUTDIR/summary.txt"
+grep -E "^(-- |== NCCL over|adapt: |single-gpu|single-GPU|search:|placement by speed|schedule |pipeline|  efficiency|  simulator|  compute busy|  each timed step|  clocks while|  rank 0|  peak|gradient check|  where the last|    rank [0-9]+:|  exposed transfer \(the|  exposed on the critical|  bound:)" "$LOG" | tee "$OUTDIR/summary.txt"
 say "== pipepar against the fastest GPU's single step alone (the most conservative baseline)"
-efficiency_vs_fastest "$LOG" "$NPROC" | tee -a "$LOG" "$OUTDIR/summary.txt" >/dev/null
+efficiency_vs_fastest "$LOG" "$NPROC" | tee -a "$LOG" "$OUTDIR/summary.txt"
 say "== against the single steps run on every GPU at once (harmonic mean $SINGLE_TOGETHER_MS ms)"
-efficiency_against "$LOG" "$NPROC" "$SINGLE_TOGETHER_MS" "single steps run together" | tee -a "$LOG" "$OUTDIR/summary.txt" >/dev/null
+efficiency_against "$LOG" "$NPROC" "$SINGLE_TOGETHER_MS" "single steps run together" | tee -a "$LOG" "$OUTDIR/summary.txt"
+say "== against the single steps run on every GPU at once, warm (harmonic mean $SINGLE_WARM_MS ms)"
+efficiency_against "$LOG" "$NPROC" "$SINGLE_WARM_MS" "single steps run together, warm" | tee -a "$LOG" "$OUTDIR/summary.txt"

@@ -674,6 +674,7 @@ struct Shared {                 /* --threads: what the rank threads share */
 /* What the timed steps measured (rank_time). */
 struct Timing {
     std::vector<double> times;                 /* the timed steps, s */
+    std::vector<double> busy;                  /* this rank's compute in each timed step, s */
     std::vector<pp_nccl_group_time> groups;    /* the last step's transfer groups */
     int ngroups = 0;
     double last_t0 = 0;                        /* host clock at the last step's start */
@@ -1110,7 +1111,15 @@ static int rank_time(Rank &R, Timing &T)
         }
         PPCK(pp_nccl_sync(R.pipe, R.stream, 0, &e_));
         PPCK(pp_nccl_barrier(R.pipe, 0, &e_));
-        if (i >= o.warmup) T.times.push_back(now_s() - step_t0);
+        if (i >= o.warmup) {
+            T.times.push_back(now_s() - step_t0);
+            pp_timeline tl;   /* the executor's timeline of this step: does the step vary by compute or by waits? */
+            PPCK(pp_executor_timeline(R.ex, &tl, &e_));
+            double busy = 0;
+            for (int a = 0; a < tl.length; a++)
+                if (tl.actions[a].op <= PP_OP_FB && tl.ready[a] >= 0) busy += tl.end[a] - tl.ready[a];
+            T.busy.push_back(busy);
+        }
         if (final_step) {
             PPCK(pp_nccl_transport_times(&R.tp, base, T.groups.data(), (int)T.groups.size(), &T.ngroups, &e_));
             PPCK(pp_nccl_transport_record(&R.tp, 0, &e_));

@@ -11,6 +11,7 @@ struct Measured {
     pp_timeline tl;                            /* this rank's, from the executor */
     double span = 0;                           /* the end of its compute, from the step's start */
     std::vector<float> busy_of;                /* each rank's compute time, s */
+    std::vector<float> step_busy;              /* [rank * steps + step]: each rank's compute in each timed step */
     float mem_alloc = 0, mem_used = 0;         /* the most of any rank, GiB */
     double sim_step = 0;                       /* simulated on per-stage compute, transfers free */
     double sim_free = 0, sim_action = 0, sim_grouped = 0;   /* simulated on each action's time: transfers
@@ -105,6 +106,10 @@ static int rank_measure(Rank &R, const Timing &T, Measured &M)
     M.busy_of.assign(world, 0.0f);   /* each rank's compute time: shows a slow rank */
     M.busy_of[rank] = (float)busy;
     PPCK(pp_nccl_all_reduce_host(R.pipe, M.busy_of.data(), world, 0, &e_));
+    const int nsteps = (int)T.busy.size();
+    M.step_busy.assign((size_t)world * nsteps, 0.0f);
+    for (int i = 0; i < nsteps; i++) M.step_busy[(size_t)rank * nsteps + i] = (float)T.busy[i];
+    PPCK(pp_nccl_all_reduce_host(R.pipe, M.step_busy.data(), world * nsteps, 0, &e_));
     std::vector<float> mem_of(2 * (size_t)world, 0.0f);   /* the sum reduces: each rank fills its own pair */
     mem_of[2 * rank] = mem_alloc_mine; mem_of[2 * rank + 1] = mem_used_mine;
     PPCK(pp_nccl_all_reduce_host(R.pipe, mem_of.data(), 2 * world, 0, &e_));
@@ -175,6 +180,15 @@ static void report_print(Rank &R, const Timing &T, const Measured &M, double sin
     }
     printf("  compute busy per rank (ms of %.1f):", step * 1e3);
     for (int r = 0; r < world; r++) printf(" %.1f", M.busy_of[r] * 1e3);
+    /* step to step: a step that is slower with the same compute waited (the host, a transfer);
+       one whose busiest rank computed longer ran at lower clocks */
+    const int nsteps = (int)T.times.size();
+    printf("\n  each timed step, ms, and each rank's compute in it:");
+    for (int i = 0; i < nsteps; i++) {
+        printf(" %.1f (", T.times[i] * 1e3);
+        for (int r = 0; r < world; r++) printf("%s%.1f", r ? " " : "", M.step_busy[(size_t)r * nsteps + i] * 1e3);
+        printf(")");
+    }
     printf("\n  rank %d transfers: %d groups, %.0f MiB, best %.1f GB/s per group, %.1f ms on the comm stream\n",
            R.rank, T.ngroups, M.bytes_moved / 1048576.0, M.best_bw / 1e9, M.xfer_time * 1e3);
     if (o.copy_engine) {
