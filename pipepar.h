@@ -769,7 +769,10 @@ typedef struct pp_sim_costs {
                                    each peer's matching group; it takes p2p_latency + bytes *
                                    seconds_per_byte times the most transfers it has in one
                                    direction, and everything it receives lands at its end.
-                                   0: each transfer on its own. pp_simulate only */
+                                   0: each transfer on its own. pp_search and pp_plan rank
+                                   their candidates with it (the greedy scheduler still places
+                                   each transfer on its own): on the runtime's groups a plan
+                                   with many small stages can lose more than it gains */
     const double *tail_stage;   /* optional [num_stages]: work stage s's rank does once a step after
                                    that stage's last backward (B, W or FB), once the transfers that
                                    follow it are posted: a weight gradient deferred to then, as a
@@ -8320,8 +8323,10 @@ static pp_status pp__candidate_build(const pp_search_config *cfg, const pp__cand
         pp_greedy_config g;
         memset(&g, 0, sizeof g);
         g.pp = cfg->pp; g.mb = cfg->mb; g.vpp = c->vpp; g.placement = c->placement; g.max_live = c->max_live;
+        pp_sim_costs placing = cfg->costs;
+        placing.grouped = 0;   /* the scheduler places each transfer on its own; the ranking may group */
         g.max_memory = c->max_memory;
-        g.costs = &cfg->costs; g.flags = c->flags;
+        g.costs = &placing; g.flags = c->flags;
         return pp_schedule_build_greedy(&g, out, err);
     } else {
         pp_schedule_config sc;
@@ -9001,9 +9006,9 @@ static pp_status pp__search_validate(const pp_search_config *cfg, pp_error *err)
     if (cfg->costs.action_cost)
         return pp__fail(err, PP_EINVAL, "costs: action_cost: times one schedule's own actions; a search builds "
                         "others (give per-stage costs)");
-    if (cfg->costs.grouped)
-        return pp__fail(err, PP_EINVAL, "costs: grouped=%d: a search ranks with each transfer on its own (its "
-                        "greedy schedules are built that way; leave it 0)", cfg->costs.grouped);
+    if (cfg->costs.grouped != 0 && cfg->costs.grouped != 1)
+        return pp__fail(err, PP_EINVAL, "costs: grouped=%d: must be 0 (each transfer on its own) or 1 (as the "
+                        "runtime posts them)", cfg->costs.grouped);
     has_stage_costs = cfg->costs.f_stage || cfg->costs.b_stage || cfg->costs.i_stage || cfg->costs.w_stage ||
                       cfg->costs.memory_stage || cfg->costs.tail_stage;
     if (has_stage_costs && cfg->layers)
@@ -9452,7 +9457,6 @@ static pp_status pp__plan_search(pp_plan *p, const pp_plan_config *c, pp_error *
     q.pp = c->pp; q.mb = c->mb; q.kind = c->kind; q.max_memory = c->max_memory; q.split_backward = c->split_backward;
     q.costs = p->layers ? p->costs : c->costs;
     q.vpp = p->layers ? p->layers->vpp : c->vpp;
-    q.costs.grouped = 0;   /* a search ranks each transfer on its own */
     if (c->search_layout) {
         q.layers = c->layers; q.layer_costs = c->layer_costs; q.threads = c->threads; q.layout_spread = c->layout_spread;
     }
@@ -9629,12 +9633,10 @@ pp_status pp_plan_replan(const pp_plan_config *cfg, const pp_schedule *current, 
     costs = cfg->costs;
     costs.f_stage = arrays[0]; costs.b_stage = arrays[1]; costs.i_stage = arrays[2]; costs.w_stage = arrays[3];
     costs.memory_stage = arrays[4];
-    costs.grouped = 0;
     if ((st = pp_simulate(current, &costs, &was, err)) != PP_OK) goto done;
     /* the search's plan for them, timed the same way */
     if ((st = pp_plan_build(cfg, &p, err)) != PP_OK) goto done;
     costs = p->costs;
-    costs.grouped = 0;
     if ((st = pp_simulate(p->schedule, &costs, &won, err)) != PP_OK) goto done;
     now = was->makespan;
     then = won->makespan;

@@ -822,9 +822,10 @@ static void search_and_greedy_refuse_costs_they_cannot_apply(void)
     g.pp = 2; g.mb = 4; g.placement = PP_PLACEMENT_V; g.costs = &c;
     PP_CHECK_FAILS(pp_schedule_build_greedy(&g, &s, &err), &err, PP_EINVAL, "costs: action_cost");
     PP_CHECK(s == NULL);
-    /* grouped transfers are pp_simulate's alone too */
-    cfg.costs.action_cost = NULL; cfg.costs.grouped = 1;
-    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "costs: grouped=1: a search ranks with each transfer on its own");
+    /* a search ranks with grouped transfers (search_ranks_with_transfers_grouped_as_posted), the
+       greedy scheduler does not place with them */
+    cfg.costs.action_cost = NULL; cfg.costs.grouped = 2;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "costs: grouped=2: must be 0 (each transfer on its own) or 1");
     PP_CHECK(res == NULL);
     c.action_cost = NULL; c.grouped = 1;
     PP_CHECK_FAILS(pp_schedule_build_greedy(&g, &s, &err), &err, PP_EINVAL, "costs: grouped=1: the greedy scheduler");
@@ -941,6 +942,64 @@ static void search_with_speeds_gives_the_slow_rank_fewer_layers(void)
         pp_search_result_free(res);
         res = NULL;
     }
+}
+
+/* With costs.grouped the search ranks every schedule as the runtime posts its transfers (a round's
+ * in one group that ends as a whole, one group after another on a rank), as pp_simulate times it
+ * grouped. pp 3, 4 microbatches, 8 layers, a transfer as dear as a layer's forward: each transfer
+ * on its own the greedy V order on 'Et*2|t|t|t*2|t|tL' wins (44); grouped it takes longer than
+ * ZB-V on 'Et|t|t|t*2|t|t*2L' (45), which the grouped search returns, its step the grouped
+ * simulation's. The greedy scheduler places the same way in both (the ranking alone differs). */
+static double sr_grouped_step(const pp_search_result *res, const pp_search_config *cfg)
+{
+    const pp_search_entry *won = &res->entries[0];
+    int n = cfg->pp * won->vpp, k;
+    double f[16], b[16], i[16], w[16], m[16];
+    pp_sim_costs c = cfg->costs;
+    pp_sim_result *sim = NULL;
+    pp_error err;
+    double step = -1;
+    for (k = 0; k < n && k < 16; k++) {
+        int l = won->stage_layers[k];
+        f[k] = l * cfg->costs.f; i[k] = l * cfg->costs.i; w[k] = l * cfg->costs.w; b[k] = i[k] + w[k]; m[k] = l;
+    }
+    c.f_stage = f; c.b_stage = b; c.i_stage = i; c.w_stage = w; c.memory_stage = m;
+    c.grouped = 1;
+    PP_CHECK_OK(pp_simulate(res->best, &c, &sim, &err), &err);
+    if (sim) step = sim->makespan;
+    pp_sim_result_free(sim);
+    return step;
+}
+
+static void search_ranks_with_transfers_grouped_as_posted(void)
+{
+    pp_search_config cfg;
+    pp_search_result *one = NULL, *grp = NULL;
+    pp_error err;
+    char a[64], b[64];
+    memset(&cfg, 0, sizeof cfg);
+    cfg.pp = 3; cfg.mb = 4; cfg.layers = 8; cfg.vpp = 2; cfg.layout_spread = 3; cfg.threads = 1;
+    cfg.costs.f = cfg.costs.i = cfg.costs.w = 1; cfg.costs.p2p_latency = 1;
+    PP_CHECK_OK(pp_search(&cfg, &one, &err), &err);
+    cfg.costs.grouped = 1;
+    PP_CHECK_OK(pp_search(&cfg, &grp, &err), &err);
+    if (!one || !grp || !one->best || !grp->best) { pp_search_result_free(one); pp_search_result_free(grp); return; }
+    pp_search_layout_text(one->entries[0].stage_layers, 6, a, sizeof a);
+    pp_search_layout_text(grp->entries[0].stage_layers, 6, b, sizeof b);
+    PP_CHECK_MSG(strstr(one->entries[0].name, "greedy V") && !strcmp(a, "Et*2|t|t|t*2|t|tL"), "each on its own: %s on '%s'",
+                 one->entries[0].name, a);
+    PP_CHECK_NEAR(one->entries[0].makespan, 44, 1e-9);
+    PP_CHECK_MSG(!strcmp(grp->entries[0].name, "zbv") && !strcmp(b, "Et|t|t|t*2|t|t*2L"), "grouped: %s on '%s'",
+                 grp->entries[0].name, b);
+    PP_CHECK_NEAR(grp->entries[0].makespan, 45, 1e-9);
+    {
+        pp_search_config c1 = cfg;
+        double was = sr_grouped_step(one, &c1), won = sr_grouped_step(grp, &c1);
+        PP_CHECK_NEAR(won, grp->entries[0].makespan, 1e-9);   /* the ranking is the grouped simulation */
+        PP_CHECK_MSG(was > won, "the per-transfer winner grouped takes %.3f, the grouped winner %.3f", was, won);
+    }
+    pp_search_result_free(one);
+    pp_search_result_free(grp);
 }
 
 /* Under max_memory the greedy scheduler weighs a live activation by its stage's memory: V, pp 2,
@@ -1717,6 +1776,7 @@ const pp_test_case pp_suite_search[] = {
     PP_TEST(simulate_takes_per_action_costs),
     PP_TEST(simulate_scales_each_rank_by_its_speed),
     PP_TEST(search_with_speeds_gives_the_slow_rank_fewer_layers),
+    PP_TEST(search_ranks_with_transfers_grouped_as_posted),
     PP_TEST(greedy_max_memory_weighs_each_stage_by_its_memory),
     PP_TEST(simulate_weighs_live_activations_by_memory_stage),
     PP_TEST(simulate_refuses_a_bad_memory_stage),

@@ -131,6 +131,16 @@ got=$($P search --pp 2 --mb 8 --kind 1f1b --layout 'Et*8|t*8L' --f 1 --i 1 --w 1
 $P search --pp 2 --mb 8 --vpp 1 --layers 16 --kind 1f1b --spread 8 --f 1 --i 1 --w 1 --rank-speed 1,0.5 | \
     grep -q "^layout: 'Et\*11|t\*5L'$" && ok || bad "search --layers --rank-speed 1,0.5: not 11 and 5 layers"
 expect_error 2 "--rank-speed: 3 values, expected pp = 2" search --pp 2 --mb 8 --rank-speed 1,1,1
+# --groups: the search ranks with the transfers as the runtime posts them (pp 3, 4 microbatches, 8
+# layers, a transfer as dear as a layer's forward): each on its own the greedy V order wins at 44,
+# grouped ZB-V does at 45 (the same case as test_search.c's), and simulate --groups times the
+# winner's CSV the same
+got=$($P search --pp 3 --mb 4 --layers 8 --spread 3 --vpp 2 --f 1 --i 1 --w 1 --p2p 1 --threads 1 | sed -n 's/^best: \(greedy V\).*step time \([0-9.]*\).*/\1 \2/p')
+[ "$got" = "greedy V 44.000" ] && ok || bad "search without --groups: '$got', want greedy V at 44"
+got=$($P search --pp 3 --mb 4 --layers 8 --spread 3 --vpp 2 --f 1 --i 1 --w 1 --p2p 1 --threads 1 --groups --csv "$T/grouped.csv" | sed -n 's/^best: \(.*\), step time \([0-9.]*\).*/\1 \2/p')
+[ "$got" = "zbv 45.000" ] && ok || bad "search --groups: '$got', want zbv at 45"
+got=$($P simulate --from-csv "$T/grouped.csv" --layout 'Et|t|t|t*2|t|t*2L' --f 1 --i 1 --w 1 --p2p 1 --groups | sed -n 's/^step time (makespan) *\([0-9.]*\)$/\1/p')
+[ "$got" = "45.000" ] && ok || bad "simulate --groups of the grouped winner: step $got, want 45"
 # simulate takes the speeds too: the same 408 on the given split; a CSV's ranks set the count
 got=$($P simulate --kind 1f1b --pp 2 --mb 8 --layout 'Et*8|t*8L' --f 1 --i 1 --w 1 --rank-speed 1,0.5 | sed -n 's/^step time (makespan) *\([0-9.]*\)$/\1/p')
 [ "$got" = "408.000" ] && ok || bad "simulate --rank-speed 1,0.5 on 8|8: step $got, want 408"
