@@ -769,9 +769,12 @@ typedef struct pp_sim_costs {
                                    each peer's matching group; it takes p2p_latency + bytes *
                                    seconds_per_byte times the most transfers it has in one
                                    direction, and everything it receives lands at its end.
+                                   2: as the executor posts them over a transport with
+                                   independent_peers: each lowered group split by peer, a stream
+                                   per peer (a group waits only for that peer's group before it).
                                    0: each transfer on its own. pp_search and pp_plan rank
                                    their candidates with it (the greedy scheduler still places
-                                   each transfer on its own): on the runtime's groups a plan
+                                   each transfer on its own): on one stream's groups (1) a plan
                                    with many small stages can lose more than it gains */
     const double *tail_stage;   /* optional [num_stages]: work stage s's rank does once a step after
                                    that stage's last backward (B, W or FB), once the transfers that
@@ -1650,7 +1653,14 @@ typedef struct pp_transfer {
  *   all_reduce_buf(buf, count, timeout_s)  in place, the element-wise sum of `count` floats over
  *         all ranks; every rank gets the same bits (a trainer's replicas stay identical).
  *   all_gather(send, recv, bytes, timeout_s)  recv[r * bytes ..] gets rank r's `bytes` of send.
- *   barrier(timeout_s)  returns once every rank has called it. */
+ *   barrier(timeout_s)  returns once every rank has called it.
+ * independent_peers  1 when transfers with one peer never wait for transfers with another (the
+ *         threads transport: buffered sends; NCCL's with every peer on copy engines: a stream per
+ *         peer and direction). The executor then posts each lowered group as one group per peer
+ *         and waits for a received tensor's group alone (and that peer's earlier ones), not for
+ *         every group before it: at pp >= 3 a rank's receive from one neighbour no longer waits
+ *         behind its transfers with the other. 0 (a zeroed struct): one group a round, waited in
+ *         order, which is what NCCL's grouped calls on one stream need to be free of deadlock. */
 typedef struct pp_transport {
     void *user;
     int rank, world;
@@ -1662,6 +1672,7 @@ typedef struct pp_transport {
     pp_status (*all_reduce_buf)(void *user, float *buf, size_t count, double timeout_s, pp_error *err);
     pp_status (*all_gather)(void *user, const void *send, void *recv, size_t bytes, double timeout_s, pp_error *err);
     pp_status (*barrier)(void *user, double timeout_s, pp_error *err);
+    int independent_peers;
 } pp_transport;
 
 /* The group collectives of a transport (see above), with their arguments checked. A transport of
@@ -2887,7 +2898,8 @@ PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, 
  * the first post, at most once per transport (refused on every rank alike otherwise); call it
  * before pp_nccl_transport_gate, which then gates only the peers left to NCCL: peers on other
  * hosts, threads of one process, every peer when NCCL_P2P_DISABLE=1 or CUDA_DEVICE_MAX_CONNECTIONS
- * is below 4. *ce_peers (optional) gets how many use the copy engines. Once set up,
+ * is below 4. *ce_peers (optional) gets how many use the copy engines; when that is every peer,
+ * t->independent_peers becomes 1 (pass the transport to the executor after this call). Once set up,
  * pp_nccl_transport_free is collective over nc, and a peer keeps the allocations of transfer
  * buffers mapped until then: free them only after it. Each receive must name the bytes of its
  * send (the second side to post checks; a mismatch fails the post with PP_ETRANSPORT and aborts).
@@ -6731,28 +6743,38 @@ static pp_status pp__check_rank_speed(const pp_sim_costs *costs, int pp, pp_erro
 }
 
 /* Grouped transfers (costs->grouped): each rank's communication actions in the groups the
- * lowering made, flat over all ranks (rank r's groups from gofs[r]). A group is posted when its
- * rank reaches it (posting never blocks; the group then waits on the device for the compute
- * before it, which is t[r] then), heads its stream once the rank's previous group ended, and
- * starts once it and every peer's matching group head their streams. */
+ * lowering made, flat over all ranks (rank r's groups from gofs[r]); with grouped 2, each such
+ * group split by peer. A group is posted when its rank reaches it (posting never blocks; the
+ * group then waits on the device for the compute before it, which is t[r] then), heads its
+ * stream once the group before it there ended (grouped 1: the rank's previous group; 2: its
+ * previous group with the same peer), and starts once it and every peer's matching group head
+ * their streams. */
 typedef struct pp__sim_groups {
     int *gid;          /* [sum of lengths]: group of each communication action (pos_ofs[r] + i); -1 compute */
     int *pos_ofs;      /* [pp] */
     int *gofs, *ng;    /* [pp]: rank r's groups are gofs[r] .. gofs[r] + ng[r] - 1 */
     int *next;         /* [pp]: rank r's first group not yet resolved */
-    int *first, *last; /* [groups]: positions of the group's actions in its rank's program */
+    int *first, *last; /* [groups]: the first and last positions of the group's actions in its rank's
+                          program (grouped 2: others' between them) */
+    int *prev;         /* [groups]: the group before it on its stream, -1 none */
     double *posted;    /* [groups]: time posted, -1 before */
-    double *end;       /* [groups] */
+    double *end;       /* [groups]: -1 before it is resolved */
 } pp__sim_groups;
 
 static void pp__sim_groups_free(pp__sim_groups *G)
 {
     PIPEPAR_FREE(G->gid); PIPEPAR_FREE(G->pos_ofs); PIPEPAR_FREE(G->gofs); PIPEPAR_FREE(G->ng);
-    PIPEPAR_FREE(G->next); PIPEPAR_FREE(G->first); PIPEPAR_FREE(G->last); PIPEPAR_FREE(G->posted);
-    PIPEPAR_FREE(G->end);
+    PIPEPAR_FREE(G->next); PIPEPAR_FREE(G->first); PIPEPAR_FREE(G->last); PIPEPAR_FREE(G->prev);
+    PIPEPAR_FREE(G->posted); PIPEPAR_FREE(G->end);
 }
 
-static int pp__sim_groups_init(const pp_schedule *s, pp__sim_groups *G)
+/* The peer of a lowered communication action: the rank of the stage on the other end. */
+static int pp__sim_peer(const pp_schedule *s, pp_action a)
+{
+    return pp_stage_rank(s, a.op == PP_OP_SEND_F || a.op == PP_OP_RECV_B ? a.stage + 1 : a.stage - 1);
+}
+
+static int pp__sim_groups_init(const pp_schedule *s, int per_peer, pp__sim_groups *G)
 {
     int r, i, total = 0, groups = 0;
     memset(G, 0, sizeof *G);
@@ -6764,22 +6786,32 @@ static int pp__sim_groups_init(const pp_schedule *s, pp__sim_groups *G)
     G->next = (int *)pp__calloc((size_t)s->pp, sizeof(int));
     G->first = (int *)PIPEPAR_MALLOC((size_t)(total + 1) * sizeof(int));
     G->last = (int *)PIPEPAR_MALLOC((size_t)(total + 1) * sizeof(int));
+    G->prev = (int *)PIPEPAR_MALLOC((size_t)(total + 1) * sizeof(int));
     G->posted = (double *)PIPEPAR_MALLOC((size_t)(total + 1) * sizeof(double));
     G->end = (double *)PIPEPAR_MALLOC((size_t)(total + 1) * sizeof(double));
-    if (!G->gid || !G->pos_ofs || !G->gofs || !G->ng || !G->next || !G->first || !G->last || !G->posted || !G->end)
+    if (!G->gid || !G->pos_ofs || !G->gofs || !G->ng || !G->next || !G->first || !G->last || !G->prev || !G->posted ||
+        !G->end)
         return 0;
     total = 0;
     for (r = 0; r < s->pp; r++) {
         G->pos_ofs[r] = total;
         G->gofs[r] = groups;
         for (i = 0; i < s->length[r];) {
-            int e = pp_schedule_group_end(s, r, i), j;
+            int e = pp_schedule_group_end(s, r, i), j, k;
             if (!pp__is_comm(s->actions[r][i].op)) { G->gid[total + i] = -1; i++; continue; }
-            for (j = i; j < e; j++) G->gid[total + j] = groups;
-            G->first[groups] = i; G->last[groups] = e - 1;
-            G->posted[groups] = -1; G->end[groups] = -1;
-            groups++;
-            G->ng[r]++;
+            for (j = i; j < e; j++) G->gid[total + j] = -1;
+            for (j = i; j < e; j++) {   /* one group, or (per_peer) one per peer in first-use order */
+                int peer = pp__sim_peer(s, s->actions[r][j]), h;
+                if (G->gid[total + j] >= 0) continue;
+                G->first[groups] = j; G->last[groups] = j;
+                G->posted[groups] = -1; G->end[groups] = -1; G->prev[groups] = -1;
+                for (k = j; k < e; k++)
+                    if (!per_peer || pp__sim_peer(s, s->actions[r][k]) == peer) { G->gid[total + k] = groups; G->last[groups] = k; }
+                for (h = groups - 1; h >= G->gofs[r]; h--)   /* the group before it on its stream */
+                    if (!per_peer || pp__sim_peer(s, s->actions[r][G->first[h]]) == peer) { G->prev[groups] = h; break; }
+                groups++;
+                G->ng[r]++;
+            }
             i = e;
         }
         total += s->length[r];
@@ -6838,39 +6870,44 @@ static void pp__sim_groups_resolve(pp__sim *S)
     while (changed) {
         changed = 0;
         for (r = 0; r < s->pp; r++) {
-            int g, i, ok = 1, sends = 0, recvs = 0;
-            double begin, dur;
-            if (G->next[r] >= G->ng[r]) continue;
-            g = G->gofs[r] + G->next[r];
-            if (G->posted[g] < 0) continue;
-            begin = G->posted[g];
-            if (G->next[r] > 0 && G->end[g - 1] > begin) begin = G->end[g - 1];
-            for (i = G->first[g]; i <= G->last[g] && ok; i++) {
-                pp_action a = s->actions[r][i];
-                int is_send = a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B, pr, pos, pg, local;
-                size_t k = pp__comm_key(s, a);
-                pr = is_send ? S->recv_r[k] : S->send_r[k];
-                pos = is_send ? S->recv_p[k] : S->send_p[k];
-                if (is_send) sends++; else recvs++;
-                if (pr < 0) { ok = 0; break; }
-                pg = G->gid[G->pos_ofs[pr] + pos];
-                local = pg - G->gofs[pr];
-                /* the peer's group heads its stream: posted, and its previous group over */
-                if (G->posted[pg] < 0 || G->next[pr] < local) { ok = 0; break; }
-                if (G->posted[pg] > begin) begin = G->posted[pg];
-                if (local > 0 && G->end[pg - 1] > begin) begin = G->end[pg - 1];
+            int g;
+            for (g = G->gofs[r] + G->next[r]; g < G->gofs[r] + G->ng[r]; g++) {
+                int i, ok = 1, sends = 0, recvs = 0;
+                double begin, dur;
+                if (G->end[g] >= 0) continue;
+                if (G->posted[g] < 0) break;   /* posted in program order: none after it either */
+                if (G->prev[g] >= 0 && G->end[G->prev[g]] < 0) continue;   /* not heading its stream */
+                begin = G->posted[g];
+                if (G->prev[g] >= 0 && G->end[G->prev[g]] > begin) begin = G->end[G->prev[g]];
+                for (i = G->first[g]; i <= G->last[g] && ok; i++) {
+                    pp_action a = s->actions[r][i];
+                    int is_send = a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B, pr, pos, pg;
+                    size_t k;
+                    if (G->gid[G->pos_ofs[r] + i] != g) continue;   /* another peer's (grouped 2) */
+                    k = pp__comm_key(s, a);
+                    pr = is_send ? S->recv_r[k] : S->send_r[k];
+                    pos = is_send ? S->recv_p[k] : S->send_p[k];
+                    if (is_send) sends++; else recvs++;
+                    if (pr < 0) { ok = 0; break; }
+                    pg = G->gid[G->pos_ofs[pr] + pos];
+                    /* the peer's group heads its stream: posted, and the one before it there over */
+                    if (G->posted[pg] < 0 || (G->prev[pg] >= 0 && G->end[G->prev[pg]] < 0)) { ok = 0; break; }
+                    if (G->posted[pg] > begin) begin = G->posted[pg];
+                    if (G->prev[pg] >= 0 && G->end[G->prev[pg]] > begin) begin = G->end[G->prev[pg]];
+                }
+                if (!ok) continue;
+                dur = S->c->p2p_latency +
+                      S->c->p2p_seconds_per_byte * S->c->activation_bytes * (sends > recvs ? sends : recvs);
+                G->end[g] = begin + dur;
+                for (i = G->first[g]; i <= G->last[g]; i++) {
+                    if (G->gid[G->pos_ofs[r] + i] != g) continue;
+                    S->res->start[r][i] = begin;
+                    S->res->end[r][i] = begin + dur;
+                    pp__sim_arrive(S, s->actions[r][i], begin + dur);
+                }
+                changed = 1;
             }
-            if (!ok) continue;
-            dur = S->c->p2p_latency +
-                  S->c->p2p_seconds_per_byte * S->c->activation_bytes * (sends > recvs ? sends : recvs);
-            G->end[g] = begin + dur;
-            for (i = G->first[g]; i <= G->last[g]; i++) {
-                S->res->start[r][i] = begin;
-                S->res->end[r][i] = begin + dur;
-                pp__sim_arrive(S, s->actions[r][i], begin + dur);
-            }
-            G->next[r]++;
-            changed = 1;
+            while (G->next[r] < G->ng[r] && G->end[G->gofs[r] + G->next[r]] >= 0) G->next[r]++;
         }
     }
 }
@@ -6983,7 +7020,7 @@ static pp_status pp__sim_init(pp__sim *S, const pp_schedule *s, const pp_sim_cos
         PIPEPAR_FREE(last);
     }
     if (!costs->grouped) return PP_OK;
-    if (!pp__sim_groups_init(s, &S->groups)) return pp__fail(err, PP_ENOMEM, "out of memory");
+    if (!pp__sim_groups_init(s, costs->grouped == 2, &S->groups)) return pp__fail(err, PP_ENOMEM, "out of memory");
     for (r = 0; r < s->pp; r++)
         for (i = 0; i < s->length[r]; i++) {
             pp_action a = s->actions[r][i];
@@ -7078,10 +7115,11 @@ static pp_status pp__sim_run(pp__sim *S, pp_error *err)
             while (S->pc[r] < s->length[r]) {
                 pp_action a = s->actions[r][S->pc[r]];
                 if (pp__is_comm(a.op) && S->c->grouped) {
-                    /* the whole group is posted at once; it runs when it and its peers' head their streams */
-                    int g = S->groups.gid[S->groups.pos_ofs[r] + S->pc[r]];
-                    S->groups.posted[g] = S->t[r];
-                    S->pc[r] = S->groups.last[g] + 1;
+                    /* the lowered group is posted at once (grouped 2: a group per peer); each runs
+                     * when it and its peers' head their streams */
+                    int e = pp_schedule_group_end(s, r, S->pc[r]), j;
+                    for (j = S->pc[r]; j < e; j++) S->groups.posted[S->groups.gid[S->groups.pos_ofs[r] + j]] = S->t[r];
+                    S->pc[r] = e;
                     pp__sim_groups_resolve(S);
                 } else if (pp__is_comm(a.op)) {
                     pp__sim_post(S, r, a);
@@ -7165,6 +7203,9 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
     for (r = 0; r < sched->pp && !has_comm; r++)
         for (i = 0; i < sched->length[r]; i++)
             if (pp__is_comm(sched->actions[r][i].op)) { has_comm = 1; break; }
+    if (costs->grouped < 0 || costs->grouped > 2)
+        return pp__fail(err, PP_EINVAL, "costs: grouped=%d: must be 0 (each transfer on its own), 1 (a round's "
+                        "transfers in one group) or 2 (one group per peer)", costs->grouped);
     st = pp__sim_check_costs(sched, costs, has_comm, &mem_all, err);
     if (st != PP_OK) return st;
     if (!has_comm && sched->pp > 1) {
@@ -9006,9 +9047,9 @@ static pp_status pp__search_validate(const pp_search_config *cfg, pp_error *err)
     if (cfg->costs.action_cost)
         return pp__fail(err, PP_EINVAL, "costs: action_cost: times one schedule's own actions; a search builds "
                         "others (give per-stage costs)");
-    if (cfg->costs.grouped != 0 && cfg->costs.grouped != 1)
-        return pp__fail(err, PP_EINVAL, "costs: grouped=%d: must be 0 (each transfer on its own) or 1 (as the "
-                        "runtime posts them)", cfg->costs.grouped);
+    if (cfg->costs.grouped < 0 || cfg->costs.grouped > 2)
+        return pp__fail(err, PP_EINVAL, "costs: grouped=%d: must be 0 (each transfer on its own), 1 (a round's "
+                        "transfers in one group) or 2 (one group per peer)", cfg->costs.grouped);
     has_stage_costs = cfg->costs.f_stage || cfg->costs.b_stage || cfg->costs.i_stage || cfg->costs.w_stage ||
                       cfg->costs.memory_stage || cfg->costs.tail_stage;
     if (has_stage_costs && cfg->layers)
@@ -12058,6 +12099,7 @@ static void pp__threads_fill(pp__threads_ep *ep, pp_transport *out)
     out->all_reduce_buf = pp__threads_all_reduce_buf;
     out->all_gather = pp__threads_all_gather;
     out->barrier = pp__threads_barrier;
+    out->independent_peers = 1;   /* sends are buffered and receives matched by tag, each on its own */
 }
 
 pp_threads_world *pp_threads_transport_world(const pp_transport *t)
@@ -12289,7 +12331,8 @@ typedef struct pp__slot {
 
 typedef struct pp__group {
     void *handle;
-    int first, end;             /* program positions of its actions */
+    int first, end;             /* program positions of its actions (those with `peer`) */
+    int peer;                   /* the one peer of its transfers (independent_peers), else -1: all */
     int rel_begin, rel_end;     /* range of ex->release: slots its sends read */
     int done;
 } pp__group;
@@ -12449,6 +12492,17 @@ static void pp__mark(pp_executor *ex, int index)
 
 /* --- groups --- */
 
+/* The peer of a communication action: the rank of the stage on the other end. */
+static int pp__comm_peer(const pp_executor *ex, pp_action a)
+{
+    switch (a.op) {
+    case PP_OP_SEND_F: return pp_stage_rank(ex->sched, a.stage + 1);
+    case PP_OP_SEND_B: return pp_stage_rank(ex->sched, a.stage - 1);
+    case PP_OP_RECV_F: return pp_stage_rank(ex->sched, a.stage - 1);
+    default:           return pp_stage_rank(ex->sched, a.stage + 1);   /* PP_OP_RECV_B */
+    }
+}
+
 static void pp__group_finished(pp_executor *ex, int g)
 {
     pp__group *gr = &ex->groups[g];
@@ -12457,7 +12511,8 @@ static void pp__group_finished(pp_executor *ex, int g)
     gr->handle = NULL;
     for (i = gr->rel_begin; i < gr->rel_end; i++) pp__release(ex, ex->release[i]);
     if (ex->record && !ex->planning)
-        for (i = gr->first; i < gr->end; i++) pp__mark(ex, 3 * i + 2);
+        for (i = gr->first; i < gr->end; i++)
+            if (gr->peer < 0 || pp__comm_peer(ex, ex->prog[i]) == gr->peer) pp__mark(ex, 3 * i + 2);
 }
 
 /* The message of a failure at program position i, with the transport's reason after it. */
@@ -12474,27 +12529,41 @@ static pp_status pp__at(pp_executor *ex, int i, pp_status st, pp_error *err, con
     return pp__fail(err, st, "rank %d position %d (%s) %s: %s", ex->rank, i, txt, what, why);
 }
 
-/* Waits for groups next_wait..g (FIFO). `pos` is the program position that needs group g. */
+/* Waits for group h (not done yet). `pos` is the program position that needs it. */
+static pp_status pp__wait_one(pp_executor *ex, int h, int pos, pp_error *err)
+{
+    pp__group *gr = &ex->groups[h];
+    pp_status st;
+    if (!ex->planning) {
+        char what[192], txt[64];
+        int at = gr->first;
+        while (gr->peer >= 0 && at + 1 < gr->end && pp__comm_peer(ex, ex->prog[at]) != gr->peer) at++;
+        pp_action_format(ex->prog[at], txt, sizeof txt);
+        st = ex->tp.wait(ex->tp.user, gr->handle, ex->timeout, err);
+        gr->handle = NULL;
+        gr->done = 1;
+        if (st != PP_OK) {
+            snprintf(what, sizeof what, "waiting for the group posted at position %d (%s%s)", at, txt,
+                     gr->end - gr->first > 1 ? ", ..." : "");
+            return pp__at(ex, pos, st, err, what);
+        }
+    }
+    pp__group_finished(ex, h);
+    return PP_OK;
+}
+
+/* Waits for group g and the groups before it: all of them (FIFO), or under independent_peers
+ * only those with g's peer (each peer's transfers keep their order; the others' go on). `pos`
+ * is the program position that needs group g. */
 static pp_status pp__wait_upto(pp_executor *ex, int g, int pos, pp_error *err)
 {
     pp_status st;
-    for (; ex->next_wait <= g; ex->next_wait++) {
-        pp__group *gr = &ex->groups[ex->next_wait];
-        if (gr->done) continue;
-        if (!ex->planning) {
-            char what[192], txt[64];
-            pp_action_format(ex->prog[gr->first], txt, sizeof txt);
-            st = ex->tp.wait(ex->tp.user, gr->handle, ex->timeout, err);
-            gr->handle = NULL;
-            gr->done = 1;
-            if (st != PP_OK) {
-                snprintf(what, sizeof what, "waiting for the group posted at position %d (%s%s)", gr->first, txt,
-                         gr->end - gr->first > 1 ? ", ..." : "");
-                return pp__at(ex, pos, st, err, what);
-            }
-        }
-        pp__group_finished(ex, ex->next_wait);
+    int h;
+    for (h = ex->next_wait; h <= g; h++) {
+        if (ex->groups[h].done || (ex->groups[g].peer >= 0 && ex->groups[h].peer != ex->groups[g].peer)) continue;
+        if ((st = pp__wait_one(ex, h, pos, err)) != PP_OK) return st;
     }
+    while (ex->next_wait < ex->ngroups && ex->groups[ex->next_wait].done) ex->next_wait++;
     return PP_OK;
 }
 
@@ -12794,7 +12863,7 @@ static pp_status pp__run_fb(pp_executor *ex, int i, pp_action a, pp_error *err)
 static int pp__is_b_comm(int op) { return op == PP_OP_SEND_B || op == PP_OP_RECV_B; }
 
 /* Posts the communication actions [i, j) as one group. */
-static pp_status pp__post_group(pp_executor *ex, int i, int j, pp_error *err)
+static pp_status pp__post_group(pp_executor *ex, int i, int j, int peer, pp_error *err)
 {
     pp_status st;
     pp__group *gr;
@@ -12815,13 +12884,14 @@ static pp_status pp__post_group(pp_executor *ex, int i, int j, pp_error *err)
     }
     gr = &ex->groups[g];
     memset(gr, 0, sizeof *gr);
-    gr->first = i; gr->end = j;
+    gr->first = i; gr->end = j; gr->peer = peer;
     gr->rel_begin = gr->rel_end = ex->nrelease;
     for (p = i; p < j; p++) {
         pp_action a = ex->prog[p];
         pp_transfer *t = &ex->xfers[n];
         int k = PP__K(ex, a.stage, a.mb), slot;
         if (ex->forward_only && pp__is_b_comm(a.op)) continue;
+        if (peer >= 0 && pp__comm_peer(ex, a) != peer) continue;
         pp__mark(ex, 3 * p);
         pp__mark(ex, 3 * p + 1);
         memset(t, 0, sizeof *t);
@@ -12896,9 +12966,14 @@ static pp_status pp__walk(pp_executor *ex, pp_error *err)
     while (i < ex->len && st == PP_OK) {
         pp_action a = ex->prog[i];
         if (pp__is_comm(a.op)) {
-            int j = i;
+            int j = i, p, q;
             while (j < ex->len && pp__is_comm(ex->prog[j].op) && ex->prog[j].group == a.group) j++;
-            st = pp__post_group(ex, i, j, err);
+            if (!ex->tp.independent_peers) st = pp__post_group(ex, i, j, -1, err);
+            for (p = i; ex->tp.independent_peers && p < j && st == PP_OK; p++) {   /* a group per peer, */
+                int peer = pp__comm_peer(ex, ex->prog[p]), seen = 0;              /* in first-use order */
+                for (q = i; q < p && !seen; q++) seen = pp__comm_peer(ex, ex->prog[q]) == peer;
+                if (!seen) st = pp__post_group(ex, i, j, peer, err);
+            }
             i = j;
             continue;
         }
@@ -12924,7 +12999,9 @@ static pp_status pp__walk(pp_executor *ex, pp_error *err)
         i++;
     }
     if (st == PP_OK && done_at >= 0) st = pp__chunk_done(ex, done_at, ex->prog[done_at], err);
-    if (st == PP_OK && ex->ngroups > 0) st = pp__wait_upto(ex, ex->ngroups - 1, ex->len, err);
+    for (i = ex->next_wait; st == PP_OK && i < ex->ngroups; i++)   /* every group, whatever its peer */
+        if (!ex->groups[i].done) st = pp__wait_one(ex, i, ex->len, err);
+    if (st == PP_OK) ex->next_wait = ex->ngroups;
     return st;
 }
 

@@ -1822,12 +1822,17 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
         e = cudaEventRecord(h->done, nc->stream);
         if (e == cudaSuccess && rec) e = cudaEventRecord(rec->end, nc->stream);
     }
+    /* A group with one copy-engine peer ends on that peer's streams, so that waiting for it waits
+     * for nothing of another peer's (independent_peers); several peers end on the joined ones. */
+    for (i = 0, first = -1; i < count && first != -2; i++)
+        if (transfers[i].peer != nc->rank && pp__nccl_is_ce(t, transfers[i].peer))
+            first = first == -1 || first == transfers[i].peer ? transfers[i].peer : -2;
     if (e == cudaSuccess && (streams & PP__NCCL_ON_CE_SEND)) {
-        e = cudaEventRecord(h->done_send, t->ce_send);
+        e = cudaEventRecord(h->done_send, first >= 0 ? t->ce_send_to[first] : t->ce_send);
         if (e == cudaSuccess && rec) e = cudaEventRecord(rec->end_send, t->ce_send);
     }
     if (e == cudaSuccess && (streams & PP__NCCL_ON_CE_RECV)) {
-        e = cudaEventRecord(h->done_recv, t->ce_recv);
+        e = cudaEventRecord(h->done_recv, first >= 0 ? t->ce_recv_from[first] : t->ce_recv);
         if (e == cudaSuccess && rec) e = cudaEventRecord(rec->end_recv, t->ce_recv);
     }
     if (e != cudaSuccess) { return pp__nccl_post_failed(t, h, streams, pp__nccl_cuda_fail(err, e, "post"), err); }
@@ -2768,6 +2773,9 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     if (t->ce_seg_name[0]) { shm_unlink(t->ce_seg_name); t->ce_seg_name[0] = 0; }
     t->ce_on = n > 0;
     t->ce_collective = 1;
+    /* every peer on copy engines: its transfers run on streams of their own, and the executor
+     * may post and wait for them peer by peer (pp_transport.independent_peers) */
+    tp->independent_peers = n == nc->world - 1;
     if (t->ce_on) pp__nccl_hook_update(t);
     else pp__nccl_ce_release(t, 0);
     free(cards); free(wheres); free(mapped); free(all_mapped);

@@ -66,6 +66,9 @@ static void schedule_usage(FILE *out, int simulate)
                 "              on GPUs take a transfer's time beside a busy peer (bench/RESULTS.md has measured ones)\n"
                 "  --groups    transfers as the runtime posts them: a round's transfers in one group that ends\n"
                 "              as a whole, one group after another on each rank (default: each on its own)\n"
+                "  --peer-groups  as the runtime posts them over a transport with independent peers (threads;\n"
+                "              NCCL with every peer on copy engines): a round's transfers with each peer in a\n"
+                "              group of their own, each peer's groups one after another\n"
                 "  --json      machine-readable output\n");
     else
         fprintf(out,
@@ -87,7 +90,7 @@ static const cli_flag_spec schedule_specs[] = {
 static const cli_flag_spec simulate_specs[] = {
     SCHEDULE_COMMON_FLAGS, { "--f", CLI_VALUE }, { "--b", CLI_VALUE }, { "--i", CLI_VALUE }, { "--w", CLI_VALUE },
     { "--p2p", CLI_VALUE }, { "--bytes", CLI_VALUE }, { "--bandwidth", CLI_VALUE }, { "--groups", CLI_SWITCH },
-    { "--json", CLI_SWITCH }, { "--rank-speed", CLI_VALUE }, { NULL, 0 }
+    { "--peer-groups", CLI_SWITCH }, { "--json", CLI_SWITCH }, { "--rank-speed", CLI_VALUE }, { NULL, 0 }
 };
 
 /* One flag of either subcommand into *fl; 1, or 0 after printing why. */
@@ -121,7 +124,11 @@ static int schedule_flag(schedule_flags *fl, const char *a, const char *val)
     else if (!strcmp(a, "--p2p")) return cli_parse_double("--p2p", val, 0, &fl->costs.p2p_latency);
     else if (!strcmp(a, "--bytes")) return cli_parse_double("--bytes", val, 0, &fl->bytes);
     else if (!strcmp(a, "--bandwidth")) return cli_parse_double("--bandwidth", val, 1e-9, &fl->bandwidth_gbps);
-    else if (!strcmp(a, "--groups")) fl->costs.grouped = 1;
+    else if (!strcmp(a, "--groups") || !strcmp(a, "--peer-groups")) {
+        int g = a[2] == 'g' ? 1 : 2;
+        if (fl->costs.grouped && fl->costs.grouped != g) { cli_usage_error("--groups and --peer-groups: give one"); return 0; }
+        fl->costs.grouped = g;
+    }
     else if (!strcmp(a, "--json")) fl->json = 1;
     else if (!strcmp(a, "--rank-speed")) fl->speed_text = val;
     return 1;

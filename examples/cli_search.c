@@ -49,7 +49,7 @@ static void search_usage(FILE *out)
             "                      [--kind K] [--layers N [--spread S] [--max-layouts N] [--embedding F,I,W[,M]]\n"
             "                      [--loss F,I,W[,M] [--loss-deferred W]] [--layer-costs FILE [--hybrid STR]]\n"
             "                      [--threads T]]\n"
-            "                      [--split-backward] [--rank-speed LIST] [--groups] [--csv FILE] [--json]\n"
+            "                      [--split-backward] [--rank-speed LIST] [--groups | --peer-groups] [--csv FILE] [--json]\n"
             "  costs, in time units for one rank's share of the model (a chunk costs 1/vpp of it):\n"
             "  --f F          forward (default 1)\n"
             "  --i I --w W    input-gradient and weight-gradient halves of the backward (default B/2 each)\n"
@@ -94,6 +94,8 @@ static void search_usage(FILE *out)
             "                 transfers in one group that ends as a whole, one group after another on\n"
             "                 each rank: pipepar simulate --groups), as mlp_gpu's search does; the greedy\n"
             "                 scheduler still places each transfer on its own\n"
+            "  --peer-groups each peer's transfers of a round in a group of their own, as the runtime posts\n"
+            "                 them over a transport with independent peers (pipepar simulate --peer-groups)\n"
             "  --rank-speed LIST  each rank's speed, pp values > 0 (1 / 1.35 for a GPU 1.35x slower, e.g.\n"
             "                 as mlp_gpu --adapt measures them): rank r computes an action of cost c in\n"
             "                 c / speed; with --layers the slow rank's stages get fewer layers\n"
@@ -235,7 +237,7 @@ static const cli_flag_spec search_specs[] = {
     { "--csv", CLI_VALUE }, { "--layout", CLI_VALUE }, { "--f-stage", CLI_VALUE }, { "--i-stage", CLI_VALUE },
     { "--w-stage", CLI_VALUE }, { "--b-stage", CLI_VALUE }, { "--mem-stage", CLI_VALUE }, { "--json", CLI_SWITCH },
     { "--split-backward", CLI_SWITCH }, { "--hybrid", CLI_VALUE }, { "--loss-deferred", CLI_VALUE },
-    { "--rank-speed", CLI_VALUE }, { "--groups", CLI_SWITCH }, { NULL, 0 }
+    { "--rank-speed", CLI_VALUE }, { "--groups", CLI_SWITCH }, { "--peer-groups", CLI_SWITCH }, { NULL, 0 }
 };
 
 static void search_opts_free(search_opts *o)
@@ -288,7 +290,11 @@ static int search_flag(search_opts *o, const char *a, const char *val, const cha
     else if (!strcmp(a, "--rank-speed")) o->speed_text = val;
     else if (!strcmp(a, "--json")) o->json = 1;
     else if (!strcmp(a, "--split-backward")) cfg->split_backward = 1;
-    else if (!strcmp(a, "--groups")) cfg->costs.grouped = 1;
+    else if (!strcmp(a, "--groups") || !strcmp(a, "--peer-groups")) {
+        int g = a[2] == 'g' ? 1 : 2;
+        if (cfg->costs.grouped && cfg->costs.grouped != g) { cli_usage_error("--groups and --peer-groups: give one"); return 0; }
+        cfg->costs.grouped = g;
+    }
     else
         for (k = 0; k < 5; k++)
             if (!strcmp(a, search_stage_flag[k])) stage_text[k] = val;

@@ -841,9 +841,10 @@ static int plan_config(Rank &R, pp_plan_config &pc, std::vector<char> &csv, std:
     pc.max_memory = o.max_memory;
     pc.costs.f = pc.costs.i = pc.costs.w = 1;
     pc.costs.p2p_latency = 290.0 / o.hidden + 0.01;
-    /* candidates ranked as this runtime posts their transfers: a round's in one group, waited as
-     * a whole and in order (at pp >= 3 a rank's two neighbours share its groups) */
-    pc.costs.grouped = 1;
+    /* candidates ranked as this runtime posts their transfers: through the copy engines (processes
+     * of one host) a group per peer on that peer's streams (pp_transport.independent_peers),
+     * else a round's in one group, waited as a whole and in order */
+    pc.costs.grouped = o.copy_engine && !o.threads ? 2 : 1;
     if (o.search_layout) {
         per_block.assign((size_t)o.layers, pp_layer_costs());
         for (int b = 0; b < o.layers; b++) {

@@ -64,7 +64,8 @@ static int rank_simulate_actions(Rank &R, Measured &M)
     PPCK(pp_simulate(R.sched, &ac, &sim, &e_));
     M.sim_action = sim->makespan;
     pp_sim_result_free(sim);
-    ac.grouped = 1;   /* a group ends as a whole, one after another on a rank's stream */
+    ac.grouped = R.tp.independent_peers ? 2 : 1;   /* as posted: a group ends as a whole, after the one
+                                                      before it on its stream (a peer's, or the rank's) */
     PPCK(pp_simulate(R.sched, &ac, &sim, &e_));
     M.sim_grouped = sim->makespan;
     pp_sim_result_free(sim);

@@ -216,6 +216,15 @@ typedef struct tm_watch {
     int n;
     long long receives, early, violations;
     char first_violation[160];
+    /* which peers each posted group has (a bit each), and the waits since the last compute */
+    void *handle_of[512];
+    unsigned peers_of[512];
+    int nhandles;
+    unsigned waited[64];
+    int nwaited;
+    long long mixed_posts, waits, foreign;  /* groups with two peers or more; waits for another
+                                               peer's group than the input of the next compute */
+    char first_foreign[160];
 } tm_watch;
 
 typedef struct tm_run {
@@ -260,6 +269,7 @@ typedef struct tm_run {
     int max_mb, split_backward, split_overlaps;
     int step_mb[TM_MAX_STEPS], rank_mb[TM_MAX_STAGES];
     long long step_allocs[TM_MAX_STAGES][TM_MAX_STEPS];
+    int mixed_peers;                        /* 1: the transport says independent_peers = 0 */
     int no_test;                            /* 1: the transport without test(): sends' buffers come back
                                                at the program's own waits, whatever the timing */
     /* saved-state slots (pp_mb_info.slot), by rank: which (stage, mb) holds each slot (stage *
@@ -349,14 +359,50 @@ static pp_status tm_watch_post(void *user, const pp_transfer *x, int count, void
         }
     }
     st = w->inner.post(w->inner.user, x, count, handle, err);
-    if (st == PP_OK) w->posts++;
+    if (st == PP_OK) {
+        unsigned peers = 0;
+        for (i = 0; i < count; i++) peers |= 1u << x[i].peer;
+        if (peers & (peers - 1)) w->mixed_posts++;
+        w->handle_of[w->nhandles % 512] = *handle;
+        w->peers_of[w->nhandles % 512] = peers;
+        w->nhandles++;
+        w->posts++;
+    }
     return st;
 }
 
 static pp_status tm_watch_wait(void *user, void *h, double timeout_s, pp_error *err)
 {
     tm_watch *w = (tm_watch *)user;
+    int i;
+    for (i = w->nhandles - 1; i >= 0 && i >= w->nhandles - 512; i--)
+        if (w->handle_of[i % 512] == h) {
+            if (w->nwaited < 64) w->waited[w->nwaited++] = w->peers_of[i % 512];
+            break;
+        }
+    w->waits++;
     return w->inner.wait(w->inner.user, h, timeout_s, err);
+}
+
+/* A compute of (stage, mb) that reads the input `op` brings (F: the activation, else the output
+ * gradient): each wait since the last compute must be for a group of that input's peer alone. */
+static void tm_watch_compute(tm_run *run, const pp_mb_info *info, int op)
+{
+    tm_watch *w = &run->watches[info->rank];
+    int from = -1, i;
+    if (!run->watch) return;
+    if (op == PP_OP_F && info->stage != pp_mb_first_stage(run->sched, info->mb))
+        from = pp_stage_rank(run->sched, info->stage - 1);
+    if (op != PP_OP_F && info->stage != pp_mb_last_stage(run->sched, info->mb))
+        from = pp_stage_rank(run->sched, info->stage + 1);
+    for (i = 0; i < w->nwaited; i++)
+        if (from < 0 || from == info->rank || w->waited[i] != 1u << from) {
+            if (!w->foreign++)
+                snprintf(w->first_foreign, sizeof w->first_foreign, "before %s%d.%d (input from rank %d) it waited "
+                         "for a group with peers 0x%x", op == PP_OP_F ? "F" : "B", info->stage, info->mb, from,
+                         w->waited[i]);
+        }
+    w->nwaited = 0;
 }
 
 static pp_status tm_watch_test(void *user, void *h, int *done, pp_error *err)
@@ -438,6 +484,7 @@ static int tm_forward(void *user, const pp_mb_info *info, const void *in, void *
     tm_touch(run, info->rank, in);
     tm_touch(run, info->rank, out);
     tm_slot_take(run, info);
+    tm_watch_compute(run, info, PP_OP_F);
     tm_log(run, info->rank, "F%d.%d ", info->stage, info->mb, 0);
     run->f_in_ptr[info->stage][info->mb] = in;
     run->f_out_ptr[info->stage][info->mb] = out;
@@ -489,6 +536,7 @@ static int tm_backward_input(void *user, const pp_mb_info *info, const void *in,
 {
     tm_run *run = (tm_run *)user;
     tm_slot_use(run, info, 0);
+    tm_watch_compute(run, info, PP_OP_I);
     tm_log(run, info->rank, "I%d.%d ", info->stage, info->mb, 0);
     tm_backward_input_math(run, info, in, gout, gin);
     return 0;
@@ -509,6 +557,7 @@ static int tm_backward(void *user, const pp_mb_info *info, const void *in, const
     int rc = tm_maybe_fail(run, info);
     if (rc) return rc;
     tm_slot_use(run, info, 1);
+    tm_watch_compute(run, info, PP_OP_B);
     tm_log(run, info->rank, "B%d.%d ", info->stage, info->mb, 0);
     tm_backward_input_math(run, info, in, gout, gin);
     tm_backward_weight_math(run, info, in, gout);
@@ -566,6 +615,7 @@ static pp_status tm_rank(void *user, int rank, pp_transport *t, pp_error *err)
         cfg.transport.abort = tm_watch_abort;
     }
     if (run->no_test) cfg.transport.test = NULL;
+    if (run->mixed_peers) cfg.transport.independent_peers = 0;
     cfg.callbacks.user = run;
     cfg.callbacks.tensor_bytes = tm_bytes;
     cfg.callbacks.input = tm_input;
@@ -798,6 +848,52 @@ static void receives_name_how_long_their_buffer_has_been_free(void)
         pp_schedule_free(s);
     }
     PP_CHECK_MSG(receives > 0 && early * 2 > receives, "%lld of %lld receives free since an earlier post", early, receives);
+}
+
+/* pp_transport.independent_peers (the threads transport has it): the executor posts each round's
+ * transfers as one group per peer and waits only for the group that brings a compute's input (and
+ * that peer's earlier ones), so at pp >= 3 a rank's receive from one neighbour never waits behind
+ * its transfers with the other. Over schedules of pp 3 and 4, every posted group has one peer,
+ * no wait before a compute is for another peer's group than its input's, and the gradients are
+ * the single stage's. Told independent_peers = 0, the same runs post a round's transfers with
+ * both neighbours in one group and wait for them in order: waits for the other peer appear,
+ * which is what the first half rules out. */
+static void independent_peers_wait_only_for_the_input_s_peer(void)
+{
+    static const struct { pp_schedule_kind kind; int pp, vpp, mb; } cfgs[] = {
+        { PP_1F1B, 3, 1, 6 }, { PP_1F1B, 4, 1, 8 }, { PP_INTERLEAVED_1F1B, 4, 2, 8 }, { PP_ZBV, 4, 2, 8 },
+        { PP_ZB_H1, 3, 1, 6 }, { PP_GPIPE, 3, 1, 4 },
+    };
+    size_t c;
+    int mixed;
+    long long foreign_mixed = 0, waits = 0;
+    for (mixed = 0; mixed < 2; mixed++)
+        for (c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+            pp_schedule *s = tm_schedule(cfgs[c].kind, cfgs[c].pp, cfgs[c].vpp, cfgs[c].mb);
+            tm_run *run;
+            char what[112];
+            int r;
+            if (!s) continue;
+            snprintf(what, sizeof what, "%s pp=%d vpp=%d mb=%d%s", pp_schedule_kind_name(cfgs[c].kind), cfgs[c].pp,
+                     cfgs[c].vpp, cfgs[c].mb, mixed ? ", independent_peers 0" : "");
+            run = tm_new(s, 2);
+            run->watch = 1;
+            run->no_test = 1;   /* every group is waited for by the program, none reclaimed by timing */
+            run->mixed_peers = mixed;
+            tm_check_against_reference(run, what);
+            for (r = 0; r < s->pp; r++) {
+                tm_watch *w = &run->watches[r];
+                waits += w->waits;
+                if (mixed) { foreign_mixed += w->foreign; continue; }
+                PP_CHECK_MSG(w->mixed_posts == 0, "%s rank %d: %lld groups with two peers", what, r, w->mixed_posts);
+                PP_CHECK_MSG(w->foreign == 0, "%s rank %d: %lld waits for another peer: %s", what, r, w->foreign,
+                             w->first_foreign);
+            }
+            tm_free(run);
+            pp_schedule_free(s);
+        }
+    PP_CHECK_MSG(waits > 0 && foreign_mixed > 0, "in order, %lld waits for another peer's group (of %lld waits)",
+                 foreign_mixed, waits);
 }
 
 /* Every kind pp_schedule_build knows (the zero-bubble family included: I, W and FB actions) on a
@@ -2439,6 +2535,7 @@ const pp_test_case pp_suite_runtime[] = {
     PP_TEST(every_schedule_kind_gives_single_stage_loss_and_gradients),
     PP_TEST(split_backward_i_then_w_gives_single_stage_gradients),
     PP_TEST(receives_name_how_long_their_buffer_has_been_free),
+    PP_TEST(independent_peers_wait_only_for_the_input_s_peer),
     PP_TEST(searched_and_greedy_schedules_give_single_stage_gradients),
     PP_TEST(overlapped_fb_actions_give_single_stage_gradients),
     PP_TEST(split_dualpipev_gives_single_stage_gradients),

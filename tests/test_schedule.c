@@ -468,6 +468,67 @@ static void grouped_transfers_change_nothing_when_free_and_never_shorten_the_ste
             }
 }
 
+/* grouped = 2, a group per peer on that peer's stream (a transport with independent_peers): at
+ * pp 2 a rank has one peer and it times as grouped = 1; at pp 3 and 4 it is never slower than
+ * grouped = 1 and never faster than each transfer on its own. Where the neighbours' groups are
+ * what costs: ZB-V at pp 4, 16 microbatches, latency 0.2: per peer is shorter than a group a round.
+ * An unknown mode is refused naming the values. */
+static void peer_groups_time_between_one_by_one_and_round_groups(void)
+{
+    static const pp_schedule_kind kinds[] = { PP_GPIPE, PP_1F1B, PP_INTERLEAVED_1F1B, PP_ZB_H1, PP_ZBV,
+                                              PP_DUALPIPEV, PP_INTERLEAVED_ZB };
+    int k, pp;
+    for (k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++)
+        for (pp = 2; pp <= 4; pp++) {
+            pp_schedule_kind kind = kinds[k];
+            int vpp = kind == PP_ZBV || kind == PP_DUALPIPEV || kind == PP_INTERLEAVED_1F1B ||
+                      kind == PP_INTERLEAVED_ZB ? 2 : 1, mode;
+            pp_schedule_config cfg;
+            pp_schedule *s = NULL;
+            pp_sim_result *r[3] = { NULL, NULL, NULL };
+            pp_sim_costs c;
+            pp_error err;
+            memset(&cfg, 0, sizeof cfg);
+            cfg.kind = kind; cfg.pp = pp; cfg.vpp = vpp; cfg.mb = 4 * pp;
+            if (pp_schedule_build(&cfg, &s, &err) != PP_OK) continue;
+            PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+            for (mode = 0; mode < 3; mode++) {
+                memset(&c, 0, sizeof c);
+                c.f = 1; c.i = 1.1; c.w = 0.9; c.p2p_latency = 0.2; c.grouped = mode;
+                PP_CHECK_OK(pp_simulate(s, &c, &r[mode], &err), &err);
+            }
+            if (r[0] && r[1] && r[2]) {
+                const char *kn = pp_schedule_kind_name(kind);
+                if (pp == 2)
+                    PP_CHECK_MSG(fabs(r[2]->makespan - r[1]->makespan) < 1e-9, "%s pp 2: per peer %.9g, a group a "
+                                 "round %.9g", kn, r[2]->makespan, r[1]->makespan);
+                PP_CHECK_MSG(r[2]->makespan <= r[1]->makespan + 1e-9 && r[2]->makespan >= r[0]->makespan - 1e-9,
+                             "%s pp %d: per peer %.9g, not between one by one %.9g and a group a round %.9g", kn, pp,
+                             r[2]->makespan, r[0]->makespan, r[1]->makespan);
+                if (kind == PP_ZBV && pp == 4)
+                    PP_CHECK_MSG(r[2]->makespan < r[1]->makespan - 1e-6, "zbv pp 4: per peer %.9g, a group a round "
+                                 "%.9g", r[2]->makespan, r[1]->makespan);
+            }
+            for (mode = 0; mode < 3; mode++) pp_sim_result_free(r[mode]);
+            pp_schedule_free(s);
+        }
+    {
+        pp_schedule_config cfg;
+        pp_schedule *s = NULL;
+        pp_sim_result *res = NULL;
+        pp_sim_costs c;
+        pp_error err;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.kind = PP_1F1B; cfg.pp = 2; cfg.mb = 4;
+        PP_CHECK_OK(pp_schedule_build(&cfg, &s, &err), &err);
+        memset(&c, 0, sizeof c);
+        c.grouped = 3;
+        PP_CHECK_FAILS(pp_simulate(s, &c, &res, &err), &err, PP_EINVAL, "costs: grouped=3: must be 0");
+        PP_CHECK(res == NULL);
+        pp_schedule_free(s);
+    }
+}
+
 /* --- lowering ---------------------------------------------------------------------------- */
 
 static void lowering_pairs_every_cross_rank_tensor_with_one_send_and_one_receive(void)
@@ -932,6 +993,7 @@ const pp_test_case pp_suite_schedule[] = {
     PP_TEST(communication_cost_delays_the_step_by_the_transfers_on_the_critical_path),
     PP_TEST(grouped_transfers_wait_for_the_group_before_them_on_the_stream),
     PP_TEST(grouped_transfers_change_nothing_when_free_and_never_shorten_the_step),
+    PP_TEST(peer_groups_time_between_one_by_one_and_round_groups),
     PP_TEST(lowering_pairs_every_cross_rank_tensor_with_one_send_and_one_receive),
     PP_TEST(same_rank_neighbours_in_v_placement_pass_without_communication),
     PP_TEST(compute_order_that_cannot_run_is_reported_as_deadlock),

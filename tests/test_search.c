@@ -824,8 +824,8 @@ static void search_and_greedy_refuse_costs_they_cannot_apply(void)
     PP_CHECK(s == NULL);
     /* a search ranks with grouped transfers (search_ranks_with_transfers_grouped_as_posted), the
        greedy scheduler does not place with them */
-    cfg.costs.action_cost = NULL; cfg.costs.grouped = 2;
-    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "costs: grouped=2: must be 0 (each transfer on its own) or 1");
+    cfg.costs.action_cost = NULL; cfg.costs.grouped = 3;
+    PP_CHECK_FAILS(pp_search(&cfg, &res, &err), &err, PP_EINVAL, "costs: grouped=3: must be 0 (each transfer on its own), 1");
     PP_CHECK(res == NULL);
     c.action_cost = NULL; c.grouped = 1;
     PP_CHECK_FAILS(pp_schedule_build_greedy(&g, &s, &err), &err, PP_EINVAL, "costs: grouped=1: the greedy scheduler");

@@ -141,6 +141,15 @@ got=$($P search --pp 3 --mb 4 --layers 8 --spread 3 --vpp 2 --f 1 --i 1 --w 1 --
 [ "$got" = "zbv 45.000" ] && ok || bad "search --groups: '$got', want zbv at 45"
 got=$($P simulate --from-csv "$T/grouped.csv" --layout 'Et|t|t|t*2|t|t*2L' --f 1 --i 1 --w 1 --p2p 1 --groups | sed -n 's/^step time (makespan) *\([0-9.]*\)$/\1/p')
 [ "$got" = "45.000" ] && ok || bad "simulate --groups of the grouped winner: step $got, want 45"
+# --peer-groups: a group per peer on that peer's stream, the runtime over independent peers
+# (threads; NCCL with every peer on copy engines). ZB-V at pp 4: no slower than each transfer on
+# its own, shorter than a group a round; --groups with --peer-groups is refused
+zb4() { $P simulate --kind zbv --pp 4 --mb 16 --split-backward --f 1 --i 1 --w 1 --p2p 0.2 "$@" | sed -n 's/^step time (makespan) *\([0-9.]*\)$/\1/p'; }
+one=$(zb4); grp=$(zb4 --groups); per=$(zb4 --peer-groups)
+awk -v o="$one" -v g="$grp" -v p="$per" 'BEGIN { exit !(o != "" && p >= o && p < g) }' && ok ||
+    bad "zbv pp 4: per peer $per, one by one $one, a group a round $grp"
+expect_error 2 "--groups and --peer-groups: give one" simulate --kind zbv --pp 4 --mb 8 --groups --peer-groups
+expect_error 2 "--groups and --peer-groups: give one" search --pp 4 --mb 8 --peer-groups --groups
 # simulate takes the speeds too: the same 408 on the given split; a CSV's ranks set the count
 got=$($P simulate --kind 1f1b --pp 2 --mb 8 --layout 'Et*8|t*8L' --f 1 --i 1 --w 1 --rank-speed 1,0.5 | sed -n 's/^step time (makespan) *\([0-9.]*\)$/\1/p')
 [ "$got" = "408.000" ] && ok || bad "simulate --rank-speed 1,0.5 on 8|8: step $got, want 408"
