@@ -730,7 +730,8 @@ PIPEPAR_API pp_status pp_action_parse(const char *text, pp_action *out, pp_error
  * With F=1, B=2 and free communication this reproduces the textbook bubbles exactly. Transfers
  * are modelled one by one unless costs.grouped: then as the runtime posts them, a round's
  * transfers in one group that ends as a whole, one group after another on a rank's stream (a
- * receive can wait for the rank's own send of the round, or for a later peer of the group).
+ * receive can wait for the rank's own send of the round, or for a later peer of the group); with
+ * grouped 2 (a transport with independent_peers) a group per peer, on that peer's stream.
  * Either way a transfer costs what it is given: a transfer beside running GEMMs can take several
  * times what it takes on an idle pair, so give costs measured under load (pp_timeline_idle shows
  * what a step really waited for).
@@ -771,7 +772,9 @@ typedef struct pp_sim_costs {
                                    direction, and everything it receives lands at its end.
                                    2: as the executor posts them over a transport with
                                    independent_peers: each lowered group split by peer, a stream
-                                   per peer (a group waits only for that peer's group before it).
+                                   per peer (a group waits only for that peer's group before it;
+                                   one stream for both directions, where the copy engines have
+                                   one each: the model errs long).
                                    0: each transfer on its own. pp_search and pp_plan rank
                                    their candidates with it (the greedy scheduler still places
                                    each transfer on its own): on one stream's groups (1) a plan
@@ -1659,8 +1662,11 @@ typedef struct pp_transfer {
  *         peer and direction). The executor then posts each lowered group as one group per peer
  *         and waits for a received tensor's group alone (and that peer's earlier ones), not for
  *         every group before it: at pp >= 3 a rank's receive from one neighbour no longer waits
- *         behind its transfers with the other. 0 (a zeroed struct): one group a round, waited in
- *         order, which is what NCCL's grouped calls on one stream need to be free of deadlock. */
+ *         behind its transfers with the other. The price is buffers: a send's comes back once
+ *         test finds its group done or that peer's later group is waited for, where in-order
+ *         waits gave it back at the next wait, so the pool can plan a few more boundary tensors
+ *         at pp >= 3 (pp_executor_stats.planned_slots says how many). 0 (a zeroed struct): one group a round, waited in order, which is what NCCL's
+ *         grouped calls on one stream need to be free of deadlock. */
 typedef struct pp_transport {
     void *user;
     int rank, world;
@@ -12300,9 +12306,13 @@ pp_status pp_threads_run(int world, pp_rank_fn fn, void *user, pp_status *status
  *     sendf[k]  F's output waiting for its SEND_F;  sendb[k]  B's input-gradient for SEND_B
  *     in_group[k], gout_group[k]   the group whose completion makes in/gout valid, or -1
  * Groups are waited in posting order (FIFO, as they finish on one NCCL stream): waiting for
- * group g waits for every older one too, and then releases the buffers their sends used.
+ * group g waits for every older one too, and then releases the buffers their sends used. Under
+ * pp_transport.independent_peers a round's transfers are posted as one group per peer and a
+ * wait takes g and its peer's older groups only; the others finish on their own (test) or at
+ * the end of the step, their send buffers held until then.
  * The same walk runs once per program without callbacks or transport ("planning"), which counts
- * the peak number of live tensors; the pool reserves that many slots.
+ * the peak number of live tensors (test finds nothing there: an upper bound); the pool reserves
+ * that many slots.
  *
  * A program (pp__plan) is the fixed schedule, or with a recipe the schedule of one microbatch
  * count, built on the first step of that count and kept. With it, set up once: each (chunk,
@@ -12536,15 +12546,16 @@ static pp_status pp__wait_one(pp_executor *ex, int h, int pos, pp_error *err)
     pp_status st;
     if (!ex->planning) {
         char what[192], txt[64];
-        int at = gr->first;
+        int at = gr->first, i, n = 0;
         while (gr->peer >= 0 && at + 1 < gr->end && pp__comm_peer(ex, ex->prog[at]) != gr->peer) at++;
+        for (i = gr->first; i < gr->end; i++) n += gr->peer < 0 || pp__comm_peer(ex, ex->prog[i]) == gr->peer;
         pp_action_format(ex->prog[at], txt, sizeof txt);
         st = ex->tp.wait(ex->tp.user, gr->handle, ex->timeout, err);
         gr->handle = NULL;
         gr->done = 1;
         if (st != PP_OK) {
             snprintf(what, sizeof what, "waiting for the group posted at position %d (%s%s)", at, txt,
-                     gr->end - gr->first > 1 ? ", ..." : "");
+                     n > 1 ? ", ..." : "");
             return pp__at(ex, pos, st, err, what);
         }
     }

@@ -954,6 +954,9 @@ static int rank_transport(Rank &R)
         PPCK(pp_nccl_transport_copy_engine(&R.tp, slot, 8, &peers, &e_));
         if (R.lead && !o.quiet) printf("copy engines: %d peer(s), 8 slots of %.2f MiB each\n", peers, slot / 1048576.0);
     }
+    if (R.lead && o.schedule && !strcmp(o.schedule, "search") && !o.threads && o.copy_engine != R.tp.independent_peers)
+        printf("note: the search ranked its candidates with a group per peer, but some peer is left to NCCL: the "
+               "transfers go a group per round, in order\n");
     if (o.gate) {
         int gated = 0;
         PPCK(pp_nccl_transport_gate(&R.tp, &gated, &e_));

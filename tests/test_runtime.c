@@ -857,7 +857,8 @@ static void receives_name_how_long_their_buffer_has_been_free(void)
  * no wait before a compute is for another peer's group than its input's, and the gradients are
  * the single stage's. Told independent_peers = 0, the same runs post a round's transfers with
  * both neighbours in one group and wait for them in order: waits for the other peer appear,
- * which is what the first half rules out. */
+ * which is what the first half rules out. Either way no rank uses more slots than it planned,
+ * and in order with test() (sends' buffers back as they finish) the gradients hold too. */
 static void independent_peers_wait_only_for_the_input_s_peer(void)
 {
     static const struct { pp_schedule_kind kind; int pp, vpp, mb; } cfgs[] = {
@@ -867,7 +868,7 @@ static void independent_peers_wait_only_for_the_input_s_peer(void)
     size_t c;
     int mixed;
     long long foreign_mixed = 0, waits = 0;
-    for (mixed = 0; mixed < 2; mixed++)
+    for (mixed = 0; mixed < 3; mixed++)
         for (c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
             pp_schedule *s = tm_schedule(cfgs[c].kind, cfgs[c].pp, cfgs[c].vpp, cfgs[c].mb);
             tm_run *run;
@@ -875,14 +876,17 @@ static void independent_peers_wait_only_for_the_input_s_peer(void)
             int r;
             if (!s) continue;
             snprintf(what, sizeof what, "%s pp=%d vpp=%d mb=%d%s", pp_schedule_kind_name(cfgs[c].kind), cfgs[c].pp,
-                     cfgs[c].vpp, cfgs[c].mb, mixed ? ", independent_peers 0" : "");
+                     cfgs[c].vpp, cfgs[c].mb, mixed == 1 ? ", independent_peers 0" : mixed ? ", in order, test()" : "");
             run = tm_new(s, 2);
             run->watch = 1;
-            run->no_test = 1;   /* every group is waited for by the program, none reclaimed by timing */
-            run->mixed_peers = mixed;
+            run->no_test = mixed < 2;   /* every group waited for by the program, none reclaimed by timing */
+            run->mixed_peers = mixed > 0;
             tm_check_against_reference(run, what);
             for (r = 0; r < s->pp; r++) {
                 tm_watch *w = &run->watches[r];
+                PP_CHECK_MSG(run->stats[r].slots <= run->stats[r].planned_slots, "%s rank %d: %d slots, %d planned",
+                             what, r, run->stats[r].slots, run->stats[r].planned_slots);
+                if (mixed == 2) continue;
                 waits += w->waits;
                 if (mixed) { foreign_mixed += w->foreign; continue; }
                 PP_CHECK_MSG(w->mixed_posts == 0, "%s rank %d: %lld groups with two peers", what, r, w->mixed_posts);
