@@ -1662,10 +1662,9 @@ typedef struct pp_transfer {
  *         peer and direction). The executor then posts each lowered group as one group per peer
  *         and waits for a received tensor's group alone (and that peer's earlier ones), not for
  *         every group before it: at pp >= 3 a rank's receive from one neighbour no longer waits
- *         behind its transfers with the other. The price is buffers: a send's comes back once
- *         test finds its group done or that peer's later group is waited for, where in-order
- *         waits gave it back at the next wait, so the pool can plan a few more boundary tensors
- *         at pp >= 3 (pp_executor_stats.planned_slots says how many). 0 (a zeroed struct): one group a round, waited in order, which is what NCCL's
+ *         behind its transfers with the other. The buffer pool keeps the size in-order waits
+ *         plan: when every slot is in use, the oldest group still sending is waited for first
+ *         (sends in flight hold their buffers). 0 (a zeroed struct): one group a round, waited in order, which is what NCCL's
  *         grouped calls on one stream need to be free of deadlock. */
 typedef struct pp_transport {
     void *user;
@@ -12308,11 +12307,11 @@ pp_status pp_threads_run(int world, pp_rank_fn fn, void *user, pp_status *status
  * Groups are waited in posting order (FIFO, as they finish on one NCCL stream): waiting for
  * group g waits for every older one too, and then releases the buffers their sends used. Under
  * pp_transport.independent_peers a round's transfers are posted as one group per peer and a
- * wait takes g and its peer's older groups only; the others finish on their own (test) or at
- * the end of the step, their send buffers held until then.
- * The same walk runs once per program without callbacks or transport ("planning"), which counts
- * the peak number of live tensors (test finds nothing there: an upper bound); the pool reserves
- * that many slots.
+ * wait takes g and its peer's older groups only; the others finish on their own (test), or are
+ * waited for when the pool would otherwise grow past its planned size (pp__acquire), or at the
+ * end of the step.
+ * The same walk runs once per program without callbacks or transport ("planning"), waiting in
+ * order, which counts the peak number of live tensors; the pool reserves that many slots.
  *
  * A program (pp__plan) is the fixed schedule, or with a recipe the schedule of one microbatch
  * count, built on the first step of that count and kept. With it, set up once: each (chunk,
@@ -12423,14 +12422,29 @@ static void *pp__alloc(pp_executor *ex, size_t bytes)
     return ex->al.alloc ? ex->al.alloc(ex->al.user, bytes) : PIPEPAR_MALLOC(bytes);
 }
 
+static pp_status pp__wait_one(pp_executor *ex, int h, int pos, pp_error *err);
+
 /* A slot holding `bytes` bytes: the smallest free slot that fits, else a free slot without
  * memory, else the largest free slot regrown, else a new slot (only past the planned peak).
+ * Under independent_peers, sends in flight hold buffers that in-order waits would have given
+ * back by now (planning counts with in-order waits): with every planned slot in use, the oldest
+ * group still sending is waited for first, on the device (the compute stream waits for that
+ * peer's transfers, as in-order waits made it do anyway), and the pool keeps the planned size.
  * Returns the slot index, or -1 with *st set. */
 static int pp__acquire(pp_executor *ex, size_t bytes, pp_status *st, pp_error *err)
 {
     int i, fit = -1, empty = -1, big = -1;
     pp__slot *sl;
     *st = PP_OK;
+    while (!ex->planning && ex->tp.independent_peers && ex->nslots >= ex->planned) {
+        int g, any_free = 0;
+        for (i = 0; i < ex->nslots && !any_free; i++) any_free = !ex->slots[i].used;
+        if (any_free) break;
+        for (g = ex->next_wait; g < ex->ngroups; g++)
+            if (!ex->groups[g].done && ex->groups[g].rel_end > ex->groups[g].rel_begin) break;
+        if (g >= ex->ngroups) break;   /* no send in flight holds one: a new slot */
+        if ((*st = pp__wait_one(ex, g, ex->groups[g].first, err)) != PP_OK) return -1;
+    }
     for (i = 0; i < ex->nslots; i++) {
         sl = &ex->slots[i];
         if (sl->used) continue;
@@ -12570,8 +12584,11 @@ static pp_status pp__wait_upto(pp_executor *ex, int g, int pos, pp_error *err)
 {
     pp_status st;
     int h;
+    if (ex->planning)   /* planning waits in order, for the round's every group: the pool's size (pp__acquire) */
+        while (g + 1 < ex->ngroups && ex->groups[g + 1].first == ex->groups[g].first) g++;
     for (h = ex->next_wait; h <= g; h++) {
-        if (ex->groups[h].done || (ex->groups[g].peer >= 0 && ex->groups[h].peer != ex->groups[g].peer)) continue;
+        if (ex->groups[h].done ||
+            (!ex->planning && ex->groups[g].peer >= 0 && ex->groups[h].peer != ex->groups[g].peer)) continue;
         if ((st = pp__wait_one(ex, h, pos, err)) != PP_OK) return st;
     }
     while (ex->next_wait < ex->ngroups && ex->groups[ex->next_wait].done) ex->next_wait++;
