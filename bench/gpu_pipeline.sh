@@ -104,6 +104,15 @@ run_pp greedy-searched   --schedule search --search-kind greedy --search-layout 
 # the same with the busier rank on the faster GPU: at pp 2 whole blocks leave one rank a block's
 # input gradient more (block 0 has none), and the GPUs of one host differ by up to 2%
 run_pp greedy-searched-placed --schedule search --search-kind greedy --search-layout --vpp 2 --place-by-speed --check
+# at pp >= 3, runs above again with a round's transfers in one group waited in order (--in-order),
+# the runtime before transfers were posted and waited per peer: a rank's receive from one
+# neighbour then waits behind its transfers with the other (the fixed orders: the same plan both
+# ways; the greedy search also ranks its candidates for that runtime)
+if [ "$NPROC" -gt 2 ]; then
+    run_pp interleaved4-in-order --schedule interleaved --vpp 4 --in-order
+    run_pp dualpipev-in-order    --schedule dualpipev --in-order
+    run_pp greedy-searched-in-order --schedule search --search-kind greedy --search-layout --vpp 2 --in-order
+fi
 # the blocks re-split for each GPU's measured speed (--adapt, round after round until a split is
 # kept): GPUs of one host differ, by power and heat, more than a pipeline's start-up costs
 run_pp zbv-adapt         --schedule zbv --adapt --check

@@ -844,7 +844,7 @@ static int plan_config(Rank &R, pp_plan_config &pc, std::vector<char> &csv, std:
     /* candidates ranked as this runtime posts their transfers: through the copy engines (processes
      * of one host) a group per peer on that peer's streams (pp_transport.independent_peers),
      * else a round's in one group, waited as a whole and in order */
-    pc.costs.grouped = o.copy_engine && !o.threads ? 2 : 1;
+    pc.costs.grouped = o.copy_engine && !o.threads && !o.in_order ? 2 : 1;
     if (o.search_layout) {
         per_block.assign((size_t)o.layers, pp_layer_costs());
         for (int b = 0; b < o.layers; b++) {
@@ -954,7 +954,9 @@ static int rank_transport(Rank &R)
         PPCK(pp_nccl_transport_copy_engine(&R.tp, slot, 8, &peers, &e_));
         if (R.lead && !o.quiet) printf("copy engines: %d peer(s), 8 slots of %.2f MiB each\n", peers, slot / 1048576.0);
     }
-    if (R.lead && o.schedule && !strcmp(o.schedule, "search") && !o.threads && o.copy_engine != R.tp.independent_peers)
+    if (o.in_order) R.tp.independent_peers = 0;   /* a round's transfers in one group, waited in order */
+    if (R.lead && o.schedule && !strcmp(o.schedule, "search") && !o.threads && !o.in_order &&
+        o.copy_engine != R.tp.independent_peers)
         printf("note: the search ranked its candidates with a group per peer, but some peer is left to NCCL: the "
                "transfers go a group per round, in order\n");
     if (o.gate) {

@@ -23,6 +23,7 @@ struct Options {
     int kill_rank = -1, kill_step = -1;
     int gate = 1, tune = 1, quiet = 0;
     int copy_engine = 1;            /* transfers between GPUs of this host through the copy engines */
+    int in_order = 0;               /* --in-order: a round's transfers in one group, waited in order */
     const char *layout = nullptr;   /* Megatron layout string: blocks per stage */
     double max_memory = 0;          /* --schedule search: cap on activation memory */
     const char *gemm_picks = nullptr; /* --gemm-picks FILE: the tuned GEMM kernels, shared between runs */
@@ -43,7 +44,7 @@ static const char usage[] =
     "usage: mlp_gpu [--single | --threads N] [--schedule 1f1b] [--pp P] [--vpp V] [--group G] [--mb M] [--tokens T]\n"
     "               [--hidden H] [--layers L] [--steps N] [--warmup N] [--check] [--train N]\n"
     "               [--optimizer sgd|adamw] [--lr X] [--clip X] [--trace FILE] [--timeout S]\n"
-    "               [--single-ms X] [--no-gate] [--no-copy-engine] [--no-tune] [--quiet]\n"
+    "               [--single-ms X] [--no-gate] [--no-copy-engine] [--in-order] [--no-tune] [--quiet]\n"
     "               [--layout STR] [--max-memory X] [--keep-overlaps] [--split-backward] [--schedule-csv FILE]\n"
     "               [--gemm-picks FILE] [--tune-in-step N] [--search-layout] [--search-kind K]\n"
     "               [--place-by-speed [--gpu-ms LIST]] [--kill-rank R --kill-step K]\n"
@@ -95,6 +96,9 @@ static const char usage[] =
     "  --no-copy-engine  every transfer through NCCL (default: between processes on one host through the\n"
     "                  copy engines, pp_nccl_transport_copy_engine: one copy straight between the two buffers,\n"
     "                  no SM on either GPU; others, threads of one process, and NCCL_P2P_DISABLE=1 on NCCL)\n"
+    "  --in-order      over the copy engines too, post a round's transfers with every peer as one group\n"
+    "                  and wait for the groups in order (default there: a group per peer, each waited\n"
+    "                  for alone, pp_transport.independent_peers); the same at pp 2\n"
     "  --keep-overlaps lower DualPipeV's overlapped F&B as one action (default: split into F then B by\n"
     "                  pp_schedule_split_overlaps, as this example has no overlapped F&B callback, so that\n"
     "                  the F's output leaves before the B runs)\n"
@@ -127,7 +131,7 @@ static int parse_args(int argc, char **argv, Options *o)
         snprintf(flag, sizeof flag, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
         static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", "--no-gate",
                                               "--no-copy-engine", "--keep-overlaps", "--search-layout",
-                                              "--place-by-speed", "--split-backward", "--adapt", NULL };
+                                              "--place-by-speed", "--split-backward", "--adapt", "--in-order", NULL };
         static const char *const valued[] = { "--threads", "--pp", "--vpp", "--group", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
             "--single-ms", "--kill-rank", "--kill-step", "--layout", "--max-memory", "--search-kind", "--gpu-ms",
@@ -166,6 +170,7 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--quiet")) o->quiet = 1;
         else if (!strcmp(flag, "--no-gate")) o->gate = 0;
         else if (!strcmp(flag, "--no-copy-engine")) o->copy_engine = 0;
+        else if (!strcmp(flag, "--in-order")) o->in_order = 1;
         else if (!strcmp(flag, "--keep-overlaps")) o->keep_overlaps = 1;
         else if (!strcmp(flag, "--split-backward")) o->split_backward = 1;
         else if (!strcmp(flag, "--search-layout")) o->search_layout = 1;
