@@ -1664,8 +1664,8 @@ typedef struct pp_transfer {
  *         every group before it: at pp >= 3 a rank's receive from one neighbour no longer waits
  *         behind its transfers with the other. The buffer pool keeps the size in-order waits
  *         plan: when every slot is in use, the oldest group still sending is waited for first
- *         (sends in flight hold their buffers). 0 (a zeroed struct): one group a round, waited in order, which is what NCCL's
- *         grouped calls on one stream need to be free of deadlock. */
+ *         (sends in flight hold their buffers). 0 (a zeroed struct): one group a round, waited
+ *         in order, which is what NCCL's grouped calls on one stream need to be free of deadlock. */
 typedef struct pp_transport {
     void *user;
     int rank, world;
@@ -6811,9 +6811,15 @@ static int pp__sim_groups_init(const pp_schedule *s, int per_peer, pp__sim_group
                 G->first[groups] = j; G->last[groups] = j;
                 G->posted[groups] = -1; G->end[groups] = -1; G->prev[groups] = -1;
                 for (k = j; k < e; k++)
-                    if (!per_peer || pp__sim_peer(s, s->actions[r][k]) == peer) { G->gid[total + k] = groups; G->last[groups] = k; }
+                    if (!per_peer || pp__sim_peer(s, s->actions[r][k]) == peer) {
+                        G->gid[total + k] = groups;
+                        G->last[groups] = k;
+                    }
                 for (h = groups - 1; h >= G->gofs[r]; h--)   /* the group before it on its stream */
-                    if (!per_peer || pp__sim_peer(s, s->actions[r][G->first[h]]) == peer) { G->prev[groups] = h; break; }
+                    if (!per_peer || pp__sim_peer(s, s->actions[r][G->first[h]]) == peer) {
+                        G->prev[groups] = h;
+                        break;
+                    }
                 groups++;
                 G->ng[r]++;
             }
@@ -6881,7 +6887,10 @@ static void pp__sim_groups_resolve(pp__sim *S)
                 double begin, dur;
                 if (G->end[g] >= 0) continue;
                 if (G->posted[g] < 0) break;   /* posted in program order: none after it either */
-                if (G->prev[g] >= 0 && G->end[G->prev[g]] < 0) continue;   /* not heading its stream */
+                if (G->prev[g] >= 0 && G->end[G->prev[g]] < 0) {   /* not heading its stream */
+                    if (S->c->grouped == 2) continue;   /* another peer's stream may move */
+                    break;                              /* one stream: nothing behind it moves either */
+                }
                 begin = G->posted[g];
                 if (G->prev[g] >= 0 && G->end[G->prev[g]] > begin) begin = G->end[G->prev[g]];
                 for (i = G->first[g]; i <= G->last[g] && ok; i++) {
