@@ -1148,7 +1148,10 @@ typedef struct pp_plan_config {
                                (pp_search_config's; 0 means 1) */
     pp_sim_costs costs;     /* per layer with layers or a layout, else as pp_simulate takes them;
                                zero means F = 1, B = 2F, I = W = B/2. Per-stage arrays only without
-                               layers and layout; action_cost never (it times one schedule) */
+                               layers and layout; action_cost never (it times one schedule). The
+                               search and pp_plan_replan time plans with costs.grouped: give the
+                               way the runtime will post transfers (2 over a transport with
+                               independent_peers, else 1) */
     const pp_layer_costs *layer_costs; /* optional [layers]: each layer's own costs */
     double max_memory;      /* search: cap on every rank's peak memory (pp_search_config's) */
     int split_backward;     /* 1: each whole B as its I then its W (pp_schedule_split_backward);
