@@ -6776,8 +6776,9 @@ static void pp__sim_groups_free(pp__sim_groups *G)
     PIPEPAR_FREE(G->posted); PIPEPAR_FREE(G->end);
 }
 
-/* The peer of a lowered communication action: the rank of the stage on the other end. */
-static int pp__sim_peer(const pp_schedule *s, pp_action a)
+/* The peer of a communication action: the rank of the stage on the other end (the simulator's
+ * groups and the executor's posts per peer). */
+static int pp__comm_peer(const pp_schedule *s, pp_action a)
 {
     return pp_stage_rank(s, a.op == PP_OP_SEND_F || a.op == PP_OP_RECV_B ? a.stage + 1 : a.stage - 1);
 }
@@ -6809,17 +6810,17 @@ static int pp__sim_groups_init(const pp_schedule *s, int per_peer, pp__sim_group
             if (!pp__is_comm(s->actions[r][i].op)) { G->gid[total + i] = -1; i++; continue; }
             for (j = i; j < e; j++) G->gid[total + j] = -1;
             for (j = i; j < e; j++) {   /* one group, or (per_peer) one per peer in first-use order */
-                int peer = pp__sim_peer(s, s->actions[r][j]), h;
+                int peer = pp__comm_peer(s, s->actions[r][j]), h;
                 if (G->gid[total + j] >= 0) continue;
                 G->first[groups] = j; G->last[groups] = j;
                 G->posted[groups] = -1; G->end[groups] = -1; G->prev[groups] = -1;
                 for (k = j; k < e; k++)
-                    if (!per_peer || pp__sim_peer(s, s->actions[r][k]) == peer) {
+                    if (!per_peer || pp__comm_peer(s, s->actions[r][k]) == peer) {
                         G->gid[total + k] = groups;
                         G->last[groups] = k;
                     }
                 for (h = groups - 1; h >= G->gofs[r]; h--)   /* the group before it on its stream */
-                    if (!per_peer || pp__sim_peer(s, s->actions[r][G->first[h]]) == peer) {
+                    if (!per_peer || pp__comm_peer(s, s->actions[r][G->first[h]]) == peer) {
                         G->prev[groups] = h;
                         break;
                     }
@@ -12528,16 +12529,6 @@ static void pp__mark(pp_executor *ex, int index)
 
 /* --- groups --- */
 
-/* The peer of a communication action: the rank of the stage on the other end. */
-static int pp__comm_peer(const pp_executor *ex, pp_action a)
-{
-    switch (a.op) {
-    case PP_OP_SEND_F: return pp_stage_rank(ex->sched, a.stage + 1);
-    case PP_OP_SEND_B: return pp_stage_rank(ex->sched, a.stage - 1);
-    case PP_OP_RECV_F: return pp_stage_rank(ex->sched, a.stage - 1);
-    default:           return pp_stage_rank(ex->sched, a.stage + 1);   /* PP_OP_RECV_B */
-    }
-}
 
 static void pp__group_finished(pp_executor *ex, int g)
 {
@@ -12548,7 +12539,7 @@ static void pp__group_finished(pp_executor *ex, int g)
     for (i = gr->rel_begin; i < gr->rel_end; i++) pp__release(ex, ex->release[i]);
     if (ex->record && !ex->planning)
         for (i = gr->first; i < gr->end; i++)
-            if (gr->peer < 0 || pp__comm_peer(ex, ex->prog[i]) == gr->peer) pp__mark(ex, 3 * i + 2);
+            if (gr->peer < 0 || pp__comm_peer(ex->sched, ex->prog[i]) == gr->peer) pp__mark(ex, 3 * i + 2);
 }
 
 /* The message of a failure at program position i, with the transport's reason after it. */
@@ -12573,8 +12564,8 @@ static pp_status pp__wait_one(pp_executor *ex, int h, int pos, pp_error *err)
     if (!ex->planning) {
         char what[192], txt[64];
         int at = gr->first, i, n = 0;
-        while (gr->peer >= 0 && at + 1 < gr->end && pp__comm_peer(ex, ex->prog[at]) != gr->peer) at++;
-        for (i = gr->first; i < gr->end; i++) n += gr->peer < 0 || pp__comm_peer(ex, ex->prog[i]) == gr->peer;
+        while (gr->peer >= 0 && at + 1 < gr->end && pp__comm_peer(ex->sched, ex->prog[at]) != gr->peer) at++;
+        for (i = gr->first; i < gr->end; i++) n += gr->peer < 0 || pp__comm_peer(ex->sched, ex->prog[i]) == gr->peer;
         pp_action_format(ex->prog[at], txt, sizeof txt);
         st = ex->tp.wait(ex->tp.user, gr->handle, ex->timeout, err);
         gr->handle = NULL;
@@ -12931,7 +12922,7 @@ static pp_status pp__post_group(pp_executor *ex, int i, int j, int peer, pp_erro
         pp_transfer *t = &ex->xfers[n];
         int k = PP__K(ex, a.stage, a.mb), slot;
         if (ex->forward_only && pp__is_b_comm(a.op)) continue;
-        if (peer >= 0 && pp__comm_peer(ex, a) != peer) continue;
+        if (peer >= 0 && pp__comm_peer(ex->sched, a) != peer) continue;
         pp__mark(ex, 3 * p);
         pp__mark(ex, 3 * p + 1);
         memset(t, 0, sizeof *t);
@@ -12940,31 +12931,30 @@ static pp_status pp__post_group(pp_executor *ex, int i, int j, int peer, pp_erro
             slot = ex->sendf[k];
             if (slot < 0) return pp__missing(ex, p, "the output this send carries", err);
             ex->sendf[k] = -1;
-            t->is_send = 1; t->peer = pp_stage_rank(ex->sched, a.stage + 1);
+            t->is_send = 1;
             t->tag = pp_transfer_tag(PP_OP_SEND_F, a.stage, a.mb, ex->steps);
             break;
         case PP_OP_SEND_B:
             slot = ex->sendb[k];
             if (slot < 0) return pp__missing(ex, p, "the input-gradient this send carries", err);
             ex->sendb[k] = -1;
-            t->is_send = 1; t->peer = pp_stage_rank(ex->sched, a.stage - 1);
+            t->is_send = 1;
             t->tag = pp_transfer_tag(PP_OP_SEND_B, a.stage, a.mb, ex->steps);
             break;
         case PP_OP_RECV_F:
             slot = pp__acquire(ex, pp__bytes(ex, a.stage, a.mb), &st, err);
             if (slot < 0) return st;
             ex->in[k] = slot; ex->in_group[k] = g;
-            t->peer = pp_stage_rank(ex->sched, a.stage - 1);
             t->tag = pp_transfer_tag(PP_OP_SEND_F, a.stage - 1, a.mb, ex->steps);
             break;
         default: /* PP_OP_RECV_B */
             slot = pp__acquire(ex, pp__bytes(ex, a.stage + 1, a.mb), &st, err);
             if (slot < 0) return st;
             ex->gout[k] = slot; ex->gout_group[k] = g;
-            t->peer = pp_stage_rank(ex->sched, a.stage + 1);
             t->tag = pp_transfer_tag(PP_OP_SEND_B, a.stage + 1, a.mb, ex->steps);
             break;
         }
+        t->peer = pp__comm_peer(ex->sched, a);
         if (t->is_send) ex->release[ex->nrelease++] = slot;
         else {
             long long idle = ex->groups_posted - ex->slots[slot].free_since;
@@ -13010,8 +13000,8 @@ static pp_status pp__walk(pp_executor *ex, pp_error *err)
             while (j < ex->len && pp__is_comm(ex->prog[j].op) && ex->prog[j].group == a.group) j++;
             if (!ex->tp.independent_peers) st = pp__post_group(ex, i, j, -1, err);
             for (p = i; ex->tp.independent_peers && p < j && st == PP_OK; p++) {   /* a group per peer, */
-                int peer = pp__comm_peer(ex, ex->prog[p]), seen = 0;              /* in first-use order */
-                for (q = i; q < p && !seen; q++) seen = pp__comm_peer(ex, ex->prog[q]) == peer;
+                int peer = pp__comm_peer(ex->sched, ex->prog[p]), seen = 0;              /* in first-use order */
+                for (q = i; q < p && !seen; q++) seen = pp__comm_peer(ex->sched, ex->prog[q]) == peer;
                 if (!seen) st = pp__post_group(ex, i, j, peer, err);
             }
             i = j;
