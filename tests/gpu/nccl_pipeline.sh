@@ -3,7 +3,9 @@
 # schedule family and its gradients match a single-GPU run of the whole model (bf16 tolerance):
 # one process per GPU (torchrun's variables, file bootstrap), one process with a thread per GPU,
 # NCCL forced onto sockets, and a short training run whose loss falls. Small model (seconds per
-# run). Needs 2 GPUs. Ends with "N passed, N failed".
+# run). Needs 2 GPUs; with 4, also pp 4 (ranks with two peers, where a group per peer and
+# --in-order differ): V, looped and searched orders over the copy engines both ways, through NCCL,
+# and with threads. Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
@@ -18,19 +20,26 @@ done
 SMALL="--hidden 512 --layers 8 --tokens 1024 --mb 8 --warmup 1 --steps 2 --timeout 60"
 log=$(mktemp -d)
 
-run2() {   # run2 NAME ARGS...: two processes; output of rank 0 in $log/NAME
-    local name=$1; shift
-    local id=/tmp/pipepar_test_$$_$RANDOM.id rc=0 p0 p1
-    env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 PIPEPAR_NCCL_ID_FILE=$id timeout 180 "$BUILD/mlp_gpu" "$@" >"$log/$name" 2>&1 & p0=$!
-    env RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 PIPEPAR_NCCL_ID_FILE=$id timeout 180 "$BUILD/mlp_gpu" "$@" >"$log/$name.1" 2>&1 & p1=$!
-    wait $p0 || rc=$?
-    wait $p1 || rc=$?
+runN() {   # runN N NAME ARGS...: N processes, one per GPU; output of rank 0 in $log/NAME, of rank r in $log/NAME.r
+    local n=$1 name=$2; shift 2
+    local id=/tmp/pipepar_test_$$_$RANDOM.id rc=0 r p out pids=()
+    for ((r = 0; r < n; r++)); do
+        out=$log/$name; [ "$r" -gt 0 ] && out=$log/$name.$r
+        env RANK=$r WORLD_SIZE="$n" LOCAL_RANK=$r PIPEPAR_NCCL_ID_FILE=$id timeout 180 "$BUILD/mlp_gpu" "$@" >"$out" 2>&1 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+    rm -f "$id"
     return $rc
 }
+run2() { runN 2 "$@"; }   # run2 NAME ARGS...: two processes
 expect_match() {   # expect_match NAME: exit 0 and "gradients match"
     local name=$1 rc=$2
     if [ "$rc" -eq 0 ] && grep -q "ok, gradients match" "$log/$name"; then ok "$name: $(grep -o 'worst relative error [^ ]*' "$log/$name")"
-    else bad "$name (exit $rc)"; sed 's/^/    /' "$log/$name"; sed 's/^/    rank 1: /' "$log/$name.1" 2>/dev/null | tail -n 5; fi
+    else
+        bad "$name (exit $rc)"; sed 's/^/    /' "$log/$name"
+        for f in "$log/$name".[1-9]*; do [ -e "$f" ] && sed "s/^/    rank ${f##*.}: /" "$f" | tail -n 5; done
+    fi
 }
 
 for cfg in "gpipe 1" "1f1b 1" "interleaved 2" "interleaved 4" "looped-bfs 2" "zb-h1 1" "zbv 2" "interleaved-zb 2" "dualpipev 2"; do
@@ -239,6 +248,32 @@ grep -q "each FB as F then B" "$log/dualpipev-vpp2" && ok "dualpipev runs split 
 # bad flags: exit 2 with a message
 "$BUILD/mlp_gpu" --pp 0 >/dev/null 2>"$log/bad"; rc=$?
 [ "$rc" -eq 2 ] && grep -q -- "--pp=0: must be" "$log/bad" && ok "bad flag exits 2" || bad "bad flag: exit $rc: $(cat "$log/bad")"
+
+# pp 4, one process per GPU (4 GPUs): 16 blocks, so that each of 16 interleaved stages has one; each
+# order over the copy engines, a group per peer (mlp_gpu's default) and --in-order (a round's
+# transfers with every peer in one group, waited in order); then through NCCL, and with threads
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+if [ "$ngpu" -ge 4 ]; then
+    ce_off=""
+    for cfg in "zbv-vpp2|--schedule zbv --vpp 2" "interleaved-vpp4|--schedule interleaved --vpp 4" \
+               "dualpipev-vpp2|--schedule dualpipev --vpp 2" \
+               "search-greedy-vpp2|--schedule search --search-kind greedy --search-layout --vpp 2"; do
+        name=pp4-${cfg%%|*}; args=${cfg#*|}
+        for run in "$name" "$name-in-order"; do
+            opt=""; [ "$run" = "$name" ] || opt=--in-order
+            runN 4 "$run" $SMALL --layers 16 $args $opt --check; expect_match "$run" $?
+            grep -q "copy engines: [1-9][0-9]* peer(s)" "$log/$run" || ce_off="$ce_off $run"
+        done
+    done
+    # the runs above went through the copy engines (else they and the NCCL run below are one case)
+    [ -z "$ce_off" ] && ok "pp4: the copy engines are on" || bad "pp4: copy engines not on in$ce_off"
+    runN 4 pp4-zbv-vpp2-nccl $SMALL --layers 16 --schedule zbv --vpp 2 --no-copy-engine --check
+    expect_match pp4-zbv-vpp2-nccl $?
+    timeout 180 "$BUILD/mlp_gpu" $SMALL --layers 16 --schedule interleaved --vpp 4 --threads 4 --check >"$log/pp4-threads" 2>&1
+    expect_match pp4-threads $?
+else
+    echo "pp 4 cases skipped: this machine has $ngpu GPUs"
+fi
 rm -rf "$log"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
