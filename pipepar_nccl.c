@@ -1658,7 +1658,7 @@ static int pp__nccl_ce_with(const pp__nccl_transport *t, const pp_transfer *x, i
  * pp__nccl_recv_ready). Any failure once a claim is made leaves the pair out of step for good:
  * the caller aborts. */
 static pp_status pp__nccl_ce_group(pp__nccl_transport *t, const pp_transfer *x, int count, cudaEvent_t recv_ready,
-                                   pp_error *err)
+                                   cudaEvent_t begin, pp_error *err)
 {
     pp_nccl *nc = t->nc;
     pp__nccl_ce_plan *pl;
@@ -1677,8 +1677,12 @@ static pp_status pp__nccl_ce_group(pp__nccl_transport *t, const pp_transfer *x, 
         if (x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) st = pp__nccl_ce_claim_next(t, &x[i], &pl[i], err);
     if (st != PP_OK) return st;
     for (p = 0; p < nc->world && e == cudaSuccess; p++) {
-        if (pp__nccl_ce_with(t, x, count, p, 1)) e = cudaStreamWaitEvent(t->ce_send_to[p], t->ready, 0);
-        if (e == cudaSuccess && pp__nccl_ce_with(t, x, count, p, 0)) e = cudaStreamWaitEvent(t->ce_recv_from[p], recv_ready, 0);
+        int sends = pp__nccl_ce_with(t, x, count, p, 1), recvs = pp__nccl_ce_with(t, x, count, p, 0);
+        if (sends) e = cudaStreamWaitEvent(t->ce_send_to[p], t->ready, 0);
+        if (e == cudaSuccess && recvs) e = cudaStreamWaitEvent(t->ce_recv_from[p], recv_ready, 0);
+        /* a group of one peer (begin given): its time starts on that peer's first stream */
+        if (e == cudaSuccess && begin && (sends || recvs))
+            e = cudaEventRecord(begin, sends ? t->ce_send_to[p] : t->ce_recv_from[p]);
     }
     for (i = 0; i < count && st == PP_OK && e == cudaSuccess; i++)
         if (x[i].is_send && x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) st = pp__nccl_ce_send(t, &x[i], &pl[i], err);
@@ -1727,7 +1731,7 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
     ncclResult_t r = ncclSuccess, r2;
     cudaError_t e;
     cudaEvent_t recv_ready;
-    int i, k, nccl_ops = 0, self_ops = 0, streams = 0, first;
+    int i, k, nccl_ops = 0, self_ops = 0, streams = 0, first, one;
     if (!handle || (count > 0 && !transfers)) return pp__nccl_fail(err, PP_EINVAL, "post: transfers and handle must not be NULL");
     *handle = NULL;
     if (nc->aborted) return pp__nccl_aborted(nc, err, "post");
@@ -1750,13 +1754,19 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
     /* The group may start once the compute stream has reached this point: what it sends is
      * written, what it receives into is no longer read. Its time starts there, on the first
      * stream it uses (gated: once the gate opens, below). */
+    /* A group whose transfers all go by copy engines to one peer (independent_peers posts them so)
+     * runs on that peer's streams alone: its begin and end are recorded there, not on the streams
+     * that join every peer's in order. one: that peer, else -1. */
+    for (i = 0, one = -1; i < count && one != -2; i++)
+        one = one == -1 || one == transfers[i].peer ? transfers[i].peer : -2;
+    if (one < 0 || nccl_ops + self_ops > 0) one = -1;
     t->ready = t->ready_hist[t->posts % PP__NCCL_READY_HIST];
     recv_ready = (streams & PP__NCCL_ON_CE_RECV) ? pp__nccl_recv_ready(t, transfers, count) : t->ready;
     e = cudaEventRecord(t->ready, t->compute);
     for (k = PP__NCCL_ON_COMM, first = 1; e == cudaSuccess && k <= PP__NCCL_ON_CE_RECV; k <<= 1) {
         if (!(streams & k)) continue;
         e = cudaStreamWaitEvent(pp__nccl_stream_of(t, k), k == PP__NCCL_ON_CE_RECV ? recv_ready : t->ready, 0);
-        if (e == cudaSuccess && rec && first && !(k == PP__NCCL_ON_COMM && nccl_ops > 0 && t->gated))
+        if (e == cudaSuccess && rec && first && one < 0 && !(k == PP__NCCL_ON_COMM && nccl_ops > 0 && t->gated))
             e = cudaEventRecord(rec->begin, pp__nccl_stream_of(t, k));
         first = 0;
     }
@@ -1785,7 +1795,7 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
     nc->posts++;
     t->posts++;
     if ((streams & (PP__NCCL_ON_CE_SEND | PP__NCCL_ON_CE_RECV)) &&
-        (st = pp__nccl_ce_group(t, transfers, count, recv_ready, err)) != PP_OK)
+        (st = pp__nccl_ce_group(t, transfers, count, recv_ready, rec && one >= 0 ? rec->begin : NULL, err)) != PP_OK)
         return pp__nccl_post_failed(t, h, streams, st, err);
     if (nccl_ops > 0 && t->gated && (st = pp__nccl_gate_pass(t, transfers, count, err)) != PP_OK) {
         return pp__nccl_post_failed(t, h, streams, st, err);
@@ -1822,18 +1832,17 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
         e = cudaEventRecord(h->done, nc->stream);
         if (e == cudaSuccess && rec) e = cudaEventRecord(rec->end, nc->stream);
     }
-    /* A group with one copy-engine peer ends on that peer's streams, so that waiting for it waits
+    /* A group of one copy-engine peer ends on that peer's streams, so that waiting for it waits
      * for nothing of another peer's (independent_peers); several peers end on the joined ones. */
-    for (i = 0, first = -1; i < count && first != -2; i++)
-        if (transfers[i].peer != nc->rank && pp__nccl_is_ce(t, transfers[i].peer))
-            first = first == -1 || first == transfers[i].peer ? transfers[i].peer : -2;
     if (e == cudaSuccess && (streams & PP__NCCL_ON_CE_SEND)) {
-        e = cudaEventRecord(h->done_send, first >= 0 ? t->ce_send_to[first] : t->ce_send);
-        if (e == cudaSuccess && rec) e = cudaEventRecord(rec->end_send, t->ce_send);
+        cudaStream_t on = one >= 0 ? t->ce_send_to[one] : t->ce_send;
+        e = cudaEventRecord(h->done_send, on);
+        if (e == cudaSuccess && rec) e = cudaEventRecord(rec->end_send, on);
     }
     if (e == cudaSuccess && (streams & PP__NCCL_ON_CE_RECV)) {
-        e = cudaEventRecord(h->done_recv, first >= 0 ? t->ce_recv_from[first] : t->ce_recv);
-        if (e == cudaSuccess && rec) e = cudaEventRecord(rec->end_recv, t->ce_recv);
+        cudaStream_t on = one >= 0 ? t->ce_recv_from[one] : t->ce_recv;
+        e = cudaEventRecord(h->done_recv, on);
+        if (e == cudaSuccess && rec) e = cudaEventRecord(rec->end_recv, on);
     }
     if (e != cudaSuccess) { return pp__nccl_post_failed(t, h, streams, pp__nccl_cuda_fail(err, e, "post"), err); }
     h->streams = streams;
