@@ -15,7 +15,10 @@
 # summary table (each run under its "-- name" line). Logs of every run land in OUTDIR. Env: H, L, T, M override the model size;
 # SKIP_TORCH=1, SKIP_MEGATRON=1, SKIP_SOCKET=1 skip parts; ONLY=REGEX runs only the pipepar runs it matches (SKIP_PIPEPAR=1: only the peers, with pipepar's plans in PyTorch's runtime) (Megatron-LM runs where .megatron/megatron/core is); FULL=1 adds more runs (interleaved vpp 2,
 # looped-BFS, interleaved ZB vpp 2, ZB-H1, runs through NCCL with and without the arrival gate); TORCH_CONFIGS picks PyTorch's schedules;
-# SKIP_BUILD=1 uses binaries already in build/ when they run.
+# SKIP_BUILD=1 uses binaries already in build/ when they run. STEPS=N: timed steps of every pipeline run,
+# pipepar's and the peers' alike (default 5; each reports the median). Under the power cap a step
+# swings by a few percent with the clock, in the same pattern run after run, so a longer series
+# (STEPS=12) gives a steadier median at the cost of a longer run.
 set -u
 cd "$(dirname "$0")/.."
 . bench/gpu_lib.sh
@@ -27,6 +30,8 @@ if [ "$NPROC" -gt "$(nvidia-smi -L | wc -l)" ]; then echo "NPROC=$NPROC: this ma
 H=${H:-4096}; T=${T:-8192}; M=${M:-8}
 if [ "$NPROC" -gt 2 ]; then L=${L:-$((4 * NPROC))}; else L=${L:-16}; fi
 MODEL="--hidden $H --layers $L --tokens $T --mb $M"
+STEPS=${STEPS:-5}
+export STEPS            # the peers' benches read it too
 GATE=${GATE-}           # extra mlp_gpu flags of every pipepar run (GATE=--no-copy-engine: transfers through
                         # NCCL with the arrival gate instead of the copy engines, mlp_gpu's default;
                         # GATE="--no-copy-engine --no-gate": NCCL alone); the FULL set adds NCCL runs
@@ -79,7 +84,7 @@ run_pp() {   # run_pp NAME ARGS...: a pipepar run on NPROC GPUs (ONLY=REGEX: onl
     [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]] && return 0
     say "-- $name"
     clocks_during "$OUTDIR/$name.clocks.csv" launchn "$NPROC" "$name" build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet \
-        --timeout 30 $GATE "$@" || say "$name: exit $?"
+        --steps "$STEPS" --timeout 30 $GATE "$@" || say "$name: exit $?"
     clocks_brief "$OUTDIR/$name.clocks.csv" | tee -a "$LOG" >/dev/null
 }
 say "== pipepar on $NPROC GPUs"
