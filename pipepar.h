@@ -789,6 +789,17 @@ typedef struct pp_sim_costs {
 typedef struct pp_sim_result {
     int pp, vpp;
     double makespan;            /* first start to last end over all ranks */
+    double bound;               /* what no order of these actions can beat (makespan >= bound): the
+                                   most, over ranks, of the earliest the rank's first compute can
+                                   start (the forward chain to its stages on any microbatch's
+                                   route, each stage at its quickest forward here and a transfer
+                                   wherever the rank changes) plus the longer of its busy time and
+                                   its forwards and backwards followed by the backward chain below
+                                   its stages. makespan - bound is what this order costs beyond the
+                                   stages, placement and costs themselves, except that the bound
+                                   leaves out the wait for a gradient to come back from the later
+                                   stages: with fewer microbatches than ranks no order may reach it */
+    int bound_rank;             /* the rank that sets bound */
     double *busy;               /* [pp] compute time of each rank */
     double *bubble;             /* [pp] 1 - busy / makespan */
     double bubble_mean;         /* mean over ranks */
@@ -1070,6 +1081,7 @@ typedef struct pp_search_entry {
     int split_overlaps;     /* 1: its FBs run as F then B (pp_schedule_split_overlaps), named "... split" */
     int split_backward;     /* 1: its B's run as I then W (cfg.split_backward; the schedule had B's) */
     double makespan;        /* simulated step time */
+    double bound;           /* what no order of its actions on its ranks beats (pp_sim_result.bound) */
     double bubble;          /* mean over ranks of 1 - busy / makespan */
     double peak_memory;     /* largest over ranks, units above */
     int peak_live;          /* largest over ranks, (stage, microbatch) activations */
@@ -7200,6 +7212,66 @@ static void pp__sim_peaks(pp__sim *S, double mem_all)
     }
 }
 
+/* res->bound and bound_rank (see pp_sim_result) from a finished run of s. Each stage's quickest
+ * action holding a forward of it (fq) and holding a backward or input gradient of it (bq): an
+ * action's output leaves at its end, and the next stage's forward (the stage before's backward)
+ * waits for it, through a transfer where the rank changes. Along a route, the forward chain to a
+ * stage (up) and the backward chain below it (down). A rank's first compute holds a forward, so
+ * it starts no sooner than its stages' least up; it then computes busy. Its last action holding
+ * a backward (or I) comes after all its forwards and backwards, and the backwards of the stages
+ * below that stage's follow it: no sooner than the least up, plus those actions, plus the least
+ * down. */
+static pp_status pp__sim_bound(const pp_schedule *s, const pp_sim_costs *c, pp_sim_result *res, pp_error *err)
+{
+    int n = s->num_stages, r, i, k, m;
+    double *q = (double *)pp__calloc((size_t)4 * (size_t)n, sizeof *q), *fq, *bq, *up, *down;
+    char *seen = (char *)pp__calloc((size_t)n, 1);
+    double hop = c->p2p_latency + c->p2p_seconds_per_byte * c->activation_bytes;
+    if (!q || !seen) { PIPEPAR_FREE(q); PIPEPAR_FREE(seen); return pp__fail(err, PP_ENOMEM, "out of memory"); }
+    fq = q; bq = q + n; up = q + 2 * n; down = q + 3 * n;
+    for (k = 0; k < 4 * n; k++) q[k] = DBL_MAX;
+    for (r = 0; r < s->pp; r++)
+        for (i = 0; i < s->length[r]; i++) {
+            pp_action a = s->actions[r][i];
+            double d = res->end[r][i] - res->start[r][i];
+            int b = a.op == PP_OP_FB ? a.stage2 : a.op == PP_OP_B || a.op == PP_OP_I ? a.stage : -1;
+            if ((a.op == PP_OP_F || a.op == PP_OP_FB) && a.stage >= 0 && a.stage < n && d < fq[a.stage]) fq[a.stage] = d;
+            if (b >= 0 && b < n && d < bq[b]) bq[b] = d;
+        }
+    for (k = 0; k < n; k++) { if (fq[k] == DBL_MAX) fq[k] = 0; if (bq[k] == DBL_MAX) bq[k] = 0; }
+    for (m = 0; m < s->mb; m++) {   /* each route once (DualPipe has two) */
+        int first = pp_mb_first_stage(s, m), last = pp_mb_last_stage(s, m);
+        double f = 0, b = 0;
+        if (first < 0 || last < first || last >= n || seen[first]) continue;
+        seen[first] = 1;
+        for (k = first; k <= last; k++) {
+            double h = k < last && pp_stage_rank(s, k) != pp_stage_rank(s, k + 1) ? hop : 0;
+            if (f < up[k]) up[k] = f;
+            if (b < down[k]) down[k] = b;
+            f += fq[k] + h;
+            b += bq[k] + h;
+        }
+    }
+    res->bound = 0; res->bound_rank = 0;
+    for (r = 0; r < s->pp; r++) {
+        double earliest = DBL_MAX, below = DBL_MAX, fb = 0, t;
+        for (k = 0; k < n; k++)
+            if (pp_stage_rank(s, k) == r) {
+                if (up[k] < earliest) earliest = up[k];
+                if (down[k] < below) below = down[k];
+            }
+        if (earliest == DBL_MAX) continue;
+        for (i = 0; i < s->length[r]; i++) {
+            int op = s->actions[r][i].op;
+            if (op == PP_OP_F || op == PP_OP_B || op == PP_OP_I || op == PP_OP_FB) fb += res->end[r][i] - res->start[r][i];
+        }
+        t = earliest + (res->busy[r] > fb + (below == DBL_MAX ? 0 : below) ? res->busy[r] : fb + below);
+        if (t > res->bound) { res->bound = t; res->bound_rank = r; }
+    }
+    PIPEPAR_FREE(q); PIPEPAR_FREE(seen);
+    return PP_OK;
+}
+
 pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_sim_result **out, pp_error *err)
 {
     pp_sim_costs zero;
@@ -7234,6 +7306,7 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
     }
     st = pp__sim_init(&S, sched, costs, err);
     if (st == PP_OK) st = pp__sim_run(&S, err);
+    if (st == PP_OK) st = pp__sim_bound(sched, costs, S.res, err);
     if (st == PP_OK) {
         pp_sim_result *res = S.res;
         if (S.t0 == DBL_MAX) S.t0 = 0;
@@ -8533,6 +8606,7 @@ static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error 
     e->max_live = c->max_live; e->max_memory = c->max_memory; e->greedy_flags = c->flags; e->split_overlaps = c->split;
     e->split_backward = split_b;
     e->makespan = sim->makespan;
+    e->bound = sim->bound;
     e->bubble = sim->bubble_mean;
     for (r = 0; r < sim->pp; r++) {
         if (sim->peak_memory[r] > e->peak_memory) e->peak_memory = sim->peak_memory[r];

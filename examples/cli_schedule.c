@@ -289,8 +289,9 @@ static void simulate_write(const schedule_flags *fl, const pp_schedule *s, const
 {
     int r;
     if (fl->json) {
-        printf("{\"kind\": \"%s\", \"pp\": %d, \"vpp\": %d, \"mb\": %d, \"makespan\": %.9g, \"bubble_mean\": %.9g, "
-               "\"bubble\": [", shown_kind(fl, s), s->pp, s->vpp, s->mb, sim->makespan, sim->bubble_mean);
+        printf("{\"kind\": \"%s\", \"pp\": %d, \"vpp\": %d, \"mb\": %d, \"makespan\": %.9g, \"bound\": %.9g, "
+               "\"bound_rank\": %d, \"bubble_mean\": %.9g, \"bubble\": [", shown_kind(fl, s), s->pp, s->vpp, s->mb,
+               sim->makespan, sim->bound, sim->bound_rank, sim->bubble_mean);
         for (r = 0; r < s->pp; r++) printf("%s%.9g", r ? ", " : "", sim->bubble[r]);
         printf("], \"peak_live\": [");
         for (r = 0; r < s->pp; r++) printf("%s%d", r ? ", " : "", sim->peak_live[r]);
@@ -303,6 +304,9 @@ static void simulate_write(const schedule_flags *fl, const pp_schedule *s, const
     }
     printf("%s  pp=%d vpp=%d mb=%d\n", shown_kind(fl, s), s->pp, s->vpp, s->mb);
     printf("step time (makespan)  " CLI_TIME "\n", sim->makespan);
+    printf("bound                 " CLI_TIME "  (no order of these actions on these ranks is faster; rank %d sets it; "
+           "this order is %.2f%% above)\n", sim->bound, sim->bound_rank,
+           sim->bound > 0 ? 100.0 * (sim->makespan / sim->bound - 1) : 0.0);
     printf("mean bubble           %.2f%%\n", 100.0 * sim->bubble_mean);
     printf("rank  bubble   peak live activations (chunks)   peak memory (x one rank's layers%s)%s\n",
            s->placement == PP_PLACEMENT_DUAL ? "; dualpipe: x one model stage, the rank holds two" : "",

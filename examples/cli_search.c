@@ -442,11 +442,11 @@ static void search_print_json(const search_opts *o, const pp_search_result *res)
     for (k = 0; k < res->count; k++) {
         const pp_search_entry *e = &res->entries[k];
         printf("%s\n  {\"name\": \"%s\", \"kind\": \"%s\", \"vpp\": %d, \"group\": %d, \"max_live\": %d, "
-               "\"split_overlaps\": %s, \"split_backward\": %s, \"makespan\": %.9g, \"bubble\": %.9g, \"peak_memory\": %.9g, "
-               "\"peak_live\": %d, \"fits\": %s",
+               "\"split_overlaps\": %s, \"split_backward\": %s, \"makespan\": %.9g, \"bound\": %.9g, \"bubble\": %.9g, "
+               "\"peak_memory\": %.9g, \"peak_live\": %d, \"fits\": %s",
                k ? "," : "", e->name, cli_kind_name(e->kind), e->vpp, e->group, e->max_live,
-               e->split_overlaps ? "true" : "false", e->split_backward ? "true" : "false", e->makespan, e->bubble,
-               e->peak_memory, e->peak_live, e->fits ? "true" : "false");
+               e->split_overlaps ? "true" : "false", e->split_backward ? "true" : "false", e->makespan, e->bound,
+               e->bubble, e->peak_memory, e->peak_live, e->fits ? "true" : "false");
         if (e->stage_layers) {
             printf(", \"layout\": \"");
             print_layout(e, cfg->pp);
@@ -492,6 +492,9 @@ static void search_print_table(const search_opts *o, const pp_search_result *res
     if (!res->best) return;
     printf("\nbest: %s, step time " CLI_TIME, res->entries[0].name, res->entries[0].makespan);
     if (base) printf(" (1f1b " CLI_TIME ": %.3fx)", base->makespan, base->makespan / res->entries[0].makespan);
+    if (res->entries[0].bound > 0)
+        printf("\nbound: " CLI_TIME " (no order of its actions on its ranks is faster; it is %.2f%% above)",
+               res->entries[0].bound, 100.0 * (res->entries[0].makespan / res->entries[0].bound - 1));
     if (res->entries[0].stage_layers) {
         printf("\nlayout: '");
         print_layout(&res->entries[0], cfg->pp);

@@ -26,6 +26,11 @@ rm -f /tmp/pp_cli_$$.csv
 $P schedule --kind gpipe --pp 2 --mb 3 --format svg | tail -1 | grep -q '</svg>' && ok || bad "svg"
 $P schedule --kind gpipe --pp 2 --mb 3 --format json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["pp"]==2 and len(d["ranks"])==2' && ok || bad "json"
 $P simulate --kind 1f1b --pp 4 --mb 8 --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert abs(d["bubble_mean"]-3/11)<1e-9' && ok || bad "simulate bubble"
+# the bound no order of the same actions beats: 1F1B is the fastest order of its actions (33 =
+# 24 of rank 3's compute after its 3 and before the 6 of the backwards below it); DualPipeV here
+# is 1.5 above the 25.5 rank 3 allows
+$P simulate --kind 1f1b --pp 4 --mb 8 --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["bound"] == 33 and d["bound_rank"] == 3 and d["makespan"] == 33' && ok || bad "simulate --json bound of 1F1B"
+$P simulate --kind dualpipev --pp 4 --mb 8 | grep -q '^bound  *25.500  (no order of these actions on these ranks is faster; rank 3 sets it; this order is 5.88% above)$' && ok || bad "simulate's bound line for DualPipeV"
 $P schedule --kind interleaved --pp 4 --vpp 2 --mb 8 | grep -q 'valid' && ok || bad "text says valid"
 
 # bad flags: non-zero exit and a one-line reason naming the flag

@@ -332,6 +332,91 @@ static void communication_cost_delays_the_step_by_the_transfers_on_the_critical_
     pp_schedule_free(s);
 }
 
+/* pp_sim_result.bound: no order of a schedule's actions beats it, so the step is never below it,
+ * whatever the costs (per stage, per rank, per action, transfers one by one or grouped, a stage's
+ * tail); and where the textbook says the order is the fastest there is (GPipe, 1F1B, and ZB-H1
+ * with a microbatch a rank or more; F=1, B=2, free transfers), it is the step. ZB-H1 on one
+ * microbatch shows what the bound leaves out: rank 0's I waits for the gradient to come back
+ * from the last stage (pp 2: bound 4, step 5, and no order does better). Every kind, pp 1..5,
+ * random costs. */
+static void the_bound_is_never_above_the_step_and_is_the_step_where_the_order_is_optimal(void)
+{
+    static const pp_schedule_kind kinds[] = { PP_GPIPE, PP_1F1B, PP_INTERLEAVED_1F1B, PP_LOOPED_BFS, PP_ZB_H1,
+                                              PP_ZB_H2, PP_ZBV, PP_DUALPIPEV, PP_INTERLEAVED_ZB, PP_DUALPIPE };
+    unsigned long long seed = 0x9e3779b97f4a7c15ULL;
+    int k, pp, mbi, trial, checked = 0;
+#define BOUND_RAND() ((seed = seed * 6364136223846793005ULL + 1442695040888963407ULL), (double)(seed >> 11) / 9007199254740992.0)
+    for (k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++)
+        for (pp = 1; pp <= 5; pp++)
+            for (mbi = 0; mbi < 3; mbi++) {
+                pp_schedule_kind kind = kinds[k];
+                int vpp = kind == PP_ZBV || kind == PP_DUALPIPEV || kind == PP_DUALPIPE ||
+                          kind == PP_INTERLEAVED_1F1B || kind == PP_LOOPED_BFS || kind == PP_INTERLEAVED_ZB ? 2 : 1;
+                int mb = mbi == 0 ? 1 : mbi * 2 * pp, n, r, i;
+                pp_schedule_config cfg;
+                pp_schedule *s = NULL;
+                pp_error err;
+                memset(&cfg, 0, sizeof cfg);
+                cfg.kind = kind; cfg.pp = pp; cfg.vpp = vpp; cfg.mb = mb;
+                if (pp_schedule_build(&cfg, &s, &err) != PP_OK) continue;   /* a config this kind does not take */
+                PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+                n = s->num_stages;
+                if (kind == PP_GPIPE || kind == PP_1F1B || (kind == PP_ZB_H1 && mb >= pp)) {
+                    pp_sim_result *res = NULL;
+                    pp_sim_costs c;
+                    memset(&c, 0, sizeof c);
+                    c.f = 1; c.b = 2;
+                    PP_CHECK_OK(pp_simulate(s, &c, &res, &err), &err);
+                    if (res) PP_CHECK_MSG(fabs(res->bound - res->makespan) < 1e-9, "%s pp %d mb %d: bound %.9g, step %.9g",
+                                          pp_schedule_kind_name(kind), pp, mb, res->bound, res->makespan);
+                    pp_sim_result_free(res);
+                }
+                for (trial = 0; trial < 6; trial++) {
+                    double fs[16], is[16], ws[16], bs[16], tail[16], speed[8], *rows[8] = { 0 };
+                    pp_sim_result *res = NULL;
+                    pp_sim_costs c;
+                    memset(&c, 0, sizeof c);
+                    c.f = 0.2 + BOUND_RAND(); c.i = 0.2 + BOUND_RAND(); c.w = 0.2 + BOUND_RAND();
+                    c.b = trial % 2 ? c.i + c.w : 0;
+                    c.p2p_latency = trial % 3 ? 0.3 * BOUND_RAND() : 0;
+                    c.grouped = trial % 3;
+                    if (trial >= 2 && n <= 16) {
+                        for (i = 0; i < n; i++) {
+                            fs[i] = 0.1 + BOUND_RAND(); is[i] = 0.1 + BOUND_RAND(); ws[i] = 0.1 + BOUND_RAND();
+                            bs[i] = is[i] + ws[i]; tail[i] = trial == 3 ? 0.5 * BOUND_RAND() : 0;
+                        }
+                        c.f_stage = fs; c.i_stage = is; c.w_stage = ws; c.b_stage = bs; c.tail_stage = tail;
+                    }
+                    if (trial >= 4) {
+                        for (r = 0; r < pp; r++) speed[r] = 0.5 + BOUND_RAND();
+                        c.rank_speed = speed;
+                    }
+                    if (trial == 5) {   /* measured: every compute action its own time */
+                        for (r = 0; r < pp; r++) {
+                            rows[r] = (double *)malloc((size_t)(s->length[r] > 0 ? s->length[r] : 1) * sizeof(double));
+                            PP_CHECK(rows[r] != NULL);
+                            for (i = 0; rows[r] && i < s->length[r]; i++) rows[r][i] = 0.1 + 2 * BOUND_RAND();
+                        }
+                        c.action_cost = (const double *const *)rows;
+                        c.tail_stage = NULL;
+                    }
+                    PP_CHECK_OK(pp_simulate(s, &c, &res, &err), &err);
+                    if (res) {
+                        PP_CHECK_MSG(res->makespan >= res->bound - 1e-9 * (1 + res->makespan) && res->bound > 0 &&
+                                         res->bound_rank >= 0 && res->bound_rank < pp,
+                                     "%s pp %d mb %d trial %d: step %.9g below its bound %.9g (rank %d)",
+                                     pp_schedule_kind_name(kind), pp, mb, trial, res->makespan, res->bound, res->bound_rank);
+                        checked++;
+                    }
+                    pp_sim_result_free(res);
+                    for (r = 0; r < pp; r++) free(rows[r]);
+                }
+                pp_schedule_free(s);
+            }
+#undef BOUND_RAND
+    PP_CHECK_MSG(checked > 600, "only %d simulations checked", checked);
+}
+
 /* A stage's tail (costs.tail_stage): work its rank does once a step after the stage's last
  * backward, once the sends after it are posted. 1F1B pp 2, mb 4, F = 1, B = 2: rank 1 ends its
  * last B at 13, its gradient leaves at once and rank 0's last B runs 13 -> 15. A tail of 1 on
@@ -988,6 +1073,7 @@ const pp_test_case pp_suite_schedule[] = {
     PP_TEST(orders_equal_pytorch_reference),
     PP_TEST(every_generator_validates_for_pp_1_to_8_vpp_1_to_4_mb_1_to_32),
     PP_TEST(simulated_bubbles_equal_the_textbook_formulas),
+    PP_TEST(the_bound_is_never_above_the_step_and_is_the_step_where_the_order_is_optimal),
     PP_TEST(a_stage_tail_runs_after_its_last_backward_and_beside_the_send),
     PP_TEST(peak_live_activations_of_1f1b_are_pp_minus_rank),
     PP_TEST(communication_cost_delays_the_step_by_the_transfers_on_the_critical_path),

@@ -13,6 +13,9 @@ grep -q 'SEND_F' "$T/best.csv" && ok || bad "the CSV lacks the communication"
 $P schedule --from-csv "$T/best.csv" --format text | grep -q 'valid' && ok || bad "winner CSV does not read back valid"
 best=$(echo "$out" | sed -n 's/^best: \([^,]*\),.*/\1/p')
 echo "$out" | grep -q "^  1  $best " && ok || bad "best '$best' is not row 1"
+# the winner's bound (what no order of its actions on its ranks beats): never above its step
+echo "$out" | grep -qE '^bound: [0-9.]+ \(no order of its actions on its ranks is faster; it is [0-9.]+% above\)$' \
+    && ok || bad "search prints no bound line for the winner"
 
 # --json: ranked, the first fits, every fitting entry within the cap
 $P search --pp 4 --mb 12 --max-mem 4 --json | python3 -c '
@@ -21,6 +24,7 @@ d = json.load(sys.stdin); e = d["entries"]
 assert e[0]["fits"] and all(x["peak_memory"] <= 4 + 1e-9 for x in e if x["fits"])
 fit = [x["makespan"] for x in e if x["fits"]]
 assert fit == sorted(fit)
+assert all(0 < x["bound"] <= x["makespan"] * (1 + 1e-12) for x in e), [(x["name"], x["bound"], x["makespan"]) for x in e]
 names = {x["kind"] for x in e}
 assert {"1f1b", "zb-h1", "zb-h2", "zbv", "dualpipev", "interleaved-zb", "greedy"} <= names, names
 ' && ok || bad "search --json"
