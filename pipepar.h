@@ -7212,7 +7212,8 @@ static void pp__sim_peaks(pp__sim *S, double mem_all)
     }
 }
 
-/* res->bound and bound_rank (see pp_sim_result) from a finished run of s. Each stage's quickest
+/* res->bound and bound_rank (see pp_sim_result) from a finished run of s, which has a backward (B,
+ * I or an FB's) of every forward: pp_simulate refuses a schedule without. Each stage's quickest
  * action holding a forward of it (fq) and holding a backward or input gradient of it (bq): an
  * action's output leaves at its end, and the next stage's forward (the stage before's backward)
  * waits for it, through a transfer where the rank changes. Along a route, the forward chain to a
@@ -7265,7 +7266,7 @@ static pp_status pp__sim_bound(const pp_schedule *s, const pp_sim_costs *c, pp_s
             int op = s->actions[r][i].op;
             if (op == PP_OP_F || op == PP_OP_B || op == PP_OP_I || op == PP_OP_FB) fb += res->end[r][i] - res->start[r][i];
         }
-        t = earliest + (res->busy[r] > fb + (below == DBL_MAX ? 0 : below) ? res->busy[r] : fb + below);
+        t = earliest + (res->busy[r] > fb + below ? res->busy[r] : fb + below);   /* below: set with earliest */
         if (t > res->bound) { res->bound = t; res->bound_rank = r; }
     }
     PIPEPAR_FREE(q); PIPEPAR_FREE(seen);
