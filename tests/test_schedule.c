@@ -332,6 +332,15 @@ static void communication_cost_delays_the_step_by_the_transfers_on_the_critical_
     pp_schedule_free(s);
 }
 
+/* Every kind the simulator's property tests walk, each with the chunks per rank it is built with. */
+static const pp_schedule_kind sim_kinds[] = { PP_GPIPE, PP_1F1B, PP_INTERLEAVED_1F1B, PP_LOOPED_BFS, PP_ZB_H1,
+                                              PP_ZB_H2, PP_ZBV, PP_DUALPIPEV, PP_INTERLEAVED_ZB, PP_DUALPIPE };
+static int sim_kind_vpp(pp_schedule_kind kind)
+{
+    return kind == PP_ZBV || kind == PP_DUALPIPEV || kind == PP_DUALPIPE || kind == PP_INTERLEAVED_1F1B ||
+           kind == PP_LOOPED_BFS || kind == PP_INTERLEAVED_ZB ? 2 : 1;
+}
+
 /* pp_sim_result.bound: no order of a schedule's actions beats it, so the step is never below it,
  * whatever the costs (per stage, per rank, per action, transfers one by one or grouped, a stage's
  * tail); and where the textbook says the order is the fastest there is (GPipe, 1F1B, and ZB-H1
@@ -341,17 +350,14 @@ static void communication_cost_delays_the_step_by_the_transfers_on_the_critical_
  * random costs. */
 static void the_bound_is_never_above_the_step_and_is_the_step_where_the_order_is_optimal(void)
 {
-    static const pp_schedule_kind kinds[] = { PP_GPIPE, PP_1F1B, PP_INTERLEAVED_1F1B, PP_LOOPED_BFS, PP_ZB_H1,
-                                              PP_ZB_H2, PP_ZBV, PP_DUALPIPEV, PP_INTERLEAVED_ZB, PP_DUALPIPE };
     unsigned long long seed = 0x9e3779b97f4a7c15ULL;
     int k, pp, mbi, trial, checked = 0;
 #define BOUND_RAND() ((seed = seed * 6364136223846793005ULL + 1442695040888963407ULL), (double)(seed >> 11) / 9007199254740992.0)
-    for (k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++)
+    for (k = 0; k < (int)(sizeof sim_kinds / sizeof sim_kinds[0]); k++)
         for (pp = 1; pp <= 5; pp++)
             for (mbi = 0; mbi < 3; mbi++) {
-                pp_schedule_kind kind = kinds[k];
-                int vpp = kind == PP_ZBV || kind == PP_DUALPIPEV || kind == PP_DUALPIPE ||
-                          kind == PP_INTERLEAVED_1F1B || kind == PP_LOOPED_BFS || kind == PP_INTERLEAVED_ZB ? 2 : 1;
+                pp_schedule_kind kind = sim_kinds[k];
+                int vpp = sim_kind_vpp(kind);
                 int mb = mbi == 0 ? 1 : mbi * 2 * pp, n, r, i;
                 pp_schedule_config cfg;
                 pp_schedule *s = NULL;
@@ -508,15 +514,12 @@ static void grouped_transfers_wait_for_the_group_before_them_on_the_stream(void)
  * Every kind, pp 2..4, several microbatch counts. */
 static void grouped_transfers_change_nothing_when_free_and_never_shorten_the_step(void)
 {
-    static const pp_schedule_kind kinds[] = { PP_GPIPE, PP_1F1B, PP_INTERLEAVED_1F1B, PP_LOOPED_BFS, PP_ZB_H1,
-                                              PP_ZB_H2, PP_ZBV, PP_DUALPIPEV, PP_INTERLEAVED_ZB, PP_DUALPIPE };
     int k, pp, mbi;
-    for (k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++)
+    for (k = 0; k < (int)(sizeof sim_kinds / sizeof sim_kinds[0]); k++)
         for (pp = 2; pp <= 4; pp++)
             for (mbi = 0; mbi < 3; mbi++) {
-                pp_schedule_kind kind = kinds[k];
-                int vpp = kind == PP_ZBV || kind == PP_DUALPIPEV || kind == PP_DUALPIPE ||
-                          kind == PP_INTERLEAVED_1F1B || kind == PP_LOOPED_BFS || kind == PP_INTERLEAVED_ZB ? 2 : 1;
+                pp_schedule_kind kind = sim_kinds[k];
+                int vpp = sim_kind_vpp(kind);
                 int mb = (mbi + 1) * 2 * pp;
                 pp_schedule_config cfg;
                 pp_schedule *s = NULL;
@@ -566,8 +569,7 @@ static void peer_groups_time_between_one_by_one_and_round_groups(void)
     for (k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++)
         for (pp = 2; pp <= 4; pp++) {
             pp_schedule_kind kind = kinds[k];
-            int vpp = kind == PP_ZBV || kind == PP_DUALPIPEV || kind == PP_INTERLEAVED_1F1B ||
-                      kind == PP_INTERLEAVED_ZB ? 2 : 1, mode;
+            int vpp = sim_kind_vpp(kind), mode;
             pp_schedule_config cfg;
             pp_schedule *s = NULL;
             pp_sim_result *r[3] = { NULL, NULL, NULL };
