@@ -789,16 +789,18 @@ typedef struct pp_sim_costs {
 typedef struct pp_sim_result {
     int pp, vpp;
     double makespan;            /* first start to last end over all ranks */
-    double bound;               /* what no order of these actions can beat (makespan >= bound): the
+    double bound;               /* a step no order of these actions on these ranks beats, for a
+                                   schedule that passes pp_schedule_validate (makespan >= bound;
+                                   equal sums taken in another order are clamped to makespan): the
                                    most, over ranks, of the earliest the rank's first compute can
                                    start (the forward chain to its stages on any microbatch's
                                    route, each stage at its quickest forward here and a transfer
                                    wherever the rank changes) plus the longer of its busy time and
                                    its forwards and backwards followed by the backward chain below
-                                   its stages. makespan - bound is what this order costs beyond the
-                                   stages, placement and costs themselves, except that the bound
-                                   leaves out the wait for a gradient to come back from the later
-                                   stages: with fewer microbatches than ranks no order may reach it */
+                                   its stages. A relaxation, not the best order: it leaves out
+                                   memory caps, how grouped transfers queue and the wait for a
+                                   gradient to come back from later stages, so makespan - bound is
+                                   at most what this order wastes, and no order need reach it */
     int bound_rank;             /* the rank that sets bound */
     double *busy;               /* [pp] compute time of each rank */
     double *bubble;             /* [pp] 1 - busy / makespan */
@@ -1081,7 +1083,7 @@ typedef struct pp_search_entry {
     int split_overlaps;     /* 1: its FBs run as F then B (pp_schedule_split_overlaps), named "... split" */
     int split_backward;     /* 1: its B's run as I then W (cfg.split_backward; the schedule had B's) */
     double makespan;        /* simulated step time */
-    double bound;           /* what no order of its actions on its ranks beats (pp_sim_result.bound) */
+    double bound;           /* a step no order of its actions on its ranks beats (pp_sim_result.bound) */
     double bubble;          /* mean over ranks of 1 - busy / makespan */
     double peak_memory;     /* largest over ranks, units above */
     int peak_live;          /* largest over ranks, (stage, microbatch) activations */
@@ -7312,6 +7314,8 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
         pp_sim_result *res = S.res;
         if (S.t0 == DBL_MAX) S.t0 = 0;
         res->makespan = S.t1 - S.t0;
+        if (res->bound > res->makespan && res->bound - res->makespan <= 1e-12 * res->bound)
+            res->bound = res->makespan;   /* the same durations summed in another order */
         pp__sim_peaks(&S, mem_all);
         res->bubble_mean = 0;
         for (r = 0; r < sched->pp; r++) {
