@@ -933,7 +933,12 @@ PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
  * each; where a vpp has more than max_layouts such splits (pp = 4 with 12 stages already has
  * over 4096), it descends from the even split instead, one layer moved per round. Each entry
  * reports its schedule's fastest split (entry.stage_layers; a tie keeps the split nearest the
- * even one), and a kind asked for (cfg.kind) spends splits only on the vpps it runs at.
+ * even one), and a kind asked for (cfg.kind) spends splits only on the vpps it runs at. Where
+ * every split is tried, the even one goes first, and a schedule is never built on a split where
+ * some rank's earliest start (the forward chain to its first stage) plus its work already exceeds
+ * that schedule's time on the even split (most of the uneven ones). The entries are what trying
+ * them all gives; result.simulated and ruled_out count both kinds of pair, the same at any
+ * thread count.
  *
  * This is how Megatron's interleaved 1F1B gets its last points. On even 2-layer stages (pp = 2,
  * vpp = 4, mb = 8, 16 layers, F = 1 and B = 2 per layer) rank 1 waits for rank 0's first 2-layer
@@ -1100,6 +1105,14 @@ typedef struct pp_search_result {
     long layouts;             /* with cfg.layers: splits tried, over every vpp; else 0 */
     int layouts_local;        /* 1: some vpp had more splits than max_layouts, and was searched by
                                  descent from the even split (so its best may be a local one) */
+    long simulated;           /* schedules built, proven and simulated, over every split and vpp */
+    long ruled_out;           /* with cfg.layers: (schedule, split) pairs never built nor simulated,
+                                 as no order of that schedule's actions on that split could match
+                                 its time on the even split: some rank's earliest start (its first
+                                 input's forward chain) plus its work already exceeds it. The
+                                 entries are the same as without, and so is the count at any
+                                 thread count (only where every split is tried: a descent
+                                 compares splits by their best schedule, and tries all) */
     int32_t *layout_pool;     /* storage of the entries' stage_layers */
 } pp_search_result;
 
@@ -8426,6 +8439,15 @@ typedef struct pp__search {
     pp_search_progress where;       /* what cfg->progress is told */
     long split_index;               /* cfg.layers: the current split's place in the vpp's enumeration */
     long *best_at;                  /* [cap] the split_index of each entry's kept split */
+    int prune;                      /* every split of this vpp is tried: a candidate whose bound on the
+                                       current split exceeds its time on the even split is skipped */
+    const struct pp__search *ref;   /* the search that holds the even split's entries (itself, or the
+                                       threaded workers' parent: read only while they run) */
+    double *even_makespan;          /* [cap] each entry's time on the even split (split_index 0) where
+                                       it fits there; DBL_MAX otherwise */
+    int ref_cursor;                 /* the entry of ref the next candidate most likely matches */
+    double split_bound[2];          /* the current split's bound, looped and V placement (-1: not yet) */
+    long ruled_out;                 /* candidates so skipped */
 } pp__search;
 
 static void pp__candidate_name(const pp__candidate *c, char *buf, size_t size)
@@ -8544,6 +8566,11 @@ static pp_status pp__search_keep(pp__search *S, const pp_search_entry *t, pp_err
         nb = (long *)PIPEPAR_REALLOC(S->best_at, (size_t)ncap * sizeof *nb);
         if (!nb) return pp__fail(err, PP_ENOMEM, "out of memory");
         S->best_at = nb;
+        if (S->layout) {
+            double *nm = (double *)PIPEPAR_REALLOC(S->even_makespan, (size_t)ncap * sizeof *nm);
+            if (!nm) return pp__fail(err, PP_ENOMEM, "out of memory");
+            S->even_makespan = nm;
+        }
         S->cap = ncap;
     }
     if (S->layout) {
@@ -8558,14 +8585,73 @@ static pp_status pp__search_keep(pp__search *S, const pp_search_entry *t, pp_err
         S->pool_len += (size_t)S->stages;
     }
     S->best_at[S->count] = S->split_index;
+    if (S->layout) S->even_makespan[S->count] = S->split_index == 0 && t->fits ? t->makespan : DBL_MAX;
     S->entries[S->count++] = *t;
     S->cursor = S->count;
     return pp__ok(err);
 }
 
+/* Under cfg.layers, what no schedule with this placement beats on the current split (S->cfg's
+ * per-stage costs): each rank's first compute holds a forward, so it waits for the forward chain
+ * of the stages before its first one (a transfer wherever the rank changes), and the rank then
+ * computes every microbatch's forward and backward of its stages. This is pp_sim_result.bound's
+ * start-and-busy part from the costs alone (stage tails, which only add, left out), so that a
+ * candidate it rules out is never built. */
+static double pp__split_bound(const pp__search *S, pp_placement placement)
+{
+    const pp_search_config *cfg = S->cfg;
+    const pp_sim_costs *c = &cfg->costs;
+    double hop = c->p2p_latency + c->p2p_seconds_per_byte * c->activation_bytes, bound = 0;
+    pp_schedule g;   /* the fields pp_stage_rank and pp__half_cost read */
+    int r, k;
+    memset(&g, 0, sizeof g);
+    g.pp = cfg->pp; g.num_stages = S->stages; g.vpp = S->stages / cfg->pp; g.placement = placement;
+    for (r = 0; r < g.pp; r++) {
+        double up = 0, earliest = -1, busy = 0;
+        for (k = 0; k < g.num_stages; k++) {
+            int rk = pp_stage_rank(&g, k);
+            double f = pp__half_cost(&g, c, PP_OP_F, k);
+            if (rk == r) {
+                double b = pp__half_cost(&g, c, PP_OP_B, k), iw = pp__half_cost(&g, c, PP_OP_I, k) +
+                           pp__half_cost(&g, c, PP_OP_W, k);
+                if (earliest < 0) earliest = up;
+                busy += (f + (b < iw ? b : iw)) * cfg->mb;
+            }
+            up += f + (k + 1 < g.num_stages && pp_stage_rank(&g, k + 1) != rk ? hop : 0);
+        }
+        if (earliest >= 0 && earliest + busy > bound) bound = earliest + busy;
+    }
+    return bound;
+}
+
+/* Candidate c's time on the even split of this vpp, from S->ref (DBL_MAX where it did not fit
+ * there or was not built): by name, with the split backward's suffix where the config splits it
+ * (the kind decides which). */
+static double pp__search_even_makespan(pp__search *S, const pp__candidate *c)
+{
+    const pp__search *R = S->ref;
+    char name[sizeof R->entries[0].name], split[sizeof name];
+    size_t n;
+    int k, count = R->count - R->first;
+    pp__candidate_name(c, name, sizeof name);
+    memcpy(split, name, sizeof name);
+    n = strlen(split);   /* the suffix as pp__search_try writes it, cut where it cuts */
+    snprintf(split + n, sizeof split - n, ", B as I then W");
+    if (S->ref_cursor < R->first || S->ref_cursor >= R->count) S->ref_cursor = R->first;
+    for (k = 0; k < count; k++) {   /* from the cursor, wrapping */
+        int j = R->first + (S->ref_cursor - R->first + k) % count;
+        if (!strcmp(R->entries[j].name, name) || (S->cfg->split_backward && !strcmp(R->entries[j].name, split))) {
+            S->ref_cursor = j + 1;
+            return R->even_makespan[j];
+        }
+    }
+    return DBL_MAX;
+}
+
 /* Builds, proves and times one candidate and keeps its entry (pp__search_keep). A candidate that its kind
  * refuses is skipped (the enumeration only proposes allowed ones, so this is rare); any other
- * failure stops the search. */
+ * failure stops the search. Where every split is tried (S->prune), a candidate whose bound on
+ * this split exceeds its time on the even split is skipped: this split would not be kept. */
 static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error *err)
 {
     const pp_search_config *cfg = S->cfg;
@@ -8575,6 +8661,15 @@ static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error 
     pp_status st;
     int r, split_b = 0;
     if (cfg->kind != PP_KIND_NONE && c->kind != cfg->kind) return pp__ok(err);
+    if (S->prune && S->split_index > 0 && (c->placement == PP_PLACEMENT_LOOPED || c->placement == PP_PLACEMENT_V)) {
+        double even = pp__search_even_makespan(S, c);
+        int p = c->placement == PP_PLACEMENT_V;
+        if (even < DBL_MAX) {
+            if (S->split_bound[p] < 0) S->split_bound[p] = pp__split_bound(S, c->placement);
+            /* strictly slower, beyond pp__entry_cmp's tie and the sums' rounding */
+            if (S->split_bound[p] * (1 - 4e-9) > even) { S->ruled_out++; return pp__ok(err); }
+        }
+    }
     st = pp__candidate_build(cfg, c, &s, err);
     if (st == PP_EUNSUPPORTED) return pp__ok(err);
     if (st != PP_OK) return st;
@@ -8901,6 +8996,7 @@ static pp_status pp__search_split(pp__search *S, const pp_sim_costs *per_layer, 
     S->cursor = S->first;
     S->split_fits = -1;
     S->split_makespan = DBL_MAX;
+    S->split_bound[0] = S->split_bound[1] = -1;
     pp__split_costs(S->cfg, per_layer, S->layout, S->stages, split_cost);
     S->where.splits_done++;   /* counted as it starts: "split 1 of N" while the first runs */
     return pp__search_vpp(S, vpp, err);
@@ -8955,7 +9051,7 @@ static void *pp__split_worker_main(void *arg)
     int have, stop;
     memcpy(k->split, W->even, (size_t)stages * sizeof *k->split);
     for (have = 0, idx = 0;; have = 1, idx++) {
-        if (idx % k->T == k->t) {
+        if (idx > 0 && (idx - 1) % k->T == k->t) {   /* split 0, the even one, is the parent's */
             pthread_mutex_lock(&k->shared->mu);
             stop = k->shared->stop;
             pthread_mutex_unlock(&k->shared->mu);
@@ -8990,7 +9086,7 @@ static pp_status pp__search_splits_threaded(pp__search *S, const pp_search_confi
     sh.where = S->where;
     sh.progress = cfg_copy->progress;
     sh.progress_user = cfg_copy->progress_user;
-    if ((long)T > count) T = (int)count;
+    if ((long)T > count - 1) T = (int)(count - 1);   /* the even split is searched before them */
     k = (pp__split_worker *)pp__calloc((size_t)T, sizeof *k);
     tid = (pthread_t *)pp__calloc((size_t)T, sizeof *tid);
     if (!k || !tid) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
@@ -9016,6 +9112,8 @@ static pp_status pp__search_splits_threaded(pp__search *S, const pp_search_confi
         w->W.stages = S->stages;
         w->W.even = S->even;
         w->W.layout = w->split;
+        w->W.prune = 1;
+        w->W.ref = S;
         w->vpp = vpp; w->lo = lo; w->hi = hi; w->t = t; w->T = T;
         w->shared = &sh;
     }
@@ -9040,6 +9138,7 @@ static pp_status pp__search_splits_threaded(pp__search *S, const pp_search_confi
     /* the merge */
     for (t = 0; t < T && st == PP_OK; t++) {
         const pp__search *W = &k[t].W;
+        S->ruled_out += W->ruled_out;
         for (e = 0; e < W->count && st == PP_OK; e++) {
             const pp_search_entry *we = &W->entries[e];
             const int32_t *wl = W->pool + W->layout_at[e];
@@ -9064,7 +9163,12 @@ static pp_status pp__search_splits_threaded(pp__search *S, const pp_search_confi
             }
         }
     }
-    S->where = sh.where;
+    {   /* the workers count their own simulations (sh.where only while a progress callback runs) */
+        long simulated = S->where.simulated;
+        for (t = 0; t < T; t++) simulated += k[t].W.where.simulated;
+        S->where = sh.where;
+        S->where.simulated = simulated;
+    }
     S->where.splits_done = count;
 done:
     S->layout = layout;
@@ -9074,6 +9178,7 @@ done:
         PIPEPAR_FREE(k[t].W.entries);
         PIPEPAR_FREE(k[t].W.layout_at);
         PIPEPAR_FREE(k[t].W.best_at);
+        PIPEPAR_FREE(k[t].W.even_makespan);
         PIPEPAR_FREE(k[t].W.pool);
     }
     PIPEPAR_FREE(k);
@@ -9226,6 +9331,7 @@ static pp_status pp__search_descend(pp__search *S, pp__layouts *L, const pp_sear
     long tried = 0;
     pp_status st;
     L->local = 1;
+    S->prune = 0;   /* a descent compares splits by their best schedule: it needs every candidate's */
     st = pp__search_split(S, &cfg->costs, vpp, L->cost, err);
     if (st != PP_OK) return st;
     tried++;
@@ -9281,9 +9387,14 @@ static pp_status pp__search_layouts(pp__search *S, pp__layouts *L, const pp_sear
     if (count < 0) return pp__fail(err, PP_ENOMEM, "out of memory");
     S->where.splits_total = count <= L->max_layouts ? count : L->max_layouts;
     if (count > L->max_layouts) return pp__search_descend(S, L, cfg, vpp, lo, hi, err);
+    S->prune = 1;
+    S->ref = S;
 #ifndef PIPEPAR_NO_THREADS
     if (L->threads > 1 && count > 1) {
-        st = pp__search_splits_threaded(S, cfg, vpp, lo, hi, count, L->threads, err);
+        /* the even split here first: the reference every worker prunes against */
+        S->split_index = 0;
+        st = pp__search_split(S, &cfg->costs, vpp, L->cost, err);
+        if (st == PP_OK) st = pp__search_splits_threaded(S, cfg, vpp, lo, hi, count, L->threads, err);
         if (st == PP_OK) L->tried += count;
         return st;
     }
@@ -9314,6 +9425,8 @@ static pp_status pp__search_result(pp__search *S, const pp_search_config *cfg, p
     S->entries = NULL;
     res->layouts = L->tried;
     res->layouts_local = L->local;
+    res->simulated = S->where.simulated;
+    res->ruled_out = S->ruled_out;
     res->layout_pool = S->pool;
     S->pool = NULL;
     if (res->count > 0 && res->entries[0].fits) {
@@ -9395,6 +9508,7 @@ done:
     PIPEPAR_FREE(S.entries);
     PIPEPAR_FREE(S.layout_at);
     PIPEPAR_FREE(S.best_at);
+    PIPEPAR_FREE(S.even_makespan);
     PIPEPAR_FREE(S.pool);
     PIPEPAR_FREE(b_stage);
     pp__layouts_free(&L);

@@ -436,8 +436,8 @@ static void search_print_json(const search_opts *o, const pp_search_result *res)
     const pp_search_config *cfg = &o->cfg;
     int k;
     printf("{\"pp\": %d, \"mb\": %d, \"max_memory\": %.9g, ", cfg->pp, cfg->mb, cfg->max_memory);
-    if (cfg->layers) printf("\"layers\": %d, \"layouts\": %ld, \"layouts_local\": %s, ", cfg->layers, res->layouts,
-                            res->layouts_local ? "true" : "false");
+    if (cfg->layers) printf("\"layers\": %d, \"layouts\": %ld, \"layouts_local\": %s, \"simulated\": %ld, \"ruled_out\": %ld, ",
+                            cfg->layers, res->layouts, res->layouts_local ? "true" : "false", res->simulated, res->ruled_out);
     printf("\"entries\": [");
     for (k = 0; k < res->count; k++) {
         const pp_search_entry *e = &res->entries[k];
@@ -470,12 +470,15 @@ static void search_print_table(const search_opts *o, const pp_search_result *res
     int k, name_width = 54;
     for (k = 0; k < res->count; k++)
         if (res->entries[k].kind == PP_1F1B) base = &res->entries[k];
-    printf("pipepar search  pp=%d mb=%d  %d schedule%s proven and simulated", cfg->pp, cfg->mb, res->count,
-           res->count == 1 ? "" : "s");
-    if (cfg->layers && !res->layouts_local) printf(", each on every split of %d layers (%ld splits)", cfg->layers, res->layouts);
-    if (cfg->layers && res->layouts_local)
+    printf("pipepar search  pp=%d mb=%d  %d schedule%s", cfg->pp, cfg->mb, res->count, res->count == 1 ? "" : "s");
+    if (!cfg->layers) printf(" proven and simulated");
+    else if (!res->layouts_local) printf(", each on every split of %d layers (%ld splits)", cfg->layers, res->layouts);
+    else
         printf(", each on %ld splits of %d layers (where a vpp has more than --max-layouts, found by descent "
                "from the even split)", res->layouts, cfg->layers);
+    if (cfg->layers)   /* the pairs whose bound exceeds their schedule's best split so far are never built */
+        printf(": %ld schedule-split pairs proven and simulated, %ld ruled out by their bound", res->simulated,
+               res->ruled_out);
     if (cfg->max_memory > 0) printf("; memory cap %g (1F1B needs %d)", cfg->max_memory, cfg->pp);
     for (k = 0; k < res->count && (o->top == 0 || k < o->top); k++)   /* the widest name shown sets the column */
         if ((int)strlen(res->entries[k].name) > name_width) name_width = (int)strlen(res->entries[k].name);

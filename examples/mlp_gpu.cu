@@ -884,8 +884,12 @@ static void print_search(const Rank &R, const pp_plan *plan)
     const Options &o = *R.o;
     const pp_search_entry *won = &plan->search->entries[0];
     double work = (3.0 * o.layers - (o.search_layout ? 0.5 : 0.0)) * o.mb;
-    printf("search: %d schedules simulated", plan->search->count);
-    if (o.search_layout) printf(", each on %ld splits of the %d blocks", plan->search->layouts, o.layers);
+    printf("search: %d schedules", plan->search->count);
+    if (o.search_layout)
+        printf(", each on %ld splits of the %d blocks (%ld of those pairs ruled out by their bound, unsimulated)",
+               plan->search->layouts, o.layers, plan->search->ruled_out);
+    else
+        printf(" simulated");
     if (plan->costs.rank_speed)   /* --adapt's: measured costs in seconds, each rank at its own speed */
         printf("; the fastest: %s (simulated step %.1f ms, memory %.2f)\n", won->name, won->makespan * 1e3,
                won->peak_memory);

@@ -14,6 +14,7 @@
  * [ZB]'s B is the input-gradient pass, our I; the simulator's costs are a rank's whole share of
  * the model, so a chunk of a 2-chunk rank costs half (f = 2 gives F = 1 per chunk). */
 #include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include "pp_test.h"
 
@@ -1183,12 +1184,143 @@ static void search_reports_its_progress(void)
     cfg.progress = sr_meter_hook;
     cfg.progress_user = &m;
     PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
-    PP_CHECK_INT(m.calls, 1107 * 3);
+    if (!res) return;
+    /* every (schedule, split) pair is either simulated, with a call, or ruled out by its bound */
+    PP_CHECK_INT(m.calls, res->simulated);
+    PP_CHECK_INT(res->simulated + res->ruled_out, 1107 * 3);
+    PP_CHECK(res->ruled_out > 0);
     PP_CHECK_INT(m.bad, 0);
     PP_CHECK_INT(m.vpp, 4);
     PP_CHECK_INT(m.total, 1107);
     PP_CHECK_INT(m.most_splits, 1107);
     pp_search_result_free(res);
+}
+
+/* The layout search against brute force: every split of the spread searched on its own, as a
+ * search of per-stage costs (each stage its layers' costs, the embedding's on the first and the
+ * loss's on the last), each schedule keeping its best split (fitting first). The layered search
+ * rules out (schedule, split) pairs whose bound exceeds that schedule's time on the even split;
+ * it must still give every schedule the same best time and fit, for random layer costs, speeds,
+ * transfers, caps and split backwards. */
+static unsigned sr_rand_state = 12345u;
+static double sr_uniform(double lo, double hi)
+{
+    sr_rand_state = sr_rand_state * 1103515245u + 12345u;
+    return lo + (hi - lo) * (double)((sr_rand_state >> 8) & 0xffff) / 65535.0;
+}
+
+typedef struct sr_brute {
+    pp_search_config cfg;       /* the per-split search: per-stage arrays below */
+    const pp_layer_costs *lc;
+    pp_layer_costs emb, loss;
+    int stages, layers, lo, hi, split[16];
+    double f[16], b[16], i[16], w[16], m[16];
+    char names[4096][128];   /* with a cap under per-stage memory, a greedy's name carries its split's cap */
+    double best[4096];
+    int fits[4096], n, failed;
+} sr_brute;
+
+static void sr_brute_split(sr_brute *B)
+{
+    pp_search_result *res = NULL;
+    pp_error err;
+    int s, k, layer = 0, e;
+    for (s = 0; s < B->stages; s++) {
+        B->f[s] = B->i[s] = B->w[s] = B->m[s] = 0;
+        for (k = 0; k < B->split[s]; k++, layer++) {
+            B->f[s] += B->lc[layer].f; B->i[s] += B->lc[layer].i; B->w[s] += B->lc[layer].w; B->m[s] += B->lc[layer].memory;
+        }
+    }
+    B->f[0] += B->emb.f; B->i[0] += B->emb.i; B->w[0] += B->emb.w; B->m[0] += B->emb.memory;
+    s = B->stages - 1;
+    B->f[s] += B->loss.f; B->i[s] += B->loss.i; B->w[s] += B->loss.w; B->m[s] += B->loss.memory;
+    for (s = 0; s < B->stages; s++) B->b[s] = B->i[s] + B->w[s];
+    if (pp_search(&B->cfg, &res, &err) != PP_OK) { B->failed = 1; PP_CHECK_MSG(0, "brute split: %s", err.message); return; }
+    for (e = 0; e < res->count; e++) {
+        const pp_search_entry *x = &res->entries[e];
+        for (k = 0; k < B->n && strcmp(B->names[k], x->name); k++) {}
+        if (k == B->n) {
+            if (B->n == 4096) { B->failed = 1; PP_CHECK_MSG(0, "brute: more than 4096 schedules"); break; }
+            snprintf(B->names[k], sizeof B->names[k], "%s", x->name);
+            B->best[k] = x->makespan; B->fits[k] = x->fits; B->n++;
+        } else if (x->fits > B->fits[k] || (x->fits == B->fits[k] && x->makespan < B->best[k])) {
+            B->best[k] = x->makespan; B->fits[k] = x->fits;
+        }
+    }
+    pp_search_result_free(res);
+}
+
+static void sr_brute_walk(sr_brute *B, int s, int left)
+{
+    int n;
+    if (B->failed) return;
+    if (s == B->stages - 1) {
+        if (left < B->lo || left > B->hi) return;
+        B->split[s] = left;
+        sr_brute_split(B);
+        return;
+    }
+    for (n = B->lo; n <= B->hi && n <= left; n++) { B->split[s] = n; sr_brute_walk(B, s + 1, left - n); }
+}
+
+static void search_layers_rules_out_only_what_cannot_win(void)
+{
+    static sr_brute B;
+    pp_layer_costs lc[16];
+    double speed[3];
+    int round, pruned = 0;
+    for (round = 0; round < 8; round++) {
+        pp_search_config cfg;
+        pp_search_result *res = NULL;
+        pp_error err;
+        int pp = 2 + round % 2, vpp = 1 + (round / 2) % 2, stages = pp * vpp, layers = 2 * stages + round % 3, k, e;
+        memset(&cfg, 0, sizeof cfg);
+        memset(&B, 0, sizeof B);
+        cfg.pp = pp; cfg.mb = 2 + round % 4; cfg.vpp = vpp; cfg.layers = layers; cfg.layout_spread = 1;
+        cfg.threads = 1 + round % 3;
+        for (k = 0; k < layers; k++) {
+            lc[k].f = sr_uniform(0.5, 2); lc[k].i = sr_uniform(0.5, 2); lc[k].w = sr_uniform(0.2, 2);
+            lc[k].memory = sr_uniform(0.5, 1.5);
+        }
+        cfg.layer_costs = lc;
+        cfg.costs.f = 1; cfg.costs.i = 1; cfg.costs.w = 1;
+        cfg.costs.p2p_latency = round % 3 == 0 ? 0 : sr_uniform(0, 0.4);
+        cfg.embedding.f = sr_uniform(0, 1); cfg.embedding.w = sr_uniform(0, 0.5);
+        cfg.loss.f = sr_uniform(0, 1.5); cfg.loss.i = sr_uniform(0, 0.5); cfg.loss.w = sr_uniform(0, 0.5);
+        if (round % 4 == 1) {
+            for (k = 0; k < pp; k++) speed[k] = sr_uniform(0.6, 1.2);
+            cfg.costs.rank_speed = speed;
+        }
+        if (round % 5 == 2) cfg.max_memory = 1.5;
+        cfg.split_backward = round % 4 == 3;
+        PP_CHECK_OK(pp_search(&cfg, &res, &err), &err);
+        if (!res) continue;
+        pruned += res->ruled_out > 0;
+        /* the brute force: the same config, one split at a time, as per-stage costs */
+        B.cfg = cfg;
+        B.cfg.layers = 0; B.cfg.layer_costs = NULL; B.cfg.layout_spread = 0; B.cfg.threads = 1;
+        memset(&B.cfg.embedding, 0, sizeof B.cfg.embedding);
+        memset(&B.cfg.loss, 0, sizeof B.cfg.loss);
+        B.cfg.costs.f_stage = B.f; B.cfg.costs.b_stage = B.b; B.cfg.costs.i_stage = B.i; B.cfg.costs.w_stage = B.w;
+        B.cfg.costs.memory_stage = B.m;
+        B.lc = lc; B.emb = cfg.embedding; B.loss = cfg.loss; B.stages = stages; B.layers = layers;
+        B.lo = layers / stages - 1 < 1 ? 1 : layers / stages - 1;
+        B.hi = (layers + stages - 1) / stages + 1;
+        sr_brute_walk(&B, 0, layers);
+        PP_CHECK_MSG(B.n == res->count, "round %d: %d schedules by brute force, %d by the layout search", round, B.n,
+                     res->count);
+        for (e = 0; e < res->count; e++) {
+            const pp_search_entry *x = &res->entries[e];
+            for (k = 0; k < B.n && strcmp(B.names[k], x->name); k++) {}
+            PP_CHECK_MSG(k < B.n, "round %d: '%s' not in the brute force", round, x->name);
+            if (k == B.n) continue;
+            PP_CHECK_MSG(x->fits == B.fits[k] && fabs(x->makespan - B.best[k]) <= 1e-12 * B.best[k],
+                         "round %d: '%s' %.12g (fits %d) where the brute force gives %.12g (fits %d); %ld ruled out",
+                         round, x->name, x->makespan, x->fits, B.best[k], B.fits[k], res->ruled_out);
+        }
+        pp_search_result_free(res);
+    }
+    PP_CHECK(pruned >= 4);   /* the bound did rule pairs out */
 }
 
 static void search_layers_finds_the_interleaved_split_and_group(void)
@@ -1803,6 +1935,7 @@ const pp_test_case pp_suite_search[] = {
     PP_TEST(search_prices_a_full_backward_as_i_plus_w),
     PP_TEST(search_winner_csv_reads_back_identical),
     PP_TEST(search_layers_finds_the_interleaved_split_and_group),
+    PP_TEST(search_layers_rules_out_only_what_cannot_win),
     PP_TEST(search_layers_over_every_kind_and_vpp),
     PP_TEST(search_split_backward_runs_each_b_as_i_then_w),
     PP_TEST(search_layers_tie_keeps_the_split_nearest_even),
