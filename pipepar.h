@@ -8526,21 +8526,32 @@ static long pp__split_distance(const int32_t *split, const int32_t *even, int st
     return d;
 }
 
+/* The entry of this vpp named name (or alt, when given) in R, or -1: searched from *cursor on,
+ * wrapping, as candidates come in the same order for every split; a hit moves *cursor past it. */
+static int pp__search_find(const pp__search *R, const char *name, const char *alt, int *cursor)
+{
+    int k, count = R->count - R->first;
+    if (*cursor < R->first || *cursor >= R->count) *cursor = R->first;
+    for (k = 0; k < count; k++) {
+        int j = R->first + (*cursor - R->first + k) % count;
+        if (!strcmp(R->entries[j].name, name) || (alt && !strcmp(R->entries[j].name, alt))) {
+            *cursor = j + 1;
+            return j;
+        }
+    }
+    return -1;
+}
+
 static pp_status pp__search_keep(pp__search *S, const pp_search_entry *t, pp_error *err)
 {
-    int k = -1, j;
+    int k = -1;
     if (S->layout && (t->fits > S->split_fits || (t->fits == S->split_fits && t->makespan < S->split_makespan))) {
         S->split_fits = t->fits;
         S->split_makespan = t->makespan;
     }
-    if (S->layout) {
-        if (S->cursor < S->count && !strcmp(S->entries[S->cursor].name, t->name)) k = S->cursor;
-        for (j = S->first; k < 0 && j < S->count; j++)
-            if (!strcmp(S->entries[j].name, t->name)) k = j;
-    }
+    if (S->layout) k = pp__search_find(S, t->name, NULL, &S->cursor);
     if (k >= 0) {
         int order = pp__entry_cmp(t, &S->entries[k]);
-        S->cursor = k + 1;
         if (order == 0) {
             /* a tie: the split nearer the even one wins (fewer layers moved) */
             order = pp__split_distance(S->layout, S->even, S->stages) <
@@ -8632,20 +8643,13 @@ static double pp__search_even_makespan(pp__search *S, const pp__candidate *c)
     const pp__search *R = S->ref;
     char name[sizeof R->entries[0].name], split[sizeof name];
     size_t n;
-    int k, count = R->count - R->first;
+    int k;
     pp__candidate_name(c, name, sizeof name);
     memcpy(split, name, sizeof name);
     n = strlen(split);   /* the suffix as pp__search_try writes it, cut where it cuts */
     snprintf(split + n, sizeof split - n, ", B as I then W");
-    if (S->ref_cursor < R->first || S->ref_cursor >= R->count) S->ref_cursor = R->first;
-    for (k = 0; k < count; k++) {   /* from the cursor, wrapping */
-        int j = R->first + (S->ref_cursor - R->first + k) % count;
-        if (!strcmp(R->entries[j].name, name) || (S->cfg->split_backward && !strcmp(R->entries[j].name, split))) {
-            S->ref_cursor = j + 1;
-            return R->even_makespan[j];
-        }
-    }
-    return DBL_MAX;
+    k = pp__search_find(R, name, S->cfg->split_backward ? split : NULL, &S->ref_cursor);
+    return k >= 0 ? R->even_makespan[k] : DBL_MAX;
 }
 
 /* Builds, proves and times one candidate and keeps its entry (pp__search_keep). A candidate that its kind
