@@ -933,12 +933,12 @@ PIPEPAR_API pp_status pp_schedule_read_csv(const char *text, size_t len,
  * each; where a vpp has more than max_layouts such splits (pp = 4 with 12 stages already has
  * over 4096), it descends from the even split instead, one layer moved per round. Each entry
  * reports its schedule's fastest split (entry.stage_layers; a tie keeps the split nearest the
- * even one), and a kind asked for (cfg.kind) spends splits only on the vpps it runs at. Where
- * every split is tried, the even one goes first, and a schedule is never built on a split where
- * some rank's earliest start (the forward chain to its first stage) plus its work already exceeds
- * that schedule's time on the even split (most of the uneven ones). The entries are what trying
- * them all gives; result.simulated and ruled_out count both kinds of pair, the same at any
- * thread count.
+ * even one), and a kind asked for (cfg.kind) spends splits only on the vpps it runs at. The
+ * even split goes first, and a schedule is never built on a split where some rank's earliest
+ * start (the forward chain to its first stage) plus its work already exceeds that schedule's time
+ * on the even split (most of the uneven ones). The entries, and a descent's path, are what
+ * building them all gives; result.simulated and ruled_out count both kinds of pair, the same at
+ * any thread count.
  *
  * This is how Megatron's interleaved 1F1B gets its last points. On even 2-layer stages (pp = 2,
  * vpp = 4, mb = 8, 16 layers, F = 1 and B = 2 per layer) rank 1 waits for rank 0's first 2-layer
@@ -1110,9 +1110,8 @@ typedef struct pp_search_result {
                                  as no order of that schedule's actions on that split could match
                                  its time on the even split: some rank's earliest start (its first
                                  input's forward chain) plus its work already exceeds it. The
-                                 entries are the same as without, and so is the count at any
-                                 thread count (only where every split is tried: a descent
-                                 compares splits by their best schedule, and tries all) */
+                                 entries are the same as without, a descent takes the same
+                                 splits, and the count is the same at any thread count */
     int32_t *layout_pool;     /* storage of the entries' stage_layers */
 } pp_search_result;
 
@@ -8439,8 +8438,8 @@ typedef struct pp__search {
     pp_search_progress where;       /* what cfg->progress is told */
     long split_index;               /* cfg.layers: the current split's place in the vpp's enumeration */
     long *best_at;                  /* [cap] the split_index of each entry's kept split */
-    int prune;                      /* every split of this vpp is tried: a candidate whose bound on the
-                                       current split exceeds its time on the even split is skipped */
+    int prune;                      /* under cfg.layers: a candidate whose bound on the current split
+                                       exceeds its time on the even split is skipped */
     const struct pp__search *ref;   /* the search that holds the even split's entries (itself, or the
                                        threaded workers' parent: read only while they run) */
     double *even_makespan;          /* [cap] each entry's time on the even split (split_index 0) where
@@ -8654,8 +8653,8 @@ static double pp__search_even_makespan(pp__search *S, const pp__candidate *c)
 
 /* Builds, proves and times one candidate and keeps its entry (pp__search_keep). A candidate that its kind
  * refuses is skipped (the enumeration only proposes allowed ones, so this is rare); any other
- * failure stops the search. Where every split is tried (S->prune), a candidate whose bound on
- * this split exceeds its time on the even split is skipped: this split would not be kept. */
+ * failure stops the search. Under cfg.layers (S->prune), a candidate whose bound on this split
+ * exceeds its time on the even split is skipped: this split would not be kept. */
 static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error *err)
 {
     const pp_search_config *cfg = S->cfg;
@@ -9335,9 +9334,14 @@ static pp_status pp__search_descend(pp__search *S, pp__layouts *L, const pp_sear
     long tried = 0;
     pp_status st;
     L->local = 1;
-    S->prune = 0;   /* a descent compares splits by their best schedule: it needs every candidate's */
+    /* Ruling candidates out (S->prune) changes no decision here: a candidate ruled out is slower
+     * than its time on the even split, so than the even split's best, so than the best the
+     * descent holds; it cannot make a split better than that, and a split it would not have
+     * made better is not taken either way. */
+    S->split_index = 0;
     st = pp__search_split(S, &cfg->costs, vpp, L->cost, err);
     if (st != PP_OK) return st;
+    S->split_index = 1;   /* every later split: not the even one */
     tried++;
     fits = S->split_fits;
     makespan = S->split_makespan;
@@ -9390,9 +9394,9 @@ static pp_status pp__search_layouts(pp__search *S, pp__layouts *L, const pp_sear
     count = pp__splits_count(cfg->layers, stages, lo, hi, L->max_layouts);
     if (count < 0) return pp__fail(err, PP_ENOMEM, "out of memory");
     S->where.splits_total = count <= L->max_layouts ? count : L->max_layouts;
-    if (count > L->max_layouts) return pp__search_descend(S, L, cfg, vpp, lo, hi, err);
     S->prune = 1;
     S->ref = S;
+    if (count > L->max_layouts) return pp__search_descend(S, L, cfg, vpp, lo, hi, err);
 #ifndef PIPEPAR_NO_THREADS
     if (L->threads > 1 && count > 1) {
         /* the even split here first: the reference every worker prunes against */
