@@ -8438,10 +8438,10 @@ typedef struct pp__search {
     pp_search_progress where;       /* what cfg->progress is told */
     long split_index;               /* cfg.layers: the current split's place in the vpp's enumeration */
     long *best_at;                  /* [cap] the split_index of each entry's kept split */
-    int prune;                      /* under cfg.layers: a candidate whose bound on the current split
-                                       exceeds its time on the even split is skipped */
-    const struct pp__search *ref;   /* the search that holds the even split's entries (itself, or the
-                                       threaded workers' parent: read only while they run) */
+    const struct pp__search *ref;   /* cfg.layers: the search that holds the even split's entries
+                                       (itself, or the threaded workers' parent: read only while they
+                                       run); a candidate whose bound on a later split exceeds its time
+                                       there is skipped (pp__search_try) */
     double *even_makespan;          /* [cap] each entry's time on the even split (split_index 0) where
                                        it fits there; DBL_MAX otherwise */
     int ref_cursor;                 /* the entry of ref the next candidate most likely matches */
@@ -8653,8 +8653,8 @@ static double pp__search_even_makespan(pp__search *S, const pp__candidate *c)
 
 /* Builds, proves and times one candidate and keeps its entry (pp__search_keep). A candidate that its kind
  * refuses is skipped (the enumeration only proposes allowed ones, so this is rare); any other
- * failure stops the search. Under cfg.layers (S->prune), a candidate whose bound on this split
- * exceeds its time on the even split is skipped: this split would not be kept. */
+ * failure stops the search. Under cfg.layers, a candidate whose bound on this split exceeds its
+ * time on the even split (S->ref) is skipped: this split would not be kept. */
 static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error *err)
 {
     const pp_search_config *cfg = S->cfg;
@@ -8664,7 +8664,7 @@ static pp_status pp__search_try(pp__search *S, const pp__candidate *c, pp_error 
     pp_status st;
     int r, split_b = 0;
     if (cfg->kind != PP_KIND_NONE && c->kind != cfg->kind) return pp__ok(err);
-    if (S->prune && S->split_index > 0 && (c->placement == PP_PLACEMENT_LOOPED || c->placement == PP_PLACEMENT_V)) {
+    if (S->ref && S->split_index > 0 && (c->placement == PP_PLACEMENT_LOOPED || c->placement == PP_PLACEMENT_V)) {
         double even = pp__search_even_makespan(S, c);
         int p = c->placement == PP_PLACEMENT_V;
         if (even < DBL_MAX) {
@@ -9115,7 +9115,6 @@ static pp_status pp__search_splits_threaded(pp__search *S, const pp_search_confi
         w->W.stages = S->stages;
         w->W.even = S->even;
         w->W.layout = w->split;
-        w->W.prune = 1;
         w->W.ref = S;
         w->vpp = vpp; w->lo = lo; w->hi = hi; w->t = t; w->T = T;
         w->shared = &sh;
@@ -9334,7 +9333,7 @@ static pp_status pp__search_descend(pp__search *S, pp__layouts *L, const pp_sear
     long tried = 0;
     pp_status st;
     L->local = 1;
-    /* Ruling candidates out (S->prune) changes no decision here: a candidate ruled out is slower
+    /* Ruling candidates out (pp__search_try) changes no decision here: a candidate ruled out is slower
      * than its time on the even split, so than the even split's best, so than the best the
      * descent holds; it cannot make a split better than that, and a split it would not have
      * made better is not taken either way. */
@@ -9394,7 +9393,6 @@ static pp_status pp__search_layouts(pp__search *S, pp__layouts *L, const pp_sear
     count = pp__splits_count(cfg->layers, stages, lo, hi, L->max_layouts);
     if (count < 0) return pp__fail(err, PP_ENOMEM, "out of memory");
     S->where.splits_total = count <= L->max_layouts ? count : L->max_layouts;
-    S->prune = 1;
     S->ref = S;
     if (count > L->max_layouts) return pp__search_descend(S, L, cfg, vpp, lo, hi, err);
 #ifndef PIPEPAR_NO_THREADS
