@@ -9,8 +9,9 @@
 # gradients and weight gradients as separate actions, as in a pipeline of several), timed while
 # build/bench_link_traffic runs beside it in each mode (bench/link_traffic.cu): none, 64 MiB into
 # GPU 0 pushed by GPU 1 (in), 64 MiB out of GPU 0 (out), each every PERIOD ms, in two rounds. For
-# each run: the step, each action kind's median time per block from the trace (stage 0 holds the
-# input and block 0, which has no input gradient; stage 1 the loss), and GPU 0's clock and power.
+# each run: the step, each action kind's median time per block from the trace (bench/trace_kinds.py
+# --by-stage: stage 0 holds the input and block 0, which has no input gradient; stage 1 the loss),
+# and GPU 0's clock and power.
 # A rank of the pp 4 pipeline moves about one such copy each way every 20 ms.
 # Env: SKIP_BUILD=1 uses the binaries in build/; PERIOD (20, ms); ROUNDS (2).
 set -u
@@ -31,15 +32,6 @@ MODEL="--hidden 4096 --layers 16 --tokens 8192 --mb 8"
 tune_picks "$OUTDIR"
 RUN="$MODEL --warmup 3 --steps 8 --single-ms 1300 --threads 1 --schedule zbv --quiet"
 
-kinds() {   # TRACE: each action kind's median ms per block, by stage (8 blocks a stage)
-    python3 - "$1" <<'EOF'
-import json, statistics, sys
-ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("F", "I", "W")]
-print(" ".join("s%d%s %.3f" % (s, c, statistics.median(e["dur"] / 8000 for e in ev if e["args"]["stage"] == s and e["cat"] == c))
-               for s in (0, 1) for c in "FIW"))
-EOF
-}
-
 for r in $(seq 1 "${ROUNDS:-2}"); do
     for mode in off none in out; do
         base=$OUTDIR/$mode.$r
@@ -52,7 +44,7 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
             >"$base.log" 2>&1 || say "$mode round $r: mlp_gpu exit $?"
         if [ "$mode" != off ]; then kill "$lp" 2>/dev/null; wait "$lp" 2>/dev/null; fi
         step=$(grep -E '^pipeline' "$base.log" | sed -E 's/.* step +([0-9.]+) ms.*/\1/')
-        say "$(printf '%-4s round %d: step %s ms; ms per block: %s' "$mode" "$r" "${step:-?}" "$([ -s "$base.json" ] && kinds "$base.json")")"
+        say "$(printf '%-4s round %d: step %s ms; ms per block: %s' "$mode" "$r" "${step:-?}" "$([ -s "$base.json" ] && python3 bench/trace_kinds.py "$base.json" 'Et*8|t*8L' --by-stage)")"
         say "     $(clocks_brief "$base.clocks.csv" | sed -e 's/^ *//' -e 's/; GPU 1.*//')"
         [ "$mode" = off ] || say "     $(cat "$base.traffic.txt")"
     done

@@ -2,13 +2,14 @@
 """trace_kinds.py: each rank's forward, input-gradient and weight-gradient time per block, from the
 trace of mlp_gpu --trace (the last timed step), beside a reference such as a pipeline of one rank.
 
-    python3 bench/trace_kinds.py TRACE.json LAYOUT [--ref F I W]
+    python3 bench/trace_kinds.py TRACE.json LAYOUT [--ref F I W | --by-stage]
 
 LAYOUT: the stages' blocks in stage order, as mlp_gpu --layout takes them ('Et|t|t|t*2|t*2|t*3|t*3|t*3L';
 'Et*2|t*2|...' for even stages). The first stage (the input, and block 0 with no input gradient)
 and the last (the loss) are left out, so that every action counted is whole blocks of one shape.
 Per rank and kind: the median ms per block over its actions; with --ref (ms per block, e.g. from
-a one-rank run's middle stages) also the ratio to it. Exit 2 on a bad argument or file."""
+a one-rank run's middle stages) also the ratio to it. --by-stage: instead, every stage's medians
+(the first and last too), as for a pipeline of one rank. Exit 2 on a bad argument or file."""
 import json
 import re
 import statistics
@@ -20,7 +21,7 @@ def fail(msg):
     sys.exit(2)
 
 
-def blocks_per_stage(layout):
+def blocks_per_stage(layout, least):
     stages = []
     for piece in layout.split("|"):
         m = re.fullmatch(r"E?t(?:\*(\d+))?L?", piece)
@@ -30,15 +31,16 @@ def blocks_per_stage(layout):
         if n < 1:
             fail("LAYOUT=%s: stage '%s' holds no block" % (layout, piece))
         stages.append(n)
-    if len(stages) < 3:
-        fail("LAYOUT=%s: needs 3 stages or more (the first and last are left out)" % layout)
+    if len(stages) < least:
+        fail("LAYOUT=%s: needs %d stages or more (the first and last are left out)" % (layout, least))
     return stages
 
 
 def main(argv):
-    if len(argv) not in (3, 7) or (len(argv) == 7 and argv[3] != "--ref"):
-        fail("usage: trace_kinds.py TRACE.json LAYOUT [--ref F I W]")
-    stages = blocks_per_stage(argv[2])
+    by_stage = len(argv) == 4 and argv[3] == "--by-stage"
+    if not by_stage and (len(argv) not in (3, 7) or (len(argv) == 7 and argv[3] != "--ref")):
+        fail("usage: trace_kinds.py TRACE.json LAYOUT [--ref F I W | --by-stage]")
+    stages = blocks_per_stage(argv[2], 1 if by_stage else 3)
     ref = None
     if len(argv) == 7:
         try:
@@ -59,11 +61,15 @@ def main(argv):
         s = e["args"]["stage"]
         if s >= len(stages):
             fail("%s: an action of stage %d, where LAYOUT has %d stages" % (argv[1], s, len(stages)))
-        if s in (0, len(stages) - 1):
+        if s in (0, len(stages) - 1) and not by_stage:
             continue
-        per.setdefault(e["pid"], {}).setdefault(e["cat"], []).append(e["dur"] / 1000.0 / stages[s])
+        per.setdefault(s if by_stage else e["pid"], {}).setdefault(e["cat"], []).append(e["dur"] / 1000.0 / stages[s])
     if not per:
-        fail("%s: no action outside the first and last stage" % argv[1])
+        fail("%s: no action %s" % (argv[1], "in it" if by_stage else "outside the first and last stage"))
+    if by_stage:
+        print("  ".join("s%d%s %.3f" % (s, k, statistics.median(per[s][k])) for s in sorted(per) for k in "FIW"
+                        if per[s].get(k)))
+        return
     for rank in sorted(per):
         cols = []
         for kind in "FIW":
