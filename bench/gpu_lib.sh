@@ -56,6 +56,27 @@ single_concurrent() { single_together_ "$1" "$2" together "" "${@:3}"; SINGLE_TO
 # the pipeline's steps run at (every run prints its clocks and temperature).
 single_warm() { single_together_ "$1" "$2" warm "--warmup 12" "${@:3}"; SINGLE_WARM_MS=$TOGETHER_MS; }
 
+# single_linked N OUTDIR MODEL...: single_warm with every GPU's link carrying a pipeline's traffic:
+# GPUs 2k and 2k+1 (an odd last one with GPU 0) copy 64 MiB each way every 20 ms
+# (build/bench_link_traffic both, logs OUTDIR/link-traffic-G.txt) through the runs; sets
+# SINGLE_LINKED_MS (0 with one GPU). Under the power cap any traffic over a link lowers the SM clock
+# by about 2% (RESULTS 3.15): every pipeline rank pays that all the time and the single step alone
+# never. Against this baseline a pipeline's efficiency is what its schedule and runtime lose.
+single_linked() {
+    local n=$1 out=$2 g peer pids=() p; shift 2
+    SINGLE_LINKED_MS=0
+    [ "$n" -ge 2 ] || { say "single step with the links busy: needs 2 GPUs"; return 0; }
+    for ((g = 0; g < n; g += 2)); do
+        peer=$((g + 1 < n ? g + 1 : 0))
+        CUDA_VISIBLE_DEVICES=$g,$peer build/bench_link_traffic 20 900 both >"$out/link-traffic-$g.txt" 2>&1 &
+        pids+=($!)
+    done
+    sleep 2   # the copies running before the timed steps start
+    single_together_ "$n" "$out" linked "--warmup 12" "$@" && SINGLE_LINKED_MS=$TOGETHER_MS
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    for ((g = 0; g < n; g += 2)); do say "  GPU $g's link: $(cat "$out/link-traffic-$g.txt")"; done
+}
+
 single_together_() {   # N OUTDIR TAG EXTRA MODEL...: single_concurrent and single_warm
     local n=$1 out=$2 tag=$3 extra=$4 g ms inv=0 list=""; shift 4
     TOGETHER_MS=0

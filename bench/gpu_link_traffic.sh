@@ -13,7 +13,8 @@
 # --by-stage: stage 0 holds the input and block 0, which has no input gradient; stage 1 the loss),
 # and GPU 0's clock and power.
 # A rank of the pp 4 pipeline moves about one such copy each way every 20 ms.
-# Env: SKIP_BUILD=1 uses the binaries in build/; PERIOD (20, ms); ROUNDS (2).
+# Env: SKIP_BUILD=1 uses the binaries in build/; PERIOD (20, ms); ROUNDS (2); MODES ("off none in
+# out"; off: no second process at all).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . bench/gpu_lib.sh
@@ -33,7 +34,8 @@ tune_picks "$OUTDIR"
 RUN="$MODEL --warmup 3 --steps 8 --single-ms 1300 --threads 1 --schedule zbv --quiet"
 
 for r in $(seq 1 "${ROUNDS:-2}"); do
-    for mode in off none in out; do
+    for mode in ${MODES:-off none in out}; do
+        case $mode in off|none|in|out|both) ;; *) say "MODES: $mode: must be off, none, in, out or both"; exit 2 ;; esac
         base=$OUTDIR/$mode.$r
         if [ "$mode" != off ]; then
             build/bench_link_traffic "$PERIOD" 40 "$mode" >"$base.traffic.txt" 2>&1 &

@@ -8,7 +8,8 @@
 #                                                  to 4 blocks per GPU, 16 microbatches
 #
 # In order: build; NCCL point-to-point bandwidth (raw and through pipepar's transport);
-# pipepar single-GPU baseline (each GPU alone, then all at once); pipepar's schedules on NPROC GPUs
+# pipepar single-GPU baseline (each GPU alone, then all at once, warm, and warm with the links
+# busy); pipepar's schedules on NPROC GPUs
 # (gradient check on most; interleaved also with each B as I then W); the
 # best schedules again with NCCL forced onto sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, a
 # stand-in for two nodes) and the failure test (both skipped by SKIP_SOCKET=1); PyTorch's bench (GELU=tanh: the same model); the
@@ -42,10 +43,10 @@ say() { echo "$@" | tee -a "$LOG"; }
 say "== $(date -u +%Y-%m-%dT%H:%MZ)  $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n 1) x $(nvidia-smi -L | wc -l)"
 say "== build"
 t0=$(date +%s)
-if [ "${SKIP_BUILD:-0}" = 1 ] && build/mlp_gpu --help >/dev/null 2>&1 && ! ldd build/bench_nccl_bw build/gpu/test_nccl | grep -q "not found"; then
+if [ "${SKIP_BUILD:-0}" = 1 ] && build/mlp_gpu --help >/dev/null 2>&1 && [ -x build/bench_link_traffic ] && ! ldd build/bench_nccl_bw build/gpu/test_nccl | grep -q "not found"; then
     say "using the binaries in build/ (SKIP_BUILD=1)"
 else
-    make -s -j16 build/pipepar build/mlp_gpu build/bench_nccl_bw build/gpu/test_nccl >"$OUTDIR/build.log" 2>&1 || { cat "$OUTDIR/build.log"; exit 1; }
+    make -s -j16 build/pipepar build/mlp_gpu build/bench_nccl_bw build/bench_link_traffic build/gpu/test_nccl >"$OUTDIR/build.log" 2>&1 || { cat "$OUTDIR/build.log"; exit 1; }
     say "built in $(( $(date +%s) - t0 )) s"
 fi
 
@@ -78,6 +79,8 @@ say "== pipepar single GPU, on all $NPROC GPUs at once (the pipeline's power and
 single_concurrent "$NPROC" "$OUTDIR" $MODEL
 say "== pipepar single GPU, on all $NPROC GPUs at once after 12 warm-up steps (the pipeline's temperature)"
 single_warm "$NPROC" "$OUTDIR" $MODEL
+say "== pipepar single GPU, on all $NPROC GPUs at once after 12 warm-up steps, the links busy (a pipeline's traffic)"
+single_linked "$NPROC" "$OUTDIR" $MODEL
 
 run_pp() {   # run_pp NAME ARGS...: a pipepar run on NPROC GPUs (ONLY=REGEX: only the names it matches)
     local name=$1; shift
@@ -198,3 +201,5 @@ say "== against the single steps run on every GPU at once (harmonic mean $SINGLE
 efficiency_against "$LOG" "$NPROC" "$SINGLE_TOGETHER_MS" "single steps run together" | tee -a "$LOG" "$OUTDIR/summary.txt"
 say "== against the single steps run on every GPU at once, warm (harmonic mean $SINGLE_WARM_MS ms)"
 efficiency_against "$LOG" "$NPROC" "$SINGLE_WARM_MS" "single steps run together, warm" | tee -a "$LOG" "$OUTDIR/summary.txt"
+say "== against the single steps run on every GPU at once, warm, the links busy (harmonic mean $SINGLE_LINKED_MS ms)"
+efficiency_against "$LOG" "$NPROC" "$SINGLE_LINKED_MS" "single steps, links busy" | tee -a "$LOG" "$OUTDIR/summary.txt"
