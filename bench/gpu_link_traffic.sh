@@ -8,7 +8,8 @@
 # bf16) as a pipeline of one rank on GPU 0 (mlp_gpu --threads 1 --schedule zbv: forwards, input
 # gradients and weight gradients as separate actions, as in a pipeline of several), timed while
 # build/bench_link_traffic runs beside it in each mode (bench/link_traffic.cu): none, 64 MiB into
-# GPU 0 pushed by GPU 1 (in), 64 MiB out of GPU 0 (out), each every PERIOD ms, in two rounds. For
+# GPU 0 pushed by GPU 1 (in), 64 MiB out of GPU 0 (out), each every PERIOD ms, in two rounds
+# (MODES adds both, and pcie: the same bytes each way between GPU 0 and pinned host memory). For
 # each run: the step, each action kind's median time per block from the trace (bench/trace_kinds.py
 # --by-stage: stage 0 holds the input and block 0, which has no input gradient; stage 1 the loss),
 # and GPU 0's clock and power.
@@ -35,7 +36,7 @@ RUN="$MODEL --warmup 3 --steps 8 --single-ms 1300 --threads 1 --schedule zbv --q
 
 for r in $(seq 1 "${ROUNDS:-2}"); do
     for mode in ${MODES:-off none in out}; do
-        case $mode in off|none|in|out|both) ;; *) say "MODES: $mode: must be off, none, in, out or both"; exit 2 ;; esac
+        case $mode in off|none|in|out|both|pcie) ;; *) say "MODES: $mode: must be off, none, in, out, both or pcie"; exit 2 ;; esac
         base=$OUTDIR/$mode.$r
         if [ "$mode" != off ]; then
             build/bench_link_traffic "$PERIOD" 40 "$mode" >"$base.traffic.txt" 2>&1 &

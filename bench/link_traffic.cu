@@ -1,13 +1,15 @@
 /* link_traffic.cu — copy-engine traffic over the link between GPU 0 and GPU 1, in the background of
  * another program's compute on GPU 0: what a pipeline's transfers cost the GEMMs beside them.
  *
- *     build/bench_link_traffic [PERIOD_MS [SECONDS [both|in|out|none]]]     (20, 60, both)
+ *     build/bench_link_traffic [PERIOD_MS [SECONDS [both|in|out|pcie|none]]]     (20, 60, both)
  *
  * Every PERIOD_MS one 64 MiB copy of each direction chosen, as a pipeline rank of the comparison
  * model moves an activation or a gradient:
  *     in    into GPU 0, issued on GPU 1 (a peer's push: no work of this process runs on GPU 0)
  *     out   out of GPU 0, issued on GPU 0 (a push of GPU 0's own, here from a second context)
  *     both  the two at once;   none: the copies skipped, the two contexts alive (the control)
+ *     pcie  into GPU 0 from pinned host memory and out of it to pinned host memory, issued on GPU 0:
+ *           the same bytes each way over PCIe instead of NVLink (a transport staged through the host)
  * bench/gpu_link_traffic.sh times a one-rank pipeline on GPU 0 beside each mode.
  * Prints how many copies ran and the mean time of one round of them, at the end or on SIGTERM.  */
 #include <cuda_runtime.h>
@@ -46,15 +48,16 @@ static double arg_num(const char *s, const char *name, double lo, double hi)
 int main(int argc, char **argv)
 {
     if (argc > 4 || (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))) {
-        fprintf(stderr, "usage: link_traffic [PERIOD_MS [SECONDS [both|in|out|none]]]   (20, 60, both)\n");
+        fprintf(stderr, "usage: link_traffic [PERIOD_MS [SECONDS [both|in|out|pcie|none]]]   (20, 60, both)\n");
         return argc > 4 ? 2 : 0;
     }
     double period_ms = argc > 1 ? arg_num(argv[1], "PERIOD_MS", 0.1, 60000) : 20;
     double seconds = argc > 2 ? arg_num(argv[2], "SECONDS", 0.1, 86400) : 60;
     const char *mode = argc > 3 ? argv[3] : "both";
     int in = !strcmp(mode, "both") || !strcmp(mode, "in"), out = !strcmp(mode, "both") || !strcmp(mode, "out");
-    if (!in && !out && strcmp(mode, "none")) {
-        fprintf(stderr, "link_traffic: mode=%s: must be both, in, out or none\n", mode);
+    int pcie = !strcmp(mode, "pcie");
+    if (!in && !out && !pcie && strcmp(mode, "none")) {
+        fprintf(stderr, "link_traffic: mode=%s: must be both, in, out, pcie or none\n", mode);
         return 2;
     }
     int n_dev = 0, can01 = 0, can10 = 0;
@@ -65,12 +68,14 @@ int main(int argc, char **argv)
     if (!can01 || !can10) { fprintf(stderr, "link_traffic: GPUs 0 and 1 cannot access each other's memory\n"); return 1; }
 
     const size_t bytes = (size_t)64 << 20;
-    void *src0, *dst0, *src1, *dst1;
-    cudaStream_t s0, s1;
+    void *src0, *dst0, *src1, *dst1, *host_in, *host_out;
+    cudaStream_t s0, s0b, s1;
     CK(cudaSetDevice(0));
     CK(cudaDeviceEnablePeerAccess(1, 0));
     CK(cudaMalloc(&src0, bytes)); CK(cudaMalloc(&dst0, bytes));
     CK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&s0b, cudaStreamNonBlocking));
+    CK(cudaMallocHost(&host_in, bytes)); CK(cudaMallocHost(&host_out, bytes));
     CK(cudaSetDevice(1));
     CK(cudaDeviceEnablePeerAccess(0, 0));
     CK(cudaMalloc(&src1, bytes)); CK(cudaMalloc(&dst1, bytes));
@@ -84,7 +89,12 @@ int main(int argc, char **argv)
         double c0 = now_s();
         if (in) CK(cudaMemcpyPeerAsync(dst0, 0, src1, 1, bytes, s1));    /* GPU 1 pushes into GPU 0 */
         if (out) CK(cudaMemcpyPeerAsync(dst1, 1, src0, 0, bytes, s0));   /* GPU 0 pushes into GPU 1 */
+        if (pcie) {
+            CK(cudaMemcpyAsync(dst0, host_in, bytes, cudaMemcpyHostToDevice, s0));
+            CK(cudaMemcpyAsync(host_out, src0, bytes, cudaMemcpyDeviceToHost, s0b));   /* its own stream: both ways at once */
+        }
         CK(cudaStreamSynchronize(s0));
+        CK(cudaStreamSynchronize(s0b));
         CK(cudaStreamSynchronize(s1));
         busy += now_s() - c0;
         rounds++;
