@@ -2941,6 +2941,17 @@ PIPEPAR_API pp_status pp_nccl_transport_gate(pp_transport *t, int *gated_peers, 
 PIPEPAR_API pp_status pp_nccl_transport_copy_engine(pp_transport *t, size_t slot_bytes, int slots, int *ce_peers,
                                                     pp_error *err);
 
+/* Copy-engine transfers staged through the host: before pp_nccl_transport_copy_engine (on every
+ * rank alike, or that call refuses on every rank), on != 0 puts its rings and flags in pinned host
+ * memory shared between the processes (/dev/shm) and sends every transfer through them: the
+ * sender's copy engine copies each slot out over PCIe, the receiver's copies it in, with no
+ * traffic over NVLink. Under a power cap, traffic over NVLink lowers the SM clock of both GPUs
+ * for tens of milliseconds after it; over PCIe it does not (RESULTS 3.15). Each transfer takes
+ * longer (two copies, at PCIe's bandwidth) and the ring is the only path, so slots * slot_bytes
+ * per peer is what may be in flight. NCCL_P2P_DISABLE=1 leaves it on (no peer-to-peer access is
+ * used). Refused after pp_nccl_transport_copy_engine. */
+PIPEPAR_API pp_status pp_nccl_transport_copy_engine_via_host(pp_transport *t, int on, pp_error *err);
+
 /* How this rank's copy-engine transfers went since set-up, sends and receives alike: counts[0]
  * pushed (the receive was posted first), counts[1] pulled (the send was), counts[2] through the
  * ring. */

@@ -1097,6 +1097,13 @@ typedef struct pp__nccl_transport {
                                    that may sit on one */
     /* copy-engine transfers (pp_nccl_transport_copy_engine) */
     int ce_on, ce_called;
+    int ce_via_host;            /* the rings and flags in pinned host memory, every transfer through
+                                   them (pp_nccl_transport_copy_engine_via_host) */
+    void *ce_host;              /* that memory of this rank as mapped here (ce_mem: its device address) */
+    size_t ce_host_bytes;
+    char ce_host_name[64];      /* its shared-memory name, unlinked once every peer has opened it */
+    void **ce_peer_host;        /* [world]: p's, mapped and registered here (other processes) */
+    size_t *ce_peer_host_bytes;
     int ce_collective;          /* set up on every rank: pp_nccl_transport_free meets the others */
     size_t ce_slot_bytes;
     int ce_slots;
@@ -1367,6 +1374,15 @@ static cudaError_t pp__nccl_ce_copy(void *dst, const void *src, size_t bytes, cu
 #endif
 }
 
+/* A copy into or out of a ring: between device memory and pinned host memory when the rings are
+ * in the host's (both run on a copy engine, over PCIe). */
+static cudaError_t pp__nccl_ring_copy(const pp__nccl_transport *t, void *dst, const void *src, size_t bytes,
+                                      cudaStream_t stream)
+{
+    return t->ce_via_host ? cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream)
+                          : pp__nccl_ce_copy(dst, src, bytes, stream);
+}
+
 static cudaStream_t pp__nccl_stream_of(const pp__nccl_transport *t, int on)
 {
     return on == PP__NCCL_ON_CE_SEND ? t->ce_send : on == PP__NCCL_ON_CE_RECV ? t->ce_recv : t->nc->stream;
@@ -1400,6 +1416,7 @@ static int pp__nccl_ce_publish(pp__nccl_transport *t, int p, const void *buf, si
     b->buffer_id = 0;
     b->base = (uint64_t)(uintptr_t)buf;
     b->offset = 0;
+    if (t->ce_via_host) return 0;   /* every transfer through the rings in host memory, off the GPUs' links */
     if (t->ce_same[p] || bytes == 0) return 1;
     data[0] = &id; data[1] = &base; data[2] = &capable;
     if (!t->attrs || t->attrs(3, which, data, (CUdeviceptr)(uintptr_t)buf) != CUDA_SUCCESS || !id || !base || !capable ||
@@ -1583,7 +1600,8 @@ static pp_status pp__nccl_ce_send(pp__nccl_transport *t, const pp_transfer *x, c
                 r = t->wait64(cs, pp__nccl_ce_flag(t, PP__NCCL_FREED, p), k - (uint64_t)t->ce_slots + 1,
                               CU_STREAM_WAIT_VALUE_GEQ);
             if (r == CUDA_SUCCESS)
-                e = pp__nccl_ce_copy((void *)(uintptr_t)(ring + slot * t->ce_slot_bytes), (const char *)x->buf + off, n, s);
+                e = pp__nccl_ring_copy(t, (void *)(uintptr_t)(ring + slot * t->ce_slot_bytes), (const char *)x->buf + off,
+                                       n, s);
             if (r == CUDA_SUCCESS && e == cudaSuccess) r = pp__nccl_announce(t, s, arrived, k + 1);
             off += n;
         }
@@ -1617,7 +1635,8 @@ static pp_status pp__nccl_ce_recv(pp__nccl_transport *t, const pp_transfer *x, c
             size_t slot = (size_t)((k - t->ce_base) % (uint64_t)t->ce_slots);
             r = t->wait64(cs, arrived, k + 1, CU_STREAM_WAIT_VALUE_GEQ);
             if (r == CUDA_SUCCESS)
-                e = pp__nccl_ce_copy((char *)x->buf + off, t->ce_mem + t->ce_ring_here[p] + slot * t->ce_slot_bytes, n, s);
+                e = pp__nccl_ring_copy(t, (char *)x->buf + off, t->ce_mem + t->ce_ring_here[p] + slot * t->ce_slot_bytes,
+                                       n, s);
             if (r == CUDA_SUCCESS && e == cudaSuccess) r = pp__nccl_announce(t, s, freed, k + 1);
             off += n;
         }
@@ -2449,6 +2468,7 @@ typedef struct pp__nccl_ce_card {     /* what each rank tells the others, first 
     int32_t threads_ok;               /* config.test_ce_threads */
     int32_t bad_args;                 /* slots or slot_bytes out of range */
     int32_t asked_slots;              /* what the caller passed, for the message */
+    int32_t via_host;                 /* pp_nccl_transport_copy_engine_via_host */
     uint64_t asked_bytes;
 } pp__nccl_ce_card;
 
@@ -2458,6 +2478,8 @@ typedef struct pp__nccl_ce_where {    /* second round: each rank's memory, once 
     int32_t ok, pad;
     char seg[64];                     /* its claims' shared-memory segment */
     uint64_t seg_bytes;
+    char host[64];                    /* via host: its flags' and rings' segment (ptr: its device address) */
+    uint64_t host_bytes;
 } pp__nccl_ce_where;
 
 /* The claims' segment: made by the receiver (zeroed: no claims yet), opened by its senders,
@@ -2482,6 +2504,41 @@ static void *pp__nccl_shm(const char *name, size_t bytes, int make)
         return NULL;
     }
     return ptr;
+}
+
+/* Via host: a peer's rings and flags, mapped here and pinned for this process's copy engines;
+ * their device address, or 0 where that fails (the pair then stays on NCCL). A thread of this
+ * process passes its own (pinned for every context: cudaHostRegisterPortable). */
+static CUdeviceptr pp__nccl_map_peer_host(pp__nccl_transport *t, int p, int same_process, const pp__nccl_ce_where *w)
+{
+    char name[sizeof w->host + 1];
+    void *seg, *dev = NULL;
+    if (same_process) return (CUdeviceptr)w->ptr;
+    memcpy(name, w->host, sizeof w->host);
+    name[sizeof w->host] = 0;
+    seg = pp__nccl_shm(name, (size_t)w->host_bytes, 0);
+    if (!seg) return 0;
+    if (cudaHostRegister(seg, (size_t)w->host_bytes, cudaHostRegisterMapped | cudaHostRegisterPortable) != cudaSuccess) {
+        (void)cudaGetLastError();
+        munmap(seg, (size_t)w->host_bytes);
+        return 0;
+    }
+    t->ce_peer_host[p] = seg;
+    t->ce_peer_host_bytes[p] = (size_t)w->host_bytes;
+    if (cudaHostGetDevicePointer(&dev, seg, 0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        dev = NULL;
+    }
+    return (CUdeviceptr)(uintptr_t)dev;
+}
+
+static void pp__nccl_unmap_peer_host(pp__nccl_transport *t, int p)
+{
+    if (!t->ce_peer_host || !t->ce_peer_host[p]) return;
+    cudaHostUnregister(t->ce_peer_host[p]);
+    munmap(t->ce_peer_host[p], t->ce_peer_host_bytes[p]);
+    t->ce_peer_host[p] = NULL;
+    (void)cudaGetLastError();
 }
 
 /* Ranks whose transfers may go through the copy engines: both able, on one host, in two
@@ -2544,6 +2601,7 @@ static void pp__nccl_ce_release(pp__nccl_transport *t, int at_free)
         }
         for (p = 0; t->ce_opened && p < nc->world; p++)
             if (t->ce_opened[p]) { cudaIpcCloseMemHandle(t->ce_opened[p]); t->ce_opened[p] = NULL; }
+        for (p = 0; p < nc->world; p++) pp__nccl_unmap_peer_host(t, p);
         if (at_free && t->ce_collective && pp_nccl_barrier(nc, nc->timeout_s, NULL) != PP_OK) ok = 0;
         if (at_free) t->ce_collective = 0;
     }
@@ -2556,8 +2614,12 @@ static void pp__nccl_ce_release(pp__nccl_transport *t, int at_free)
         }
         if (t->ce_send) cudaStreamDestroy(t->ce_send);
         if (t->ce_recv) cudaStreamDestroy(t->ce_recv);
-        if (t->ce_mem) cudaFree(t->ce_mem);
+        if (t->ce_host) { cudaHostUnregister(t->ce_host); munmap(t->ce_host, t->ce_host_bytes); }
+        else if (t->ce_mem) cudaFree(t->ce_mem);
+        t->ce_host = NULL;
+        t->ce_host_bytes = 0;
     }
+    if (t->ce_host_name[0]) { shm_unlink(t->ce_host_name); t->ce_host_name[0] = 0; }
     /* the claims are host memory, shared: unmapping is safe whatever the peers still do */
     if (t->ce_seg_name[0]) { shm_unlink(t->ce_seg_name); t->ce_seg_name[0] = 0; }
     if (t->ce_seg) munmap(t->ce_seg, t->ce_seg_bytes);
@@ -2571,6 +2633,8 @@ static void pp__nccl_ce_release(pp__nccl_transport *t, int at_free)
     free(t->ce_join_recv); free(t->ce_maps);
     free(t->ce_peer_seg); free(t->ce_peer_seg_bytes); free(t->ce_claims_in); free(t->ce_claims_out);
     free(t->ce_xsent); free(t->ce_xrecv); free(t->ce_same); free(t->ce_plans); free(t->ce_posted_high);
+    free(t->ce_peer_host); free(t->ce_peer_host_bytes);
+    t->ce_peer_host = NULL; t->ce_peer_host_bytes = NULL;
     t->ce_remote = NULL; t->ce_opened = NULL; t->ce_ring_here = NULL; t->ce_ring_there = NULL;
     t->ce_sent = NULL; t->ce_taken = NULL; t->ce_send_to = NULL; t->ce_join = NULL; t->ce_recv_from = NULL;
     t->ce_join_recv = NULL; t->ce_maps = NULL; t->ce_num_maps = t->ce_cap_maps = 0;
@@ -2635,13 +2699,15 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     t->ce_xrecv = (uint64_t *)calloc((size_t)nc->world, sizeof *t->ce_xrecv);
     t->ce_same = (unsigned char *)calloc((size_t)nc->world, 1);
     t->ce_posted_high = (uint32_t *)calloc((size_t)nc->world, sizeof *t->ce_posted_high);
+    t->ce_peer_host = (void **)calloc((size_t)nc->world, sizeof *t->ce_peer_host);
+    t->ce_peer_host_bytes = (size_t *)calloc((size_t)nc->world, sizeof *t->ce_peer_host_bytes);
     cards = (pp__nccl_ce_card *)calloc((size_t)nc->world, sizeof *cards);
     wheres = (pp__nccl_ce_where *)calloc((size_t)nc->world, sizeof *wheres);
     mapped = (unsigned char *)calloc((size_t)nc->world, 1);
     all_mapped = (unsigned char *)calloc((size_t)nc->world * (size_t)nc->world, 1);
     if (!t->ce_remote || !t->ce_opened || !t->ce_ring_here || !t->ce_ring_there || !t->ce_sent || !t->ce_taken ||
         !t->ce_send_to || !t->ce_join || !t->ce_recv_from || !t->ce_join_recv || !t->ce_peer_seg || !t->ce_peer_seg_bytes || !t->ce_claims_in ||
-        !t->ce_claims_out || !t->ce_xsent || !t->ce_xrecv || !t->ce_same || !t->ce_posted_high || !cards || !wheres || !mapped || !all_mapped) {
+        !t->ce_claims_out || !t->ce_xsent || !t->ce_xrecv || !t->ce_same || !t->ce_posted_high || !t->ce_peer_host || !t->ce_peer_host_bytes || !cards || !wheres || !mapped || !all_mapped) {
         /* cannot join the all-gathers without their buffers: the others time out there */
         st = pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_transport_copy_engine: out of memory");
         goto fail;
@@ -2659,7 +2725,8 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     me.threads_ok = nc->test_ce_threads;
     /* NCCL_P2P_DISABLE=1 says peer-to-peer between GPUs is off: ours too (so that NCCL's socket
      * transport can stand in for two nodes) */
-    if (getenv("NCCL_P2P_DISABLE") && !strcmp(getenv("NCCL_P2P_DISABLE"), "1")) me.ok = 0;
+    if (!t->ce_via_host && getenv("NCCL_P2P_DISABLE") && !strcmp(getenv("NCCL_P2P_DISABLE"), "1")) me.ok = 0;
+    me.via_host = t->ce_via_host;
     pp__nccl_identity(&me.host, &me.space);
     if ((st = pp__nccl_all_gather_host(nc, &me, cards, sizeof me, err)) != PP_OK) goto fail;
     /* decided from the cards alone, so every rank refuses alike */
@@ -2691,6 +2758,12 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
                                (unsigned long long)cards[p].slot_bytes, (int)cards[p].slots);
             goto fail;
         }
+        if (cards[p].via_host != cards[0].via_host) {
+            st = pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: rank 0 %s pp_nccl_transport_copy_engine_via_host, "
+                               "rank %d %s: every rank must set the same", cards[0].via_host ? "set" : "did not set", p,
+                               cards[p].via_host ? "did" : "did not");
+            goto fail;
+        }
         if (cards[p].base != cards[0].base) {
             st = pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine: test_count_base differs between ranks "
                                "(rank 0: %llu, rank %d: %llu): every rank must set the same",
@@ -2709,14 +2782,33 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
         uint64_t *flags0 = NULL;
         int lo = 0, hi = 0;
         total = flags_bytes + (size_t)pairs * ring_bytes;
-        e = cudaMalloc((void **)&t->ce_mem, total);
-        if (e == cudaSuccess && !(flags0 = (uint64_t *)malloc(flags_bytes))) e = cudaErrorMemoryAllocation;
-        if (e == cudaSuccess) {   /* every count starts at the base: nothing arrived, nothing freed */
-            for (p = 0; p < (int)(flags_bytes / 8); p++) flags0[p] = me.base;
-            e = cudaMemcpy(t->ce_mem, flags0, flags_bytes, cudaMemcpyHostToDevice);
+        if (t->ce_via_host) {   /* shared memory the peers map too, pinned here for the copy engines */
+            snprintf(t->ce_host_name, sizeof t->ce_host_name, "/pipepar-ceh-%lld-%d-%llx", (long long)getpid(), nc->rank,
+                     (unsigned long long)(pp__nccl_now() * 1e9));
+            t->ce_host = pp__nccl_shm(t->ce_host_name, total, 1);
+            if (!t->ce_host) { t->ce_host_name[0] = 0; e = cudaErrorMemoryAllocation; }
+            else t->ce_host_bytes = total;
+            if (e == cudaSuccess) {
+                uint64_t *f = (uint64_t *)t->ce_host;
+                for (p = 0; p < (int)(flags_bytes / 8); p++) f[p] = me.base;
+                e = cudaHostRegister(t->ce_host, total, cudaHostRegisterMapped | cudaHostRegisterPortable);
+                if (e != cudaSuccess) { munmap(t->ce_host, total); t->ce_host = NULL; t->ce_host_bytes = 0; }
+            }
+            if (e == cudaSuccess) e = cudaHostGetDevicePointer((void **)&t->ce_mem, t->ce_host, 0);
+            if (e == cudaSuccess) {
+                memcpy(where.host, t->ce_host_name, sizeof where.host);
+                where.host_bytes = total;
+            }
+        } else {
+            e = cudaMalloc((void **)&t->ce_mem, total);
+            if (e == cudaSuccess && !(flags0 = (uint64_t *)malloc(flags_bytes))) e = cudaErrorMemoryAllocation;
+            if (e == cudaSuccess) {   /* every count starts at the base: nothing arrived, nothing freed */
+                for (p = 0; p < (int)(flags_bytes / 8); p++) flags0[p] = me.base;
+                e = cudaMemcpy(t->ce_mem, flags0, flags_bytes, cudaMemcpyHostToDevice);
+            }
+            free(flags0);
+            if (e == cudaSuccess) e = cudaIpcGetMemHandle(&where.handle, t->ce_mem);
         }
-        free(flags0);
-        if (e == cudaSuccess) e = cudaIpcGetMemHandle(&where.handle, t->ce_mem);
         if (e == cudaSuccess) e = cudaDeviceGetStreamPriorityRange(&lo, &hi);
         if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&t->ce_send, cudaStreamNonBlocking, hi);
         if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&t->ce_recv, cudaStreamNonBlocking, hi);
@@ -2740,6 +2832,16 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     }
     /* round 2: the memory and the claims; map every paired rank's, and make its send stream */
     if ((st = pp__nccl_all_gather_host(nc, &where, wheres, sizeof where, err)) != PP_OK) goto fail;
+    for (p = 0; t->ce_via_host && p < nc->world; p++) {   /* asked for: refused on every rank alike, not left to NCCL */
+        int q, paired = 0;
+        for (q = 0; q < nc->world; q++) paired += pp__nccl_ce_pair(cards, p, q);
+        if (paired && !wheres[p].ok) {
+            st = pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_transport_copy_engine: via host: rank %d could not make and pin its "
+                               "%.1f MiB of rings and flags in shared memory (/dev/shm: see df /dev/shm; slots * "
+                               "slot_bytes per peer)", p, (double)(flags_bytes + (size_t)paired * ring_bytes) / 1048576.0);
+            goto fail;
+        }
+    }
     for (p = 0; p < nc->world; p++) {
         void *ptr, *seg;
         size_t table = PP__NCCL_CLAIMS * sizeof(pp__nccl_ce_claim);
@@ -2750,13 +2852,15 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
         if (!seg) continue;
         t->ce_peer_seg[p] = seg;
         t->ce_peer_seg_bytes[p] = (size_t)wheres[p].seg_bytes;
-        ptr = pp__nccl_map_peer(t, same, cards[p].device, wheres[p].ptr, &wheres[p].handle, &t->ce_opened[p]);
+        if (t->ce_via_host) ptr = (void *)(uintptr_t)pp__nccl_map_peer_host(t, p, same, &wheres[p]);
+        else ptr = pp__nccl_map_peer(t, same, cards[p].device, wheres[p].ptr, &wheres[p].handle, &t->ce_opened[p]);
         if (ptr && (cudaDeviceGetStreamPriorityRange(&lo, &hi) != cudaSuccess ||
                     cudaStreamCreateWithPriority(&t->ce_send_to[p], cudaStreamNonBlocking, hi) != cudaSuccess ||
                     cudaEventCreateWithFlags(&t->ce_join[p], cudaEventDisableTiming) != cudaSuccess ||
                     cudaStreamCreateWithPriority(&t->ce_recv_from[p], cudaStreamNonBlocking, hi) != cudaSuccess ||
                     cudaEventCreateWithFlags(&t->ce_join_recv[p], cudaEventDisableTiming) != cudaSuccess)) {
             if (t->ce_opened[p]) { cudaIpcCloseMemHandle(t->ce_opened[p]); t->ce_opened[p] = NULL; }
+            pp__nccl_unmap_peer_host(t, p);
             ptr = NULL;
             (void)cudaGetLastError();
         }
@@ -2775,11 +2879,13 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
         if (mapped[p] && all_mapped[(size_t)p * (size_t)nc->world + (size_t)nc->rank]) { n++; continue; }
         t->ce_remote[p] = 0;
         if (t->ce_opened[p]) { cudaIpcCloseMemHandle(t->ce_opened[p]); t->ce_opened[p] = NULL; }   /* one-sided */
+        pp__nccl_unmap_peer_host(t, p);
     }
     /* every rank has closed the mappings it keeps no use for before any rank frees its memory,
      * and has opened the claims it needs */
     if ((st = pp_nccl_barrier(nc, nc->timeout_s, err)) != PP_OK) goto fail;
     if (t->ce_seg_name[0]) { shm_unlink(t->ce_seg_name); t->ce_seg_name[0] = 0; }
+    if (t->ce_host_name[0]) { shm_unlink(t->ce_host_name); t->ce_host_name[0] = 0; }
     t->ce_on = n > 0;
     t->ce_collective = 1;
     /* every peer on copy engines: its transfers run on streams of their own, and the executor
@@ -2795,12 +2901,24 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     return pp__nccl_ok(err);
 fail:
     if (t->ce_seg_name[0]) { shm_unlink(t->ce_seg_name); t->ce_seg_name[0] = 0; }
+    if (t->ce_host_name[0]) { shm_unlink(t->ce_host_name); t->ce_host_name[0] = 0; }
     if (st != PP_ETIMEOUT && !nc->aborted) {   /* else freeing could wait on the device */
         pp__nccl_ce_release(t, 0);
         t->ce_called = 0;   /* refused on every rank alike, nothing left behind: a new call may follow */
     }
     free(cards); free(wheres); free(mapped); free(all_mapped);
     return st;
+}
+
+pp_status pp_nccl_transport_copy_engine_via_host(pp_transport *tp, int on, pp_error *err)
+{
+    pp__nccl_transport *t = pp__nccl_of(tp, err, "pp_nccl_transport_copy_engine_via_host");
+    if (!t) return PP_EINVAL;
+    if (t->ce_called)
+        return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_copy_engine_via_host: must come before "
+                             "pp_nccl_transport_copy_engine");
+    t->ce_via_host = on ? 1 : 0;
+    return pp__nccl_ok(err);
 }
 
 pp_status pp_nccl_transport_copy_engine_counts(pp_transport *tp, long long counts[3], pp_error *err)

@@ -840,7 +840,9 @@ static int plan_config(Rank &R, pp_plan_config &pc, std::vector<char> &csv, std:
     }
     pc.max_memory = o.max_memory;
     pc.costs.f = pc.costs.i = pc.costs.w = 1;
-    pc.costs.p2p_latency = 290.0 / o.hidden + 0.01;
+    /* a boundary tensor's transfer in units of a block's forward (its bytes over its FLOPs); staged
+     * through host memory it is two copies over PCIe, several times NVLink's time per byte */
+    pc.costs.p2p_latency = (o.via_host ? 2000.0 : 290.0) / o.hidden + 0.01;
     /* candidates ranked as this runtime posts their transfers: through the copy engines (processes
      * of one host) a group per peer on that peer's streams (pp_transport.independent_peers),
      * else a round's in one group, waited as a whole and in order */
@@ -953,10 +955,15 @@ static int rank_transport(Rank &R)
     PPCK(pp_nccl_transport(R.pipe, R.stream, &R.tp, &e_));
     if (o.copy_engine) {
         size_t tensor = (size_t)o.tokens * o.hidden * sizeof(bf16);
-        size_t slot = std::min<size_t>((size_t)16 << 20, (tensor + 4095) / 4096 * 4096);
-        int peers = 0;
-        PPCK(pp_nccl_transport_copy_engine(&R.tp, slot, 8, &peers, &e_));
-        if (R.lead && !o.quiet) printf("copy engines: %d peer(s), 8 slots of %.2f MiB each\n", peers, slot / 1048576.0);
+        /* staged through the host, every transfer goes through the ring, in /dev/shm: pieces of
+         * 4 MiB, four in flight per peer (the receiver's copy of one overlaps the next's arrival) */
+        size_t slot = std::min<size_t>(o.via_host ? (size_t)4 << 20 : (size_t)16 << 20, (tensor + 4095) / 4096 * 4096);
+        int peers = 0, slots = o.via_host ? 4 : 8;
+        if (o.via_host) PPCK(pp_nccl_transport_copy_engine_via_host(&R.tp, 1, &e_));
+        PPCK(pp_nccl_transport_copy_engine(&R.tp, slot, slots, &peers, &e_));
+        if (R.lead && !o.quiet)
+            printf("copy engines: %d peer(s), %d slots of %.2f MiB each%s\n", peers, slots, slot / 1048576.0,
+                   o.via_host ? ", staged through pinned host memory" : "");
     }
     if (o.in_order) R.tp.independent_peers = 0;   /* a round's transfers in one group, waited in order */
     if (R.lead && o.schedule && !strcmp(o.schedule, "search") && !o.threads && !o.in_order &&

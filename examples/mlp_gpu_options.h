@@ -23,6 +23,7 @@ struct Options {
     int kill_rank = -1, kill_step = -1;
     int gate = 1, tune = 1, quiet = 0;
     int copy_engine = 1;            /* transfers between GPUs of this host through the copy engines */
+    int via_host = 0;               /* --via-host: those staged through pinned host memory, over PCIe */
     int in_order = 0;               /* --in-order: a round's transfers in one group, waited in order */
     const char *layout = nullptr;   /* Megatron layout string: blocks per stage */
     double max_memory = 0;          /* --schedule search: cap on activation memory */
@@ -96,6 +97,10 @@ static const char usage[] =
     "  --no-copy-engine  every transfer through NCCL (default: between processes on one host through the\n"
     "                  copy engines, pp_nccl_transport_copy_engine: one copy straight between the two buffers,\n"
     "                  no SM on either GPU; others, threads of one process, and NCCL_P2P_DISABLE=1 on NCCL)\n"
+    "  --via-host      the copy engines' transfers staged through pinned host memory, over PCIe instead of\n"
+    "                  NVLink (pp_nccl_transport_copy_engine_via_host): under the power cap NVLink's traffic\n"
+    "                  lowers the SM clock, PCIe's does not; each transfer takes longer, and the search\n"
+    "                  ranks its candidates so\n"
     "  --in-order      over the copy engines too, post a round's transfers with every peer as one group\n"
     "                  and wait for the groups in order (default there: a group per peer, each waited\n"
     "                  for alone, pp_transport.independent_peers); the same at pp 2\n"
@@ -131,7 +136,7 @@ static int parse_args(int argc, char **argv, Options *o)
         snprintf(flag, sizeof flag, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
         static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", "--no-gate",
                                               "--no-copy-engine", "--keep-overlaps", "--search-layout",
-                                              "--place-by-speed", "--split-backward", "--adapt", "--in-order", NULL };
+                                              "--place-by-speed", "--split-backward", "--adapt", "--in-order", "--via-host", NULL };
         static const char *const valued[] = { "--threads", "--pp", "--vpp", "--group", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
             "--single-ms", "--kill-rank", "--kill-step", "--layout", "--max-memory", "--search-kind", "--gpu-ms",
@@ -171,6 +176,7 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--no-gate")) o->gate = 0;
         else if (!strcmp(flag, "--no-copy-engine")) o->copy_engine = 0;
         else if (!strcmp(flag, "--in-order")) o->in_order = 1;
+        else if (!strcmp(flag, "--via-host")) o->via_host = 1;
         else if (!strcmp(flag, "--keep-overlaps")) o->keep_overlaps = 1;
         else if (!strcmp(flag, "--split-backward")) o->split_backward = 1;
         else if (!strcmp(flag, "--search-layout")) o->search_layout = 1;
@@ -250,6 +256,11 @@ static int check_args(const Options *o)
         return 2;
     }
     if (o->single && o->threads) { fprintf(stderr, "mlp_gpu: --single and --threads: choose one\n"); return 2; }
+    if (o->via_host && (!o->copy_engine || o->threads || o->single)) {
+        fprintf(stderr, "mlp_gpu: --via-host: stages the copy engines' transfers between processes (not with --%s)\n",
+                !o->copy_engine ? "no-copy-engine" : o->threads ? "threads" : "single");
+        return 2;
+    }
     if (o->tune_in_step && (!o->single || !o->tune)) {
         fprintf(stderr, "mlp_gpu: --tune-in-step: %s\n", !o->single ? "only with --single (pipelines take its picks "
                 "through --gemm-picks)" : "not with --no-tune");

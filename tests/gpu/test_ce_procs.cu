@@ -5,7 +5,8 @@
  * holds, a random mix, and a receive that names other bytes than its send. Every count starts 6
  * below 2^32 (test_count_base), so the first ring transfers carry it across the 32-bit wrap.
  * The parent forks the two ranks before any CUDA call, each takes GPU `rank` and the file
- * bootstrap; each reports its counts through a pipe. Needs two GPUs; ends with
+ * bootstrap; each reports its counts through a pipe. Last, the same through pinned host memory
+ * (pp_nccl_transport_copy_engine_via_host). Needs two GPUs; ends with
  * "N passed, N failed". (C code; a .cu so that nvcc links it with the C++ runtime.)          */
 #if defined(__GNUC__)
 #pragma GCC diagnostic push
@@ -84,6 +85,43 @@ static void counts(rank_ctx *r, long long c[3])
     CHECK_OK(pp_nccl_transport_copy_engine_counts(&r->t, c, &e), &e);
 }
 
+/* n groups, a send and a receive each way, random sizes (up to 200000 bytes) and pauses; whether
+ * every byte arrived */
+static int random_groups(rank_ctx *r, int n)
+{
+    size_t *off = (size_t *)calloc((size_t)n, sizeof *off), *size = (size_t *)calloc((size_t)n, sizeof *size), total = 0;
+    unsigned char *sendb = NULL, *recvb = NULL, *want, *got;
+    unsigned seed = 5u + (unsigned)r->rank;
+    pp_error e;
+    int k, ok;
+    for (k = 0; k < n; k++) { size[k] = 1 + (size_t)((k * 2246822519u) % 200000u); off[k] = total; total += size[k]; }
+    cudaMalloc((void **)&sendb, total);
+    cudaMalloc((void **)&recvb, total);
+    want = (unsigned char *)malloc(total);
+    got = (unsigned char *)malloc(total);
+    fill(want, total, 60 + r->rank);
+    cudaMemcpy(sendb, want, total, cudaMemcpyHostToDevice);
+    cudaMemset(recvb, 0, total);
+    CHECK_OK(pp_nccl_barrier(r->nc, 10, &e), &e);
+    for (k = 0; k < n; k++) {
+        pp_transfer x[2];
+        void *h = NULL;
+        memset(x, 0, sizeof x);
+        x[0].is_send = 1; x[0].peer = r->peer; x[0].buf = sendb + off[k]; x[0].bytes = size[k];
+        x[1].is_send = 0; x[1].peer = r->peer; x[1].buf = recvb + off[k]; x[1].bytes = size[k];
+        if (rand_r(&seed) % 3 == 0) { struct timespec ts = { 0, (long)(rand_r(&seed) % 300) * 1000 }; nanosleep(&ts, NULL); }
+        CHECK_OK(r->t.post(r->t.user, x, 2, &h, &e), &e);
+        CHECK_OK(r->t.wait(r->t.user, h, 10, &e), &e);
+    }
+    CHECK_OK(pp_nccl_sync(r->nc, r->s, 30, &e), &e);
+    fill(want, total, 60 + r->peer);
+    cudaMemcpy(got, recvb, total, cudaMemcpyDeviceToHost);
+    ok = memcmp(want, got, total) == 0;
+    cudaFree(sendb); cudaFree(recvb);
+    free(want); free(got); free(off); free(size);
+    return ok;
+}
+
 static void run_rank(int rank, const char *id_file)
 {
     rank_ctx r;
@@ -154,41 +192,11 @@ static void run_rank(int rank, const char *id_file)
     }
 
     /* 400 groups, a send and a receive each way, random sizes and pauses: pushes and pulls mixed */
-    {
-        enum { N = 400 };
-        size_t off[N], size[N], total = 0;
-        unsigned char *sendb = NULL, *recvb = NULL, *want, *got;
-        unsigned seed = 5u + (unsigned)rank;
-        for (k = 0; k < N; k++) { size[k] = 1 + (size_t)((k * 2246822519u) % 200000u); off[k] = total; total += size[k]; }
-        cudaMalloc((void **)&sendb, total);
-        cudaMalloc((void **)&recvb, total);
-        want = (unsigned char *)malloc(total);
-        got = (unsigned char *)malloc(total);
-        fill(want, total, 60 + rank);
-        cudaMemcpy(sendb, want, total, cudaMemcpyHostToDevice);
-        cudaMemset(recvb, 0, total);
-        counts(&r, a);
-        CHECK_OK(pp_nccl_barrier(r.nc, 10, &e), &e);
-        for (k = 0; k < N; k++) {
-            pp_transfer x[2];
-            void *h = NULL;
-            memset(x, 0, sizeof x);
-            x[0].is_send = 1; x[0].peer = r.peer; x[0].buf = sendb + off[k]; x[0].bytes = size[k];
-            x[1].is_send = 0; x[1].peer = r.peer; x[1].buf = recvb + off[k]; x[1].bytes = size[k];
-            if (rand_r(&seed) % 3 == 0) { struct timespec ts = { 0, (long)(rand_r(&seed) % 300) * 1000 }; nanosleep(&ts, NULL); }
-            CHECK_OK(r.t.post(r.t.user, x, 2, &h, &e), &e);
-            CHECK_OK(r.t.wait(r.t.user, h, 10, &e), &e);
-        }
-        CHECK_OK(pp_nccl_sync(r.nc, r.s, 30, &e), &e);
-        fill(want, total, 60 + r.peer);
-        cudaMemcpy(got, recvb, total, cudaMemcpyDeviceToHost);
-        counts(&r, b);
-        CHECK_MSG(memcmp(want, got, total) == 0, "400 groups each way in random order, sizes and pauses: every byte arrived");
-        CHECK_MSG(b[0] - a[0] + b[1] - a[1] == 2 * N, "all pushed or pulled");
-        printf("  rank %d: 400 random groups: pushed %lld, pulled %lld\n", rank, b[0] - a[0], b[1] - a[1]);
-        cudaFree(sendb); cudaFree(recvb);
-        free(want); free(got);
-    }
+    counts(&r, a);
+    CHECK_MSG(random_groups(&r, 400), "400 groups each way in random order, sizes and pauses: every byte arrived");
+    counts(&r, b);
+    CHECK_MSG(b[0] - a[0] + b[1] - a[1] == 2 * 400, "all pushed or pulled");
+    printf("  rank %d: 400 random groups: pushed %lld, pulled %lld\n", rank, b[0] - a[0], b[1] - a[1]);
 
     /* a receive that names other bytes than its send: the second to post refuses, naming both */
     {
@@ -208,6 +216,33 @@ static void run_rank(int rank, const char *id_file)
             st = pp_nccl_sync(r.nc, r.s, 2.0, &e);
             CHECK_MSG(st == PP_ETIMEOUT, e.message);
         }
+    }
+    cudaStreamSynchronize(r.s);
+    pp_nccl_transport_free(&r.t);
+
+    /* staged through pinned host memory (pp_nccl_transport_copy_engine_via_host): asked for by
+     * one rank only, refused on both; then every transfer through the rings in host memory,
+     * either side first, over several slots and sizes, and in random groups */
+    CHECK_OK(pp_nccl_transport(r.nc, r.s, &r.t, &e), &e);
+    CHECK_OK(pp_nccl_transport_copy_engine_via_host(&r.t, rank == 0, &e), &e);
+    CHECK_FAILS(pp_nccl_transport_copy_engine(&r.t, 1 << 20, 4, &peers, &e), &e, PP_EINVAL,
+                "pp_nccl_transport_copy_engine_via_host, rank 1 did not: every rank must set the same");
+    pp_nccl_transport_free(&r.t);
+    CHECK_OK(pp_nccl_transport(r.nc, r.s, &r.t, &e), &e);
+    CHECK_OK(pp_nccl_transport_copy_engine_via_host(&r.t, 1, &e), &e);
+    peers = -1;
+    CHECK_OK(pp_nccl_transport_copy_engine(&r.t, 1 << 20, 4, &peers, &e), &e);
+    CHECK_MSG(peers == 1, "via host: the peer goes through the copy engines");
+    CHECK_FAILS(pp_nccl_transport_copy_engine_via_host(&r.t, 0, &e), &e, PP_EINVAL,
+                "must come before pp_nccl_transport_copy_engine");
+    {
+        int ok = 1;
+        counts(&r, a);
+        for (k = 0; k < 8; k++) ok &= one(&r, big + 256 * k, mib3 + 1000 * (size_t)k, k % 2, 500 + k);
+        CHECK_MSG(ok, "via host: 8 transfers of 3 MiB and more (4 slots of 1 MiB), either side first: every byte arrived");
+        CHECK_MSG(random_groups(&r, 200), "via host: 200 random groups each way: every byte arrived");
+        counts(&r, b);
+        CHECK_MSG(b[2] - a[2] == 8 + 2 * 200 && b[0] == a[0] && b[1] == a[1], "via host: every transfer through the ring");
     }
     cudaStreamSynchronize(r.s);
     pp_nccl_transport_free(&r.t);
