@@ -198,25 +198,6 @@ static void run_rank(int rank, const char *id_file)
     CHECK_MSG(b[0] - a[0] + b[1] - a[1] == 2 * 400, "all pushed or pulled");
     printf("  rank %d: 400 random groups: pushed %lld, pulled %lld\n", rank, b[0] - a[0], b[1] - a[1]);
 
-    /* a receive that names other bytes than its send: the second to post refuses, naming both */
-    {
-        pp_transfer x;
-        void *h = NULL;
-        memset(&x, 0, sizeof x);
-        x.is_send = rank == 0; x.peer = r.peer; x.buf = big; x.bytes = rank == 0 ? 8192 : 4096;
-        if (rank == 1) CHECK_OK(r.t.post(r.t.user, &x, 1, &h, &e), &e);
-        CHECK_OK(pp_nccl_barrier(r.nc, 10, &e), &e);
-        if (rank == 0) {
-            CHECK_FAILS(r.t.post(r.t.user, &x, 1, &h, &e), &e, PP_ETRANSPORT,
-                        "to rank 1: 4096 bytes expected by the receive, 8192 bytes sent here");
-            printf("  rank 0: sizes that differ: %s\n", e.message);
-        } else {
-            pp_status st;
-            CHECK_OK(r.t.wait(r.t.user, h, 2, &e), &e);
-            st = pp_nccl_sync(r.nc, r.s, 2.0, &e);
-            CHECK_MSG(st == PP_ETIMEOUT, e.message);
-        }
-    }
     cudaStreamSynchronize(r.s);
     pp_nccl_transport_free(&r.t);
 
@@ -243,6 +224,32 @@ static void run_rank(int rank, const char *id_file)
         CHECK_MSG(random_groups(&r, 200), "via host: 200 random groups each way: every byte arrived");
         counts(&r, b);
         CHECK_MSG(b[2] - a[2] == 8 + 2 * 200 && b[0] == a[0] && b[1] == a[1], "via host: every transfer through the ring");
+    }
+    cudaStreamSynchronize(r.s);
+    pp_nccl_transport_free(&r.t);
+
+    /* (the transfers below abort the communicator: last) */
+    CHECK_OK(pp_nccl_transport(r.nc, r.s, &r.t, &e), &e);
+    CHECK_OK(pp_nccl_transport_copy_engine(&r.t, 1 << 20, 4, &peers, &e), &e);
+
+    /* a receive that names other bytes than its send: the second to post refuses, naming both */
+    {
+        pp_transfer x;
+        void *h = NULL;
+        memset(&x, 0, sizeof x);
+        x.is_send = rank == 0; x.peer = r.peer; x.buf = big; x.bytes = rank == 0 ? 8192 : 4096;
+        if (rank == 1) CHECK_OK(r.t.post(r.t.user, &x, 1, &h, &e), &e);
+        CHECK_OK(pp_nccl_barrier(r.nc, 10, &e), &e);
+        if (rank == 0) {
+            CHECK_FAILS(r.t.post(r.t.user, &x, 1, &h, &e), &e, PP_ETRANSPORT,
+                        "to rank 1: 4096 bytes expected by the receive, 8192 bytes sent here");
+            printf("  rank 0: sizes that differ: %s\n", e.message);
+        } else {
+            pp_status st;
+            CHECK_OK(r.t.wait(r.t.user, h, 2, &e), &e);
+            st = pp_nccl_sync(r.nc, r.s, 2.0, &e);
+            CHECK_MSG(st == PP_ETIMEOUT, e.message);
+        }
     }
     cudaStreamSynchronize(r.s);
     pp_nccl_transport_free(&r.t);
