@@ -112,6 +112,10 @@ run_pp greedy-searched   --schedule search --search-kind greedy --search-layout 
 # the same with the busier rank on the faster GPU: at pp 2 whole blocks leave one rank a block's
 # input gradient more (block 0 has none), and the GPUs of one host differ by up to 2%
 run_pp greedy-searched-placed --schedule search --search-kind greedy --search-layout --vpp 2 --place-by-speed --check
+# the same with every transfer staged through pinned host memory over PCIe (--via-host): under the
+# power cap NVLink's traffic lowers the SM clock and PCIe's does not (RESULTS 3.15); the search
+# ranks its candidates with the slower transfers
+run_pp greedy-searched-via-host --schedule search --search-kind greedy --search-layout --vpp 2 --place-by-speed --via-host --check
 # at pp >= 3, runs above again with a round's transfers in one group waited in order (--in-order),
 # the runtime before transfers were posted and waited per peer: a rank's receive from one
 # neighbour then waits behind its transfers with the other (the fixed orders: the same plan both

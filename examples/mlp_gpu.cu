@@ -1289,6 +1289,10 @@ int main(int argc, char **argv)
      * flight. Connecting everything at init (NCCL's behaviour before 2.22) keeps set-up out of the
      * step. A value the user set wins. */
     setenv("NCCL_RUNTIME_CONNECT", "0", 0);
+    /* --via-host keeps the GPUs' links idle: NCCL's own few collectives (the step's barrier, the
+     * loss, the placement and the gradient check) then go through host memory too. A value the
+     * user set wins. */
+    if (o.via_host) setenv("NCCL_P2P_DISABLE", "1", 0);
     if (o.single) {
         const char *lr = getenv("LOCAL_RANK");
         int device = lr ? atoi(lr) : 0;

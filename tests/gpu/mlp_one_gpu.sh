@@ -134,6 +134,10 @@ got=$(tail -n +2 "$log/tis.txt" | awk '{printf "%s ", $4}')
 [ -n "$want" ] && [ "$want" = "$got" ] && ok "tune-in-step: the file holds its picks ($got)" || bad "tune-in-step: picks '$want', file '$got'"
 run tis-read $SMALL --schedule 1f1b --gemm-picks "$log/tis.txt" --check; expect_match tis-read $?
 expect_error tis-pipeline "--tune-in-step: only with --single" $SMALL --tune-in-step 2
+expect_error via-host-nccl "--via-host: stages the copy engines' transfers between processes (not with --no-copy-engine)" \
+    $SMALL --via-host --no-copy-engine
+expect_error via-host-single "--via-host: stages the copy engines' transfers between processes (not with --single)" \
+    $SMALL --via-host --single
 
 # compute-sanitizer memcheck on the held W's (NCCL's init probes report API errors: not counted)
 SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")

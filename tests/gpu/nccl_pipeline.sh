@@ -93,6 +93,12 @@ for name in ce-interleaved ce-dualpipev; do
 done
 grep -q "copy engines: 1 peer(s), 8 slots of 16.00 MiB" "$log/ce-big" && ok "ce-big: 16 MiB slots" ||
     bad "ce-big: $(grep 'copy engines' "$log/ce-big")"
+# staged through pinned host memory (--via-host): every transfer through the rings in /dev/shm over
+# PCIe, a 32 MiB tensor in 4 MiB pieces; the gradients as the single GPU's
+run2 via-host --hidden 1024 --layers 4 --tokens 16384 --mb 4 --warmup 1 --steps 2 --schedule zbv --via-host --check
+expect_match via-host $?
+grep -q "copy engines: 1 peer(s), 4 slots of 4.00 MiB each, staged through pinned host memory" "$log/via-host" &&
+    ok "via-host: staged through host memory" || bad "via-host: $(grep 'copy engines' "$log/via-host")"
 # CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron's setting): a stream waiting on a flag would hold the one
 # hardware queue, so the copy engines and the gate stay off and NCCL carries everything
 CUDA_DEVICE_MAX_CONNECTIONS=1 run2 one-queue $SMALL --schedule 1f1b --check; expect_match one-queue $?
