@@ -2724,7 +2724,7 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     me.asked_slots = asked_slots;
     me.threads_ok = nc->test_ce_threads;
     /* NCCL_P2P_DISABLE=1 says peer-to-peer between GPUs is off: ours too (so that NCCL's socket
-     * transport can stand in for two nodes) */
+     * transport can stand in for two nodes), but for transfers via host, which use none */
     if (!t->ce_via_host && getenv("NCCL_P2P_DISABLE") && !strcmp(getenv("NCCL_P2P_DISABLE"), "1")) me.ok = 0;
     me.via_host = t->ce_via_host;
     pp__nccl_identity(&me.host, &me.space);
