@@ -136,8 +136,8 @@ run tis-read $SMALL --schedule 1f1b --gemm-picks "$log/tis.txt" --check; expect_
 expect_error tis-pipeline "--tune-in-step: only with --single" $SMALL --tune-in-step 2
 expect_error via-host-nccl "--via-host: stages the copy engines' transfers between processes (not with --no-copy-engine)" \
     $SMALL --via-host --no-copy-engine
-expect_error via-host-single "--via-host: stages the copy engines' transfers between processes (not with --single)" \
-    $SMALL --via-host --single
+expect_error via-host-threads "--via-host: stages the copy engines' transfers between processes (not with --threads)" \
+    $SMALL --via-host
 
 # compute-sanitizer memcheck on the held W's (NCCL's init probes report API errors: not counted)
 SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
