@@ -13,6 +13,8 @@
  * goes through the ring. Afterwards both sides must have taken every transfer the same way, at
  * the same first message, with the other side's buffer where they copy; then a receive that
  * names other bytes than its send is refused by the side that comes second, naming both sizes.
+ * Then the same pair via host (pp_nccl_transport_copy_engine_via_host), fewer transfers: every one
+ * goes through the ring, on both sides alike, and sizes that differ are still refused.
  * Ends with "N passed, N failed". */
 #include "../../pipepar_nccl.c"
 
@@ -46,6 +48,7 @@ typedef struct side {
 } side;
 
 static side sides[2];
+static int n_xfers = N_XFERS;   /* each way, this round */
 
 static size_t bytes_of(int from, int j) { return (size_t)((j * 2654435761u + (unsigned)from * 97u) % 20000u); }
 /* Rank r's buffers lie in one allocation at base_of(r), its id r + 1. */
@@ -124,8 +127,8 @@ static void *side_main(void *arg)
     side *other = &sides[1 - s->rank];
     int done[2] = { 0, 0 }, burst = 0;
     pp_error err;
-    while (done[0] < N_XFERS || done[1] < N_XFERS) {
-        int dir = done[0] >= N_XFERS ? 1 : done[1] >= N_XFERS ? 0 : (int)(rand_r(&s->seed) % 2);
+    while (done[0] < n_xfers || done[1] < n_xfers) {
+        int dir = done[0] >= n_xfers ? 1 : done[1] >= n_xfers ? 0 : (int)(rand_r(&s->seed) % 2);
         int j = done[dir], is_send = dir == 0, from = is_send ? s->rank : 1 - s->rank;
         pp__nccl_ce_plan pl;
         uint64_t before_k;
@@ -217,6 +220,46 @@ int main(void)
         check(st == PP_ETRANSPORT && strstr(err.message, "8192 bytes sent, 4096 bytes expected here") != NULL,
               "the second side refuses sizes that differ, naming both");
         printf("  %s\n", err.message);
+    }
+    for (r = 0; r < 2; r++) side_free(&sides[r]);
+
+    /* via host: fresh claims, every transfer through the ring (no buffer is published) */
+    memset(table[0], 0, PP__NCCL_CLAIMS * sizeof(pp__nccl_ce_claim));
+    memset(table[1], 0, PP__NCCL_CLAIMS * sizeof(pp__nccl_ce_claim));
+    side_init(&sides[0], 0, table[0], table[1]);
+    side_init(&sides[1], 1, table[1], table[0]);
+    sides[0].t.ce_via_host = sides[1].t.ce_via_host = 1;
+    n_xfers = 3000;
+    for (r = 0; r < 2; r++) pthread_create(&th[r], NULL, side_main, &sides[r]);
+    for (r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    for (r = 0; r < 2; r++) {
+        snprintf(what, sizeof what, "via host: rank %d claimed %d transfers each way: %s", r, n_xfers,
+                 sides[r].status == PP_OK ? "ok" : sides[r].message);
+        check(sides[r].status == PP_OK, what);
+    }
+    agree = counts_ok = 1;
+    for (d = 0; d < 2 && sides[0].status == PP_OK && sides[1].status == PP_OK; d++) {
+        side *snd = &sides[d], *rcv = &sides[1 - d];
+        uint64_t messages = 0;
+        for (j = 0; j < n_xfers; j++) {
+            if (snd->how[0][j] != PP__NCCL_CLAIM_RING || rcv->how[1][j] != PP__NCCL_CLAIM_RING ||
+                snd->k[0][j] != rcv->k[1][j])
+                agree = 0;
+            messages += (bytes_of(d, j) + 4095) / 4096;
+        }
+        if (snd->t.ce_sent[1 - d] != messages || rcv->t.ce_taken[d] != messages) counts_ok = 0;
+    }
+    check(agree, "via host: both sides took every transfer through the ring, from the same first message");
+    check(counts_ok, "via host: both sides counted one message per 4 KiB piece");
+    {
+        pp__nccl_ce_plan pl;
+        pp_error err;
+        pp_status st;
+        st = claim(&sides[1], 1, n_xfers, 100, &pl, &err);
+        check(st == PP_OK && pl.how == PP__NCCL_CLAIM_RING, "via host: the first side's claim of a mismatched transfer");
+        st = claim(&sides[0], 0, n_xfers, 200, &pl, &err);
+        check(st == PP_ETRANSPORT && strstr(err.message, "100 bytes sent, 200 bytes expected here") != NULL,
+              "via host: the second side refuses sizes that differ, naming both");
     }
     for (r = 0; r < 2; r++) side_free(&sides[r]);
     free(table[0]); free(table[1]);
