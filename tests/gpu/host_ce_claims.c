@@ -155,24 +155,37 @@ static void *side_main(void *arg)
     return NULL;
 }
 
+/* One round: both sides from fresh claims (via host or not), n transfers each way, each side's
+ * status checked. */
+static void run_round(pp__nccl_ce_claim *table[2], int via_host, int n)
+{
+    pthread_t th[2];
+    char what[256];
+    int r;
+    memset(table[0], 0, PP__NCCL_CLAIMS * sizeof(pp__nccl_ce_claim));
+    memset(table[1], 0, PP__NCCL_CLAIMS * sizeof(pp__nccl_ce_claim));
+    side_init(&sides[0], 0, table[0], table[1]);
+    side_init(&sides[1], 1, table[1], table[0]);
+    sides[0].t.ce_via_host = sides[1].t.ce_via_host = via_host;
+    n_xfers = n;
+    for (r = 0; r < 2; r++) pthread_create(&th[r], NULL, side_main, &sides[r]);
+    for (r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    for (r = 0; r < 2; r++) {
+        snprintf(what, sizeof what, "%srank %d claimed %d transfers each way: %s", via_host ? "via host: " : "", r, n,
+                 sides[r].status == PP_OK ? "ok" : sides[r].message);
+        check(sides[r].status == PP_OK, what);
+    }
+}
+
 int main(void)
 {
     pp__nccl_ce_claim *table[2];   /* [d]: the claims of rank d's sends to rank 1 - d */
-    pthread_t th[2];
     int r, j, d, agree = 1, remote_ok = 1, counts_ok = 1;
     long long how_seen[4] = { 0, 0, 0, 0 };
     char what[256];
     table[0] = (pp__nccl_ce_claim *)calloc(PP__NCCL_CLAIMS, sizeof(pp__nccl_ce_claim));
     table[1] = (pp__nccl_ce_claim *)calloc(PP__NCCL_CLAIMS, sizeof(pp__nccl_ce_claim));
-    side_init(&sides[0], 0, table[0], table[1]);
-    side_init(&sides[1], 1, table[1], table[0]);
-    for (r = 0; r < 2; r++) pthread_create(&th[r], NULL, side_main, &sides[r]);
-    for (r = 0; r < 2; r++) pthread_join(th[r], NULL);
-    for (r = 0; r < 2; r++) {
-        snprintf(what, sizeof what, "rank %d claimed %d transfers each way: %s", r, N_XFERS,
-                 sides[r].status == PP_OK ? "ok" : sides[r].message);
-        check(sides[r].status == PP_OK, what);
-    }
+    run_round(table, 0, N_XFERS);
     /* d: the sending rank; its direction 0 against the receiver's direction 1 */
     for (d = 0; d < 2 && sides[0].status == PP_OK && sides[1].status == PP_OK; d++) {
         side *snd = &sides[d], *rcv = &sides[1 - d];
@@ -224,19 +237,7 @@ int main(void)
     for (r = 0; r < 2; r++) side_free(&sides[r]);
 
     /* via host: fresh claims, every transfer through the ring (no buffer is published) */
-    memset(table[0], 0, PP__NCCL_CLAIMS * sizeof(pp__nccl_ce_claim));
-    memset(table[1], 0, PP__NCCL_CLAIMS * sizeof(pp__nccl_ce_claim));
-    side_init(&sides[0], 0, table[0], table[1]);
-    side_init(&sides[1], 1, table[1], table[0]);
-    sides[0].t.ce_via_host = sides[1].t.ce_via_host = 1;
-    n_xfers = 3000;
-    for (r = 0; r < 2; r++) pthread_create(&th[r], NULL, side_main, &sides[r]);
-    for (r = 0; r < 2; r++) pthread_join(th[r], NULL);
-    for (r = 0; r < 2; r++) {
-        snprintf(what, sizeof what, "via host: rank %d claimed %d transfers each way: %s", r, n_xfers,
-                 sides[r].status == PP_OK ? "ok" : sides[r].message);
-        check(sides[r].status == PP_OK, what);
-    }
+    run_round(table, 1, 3000);
     agree = counts_ok = 1;
     for (d = 0; d < 2 && sides[0].status == PP_OK && sides[1].status == PP_OK; d++) {
         side *snd = &sides[d], *rcv = &sides[1 - d];
