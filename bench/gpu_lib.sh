@@ -59,9 +59,8 @@ single_warm() { single_together_ "$1" "$2" warm "--warmup 12" "${@:3}"; SINGLE_W
 # single_linked N OUTDIR MODEL...: single_warm with every GPU's link carrying a pipeline's traffic:
 # GPUs 2k and 2k+1 (an odd last one with GPU 0) copy 64 MiB each way every 20 ms
 # (build/bench_link_traffic both, logs OUTDIR/link-traffic-G.txt) through the runs; sets
-# SINGLE_LINKED_MS (0 with one GPU). Under the power cap any traffic over a link lowers the SM clock
-# by about 2% (RESULTS 3.15): every pipeline rank pays that all the time and the single step alone
-# never. Against this baseline a pipeline's efficiency is what its schedule and runtime lose.
+# SINGLE_LINKED_MS (0 with one GPU). Under the power cap any traffic over NVLink lowers the SM clock
+# (RESULTS 3.15): every pipeline rank pays that all the time and the single step alone never. Against this baseline a pipeline's efficiency is what its schedule and runtime lose.
 single_linked() {
     local n=$1 out=$2 g peer pids=() p; shift 2
     SINGLE_LINKED_MS=0
