@@ -2602,6 +2602,9 @@ static void pp__nccl_ce_release(pp__nccl_transport *t, int at_free)
         for (p = 0; t->ce_opened && p < nc->world; p++)
             if (t->ce_opened[p]) { cudaIpcCloseMemHandle(t->ce_opened[p]); t->ce_opened[p] = NULL; }
         for (p = 0; p < nc->world; p++) pp__nccl_unmap_peer_host(t, p);
+        /* an abort from here on (the barrier's deadline) opens only our own flags: the peers'
+         * are no longer mapped */
+        for (p = 0; t->ce_remote && p < nc->world; p++) t->ce_remote[p] = 0;
         if (at_free && t->ce_collective && pp_nccl_barrier(nc, nc->timeout_s, NULL) != PP_OK) ok = 0;
         if (at_free) t->ce_collective = 0;
     }
@@ -2875,6 +2878,17 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     }
     /* round 3: a pair goes through the copy engines only when both sides mapped each other */
     if ((st = pp__nccl_all_gather_host(nc, mapped, all_mapped, (size_t)nc->world, err)) != PP_OK) goto fail;
+    for (p = 0; t->ce_via_host && p < nc->world; p++) {   /* asked for: a pair left to NCCL would use NVLink */
+        int q;
+        for (q = p + 1; q < nc->world; q++)
+            if (pp__nccl_ce_pair(cards, p, q) && !(all_mapped[(size_t)p * (size_t)nc->world + (size_t)q] &&
+                                                   all_mapped[(size_t)q * (size_t)nc->world + (size_t)p])) {
+                st = pp__nccl_fail(err, PP_EIO, "pp_nccl_transport_copy_engine: via host: ranks %d and %d could not map "
+                                   "each other's rings and flags (shm_open of the other's /dev/shm segment, "
+                                   "cudaHostRegister): the processes of one host must share /dev/shm", p, q);
+                goto fail;
+            }
+    }
     for (p = 0; p < nc->world; p++) {
         if (mapped[p] && all_mapped[(size_t)p * (size_t)nc->world + (size_t)nc->rank]) { n++; continue; }
         t->ce_remote[p] = 0;
