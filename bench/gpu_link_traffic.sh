@@ -27,6 +27,9 @@ LOG=$OUTDIR/link_traffic.log
 say() { echo "$@" | tee -a "$LOG"; }
 say "== $(date -u +%Y-%m-%dT%H:%MZ)  $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n 1) x $(nvidia-smi -L | wc -l)"
 [ "$(nvidia-smi -L | wc -l)" -ge 2 ] || { say "needs 2 GPUs"; exit 1; }
+for mode in ${MODES:-off none in out}; do
+    case $mode in off|none|in|out|both|pcie) ;; *) say "MODES: $mode: must be off, none, in, out, both or pcie"; exit 2 ;; esac
+done
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
     make -s -j16 build/mlp_gpu build/bench_link_traffic >"$OUTDIR/build.log" 2>&1 || { cat "$OUTDIR/build.log"; exit 1; }
 fi
@@ -36,7 +39,6 @@ RUN="$MODEL --warmup 3 --steps 8 --single-ms 1300 --threads 1 --schedule zbv --q
 
 for r in $(seq 1 "${ROUNDS:-2}"); do
     for mode in ${MODES:-off none in out}; do
-        case $mode in off|none|in|out|both|pcie) ;; *) say "MODES: $mode: must be off, none, in, out, both or pcie"; exit 2 ;; esac
         base=$OUTDIR/$mode.$r
         if [ "$mode" != off ]; then
             build/bench_link_traffic "$PERIOD" 40 "$mode" >"$base.traffic.txt" 2>&1 &
