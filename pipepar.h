@@ -764,12 +764,6 @@ typedef struct pp_sim_costs {
                                    lowered schedule (its indices are the programs'); transfers
                                    still cost p2p_latency + bytes. pp_simulate only: pp_search and
                                    the greedy scheduler build other schedules and refuse it */
-    const double *const *transfer_cost; /* optional [pp][length]: the time of each transfer, at its
-                                   send's position in a lowered schedule (the receives' entries
-                                   are not read), in place of p2p_latency + bytes: transfers that
-                                   go different routes (pp_schedule_routes). Grouped, a group
-                                   takes the longer of its sends' and its receives' sums.
-                                   pp_simulate only, as action_cost */
     int grouped;                /* 1: transfers as the runtime posts them: a lowered group starts
                                    once it heads its rank's communication stream (the rank's
                                    compute before it done, its previous group over) and so does
@@ -825,39 +819,6 @@ typedef struct pp_sim_result {
 PIPEPAR_API pp_status pp_simulate(const pp_schedule *s, const pp_sim_costs *costs,
                                   pp_sim_result **out, pp_error *err);
 PIPEPAR_API void pp_sim_result_free(pp_sim_result *r);
-
-/* Two routes for the transfers: which ones take the fast route. A transport may offer a fast
- * route that costs the compute beside it and a slower one that does not: under a power cap, a
- * GPU's clock drops while its NVLink is busy, and a copy staged through pinned host memory over
- * PCIe leaves the clock alone (pp_nccl_transport_copy_engine_via_host). The step then wants the
- * slow route everywhere except where the compute waits for the data.
- *
- * Starting with every transfer on the slow route (slow_s each), pp_schedule_routes simulates the
- * step (pp_simulate, with costs: compute costs, grouped; costs.transfer_cost must be NULL, the
- * other transfer terms are not used), follows its critical path back from the action that ends
- * last (each compute action waited for the one before it on its rank or for a transfer it takes;
- * each transfer for its producer, the receiver's post or the transfer before it on a stream) and
- * moves every transfer on that path to the fast route (fast_s), with, under costs.grouped, the
- * others of its groups (a group ends with its slowest); then simulates again, until the path holds
- * no transfer on the slow route. s must be lowered (the routes follow its programs'
- * positions) and valid; 0 <= fast_s <= slow_s, both finite. Every rank computing the same s and
- * costs gets the same routes, and both ends of a transfer are marked alike. The result goes to
- * pp_executor_config.fast_route. */
-typedef struct pp_routes {
-    int pp;
-    int *length;                /* [pp] the schedule's program lengths */
-    unsigned char **fast;       /* [pp][length]: 1 at both ends (send and receive) of a transfer on
-                                   the fast route, 0 elsewhere */
-    int transfers;              /* transfers in the step (each counted once) */
-    int fast_transfers;         /* of those, on the fast route */
-    double step_slow;           /* simulated step, every transfer on the slow route */
-    double step_routed;         /* these routes */
-    double step_fast;           /* every transfer on the fast route */
-} pp_routes;
-
-PIPEPAR_API pp_status pp_schedule_routes(const pp_schedule *s, const pp_sim_costs *costs, double fast_s,
-                                         double slow_s, pp_routes **out, pp_error *err);
-PIPEPAR_API void pp_routes_free(pp_routes *r);
 
 /* What one rank holds at once, from its program alone. A rank runs its compute in program order,
  * so these peaks hold whatever the timing; a trainer that allocates everything before its first
@@ -1693,11 +1654,6 @@ typedef struct pp_transfer {
      * point of the compute stream on, while the compute issued since still runs (the executor
      * sets it; pipepar_nccl.c's copy engines use it) */
     int buf_free_posts;
-    /* 1: the step waits for this transfer (pp_executor_config.fast_route, from pp_schedule_routes):
-     * a transport with a fast route and a frugal one takes the fast one for it
-     * (pp_nccl_transport_copy_engine_via_host: straight over NVLink instead of through host
-     * memory). Both ends of a transfer carry the same; 0 where the executor has no routes */
-    int fast;
 } pp_transfer;
 
 /* A transport moves bytes among `world` ranks; this side is `rank`. All functions get `user`.
@@ -1961,10 +1917,6 @@ typedef struct pp_executor_config {
     int num_metrics;              /* how many pp_loss.metrics to reduce, 0..PP_MAX_METRICS */
     int record_timeline;          /* 1: time every action (pp_executor_timeline) */
     pp_timer timer;
-    /* optional, with a schedule (not a recipe): [pp][length] of it, 1 at both ends of each transfer
-     * that takes the transport's fast route (pp_routes.fast, from pp_schedule_routes on this
-     * schedule): the executor copies its rank's row and sets pp_transfer.fast from it. NULL: none */
-    const unsigned char *const *fast_route;
 } pp_executor_config;
 
 typedef struct pp_executor pp_executor;
@@ -2995,12 +2947,9 @@ PIPEPAR_API pp_status pp_nccl_transport_copy_engine(pp_transport *t, size_t slot
  * sender's copy engine copies each slot out over PCIe, the receiver's copies it in, with no
  * traffic over NVLink. Under a power cap, traffic over NVLink lowers the SM clock of both GPUs
  * for tens of milliseconds after it; over PCIe it does not (RESULTS 3.15). Each transfer takes
- * longer (two copies, at PCIe's bandwidth) and the ring is its path, so slots * slot_bytes per
- * peer is what may be in flight. A transfer marked pp_transfer.fast (the step waits for it:
- * pp_schedule_routes, pp_executor_config.fast_route) goes straight between the two GPUs instead,
- * as without via host (CUDA IPC, over NVLink where the pair has it), when the side that posts
- * first marks it. NCCL_P2P_DISABLE=1 leaves it on (NCCL's own peer-to-peer is off; the fast
- * transfers are ours). Refused after pp_nccl_transport_copy_engine. */
+ * longer (two copies, at PCIe's bandwidth) and the ring is the only path, so slots * slot_bytes
+ * per peer is what may be in flight. NCCL_P2P_DISABLE=1 leaves it on (no peer-to-peer access is
+ * used). Refused after pp_nccl_transport_copy_engine. */
 PIPEPAR_API pp_status pp_nccl_transport_copy_engine_via_host(pp_transport *t, int on, pp_error *err);
 
 /* How this rank's copy-engine transfers went since set-up, sends and receives alike: counts[0]
@@ -6955,13 +6904,6 @@ static void pp__sim_free(pp__sim *S)
     PIPEPAR_FREE(S->tail); PIPEPAR_FREE(S->tail_due);
 }
 
-/* Transfer k's time, both its ends known: costs->transfer_cost at its send, else the uniform one. */
-static double pp__sim_xfer(const pp__sim *S, size_t k)
-{
-    if (S->c->transfer_cost) return S->c->transfer_cost[S->send_r[k]][S->send_p[k]];
-    return S->c->p2p_latency + S->c->p2p_seconds_per_byte * S->c->activation_bytes;
-}
-
 /* A RECV (rv) completed at `end`: its tensor is here for the compute that needs it. */
 static void pp__sim_arrive(pp__sim *S, pp_action rv, double end)
 {
@@ -7009,20 +6951,8 @@ static void pp__sim_groups_resolve(pp__sim *S)
                     if (G->prev[pg] >= 0 && G->end[G->prev[pg]] > begin) begin = G->end[G->prev[pg]];
                 }
                 if (!ok) continue;
-                if (S->c->transfer_cost) {   /* each direction's transfers one after another */
-                    double out = 0, in = 0;
-                    for (i = G->first[g]; i <= G->last[g]; i++) {
-                        pp_action a = s->actions[r][i];
-                        size_t k;
-                        if (G->gid[G->pos_ofs[r] + i] != g) continue;
-                        k = pp__comm_key(s, a);
-                        if (a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B) out += pp__sim_xfer(S, k);
-                        else in += pp__sim_xfer(S, k);
-                    }
-                    dur = out > in ? out : in;
-                } else
-                    dur = S->c->p2p_latency +
-                          S->c->p2p_seconds_per_byte * S->c->activation_bytes * (sends > recvs ? sends : recvs);
+                dur = S->c->p2p_latency +
+                      S->c->p2p_seconds_per_byte * S->c->activation_bytes * (sends > recvs ? sends : recvs);
                 G->end[g] = begin + dur;
                 for (i = G->first[g]; i <= G->last[g]; i++) {
                     if (G->gid[G->pos_ofs[r] + i] != g) continue;
@@ -7063,23 +6993,6 @@ static pp_status pp__sim_check_costs(const pp_schedule *s, const pp_sim_costs *c
             if (!(costs->tail_stage[i] >= 0) || costs->tail_stage[i] > DBL_MAX)
                 return pp__fail(err, PP_EINVAL, "costs: tail_stage[%d]=%g: must be a finite number >= 0", i,
                                 costs->tail_stage[i]);
-    if (costs->transfer_cost) {
-        if (!has_comm && s->pp > 1)
-            return pp__fail(err, PP_EINVAL, "costs: transfer_cost: needs a lowered schedule (its entries sit at the "
-                            "sends' positions): call pp_schedule_lower first");
-        for (r = 0; r < s->pp; r++) {
-            if (!costs->transfer_cost[r] && s->length[r] > 0)
-                return pp__fail(err, PP_EINVAL, "costs: transfer_cost[%d]=NULL: needs a time for every send of rank %d",
-                                r, r);
-            for (i = 0; i < s->length[r]; i++) {
-                int op = s->actions[r][i].op;
-                if ((op == PP_OP_SEND_F || op == PP_OP_SEND_B) &&
-                    (!(costs->transfer_cost[r][i] >= 0) || costs->transfer_cost[r][i] > DBL_MAX))
-                    return pp__fail(err, PP_EINVAL, "costs: transfer_cost[%d][%d]=%g: must be a finite number >= 0", r,
-                                    i, costs->transfer_cost[r][i]);
-            }
-        }
-    }
     if (!costs->action_cost) return PP_OK;
     if (!has_comm && s->pp > 1)
         return pp__fail(err, PP_EINVAL, "costs: action_cost: needs a lowered schedule (its entries follow the "
@@ -7185,7 +7098,7 @@ static void pp__sim_post(pp__sim *S, int r, pp_action a)
     else { S->post_recv[k] = S->t[r]; S->recv_r[k] = r; S->recv_p[k] = S->pc[r]; }
     if (S->post_send[k] < 0 || S->post_recv[k] < 0) return;
     start = S->post_send[k] > S->post_recv[k] ? S->post_send[k] : S->post_recv[k];
-    end = start + pp__sim_xfer(S, k);
+    end = start + S->c->p2p_latency + S->c->p2p_seconds_per_byte * S->c->activation_bytes;
     S->res->start[S->send_r[k]][S->send_p[k]] = S->res->start[S->recv_r[k]][S->recv_p[k]] = start;
     S->res->end[S->send_r[k]][S->send_p[k]] = S->res->end[S->recv_r[k]][S->recv_p[k]] = end;
     pp__sim_arrive(S, s->actions[S->recv_r[k]][S->recv_p[k]], end);
@@ -7341,15 +7254,6 @@ static pp_status pp__sim_bound(const pp_schedule *s, const pp_sim_costs *c, pp_s
     char *seen = (char *)pp__calloc((size_t)n, 1);
     double hop = c->p2p_latency + c->p2p_seconds_per_byte * c->activation_bytes;
     if (!q || !seen) { PIPEPAR_FREE(q); PIPEPAR_FREE(seen); return pp__fail(err, PP_ENOMEM, "out of memory"); }
-    if (c->transfer_cost) {   /* a bound for any route: the quickest transfer at every hop */
-        hop = DBL_MAX;
-        for (r = 0; r < s->pp; r++)
-            for (i = 0; i < s->length[r]; i++)
-                if ((s->actions[r][i].op == PP_OP_SEND_F || s->actions[r][i].op == PP_OP_SEND_B) &&
-                    c->transfer_cost[r][i] < hop)
-                    hop = c->transfer_cost[r][i];
-        if (hop == DBL_MAX) hop = 0;
-    }
     fq = q; bq = q + n; up = q + 2 * n; down = q + 3 * n;
     for (k = 0; k < 4 * n; k++) q[k] = DBL_MAX;
     for (r = 0; r < s->pp; r++)
@@ -7450,209 +7354,6 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
     return st;
 }
 
-
-void pp_routes_free(pp_routes *r)
-{
-    int k;
-    if (!r) return;
-    if (r->fast)
-        for (k = 0; k < r->pp; k++) PIPEPAR_FREE(r->fast[k]);
-    PIPEPAR_FREE(r->fast);
-    PIPEPAR_FREE(r->length);
-    PIPEPAR_FREE(r);
-}
-
-/* One step of s with every send's transfer at cost[r][i]: its makespan in *step, the result kept
- * in *sim when sim is not NULL. */
-static pp_status pp__routes_sim(const pp_schedule *s, const pp_sim_costs *costs, double **cost, double *step,
-                                pp_sim_result **sim, pp_error *err)
-{
-    pp_sim_costs c = *costs;
-    pp_sim_result *res = NULL;
-    pp_status st;
-    c.transfer_cost = (const double *const *)cost;
-    if ((st = pp_simulate(s, &c, &res, err)) != PP_OK) return st;
-    *step = res->makespan;
-    if (sim) *sim = res; else pp_sim_result_free(res);
-    return PP_OK;
-}
-
-/* The latest compute action before position i of rank r, or -1. */
-static int pp__routes_compute_before(const pp_schedule *s, int r, int i)
-{
-    while (--i >= 0)
-        if (!pp__is_comm(s->actions[r][i].op)) return i;
-    return -1;
-}
-
-/* Follows the simulated step's critical path back from the action that ends last: each compute
- * action waited for the rank's compute before it, or for a transfer it consumes (when that landed
- * later); each transfer for its producer's compute, or the receiver's post, or the transfer before
- * it on a stream. Marks fast every slow transfer on it, and (costs grouped) every transfer of the
- * groups it ends with on both sides (a group ends with its slowest): how many it marked.
- * at[4 key]: each transfer's send (rank, position) and receive (rank, position); consumer[r][i]:
- * the transfer key a compute action waits on, for its F and its B/I halves (two slots). */
-static int pp__routes_mark_path(const pp_schedule *s, const pp_sim_result *sim, const int *at, int *const *consumer,
-                                int costs_grouped, pp_routes *R, double **cost, double fast_s)
-{
-    double tol = 1e-9 * (sim->makespan > 1 ? sim->makespan : 1), last = -DBL_MAX;
-    int r, i, cr = -1, ci = -1, key = -1, steps = 0, marked = 0, limit = 0;
-    for (r = 0; r < s->pp; r++) {
-        limit += s->length[r];
-        for (i = 0; i < s->length[r]; i++)
-            if (!pp__is_comm(s->actions[r][i].op) && sim->end[r][i] > last) { last = sim->end[r][i]; cr = r; ci = i; }
-    }
-    while (steps++ <= limit) {
-        if (key < 0) {   /* at compute (cr, ci): a consumed transfer that landed at its start, else the rank */
-            double t = sim->start[cr][ci];
-            int p = pp__routes_compute_before(s, cr, ci), h, next = -1;
-            for (h = 0; h < 2; h++) {
-                int k = consumer[cr][2 * ci + h];
-                if (k >= 0 && fabs(sim->end[at[4 * k + 2]][at[4 * k + 3]] - t) <= tol) next = k;
-            }
-            if (next >= 0 && (p < 0 || sim->end[cr][p] < t - tol)) { key = next; continue; }
-            if (p < 0) break;
-            ci = p;
-            continue;
-        }
-        {   /* at transfer key: on the path, with (grouped) the transfers of its groups on both sides */
-            int ends[2][2], side, found = -1, next_r = -1, next_i = -1;
-            double t = sim->start[at[4 * key + 2]][at[4 * key + 3]];
-            ends[0][0] = at[4 * key + 2]; ends[0][1] = at[4 * key + 3];
-            ends[1][0] = at[4 * key]; ends[1][1] = at[4 * key + 1];
-            for (side = 0; side < 2; side++) {
-                int gr = ends[side][0], gp = ends[side][1], lo = gp, hi = gp, x;
-                pp_action me = s->actions[gr][gp];
-                while (costs_grouped && lo > 0 && pp__is_comm(s->actions[gr][lo - 1].op) &&
-                       s->actions[gr][lo - 1].group == me.group) lo--;
-                while (costs_grouped && hi + 1 < s->length[gr] && pp__is_comm(s->actions[gr][hi + 1].op) &&
-                       s->actions[gr][hi + 1].group == me.group) hi++;
-                for (x = lo; x <= hi; x++) {
-                    size_t mk;
-                    int e;
-                    if (costs_grouped == 2 && pp__comm_peer(s, s->actions[gr][x]) != pp__comm_peer(s, me)) continue;
-                    mk = pp__comm_key(s, s->actions[gr][x]);
-                    if (at[4 * mk] < 0 || at[4 * mk + 2] < 0) continue;
-                    if (!R->fast[at[4 * mk]][at[4 * mk + 1]]) {
-                        R->fast[at[4 * mk]][at[4 * mk + 1]] = R->fast[at[4 * mk + 2]][at[4 * mk + 3]] = 1;
-                        cost[at[4 * mk]][at[4 * mk + 1]] = fast_s;
-                        R->fast_transfers++;
-                        marked++;
-                    }
-                    for (e = 0; e < 2; e++) {   /* what this member's start waited for: a post, or a stream */
-                        int er = at[4 * mk + 2 * e], ep = at[4 * mk + 2 * e + 1];
-                        int c = pp__routes_compute_before(s, er, ep), q;
-                        if (c >= 0 && sim->end[er][c] >= t - tol && next_r < 0) { next_r = er; next_i = c; }
-                        for (q = ep - 1; q >= 0 && found < 0; q--)
-                            if (pp__is_comm(s->actions[er][q].op) && fabs(sim->end[er][q] - t) <= tol)
-                                found = (int)pp__comm_key(s, s->actions[er][q]);
-                    }
-                }
-            }
-            if (next_r >= 0) { cr = next_r; ci = next_i; key = -1; continue; }
-            if (found < 0 || at[4 * found] < 0 || at[4 * found + 2] < 0 || found == key) break;
-            key = found;
-        }
-    }
-    return marked;
-}
-
-pp_status pp_schedule_routes(const pp_schedule *s, const pp_sim_costs *costs, double fast_s, double slow_s,
-                             pp_routes **out, pp_error *err)
-{
-    pp_routes *R;
-    double **cost = NULL;
-    int **consumer = NULL, *at = NULL;   /* see pp__routes_mark_path */
-    size_t plane, nkeys, k;
-    pp_status st;
-    int r, i;
-
-    if (!s || !costs || !out) return pp__fail(err, PP_EINVAL, "schedule, costs and out: must not be NULL");
-    *out = NULL;
-    if (!(fast_s >= 0) || fast_s > DBL_MAX || !(slow_s >= fast_s) || slow_s > DBL_MAX)
-        return pp__fail(err, PP_EINVAL, "fast_s=%g, slow_s=%g: must be finite, with 0 <= fast_s <= slow_s", fast_s,
-                        slow_s);
-    if (costs->transfer_cost)
-        return pp__fail(err, PP_EINVAL, "costs: transfer_cost: must be NULL (the routes set each transfer's time)");
-    if ((st = pp__check_structure(s, err)) != PP_OK) return st;
-    if (s->pp > 1 && !s->lowered)
-        return pp__fail(err, PP_EINVAL, "schedule: not lowered: the routes follow the lowered programs' positions "
-                        "(call pp_schedule_lower first)");
-    R = (pp_routes *)pp__calloc(1, sizeof *R);
-    if (!R) return pp__fail(err, PP_ENOMEM, "out of memory");
-    R->pp = s->pp;
-    plane = (size_t)s->num_stages * (size_t)s->mb;
-    nkeys = 2 * plane;
-    R->length = (int *)pp__calloc((size_t)s->pp, sizeof(int));
-    R->fast = (unsigned char **)pp__calloc((size_t)s->pp, sizeof *R->fast);
-    cost = (double **)pp__calloc((size_t)s->pp, sizeof *cost);
-    consumer = (int **)pp__calloc((size_t)s->pp, sizeof *consumer);
-    at = (int *)PIPEPAR_MALLOC((nkeys ? 4 * nkeys : 1) * sizeof(int));
-    st = R->length && R->fast && cost && consumer && at ? PP_OK : pp__fail(err, PP_ENOMEM, "out of memory");
-    for (k = 0; st == PP_OK && k < 4 * nkeys; k++) at[k] = -1;
-    for (r = 0; r < s->pp && st == PP_OK; r++) {
-        size_t n = s->length[r] > 0 ? (size_t)s->length[r] : 1;
-        R->length[r] = s->length[r];
-        R->fast[r] = (unsigned char *)pp__calloc(n, 1);
-        cost[r] = (double *)pp__calloc(n, sizeof(double));
-        consumer[r] = (int *)PIPEPAR_MALLOC(2 * n * sizeof(int));
-        if (!R->fast[r] || !cost[r] || !consumer[r]) { st = pp__fail(err, PP_ENOMEM, "out of memory"); break; }
-        for (i = 0; i < s->length[r]; i++) {
-            pp_action a = s->actions[r][i];
-            consumer[r][2 * i] = consumer[r][2 * i + 1] = -1;
-            if (!pp__is_comm(a.op)) continue;
-            k = pp__comm_key(s, a);
-            if (a.op == PP_OP_SEND_F || a.op == PP_OP_SEND_B) {
-                at[4 * k] = r; at[4 * k + 1] = i;
-                cost[r][i] = slow_s;
-                R->transfers++;
-            } else {
-                at[4 * k + 2] = r; at[4 * k + 3] = i;
-            }
-        }
-    }
-    for (r = 0; r < s->pp && st == PP_OK; r++)   /* each compute action's cross-rank inputs */
-        for (i = 0; i < s->length[r]; i++) {
-            int ops[2], stg[2], mbs[2], h, nh, from;
-            if (pp__is_comm(s->actions[r][i].op)) continue;
-            nh = pp__halves(s->actions[r][i], ops, stg, mbs);
-            for (h = 0; h < nh; h++) {
-                pp_action rv;
-                if ((ops[h] != PP_OP_F && ops[h] != PP_OP_B && ops[h] != PP_OP_I) ||
-                    !pp__cross_input(s, ops[h], stg[h], mbs[h], &from))
-                    continue;
-                memset(&rv, 0, sizeof rv);
-                rv.op = ops[h] == PP_OP_F ? PP_OP_RECV_F : PP_OP_RECV_B;
-                rv.stage = stg[h]; rv.mb = mbs[h];
-                k = pp__comm_key(s, rv);
-                if (at[4 * k] >= 0 && at[4 * k + 2] == r) consumer[r][2 * i + h] = (int)k;
-            }
-        }
-    if (st == PP_OK) st = pp__routes_sim(s, costs, cost, &R->step_slow, NULL, err);
-    for (;;) {   /* each round marks at least one more transfer, so at most R->transfers rounds */
-        pp_sim_result *sim = NULL;
-        int marked;
-        if (st != PP_OK) break;
-        if ((st = pp__routes_sim(s, costs, cost, &R->step_routed, &sim, err)) != PP_OK) break;
-        marked = pp__routes_mark_path(s, sim, at, consumer, costs->grouped, R, cost, fast_s);
-        pp_sim_result_free(sim);
-        if (!marked) break;
-    }
-    if (st == PP_OK) {
-        for (r = 0; r < s->pp; r++)
-            for (i = 0; i < s->length[r]; i++)
-                if (s->actions[r][i].op == PP_OP_SEND_F || s->actions[r][i].op == PP_OP_SEND_B) cost[r][i] = fast_s;
-        st = pp__routes_sim(s, costs, cost, &R->step_fast, NULL, err);
-    }
-    for (r = 0; r < s->pp; r++) {
-        if (cost) PIPEPAR_FREE(cost[r]);
-        if (consumer) PIPEPAR_FREE(consumer[r]);
-    }
-    PIPEPAR_FREE(cost); PIPEPAR_FREE(consumer); PIPEPAR_FREE(at);
-    if (st != PP_OK) { pp_routes_free(R); return st; }
-    *out = R;
-    return pp__ok(err);
-}
 
 /* ============================================================================================
  * >>draw (implementation)
@@ -8601,9 +8302,6 @@ pp_status pp_schedule_build_greedy(const pp_greedy_config *cfg, pp_schedule **ou
     if (cfg->costs && cfg->costs->action_cost)
         return pp__fail(err, PP_EINVAL, "costs: action_cost: times an existing schedule's actions; the greedy "
                         "scheduler builds a new one (give per-stage costs)");
-    if (cfg->costs && cfg->costs->transfer_cost)
-        return pp__fail(err, PP_EINVAL, "costs: transfer_cost: times an existing schedule's transfers; the greedy "
-                        "scheduler builds a new one (give p2p_latency)");
     if (cfg->costs && cfg->costs->grouped)
         return pp__fail(err, PP_EINVAL, "costs: grouped=%d: the greedy scheduler places its actions with each "
                         "transfer on its own (leave it 0; pp_simulate can then time the result grouped)",
@@ -9564,9 +9262,6 @@ static pp_status pp__search_validate(const pp_search_config *cfg, pp_error *err)
     if (cfg->costs.action_cost)
         return pp__fail(err, PP_EINVAL, "costs: action_cost: times one schedule's own actions; a search builds "
                         "others (give per-stage costs)");
-    if (cfg->costs.transfer_cost)
-        return pp__fail(err, PP_EINVAL, "costs: transfer_cost: times one schedule's own transfers; a search builds "
-                        "others (give p2p_latency)");
     if (cfg->costs.grouped < 0 || cfg->costs.grouped > 2)
         return pp__fail(err, PP_EINVAL, "costs: grouped=%d: must be 0 (each transfer on its own), 1 (a round's "
                         "transfers in one group) or 2 (one group per peer)", cfg->costs.grouped);
@@ -9877,9 +9572,6 @@ static pp_status pp__plan_validate(const pp_plan_config *c, pp_error *err)
                         "(0 means 1)" : "only with search_layout (the splits it tries)");
     if (k->action_cost)
         return pp__fail(err, PP_EINVAL, "costs: action_cost times one schedule's own actions; a plan builds its "
-                        "schedule (give it to pp_simulate)");
-    if (k->transfer_cost)
-        return pp__fail(err, PP_EINVAL, "costs: transfer_cost times one schedule's own transfers; a plan builds its "
                         "schedule (give it to pp_simulate)");
     if ((k->f_stage || k->b_stage || k->i_stage || k->w_stage || k->memory_stage || k->tail_stage) &&
         (c->layers || c->layout))
@@ -12895,7 +12587,6 @@ struct pp_executor {
     int saved_slots;            /* pp_executor_saved_slots */
     int saved_live, saved_used; /* saved-state slots live now, and the most at once so far */
     int unsplit;                /* no backward_input/backward_weight: I runs backward, W nothing */
-    unsigned char *fast;        /* [len] of the fixed schedule: pp_executor_config.fast_route's row */
     pp_transport tp;
     pp_callbacks cb;
     pp_allocator al;
@@ -13474,7 +13165,6 @@ static pp_status pp__post_group(pp_executor *ex, int i, int j, int peer, pp_erro
             break;
         }
         t->peer = pp__comm_peer(ex->sched, a);
-        t->fast = ex->fast ? ex->fast[p] : 0;
         if (t->is_send) ex->release[ex->nrelease++] = slot;
         else {
             long long idle = ex->groups_posted - ex->slots[slot].free_since;
@@ -13633,7 +13323,6 @@ void pp_executor_free(pp_executor *ex)
     PIPEPAR_FREE(ex->out_slot); PIPEPAR_FREE(ex->out_ptr); PIPEPAR_FREE(ex->out_bytes);
     PIPEPAR_FREE(ex->groups); PIPEPAR_FREE(ex->release); PIPEPAR_FREE(ex->xfers);
     PIPEPAR_FREE(ex->times); PIPEPAR_FREE(ex->t_start); PIPEPAR_FREE(ex->t_ready); PIPEPAR_FREE(ex->t_end);
-    PIPEPAR_FREE(ex->fast);
     PIPEPAR_FREE(ex);
 }
 
@@ -13857,20 +13546,6 @@ static pp_status pp__executor_check(const pp_executor_config *cfg, pp_error *err
     if (s && s->pp > 1 && !s->lowered)
         return pp__fail(err, PP_EINVAL, "schedule: not lowered; call pp_schedule_lower first (pp=%d needs "
                         "SEND/RECV actions)", s->pp);
-    if (cfg->fast_route && recipe)
-        return pp__fail(err, PP_EINVAL, "fast_route: only with a schedule (its positions are one schedule's; a "
-                        "recipe builds one for each microbatch count)");
-    if (cfg->fast_route && s && s->length[cfg->transport.rank] > 0 && !cfg->fast_route[cfg->transport.rank])
-        return pp__fail(err, PP_EINVAL, "fast_route[%d]=NULL: needs this rank's row (one entry per action of its "
-                        "program)", cfg->transport.rank);
-    if (cfg->fast_route && s) {
-        const unsigned char *row = cfg->fast_route[cfg->transport.rank];
-        int i;
-        for (i = 0; i < s->length[cfg->transport.rank]; i++)
-            if (row[i] > 1 || (row[i] && !pp__is_comm(s->actions[cfg->transport.rank][i].op)))
-                return pp__fail(err, PP_EINVAL, "fast_route[%d][%d]=%d: must be 0 or 1, and 1 only at a send or "
-                                "receive (is this schedule's routes?)", cfg->transport.rank, i, row[i]);
-    }
     return s ? pp_schedule_validate(s, err) : PP_OK;
 }
 
@@ -13911,12 +13586,6 @@ pp_status pp_executor_create(const pp_executor_config *cfg, pp_executor **out, p
         ex->vpp = cfg->schedule->vpp;
         ex->max_M = cfg->schedule->mb;
         st = pp_schedule_copy(cfg->schedule, &copy, err);
-        if (st == PP_OK && cfg->fast_route) {
-            int len = cfg->schedule->length[ex->rank];
-            ex->fast = (unsigned char *)pp__calloc(len > 0 ? (size_t)len : 1, 1);
-            if (!ex->fast) st = pp__fail(err, PP_ENOMEM, "out of memory");
-            else if (len > 0) memcpy(ex->fast, cfg->fast_route[ex->rank], (size_t)len);
-        }
         if (st == PP_OK) st = pp__plan_init(ex, &ex->plans[0], copy, err);
         any_split = ex->plans[0].has_split;
         ex->saved_slots = ex->plans[0].saved;

@@ -1404,10 +1404,8 @@ enum { PP__NCCL_ARRIVED = 0, PP__NCCL_FREED = 1, PP__NCCL_POSTED = 2 };
 /* Publishes this rank's buffer of a transfer with p into its half of the claim: 1 where the peer
  * can copy to or from it, 0 where it cannot (the ring then carries the transfer). Threads of one
  * process pass the pointer; other processes the allocation's CUDA IPC handle (made once per
- * allocation), which needs memory from cudaMalloc (IS_LEGACY_CUDA_IPC_CAPABLE). Via host, only a
- * transfer the step waits for (pp_transfer.fast) goes straight between the GPUs. */
-static int pp__nccl_ce_publish(pp__nccl_transport *t, int p, const void *buf, size_t bytes, int fast,
-                               pp__nccl_ce_buffer *b)
+ * allocation), which needs memory from cudaMalloc (IS_LEGACY_CUDA_IPC_CAPABLE). */
+static int pp__nccl_ce_publish(pp__nccl_transport *t, int p, const void *buf, size_t bytes, pp__nccl_ce_buffer *b)
 {
     CUpointer_attribute which[3] = { CU_POINTER_ATTRIBUTE_BUFFER_ID, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
                                      CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE };
@@ -1418,7 +1416,7 @@ static int pp__nccl_ce_publish(pp__nccl_transport *t, int p, const void *buf, si
     b->buffer_id = 0;
     b->base = (uint64_t)(uintptr_t)buf;
     b->offset = 0;
-    if (t->ce_via_host && !fast) return 0;   /* through the rings in host memory, off the GPUs' links */
+    if (t->ce_via_host) return 0;   /* every transfer through the rings in host memory, off the GPUs' links */
     if (t->ce_same[p] || bytes == 0) return 1;
     data[0] = &id; data[1] = &base; data[2] = &capable;
     if (!t->attrs || t->attrs(3, which, data, (CUdeviceptr)(uintptr_t)buf) != CUDA_SUCCESS || !id || !base || !capable ||
@@ -1555,7 +1553,7 @@ static pp_status pp__nccl_ce_claim_next(pp__nccl_transport *t, const pp_transfer
                                  "%llu/%d found (claims out of step)", (unsigned long long)n, nc->rank, p,
                                  (unsigned long long)j, h);
         {   /* free: publish our buffer, then claim (the peer may claim at the same moment) */
-            int how = pp__nccl_ce_publish(t, p, x->buf, x->bytes, x->fast, &c->of[side]) ? mine : PP__NCCL_CLAIM_RING;
+            int how = pp__nccl_ce_publish(t, p, x->buf, x->bytes, &c->of[side]) ? mine : PP__NCCL_CLAIM_RING;
             if (__atomic_compare_exchange_n(&c->word, &w, (n << 3) | (uint64_t)how, 0, __ATOMIC_ACQ_REL,
                                             __ATOMIC_ACQUIRE)) {
                 pl->how = how;

@@ -122,15 +122,6 @@ if [ "$NPROC" -gt 2 ]; then
     run_pp greedy-searched-via-host-mem --schedule search --search-kind greedy --search-layout --vpp 2 --place-by-speed \
         --via-host --max-memory $((3 * NPROC))
 fi
-# via host, but the transfers on the simulated step's critical path (mostly the start-up and drain)
-# straight over NVLink (--fast-critical, pp_schedule_routes): the clock of the first and the
-# transfer time of the second where the step waits
-run_pp greedy-searched-via-host-routes --schedule search --search-kind greedy --search-layout --vpp 2 --place-by-speed \
-    --via-host --fast-critical --check
-if [ "$NPROC" -gt 2 ]; then
-    run_pp greedy-searched-via-host-mem-routes --schedule search --search-kind greedy --search-layout --vpp 2 \
-        --place-by-speed --via-host --fast-critical --max-memory $((3 * NPROC))
-fi
 # at pp >= 3, runs above again with a round's transfers in one group waited in order (--in-order),
 # the runtime before transfers were posted and waited per peer: a rank's receive from one
 # neighbour then waits behind its transfers with the other (the fixed orders: the same plan both

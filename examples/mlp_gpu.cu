@@ -791,14 +791,6 @@ static int rank_connect(Rank &R, Shared *sh, int thread_rank)
     return 0;
 }
 
-/* A boundary tensor's transfer in units of a block's forward (its bytes over its FLOPs): over
- * NVLink, or staged through host memory (two copies over PCIe, several times NVLink's time per
- * byte). */
-static double transfer_time(const Options &o, bool via_host)
-{
-    return (via_host ? 2000.0 : 290.0) / o.hidden + 0.01;
-}
-
 /* The plan's options from the flags: the schedule (a kind, a search, or --schedule-csv's text, its
  * pp, mb and vpp checked against the run's below), --layout or --layers split evenly, the splits.
  * Search costs are in units of one block's forward: F = I = W per block (each is two GEMMs of the
@@ -848,9 +840,9 @@ static int plan_config(Rank &R, pp_plan_config &pc, std::vector<char> &csv, std:
     }
     pc.max_memory = o.max_memory;
     pc.costs.f = pc.costs.i = pc.costs.w = 1;
-    /* via host, a plan with room around its transfers; with --fast-critical the ones the step
-     * still waits for then go over NVLink (rank_routes) */
-    pc.costs.p2p_latency = transfer_time(o, o.via_host);
+    /* a boundary tensor's transfer in units of a block's forward (its bytes over its FLOPs); staged
+     * through host memory it is two copies over PCIe, several times NVLink's time per byte */
+    pc.costs.p2p_latency = (o.via_host ? 2000.0 : 290.0) / o.hidden + 0.01;
     /* candidates ranked as this runtime posts their transfers: through the copy engines (processes
      * of one host) a group per peer on that peer's streams (pp_transport.independent_peers),
      * else a round's in one group, waited as a whole and in order */
@@ -1038,31 +1030,6 @@ static int rank_buffers(Rank &R)
     return rank_slots(R);
 }
 
-/* --fast-critical: which transfers of R.sched go straight over NVLink (pp_schedule_routes), on
- * each stage's block count as the search costs blocks (the first block's input gradient half:
- * nothing flows below it), every rank alike. */
-static int rank_routes(Rank &R, pp_routes **routes)
-{
-    const Options &o = *R.o;
-    std::vector<double> f(R.S), i(R.S), w(R.S);
-    for (int s = 0; s < R.S; s++) {
-        f[s] = w[s] = R.m.count[s];
-        i[s] = R.m.count[s] - (R.m.first[s] == 0 ? 0.5 : 0.0);
-    }
-    pp_sim_costs c;
-    memset(&c, 0, sizeof c);
-    c.f_stage = f.data(); c.i_stage = i.data(); c.w_stage = w.data();
-    c.grouped = !o.in_order ? 2 : 1;
-    PPCK(pp_schedule_routes(R.sched, &c, transfer_time(o, false), transfer_time(o, true), routes, &e_));
-    const pp_routes *r = *routes;
-    if (R.lead)
-        printf("routes: %d of %d transfers straight over NVLink (the step's critical path), the rest via host; "
-               "simulated step %+.2f%% all via host, %+.2f%% these routes, against all over NVLink\n",
-               r->fast_transfers, r->transfers, 100.0 * (r->step_slow / r->step_fast - 1),
-               100.0 * (r->step_routed / r->step_fast - 1));
-    return 0;
-}
-
 /* The executor of R.sched, timing every action with CUDA events (the timer sized for the longest
  * rank program). */
 static int rank_executor(Rank &R)
@@ -1087,16 +1054,7 @@ static int rank_executor(Rank &R)
     ec.timeout_s = o.timeout;
     ec.record_timeline = 1;
     ec.timer = R.timer;
-    pp_routes *routes = nullptr;
-    if (o.fast_critical) PHASE(rank_routes(R, &routes));
-    ec.fast_route = routes ? (const unsigned char *const *)routes->fast : nullptr;
-    pp_error ee;
-    pp_status st = pp_executor_create(&ec, &R.ex, &ee);
-    pp_routes_free(routes);   /* the executor keeps its rank's row */
-    if (st != PP_OK) {
-        fprintf(stderr, "mlp_gpu: rank %d: %s: %s\n", R.rank, pp_status_name(st), ee.message);
-        return exit_code(st);
-    }
+    PPCK(pp_executor_create(&ec, &R.ex, &e_));
     return 0;
 }
 

@@ -24,7 +24,6 @@ struct Options {
     int gate = 1, tune = 1, quiet = 0;
     int copy_engine = 1;            /* transfers between GPUs of this host through the copy engines */
     int via_host = 0;               /* --via-host: those staged through pinned host memory, over PCIe */
-    int fast_critical = 0;          /* --fast-critical: with --via-host, the step's critical path over NVLink */
     int in_order = 0;               /* --in-order: a round's transfers in one group, waited in order */
     const char *layout = nullptr;   /* Megatron layout string: blocks per stage */
     double max_memory = 0;          /* --schedule search: cap on activation memory */
@@ -103,10 +102,6 @@ static const char usage[] =
     "                  lowers the SM clock, PCIe's does not; each transfer takes longer, and the search\n"
     "                  ranks its candidates so. Sets NCCL_P2P_DISABLE=1 unless given: NCCL's own few\n"
     "                  collectives go through host memory too\n"
-    "  --fast-critical with --via-host: the transfers the step still waits for go straight over NVLink, the\n"
-    "                  rest through host memory: pp_schedule_routes follows the simulated step's critical\n"
-    "                  path (mostly the start-up and drain; the search, ranking its candidates with the\n"
-    "                  slower transfers, picks a plan with room around the others)\n"
     "  --in-order      over the copy engines too, post a round's transfers with every peer as one group\n"
     "                  and wait for the groups in order (default there: a group per peer, each waited\n"
     "                  for alone, pp_transport.independent_peers); the same at pp 2\n"
@@ -142,7 +137,7 @@ static int parse_args(int argc, char **argv, Options *o)
         snprintf(flag, sizeof flag, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
         static const char *const bools[] = { "--single", "--check", "--no-tune", "--quiet", "--no-gate",
                                               "--no-copy-engine", "--keep-overlaps", "--search-layout",
-                                              "--place-by-speed", "--split-backward", "--adapt", "--in-order", "--via-host", "--fast-critical", NULL };
+                                              "--place-by-speed", "--split-backward", "--adapt", "--in-order", "--via-host", NULL };
         static const char *const valued[] = { "--threads", "--pp", "--vpp", "--group", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
             "--single-ms", "--kill-rank", "--kill-step", "--layout", "--max-memory", "--search-kind", "--gpu-ms",
@@ -183,7 +178,6 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--no-copy-engine")) o->copy_engine = 0;
         else if (!strcmp(flag, "--in-order")) o->in_order = 1;
         else if (!strcmp(flag, "--via-host")) o->via_host = 1;
-        else if (!strcmp(flag, "--fast-critical")) o->fast_critical = 1;
         else if (!strcmp(flag, "--keep-overlaps")) o->keep_overlaps = 1;
         else if (!strcmp(flag, "--split-backward")) o->split_backward = 1;
         else if (!strcmp(flag, "--search-layout")) o->search_layout = 1;
@@ -266,10 +260,6 @@ static int check_args(const Options *o)
     if (o->via_host && (!o->copy_engine || o->threads || o->single)) {
         fprintf(stderr, "mlp_gpu: --via-host: stages the copy engines' transfers between processes (not with --%s)\n",
                 !o->copy_engine ? "no-copy-engine" : o->threads ? "threads" : "single");
-        return 2;
-    }
-    if (o->fast_critical && !o->via_host) {
-        fprintf(stderr, "mlp_gpu: --fast-critical: only with --via-host (without it every transfer goes over NVLink)\n");
         return 2;
     }
     if (o->tune_in_step && (!o->single || !o->tune)) {

@@ -227,9 +227,6 @@ typedef struct tm_watch {
     long long foreign_recv;                 /* of those, groups that send nothing (none is a wait
                                                for buffers: pp__acquire waits for sends alone) */
     char first_foreign[160];
-    uint64_t tags[1024];                    /* each posted transfer's tag and pp_transfer.fast */
-    unsigned char fast[1024];
-    int ntags;
 } tm_watch;
 
 typedef struct tm_run {
@@ -266,7 +263,6 @@ typedef struct tm_run {
     pp_timer timer[TM_MAX_STAGES];          /* a rank's timer when its mark is set */
     pp_executor *ex[TM_MAX_STAGES];
     int watch;                              /* 1: every rank's transport is a tm_watch */
-    const unsigned char *const *fast_route; /* pp_executor_config.fast_route */
     tm_watch watches[TM_MAX_STAGES];
     int unsplit;                            /* 1: no backward_input / backward_weight callbacks */
     /* a recipe instead of the schedule (recipe.kind set): each step's microbatch count, or
@@ -352,7 +348,6 @@ static pp_status tm_watch_post(void *user, const pp_transfer *x, int count, void
     tm_watch *w = (tm_watch *)user;
     pp_status st;
     int i, j;
-    for (i = 0; i < count && w->ntags < 1024; i++) { w->tags[w->ntags] = x[i].tag; w->fast[w->ntags++] = (unsigned char)x[i].fast; }
     for (i = 0; i < count; i++) {
         if (x[i].is_send) { w->sends++; continue; }
         w->receives++;
@@ -614,7 +609,6 @@ static pp_status tm_rank(void *user, int rank, pp_transport *t, pp_error *err)
         cfg.split_overlaps = run->split_overlaps;
     }
     cfg.transport = *t;
-    cfg.fast_route = run->fast_route;
     if (run->watch) {
         tm_watch *w = &run->watches[rank];
         w->inner = *t;
@@ -859,90 +853,6 @@ static void receives_name_how_long_their_buffer_has_been_free(void)
         pp_schedule_free(s);
     }
     PP_CHECK_MSG(receives > 0 && early * 2 > receives, "%lld of %lld receives free since an earlier post", early, receives);
-}
-
-static int tm_is_comm(int op) { return op == PP_OP_SEND_F || op == PP_OP_SEND_B || op == PP_OP_RECV_F || op == PP_OP_RECV_B; }
-
-/* pp_executor_config.fast_route: each posted transfer's pp_transfer.fast is its routes' mark (the
- * receive's and the send's alike, found by tag), some transfers go each way, and the gradients
- * are the single stage's. A recipe with routes, a mark of 2 and one on a compute action are
- * refused. */
-static void transfers_carry_their_routes(void)
-{
-    static const struct { pp_schedule_kind kind; int pp, vpp, mb; } cfgs[] = {
-        { PP_1F1B, 2, 1, 4 }, { PP_ZBV, 4, 2, 8 }, { PP_INTERLEAVED_1F1B, 3, 2, 6 },
-    };
-    size_t c;
-    for (c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
-        pp_schedule *s = tm_schedule(cfgs[c].kind, cfgs[c].pp, cfgs[c].vpp, cfgs[c].mb);
-        pp_routes *R = NULL;
-        pp_sim_costs costs;
-        pp_error err;
-        tm_run *run;
-        char what[96];
-        int r, i, fast = 0, slow = 0;
-        if (!s) continue;
-        snprintf(what, sizeof what, "%s pp=%d", pp_schedule_kind_name(cfgs[c].kind), cfgs[c].pp);
-        memset(&costs, 0, sizeof costs);
-        costs.f = 1; costs.i = 1; costs.w = 1; costs.grouped = 2;
-        PP_CHECK_OK(pp_schedule_routes(s, &costs, 0.02, 0.3, &R, &err), &err);
-        if (!R) { pp_schedule_free(s); continue; }
-        run = tm_new(s, 2);
-        run->watch = 1;
-        run->fast_route = (const unsigned char *const *)R->fast;
-        tm_check_against_reference(run, what);
-        for (r = 0; r < s->pp; r++) {
-            tm_watch *w = &run->watches[r];
-            PP_CHECK_MSG(w->ntags > 0 && w->ntags < 1024, "%s rank %d: %d transfers posted", what, r, w->ntags);
-            for (i = 0; i < w->ntags; i++) {
-                int k, want = -1;
-                for (k = 0; k < s->length[r] && want < 0; k++) {
-                    pp_action a = s->actions[r][k];
-                    uint64_t tag = a.op == PP_OP_SEND_F ? pp_transfer_tag(PP_OP_SEND_F, a.stage, a.mb, 0)
-                                 : a.op == PP_OP_RECV_F ? pp_transfer_tag(PP_OP_SEND_F, a.stage - 1, a.mb, 0)
-                                 : a.op == PP_OP_SEND_B ? pp_transfer_tag(PP_OP_SEND_B, a.stage, a.mb, 0)
-                                 : a.op == PP_OP_RECV_B ? pp_transfer_tag(PP_OP_SEND_B, a.stage + 1, a.mb, 0) : 0;
-                    if (tag && tag == w->tags[i]) want = R->fast[r][k];
-                }
-                PP_CHECK_MSG(want >= 0 && w->fast[i] == want, "%s rank %d: transfer %d posted fast=%d, its routes say %d",
-                             what, r, i, w->fast[i], want);
-                if (w->fast[i]) fast++; else slow++;
-            }
-        }
-        PP_CHECK_MSG(fast > 0 && slow > 0, "%s: %d transfers fast, %d slow", what, fast, slow);
-        tm_free(run);
-        if (c == 0) {   /* refusals */
-            pp_executor_config cfg;
-            pp_executor *ex = NULL;
-            pp_threads_world *tw = NULL;
-            unsigned char *row0 = R->fast[0];
-            memset(&cfg, 0, sizeof cfg);
-            PP_CHECK_OK(pp_threads_world_create(2, &tw, &err), &err);
-            PP_CHECK_OK(pp_threads_transport(tw, 0, &cfg.transport, &err), &err);
-            cfg.callbacks.tensor_bytes = tm_bytes; cfg.callbacks.input = tm_input; cfg.callbacks.forward = tm_forward;
-            cfg.callbacks.backward = tm_backward;
-            cfg.fast_route = (const unsigned char *const *)R->fast;
-            cfg.recipe.kind = PP_1F1B; cfg.recipe.pp = 2; cfg.max_mb = 4;
-            PP_CHECK_FAILS(pp_executor_create(&cfg, &ex, &err), &err, PP_EINVAL, "fast_route: only with a schedule");
-            memset(&cfg.recipe, 0, sizeof cfg.recipe);
-            cfg.max_mb = 0;
-            cfg.schedule = s;
-            for (i = 0; i < s->length[0] && tm_is_comm(s->actions[0][i].op); i++) {}
-            row0[i] = 1;   /* the first compute action marked */
-            PP_CHECK_FAILS(pp_executor_create(&cfg, &ex, &err), &err, PP_EINVAL, "1 only at a send or receive");
-            row0[i] = 0;
-            for (i = 0; i < s->length[0] && !tm_is_comm(s->actions[0][i].op); i++) {}
-            row0[i] = 2;
-            PP_CHECK_FAILS(pp_executor_create(&cfg, &ex, &err), &err, PP_EINVAL, "must be 0 or 1");
-            R->fast[0] = NULL;
-            PP_CHECK_FAILS(pp_executor_create(&cfg, &ex, &err), &err, PP_EINVAL, "fast_route[0]=NULL");
-            R->fast[0] = row0;
-            pp_executor_free(ex);
-            pp_threads_world_free(tw);
-        }
-        pp_routes_free(R);
-        pp_schedule_free(s);
-    }
 }
 
 /* pp_transport.independent_peers (the threads transport has it): the executor posts each round's
@@ -2640,7 +2550,6 @@ const pp_test_case pp_suite_runtime[] = {
     PP_TEST(every_schedule_kind_gives_single_stage_loss_and_gradients),
     PP_TEST(split_backward_i_then_w_gives_single_stage_gradients),
     PP_TEST(receives_name_how_long_their_buffer_has_been_free),
-    PP_TEST(transfers_carry_their_routes),
     PP_TEST(independent_peers_wait_only_for_the_input_s_peer),
     PP_TEST(searched_and_greedy_schedules_give_single_stage_gradients),
     PP_TEST(overlapped_fb_actions_give_single_stage_gradients),

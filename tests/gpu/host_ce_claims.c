@@ -14,9 +14,7 @@
  * the same first message, with the other side's buffer where they copy; then a receive that
  * names other bytes than its send is refused by the side that comes second, naming both sizes.
  * Then the same pair via host (pp_nccl_transport_copy_engine_via_host), fewer transfers: every one
- * goes through the ring, on both sides alike, and sizes that differ are still refused; then via
- * host with every third transfer marked pp_transfer.fast (on both sides, then on the sending side
- * alone): those go straight where the side that posts first marks them, the rest through the ring.
+ * goes through the ring, on both sides alike, and sizes that differ are still refused.
  * Ends with "N passed, N failed". */
 #include "../../pipepar_nccl.c"
 
@@ -51,10 +49,6 @@ typedef struct side {
 
 static side sides[2];
 static int n_xfers = N_XFERS;   /* each way, this round */
-/* pp_transfer.fast this round: 0 none; 1 every third transfer, on both sides; 2 the same on the
- * sending side alone (a transfer then goes straight only where the send is posted first) */
-static int fast_mode;
-static int fast_of(int is_send, int j) { return fast_mode && j % 3 == 0 && (fast_mode == 1 || is_send); }
 
 static size_t bytes_of(int from, int j) { return (size_t)((j * 2654435761u + (unsigned)from * 97u) % 20000u); }
 /* Rank r's buffers lie in one allocation at base_of(r), its id r + 1. */
@@ -124,7 +118,6 @@ static pp_status claim(side *s, int is_send, int j, size_t bytes, pp__nccl_ce_pl
     x.peer = 1 - s->rank;
     x.buf = buffer_of(s->rank, is_send, j);
     x.bytes = bytes;
-    x.fast = fast_of(is_send, j);
     return pp__nccl_ce_claim_next(&s->t, &x, pl, err);
 }
 
@@ -164,7 +157,7 @@ static void *side_main(void *arg)
 
 /* One round: both sides from fresh claims (via host or not), n transfers each way, each side's
  * status checked. */
-static void run_round(pp__nccl_ce_claim *table[2], int via_host, int fast, int n)
+static void run_round(pp__nccl_ce_claim *table[2], int via_host, int n)
 {
     pthread_t th[2];
     char what[256];
@@ -174,7 +167,6 @@ static void run_round(pp__nccl_ce_claim *table[2], int via_host, int fast, int n
     side_init(&sides[0], 0, table[0], table[1]);
     side_init(&sides[1], 1, table[1], table[0]);
     sides[0].t.ce_via_host = sides[1].t.ce_via_host = via_host;
-    fast_mode = fast;
     n_xfers = n;
     for (r = 0; r < 2; r++) pthread_create(&th[r], NULL, side_main, &sides[r]);
     for (r = 0; r < 2; r++) pthread_join(th[r], NULL);
@@ -193,7 +185,7 @@ int main(void)
     char what[256];
     table[0] = (pp__nccl_ce_claim *)calloc(PP__NCCL_CLAIMS, sizeof(pp__nccl_ce_claim));
     table[1] = (pp__nccl_ce_claim *)calloc(PP__NCCL_CLAIMS, sizeof(pp__nccl_ce_claim));
-    run_round(table, 0, 0, N_XFERS);
+    run_round(table, 0, N_XFERS);
     /* d: the sending rank; its direction 0 against the receiver's direction 1 */
     for (d = 0; d < 2 && sides[0].status == PP_OK && sides[1].status == PP_OK; d++) {
         side *snd = &sides[d], *rcv = &sides[1 - d];
@@ -245,7 +237,7 @@ int main(void)
     for (r = 0; r < 2; r++) side_free(&sides[r]);
 
     /* via host: fresh claims, every transfer through the ring (no buffer is published) */
-    run_round(table, 1, 0, 3000);
+    run_round(table, 1, 3000);
     agree = counts_ok = 1;
     for (d = 0; d < 2 && sides[0].status == PP_OK && sides[1].status == PP_OK; d++) {
         side *snd = &sides[d], *rcv = &sides[1 - d];
@@ -271,38 +263,6 @@ int main(void)
               "via host: the second side refuses sizes that differ, naming both");
     }
     for (r = 0; r < 2; r++) side_free(&sides[r]);
-
-    /* via host with routes: a transfer marked fast goes straight when the side that posts first
-     * marks it and can share its buffer, every other one through the ring; both sides agree.
-     * Marked on both sides, then on the sending side alone. */
-    for (fast_mode = 1; fast_mode <= 2; fast_mode++) {
-        int mode = fast_mode, direct = 0, slow_straight = 0;
-        run_round(table, 1, mode, 3000);
-        agree = counts_ok = 1;
-        for (d = 0; d < 2 && sides[0].status == PP_OK && sides[1].status == PP_OK; d++) {
-            side *snd = &sides[d], *rcv = &sides[1 - d];
-            uint64_t messages = 0;
-            for (j = 0; j < n_xfers; j++) {
-                int how = snd->how[0][j];
-                if (how != rcv->how[1][j] || snd->k[0][j] != rcv->k[1][j]) agree = 0;
-                if (how != PP__NCCL_CLAIM_RING && !fast_of(1, j)) slow_straight++;
-                if (mode == 2 && how == PP__NCCL_CLAIM_PUSH) slow_straight++;   /* the receive is unmarked */
-                direct += how != PP__NCCL_CLAIM_RING;
-                messages += how != PP__NCCL_CLAIM_RING ? 1 : (bytes_of(d, j) + 4095) / 4096;
-            }
-            if (snd->t.ce_sent[1 - d] != messages || rcv->t.ce_taken[d] != messages) counts_ok = 0;
-        }
-        snprintf(what, sizeof what, "via host, fast marked on %s: both sides took every transfer the same way",
-                 mode == 1 ? "both sides" : "the sending side");
-        check(agree, what);
-        snprintf(what, sizeof what, "via host, fast marked on %s: %d transfers straight, %d of them not marked by the "
-                 "side that posted first", mode == 1 ? "both sides" : "the sending side", direct, slow_straight);
-        check(direct > 200 && slow_straight == 0, what);
-        printf("  %s\n", what);
-        check(counts_ok, "via host with routes: both sides counted the same messages");
-        fast_mode = mode;
-        for (r = 0; r < 2; r++) side_free(&sides[r]);
-    }
     free(table[0]); free(table[1]);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

@@ -138,7 +138,6 @@ expect_error via-host-nccl "--via-host: stages the copy engines' transfers betwe
     $SMALL --via-host --no-copy-engine
 expect_error via-host-threads "--via-host: stages the copy engines' transfers between processes (not with --threads)" \
     $SMALL --via-host
-expect_error fast-critical "--fast-critical: only with --via-host" $SMALL --fast-critical
 
 # compute-sanitizer memcheck on the held W's (NCCL's init probes report API errors: not counted)
 SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")

@@ -6,8 +6,7 @@
  * below 2^32 (test_count_base), so the first ring transfers carry it across the 32-bit wrap.
  * The parent forks the two ranks before any CUDA call, each takes GPU `rank` and the file
  * bootstrap; each reports its counts through a pipe. Last, the same through pinned host memory
- * (pp_nccl_transport_copy_engine_via_host), and there transfers marked pp_transfer.fast straight
- * between the GPUs. Needs two GPUs; ends with
+ * (pp_nccl_transport_copy_engine_via_host). Needs two GPUs; ends with
  * "N passed, N failed". (C code; a .cu so that nvcc links it with the C++ runtime.)          */
 #if defined(__GNUC__)
 #pragma GCC diagnostic push
@@ -86,9 +85,9 @@ static void counts(rank_ctx *r, long long c[3])
     CHECK_OK(pp_nccl_transport_copy_engine_counts(&r->t, c, &e), &e);
 }
 
-/* n groups, a send and a receive each way, random sizes (up to 200000 bytes) and pauses, those of
- * every fast_every-th group marked pp_transfer.fast (0: none); whether every byte arrived */
-static int random_groups(rank_ctx *r, int n, int fast_every)
+/* n groups, a send and a receive each way, random sizes (up to 200000 bytes) and pauses; whether
+ * every byte arrived */
+static int random_groups(rank_ctx *r, int n)
 {
     size_t *off = (size_t *)calloc((size_t)n, sizeof *off), *size = (size_t *)calloc((size_t)n, sizeof *size), total = 0;
     unsigned char *sendb = NULL, *recvb = NULL, *want, *got;
@@ -110,7 +109,6 @@ static int random_groups(rank_ctx *r, int n, int fast_every)
         memset(x, 0, sizeof x);
         x[0].is_send = 1; x[0].peer = r->peer; x[0].buf = sendb + off[k]; x[0].bytes = size[k];
         x[1].is_send = 0; x[1].peer = r->peer; x[1].buf = recvb + off[k]; x[1].bytes = size[k];
-        x[0].fast = x[1].fast = fast_every > 0 && k % fast_every == 0;
         if (rand_r(&seed) % 3 == 0) { struct timespec ts = { 0, (long)(rand_r(&seed) % 300) * 1000 }; nanosleep(&ts, NULL); }
         CHECK_OK(r->t.post(r->t.user, x, 2, &h, &e), &e);
         CHECK_OK(r->t.wait(r->t.user, h, 10, &e), &e);
@@ -195,7 +193,7 @@ static void run_rank(int rank, const char *id_file)
 
     /* 400 groups, a send and a receive each way, random sizes and pauses: pushes and pulls mixed */
     counts(&r, a);
-    CHECK_MSG(random_groups(&r, 400, 0), "400 groups each way in random order, sizes and pauses: every byte arrived");
+    CHECK_MSG(random_groups(&r, 400), "400 groups each way in random order, sizes and pauses: every byte arrived");
     counts(&r, b);
     CHECK_MSG(b[0] - a[0] + b[1] - a[1] == 2 * 400, "all pushed or pulled");
     printf("  rank %d: 400 random groups: pushed %lld, pulled %lld\n", rank, b[0] - a[0], b[1] - a[1]);
@@ -223,17 +221,9 @@ static void run_rank(int rank, const char *id_file)
         counts(&r, a);
         for (k = 0; k < 8; k++) ok &= one(&r, big + 256 * k, mib3 + 1000 * (size_t)k, k % 2, 500 + k);
         CHECK_MSG(ok, "via host: 8 transfers of 3 MiB and more (4 slots of 1 MiB), either side first: every byte arrived");
-        CHECK_MSG(random_groups(&r, 200, 0), "via host: 200 random groups each way: every byte arrived");
+        CHECK_MSG(random_groups(&r, 200), "via host: 200 random groups each way: every byte arrived");
         counts(&r, b);
         CHECK_MSG(b[2] - a[2] == 8 + 2 * 200 && b[0] == a[0] && b[1] == a[1], "via host: every transfer through the ring");
-        /* routes: every third group's transfers marked fast on both sides go straight between the
-         * GPUs (CUDA IPC), the rest through the ring */
-        CHECK_MSG(random_groups(&r, 200, 3), "via host, every third group fast: every byte arrived");
-        counts(&r, a);
-        CHECK_MSG(a[0] - b[0] + a[1] - b[1] == 2 * 67 && a[2] - b[2] == 2 * 133, "via host: the fast transfers "
-                  "straight, the others through the ring");
-        printf("  rank %d: via host, 200 groups, every third fast: pushed %lld, pulled %lld, through the ring %lld\n",
-               rank, a[0] - b[0], a[1] - b[1], a[2] - b[2]);
     }
     cudaStreamSynchronize(r.s);
     pp_nccl_transport_free(&r.t);
