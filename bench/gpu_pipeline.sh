@@ -117,8 +117,9 @@ run_pp greedy-searched-placed --schedule search --search-kind greedy --search-la
 # ranks its candidates with the slower transfers
 run_pp greedy-searched-via-host --schedule search --search-kind greedy --search-layout --vpp 2 --place-by-speed --via-host --check
 # slower transfers are hidden by more microbatches in flight: at pp >= 3 the search also gets a cap
-# of four microbatches per rank (without one it builds its greedy orders at twice 1F1B's memory;
-# at pp 4 and 16 microbatches more than four gain nothing in simulation)
+# of four times 1F1B's activations (--max-memory counts microbatches through a rank's blocks, and
+# 1F1B's first rank holds pp; without a cap the greedy orders keep twice 1F1B's; at pp 4 and 16
+# microbatches a higher cap gains nothing in simulation)
 if [ "$NPROC" -gt 2 ]; then
     run_pp greedy-searched-via-host-mem --schedule search --search-kind greedy --search-layout --vpp 2 --place-by-speed \
         --via-host --max-memory $((4 * NPROC))
