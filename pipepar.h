@@ -2949,7 +2949,10 @@ PIPEPAR_API pp_status pp_nccl_transport_copy_engine(pp_transport *t, size_t slot
  * for tens of milliseconds after it; over PCIe it does not (RESULTS 3.15). Each transfer takes
  * longer (two copies, at PCIe's bandwidth) and the ring is the only path, so slots * slot_bytes
  * per peer is what may be in flight. NCCL_P2P_DISABLE=1 leaves it on (no peer-to-peer access is
- * used). Refused after pp_nccl_transport_copy_engine. */
+ * used). Refused after pp_nccl_transport_copy_engine. Its segments, as the claims' segment of the
+ * copy engines, are unlinked once every rank has opened them or set-up has failed; a process
+ * killed during set-up leaves its own behind, /dev/shm/pipepar-ce-PID-* and pipepar-ceh-PID-*
+ * (PID its process id), for whoever cleans /dev/shm to remove. */
 PIPEPAR_API pp_status pp_nccl_transport_copy_engine_via_host(pp_transport *t, int on, pp_error *err);
 
 /* How this rank's copy-engine transfers went since set-up, sends and receives alike: counts[0]
