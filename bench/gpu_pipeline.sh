@@ -16,6 +16,7 @@
 # summary table (each run under its "-- name" line). Logs of every run land in OUTDIR. Env: H, L, T, M override the model size;
 # SKIP_TORCH=1, SKIP_MEGATRON=1, SKIP_SOCKET=1 skip parts; ONLY=REGEX runs only the pipepar runs it matches (SKIP_PIPEPAR=1: only the peers, with pipepar's plans in PyTorch's runtime) (Megatron-LM runs where .megatron/megatron/core is); FULL=1 adds more runs (interleaved vpp 2,
 # looped-BFS, interleaved ZB vpp 2, ZB-H1, runs through NCCL with and without the arrival gate); TORCH_CONFIGS picks PyTorch's schedules;
+# BASELINES=alone skips the single steps at once, warm and with the links busy (minutes at pp 4).
 # SKIP_BUILD=1 uses binaries already in build/ when they run. STEPS=N: timed steps of every pipeline run,
 # pipepar's and the peers' alike (default 5; each reports the median). Under the power cap a step
 # swings by a few percent with the clock, in the same pattern run after run, so a longer series
@@ -33,6 +34,9 @@ if [ "$NPROC" -gt 2 ]; then L=${L:-$((4 * NPROC))}; else L=${L:-16}; fi
 MODEL="--hidden $H --layers $L --tokens $T --mb $M"
 STEPS=${STEPS:-5}
 export STEPS            # the peers' benches read it too
+BASELINES=${BASELINES:-all}   # all: the single steps alone, at once, warm and with the links busy;
+                              # alone: only the first, which every efficiency counts against
+case $BASELINES in all|alone) ;; *) echo "BASELINES=$BASELINES: must be all or alone"; exit 2;; esac
 GATE=${GATE-}           # extra mlp_gpu flags of every pipepar run (GATE=--no-copy-engine: transfers through
                         # NCCL with the arrival gate instead of the copy engines, mlp_gpu's default;
                         # GATE="--no-copy-engine --no-gate": NCCL alone); the FULL set adds NCCL runs
@@ -75,12 +79,14 @@ tune_picks "$OUTDIR"
 say "== pipepar single GPU, on each of the $NPROC GPUs"
 single_baseline "$NPROC" "$OUTDIR" $MODEL
 cp "$OUTDIR/single-gpu0.log" "$OUTDIR/single.log"   # GPU 0's, against PyTorch's on GPU 0
+if [ "$BASELINES" = all ]; then
 say "== pipepar single GPU, on all $NPROC GPUs at once (the pipeline's power and thermal conditions)"
 single_concurrent "$NPROC" "$OUTDIR" $MODEL
 say "== pipepar single GPU, on all $NPROC GPUs at once after 12 warm-up steps (the pipeline's temperature)"
 single_warm "$NPROC" "$OUTDIR" $MODEL
 say "== pipepar single GPU, on all $NPROC GPUs at once after 12 warm-up steps, the links busy (a pipeline's traffic)"
 single_linked "$NPROC" "$OUTDIR" $MODEL
+fi
 
 run_pp() {   # run_pp NAME ARGS...: a pipepar run on NPROC GPUs (ONLY=REGEX: only the names it matches)
     local name=$1; shift
@@ -209,6 +215,7 @@ say "== summary (step ms, efficiency = single / $NPROC / step)"
 grep -E "^(-- |== NCCL over|adapt: |single-gpu|single-GPU|search:|placement by speed|schedule |pipeline|  efficiency|  simulator|  compute busy|  each timed step|  clocks while|  rank 0|  peak|gradient check|  where the last|    rank [0-9]+:|  exposed transfer \(the|  exposed on the critical|  bound:)" "$LOG" | tee "$OUTDIR/summary.txt"
 say "== pipepar against the fastest GPU's single step alone (the most conservative baseline)"
 efficiency_vs_fastest "$LOG" "$NPROC" | tee -a "$LOG" "$OUTDIR/summary.txt"
+[ "$BASELINES" = all ] || exit 0
 say "== against the single steps run on every GPU at once (harmonic mean $SINGLE_TOGETHER_MS ms)"
 efficiency_against "$LOG" "$NPROC" "$SINGLE_TOGETHER_MS" "single steps run together" | tee -a "$LOG" "$OUTDIR/summary.txt"
 say "== against the single steps run on every GPU at once, warm (harmonic mean $SINGLE_WARM_MS ms)"
