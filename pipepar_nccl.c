@@ -2507,8 +2507,8 @@ static void *pp__nccl_shm(const char *name, size_t bytes, int make)
 }
 
 /* Via host: a peer's rings and flags, mapped here and pinned for this process's copy engines;
- * their device address, or 0 where that fails (the pair then stays on NCCL). A thread of this
- * process passes its own (pinned for every context: cudaHostRegisterPortable). */
+ * their device address, or 0 where that fails (set-up then refuses on every rank: round 3). A
+ * thread of this process passes its own (pinned for every context: cudaHostRegisterPortable). */
 static CUdeviceptr pp__nccl_map_peer_host(pp__nccl_transport *t, int p, int same_process, const pp__nccl_ce_where *w)
 {
     char name[sizeof w->host + 1];
