@@ -2859,7 +2859,9 @@ PIPEPAR_API pp_status pp_nccl_all_reduce_host(pp_nccl *nc, float *values, int co
 /* Fills *out with a transport over nc (rank and world as nc's; post, wait, test, all_reduce,
  * abort and the group collectives all_reduce_buf, all_gather, barrier) whose waits order
  * `compute_stream` (a cudaStream_t of nc's device). Free with pp_nccl_transport_free after the
- * executor that uses it. */
+ * executor that uses it. Every buffer it is given is memory of nc's device (cudaMalloc'ed, or
+ * managed): post refuses another with PP_EINVAL naming the transfer and the pointer, before any
+ * of the group starts. */
 PIPEPAR_API pp_status pp_nccl_transport(pp_nccl *nc, void *compute_stream, pp_transport *out, pp_error *err);
 PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
 

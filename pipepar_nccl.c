@@ -1730,6 +1730,29 @@ static pp_status pp__nccl_ce_group(pp__nccl_transport *t, const pp_transfer *x, 
     return PP_OK;
 }
 
+/* A transfer's or a collective's buffer must be memory of this rank's device (cudaMalloc'ed, or
+ * managed): a host pointer is refused here, naming it, rather than inside NCCL, whose refusal
+ * would abort the communicator. err may be NULL: post checks each buffer so and makes the message
+ * only for one it refuses. */
+static pp_status pp__nccl_device_buffer(const pp_nccl *nc, const void *p, const char *what, const char *name,
+                                        pp_error *err)
+{
+    struct cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return pp__nccl_fail(err, PP_EINVAL, "%s: %s=%p: not memory CUDA knows (%s)", what, name, p, cudaGetErrorName(e));
+    }
+    if (a.type == cudaMemoryTypeManaged) return PP_OK;
+    if (a.type != cudaMemoryTypeDevice)
+        return pp__nccl_fail(err, PP_EINVAL, "%s: %s=%p: host memory; the NCCL transport takes device memory of "
+                             "device %d", what, name, p, nc->device);
+    if (a.device != nc->device)
+        return pp__nccl_fail(err, PP_EINVAL, "%s: %s=%p: memory of device %d; this rank's device is %d", what, name, p,
+                             a.device, nc->device);
+    return PP_OK;
+}
+
 /* A post that fails once its copy-engine claims are made leaves those pairs out of step for
  * good: the communicator aborts, as it would for a failed copy. */
 static pp_status pp__nccl_post_failed(pp__nccl_transport *t, pp__nccl_handle *h, int streams, pp_status st, pp_error *err)
@@ -1761,6 +1784,14 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
                                  nc->world - 1);
         if (!x->buf && x->bytes)
             return pp__nccl_fail(err, PP_EINVAL, "post: transfer %d: buf is NULL for %zu bytes", i, x->bytes);
+        /* every route takes device memory: a host pointer is refused here, naming it, where NCCL
+         * would abort the communicator, a ring's device copy would fail without naming it, and
+         * the rings in host memory would copy it, synchronously, out of the step's order */
+        if (x->bytes && pp__nccl_device_buffer(nc, x->buf, "post", "buf", NULL) != PP_OK) {
+            char what[48];
+            snprintf(what, sizeof what, "post: transfer %d", i);
+            return pp__nccl_device_buffer(nc, x->buf, what, "buf", err);
+        }
         if (x->peer == nc->rank) self_ops++;
         else if (!pp__nccl_is_ce(t, x->peer)) nccl_ops++;
         else streams |= x->is_send ? PP__NCCL_ON_CE_SEND : PP__NCCL_ON_CE_RECV;
@@ -1942,28 +1973,6 @@ static void pp__nccl_tp_abort(void *user, pp_status status, const char *reason)
 }
 
 /* --- the group collectives ------------------------------------------------------------------ */
-
-/* A collective's buffer must be memory of this rank's device (cudaMalloc'ed, or managed): a
- * host pointer is refused here, naming it, rather than inside NCCL, whose refusal would abort
- * the communicator. */
-static pp_status pp__nccl_device_buffer(const pp_nccl *nc, const void *p, const char *what, const char *name,
-                                        pp_error *err)
-{
-    struct cudaPointerAttributes a;
-    cudaError_t e = cudaPointerGetAttributes(&a, p);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return pp__nccl_fail(err, PP_EINVAL, "%s: %s=%p: not memory CUDA knows (%s)", what, name, p, cudaGetErrorName(e));
-    }
-    if (a.type == cudaMemoryTypeManaged) return PP_OK;
-    if (a.type != cudaMemoryTypeDevice)
-        return pp__nccl_fail(err, PP_EINVAL, "%s: %s=%p: host memory; the NCCL transport's collectives take device "
-                             "memory of device %d", what, name, p, nc->device);
-    if (a.device != nc->device)
-        return pp__nccl_fail(err, PP_EINVAL, "%s: %s=%p: memory of device %d; this rank's device is %d", what, name, p,
-                             a.device, nc->device);
-    return PP_OK;
-}
 
 enum { PP__NCCL_ALL_REDUCE = 0, PP__NCCL_ALL_GATHER = 1 };
 

@@ -13,7 +13,9 @@ log=$(mktemp -d)
 pass=0; fail=0
 ok() { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-if [ ! -x "$BIN" ]; then echo "FAIL: $BIN not built"; echo "0 passed, 1 failed"; exit 1; fi
+for b in "$BIN" "$BUILD/pipepar"; do   # the CLI writes the CSV cases' schedules (make test-gpu builds both)
+    if [ ! -x "$b" ]; then echo "FAIL: $b not built"; echo "0 passed, 1 failed"; exit 1; fi
+done
 
 run() {   # run NAME ARGS...: mlp_gpu's output in $log/NAME, exit status returned
     local name=$1; shift

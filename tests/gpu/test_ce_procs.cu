@@ -225,6 +225,22 @@ static void run_rank(int rank, const char *id_file)
         counts(&r, b);
         CHECK_MSG(b[2] - a[2] == 8 + 2 * 200 && b[0] == a[0] && b[1] == a[1], "via host: every transfer through the ring");
     }
+    {   /* a buffer in host memory is refused, pinned or not, though the rings could copy it: the
+         * group starts nothing, and the next transfer goes through */
+        unsigned char host_buf[64];
+        void *pinned = NULL, *h = NULL;
+        pp_transfer x[2];
+        cudaMallocHost(&pinned, 4096);
+        memset(x, 0, sizeof x);
+        x[0].is_send = rank == 0; x[0].peer = r.peer; x[0].buf = big; x[0].bytes = 4096;
+        x[1] = x[0]; x[1].buf = host_buf; x[1].bytes = sizeof host_buf;
+        CHECK_FAILS(r.t.post(r.t.user, x, 2, &h, &e), &e, PP_EINVAL, "post: transfer 1: buf=");
+        CHECK_MSG(strstr(e.message, "host memory") != NULL && h == NULL, e.message);
+        x[1].buf = pinned;
+        CHECK_FAILS(r.t.post(r.t.user, x, 2, &h, &e), &e, PP_EINVAL, "host memory");
+        cudaFreeHost(pinned);
+        CHECK_MSG(one(&r, big, 4096, 1, 900), "via host: after a refused group the next transfer arrives");
+    }
     cudaStreamSynchronize(r.s);
     pp_nccl_transport_free(&r.t);
 

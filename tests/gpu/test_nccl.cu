@@ -1184,6 +1184,17 @@ static void coll_data(gate_test *g, pp_nccl *nc, pp_transport *t, cudaStream_t s
         cudaMalloc((void **)&on_peer, 4 * sizeof(float));
         cudaSetDevice(rank);
         CHECK_FAILS(t->all_reduce_buf(t->user, on_peer, 4, 10, &e), &e, PP_EINVAL, "this rank's device is");
+        {   /* a transfer's buffer too, before any of its group starts */
+            pp_transfer x[2];
+            void *h = NULL;
+            memset(x, 0, sizeof x);
+            x[0].is_send = 1; x[0].peer = 1 - rank; x[0].buf = gr; x[0].bytes = 16;
+            x[1] = x[0]; x[1].buf = host_buf; x[1].bytes = sizeof host_buf;
+            CHECK_FAILS(t->post(t->user, x, 2, &h, &e), &e, PP_EINVAL, "post: transfer 1: buf=");
+            CHECK(strstr(e.message, "host memory") != NULL && h == NULL);
+            x[1].buf = on_peer;
+            CHECK_FAILS(t->post(t->user, x, 2, &h, &e), &e, PP_EINVAL, "this rank's device is");
+        }
         cudaFree(on_peer);
         cudaSetDevice(rank);
     }
