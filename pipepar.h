@@ -287,7 +287,9 @@ PIPEPAR_API int pp_grid_order_format(const pp_grid *grid, char *buf, size_t size
  *     rank_of      [n] out: the pipeline rank that GPU g's process should take
  *     gain         out, may be NULL: the fraction by which the largest load x time fell (0 kept)
  * Equal loads or equal times keep the identity. Of the assignments with the least bottleneck it
- * returns one that moves the fewest ranks (up to 512 ranks; beyond, the sorted pairing itself). */
+ * returns one that moves the fewest ranks (up to 512 ranks; beyond, the sorted pairing itself).
+ * With the schedule at hand, pp_place_by_simulation places by the simulated step instead, which
+ * also sees where a slow GPU waits least among ranks of equal load. */
 PIPEPAR_API pp_status pp_place_by_speed(int n, const double *rank_load, const double *gpu_time, double min_gain,
                                         int *rank_of, double *gain, pp_error *err);
 
@@ -819,6 +821,28 @@ typedef struct pp_sim_result {
 PIPEPAR_API pp_status pp_simulate(const pp_schedule *s, const pp_sim_costs *costs,
                                   pp_sim_result **out, pp_error *err);
 PIPEPAR_API void pp_sim_result_free(pp_sim_result *r);
+
+/* Placement by simulation. pp_place_by_speed weighs each rank's load alone; ranks with the same
+ * load still differ in slack (under the V placement the rank where the V turns waits longest
+ * for its first microbatch), so where a slower GPU goes changes the step even when every rank
+ * computes the same. This places the GPUs by the step itself: each candidate assignment is
+ * simulated (pp_simulate with `costs`) with rank r at the speed of the GPU placed there,
+ * min(gpu_time) / gpu_time[g], and the shortest step wins.
+ *     s         the schedule the pipeline will run (what pp_simulate takes), pp = s->pp GPUs
+ *     costs     its costs at full speed; rank_speed and action_cost must be NULL (the speeds
+ *               are the GPUs', and measured actions carry their own GPU's)
+ *     gpu_time  [pp] time GPU g takes for one fixed piece of work, finite > 0 (as for
+ *               pp_place_by_speed: measured at once, under load)
+ *     min_gain  keep the identity unless the simulated step falls by more than this fraction
+ *     rank_of   [pp] out: the pipeline rank GPU g's process should take
+ *     gain      out, may be NULL: the fraction by which the simulated step fell (0 kept)
+ * Up to 6 ranks every assignment is simulated (720 at most). Above, the search starts from
+ * pp_place_by_speed's assignment (each rank's load its busy time at full speed) and swaps two
+ * GPUs while a swap shortens the step, at most pp rounds; above 64 ranks that start is only
+ * weighed against the identity. Of equal steps it keeps the one that moves the fewest ranks
+ * (equal speeds keep the identity). */
+PIPEPAR_API pp_status pp_place_by_simulation(const pp_schedule *s, const pp_sim_costs *costs, const double *gpu_time,
+                                             double min_gain, int *rank_of, double *gain, pp_error *err);
 
 /* What one rank holds at once, from its program alone. A rank runs its compute in program order,
  * so these peaks hold whatever the timing; a trainer that allocates everything before its first
@@ -3503,6 +3527,125 @@ pp_status pp_place_by_speed(int n, const double *rank_load, const double *gpu_ti
      * placed together stay together where they can); past 512 ranks the O(n^3) costs too much */
     if (n <= 512) return pp__placement_fewest_moves(n, rank_load, gpu_time, after, rank_of, err);
     return pp__ok(err);
+}
+
+/* The simulated step of `s` with GPU g on rank rank_of[g] (speed[rank] from the GPU's speed). */
+static pp_status pp__placement_step(const pp_schedule *s, const pp_sim_costs *costs, const double *gpu_speed,
+                                    const int *rank_of, double *rank_speed, double *step, pp_error *err)
+{
+    pp_sim_costs c = *costs;
+    pp_sim_result *res = NULL;
+    pp_status st;
+    int g;
+    for (g = 0; g < s->pp; g++) rank_speed[rank_of[g]] = gpu_speed[g];
+    c.rank_speed = rank_speed;
+    if ((st = pp_simulate(s, &c, &res, err)) != PP_OK) return st;
+    *step = res->makespan;
+    pp_sim_result_free(res);
+    return PP_OK;
+}
+
+static int pp__placement_moves(int n, const int *rank_of)
+{
+    int g, moved = 0;
+    for (g = 0; g < n; g++) moved += rank_of[g] != g;
+    return moved;
+}
+
+/* Whether candidate (step, moves) beats best: a shorter step by more than rounding, or the same
+ * step with fewer ranks moved. */
+static int pp__placement_better(double step, int moves, double best_step, int best_moves)
+{
+    double eps = 1e-12 * (best_step > 0 ? best_step : 1);
+    return step < best_step - eps || (step <= best_step + eps && moves < best_moves);
+}
+
+pp_status pp_place_by_simulation(const pp_schedule *s, const pp_sim_costs *costs, const double *gpu_time,
+                                 double min_gain, int *rank_of, double *gain, pp_error *err)
+{
+    double *speed = NULL, *rank_speed = NULL, *load = NULL, fastest, base = 0, best, step;
+    int *cur = NULL, *best_of = NULL, n, g, h, best_moves, round, improved;
+    pp_sim_result *res = NULL;
+    pp_sim_costs c;
+    pp_status st = PP_OK;
+    if (gain) *gain = 0;
+    if (!s || !gpu_time || !rank_of) return pp__fail(err, PP_EINVAL, "s, gpu_time and rank_of must not be NULL");
+    if (costs && costs->rank_speed)
+        return pp__fail(err, PP_EINVAL, "costs: rank_speed must be NULL: the ranks' speeds are the GPUs' (gpu_time)");
+    if (costs && costs->action_cost)
+        return pp__fail(err, PP_EINVAL, "costs: action_cost must be NULL: measured actions carry their own GPU's speed");
+    if (!(min_gain >= 0 && min_gain < 1)) return pp__fail(err, PP_EINVAL, "min_gain=%g: must be in [0, 1)", min_gain);
+    n = s->pp;
+    if (n < 1) return pp__fail(err, PP_EINVAL, "s: pp=%d: must be at least 1", n);
+    for (g = 0; g < n; g++)
+        if (!(gpu_time[g] > 0 && gpu_time[g] <= DBL_MAX))
+            return pp__fail(err, PP_EINVAL, "gpu_time[%d]=%g: must be a finite number > 0", g, gpu_time[g]);
+    if (costs) c = *costs; else memset(&c, 0, sizeof c);
+    speed = (double *)pp__calloc((size_t)n, sizeof(double));
+    rank_speed = (double *)pp__calloc((size_t)n, sizeof(double));
+    load = (double *)pp__calloc((size_t)n, sizeof(double));
+    cur = (int *)pp__calloc((size_t)n, sizeof(int));
+    best_of = (int *)pp__calloc((size_t)n, sizeof(int));
+    if (!speed || !rank_speed || !load || !cur || !best_of) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+    for (fastest = gpu_time[0], g = 1; g < n; g++) if (gpu_time[g] < fastest) fastest = gpu_time[g];
+    for (g = 0; g < n; g++) { speed[g] = fastest / gpu_time[g]; cur[g] = best_of[g] = g; }
+    if ((st = pp__placement_step(s, &c, speed, cur, rank_speed, &base, err)) != PP_OK) goto done;
+    best = base;
+    best_moves = 0;
+    if (n <= 6) {   /* every assignment, in lexicographic order from the identity */
+        for (;;) {
+            int i = n - 2, j = n - 1, t;
+            while (i >= 0 && cur[i] >= cur[i + 1]) i--;
+            if (i < 0) break;
+            while (cur[j] <= cur[i]) j--;
+            t = cur[i]; cur[i] = cur[j]; cur[j] = t;
+            for (g = i + 1, h = n - 1; g < h; g++, h--) { t = cur[g]; cur[g] = cur[h]; cur[h] = t; }
+            if ((st = pp__placement_step(s, &c, speed, cur, rank_speed, &step, err)) != PP_OK) goto done;
+            if (pp__placement_better(step, pp__placement_moves(n, cur), best, best_moves)) {
+                best = step;
+                best_moves = pp__placement_moves(n, cur);
+                memcpy(best_of, cur, (size_t)n * sizeof(int));
+            }
+        }
+    } else {   /* pp_place_by_speed's start, then swaps of two GPUs while one shortens the step */
+        if ((st = pp_simulate(s, &c, &res, err)) != PP_OK) goto done;
+        memcpy(load, res->busy, (size_t)n * sizeof(double));
+        pp_sim_result_free(res);
+        if ((st = pp_place_by_speed(n, load, gpu_time, 0, cur, NULL, err)) != PP_OK) goto done;
+        if ((st = pp__placement_step(s, &c, speed, cur, rank_speed, &step, err)) != PP_OK) goto done;
+        if (pp__placement_better(step, pp__placement_moves(n, cur), best, best_moves)) {
+            best = step;
+            best_moves = pp__placement_moves(n, cur);
+            memcpy(best_of, cur, (size_t)n * sizeof(int));
+        }
+        memcpy(cur, best_of, (size_t)n * sizeof(int));
+        for (round = 0, improved = n <= 64; improved && round < n; round++)
+            for (improved = 0, g = 0; g < n; g++)
+                for (h = g + 1; h < n; h++) {
+                    int t = cur[g];
+                    if (speed[g] == speed[h]) continue;   /* the same step */
+                    cur[g] = cur[h]; cur[h] = t;
+                    if ((st = pp__placement_step(s, &c, speed, cur, rank_speed, &step, err)) != PP_OK) goto done;
+                    if (pp__placement_better(step, pp__placement_moves(n, cur), best, best_moves)) {
+                        best = step;
+                        best_moves = pp__placement_moves(n, cur);
+                        memcpy(best_of, cur, (size_t)n * sizeof(int));
+                        improved = 1;
+                    } else {
+                        cur[h] = cur[g]; cur[g] = t;
+                    }
+                }
+    }
+    if (base > 0 && best < base * (1 - min_gain)) {
+        memcpy(rank_of, best_of, (size_t)n * sizeof(int));
+        if (gain) *gain = 1 - best / base;
+    } else {
+        for (g = 0; g < n; g++) rank_of[g] = g;
+    }
+    st = pp__ok(err);
+done:
+    PIPEPAR_FREE(speed); PIPEPAR_FREE(rank_speed); PIPEPAR_FREE(load); PIPEPAR_FREE(cur); PIPEPAR_FREE(best_of);
+    return st;
 }
 
 

@@ -24,7 +24,10 @@ typedef struct schedule_flags {
     int split_backward;      /* --split-backward: each B as I then W (pp_schedule_split_backward) */
     const char *layout;      /* simulate --layout: stages of unequal size */
     const char *speed_text;  /* simulate --rank-speed: each rank's speed, pp values */
-    double *speed;
+    const char *gpu_text;    /* simulate --gpu-time: each GPU's time, pp values (placed by simulation) */
+    double *speed, *gpu_time;
+    int *rank_of;            /* --gpu-time: the rank GPU g takes */
+    double place_gain;       /* --gpu-time: the fraction the placed step is shorter than the launch's */
 } schedule_flags;
 
 static void schedule_usage(FILE *out, int simulate)
@@ -63,6 +66,9 @@ static void schedule_usage(FILE *out, int simulate)
                 "  --p2p L (latency per transfer)  --bytes N (per transfer)  --bandwidth GBPS\n"
                 "  --rank-speed LIST  each rank's speed, pp values > 0 (1 / 1.35 for a GPU 1.35x slower): rank r\n"
                 "              computes an action of cost c in c / speed\n"
+                "  --gpu-time LIST  each GPU's time for one fixed piece of work, pp values > 0: the GPUs are\n"
+                "              placed on the ranks where the simulated step is shortest (pp_place_by_simulation),\n"
+                "              each rank then at its GPU's speed; the placement is printed (not with --rank-speed)\n"
                 "              on GPUs take a transfer's time beside a busy peer (bench/RESULTS.md has measured ones)\n"
                 "  --groups    transfers as the runtime posts them: a round's transfers in one group that ends\n"
                 "              as a whole, one group after another on each rank (default: each on its own)\n"
@@ -90,7 +96,8 @@ static const cli_flag_spec schedule_specs[] = {
 static const cli_flag_spec simulate_specs[] = {
     SCHEDULE_COMMON_FLAGS, { "--f", CLI_VALUE }, { "--b", CLI_VALUE }, { "--i", CLI_VALUE }, { "--w", CLI_VALUE },
     { "--p2p", CLI_VALUE }, { "--bytes", CLI_VALUE }, { "--bandwidth", CLI_VALUE }, { "--groups", CLI_SWITCH },
-    { "--peer-groups", CLI_SWITCH }, { "--json", CLI_SWITCH }, { "--rank-speed", CLI_VALUE }, { NULL, 0 }
+    { "--peer-groups", CLI_SWITCH }, { "--json", CLI_SWITCH }, { "--rank-speed", CLI_VALUE },
+    { "--gpu-time", CLI_VALUE }, { NULL, 0 }
 };
 
 /* One flag of either subcommand into *fl; 1, or 0 after printing why. */
@@ -131,6 +138,7 @@ static int schedule_flag(schedule_flags *fl, const char *a, const char *val)
     }
     else if (!strcmp(a, "--json")) fl->json = 1;
     else if (!strcmp(a, "--rank-speed")) fl->speed_text = val;
+    else if (!strcmp(a, "--gpu-time")) fl->gpu_text = val;
     return 1;
 }
 
@@ -287,7 +295,7 @@ done:
 static void simulate_write(const schedule_flags *fl, const pp_schedule *s, const pp_sim_result *sim,
                            const int *awaiting, int any_awaiting)
 {
-    int r;
+    int r, g;
     if (fl->json) {
         printf("{\"kind\": \"%s\", \"pp\": %d, \"vpp\": %d, \"mb\": %d, \"makespan\": %.9g, \"bound\": %.9g, "
                "\"bound_rank\": %d, \"bubble_mean\": %.9g, \"bubble\": [", shown_kind(fl, s), s->pp, s->vpp, s->mb,
@@ -299,7 +307,13 @@ static void simulate_write(const schedule_flags *fl, const pp_schedule *s, const
         for (r = 0; r < s->pp; r++) printf("%s%.9g", r ? ", " : "", sim->peak_memory[r]);
         printf("], \"awaiting_w\": [");
         for (r = 0; r < s->pp; r++) printf("%s%d", r ? ", " : "", awaiting[r]);
-        printf("]}\n");
+        printf("]");
+        if (fl->rank_of) {
+            printf(", \"rank_of_gpu\": [");
+            for (g = 0; g < s->pp; g++) printf("%s%d", g ? ", " : "", fl->rank_of[g]);
+            printf("], \"placement_gain\": %.9g", fl->place_gain);
+        }
+        printf("}\n");
         return;
     }
     printf("%s  pp=%d vpp=%d mb=%d\n", shown_kind(fl, s), s->pp, s->vpp, s->mb);
@@ -317,6 +331,11 @@ static void simulate_write(const schedule_flags *fl, const pp_schedule *s, const
         if (any_awaiting) printf("                            %6d", awaiting[r]);
         printf("\n");
     }
+    if (fl->rank_of) {
+        printf("placement (--gpu-time):");
+        for (g = 0; g < s->pp; g++) printf(" GPU %d -> rank %d%s", g, fl->rank_of[g], g + 1 < s->pp ? "," : "");
+        printf("; the step %.2f%% shorter than with GPU g on rank g\n", 100.0 * fl->place_gain);
+    }
 }
 
 /* --rank-speed's list for pp ranks into fl->speed, and costs->rank_speed pointing at it: 0, or
@@ -325,6 +344,26 @@ static int simulate_speeds(schedule_flags *fl, int pp, pp_sim_costs *costs)
 {
     if (!(fl->speed = (double *)calloc((size_t)pp, sizeof(double)))) return cli_env_error("out of memory");
     if (!cli_parse_list("--rank-speed", fl->speed_text, pp, "pp", 1, fl->speed)) return 2;
+    costs->rank_speed = fl->speed;
+    return 0;
+}
+
+/* --gpu-time's list for pp GPUs: the placement pp_place_by_simulation finds for them, and
+ * costs->rank_speed each rank's GPU's speed: 0, or the exit code after printing why. */
+static int simulate_place(schedule_flags *fl, const pp_schedule *s, pp_sim_costs *costs)
+{
+    pp_error err;
+    double fastest;
+    int g, pp = s->pp;
+    fl->gpu_time = (double *)calloc((size_t)pp, sizeof(double));
+    fl->speed = (double *)calloc((size_t)pp, sizeof(double));
+    fl->rank_of = (int *)calloc((size_t)pp, sizeof(int));
+    if (!fl->gpu_time || !fl->speed || !fl->rank_of) return cli_env_error("out of memory");
+    if (!cli_parse_list("--gpu-time", fl->gpu_text, pp, "pp", 1, fl->gpu_time)) return 2;
+    if (pp_place_by_simulation(s, costs, fl->gpu_time, 0, fl->rank_of, &fl->place_gain, &err) != PP_OK)
+        return cli_report(&err);
+    for (fastest = fl->gpu_time[0], g = 1; g < pp; g++) if (fl->gpu_time[g] < fastest) fastest = fl->gpu_time[g];
+    for (g = 0; g < pp; g++) fl->speed[fl->rank_of[g]] = fastest / fl->gpu_time[g];
     costs->rank_speed = fl->speed;
     return 0;
 }
@@ -338,12 +377,17 @@ int pp_cli_simulate(int argc, char **argv)
     pp_error err;
     int rc = parse_schedule_flags(argc, argv, 1, &fl), r, *awaiting = NULL, any_awaiting = 0;
     if (rc) return rc < 0 ? 0 : rc;
+    if (fl.speed_text && fl.gpu_text) {
+        rc = cli_usage_error("--rank-speed and --gpu-time: give one (--gpu-time sets each rank's speed from its GPU's)");
+        goto done;
+    }
     /* --rank-speed: one a rank; a built schedule's ranks are --pp's (a greedy order is then built
      * for the speeds too), a CSV's are the file's */
     if (fl.speed_text && !fl.from_csv && (rc = simulate_speeds(&fl, fl.cfg.pp, &fl.costs)) != 0) goto done;
     if ((rc = make_plan(&fl, &plan)) != 0) goto done;
     s = plan->schedule;
     if (fl.speed_text && fl.from_csv && (rc = simulate_speeds(&fl, s->pp, &plan->costs)) != 0) goto done;
+    if (fl.gpu_text && (rc = simulate_place(&fl, s, &plan->costs)) != 0) goto done;
     if (pp_simulate(s, &plan->costs, &sim, &err) != PP_OK) { rc = cli_report(&err); goto done; }
     /* what a trainer sizes its I->W buffers by (pp_schedule_rank_peaks); any I at all shows it */
     if (!(awaiting = (int *)calloc((size_t)s->pp, sizeof(int)))) { rc = cli_env_error("out of memory"); goto done; }
@@ -355,6 +399,8 @@ int pp_cli_simulate(int argc, char **argv)
 done:
     free(awaiting);
     free(fl.speed);
+    free(fl.gpu_time);
+    free(fl.rank_of);
     pp_sim_result_free(sim);
     pp_plan_free(plan);
     return rc;

@@ -26,7 +26,7 @@
  *   1. connect     NCCL communicators: pp_nccl_init, then ncclCommSplit by the rank grid
  *   2. schedule    pp_plan_build: --layout's stages (or --layers evenly); the schedule built,
  *                  searched (--schedule search) or read (--schedule-csv), lowered, split, proven
- *   3. place       (--place-by-speed) the rank with the most GEMMs on the fastest GPU
+ *   3. place       (--place-by-speed) each GPU on the rank where the simulated step is shortest
  *   4. build       this rank's blocks, the transport and executor, and every buffer of a step:
  *                  the executor's boundary tensors, activation slots and I->W buffers counted
  *                  from this rank's program (pp_schedule_rank_peaks)
@@ -796,6 +796,18 @@ static int rank_connect(Rank &R, Shared *sh, int thread_rank)
  * Search costs are in units of one block's forward: F = I = W per block (each is two GEMMs of the
  * same size; with --search-layout block 0's I is one GEMM); a transfer of T x H bf16 at ~300 GB/s
  * against 16 T H^2 flops at ~700 TFLOP/s is about 290 / H of that, plus ~20 us of latency. */
+/* The transfers as the search (and the placement) prices them. A boundary tensor's transfer in
+ * units of a block's forward (its bytes over its FLOPs); staged through host memory it is two
+ * copies over PCIe, several times NVLink's time per byte. Candidates ranked as this runtime
+ * posts their transfers: through the copy engines (processes of one host) a group per peer on
+ * that peer's streams (pp_transport.independent_peers), else a round's in one group, waited as
+ * a whole and in order. */
+static void search_transfers(const Options &o, pp_sim_costs *c)
+{
+    c->p2p_latency = (o.via_host ? 2000.0 : 290.0) / o.hidden + 0.01;
+    c->grouped = o.copy_engine && !o.threads && !o.in_order ? 2 : 1;
+}
+
 static int plan_config(Rank &R, pp_plan_config &pc, std::vector<char> &csv, std::vector<pp_layer_costs> &per_block)
 {
     const Options &o = *R.o;
@@ -840,13 +852,7 @@ static int plan_config(Rank &R, pp_plan_config &pc, std::vector<char> &csv, std:
     }
     pc.max_memory = o.max_memory;
     pc.costs.f = pc.costs.i = pc.costs.w = 1;
-    /* a boundary tensor's transfer in units of a block's forward (its bytes over its FLOPs); staged
-     * through host memory it is two copies over PCIe, several times NVLink's time per byte */
-    pc.costs.p2p_latency = (o.via_host ? 2000.0 : 290.0) / o.hidden + 0.01;
-    /* candidates ranked as this runtime posts their transfers: through the copy engines (processes
-     * of one host) a group per peer on that peer's streams (pp_transport.independent_peers),
-     * else a round's in one group, waited as a whole and in order */
-    pc.costs.grouped = o.copy_engine && !o.threads && !o.in_order ? 2 : 1;
+    search_transfers(o, &pc.costs);
     if (o.search_layout) {
         per_block.assign((size_t)o.layers, pp_layer_costs());
         for (int b = 0; b < o.layers; b++) {

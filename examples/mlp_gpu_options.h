@@ -33,7 +33,7 @@ struct Options {
     int split_backward = 0;         /* --split-backward: each B as I then W (its output leaves after the I) */
     int search_layout = 0;          /* --search-layout: --schedule search splits the blocks into stages too */
     const char *search_kind = nullptr; /* --search-kind K: --schedule search tries only kind K */
-    int place_by_speed = 0;         /* --place-by-speed: the heaviest pipeline rank on the fastest GPU */
+    int place_by_speed = 0;         /* --place-by-speed: each GPU on the rank where the step is shortest */
     const char *gpu_ms = nullptr;   /* --gpu-ms LIST: those GPU times instead of measuring (tests) */
     int slow_rank = -1;             /* --slow-rank R: this rank's GPU does slow_factor times the GEMMs */
     double slow_factor = 1.35;      /* --slow-factor X */
@@ -66,9 +66,10 @@ static const char usage[] =
     "  --search-kind K with --schedule search: only schedules of kind K (e.g. interleaved: Megatron's\n"
     "                  order, its microbatch group and, with --search-layout, its stages chosen)\n"
     "  --place-by-speed time every GPU on the model's largest GEMM (all at once, under load, 3.5 s) and\n"
-    "                  renumber the pipeline (pp_place_by_speed, pp_nccl_reorder) so that the rank with\n"
-    "                  the most GEMMs runs on the fastest GPU (one host: ranks on several stay as launched,\n"
-    "                  so that neighbours stay on their nodes)\n"
+    "                  renumber the pipeline (pp_place_by_simulation, pp_nccl_reorder) so that the\n"
+    "                  simulated step, each rank at its GPU's speed, is shortest: a slow GPU where the\n"
+    "                  schedule has slack, the rank with the most GEMMs on a fast one (one host: ranks\n"
+    "                  on several stay as launched, so that neighbours stay on their nodes)\n"
     "  --gpu-ms LIST   with --place-by-speed: these per-GPU times (ms, by process) instead of measuring\n"
     "  --layout STR    blocks per stage, a Megatron layout in stage order: 'Et*2|t*6|t*2|t*6L' (E input,\n"
     "                  t block, L loss; '|' between stages); which rank holds stage s is the schedule's\n"

@@ -1,8 +1,8 @@
 /* mlp_gpu_place.h — placement by speed for examples/mlp_gpu.cu (--place-by-speed): every GPU of
- * the pipeline times the model's largest GEMM at once, and pp_place_by_speed with pp_nccl_reorder
- * renumber the pipeline so that the rank with the most GEMMs runs on the fastest GPU. Part of
- * mlp_gpu.cu, split out to keep the training example readable; included there after the Rank
- * definition and the PPCK macro it uses. */
+ * the pipeline times the model's largest GEMM at once, pp_place_by_simulation finds the
+ * assignment of GPUs to ranks whose simulated step is shortest, and pp_nccl_reorder renumbers the
+ * pipeline so. Part of mlp_gpu.cu, split out to keep the training example readable; included
+ * there after the Rank definition and the PPCK macro it uses. */
 
 /* --place-by-speed: the mean time of the model's fwd2 GEMM (H x T x 4H, bf16) on this GPU over
  * 1.5 s, after 2 s of the same work, so that the GPU runs at the clock its power cap allows it in
@@ -54,9 +54,13 @@ static double measure_gpu_ms(const Options &o, int device)
     return total_ms / (double)gemms;
 }
 
-/* 3. place (--place-by-speed): the rank with the most GEMMs on the fastest GPU. A block costs 6
- *    GEMMs a microbatch (2 forward, 4 backward); block 0 skips its input gradient, one fewer.
- *    One host only: renumbered across nodes, pipeline neighbours could land on other hosts. */
+/* 3. place (--place-by-speed): each GPU on the rank where the simulated step is shortest, the
+ *    schedule simulated with the costs its search ranked it by (a block's F = I = W, block 0's I
+ *    half, the transfers as posted) and each rank at its GPU's measured speed. A slower GPU goes
+ *    where the schedule leaves the most slack (ranks with the same work differ there), the rank
+ *    with the most GEMMs (6 a block and microbatch; block 0 skips its input gradient, one
+ *    fewer) on a fast one. One host only: renumbered across nodes, pipeline neighbours could
+ *    land on other hosts. */
 static int rank_place(Rank &R, const pp_layers *lay)
 {
     const Options &o = *R.o;
@@ -100,9 +104,21 @@ static int rank_place(Rank &R, const pp_layers *lay)
         PPCK(pp_nccl_all_reduce_host(R.pipe, shared.data(), pp, o.timeout, &e_));
     }
     for (int g = 0; g < pp; g++) gpu[g] = shared[g];
-    /* any measured gain moves the ranks: a wrong call on noise costs what the GPUs differ by,
+    /* the costs plan_config gives the search, per stage */
+    std::vector<double> f(S), i(S), b(S);
+    for (int st = 0; st < S; st++) {
+        double blocks = lay ? lay->count[st] : o.layers / S;
+        f[st] = blocks;
+        i[st] = blocks - (st == 0 ? 0.5 : 0.0);
+        b[st] = f[st] + i[st];
+    }
+    pp_sim_costs c;
+    memset(&c, 0, sizeof c);
+    c.f_stage = f.data(); c.i_stage = i.data(); c.w_stage = f.data(); c.b_stage = b.data();
+    search_transfers(o, &c);
+    /* any simulated gain moves the ranks: a wrong call on noise costs what the GPUs differ by,
      * which is then little */
-    PPCK(pp_place_by_speed(pp, load.data(), gpu.data(), 0.0005, rank_of.data(), &gain, &e_));
+    PPCK(pp_place_by_simulation(R.sched, &c, gpu.data(), 0.0005, rank_of.data(), &gain, &e_));
     if (R.lead) {   /* even with --quiet, as the search's choice */
         printf("placement by speed: fwd2 GEMM");
         for (int g = 0; g < pp; g++) printf(" %.4f", gpu[g]);
@@ -110,7 +126,7 @@ static int rank_place(Rank &R, const pp_layers *lay)
         for (int r = 0; r < pp; r++) printf(" %.0f", load[r] * o.mb);
         printf(";");
         for (int g = 0; g < pp; g++) printf(" process %d -> rank %d%s", g, rank_of[g], g + 1 < pp ? "," : "");
-        printf(" (bottleneck %.2f%% lower)\n", 100 * gain);
+        printf(" (simulated step %.2f%% shorter)\n", 100 * gain);
     }
     if (gain > 0) {   /* the same decision on every rank: the same inputs */
         pp_nccl *renumbered = nullptr;

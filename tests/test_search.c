@@ -1949,10 +1949,177 @@ static void search_layout_text_round_trips(void)
     pp_layers_free(l);
 }
 
+/* pp_place_by_simulation's fixtures: a lowered schedule; F = I = W = 1, a transfer 0.3. */
+static pp_schedule *ps_build(pp_schedule_kind kind, int pp, int vpp, int mb)
+{
+    pp_schedule_config sc;
+    pp_schedule *s = NULL;
+    pp_error err;
+    memset(&sc, 0, sizeof sc);
+    sc.kind = kind; sc.pp = pp; sc.vpp = vpp; sc.mb = mb;
+    PP_CHECK_OK(pp_schedule_build(&sc, &s, &err), &err);
+    if (s) PP_CHECK_OK(pp_schedule_lower(s, &err), &err);
+    return s;
+}
+
+static double ps_step(const pp_schedule *s, const pp_sim_costs *c, const double *gpu_time, const int *rank_of)
+{
+    double speed[8], fastest = gpu_time[0], step = -1;
+    pp_sim_costs k = *c;
+    pp_sim_result *sim = NULL;
+    pp_error err;
+    int g;
+    for (g = 1; g < s->pp; g++) if (gpu_time[g] < fastest) fastest = gpu_time[g];
+    for (g = 0; g < s->pp; g++) speed[rank_of[g]] = fastest / gpu_time[g];
+    k.rank_speed = speed;
+    PP_CHECK_OK(pp_simulate(s, &k, &sim, &err), &err);
+    if (sim) step = sim->makespan;
+    pp_sim_result_free(sim);
+    return step;
+}
+
+/* Every assignment of 4 and 5 GPUs of random speeds to ZB-V's ranks simulated here: the one
+ * returned is a permutation, its step the least of them all, its ranks moved the fewest of those
+ * that reach it; with min_gain above the gain it keeps the identity. */
+static void place_by_simulation_finds_the_fastest_assignment(void)
+{
+    unsigned long long x = 0x2545f4914f6cdd1dull;
+    pp_sim_costs c;
+    pp_error err;
+    int n, trial, g;
+    memset(&c, 0, sizeof c);
+    c.f = c.i = c.w = 1; c.p2p_latency = 0.3;
+    for (n = 4; n <= 5; n++) {
+        pp_schedule *s = ps_build(PP_ZBV, n, 0, 2 * n);
+        if (!s) continue;
+        for (trial = 0; trial < 6; trial++) {
+            double t[8], gain = -1, least = 1e300, base;
+            int rank_of[8], cur[8], seen[8] = { 0 }, fewest = 99, i, j, k, m;
+            for (g = 0; g < n; g++) {
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                t[g] = trial % 2 ? 1 + (double)((x >> 40) % 3) * 0.1   /* few distinct speeds: ties */
+                                 : 1 + (double)(x >> 40) / (1 << 24) * 0.4;
+                cur[g] = g;
+            }
+            PP_CHECK_OK(pp_place_by_simulation(s, &c, t, 0, rank_of, &gain, &err), &err);
+            for (g = 0; g < n; g++) if (rank_of[g] >= 0 && rank_of[g] < n) seen[rank_of[g]]++;
+            for (g = 0; g < n; g++) PP_CHECK_INT(seen[g], 1);
+            for (;;) {   /* every permutation, lexicographic */
+                double step = ps_step(s, &c, t, cur);
+                for (m = 0, g = 0; g < n; g++) m += cur[g] != g;
+                if (step < least - 1e-9) { least = step; fewest = m; }
+                else if (step < least + 1e-9 && m < fewest) fewest = m;
+                for (i = n - 2; i >= 0 && cur[i] >= cur[i + 1]; i--) {}
+                if (i < 0) break;
+                for (j = n - 1; cur[j] <= cur[i]; j--) {}
+                k = cur[i]; cur[i] = cur[j]; cur[j] = k;
+                for (g = i + 1, j = n - 1; g < j; g++, j--) { k = cur[g]; cur[g] = cur[j]; cur[j] = k; }
+            }
+            for (g = 0; g < n; g++) cur[g] = g;
+            base = ps_step(s, &c, t, cur);
+            PP_CHECK_NEAR(ps_step(s, &c, t, rank_of), least, 1e-9);
+            for (m = 0, g = 0; g < n; g++) m += rank_of[g] != g;
+            PP_CHECK_MSG(m == fewest, "n=%d trial %d: %d ranks moved, where %d reach the step", n, trial, m, fewest);
+            PP_CHECK_NEAR(gain, 1 - least / base, 1e-9);
+            if (gain > 0) {   /* a min_gain the gain does not pass keeps every GPU on its rank */
+                PP_CHECK_OK(pp_place_by_simulation(s, &c, t, gain, rank_of, &gain, &err), &err);
+                for (g = 0; g < n; g++) PP_CHECK_INT(rank_of[g], g);
+                PP_CHECK_NEAR(gain, 0, 0);
+            }
+        }
+        pp_schedule_free(s);
+    }
+}
+
+/* A GPU 1.35x slower among equal ones, 16 microbatches: every rank computes the same, so
+ * pp_place_by_speed keeps the launch's order, yet the step depends on where the slow GPU runs
+ * (ZB-V on 4 ranks: 68.60 on rank 3, 68.85 on rank 0 as launched, 70.70 on rank 1; interleaved
+ * vpp 2: 72.60 on rank 3, 74.47 on rank 0, 85.05 on rank 1). By simulation it goes where the
+ * step is shortest; on 8 ranks (the swap descent, not every assignment) too, which for ZB-V and
+ * 1F1B is rank 0, where it was launched. */
+static void place_by_simulation_puts_a_slow_gpu_where_the_step_waits_least(void)
+{
+    static const struct { pp_schedule_kind kind; int pp, vpp, rank; } cases[] = {
+        { PP_ZBV, 4, 0, 3 }, { PP_INTERLEAVED_1F1B, 4, 2, 3 }, { PP_ZBV, 8, 0, 0 }, { PP_1F1B, 8, 0, 0 },
+    };
+    pp_sim_costs c;
+    pp_error err;
+    int k, n, g, r;
+    memset(&c, 0, sizeof c);
+    c.f = c.i = c.w = 1; c.p2p_latency = 0.3;
+    for (k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+        pp_schedule *s = ps_build(cases[k].kind, cases[k].pp, cases[k].vpp, 16);
+        double t[8], busy[8], gain = -1, best = 1e300, worst = 0, step;
+        int rank_of[8], keep[8], at[8];
+        n = cases[k].pp;
+        if (!s) continue;
+        for (g = 0; g < n; g++) { t[g] = g == 0 ? 1.35 : 1; busy[g] = 1; keep[g] = g; }
+        PP_CHECK_OK(pp_place_by_speed(n, busy, t, 0, rank_of, NULL, &err), &err);
+        for (g = 0; g < n; g++) PP_CHECK_INT(rank_of[g], g);
+        for (r = 0; r < n; r++) {   /* the slow GPU on rank r, the others in order around it */
+            for (g = 0; g < n; g++) at[g] = g == 0 ? r : g <= r ? g - 1 : g;
+            step = ps_step(s, &c, t, at);
+            if (step < best) best = step;
+            if (step > worst) worst = step;
+        }
+        PP_CHECK_OK(pp_place_by_simulation(s, &c, t, 0, rank_of, &gain, &err), &err);
+        PP_CHECK_MSG(rank_of[0] == cases[k].rank, "case %d: the slow GPU on rank %d, not %d", k, rank_of[0], cases[k].rank);
+        PP_CHECK_NEAR(ps_step(s, &c, t, rank_of), best, 1e-9);
+        PP_CHECK_NEAR(gain, 1 - best / ps_step(s, &c, t, keep), 1e-9);
+        PP_CHECK_MSG(worst > best * 1.025, "case %d: where the slow GPU runs changes the step: %.3f to %.3f", k, best,
+                     worst);
+        pp_schedule_free(s);
+    }
+}
+
+static void place_by_simulation_names_the_parameter_it_refuses(void)
+{
+    pp_schedule *s = ps_build(PP_ZBV, 2, 0, 4);
+    const double t[2] = { 1, 1.3 }, bad[2] = { 1, 0 }, speed[2] = { 1, 1 };
+    double one[16] = { 0 };
+    const double *ac[2] = { one, one };
+    pp_sim_costs c;
+    int rank_of[2];
+    pp_error err;
+    if (!s) return;
+    memset(&c, 0, sizeof c);
+    c.f = 1;
+    PP_CHECK_FAILS(pp_place_by_simulation(NULL, &c, t, 0, rank_of, NULL, &err), &err, PP_EINVAL, "must not be NULL");
+    PP_CHECK_FAILS(pp_place_by_simulation(s, &c, NULL, 0, rank_of, NULL, &err), &err, PP_EINVAL, "must not be NULL");
+    PP_CHECK_FAILS(pp_place_by_simulation(s, &c, bad, 0, rank_of, NULL, &err), &err, PP_EINVAL,
+                   "gpu_time[1]=0: must be a finite number > 0");
+    PP_CHECK_FAILS(pp_place_by_simulation(s, &c, t, 1, rank_of, NULL, &err), &err, PP_EINVAL, "min_gain=1: must be in [0, 1)");
+    c.rank_speed = speed;
+    PP_CHECK_FAILS(pp_place_by_simulation(s, &c, t, 0, rank_of, NULL, &err), &err, PP_EINVAL,
+                   "costs: rank_speed must be NULL");
+    c.rank_speed = NULL; c.action_cost = ac;
+    PP_CHECK_FAILS(pp_place_by_simulation(s, &c, t, 0, rank_of, NULL, &err), &err, PP_EINVAL,
+                   "costs: action_cost must be NULL");
+    c.action_cost = NULL;
+    {   /* out of memory at each allocation in turn: PP_ENOMEM, then the answer (NULL costs: the defaults) */
+        long k;
+        int done = 0;
+        for (k = 0; k < 400 && !done; k++) {
+            pp_status st;
+            pp_test_alloc_countdown = k;
+            st = pp_place_by_simulation(s, NULL, t, 0, rank_of, NULL, &err);
+            pp_test_alloc_countdown = -1;
+            if (st == PP_OK) done = 1;
+            else PP_CHECK_MSG(st == PP_ENOMEM, "allocation %ld failing gave %s", k, pp_status_name(st));
+        }
+        PP_CHECK(done && k > 5);
+        PP_CHECK(rank_of[0] >= 0 && rank_of[0] < 2 && rank_of[1] == 1 - rank_of[0]);
+    }
+    pp_schedule_free(s);
+}
+
 const pp_test_case pp_suite_search[] = {
     PP_TEST(simulate_takes_per_action_costs),
     PP_TEST(simulate_scales_each_rank_by_its_speed),
     PP_TEST(search_with_speeds_gives_the_slow_rank_fewer_layers),
+    PP_TEST(place_by_simulation_finds_the_fastest_assignment),
+    PP_TEST(place_by_simulation_puts_a_slow_gpu_where_the_step_waits_least),
+    PP_TEST(place_by_simulation_names_the_parameter_it_refuses),
     PP_TEST(search_ranks_with_transfers_grouped_as_posted),
     PP_TEST(greedy_max_memory_weighs_each_stage_by_its_memory),
     PP_TEST(simulate_weighs_live_activations_by_memory_stage),

@@ -162,6 +162,18 @@ got=$($P simulate --from-csv "$T/zbv2.csv" --rank-speed 1,1 | sed -n 's/^step ti
 want=$($P simulate --from-csv "$T/zbv2.csv" | sed -n 's/^step time (makespan) *\([0-9.]*\)$/\1/p')
 [ -n "$got" ] && [ "$got" = "$want" ] && ok || bad "simulate --from-csv --rank-speed 1,1: step '$got', without speeds '$want'"
 expect_error 2 "--rank-speed: 1 value, expected pp = 2" simulate --from-csv "$T/zbv2.csv" --rank-speed 1
+# --gpu-time: the GPUs placed by simulation. Interleaved vpp 2 on 4 ranks, GPU 0 1.35x slower: on
+# rank 0 as launched the step is 74.47, on rank 3 72.60 (rank 1: 85.05); GPU 3 takes rank 0, the
+# fewest moves to that step. Each rank then runs at its GPU's speed, the table's step the placed one
+got=$($P simulate --kind interleaved --pp 4 --vpp 2 --mb 16 --f 1 --i 1 --w 1 --p2p 0.3 --gpu-time 1.35,1,1,1)
+echo "$got" | grep -q "^step time (makespan)  *72.600$" && ok || bad "simulate --gpu-time: $(echo "$got" | head -3)"
+echo "$got" | grep -q "^placement (--gpu-time): GPU 0 -> rank 3, GPU 1 -> rank 1, GPU 2 -> rank 2, GPU 3 -> rank 0; the step 2.52% shorter than with GPU g on rank g$" &&
+    ok || bad "simulate --gpu-time: $(echo "$got" | grep placement)"
+$P simulate --kind 1f1b --pp 2 --mb 8 --gpu-time 1,1 --json | grep -q '"rank_of_gpu": \[0, 1\], "placement_gain": 0}$' &&
+    ok || bad "simulate --gpu-time 1,1 --json: equal GPUs stay"
+expect_error 2 "--gpu-time: 3 values, expected pp = 4" simulate --kind zbv --pp 4 --mb 16 --gpu-time 1,1,1
+expect_error 2 "--gpu-time: '0' is not a number > 0" simulate --kind zbv --pp 4 --mb 16 --gpu-time 1,0,1,1
+expect_error 2 "--rank-speed and --gpu-time: give one" simulate --kind zbv --pp 4 --mb 16 --gpu-time 1,1,1,1 --rank-speed 1,1,1,1
 expect_error 2 "--rank-speed: '-2' is not a number > 0" simulate --kind 1f1b --pp 2 --mb 8 --rank-speed 1,-2
 expect_error 2 "--rank-speed: '0' is not a number > 0" search --pp 2 --mb 8 --rank-speed 1,0
 expect_error 2 "--rank-speed: '-1' is not a number > 0" search --pp 2 --mb 8 --rank-speed -1,1
