@@ -836,9 +836,10 @@ PIPEPAR_API void pp_sim_result_free(pp_sim_result *r);
  *     min_gain  keep the identity unless the simulated step falls by more than this fraction
  *     rank_of   [pp] out: the pipeline rank GPU g's process should take
  *     gain      out, may be NULL: the fraction by which the simulated step fell (0 kept)
- * Up to 6 ranks every assignment is simulated (720 at most). Above, the search starts from
- * pp_place_by_speed's assignment (each rank's load its busy time at full speed) and swaps two
- * GPUs while a swap shortens the step, at most pp rounds; above 64 ranks that start is only
+ * Up to 6 ranks every assignment is simulated (720 at most). From 7 to 16 ranks the search starts
+ * from pp_place_by_speed's assignment (each rank's load its busy time at full speed) and swaps
+ * two GPUs while a swap shortens the step: pp (pp - 1) / 2 simulations a round, at most pp
+ * rounds, a local search that can stop short of the best. Above 16 ranks that start is only
  * weighed against the identity. Of equal steps it keeps the one that moves the fewest ranks
  * (equal speeds keep the identity). */
 PIPEPAR_API pp_status pp_place_by_simulation(const pp_schedule *s, const pp_sim_costs *costs, const double *gpu_time,
@@ -3528,126 +3529,6 @@ pp_status pp_place_by_speed(int n, const double *rank_load, const double *gpu_ti
     if (n <= 512) return pp__placement_fewest_moves(n, rank_load, gpu_time, after, rank_of, err);
     return pp__ok(err);
 }
-
-/* The simulated step of `s` with GPU g on rank rank_of[g] (speed[rank] from the GPU's speed). */
-static pp_status pp__placement_step(const pp_schedule *s, const pp_sim_costs *costs, const double *gpu_speed,
-                                    const int *rank_of, double *rank_speed, double *step, pp_error *err)
-{
-    pp_sim_costs c = *costs;
-    pp_sim_result *res = NULL;
-    pp_status st;
-    int g;
-    for (g = 0; g < s->pp; g++) rank_speed[rank_of[g]] = gpu_speed[g];
-    c.rank_speed = rank_speed;
-    if ((st = pp_simulate(s, &c, &res, err)) != PP_OK) return st;
-    *step = res->makespan;
-    pp_sim_result_free(res);
-    return PP_OK;
-}
-
-static int pp__placement_moves(int n, const int *rank_of)
-{
-    int g, moved = 0;
-    for (g = 0; g < n; g++) moved += rank_of[g] != g;
-    return moved;
-}
-
-/* Whether candidate (step, moves) beats best: a shorter step by more than rounding, or the same
- * step with fewer ranks moved. */
-static int pp__placement_better(double step, int moves, double best_step, int best_moves)
-{
-    double eps = 1e-12 * (best_step > 0 ? best_step : 1);
-    return step < best_step - eps || (step <= best_step + eps && moves < best_moves);
-}
-
-pp_status pp_place_by_simulation(const pp_schedule *s, const pp_sim_costs *costs, const double *gpu_time,
-                                 double min_gain, int *rank_of, double *gain, pp_error *err)
-{
-    double *speed = NULL, *rank_speed = NULL, *load = NULL, fastest, base = 0, best, step;
-    int *cur = NULL, *best_of = NULL, n, g, h, best_moves, round, improved;
-    pp_sim_result *res = NULL;
-    pp_sim_costs c;
-    pp_status st = PP_OK;
-    if (gain) *gain = 0;
-    if (!s || !gpu_time || !rank_of) return pp__fail(err, PP_EINVAL, "s, gpu_time and rank_of must not be NULL");
-    if (costs && costs->rank_speed)
-        return pp__fail(err, PP_EINVAL, "costs: rank_speed must be NULL: the ranks' speeds are the GPUs' (gpu_time)");
-    if (costs && costs->action_cost)
-        return pp__fail(err, PP_EINVAL, "costs: action_cost must be NULL: measured actions carry their own GPU's speed");
-    if (!(min_gain >= 0 && min_gain < 1)) return pp__fail(err, PP_EINVAL, "min_gain=%g: must be in [0, 1)", min_gain);
-    n = s->pp;
-    if (n < 1) return pp__fail(err, PP_EINVAL, "s: pp=%d: must be at least 1", n);
-    for (g = 0; g < n; g++)
-        if (!(gpu_time[g] > 0 && gpu_time[g] <= DBL_MAX))
-            return pp__fail(err, PP_EINVAL, "gpu_time[%d]=%g: must be a finite number > 0", g, gpu_time[g]);
-    if (costs) c = *costs; else memset(&c, 0, sizeof c);
-    speed = (double *)pp__calloc((size_t)n, sizeof(double));
-    rank_speed = (double *)pp__calloc((size_t)n, sizeof(double));
-    load = (double *)pp__calloc((size_t)n, sizeof(double));
-    cur = (int *)pp__calloc((size_t)n, sizeof(int));
-    best_of = (int *)pp__calloc((size_t)n, sizeof(int));
-    if (!speed || !rank_speed || !load || !cur || !best_of) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
-    for (fastest = gpu_time[0], g = 1; g < n; g++) if (gpu_time[g] < fastest) fastest = gpu_time[g];
-    for (g = 0; g < n; g++) { speed[g] = fastest / gpu_time[g]; cur[g] = best_of[g] = g; }
-    if ((st = pp__placement_step(s, &c, speed, cur, rank_speed, &base, err)) != PP_OK) goto done;
-    best = base;
-    best_moves = 0;
-    if (n <= 6) {   /* every assignment, in lexicographic order from the identity */
-        for (;;) {
-            int i = n - 2, j = n - 1, t;
-            while (i >= 0 && cur[i] >= cur[i + 1]) i--;
-            if (i < 0) break;
-            while (cur[j] <= cur[i]) j--;
-            t = cur[i]; cur[i] = cur[j]; cur[j] = t;
-            for (g = i + 1, h = n - 1; g < h; g++, h--) { t = cur[g]; cur[g] = cur[h]; cur[h] = t; }
-            if ((st = pp__placement_step(s, &c, speed, cur, rank_speed, &step, err)) != PP_OK) goto done;
-            if (pp__placement_better(step, pp__placement_moves(n, cur), best, best_moves)) {
-                best = step;
-                best_moves = pp__placement_moves(n, cur);
-                memcpy(best_of, cur, (size_t)n * sizeof(int));
-            }
-        }
-    } else {   /* pp_place_by_speed's start, then swaps of two GPUs while one shortens the step */
-        if ((st = pp_simulate(s, &c, &res, err)) != PP_OK) goto done;
-        memcpy(load, res->busy, (size_t)n * sizeof(double));
-        pp_sim_result_free(res);
-        if ((st = pp_place_by_speed(n, load, gpu_time, 0, cur, NULL, err)) != PP_OK) goto done;
-        if ((st = pp__placement_step(s, &c, speed, cur, rank_speed, &step, err)) != PP_OK) goto done;
-        if (pp__placement_better(step, pp__placement_moves(n, cur), best, best_moves)) {
-            best = step;
-            best_moves = pp__placement_moves(n, cur);
-            memcpy(best_of, cur, (size_t)n * sizeof(int));
-        }
-        memcpy(cur, best_of, (size_t)n * sizeof(int));
-        for (round = 0, improved = n <= 64; improved && round < n; round++)
-            for (improved = 0, g = 0; g < n; g++)
-                for (h = g + 1; h < n; h++) {
-                    int t = cur[g];
-                    if (speed[g] == speed[h]) continue;   /* the same step */
-                    cur[g] = cur[h]; cur[h] = t;
-                    if ((st = pp__placement_step(s, &c, speed, cur, rank_speed, &step, err)) != PP_OK) goto done;
-                    if (pp__placement_better(step, pp__placement_moves(n, cur), best, best_moves)) {
-                        best = step;
-                        best_moves = pp__placement_moves(n, cur);
-                        memcpy(best_of, cur, (size_t)n * sizeof(int));
-                        improved = 1;
-                    } else {
-                        cur[h] = cur[g]; cur[g] = t;
-                    }
-                }
-    }
-    if (base > 0 && best < base * (1 - min_gain)) {
-        memcpy(rank_of, best_of, (size_t)n * sizeof(int));
-        if (gain) *gain = 1 - best / base;
-    } else {
-        for (g = 0; g < n; g++) rank_of[g] = g;
-    }
-    st = pp__ok(err);
-done:
-    PIPEPAR_FREE(speed); PIPEPAR_FREE(rank_speed); PIPEPAR_FREE(load); PIPEPAR_FREE(cur); PIPEPAR_FREE(best_of);
-    return st;
-}
-
 
 /* ============================================================================================
  * >>layers (implementation)
@@ -7499,6 +7380,136 @@ pp_status pp_simulate(const pp_schedule *sched, const pp_sim_costs *costs, pp_si
     }
     pp__sim_free(&S);
     pp_schedule_free(lowered);
+    return st;
+}
+
+/* --- placement by simulation ------------------------------------------------------------------ */
+
+/* The simulated step of `s` with GPU g on rank rank_of[g] (speed[rank] from the GPU's speed). */
+static pp_status pp__placement_step(const pp_schedule *s, const pp_sim_costs *costs, const double *gpu_speed,
+                                    const int *rank_of, double *rank_speed, double *step, pp_error *err)
+{
+    pp_sim_costs c = *costs;
+    pp_sim_result *res = NULL;
+    pp_status st;
+    int g;
+    for (g = 0; g < s->pp; g++) rank_speed[rank_of[g]] = gpu_speed[g];
+    c.rank_speed = rank_speed;
+    if ((st = pp_simulate(s, &c, &res, err)) != PP_OK) return st;
+    *step = res->makespan;
+    pp_sim_result_free(res);
+    return PP_OK;
+}
+
+static int pp__placement_moves(int n, const int *rank_of)
+{
+    int g, moved = 0;
+    for (g = 0; g < n; g++) moved += rank_of[g] != g;
+    return moved;
+}
+
+/* Whether candidate (step, moves) beats best: a shorter step by more than rounding, or the same
+ * step with fewer ranks moved. */
+static int pp__placement_better(double step, int moves, double best_step, int best_moves)
+{
+    double eps = 1e-12 * (best_step > 0 ? best_step : 1);
+    return step < best_step - eps || (step <= best_step + eps && moves < best_moves);
+}
+
+pp_status pp_place_by_simulation(const pp_schedule *s, const pp_sim_costs *costs, const double *gpu_time,
+                                 double min_gain, int *rank_of, double *gain, pp_error *err)
+{
+    double *speed = NULL, *rank_speed = NULL, *load = NULL, fastest, base = 0, best, step;
+    int *cur = NULL, *best_of = NULL, n, g, h, best_moves, round, improved;
+    pp_sim_result *res = NULL;
+    pp_sim_costs c;
+    pp_status st = PP_OK;
+    if (gain) *gain = 0;
+    if (!s || !gpu_time || !rank_of) return pp__fail(err, PP_EINVAL, "s, gpu_time and rank_of must not be NULL");
+    if (costs && costs->rank_speed)
+        return pp__fail(err, PP_EINVAL, "costs: rank_speed must be NULL: the ranks' speeds are the GPUs' (gpu_time)");
+    if (costs && costs->action_cost)
+        return pp__fail(err, PP_EINVAL, "costs: action_cost must be NULL: measured actions carry their own GPU's speed");
+    if (!(min_gain >= 0 && min_gain < 1)) return pp__fail(err, PP_EINVAL, "min_gain=%g: must be in [0, 1)", min_gain);
+    n = s->pp;
+    if (n < 1) return pp__fail(err, PP_EINVAL, "s: pp=%d: must be at least 1", n);
+    for (g = 0; g < n; g++)
+        if (!(gpu_time[g] > 0 && gpu_time[g] <= DBL_MAX))
+            return pp__fail(err, PP_EINVAL, "gpu_time[%d]=%g: must be a finite number > 0", g, gpu_time[g]);
+    if (costs) c = *costs; else memset(&c, 0, sizeof c);
+    speed = (double *)pp__calloc((size_t)n, sizeof(double));
+    rank_speed = (double *)pp__calloc((size_t)n, sizeof(double));
+    load = (double *)pp__calloc((size_t)n, sizeof(double));
+    cur = (int *)pp__calloc((size_t)n, sizeof(int));
+    best_of = (int *)pp__calloc((size_t)n, sizeof(int));
+    if (!speed || !rank_speed || !load || !cur || !best_of) { st = pp__fail(err, PP_ENOMEM, "out of memory"); goto done; }
+    for (fastest = gpu_time[0], g = 1; g < n; g++) if (gpu_time[g] < fastest) fastest = gpu_time[g];
+    for (g = 0; g < n; g++) {
+        speed[g] = fastest / gpu_time[g];
+        cur[g] = best_of[g] = g;
+        if (!(speed[g] > 0)) {   /* a ratio past double's range: no speed to simulate */
+            st = pp__fail(err, PP_EINVAL, "gpu_time[%d]=%g: its ratio to the fastest GPU's (%g) is past a double's "
+                          "range", g, gpu_time[g], fastest);
+            goto done;
+        }
+    }
+    if ((st = pp__placement_step(s, &c, speed, cur, rank_speed, &base, err)) != PP_OK) goto done;
+    best = base;
+    best_moves = 0;
+    if (n <= 6) {   /* every assignment, in lexicographic order from the identity */
+        for (;;) {
+            int i = n - 2, j = n - 1, t;
+            while (i >= 0 && cur[i] >= cur[i + 1]) i--;
+            if (i < 0) break;
+            while (cur[j] <= cur[i]) j--;
+            t = cur[i]; cur[i] = cur[j]; cur[j] = t;
+            for (g = i + 1, h = n - 1; g < h; g++, h--) { t = cur[g]; cur[g] = cur[h]; cur[h] = t; }
+            if ((st = pp__placement_step(s, &c, speed, cur, rank_speed, &step, err)) != PP_OK) goto done;
+            if (pp__placement_better(step, pp__placement_moves(n, cur), best, best_moves)) {
+                best = step;
+                best_moves = pp__placement_moves(n, cur);
+                memcpy(best_of, cur, (size_t)n * sizeof(int));
+            }
+        }
+    } else {   /* pp_place_by_speed's start, then (up to 16 ranks) swaps of two GPUs while one shortens
+                * the step: pp (pp - 1) / 2 simulations a round */
+        if ((st = pp_simulate(s, &c, &res, err)) != PP_OK) goto done;
+        memcpy(load, res->busy, (size_t)n * sizeof(double));
+        pp_sim_result_free(res);
+        if ((st = pp_place_by_speed(n, load, gpu_time, 0, cur, NULL, err)) != PP_OK) goto done;
+        if ((st = pp__placement_step(s, &c, speed, cur, rank_speed, &step, err)) != PP_OK) goto done;
+        if (pp__placement_better(step, pp__placement_moves(n, cur), best, best_moves)) {
+            best = step;
+            best_moves = pp__placement_moves(n, cur);
+            memcpy(best_of, cur, (size_t)n * sizeof(int));
+        }
+        memcpy(cur, best_of, (size_t)n * sizeof(int));
+        for (round = 0, improved = n <= 16; improved && round < n; round++)
+            for (improved = 0, g = 0; g < n; g++)
+                for (h = g + 1; h < n; h++) {
+                    int t = cur[g];
+                    if (speed[g] == speed[h]) continue;   /* the same step */
+                    cur[g] = cur[h]; cur[h] = t;
+                    if ((st = pp__placement_step(s, &c, speed, cur, rank_speed, &step, err)) != PP_OK) goto done;
+                    if (pp__placement_better(step, pp__placement_moves(n, cur), best, best_moves)) {
+                        best = step;
+                        best_moves = pp__placement_moves(n, cur);
+                        memcpy(best_of, cur, (size_t)n * sizeof(int));
+                        improved = 1;
+                    } else {
+                        cur[h] = cur[g]; cur[g] = t;
+                    }
+                }
+    }
+    if (base > 0 && best < base * (1 - min_gain)) {
+        memcpy(rank_of, best_of, (size_t)n * sizeof(int));
+        if (gain) *gain = 1 - best / base;
+    } else {
+        for (g = 0; g < n; g++) rank_of[g] = g;
+    }
+    st = pp__ok(err);
+done:
+    PIPEPAR_FREE(speed); PIPEPAR_FREE(rank_speed); PIPEPAR_FREE(load); PIPEPAR_FREE(cur); PIPEPAR_FREE(best_of);
     return st;
 }
 

@@ -791,11 +791,6 @@ static int rank_connect(Rank &R, Shared *sh, int thread_rank)
     return 0;
 }
 
-/* The plan's options from the flags: the schedule (a kind, a search, or --schedule-csv's text, its
- * pp, mb and vpp checked against the run's below), --layout or --layers split evenly, the splits.
- * Search costs are in units of one block's forward: F = I = W per block (each is two GEMMs of the
- * same size; with --search-layout block 0's I is one GEMM); a transfer of T x H bf16 at ~300 GB/s
- * against 16 T H^2 flops at ~700 TFLOP/s is about 290 / H of that, plus ~20 us of latency. */
 /* The transfers as the search (and the placement) prices them. A boundary tensor's transfer in
  * units of a block's forward (its bytes over its FLOPs); staged through host memory it is two
  * copies over PCIe, several times NVLink's time per byte. Candidates ranked as this runtime
@@ -808,6 +803,21 @@ static void search_transfers(const Options &o, pp_sim_costs *c)
     c->grouped = o.copy_engine && !o.threads && !o.in_order ? 2 : 1;
 }
 
+/* Each block's costs as a plan's search ranks its splits (--search-layout) and the placement its
+ * assignments: F = I = W, block 0's I half (it computes no input gradient: 1 GEMM of 2). */
+static void block_costs(const Options &o, std::vector<pp_layer_costs> &per_block)
+{
+    per_block.assign((size_t)o.layers, pp_layer_costs());
+    for (int b = 0; b < o.layers; b++) {
+        per_block[b].f = 1; per_block[b].i = b == 0 ? 0.5 : 1; per_block[b].w = 1; per_block[b].memory = 1;
+    }
+}
+
+/* The plan's options from the flags: the schedule (a kind, a search, or --schedule-csv's text, its
+ * pp, mb and vpp checked against the run's below), --layout or --layers split evenly, the splits.
+ * Search costs are in units of one block's forward: F = I = W per block (each is two GEMMs of the
+ * same size; with --search-layout block 0's I is one GEMM); a transfer of T x H bf16 at ~300 GB/s
+ * against 16 T H^2 flops at ~700 TFLOP/s is about 290 / H of that, plus ~20 us of latency. */
 static int plan_config(Rank &R, pp_plan_config &pc, std::vector<char> &csv, std::vector<pp_layer_costs> &per_block)
 {
     const Options &o = *R.o;
@@ -854,10 +864,7 @@ static int plan_config(Rank &R, pp_plan_config &pc, std::vector<char> &csv, std:
     pc.costs.f = pc.costs.i = pc.costs.w = 1;
     search_transfers(o, &pc.costs);
     if (o.search_layout) {
-        per_block.assign((size_t)o.layers, pp_layer_costs());
-        for (int b = 0; b < o.layers; b++) {
-            per_block[b].f = 1; per_block[b].i = b == 0 ? 0.5 : 1; per_block[b].w = 1; per_block[b].memory = 1;
-        }
+        block_costs(o, per_block);
         pc.layer_costs = per_block.data();
     }
     pc.split_overlaps = !o.keep_overlaps;     /* this example has no overlapped F&B callback */

@@ -55,8 +55,8 @@ static double measure_gpu_ms(const Options &o, int device)
 }
 
 /* 3. place (--place-by-speed): each GPU on the rank where the simulated step is shortest, the
- *    schedule simulated with the costs its search ranked it by (a block's F = I = W, block 0's I
- *    half, the transfers as posted) and each rank at its GPU's measured speed. A slower GPU goes
+ *    schedule simulated with the model's costs (block_costs: a block's F = I = W, block 0's I
+ *    half; the transfers as the search prices them) and each rank at its GPU's measured speed. A slower GPU goes
  *    where the schedule leaves the most slack (ranks with the same work differ there), the rank
  *    with the most GEMMs (6 a block and microbatch; block 0 skips its input gradient, one
  *    fewer) on a fast one. One host only: renumbered across nodes, pipeline neighbours could
@@ -104,18 +104,19 @@ static int rank_place(Rank &R, const pp_layers *lay)
         PPCK(pp_nccl_all_reduce_host(R.pipe, shared.data(), pp, o.timeout, &e_));
     }
     for (int g = 0; g < pp; g++) gpu[g] = shared[g];
-    /* the costs plan_config gives the search, per stage */
-    std::vector<double> f(S), i(S), b(S);
-    for (int st = 0; st < S; st++) {
-        double blocks = lay ? lay->count[st] : o.layers / S;
-        f[st] = blocks;
-        i[st] = blocks - (st == 0 ? 0.5 : 0.0);
-        b[st] = f[st] + i[st];
+    /* each stage's costs from its blocks' (block_costs), the transfers as the search prices them */
+    std::vector<pp_layer_costs> blocks;
+    std::vector<double> storage(5 * (size_t)S);
+    pp_sim_costs per_block, c;
+    memset(&per_block, 0, sizeof per_block);
+    per_block.f = per_block.i = per_block.w = 1;
+    search_transfers(o, &per_block);
+    block_costs(o, blocks);
+    if (lay) PPCK(pp_plan_stage_costs(lay, &per_block, blocks.data(), storage.data(), &c, &e_));
+    else {   /* no split: each rank's share of the blocks alike */
+        c = per_block;
+        c.f = c.i = c.w = (double)o.layers / pp;
     }
-    pp_sim_costs c;
-    memset(&c, 0, sizeof c);
-    c.f_stage = f.data(); c.i_stage = i.data(); c.w_stage = f.data(); c.b_stage = b.data();
-    search_transfers(o, &c);
     /* any simulated gain moves the ranks: a wrong call on noise costs what the GPUs differ by,
      * which is then little */
     PPCK(pp_place_by_simulation(R.sched, &c, gpu.data(), 0.0005, rank_of.data(), &gain, &e_));

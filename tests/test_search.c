@@ -2022,7 +2022,7 @@ static void place_by_simulation_finds_the_fastest_assignment(void)
             PP_CHECK_MSG(m == fewest, "n=%d trial %d: %d ranks moved, where %d reach the step", n, trial, m, fewest);
             PP_CHECK_NEAR(gain, 1 - least / base, 1e-9);
             if (gain > 0) {   /* a min_gain the gain does not pass keeps every GPU on its rank */
-                PP_CHECK_OK(pp_place_by_simulation(s, &c, t, gain, rank_of, &gain, &err), &err);
+                PP_CHECK_OK(pp_place_by_simulation(s, &c, t, gain * (1 + 1e-9), rank_of, &gain, &err), &err);
                 for (g = 0; g < n; g++) PP_CHECK_INT(rank_of[g], g);
                 PP_CHECK_NEAR(gain, 0, 0);
             }
@@ -2033,14 +2033,15 @@ static void place_by_simulation_finds_the_fastest_assignment(void)
 
 /* A GPU 1.35x slower among equal ones, 16 microbatches: every rank computes the same, so
  * pp_place_by_speed keeps the launch's order, yet the step depends on where the slow GPU runs
- * (ZB-V on 4 ranks: 68.60 on rank 3, 68.85 on rank 0 as launched, 70.70 on rank 1; interleaved
- * vpp 2: 72.60 on rank 3, 74.47 on rank 0, 85.05 on rank 1). By simulation it goes where the
- * step is shortest; on 8 ranks (the swap descent, not every assignment) too, which for ZB-V and
- * 1F1B is rank 0, where it was launched. */
+ * (ZB-V on 4 ranks: 68.60 on rank 3, 68.85 on rank 0, 70.70 on rank 1; interleaved vpp 2:
+ * 72.60 on rank 3, 74.47 on rank 0, 85.05 on rank 1). By simulation it goes where the step is
+ * shortest. On 8 ranks (the swap descent, not every assignment) that is rank 0 for ZB-V, 1F1B
+ * and interleaved: launched on rank 1 (GPU 1 slow), the descent moves it there. */
 static void place_by_simulation_puts_a_slow_gpu_where_the_step_waits_least(void)
 {
-    static const struct { pp_schedule_kind kind; int pp, vpp, rank; } cases[] = {
-        { PP_ZBV, 4, 0, 3 }, { PP_INTERLEAVED_1F1B, 4, 2, 3 }, { PP_ZBV, 8, 0, 0 }, { PP_1F1B, 8, 0, 0 },
+    static const struct { pp_schedule_kind kind; int pp, vpp, slow, rank; } cases[] = {
+        { PP_ZBV, 4, 0, 0, 3 }, { PP_INTERLEAVED_1F1B, 4, 2, 0, 3 }, { PP_ZBV, 8, 0, 0, 0 }, { PP_1F1B, 8, 0, 0, 0 },
+        { PP_ZBV, 8, 0, 1, 0 }, { PP_INTERLEAVED_1F1B, 8, 2, 1, 0 }, { PP_1F1B, 8, 0, 3, 0 },
     };
     pp_sim_costs c;
     pp_error err;
@@ -2050,26 +2051,67 @@ static void place_by_simulation_puts_a_slow_gpu_where_the_step_waits_least(void)
     for (k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
         pp_schedule *s = ps_build(cases[k].kind, cases[k].pp, cases[k].vpp, 16);
         double t[8], busy[8], gain = -1, best = 1e300, worst = 0, step;
-        int rank_of[8], keep[8], at[8];
+        int rank_of[8], keep[8], at[8], slow = cases[k].slow;
         n = cases[k].pp;
         if (!s) continue;
-        for (g = 0; g < n; g++) { t[g] = g == 0 ? 1.35 : 1; busy[g] = 1; keep[g] = g; }
+        for (g = 0; g < n; g++) { t[g] = g == slow ? 1.35 : 1; busy[g] = 1; keep[g] = g; }
         PP_CHECK_OK(pp_place_by_speed(n, busy, t, 0, rank_of, NULL, &err), &err);
         for (g = 0; g < n; g++) PP_CHECK_INT(rank_of[g], g);
         for (r = 0; r < n; r++) {   /* the slow GPU on rank r, the others in order around it */
-            for (g = 0; g < n; g++) at[g] = g == 0 ? r : g <= r ? g - 1 : g;
+            int next = 0;
+            for (g = 0; g < n; g++) {
+                if (g == slow) { at[g] = r; continue; }
+                if (next == r) next++;
+                at[g] = next++;
+            }
             step = ps_step(s, &c, t, at);
             if (step < best) best = step;
             if (step > worst) worst = step;
         }
         PP_CHECK_OK(pp_place_by_simulation(s, &c, t, 0, rank_of, &gain, &err), &err);
-        PP_CHECK_MSG(rank_of[0] == cases[k].rank, "case %d: the slow GPU on rank %d, not %d", k, rank_of[0], cases[k].rank);
+        PP_CHECK_MSG(rank_of[slow] == cases[k].rank, "case %d: the slow GPU on rank %d, not %d", k, rank_of[slow],
+                     cases[k].rank);
         PP_CHECK_NEAR(ps_step(s, &c, t, rank_of), best, 1e-9);
         PP_CHECK_NEAR(gain, 1 - best / ps_step(s, &c, t, keep), 1e-9);
         PP_CHECK_MSG(worst > best * 1.025, "case %d: where the slow GPU runs changes the step: %.3f to %.3f", k, best,
                      worst);
+        if (slow != cases[k].rank) PP_CHECK_MSG(gain > 0, "case %d: the slow GPU moved, yet gain %g", k, gain);
         pp_schedule_free(s);
     }
+}
+
+/* 7 ranks, GPUs of random speeds (the descent): a permutation, never slower than the launch's
+ * order or pp_place_by_speed's, and its gain the simulated steps' */
+static void place_by_simulation_descent_beats_its_start(void)
+{
+    unsigned long long x = 0x853c49e6748fea9bull;
+    pp_schedule *s = ps_build(PP_INTERLEAVED_1F1B, 7, 2, 14);
+    pp_sim_costs c;
+    pp_sim_result *sim = NULL;
+    pp_error err;
+    int trial, g;
+    if (!s) return;
+    memset(&c, 0, sizeof c);
+    c.f = c.i = c.w = 1; c.p2p_latency = 0.3;
+    PP_CHECK_OK(pp_simulate(s, &c, &sim, &err), &err);
+    for (trial = 0; trial < 4 && sim; trial++) {
+        double t[7], gain = -1;
+        int rank_of[7], by_load[7], keep[7], seen[7] = { 0 };
+        for (g = 0; g < 7; g++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            t[g] = 1 + (double)(x >> 40) / (1 << 24) * 0.5;
+            keep[g] = g;
+        }
+        PP_CHECK_OK(pp_place_by_simulation(s, &c, t, 0, rank_of, &gain, &err), &err);
+        PP_CHECK_OK(pp_place_by_speed(7, sim->busy, t, 0, by_load, NULL, &err), &err);
+        for (g = 0; g < 7; g++) if (rank_of[g] >= 0 && rank_of[g] < 7) seen[rank_of[g]]++;
+        for (g = 0; g < 7; g++) PP_CHECK_INT(seen[g], 1);
+        PP_CHECK(ps_step(s, &c, t, rank_of) <= ps_step(s, &c, t, keep) + 1e-9);
+        PP_CHECK(ps_step(s, &c, t, rank_of) <= ps_step(s, &c, t, by_load) + 1e-9);
+        PP_CHECK_NEAR(gain, 1 - ps_step(s, &c, t, rank_of) / ps_step(s, &c, t, keep), 1e-9);
+    }
+    pp_sim_result_free(sim);
+    pp_schedule_free(s);
 }
 
 static void place_by_simulation_names_the_parameter_it_refuses(void)
@@ -2089,6 +2131,11 @@ static void place_by_simulation_names_the_parameter_it_refuses(void)
     PP_CHECK_FAILS(pp_place_by_simulation(s, &c, bad, 0, rank_of, NULL, &err), &err, PP_EINVAL,
                    "gpu_time[1]=0: must be a finite number > 0");
     PP_CHECK_FAILS(pp_place_by_simulation(s, &c, t, 1, rank_of, NULL, &err), &err, PP_EINVAL, "min_gain=1: must be in [0, 1)");
+    {
+        const double apart[2] = { 1e-300, 1e300 };
+        PP_CHECK_FAILS(pp_place_by_simulation(s, &c, apart, 0, rank_of, NULL, &err), &err, PP_EINVAL,
+                       "gpu_time[1]=1e+300: its ratio to the fastest GPU's (1e-300) is past a double's range");
+    }
     c.rank_speed = speed;
     PP_CHECK_FAILS(pp_place_by_simulation(s, &c, t, 0, rank_of, NULL, &err), &err, PP_EINVAL,
                    "costs: rank_speed must be NULL");
@@ -2119,6 +2166,7 @@ const pp_test_case pp_suite_search[] = {
     PP_TEST(search_with_speeds_gives_the_slow_rank_fewer_layers),
     PP_TEST(place_by_simulation_finds_the_fastest_assignment),
     PP_TEST(place_by_simulation_puts_a_slow_gpu_where_the_step_waits_least),
+    PP_TEST(place_by_simulation_descent_beats_its_start),
     PP_TEST(place_by_simulation_names_the_parameter_it_refuses),
     PP_TEST(search_ranks_with_transfers_grouped_as_posted),
     PP_TEST(greedy_max_memory_weighs_each_stage_by_its_memory),

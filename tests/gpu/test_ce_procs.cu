@@ -230,7 +230,7 @@ static void run_rank(int rank, const char *id_file)
         unsigned char host_buf[64];
         void *pinned = NULL, *h = NULL;
         pp_transfer x[2];
-        cudaMallocHost(&pinned, 4096);
+        CHECK_MSG(cudaMallocHost(&pinned, 4096) == cudaSuccess, "cudaMallocHost of 4 KiB");
         memset(x, 0, sizeof x);
         x[0].is_send = rank == 0; x[0].peer = r.peer; x[0].buf = big; x[0].bytes = 4096;
         x[1] = x[0]; x[1].buf = host_buf; x[1].bytes = sizeof host_buf;
