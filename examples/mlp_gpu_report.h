@@ -176,17 +176,24 @@ static void report_print(Rank &R, const Timing &T, const Measured &M, double sin
            "transfers, waits and launch gaps added %.1f ms, %.2f%% of that step%s\n", M.sim_free * 1e3,
            (last - M.sim_free) * 1e3, 100.0 * (last - M.sim_free) / last,
            M.has_fb ? " (an FB's B half waits inside its action: this counts it as compute)" : "");
-    if (single_s > 0) {
-        double most = 0;
-        for (int r = 0; r < world; r++) most = std::max(most, (double)M.busy_of[r]);
-        printf("  bound: the busiest rank computed %.1f ms, so with this compute no step is faster than %.1f%%\n",
-               most * 1e3, 100.0 * single_s / pp / most);
-    }
-    printf("  compute busy per rank (ms of %.1f):", step * 1e3);
-    for (int r = 0; r < world; r++) printf(" %.1f", M.busy_of[r] * 1e3);
     /* step to step: a step that is slower with the same compute waited (the host, a transfer);
        one whose busiest rank computed longer ran at lower clocks */
     const int nsteps = (int)T.times.size();
+    if (single_s > 0 && nsteps > 0 && M.step_busy.size() == (size_t)world * nsteps) {
+        /* the medians over the timed steps, as the step is: the busiest rank's compute bounds the
+         * step, and what the steps took beyond it is waiting (start-up, drain, transfers) */
+        std::vector<double> most(nsteps, 0.0), over(nsteps, 0.0);
+        for (int i = 0; i < nsteps; i++) {
+            for (int r = 0; r < world; r++) most[i] = std::max(most[i], (double)M.step_busy[(size_t)r * nsteps + i]);
+            over[i] = T.times[i] - most[i];
+        }
+        double busiest = median(most);
+        printf("  bound: the busiest rank computed %.1f ms (median of the timed steps), so with this compute no step "
+               "is faster than %.1f%%; the steps took %.1f ms more (median)\n", busiest * 1e3,
+               100.0 * single_s / pp / busiest, median(over) * 1e3);
+    }
+    printf("  compute busy per rank in the last step (ms of %.1f):", last * 1e3);
+    for (int r = 0; r < world; r++) printf(" %.1f", M.busy_of[r] * 1e3);
     printf("\n  each timed step, ms, and each rank's compute in it:");
     for (int i = 0; i < nsteps; i++) {
         printf(" %.1f (", T.times[i] * 1e3);
