@@ -111,6 +111,27 @@ efficiency_against() {
 # efficiency_vs_fastest LOG N: each run's step against the fastest GPU's single step / N.
 efficiency_vs_fastest() { efficiency_against "$1" "$2" "$SINGLE_FASTEST_MS" "the fastest GPU alone"; }
 
+# best_against_best LOG TORCH_LOG MEGATRON_LOG: pipepar's fastest run in LOG against the fastest of
+# PyTorch's own schedules and of Megatron-LM's (their median steps), each peer's ratio on a line;
+# a peer not run (its log given as "") or whose log holds no step is said so. pipepar's plans run in PyTorch's
+# runtime are pipepar's orders, not PyTorch's, and are left out.
+best_against_best() {
+    local ours
+    ours=$(awk '/^-- /{name=$2} /^pipeline /{for(i=1;i<=NF;i++) if($i=="step"){s=$(i+1)}; if (name != "" && s > 0 && (best == "" || s < best)) {best=s; who=name}} END {if (best != "") print best, who}' "$1")
+    [ -n "$ours" ] || { echo "  (no pipepar run gave a step)"; return 0; }
+    echo "  pipepar ${ours#* }: ${ours%% *} ms"
+    peer_best_() {   # LABEL FILE REGEX: the peer's fastest median step against ours
+        local got
+        got=$([ -f "$2" ] && awk -v re="$3" '$0 ~ re {for(i=1;i<=NF;i++) if($i=="step"){s=$(i+1)}; name=$1; for(i=2;i<=NF && $i!="step";i++) name=name" "$i; if (s > 0 && (best == "" || s < best)) {best=s; who=name}} END {if (best != "") print best, who}' "$2")
+        if [ -z "$2" ]; then echo "  $1: not run"; return 0; fi
+        if [ -z "$got" ]; then echo "  $1: no step in ${2##*/}"; return 0; fi
+        awk -v p="${got%% *}" -v o="${ours%% *}" -v who="${got#* }" -v label="$1" \
+            'BEGIN { printf "  %s %s: %.1f ms, pipepar %.3fx faster\n", label, who, p, p / o }'
+    }
+    peer_best_ PyTorch "$2" '^[A-Za-z0-9]+ +v=[0-9]+ step '
+    peer_best_ Megatron-LM "$3" '^megatron-[a-z0-9]+ .* step '
+}
+
 # clocks_start OUTDIR: SM clock, power and temperature of every GPU once a second into
 # OUTDIR/clocks.csv, until the script exits.
 clocks_start() {

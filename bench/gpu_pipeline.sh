@@ -12,8 +12,9 @@
 # busy); pipepar's schedules on NPROC GPUs
 # (gradient check on most; interleaved also with each B as I then W); the
 # best schedules again with NCCL forced onto sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, a
-# stand-in for two nodes) and the failure test (both skipped by SKIP_SOCKET=1); PyTorch's bench (GELU=tanh: the same model); the
-# summary table (each run under its "-- name" line). Logs of every run land in OUTDIR. Env: H, L, T, M override the model size;
+# stand-in for two nodes) and the failure test (both skipped by SKIP_SOCKET=1); PyTorch's bench (GELU=tanh: the same model);
+# Megatron-LM's; the summary table (each run under its "-- name" line) and best against best,
+# pipepar's fastest run against each peer's fastest schedule of this run. Logs of every run land in OUTDIR. Env: H, L, T, M override the model size;
 # SKIP_TORCH=1, SKIP_MEGATRON=1, SKIP_SOCKET=1 skip parts; ONLY=REGEX runs only the pipepar runs it matches (SKIP_PIPEPAR=1: only the peers, with pipepar's plans in PyTorch's runtime) (Megatron-LM runs where .megatron/megatron/core is); FULL=1 adds more runs (interleaved vpp 2,
 # looped-BFS, interleaved ZB vpp 2, ZB-H1, runs through NCCL with and without the arrival gate); TORCH_CONFIGS picks PyTorch's schedules;
 # BASELINES=alone skips the single steps at once, warm and with the links busy (minutes at pp 4).
@@ -213,6 +214,10 @@ fi
 [ "${SKIP_PIPEPAR:-0}" = 1 ] && exit 0
 say "== summary (step ms, efficiency = single / $NPROC / step)"
 grep -E "^(-- |== NCCL over|adapt: |single-gpu|single-GPU|search:|placement by speed|schedule |pipeline|  efficiency|  simulator|  compute busy|  each timed step|  clocks while|  rank 0|  peak|gradient check|  where the last|    rank [0-9]+:|  exposed transfer \(the|  exposed on the critical|  bound:)" "$LOG" | tee "$OUTDIR/summary.txt"
+say "== best against best (median steps, this run)"
+best_against_best "$LOG" "$([ "${SKIP_TORCH:-0}" != 1 ] && echo "$OUTDIR/torch.log")" \
+    "$([ "${SKIP_MEGATRON:-0}" != 1 ] && [ -d "$MEGATRON/megatron/core" ] && echo "$OUTDIR/megatron.log")" |
+    tee -a "$LOG" "$OUTDIR/summary.txt"
 say "== pipepar against the fastest GPU's single step alone (the most conservative baseline)"
 efficiency_vs_fastest "$LOG" "$NPROC" | tee -a "$LOG" "$OUTDIR/summary.txt"
 [ "$BASELINES" = all ] || exit 0
