@@ -48,7 +48,8 @@
  *     >>schedule    the schedule IR, generators (GPipe, 1F1B, interleaved, looped BFS), lowering,
  *                   validator
  *     >>zerobubble  ZB-H1, ZB-H2, ZB-V, DualPipeV, DualPipe, interleaved zero bubble
- *     >>simulate    per-action costs -> timeline, bubble, peak activations
+ *     >>simulate    per-action costs -> timeline, bubble, peak activations; placement by the
+ *                   simulated step (a slow GPU on the rank where the step waits least)
  *     >>draw        ASCII and SVG timelines, PyTorch text and CSV forms, JSON
  *     >>search      greedy zero-bubble schedules; the best schedule under a memory cap, and
  *                   the split of the layers into stages that suits it
