@@ -487,7 +487,7 @@ typedef struct pp_balance_config {
     int mtp_layers;             /* MTP depths, on the last stage */
     double mtp_cost, mtp_memory;                /* of each depth */
     const char *moe_layer_freq; /* as in pp_layers_config, for the type-aware indices */
-    const double *rank_speed;   /* [pp] each rank's speed, finite > 0 (1/1.35 for a GPU 1.35x slower
+    const double *rank_speed;   /* [pp] each rank's speed, 1e-6 to 1e6 (1/1.35 for a GPU 1.35x slower
                                    than one of speed 1), e.g. measured (>>adapt); NULL: no speeds */
     int v_placement;            /* 0: stage s on rank s % pp (Megatron's looped stages); 1 (vpp = 2):
                                    the V placement of ZB-V and DualPipeV, stages r and 2pp-1-r on
@@ -756,7 +756,7 @@ typedef struct pp_sim_costs {
                                    stage s (any unit, e.g. its layer count). Given, peak_memory
                                    weighs each live activation by it, so stages of unequal size
                                    (a --layout) compare fairly; else every stage weighs the same */
-    const double *rank_speed;   /* optional [pp]: rank r computes at speed rank_speed[r] > 0, so each
+    const double *rank_speed;   /* optional [pp]: rank r computes at speed rank_speed[r] (1e-6 to 1e6), so each
                                    of its compute actions takes its cost above / rank_speed[r] (a GPU
                                    1.35x slower than the others: 1/1.35). A rank's chunks share its
                                    speed. Not applied to action_cost (measured times carry their
@@ -830,19 +830,22 @@ PIPEPAR_API void pp_sim_result_free(pp_sim_result *r);
  * simulated (pp_simulate with `costs`) with rank r at the speed of the GPU placed there,
  * min(gpu_time) / gpu_time[g], and the shortest step wins.
  *     s         the schedule the pipeline will run (what pp_simulate takes), pp = s->pp GPUs
- *     costs     its costs at full speed; rank_speed and action_cost must be NULL (the speeds
- *               are the GPUs', and measured actions carry their own GPU's)
- *     gpu_time  [pp] time GPU g takes for one fixed piece of work, finite > 0 (as for
- *               pp_place_by_speed: measured at once, under load)
+ *     costs     its costs on the fastest GPU (NULL: pp_simulate's defaults); rank_speed and
+ *               action_cost must be NULL (the speeds are the GPUs', and measured actions carry
+ *               their own GPU's)
+ *     gpu_time  [pp] time GPU g takes for one fixed piece of work, finite > 0 and at most 1e6
+ *               times the fastest's (as for pp_place_by_speed: measured at once, under load)
  *     min_gain  keep the identity unless the simulated step falls by more than this fraction
  *     rank_of   [pp] out: the pipeline rank GPU g's process should take
  *     gain      out, may be NULL: the fraction by which the simulated step fell (0 kept)
  * Up to 6 ranks every assignment is simulated (720 at most). From 7 to 16 ranks the search starts
  * from pp_place_by_speed's assignment (each rank's load its busy time at full speed) and swaps
  * two GPUs while a swap shortens the step: pp (pp - 1) / 2 simulations a round, at most pp
- * rounds, a local search that can stop short of the best. Above 16 ranks that start is only
- * weighed against the identity. Of equal steps it keeps the one that moves the fewest ranks
- * (equal speeds keep the identity). */
+ * rounds, a local search that can stop short of the best. Above 16 ranks it is
+ * pp_place_by_speed's answer if that simulates shorter than the identity, else the identity.
+ * Each candidate costs one pp_simulate of s. Of equal steps it keeps the one that moves the
+ * fewest ranks (equal speeds keep the identity). Use it when the schedule is known; with only
+ * each rank's load, pp_place_by_speed. */
 PIPEPAR_API pp_status pp_place_by_simulation(const pp_schedule *s, const pp_sim_costs *costs, const double *gpu_time,
                                              double min_gain, int *rank_of, double *gain, pp_error *err);
 
@@ -3094,6 +3097,10 @@ pp_status pp_error_set(pp_error *err, pp_status status, const char *fmt, ...)
     return status;
 }
 #define pp__fail pp_error_set
+/* A rank's speed (pp_sim_costs, pp_balance_config): ranks a million times apart are no pipeline,
+ * and within these bounds every simulated time stays finite. */
+#define PP__SPEED_MIN 1e-6
+#define PP__SPEED_MAX 1e6
 
 static pp_status pp__ok(pp_error *err)
 {
@@ -4765,8 +4772,9 @@ static pp_status pp__balance_init(const pp_balance_config *cfg, pp__balance *b, 
             return pp__fail(err, PP_EINVAL, "%s=%g: must be a finite number >= 0", names[k], vals[k]);
     if (cfg->rank_speed)
         for (k = 0; k < b->pp; k++)
-            if (!(cfg->rank_speed[k] > 0 && cfg->rank_speed[k] <= DBL_MAX))
-                return pp__fail(err, PP_EINVAL, "rank_speed[%d]=%g: must be a finite number > 0", k, cfg->rank_speed[k]);
+            if (!(cfg->rank_speed[k] >= PP__SPEED_MIN && cfg->rank_speed[k] <= PP__SPEED_MAX))
+                return pp__fail(err, PP_EINVAL, "rank_speed[%d]=%g: must be a finite number > 0, from %g to %g", k,
+                                cfg->rank_speed[k], PP__SPEED_MIN, PP__SPEED_MAX);
     if (cfg->v_placement && b->vpp != 2)
         return pp__fail(err, PP_EINVAL, "v_placement=%d: the V placement holds 2 stages a rank, but vpp=%d",
                         cfg->v_placement, b->vpp);
@@ -6806,14 +6814,15 @@ static double pp__half_cost(const pp_schedule *s, const pp_sim_costs *c, int op,
     }
 }
 
-/* costs->rank_speed, when given: pp entries, each a finite number > 0. */
+/* costs->rank_speed, when given: pp entries, each from PP__SPEED_MIN to PP__SPEED_MAX. */
 static pp_status pp__check_rank_speed(const pp_sim_costs *costs, int pp, pp_error *err)
 {
     int r;
     for (r = 0; costs && costs->rank_speed && r < pp; r++)
-        if (!(costs->rank_speed[r] > 0 && costs->rank_speed[r] <= DBL_MAX))
-            return pp__fail(err, PP_EINVAL, "costs: rank_speed[%d]=%g: must be a finite number > 0 (1: the "
-                            "speed the costs are given at)", r, costs->rank_speed[r]);
+        if (!(costs->rank_speed[r] >= PP__SPEED_MIN && costs->rank_speed[r] <= PP__SPEED_MAX))
+            return pp__fail(err, PP_EINVAL, "costs: rank_speed[%d]=%g: must be a finite number > 0, from %g to %g "
+                            "(1: the speed the costs are given at)", r, costs->rank_speed[r], PP__SPEED_MIN,
+                            PP__SPEED_MAX);
     return PP_OK;
 }
 
@@ -7448,9 +7457,9 @@ pp_status pp_place_by_simulation(const pp_schedule *s, const pp_sim_costs *costs
     for (g = 0; g < n; g++) {
         speed[g] = fastest / gpu_time[g];
         cur[g] = best_of[g] = g;
-        if (!(speed[g] > 0)) {   /* a ratio past double's range: no speed to simulate */
-            st = pp__fail(err, PP_EINVAL, "gpu_time[%d]=%g: its ratio to the fastest GPU's (%g) is past a double's "
-                          "range", g, gpu_time[g], fastest);
+        if (!(speed[g] >= PP__SPEED_MIN)) {   /* the simulator's bound on a rank's speed */
+            st = pp__fail(err, PP_EINVAL, "gpu_time[%d]=%g: more than %g times the fastest GPU's (%g)", g, gpu_time[g],
+                          1 / PP__SPEED_MIN, fastest);
             goto done;
         }
     }

@@ -253,7 +253,7 @@ static CLI_UNUSED int cli_parse_list(const char *flag, const char *text, int wan
         v = strtod(buf, &end);
         if (end == buf || *end != '\0' || v != v || v < 0 || (positive && v == 0) || v > 1e300 ||
             isspace((unsigned char)buf[0])) {
-            cli_usage_error("%s: '%s' is not a number %s", flag, buf, positive ? "> 0" : ">= 0");
+            cli_usage_error("%s: '%s' is not a number %s (up to 1e300)", flag, buf, positive ? "> 0" : ">= 0");
             return 0;
         }
         if (n < want) out[n] = v;
@@ -265,6 +265,19 @@ static CLI_UNUSED int cli_parse_list(const char *flag, const char *text, int wan
         cli_usage_error("%s: %d value%s, expected %s = %d", flag, n, n == 1 ? "" : "s", what, want);
         return 0;
     }
+    return 1;
+}
+
+/* Each of v[0..n-1] within [lo, hi], or one line naming the flag, the value and the bounds: 0
+ * after printing why. `what` says what a value is ("a rank's speed"). */
+static CLI_UNUSED int cli_check_range(const char *flag, const double *v, int n, double lo, double hi, const char *what)
+{
+    int k;
+    for (k = 0; k < n; k++)
+        if (!(v[k] >= lo && v[k] <= hi)) {
+            cli_usage_error("%s: value %d is %g: %s must be from %g to %g", flag, k + 1, v[k], what, lo, hi);
+            return 0;
+        }
     return 1;
 }
 

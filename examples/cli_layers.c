@@ -38,7 +38,7 @@ static const char layers_usage[] =
     "  --memory LIST   memory of each decoder layer (same form); --memory-cap X per stage\n"
     "  --embedding-cost X, --loss-cost X, --mtp-cost X, --embedding-memory X, --loss-memory X,\n"
     "  --mtp-memory X  cost / memory of the embedding (first stage), loss and MTP depths (last)\n"
-    "  --rank-speed LIST  each rank's speed, pp values > 0 (1 / 1.35 for a GPU 1.35x slower): the\n"
+    "  --rank-speed LIST  each rank's speed, pp values from 1e-6 to 1e6 (1 / 1.35 for a GPU 1.35x slower): the\n"
     "                  split that makes the slowest rank's time (its stages' cost / its speed) least\n"
     "  --v-placement   with --vpp 2: rank r holds stages r and 2pp-1-r (ZB-V, DualPipeV)\n"
     "  --rank R        print only the stages of rank R (and --chunk C: only that one)\n"
@@ -232,6 +232,10 @@ int pp_cli_layers(int argc, char **argv)
                     rc = cli_usage_error("--rank-speed: value %d is %g: a speed must be above 0", k + 1, speed[k]);
                     goto out;
                 }
+            if (!cli_check_range("--rank-speed", speed, n_speed, 1e-6, 1e6, "a rank's speed")) {
+                rc = 2;
+                goto out;
+            }
             bal.rank_speed = speed;
         }
         bal.num_layers = n_cost;

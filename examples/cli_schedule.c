@@ -65,12 +65,15 @@ static void schedule_usage(FILE *out, int simulate)
                 "  --f F (default 1)  --b B (full backward, default 2F)  --i I  --w W (split backward; default B/2 each)\n"
                 "  --p2p L (latency per transfer)  --bytes N (per transfer)  --bandwidth GBPS\n"
                 "              (bench/RESULTS.md has a transfer's time measured on GPUs beside a busy peer)\n"
-                "  --rank-speed LIST  each rank's speed, pp values > 0 (1 / 1.35 for a GPU 1.35x slower): rank r\n"
-                "              computes an action of cost c in c / speed\n"
-                "  --gpu-time LIST  each GPU's time for one fixed piece of work, pp values > 0: the GPUs are\n"
-                "              placed on the ranks where the simulated step is shortest (pp_place_by_simulation),\n"
-                "              each rank then at its GPU's speed; the placement is printed (not with --rank-speed;\n"
-                "              --kind greedy builds its order for equal speeds, then places)\n"
+                "  --rank-speed LIST  each rank's speed, pp values from 1e-6 to 1e6 (1 / 1.35 for a GPU 1.35x\n"
+                "              slower): rank r computes an action of cost c in c / speed\n"
+                "  --gpu-time LIST  each GPU's time for one fixed piece of work, pp values > 0, none more than\n"
+                "              1e6 times the fastest: the GPUs are placed on the ranks where the simulated step\n"
+                "              is shortest (pp_place_by_simulation: every assignment up to 6 ranks, a search by\n"
+                "              swaps up to 16, above that the heaviest rank on the fastest GPU if it is\n"
+                "              shorter; a simulation each), each rank then at its GPU's speed; the placement\n"
+                "              is printed (not with --rank-speed; --kind greedy builds its order for equal\n"
+                "              speeds, then places)\n"
                 "  --groups    transfers as the runtime posts them: a round's transfers in one group that ends\n"
                 "              as a whole, one group after another on each rank (default: each on its own)\n"
                 "  --peer-groups  as the runtime posts them over a transport with independent peers (threads;\n"
@@ -335,7 +338,7 @@ static void simulate_write(const schedule_flags *fl, const pp_schedule *s, const
     if (fl->rank_of) {
         printf("placement (--gpu-time):");
         for (g = 0; g < s->pp; g++) printf(" GPU %d -> rank %d%s", g, fl->rank_of[g], g + 1 < s->pp ? "," : "");
-        printf("; the step %.2f%% shorter than with GPU g on rank g\n", 100.0 * fl->place_gain);
+        printf("; the step %.3g%% shorter than with GPU g on rank g\n", 100.0 * fl->place_gain);
     }
 }
 
@@ -344,7 +347,9 @@ static void simulate_write(const schedule_flags *fl, const pp_schedule *s, const
 static int simulate_speeds(schedule_flags *fl, int pp, pp_sim_costs *costs)
 {
     if (!(fl->speed = (double *)calloc((size_t)pp, sizeof(double)))) return cli_env_error("out of memory");
-    if (!cli_parse_list("--rank-speed", fl->speed_text, pp, "pp", 1, fl->speed)) return 2;
+    if (!cli_parse_list("--rank-speed", fl->speed_text, pp, "pp", 1, fl->speed) ||
+        !cli_check_range("--rank-speed", fl->speed, pp, 1e-6, 1e6, "a rank's speed"))
+        return 2;
     costs->rank_speed = fl->speed;
     return 0;
 }
@@ -361,9 +366,13 @@ static int simulate_place(schedule_flags *fl, const pp_schedule *s, pp_sim_costs
     fl->rank_of = (int *)calloc((size_t)pp, sizeof(int));
     if (!fl->gpu_time || !fl->speed || !fl->rank_of) return cli_env_error("out of memory");
     if (!cli_parse_list("--gpu-time", fl->gpu_text, pp, "pp", 1, fl->gpu_time)) return 2;
+    for (fastest = fl->gpu_time[0], g = 1; g < pp; g++) if (fl->gpu_time[g] < fastest) fastest = fl->gpu_time[g];
+    for (g = 0; g < pp; g++)
+        if (fl->gpu_time[g] > 1e6 * fastest)
+            return cli_usage_error("--gpu-time: value %d is %g, more than 1e6 times the fastest (%g)", g + 1,
+                                   fl->gpu_time[g], fastest);
     if (pp_place_by_simulation(s, costs, fl->gpu_time, 0, fl->rank_of, &fl->place_gain, &err) != PP_OK)
         return cli_report(&err);
-    for (fastest = fl->gpu_time[0], g = 1; g < pp; g++) if (fl->gpu_time[g] < fastest) fastest = fl->gpu_time[g];
     for (g = 0; g < pp; g++) fl->speed[fl->rank_of[g]] = fastest / fl->gpu_time[g];
     costs->rank_speed = fl->speed;
     return 0;

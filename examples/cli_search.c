@@ -96,7 +96,7 @@ static void search_usage(FILE *out)
             "                 scheduler still places each transfer on its own\n"
             "  --peer-groups each peer's transfers of a round in a group of their own, as the runtime posts\n"
             "                 them over a transport with independent peers (pipepar simulate --peer-groups)\n"
-            "  --rank-speed LIST  each rank's speed, pp values > 0 (1 / 1.35 for a GPU 1.35x slower, e.g.\n"
+            "  --rank-speed LIST  each rank's speed, pp values from 1e-6 to 1e6 (1 / 1.35 for a GPU 1.35x slower, e.g.\n"
             "                 as mlp_gpu --adapt measures them): rank r computes an action of cost c in\n"
             "                 c / speed; with --layers the slow rank's stages get fewer layers\n"
             "  --max-mem X    cap on every rank's peak activations, in microbatches through the rank's\n"
@@ -379,7 +379,9 @@ static int search_parse(int argc, char **argv, search_opts *o)
     }
     if (o->speed_text) {
         if (!(o->speed = (double *)calloc((size_t)cfg->pp, sizeof(double)))) return cli_env_error("out of memory");
-        if (!cli_parse_list("--rank-speed", o->speed_text, cfg->pp, "pp", 1, o->speed)) return 2;
+        if (!cli_parse_list("--rank-speed", o->speed_text, cfg->pp, "pp", 1, o->speed) ||
+            !cli_check_range("--rank-speed", o->speed, cfg->pp, 1e-6, 1e6, "a rank's speed"))
+            return 2;
         cfg->costs.rank_speed = o->speed;
     }
     if (o->bytes > 0) {

@@ -904,10 +904,15 @@ static void simulate_scales_each_rank_by_its_speed(void)
         c.action_cost = NULL;
     }
     {
-        double bad[2] = { 1, -1 };
+        double bad[2] = { 1, -1 }, slow[2] = { 1, 1e-7 }, fast[2] = { 2e6, 1 };
         c.rank_speed = bad;
         PP_CHECK_FAILS(pp_simulate(s, &c, &sim, &err), &err, PP_EINVAL, "costs: rank_speed[1]=-1: must be a finite "
                        "number > 0");
+        c.rank_speed = slow;   /* the bounds keep every simulated time finite */
+        PP_CHECK_FAILS(pp_simulate(s, &c, &sim, &err), &err, PP_EINVAL, "costs: rank_speed[1]=1e-07: must be a finite "
+                       "number > 0, from 1e-06 to 1e+06");
+        c.rank_speed = fast;
+        PP_CHECK_FAILS(pp_simulate(s, &c, &sim, &err), &err, PP_EINVAL, "costs: rank_speed[0]=2e+06");
     }
     pp_schedule_free(s);
 }
@@ -2132,9 +2137,10 @@ static void place_by_simulation_names_the_parameter_it_refuses(void)
                    "gpu_time[1]=0: must be a finite number > 0");
     PP_CHECK_FAILS(pp_place_by_simulation(s, &c, t, 1, rank_of, NULL, &err), &err, PP_EINVAL, "min_gain=1: must be in [0, 1)");
     {
-        const double apart[2] = { 1e-300, 1e300 };
+        const double apart[2] = { 1, 1.5e6 }, near[2] = { 1, 1e6 };
         PP_CHECK_FAILS(pp_place_by_simulation(s, &c, apart, 0, rank_of, NULL, &err), &err, PP_EINVAL,
-                       "gpu_time[1]=1e+300: its ratio to the fastest GPU's (1e-300) is past a double's range");
+                       "gpu_time[1]=1.5e+06: more than 1e+06 times the fastest GPU's (1)");
+        PP_CHECK_OK(pp_place_by_simulation(s, &c, near, 0, rank_of, NULL, &err), &err);
     }
     c.rank_speed = speed;
     PP_CHECK_FAILS(pp_place_by_simulation(s, &c, t, 0, rank_of, NULL, &err), &err, PP_EINVAL,

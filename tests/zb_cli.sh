@@ -174,6 +174,13 @@ $P simulate --kind 1f1b --pp 2 --mb 8 --gpu-time 1,1 --json | grep -q '"rank_of_
 expect_error 2 "--gpu-time: 3 values, expected pp = 4" simulate --kind zbv --pp 4 --mb 16 --gpu-time 1,1,1
 expect_error 2 "--gpu-time: '0' is not a number > 0" simulate --kind zbv --pp 4 --mb 16 --gpu-time 1,0,1,1
 expect_error 2 "--rank-speed and --gpu-time: give one" simulate --kind zbv --pp 4 --mb 16 --gpu-time 1,1,1,1 --rank-speed 1,1,1,1
+# bounds that keep every simulated time finite: a rank's speed from 1e-6 to 1e6, GPUs at most 1e6
+# times apart, each number at most 1e300
+expect_error 2 "--gpu-time: value 1 is 1e+300, more than 1e6 times the fastest (1)" simulate --kind zbv --pp 4 --mb 8 --gpu-time 1e300,1,1,1
+expect_error 2 "--gpu-time: '1e307' is not a number > 0 (up to 1e300)" simulate --kind zbv --pp 4 --mb 8 --gpu-time 1e307,1,1,1
+expect_error 2 "--rank-speed: value 1 is 1e-310: a rank's speed must be from 1e-06 to 1e+06" simulate --kind zbv --pp 4 --mb 8 --rank-speed 1e-310,1,1,1
+expect_error 2 "--rank-speed: value 2 is 2e+06: a rank's speed must be from 1e-06 to 1e+06" search --pp 2 --mb 8 --rank-speed 1,2e6
+expect_error 2 "--rank-speed: value 1 is 1e-09: a rank's speed must be from 1e-06 to 1e+06" layers --costs '1*8' --pp 2 --rank-speed 1e-9,1
 expect_error 2 "--rank-speed: '-2' is not a number > 0" simulate --kind 1f1b --pp 2 --mb 8 --rank-speed 1,-2
 expect_error 2 "--rank-speed: '0' is not a number > 0" search --pp 2 --mb 8 --rank-speed 1,0
 expect_error 2 "--rank-speed: '-1' is not a number > 0" search --pp 2 --mb 8 --rank-speed -1,1
