@@ -200,7 +200,7 @@ int pp_cli_layers(int argc, char **argv)
     pp_error err;
     pp_status st;
     long rank, chunk;
-    int json, n_cost = -1, n_mem = -1, n_speed = -1, rc, k;
+    int json, n_cost = -1, n_mem = -1, n_speed = -1, rc;
     double *costs = NULL, *memory = NULL, *speed = NULL;
     if ((rc = layers_parse(argc, argv, &o)) != 0) return rc < 0 ? 0 : rc;
     cfg = o.cfg; bal = o.bal; rank = o.rank; chunk = o.chunk; json = o.json;
@@ -227,11 +227,6 @@ int pp_cli_layers(int argc, char **argv)
                 rc = cli_usage_error("--rank-speed: %d values, but --pp=%d (one speed a rank)", n_speed, cfg.pp ? cfg.pp : 1);
                 goto out;
             }
-            for (k = 0; k < n_speed; k++)
-                if (!(speed[k] > 0)) {
-                    rc = cli_usage_error("--rank-speed: value %d is %g: a speed must be above 0", k + 1, speed[k]);
-                    goto out;
-                }
             if (!cli_check_range("--rank-speed", speed, n_speed, 1e-6, 1e6, "a rank's speed")) {
                 rc = 2;
                 goto out;

@@ -56,11 +56,11 @@ static double measure_gpu_ms(const Options &o, int device)
 
 /* 3. place (--place-by-speed): each GPU on the rank where the simulated step is shortest, the
  *    schedule simulated with the model's costs (block_costs: a block's F = I = W, block 0's I
- *    half; the transfers as the search prices them) and each rank at its GPU's measured speed. A slower GPU goes
- *    where the schedule leaves the most slack (ranks with the same work differ there), the rank
- *    with the most GEMMs (6 a block and microbatch; block 0 skips its input gradient, one
- *    fewer) on a fast one. One host only: renumbered across nodes, pipeline neighbours could
- *    land on other hosts. */
+ *    half; the transfers as the search prices them) and each rank at its GPU's measured speed.
+ *    A slower GPU goes where the schedule leaves the most slack (ranks with the same work differ
+ *    there), the rank with the most GEMMs (6 a block and microbatch; block 0 skips its input
+ *    gradient, one fewer) on a fast one. One host only: renumbered across nodes, pipeline
+ *    neighbours could land on other hosts. */
 static int rank_place(Rank &R, const pp_layers *lay)
 {
     const Options &o = *R.o;

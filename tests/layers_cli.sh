@@ -84,7 +84,7 @@ expect_err "costs list" "--costs='1,x': expected numbers >= 0" --pp 2 --costs '1
 expect_err "speeds need costs" "--rank-speed: balances a split, so it needs --costs" --layers 8 --pp 2 --rank-speed 1,1
 expect_err "V needs costs" "--v-placement: balances a split, so it needs --costs" --layers 8 --pp 2 --vpp 2 --v-placement
 expect_err "a speed a rank" "--rank-speed: 3 values, but --pp=2 (one speed a rank)" --pp 2 --costs '1*8' --rank-speed 1,1,1
-expect_err "speeds above 0" "--rank-speed: value 2 is 0: a speed must be above 0" --pp 2 --costs '1*8' --rank-speed 1,0
+expect_err "speeds above 0" "--rank-speed: value 2 is 0: a rank's speed must be from 1e-06 to 1e+06" --pp 2 --costs '1*8' --rank-speed 1,0
 expect_err "V at vpp 2" "v_placement=1: the V placement holds 2 stages a rank, but vpp=1" --pp 2 --costs '1*8' --v-placement
 expect_err "costs vs layers" "--costs: 3 values, but --layers=4" --layers 4 --costs '1,1,1'
 expect_err "costs with layout" "--costs: finds its own split" --pp 2 --costs '1,1' --layout 'Et|tL'
