@@ -1683,6 +1683,11 @@ typedef struct pp_transfer {
      * point of the compute stream on, while the compute issued since still runs (the executor
      * sets it; pipepar_nccl.c's copy engines use it) */
     int buf_free_posts;
+    /* sends, optional (0: none): 1 when the compute that wrote buf said, part by part, which of
+     * its bytes were written (pp_executor_output_ready, passed on through
+     * pp_transport.output_ready), so a device transport may move each part once its work is done,
+     * while the rest is still being computed */
+    int parts;
 } pp_transfer;
 
 /* A transport moves bytes among `world` ranks; this side is `rank`. All functions get `user`.
@@ -1723,7 +1728,14 @@ typedef struct pp_transfer {
  *         behind its transfers with the other. The buffer pool keeps the size in-order waits
  *         plan: when every slot is in use, the oldest group still sending is waited for first
  *         (sends in flight hold their buffers). 0 (a zeroed struct): one group a round, waited
- *         in order, which is what NCCL's grouped calls on one stream need to be free of deadlock. */
+ *         in order, which is what NCCL's grouped calls on one stream need to be free of deadlock.
+ * output_ready(buf, bytes, first)  optional (NULL: the executor passes nothing on): while a
+ *         compute callback runs, the first `bytes` of its output buf, which a later post sends,
+ *         are written by the work issued so far (pp_executor_output_ready). first = 1 on the
+ *         callback's first such call for buf: forget what was said of buf before. A device
+ *         transport records the point of its compute stream; a send of buf posted with
+ *         pp_transfer.parts = 1 may then move those bytes from that point on, each part while
+ *         the next is computed. The marks of buf are used up by its next send. */
 typedef struct pp_transport {
     void *user;
     int rank, world;
@@ -1736,6 +1748,7 @@ typedef struct pp_transport {
     pp_status (*all_gather)(void *user, const void *send, void *recv, size_t bytes, double timeout_s, pp_error *err);
     pp_status (*barrier)(void *user, double timeout_s, pp_error *err);
     int independent_peers;
+    pp_status (*output_ready)(void *user, const void *buf, size_t bytes, int first, pp_error *err);
 } pp_transport;
 
 /* The group collectives of a transport (see above), with their arguments checked. A transport of
@@ -1999,6 +2012,21 @@ PIPEPAR_API void pp_executor_get_stats(const pp_executor *ex, pp_executor_stats 
 /* How many saved-state slots (pp_mb_info.slot) this rank's steps use at most: its schedule's
  * live peak (pp_schedule_rank_peaks), with a recipe the largest over every count 1 .. max_mb. */
 PIPEPAR_API int pp_executor_saved_slots(const pp_executor *ex);
+
+/* Streamed sends. From inside forward, backward, backward_input or forward_backward (on the
+ * thread running the step): the first `bytes` of `out`, an output this call writes (forward's
+ * out, a backward's grad_in), are written by the work issued so far. When that output goes to
+ * another rank, the executor passes this on (pp_transport.output_ready) and posts its send with
+ * pp_transfer.parts = 1: a device transport then moves each part once the work before the mark is
+ * done, while the rest is still being computed, and the receiver has the tensor sooner after the
+ * compute ends. A trainer splits the last GEMM of a stage by rows (tokens) and says after each
+ * part how far the output is written (examples/mlp_gpu.cu, --send-parts). Outputs that stay on
+ * the rank (the last stage's, a V schedule's turn) and transports without output_ready take the
+ * calls and do nothing. bytes grows from call to call, from 1 to the output's size; at most
+ * PP_MAX_OUTPUT_PARTS calls per output. PP_EINVAL, naming the rule, for a call outside those
+ * callbacks, a pointer that is not the call's output, or bytes out of order. */
+#define PP_MAX_OUTPUT_PARTS 64
+PIPEPAR_API pp_status pp_executor_output_ready(pp_executor *ex, const void *out, size_t bytes, pp_error *err);
 
 /* --- >>timeline ------------------------------------------------------------------------------ */
 
@@ -2886,11 +2914,17 @@ PIPEPAR_API pp_status pp_nccl_all_reduce_host(pp_nccl *nc, float *values, int co
 /* --- transport ------------------------------------------------------------------------------ */
 
 /* Fills *out with a transport over nc (rank and world as nc's; post, wait, test, all_reduce,
- * abort and the group collectives all_reduce_buf, all_gather, barrier) whose waits order
- * `compute_stream` (a cudaStream_t of nc's device). Free with pp_nccl_transport_free after the
- * executor that uses it. Every buffer it is given is memory of nc's device (cudaMalloc'ed, or
+ * abort, output_ready and the group collectives all_reduce_buf, all_gather, barrier) whose waits
+ * order `compute_stream` (a cudaStream_t of nc's device). Free with pp_nccl_transport_free after
+ * the executor that uses it. Every buffer it is given is memory of nc's device (cudaMalloc'ed, or
  * managed): post refuses another with PP_EINVAL naming the transfer and the pointer, before any
- * of the group starts. */
+ * of the group starts.
+ * Streamed sends (pp_executor_output_ready): output_ready records an event on compute_stream,
+ * so the work that writes those bytes must be issued there. A copy-engine send posted with parts
+ * moves each ring slot (or, pushed, each part) once its mark is passed, the rest after the whole
+ * compute; sends through NCCL's kernels, and pulls, start after the whole compute as before. The
+ * group's time (pp_nccl_transport_times) then still counts from the compute's end: how long
+ * the receiver waits after it, not how long the bytes took. */
 PIPEPAR_API pp_status pp_nccl_transport(pp_nccl *nc, void *compute_stream, pp_transport *out, pp_error *err);
 PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
 
@@ -2996,7 +3030,9 @@ PIPEPAR_API pp_status pp_nccl_transport_copy_engine_counts(pp_transport *t, long
  * stream, and with the arrival gate for the peer too: the transfer may start; a gated group's
  * same-rank copies, done before the gate, fall outside it) and an end event. times[] gets, for the groups posted since
  * the last reset, seconds from base_event (a cudaEvent_t recorded on the same device before
- * them) to the begin and to the end. */
+ * them) to the begin and to the end. A group of one peer whose copy-engine sends stream
+ * (pp_executor_output_ready) begins at the end of the compute that wrote them: its time is how
+ * long the receiver waits after that compute. */
 typedef struct pp_nccl_group_time {
     double begin, end;
     size_t bytes_sent, bytes_received;
@@ -12728,7 +12764,15 @@ typedef struct pp__slot {
     size_t bytes;   /* bytes of the tensor now held */
     int used;
     long long free_since;   /* groups_posted when released: no work issued on it after that post */
+    int parts;              /* the compute that wrote it said its parts (pp_executor_output_ready) */
 } pp__slot;
+
+/* An output of the compute callback running now, for pp_executor_output_ready: its slot, whether
+ * a send takes it to another rank, the calls made for it and the bytes the last one gave. */
+typedef struct pp__marking {
+    int slot, sent, count;
+    size_t bytes;
+} pp__marking;
 
 typedef struct pp__group {
     void *handle;
@@ -12764,6 +12808,8 @@ struct pp_executor {
     int num_metrics, record;
     int steps, failed, planning;
     int in_fb_second_half;      /* an FB without its own callback is running its B half */
+    pp__marking marking[2];     /* the outputs of the compute callback running now ... */
+    int nmarking, marking_on;   /* ... and whether one runs */
     /* the pool */
     pp__slot *slots;
     int nslots, cap_slots, live, peak_live, planned;
@@ -12881,6 +12927,7 @@ static int pp__acquire(pp_executor *ex, size_t bytes, pp_status *st, pp_error *e
     }
     sl->used = 1;
     sl->bytes = bytes;
+    sl->parts = 0;
     if (++ex->live > ex->peak_live) ex->peak_live = ex->live;
     return fit;
 }
@@ -12895,6 +12942,64 @@ static void pp__release(pp_executor *ex, int slot)
 }
 
 static void *pp__ptr(pp_executor *ex, int slot) { return slot >= 0 ? ex->slots[slot].ptr : NULL; }
+
+/* Around a compute callback: its outputs (slot -1: none) for pp_executor_output_ready; after it,
+ * each sent output remembers whether its parts were passed to the transport. */
+static void pp__marking_add(pp_executor *ex, int slot, int sent)
+{
+    ex->marking_on = 1;
+    if (slot < 0) return;
+    ex->marking[ex->nmarking].slot = slot;
+    ex->marking[ex->nmarking].sent = sent;
+    ex->marking[ex->nmarking].count = 0;
+    ex->marking[ex->nmarking].bytes = 0;
+    ex->nmarking++;
+}
+
+static void pp__marking_end(pp_executor *ex)
+{
+    int i;
+    for (i = 0; i < ex->nmarking; i++) {
+        const pp__marking *mk = &ex->marking[i];
+        ex->slots[mk->slot].parts = mk->sent && mk->count > 0 && ex->tp.output_ready ? 1 : 0;
+    }
+    ex->nmarking = 0;
+    ex->marking_on = 0;
+}
+
+pp_status pp_executor_output_ready(pp_executor *ex, const void *out, size_t bytes, pp_error *err)
+{
+    pp__marking *mk = NULL;
+    size_t size;
+    int i;
+    if (!ex) return pp__fail(err, PP_EINVAL, "pp_executor_output_ready: ex must not be NULL");
+    if (!ex->marking_on)
+        return pp__fail(err, PP_EINVAL, "pp_executor_output_ready: rank %d: called outside a forward, backward, "
+                        "backward_input or forward_backward callback of this executor", ex->rank);
+    for (i = 0; i < ex->nmarking; i++)
+        if (out && pp__ptr(ex, ex->marking[i].slot) == out) mk = &ex->marking[i];
+    if (!mk)
+        return pp__fail(err, PP_EINVAL, "pp_executor_output_ready: rank %d: out=%p is not an output of the running "
+                        "callback (forward's out, a backward's grad_in)", ex->rank, out);
+    size = ex->slots[mk->slot].bytes;
+    if (bytes == 0 || bytes > size)
+        return pp__fail(err, PP_EINVAL, "pp_executor_output_ready: rank %d: bytes=%zu: must be from 1 to the output's "
+                        "%zu bytes", ex->rank, bytes, size);
+    if (mk->count > 0 && bytes <= mk->bytes)
+        return pp__fail(err, PP_EINVAL, "pp_executor_output_ready: rank %d: bytes=%zu: must exceed the previous call's "
+                        "%zu for this output (each call gives how many of its first bytes are written)", ex->rank,
+                        bytes, mk->bytes);
+    if (mk->count == PP_MAX_OUTPUT_PARTS)
+        return pp__fail(err, PP_EINVAL, "pp_executor_output_ready: rank %d: more than %d calls for one output "
+                        "(PP_MAX_OUTPUT_PARTS)", ex->rank, PP_MAX_OUTPUT_PARTS);
+    if (mk->sent && ex->tp.output_ready) {
+        pp_status st = ex->tp.output_ready(ex->tp.user, out, bytes, mk->count == 0, err);
+        if (st != PP_OK) return st;
+    }
+    mk->count++;
+    mk->bytes = bytes;
+    return pp__ok(err);
+}
 
 /* --- timeline marks --- */
 
@@ -13108,6 +13213,17 @@ static pp_status pp__f_prepare(pp_executor *ex, int i, pp__fwd *f, pp_error *err
     return f->out < 0 ? st : PP_OK;
 }
 
+/* Whether F's output, or B's input-gradient, goes to another rank (pp__f_finish, pp__b_finish). */
+static int pp__f_sent(pp_executor *ex, const pp__fwd *f)
+{
+    return f->s != f->info.last_stage && !PP__HERE(ex, f->s + 1);
+}
+
+static int pp__b_sent(pp_executor *ex, const pp__bwd *b)
+{
+    return b->s > b->info.first_stage && !PP__HERE(ex, b->s - 1);
+}
+
 /* After the forward: the loss on the last stage, then route the output. */
 static pp_status pp__f_finish(pp_executor *ex, int i, pp__fwd *f, pp_error *err)
 {
@@ -13198,7 +13314,10 @@ static pp_status pp__run_f(pp_executor *ex, int i, int s, int m, pp_error *err)
     pp__mark(ex, 3 * i + 1);
     if ((st = pp__f_prepare(ex, i, &f, err)) != PP_OK) return st;
     if (!ex->planning) {
-        int rc = ex->cb.forward(ex->cb.user, &f.info, pp__ptr(ex, f.in), pp__ptr(ex, f.out));
+        int rc;
+        pp__marking_add(ex, f.out, pp__f_sent(ex, &f));
+        rc = ex->cb.forward(ex->cb.user, &f.info, pp__ptr(ex, f.in), pp__ptr(ex, f.out));
+        pp__marking_end(ex);
         if (rc) return pp__callback_failed(ex, i, "forward", rc, err);
     }
     return pp__f_finish(ex, i, &f, err);
@@ -13213,9 +13332,12 @@ static pp_status pp__run_b(pp_executor *ex, int i, int op, int s, int m, pp_erro
     if ((st = pp__b_prepare(ex, &b, err)) != PP_OK) return st;
     if (!ex->planning) {
         int whole = op == PP_OP_B || ex->unsplit;   /* unsplit: the I is the whole backward */
-        int rc = whole
+        int rc;
+        pp__marking_add(ex, b.gin, pp__b_sent(ex, &b));
+        rc = whole
             ? ex->cb.backward(ex->cb.user, &b.info, pp__ptr(ex, b.in), pp__ptr(ex, b.gout), pp__ptr(ex, b.gin))
             : ex->cb.backward_input(ex->cb.user, &b.info, pp__ptr(ex, b.in), pp__ptr(ex, b.gout), pp__ptr(ex, b.gin));
+        pp__marking_end(ex);
         if (rc) return pp__callback_failed(ex, i, whole ? "backward" : "backward_input", rc, err);
     }
     pp__b_finish(ex, &b, op == PP_OP_B);
@@ -13261,8 +13383,12 @@ static pp_status pp__run_fb(pp_executor *ex, int i, pp_action a, pp_error *err)
     if ((st = pp__f_prepare(ex, i, &f, err)) != PP_OK) return st;
     if ((st = pp__b_prepare(ex, &b, err)) != PP_OK) return st;
     if (!ex->planning) {
-        int rc = ex->cb.forward_backward(ex->cb.user, &f.info, pp__ptr(ex, f.in), pp__ptr(ex, f.out), &b.info,
-                                         pp__ptr(ex, b.in), pp__ptr(ex, b.gout), pp__ptr(ex, b.gin));
+        int rc;
+        pp__marking_add(ex, f.out, pp__f_sent(ex, &f));
+        pp__marking_add(ex, b.gin, pp__b_sent(ex, &b));
+        rc = ex->cb.forward_backward(ex->cb.user, &f.info, pp__ptr(ex, f.in), pp__ptr(ex, f.out), &b.info,
+                                     pp__ptr(ex, b.in), pp__ptr(ex, b.gout), pp__ptr(ex, b.gin));
+        pp__marking_end(ex);
         if (rc) return pp__callback_failed(ex, i, "forward_backward", rc, err);
     }
     if ((st = pp__f_finish(ex, i, &f, err)) != PP_OK) return st;
@@ -13341,6 +13467,10 @@ static pp_status pp__post_group(pp_executor *ex, int i, int j, int peer, pp_erro
         }
         t->buf = pp__ptr(ex, slot);
         t->bytes = ex->slots[slot].bytes;
+        if (t->is_send) {   /* its parts, said by the compute that wrote it, are used up now */
+            t->parts = ex->slots[slot].parts;
+            ex->slots[slot].parts = 0;
+        }
         n++;
     }
     if (n == 0) return PP_OK;   /* forward only: a group of backward transfers */

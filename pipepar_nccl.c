@@ -1066,6 +1066,14 @@ typedef struct pp__nccl_ce_export {   /* one of this rank's allocations, exporte
     cudaIpcMemHandle_t handle;
 } pp__nccl_ce_export;
 
+/* A mark of a streamed send (output_ready): the first `bytes` of buf are written once the compute
+ * stream passes `ev`. */
+typedef struct pp__nccl_mark {
+    const void *buf;
+    size_t bytes;
+    cudaEvent_t ev;
+} pp__nccl_mark;
+
 #define PP__NCCL_CE_MAPS 64
 #define PP__NCCL_READY_HIST 64    /* how many posts back a receive may start from */
 
@@ -1131,6 +1139,7 @@ typedef struct pp__nccl_transport {
     uint64_t *ce_xsent, *ce_xrecv;       /* [world]: transfers claimed with p, each way */
     uint32_t *ce_posted_high;   /* [world]: the high word last written into p's posted count of us */
     unsigned char *ce_same;     /* [world]: p is a thread of this process (pointers, no IPC) */
+    unsigned char *ce_streamed; /* [world]: in the group being posted, every send to p streams */
     pp__nccl_ce_plan *ce_plans;
     int ce_cap_plans;
     pp__nccl_ce_map *ce_maps;   /* the peers' allocations mapped here (PP__NCCL_CE_MAPS kept) */
@@ -1139,6 +1148,12 @@ typedef struct pp__nccl_transport {
     int ce_num_exports, ce_export_next;
     CUresult (*attrs)(unsigned int, CUpointer_attribute *, void **, CUdeviceptr);
     long long ce_counts[3];     /* transfers this rank pushed or was pushed (receiver first), pulled, ringed */
+    /* streamed sends (output_ready): each mark's buffer, bytes written and event on the compute
+     * stream, in the order made; spare events to reuse */
+    pp__nccl_mark *marks;
+    int num_marks, cap_marks;
+    cudaEvent_t *spare_events;
+    int num_spare, cap_spare;
 } pp__nccl_transport;
 
 /* Handles are pointers into a pool made up front (see pp_nccl_transport): running out means
@@ -1572,10 +1587,99 @@ static pp_status pp__nccl_ce_claim_next(pp__nccl_transport *t, const pp_transfer
     return PP_OK;
 }
 
-/* A send's device work, on its peer's send stream (see above). */
-static pp_status pp__nccl_ce_send(pp__nccl_transport *t, const pp_transfer *x, const pp__nccl_ce_plan *pl, pp_error *err)
+/* --- streamed sends (output_ready) --- */
+
+#define PP__NCCL_MAX_MARKS 4096   /* marks made and not yet used up by a send */
+
+/* Forgets buf's marks; their events go back to the spares (an event captured by a stream wait
+ * may be recorded again at once). */
+static void pp__nccl_marks_drop(pp__nccl_transport *t, const void *buf)
+{
+    int i, n = 0;
+    for (i = 0; i < t->num_marks; i++) {
+        if (t->marks[i].buf != buf) { t->marks[n++] = t->marks[i]; continue; }
+        if (t->num_spare == t->cap_spare) {
+            int cap = t->cap_spare ? 2 * t->cap_spare : 16;
+            cudaEvent_t *grown = (cudaEvent_t *)realloc(t->spare_events, sizeof *grown * (size_t)cap);
+            if (!grown) { cudaEventDestroy(t->marks[i].ev); continue; }
+            t->spare_events = grown;
+            t->cap_spare = cap;
+        }
+        t->spare_events[t->num_spare++] = t->marks[i].ev;
+    }
+    t->num_marks = n;
+}
+
+static pp_status pp__nccl_output_ready(void *user, const void *buf, size_t bytes, int first, pp_error *err)
+{
+    pp__nccl_transport *t = (pp__nccl_transport *)user;
+    cudaEvent_t ev;
+    cudaError_t e;
+    if (!buf || !bytes) return pp__nccl_fail(err, PP_EINVAL, "output_ready: buf and bytes must not be 0");
+    if (t->nc->aborted) return pp__nccl_aborted(t->nc, err, "output_ready");
+    if (first) pp__nccl_marks_drop(t, buf);
+    if (t->num_marks == PP__NCCL_MAX_MARKS)
+        return pp__nccl_fail(err, PP_EINVAL, "output_ready: more than %d marks that no send has used up",
+                             PP__NCCL_MAX_MARKS);
+    if (t->num_marks == t->cap_marks) {
+        int cap = t->cap_marks ? 2 * t->cap_marks : 16;
+        pp__nccl_mark *grown = (pp__nccl_mark *)realloc(t->marks, sizeof *grown * (size_t)cap);
+        if (!grown) return pp__nccl_fail(err, PP_ENOMEM, "output_ready: out of memory");
+        t->marks = grown;
+        t->cap_marks = cap;
+    }
+    if (t->num_spare) ev = t->spare_events[--t->num_spare];
+    else if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess)
+        return pp__nccl_cuda_fail(err, e, "output_ready");
+    if ((e = cudaEventRecord(ev, t->compute)) != cudaSuccess) {
+        cudaEventDestroy(ev);
+        return pp__nccl_cuda_fail(err, e, "output_ready");
+    }
+    t->marks[t->num_marks].buf = buf;
+    t->marks[t->num_marks].bytes = bytes;
+    t->marks[t->num_marks].ev = ev;
+    t->num_marks++;
+    return pp__nccl_ok(err);
+}
+
+/* The event after which the first `end` bytes of buf are written: its first mark that covers
+ * them, else NULL (the whole compute: t->ready). */
+static cudaEvent_t pp__nccl_mark_for(const pp__nccl_transport *t, const void *buf, size_t end)
+{
+    int i;
+    for (i = 0; i < t->num_marks; i++)
+        if (t->marks[i].buf == buf && t->marks[i].bytes >= end) return t->marks[i].ev;
+    return NULL;
+}
+
+/* Whether a copy-engine send streams: posted with parts, its buffer marked, pushed or ringed. */
+static int pp__nccl_streams(const pp__nccl_transport *t, const pp_transfer *x, const pp__nccl_ce_plan *pl)
+{
+    int i;
+    if (!x->is_send || !x->parts || pl->how == PP__NCCL_CLAIM_PULL) return 0;
+    for (i = 0; i < t->num_marks; i++) if (t->marks[i].buf == x->buf) return 1;
+    return 0;
+}
+
+/* Streamed: the send stream waits, before the bytes [.., end) of x go, for the mark that covers
+ * them (or the whole compute); *at is the event it last waited for. */
+static cudaError_t pp__nccl_wait_written(const pp__nccl_transport *t, cudaStream_t s, const pp_transfer *x, size_t end,
+                                         cudaEvent_t *at)
+{
+    cudaEvent_t need = pp__nccl_mark_for(t, x->buf, end);
+    if (!need) need = t->ready;
+    if (need == *at) return cudaSuccess;
+    *at = need;
+    return cudaStreamWaitEvent(s, need, 0);
+}
+
+/* A send's device work, on its peer's send stream (see above). streamed: each part goes once it
+ * is written (pp__nccl_streams); else the stream already waits for the whole compute. */
+static pp_status pp__nccl_ce_send(pp__nccl_transport *t, const pp_transfer *x, const pp__nccl_ce_plan *pl, int streamed,
+                                  pp_error *err)
 {
     int p = x->peer;
+    cudaEvent_t at = NULL;
     cudaStream_t s = t->ce_send_to[p];
     CUstream cs = (CUstream)s;
     CUdeviceptr arrived = pp__nccl_ce_flag_there(t, PP__NCCL_ARRIVED, p);
@@ -1583,8 +1687,23 @@ static pp_status pp__nccl_ce_send(pp__nccl_transport *t, const pp_transfer *x, c
     cudaError_t e = cudaSuccess;
     uint64_t k = pl->k;
     if (pl->how == PP__NCCL_CLAIM_PUSH) {
+        size_t off = 0;
         r = t->wait64(cs, pp__nccl_ce_flag(t, PP__NCCL_POSTED, p), k + 1, CU_STREAM_WAIT_VALUE_GEQ);
-        if (r == CUDA_SUCCESS && x->bytes) e = pp__nccl_ce_copy((void *)(uintptr_t)pl->remote, x->buf, x->bytes, s);
+        while (r == CUDA_SUCCESS && e == cudaSuccess && streamed && off < x->bytes) {   /* a copy per part */
+            int i;
+            size_t end = x->bytes;
+            for (i = 0; i < t->num_marks; i++)   /* the next mark (a buffer's marks grow) */
+                if (t->marks[i].buf == x->buf && t->marks[i].bytes > off) {
+                    if (t->marks[i].bytes < end) end = t->marks[i].bytes;
+                    break;
+                }
+            e = pp__nccl_wait_written(t, s, x, end, &at);
+            if (e == cudaSuccess)
+                e = pp__nccl_ce_copy((void *)(uintptr_t)(pl->remote + off), (const char *)x->buf + off, end - off, s);
+            off = end;
+        }
+        if (r == CUDA_SUCCESS && e == cudaSuccess && !streamed && x->bytes)
+            e = pp__nccl_ce_copy((void *)(uintptr_t)pl->remote, x->buf, x->bytes, s);
         if (r == CUDA_SUCCESS && e == cudaSuccess && pl->map >= 0) e = cudaEventRecord(t->ce_maps[pl->map].last_copy, s);
         if (r == CUDA_SUCCESS && e == cudaSuccess) r = pp__nccl_announce(t, s, arrived, k + 1);
     } else if (pl->how == PP__NCCL_CLAIM_PULL) {
@@ -1599,7 +1718,8 @@ static pp_status pp__nccl_ce_send(pp__nccl_transport *t, const pp_transfer *x, c
             if (k - t->ce_base >= (uint64_t)t->ce_slots)
                 r = t->wait64(cs, pp__nccl_ce_flag(t, PP__NCCL_FREED, p), k - (uint64_t)t->ce_slots + 1,
                               CU_STREAM_WAIT_VALUE_GEQ);
-            if (r == CUDA_SUCCESS)
+            if (r == CUDA_SUCCESS && streamed) e = pp__nccl_wait_written(t, s, x, off + n, &at);
+            if (r == CUDA_SUCCESS && e == cudaSuccess)
                 e = pp__nccl_ring_copy(t, (void *)(uintptr_t)(ring + slot * t->ce_slot_bytes), (const char *)x->buf + off,
                                        n, s);
             if (r == CUDA_SUCCESS && e == cudaSuccess) r = pp__nccl_announce(t, s, arrived, k + 1);
@@ -1673,7 +1793,8 @@ static int pp__nccl_ce_with(const pp__nccl_transport *t, const pp_transfer *x, i
 
 /* A group's copy-engine transfers: every claim first (host); then, on each peer's streams, the
  * sends, the receives' posted counts and the receives; the peers' streams join ce_send and
- * ce_recv. Sends start at this post's point of the compute stream, receives at recv_ready (see
+ * ce_recv. Sends start at this post's point of the compute stream, or, where every send to a
+ * peer streams (pp__nccl_streams), each part at its mark; receives at recv_ready (see
  * pp__nccl_recv_ready). Any failure once a claim is made leaves the pair out of step for good:
  * the caller aborts. */
 static pp_status pp__nccl_ce_group(pp__nccl_transport *t, const pp_transfer *x, int count, cudaEvent_t recv_ready,
@@ -1696,15 +1817,20 @@ static pp_status pp__nccl_ce_group(pp__nccl_transport *t, const pp_transfer *x, 
         if (x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) st = pp__nccl_ce_claim_next(t, &x[i], &pl[i], err);
     if (st != PP_OK) return st;
     for (p = 0; p < nc->world && e == cudaSuccess; p++) {
-        int sends = pp__nccl_ce_with(t, x, count, p, 1), recvs = pp__nccl_ce_with(t, x, count, p, 0);
-        if (sends) e = cudaStreamWaitEvent(t->ce_send_to[p], t->ready, 0);
+        int sends = pp__nccl_ce_with(t, x, count, p, 1), recvs = pp__nccl_ce_with(t, x, count, p, 0), streamed = sends;
+        for (i = 0; i < count && streamed; i++)
+            if (x[i].is_send && x[i].peer == p) streamed = pp__nccl_streams(t, &x[i], &pl[i]);
+        if (sends && !streamed) e = cudaStreamWaitEvent(t->ce_send_to[p], t->ready, 0);
         if (e == cudaSuccess && recvs) e = cudaStreamWaitEvent(t->ce_recv_from[p], recv_ready, 0);
-        /* a group of one peer (begin given): its time starts on that peer's first stream */
+        /* a group of one peer (begin given): its time starts on that peer's first stream; streamed,
+         * at the end of the compute that wrote its sends, whose parts may have left before */
         if (e == cudaSuccess && begin && (sends || recvs))
-            e = cudaEventRecord(begin, sends ? t->ce_send_to[p] : t->ce_recv_from[p]);
+            e = cudaEventRecord(begin, streamed ? t->compute : sends ? t->ce_send_to[p] : t->ce_recv_from[p]);
+        t->ce_streamed[p] = (unsigned char)streamed;
     }
     for (i = 0; i < count && st == PP_OK && e == cudaSuccess; i++)
-        if (x[i].is_send && x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) st = pp__nccl_ce_send(t, &x[i], &pl[i], err);
+        if (x[i].is_send && x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer))
+            st = pp__nccl_ce_send(t, &x[i], &pl[i], t->ce_streamed[x[i].peer], err);
     for (i = 0; i < count && st == PP_OK && e == cudaSuccess && r == CUDA_SUCCESS; i++) {
         p = x[i].peer;
         if (x[i].is_send || p == nc->rank || !pp__nccl_is_ce(t, p) || pl[i].how != PP__NCCL_CLAIM_PUSH) continue;
@@ -1763,7 +1889,7 @@ static pp_status pp__nccl_post_failed(pp__nccl_transport *t, pp__nccl_handle *h,
     return st;
 }
 
-static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int count, void **handle, pp_error *err)
+static pp_status pp__nccl_post_group(void *user, const pp_transfer *transfers, int count, void **handle, pp_error *err)
 {
     pp__nccl_transport *t = (pp__nccl_transport *)user;
     pp_nccl *nc = t->nc;
@@ -1906,6 +2032,18 @@ static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int cou
     }
     *handle = h;
     return pp__nccl_ok(err);
+}
+
+/* A group, then its sends' marks used up (output_ready): a later compute into the same buffer
+ * says its parts anew, and a send without them never waits for old ones. */
+static pp_status pp__nccl_post(void *user, const pp_transfer *transfers, int count, void **handle, pp_error *err)
+{
+    pp__nccl_transport *t = (pp__nccl_transport *)user;
+    pp_status st = pp__nccl_post_group(user, transfers, count, handle, err);
+    int i;
+    for (i = 0; t->num_marks > 0 && transfers && i < count; i++)
+        if (transfers[i].is_send) pp__nccl_marks_drop(t, transfers[i].buf);
+    return st;
 }
 
 /* A group's end events, one per stream it used. */
@@ -2097,6 +2235,7 @@ pp_status pp_nccl_transport(pp_nccl *nc, void *compute_stream, pp_transport *out
     out->all_reduce_buf = pp__nccl_tp_all_reduce_buf;
     out->all_gather = pp__nccl_tp_all_gather;
     out->barrier = pp__nccl_tp_barrier;
+    out->output_ready = pp__nccl_output_ready;
     return pp__nccl_ok(err);
 }
 
@@ -2121,6 +2260,10 @@ void pp_nccl_transport_free(pp_transport *tp)
     for (i = 0; i < PP__NCCL_READY_HIST; i++) if (t->ready_hist[i]) cudaEventDestroy(t->ready_hist[i]);
     if (t->coll_ready) cudaEventDestroy(t->coll_ready);
     if (t->coll_done) cudaEventDestroy(t->coll_done);
+    for (i = 0; i < t->num_marks; i++) cudaEventDestroy(t->marks[i].ev);
+    for (i = 0; i < t->num_spare; i++) cudaEventDestroy(t->spare_events[i]);
+    free(t->marks);
+    free(t->spare_events);
     if (t->gate_remote) pp__nccl_gate_release(t);
     if (t->gate_opener && !t->nc->aborted) cudaStreamDestroy(t->gate_opener);
     free(t->handles);
@@ -2644,14 +2787,14 @@ static void pp__nccl_ce_release(pp__nccl_transport *t, int at_free)
     free(t->ce_sent); free(t->ce_taken); free(t->ce_send_to); free(t->ce_join); free(t->ce_recv_from);
     free(t->ce_join_recv); free(t->ce_maps);
     free(t->ce_peer_seg); free(t->ce_peer_seg_bytes); free(t->ce_claims_in); free(t->ce_claims_out);
-    free(t->ce_xsent); free(t->ce_xrecv); free(t->ce_same); free(t->ce_plans); free(t->ce_posted_high);
+    free(t->ce_xsent); free(t->ce_xrecv); free(t->ce_same); free(t->ce_streamed); free(t->ce_plans); free(t->ce_posted_high);
     free(t->ce_peer_host); free(t->ce_peer_host_bytes);
     t->ce_peer_host = NULL; t->ce_peer_host_bytes = NULL;
     t->ce_remote = NULL; t->ce_opened = NULL; t->ce_ring_here = NULL; t->ce_ring_there = NULL;
     t->ce_sent = NULL; t->ce_taken = NULL; t->ce_send_to = NULL; t->ce_join = NULL; t->ce_recv_from = NULL;
     t->ce_join_recv = NULL; t->ce_maps = NULL; t->ce_num_maps = t->ce_cap_maps = 0;
     t->ce_peer_seg = NULL; t->ce_peer_seg_bytes = NULL; t->ce_claims_in = NULL; t->ce_claims_out = NULL;
-    t->ce_xsent = NULL; t->ce_xrecv = NULL; t->ce_same = NULL; t->ce_plans = NULL; t->ce_cap_plans = 0;
+    t->ce_xsent = NULL; t->ce_xrecv = NULL; t->ce_same = NULL; t->ce_streamed = NULL; t->ce_plans = NULL; t->ce_cap_plans = 0;
     t->ce_posted_high = NULL;
     t->ce_on = 0;
     pp__nccl_hook_update(t);
@@ -2710,6 +2853,7 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     t->ce_xsent = (uint64_t *)calloc((size_t)nc->world, sizeof *t->ce_xsent);
     t->ce_xrecv = (uint64_t *)calloc((size_t)nc->world, sizeof *t->ce_xrecv);
     t->ce_same = (unsigned char *)calloc((size_t)nc->world, 1);
+    t->ce_streamed = (unsigned char *)calloc((size_t)nc->world, 1);
     t->ce_posted_high = (uint32_t *)calloc((size_t)nc->world, sizeof *t->ce_posted_high);
     t->ce_peer_host = (void **)calloc((size_t)nc->world, sizeof *t->ce_peer_host);
     t->ce_peer_host_bytes = (size_t *)calloc((size_t)nc->world, sizeof *t->ce_peer_host_bytes);
@@ -2719,7 +2863,7 @@ pp_status pp_nccl_transport_copy_engine(pp_transport *tp, size_t slot_bytes, int
     all_mapped = (unsigned char *)calloc((size_t)nc->world * (size_t)nc->world, 1);
     if (!t->ce_remote || !t->ce_opened || !t->ce_ring_here || !t->ce_ring_there || !t->ce_sent || !t->ce_taken ||
         !t->ce_send_to || !t->ce_join || !t->ce_recv_from || !t->ce_join_recv || !t->ce_peer_seg || !t->ce_peer_seg_bytes || !t->ce_claims_in ||
-        !t->ce_claims_out || !t->ce_xsent || !t->ce_xrecv || !t->ce_same || !t->ce_posted_high || !t->ce_peer_host || !t->ce_peer_host_bytes || !cards || !wheres || !mapped || !all_mapped) {
+        !t->ce_claims_out || !t->ce_xsent || !t->ce_xrecv || !t->ce_same || !t->ce_streamed || !t->ce_posted_high || !t->ce_peer_host || !t->ce_peer_host_bytes || !cards || !wheres || !mapped || !all_mapped) {
         /* cannot join the all-gathers without their buffers: the others time out there */
         st = pp__nccl_fail(err, PP_ENOMEM, "pp_nccl_transport_copy_engine: out of memory");
         goto fail;

@@ -24,10 +24,12 @@ ranks_run() {
 # would take together with the work split in proportion to their speeds, times N, i.e. the
 # harmonic mean of their single-GPU steps (GPUs of one host differ by about 1%; GPU 0's alone
 # would flatter a pipeline whose busiest rank sits on a slower GPU, or wrong it on a faster one).
-# SINGLE_FASTEST_MS: the fastest GPU's step, the most conservative baseline.
+# SINGLE_FASTEST_MS: the fastest GPU's step, the most conservative baseline. SINGLE_GPU_MS: each
+# GPU's step, comma-separated in GPU order (what mlp_gpu --gpu-ms takes).
 single_baseline() {
     local n=$1 out=$2 g ms inv=0 list=""; shift 2
     SINGLE_FASTEST_MS=0
+    SINGLE_GPU_MS=
     for g in $(seq 0 $((n - 1))); do
         clocks_during "$out/single-gpu$g.clocks.csv" env CUDA_VISIBLE_DEVICES=$g build/mlp_gpu --single "$@" >"$out/single-gpu$g.log" 2>&1
         clocks_brief "$out/single-gpu$g.clocks.csv" >>"$out/single-gpu$g.log"
@@ -35,6 +37,7 @@ single_baseline() {
         ms=$(single_step_ms "$out/single-gpu$g.log")
         if [ -z "$ms" ]; then SINGLE_MS=0; say "single-GPU step on GPU $g: none (see $out/single-gpu$g.log)"; return 1; fi
         list="$list GPU $g $ms ms;"
+        SINGLE_GPU_MS="$SINGLE_GPU_MS${SINGLE_GPU_MS:+,}$ms"
         inv=$(awk -v a="$inv" -v b="$ms" 'BEGIN { print a + 1 / b }')
         SINGLE_FASTEST_MS=$(awk -v a="$SINGLE_FASTEST_MS" -v b="$ms" 'BEGIN { print (a == 0 || b < a) ? b : a }')
     done

@@ -21,7 +21,9 @@
 # SKIP_BUILD=1 uses binaries already in build/ when they run. STEPS=N: timed steps of every pipeline run,
 # pipepar's and the peers' alike (default 5; each reports the median). Under the power cap a step
 # swings by a few percent with the clock, in the same pattern run after run, so a longer series
-# (STEPS=12) gives a steadier median at the cost of a longer run.
+# (STEPS=12) gives a steadier median at the cost of a longer run. SEND_PARTS=P: a sent output's last
+# GEMM in P parts, each sent once written (mlp_gpu --send-parts; default 4; 1: whole tensors; runs
+# through NCCL's kernels send whole tensors); the runs named *-whole send whole tensors beside them.
 set -u
 cd "$(dirname "$0")/.."
 . bench/gpu_lib.sh
@@ -32,7 +34,8 @@ NPROC=${NPROC:-2}       # pipeline ranks, one process (GPU) each
 if [ "$NPROC" -gt "$(nvidia-smi -L | wc -l)" ]; then echo "NPROC=$NPROC: this machine has $(nvidia-smi -L | wc -l) GPUs"; exit 2; fi
 H=${H:-4096}; T=${T:-8192}; M=${M:-8}
 if [ "$NPROC" -gt 2 ]; then L=${L:-$((4 * NPROC))}; else L=${L:-16}; fi
-MODEL="--hidden $H --layers $L --tokens $T --mb $M"
+PARTS=${SEND_PARTS:-4}
+MODEL="--hidden $H --layers $L --tokens $T --mb $M --send-parts $PARTS"
 STEPS=${STEPS:-5}
 export STEPS            # the peers' benches read it too
 BASELINES=${BASELINES:-all}   # all: the single steps alone, at once, warm and with the links busy;
@@ -92,9 +95,14 @@ fi
 run_pp() {   # run_pp NAME ARGS...: a pipepar run on NPROC GPUs (ONLY=REGEX: only the names it matches)
     local name=$1; shift
     [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]] && return 0
+    local whole= speeds=   # NCCL's kernels send a tensor whole
+    case " $GATE $* " in *" --no-copy-engine "*) whole="--send-parts 1" ;; esac
+    # placed by speed: each GPU's single step above is its speed, a whole step under the power cap
+    # (mlp_gpu's own measure, a burst of one GEMM at start-up, runs at the clock before the cap bites)
+    case " $* " in *" --place-by-speed "*) [ -n "${SINGLE_GPU_MS:-}" ] && speeds="--gpu-ms $SINGLE_GPU_MS" ;; esac
     say "-- $name"
     clocks_during "$OUTDIR/$name.clocks.csv" launchn "$NPROC" "$name" build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet \
-        --steps "$STEPS" --timeout 30 $GATE "$@" || say "$name: exit $?"
+        --steps "$STEPS" --timeout 30 $GATE "$@" $whole $speeds || say "$name: exit $?"
     clocks_brief "$OUTDIR/$name.clocks.csv" | tee -a "$LOG" >/dev/null
 }
 say "== pipepar on $NPROC GPUs"
@@ -123,13 +131,19 @@ run_pp greedy-searched-placed --schedule search --search-kind greedy --search-la
 # power cap NVLink's traffic lowers the SM clock and PCIe's does not (RESULTS 3.15); the search
 # ranks its candidates with the slower transfers
 run_pp greedy-searched-via-host --schedule search --search-kind greedy --search-layout --vpp 2 --place-by-speed --via-host --check
+# the same sending whole tensors (--send-parts 1): the receiver waits for the whole copy after the
+# compute, where streamed it waits for the last part
+run_pp greedy-searched-via-host-whole --schedule search --search-kind greedy --search-layout --vpp 2 --place-by-speed \
+    --via-host --send-parts 1
 # slower transfers are hidden by more microbatches in flight: at pp >= 3 the search also gets a cap
 # of four times 1F1B's activations (--max-memory counts microbatches through a rank's blocks, and
 # 1F1B's first rank holds pp; without a cap the greedy orders keep twice 1F1B's; at pp 4 and 16
 # microbatches a higher cap gains nothing in simulation)
 if [ "$NPROC" -gt 2 ]; then
     run_pp greedy-searched-via-host-mem --schedule search --search-kind greedy --search-layout --vpp 2 --place-by-speed \
-        --via-host --max-memory $((4 * NPROC))
+        --via-host --max-memory $((4 * NPROC)) --check
+    run_pp greedy-searched-via-host-mem-whole --schedule search --search-kind greedy --search-layout --vpp 2 \
+        --place-by-speed --via-host --max-memory $((4 * NPROC)) --send-parts 1
 fi
 # at pp >= 3, runs above again with a round's transfers in one group waited in order (--in-order),
 # the runtime before transfers were posted and waited per peer: a rank's receive from one

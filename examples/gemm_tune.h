@@ -10,6 +10,8 @@
  *             dh = (dy W2) * gelu'(h)    D[F,T] = W2 as [F,H] · dy[H,T]           DGELU
  *             dW1 += dh^T x              D[H,F] = x[H,T] · op_T(dh[F,T])          fp32, beta 0/1
  *             dx = dy + dh W1            D[H,T] = W1 as [H,F] · dh[F,T] + dy      beta 1
+ * With --send-parts P > 1, two more: fwd2 and dx on T / P tokens, the last GEMM of a forward or
+ * input-gradient whose output is sent, run in P parts so each part can leave once written.
  *
  * Tuning. cuBLASLt's first choice is not always its fastest, so gemms_create times the
  * heuristic's top 8 candidates of each GEMM and keeps the fastest: after 1.5 s of the largest GEMM
@@ -34,9 +36,9 @@
 #include <string>
 #include <vector>
 
-enum { G_FWD1, G_FWD2, G_DW2, G_DH, G_DW1, G_DX, G_COUNT };
+enum { G_FWD1, G_FWD2, G_DW2, G_DH, G_DW1, G_DX, G_FWD2_PART, G_DX_PART, G_COUNT };
 static const char *const gemm_names[G_COUNT] = { "fwd1 gelu_aux", "fwd2 +residual", "dW2", "dh dgelu", "dW1",
-                                                 "dx +residual" };
+                                                 "dx +residual", "fwd2 part", "dx part" };
 
 struct Gemm {
     cublasLtMatmulDesc_t desc = nullptr;
@@ -48,6 +50,7 @@ struct Gemm {
 };
 
 struct Gemms {
+    int kinds = G_FWD2_PART;        /* the kinds planned: the part kinds too with --send-parts > 1 */
     cublasLtHandle_t lt = nullptr;
     void *workspace = nullptr;
     size_t workspace_bytes = 64u << 20;
@@ -195,7 +198,7 @@ static bool picks_read(const char *path, const std::string &header, const Gemms 
                 "again)\n", path, first.c_str(), header.c_str());
         exit(2);
     }
-    for (int id = 0; id < G_COUNT; id++) picks[id] = -1;
+    for (int id = 0; id < G_COUNT; id++) picks[id] = -1;   /* lines of kinds not planned here are read, not used */
     for (int no = 2; fgets(line, sizeof line, f); no++) {
         if (line[strspn(line, " \t\r\n")] == '\0') continue;   /* blank lines */
         long v[4];
@@ -203,12 +206,12 @@ static bool picks_read(const char *path, const std::string &header, const Gemms 
         if (id < 0) {
             fprintf(stderr, "mlp_gpu: --gemm-picks=%s line %d: expected \"m n k candidate name\" (numbers from 0 to "
                     "2147483647, then a GEMM's name as mlp_gpu writes it: fwd1 gelu_aux, fwd2 +residual, dW2, dh dgelu, "
-                    "dW1, dx +residual)\n", path, no);
+                    "dW1, dx +residual, fwd2 part, dx part)\n", path, no);
             exit(2);
         }
-        if (v[0] != G.g[id].m || v[1] != G.g[id].n || v[2] != G.g[id].k) {
+        if (id < G.kinds && (v[0] != G.g[id].m || v[1] != G.g[id].n || v[2] != G.g[id].k)) {
             fprintf(stderr, "mlp_gpu: --gemm-picks=%s line %d: GEMM '%s' is %ld x %ld x %ld there and %d x %d x %d in "
-                    "this run (its --hidden and --tokens must match)\n", path, no, gemm_names[id], v[0], v[1], v[2],
+                    "this run (its --hidden, --tokens and --send-parts must match)\n", path, no, gemm_names[id], v[0], v[1], v[2],
                     G.g[id].m, G.g[id].n, G.g[id].k);
             exit(2);
         }
@@ -220,7 +223,7 @@ static bool picks_read(const char *path, const std::string &header, const Gemms 
     }
     if (ferror(f)) { fprintf(stderr, "mlp_gpu: --gemm-picks=%s: %s\n", path, strerror(errno)); exit(2); }
     fclose(f);
-    for (int id = 0; id < G_COUNT; id++)
+    for (int id = 0; id < G.kinds; id++)
         if (picks[id] < 0) {
             fprintf(stderr, "mlp_gpu: --gemm-picks=%s: no line for GEMM '%s'\n", path, gemm_names[id]);
             exit(2);
@@ -237,7 +240,7 @@ static void picks_adopt(const char *path, const std::string &header, Gemms &G)
         fprintf(stderr, "mlp_gpu: --gemm-picks=%s: vanished while this run tuned\n", path);
         exit(2);
     }
-    for (int id = 0; id < G_COUNT; id++) {
+    for (int id = 0; id < G.kinds; id++) {
         size_t c = 0;
         while (c < G.cand_index[id].size() && G.cand_index[id][c] != picks[id]) c++;
         if (c == G.cand_index[id].size()) {
@@ -263,7 +266,7 @@ static bool picks_write(const char *path, const std::string &header, Gemms &G, c
     FILE *f = fopen(tmp.c_str(), "w");
     if (!f) { fprintf(stderr, "mlp_gpu: --gemm-picks=%s: %s\n", tmp.c_str(), strerror(errno)); exit(2); }
     fprintf(f, "%s\n", header.c_str());
-    for (int id = 0; id < G_COUNT; id++)
+    for (int id = 0; id < G.kinds; id++)
         fprintf(f, "%d %d %d %d %s\n", G.g[id].m, G.g[id].n, G.g[id].k, picks[id], gemm_names[id]);
     bool ok = fclose(f) == 0, lost = false;
     if (ok && link(tmp.c_str(), path) != 0) { if (errno == EEXIST) lost = true; else ok = false; }
@@ -285,7 +288,7 @@ struct TuneBuffers {
 static cublasStatus_t gemm_try_tuning(Gemms &G, int id, const TuneBuffers &b, cudaStream_t s)
 {
     const bool f32 = id == G_DW1 || id == G_DW2;
-    const float beta = (id == G_FWD2 || id == G_DX || f32) ? 1.0f : 0.0f;
+    const float beta = (id == G_FWD2 || id == G_DX || id == G_FWD2_PART || id == G_DX_PART || f32) ? 1.0f : 0.0f;
     void *cd = f32 ? (void *)b.C32 : (void *)b.C;
     return gemm_try(G, id, b.A, b.B, cd, cd, beta, b.aux, s);
 }
@@ -330,11 +333,11 @@ static int gemm_pick(Gemms &G, int id, const cublasLtMatmulHeuristicResult_t *re
     return best;
 }
 
-/* Plans the six GEMMs and picks each one's kernel: from the picks file when it exists, else
+/* Plans the six GEMMs (eight with parts > 1: --send-parts) and picks each one's kernel: from the picks file when it exists, else
  * tuned (with tune; without, the heuristic's first), and the file written unless defer_picks
  * (tune_in_steps writes it then). Every chosen kernel runs once here: CUDA loads modules lazily,
  * and a first load in the middle of a step would happen while NCCL kernels may wait on a peer. */
-static void gemms_create(Gemms &G, int H, int T, int tune, cudaStream_t s, int verbose,
+static void gemms_create(Gemms &G, int H, int T, int parts, int tune, cudaStream_t s, int verbose,
                          const char *picks_path = nullptr, bool defer_picks = false)
 {
     const int F = 4 * H;
@@ -347,6 +350,11 @@ static void gemms_create(Gemms &G, int H, int T, int tune, cudaStream_t s, int v
     gemm_plan(G.g[G_DH], N, N, F, T, H, F, H, F, CUDA_R_16BF, CUBLASLT_EPILOGUE_DGELU);
     gemm_plan(G.g[G_DW1], N, Tr, H, F, T, H, F, H, CUDA_R_32F, CUBLASLT_EPILOGUE_DEFAULT);
     gemm_plan(G.g[G_DX], N, N, H, T, F, H, F, H, CUDA_R_16BF, CUBLASLT_EPILOGUE_DEFAULT);
+    G.kinds = parts > 1 ? G_COUNT : G_FWD2_PART;
+    if (parts > 1) {
+        gemm_plan(G.g[G_FWD2_PART], Tr, N, H, T / parts, F, F, F, H, CUDA_R_16BF, CUBLASLT_EPILOGUE_DEFAULT);
+        gemm_plan(G.g[G_DX_PART], N, N, H, T / parts, F, H, F, H, CUDA_R_16BF, CUBLASLT_EPILOGUE_DEFAULT);
+    }
 
     size_t big = (size_t)F * std::max(T, H);
     TuneBuffers b;
@@ -384,7 +392,7 @@ static void gemms_create(Gemms &G, int H, int T, int tune, cudaStream_t s, int v
             }
         }
     }
-    for (int id = 0; id < G_COUNT; id++) {
+    for (int id = 0; id < G.kinds; id++) {
         Gemm &g = G.g[id];
         cublasLtMatmulHeuristicResult_t res[8];
         int found = 0, best = 0;
@@ -415,7 +423,7 @@ static void gemms_create(Gemms &G, int H, int T, int tune, cudaStream_t s, int v
     if (picks_path && !picked) {
         if (defer_picks) G.picks_pending = picks_path;
         else if (picks_write(picks_path, header, G, picks))
-            for (int id = 0; id < G_COUNT; id++) CKLT(gemm_try_tuning(G, id, b, s));   /* the adopted kernels, loaded now */
+            for (int id = 0; id < G.kinds; id++) CKLT(gemm_try_tuning(G, id, b, s));   /* the adopted kernels, loaded now */
     }
     CKLT(cublasLtMatmulPreferenceDestroy(pref));
     CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
@@ -460,7 +468,7 @@ static void tune_in_steps(Gemms &G, const std::function<void(void)> &step, cudaS
     G.rotating = false;
     G.ev_used = 0;
     std::string line = "in-step tuning (" + std::to_string(steps) + " steps), median ms per call:";
-    for (int id = 0; id < G_COUNT; id++) {
+    for (int id = 0; id < G.kinds; id++) {
         int best = -1;
         float best_ms = 0;
         char part[64];

@@ -234,6 +234,11 @@ struct Model {
      * a forward's second GEMM into burn [T, H], counted in slow_debt until a whole one is due */
     double slow_extra = 0, slow_debt = 0;
     bf16 *burn = nullptr;
+    /* --send-parts: a sent output's last GEMM in send_parts parts, each said written to the
+     * executor (pp_executor_output_ready), which lets it leave before the rest is computed */
+    int send_parts = 1;
+    pp_executor *ex = nullptr;
+    int parts_refused = 0;
 };
 
 static void *dev_alloc(Model &m, size_t bytes)
@@ -327,7 +332,8 @@ static void model_setup(Model &m, const Options &o, int S, const int *counts, cu
     m.work[1] = (bf16 *)dev_alloc(m, th * 2);
     m.d_loss = (float *)dev_alloc(m, sizeof(float));
     if (m.slow_extra > 0) m.burn = (bf16 *)dev_alloc(m, th * 2);
-    gemms_create(m.G, m.H, m.T, o.tune, stream, verbose, o.gemm_picks, o.single && o.tune_in_step > 0);
+    m.send_parts = o.send_parts;
+    gemms_create(m.G, m.H, m.T, o.send_parts, o.tune, stream, verbose, o.gemm_picks, o.single && o.tune_in_step > 0);
     /* Load every kernel of this file now (CUDA loads modules lazily by default): a first launch
      * in the middle of a step would load it while NCCL kernels may be waiting on a peer. */
     cudaFuncAttributes fa;
@@ -357,8 +363,24 @@ static float grad_beta(Model &m, int b)
     return beta;
 }
 
-/* Forward of blocks [b0, b0 + nb) for one microbatch: in -> out, keeping h, g, x in the slot. */
-static void forward_blocks(Model &m, int b0, int nb, const bf16 *in, bf16 *out, char *slot)
+/* A streamed output's last GEMM (--send-parts): kind `part` (fwd2 or dx on T / P tokens) on each
+ * part of the tokens, D = A op B + C with B [T, F] and C, D [T, H] (row-major), each part said
+ * written to the executor once issued (out: the output it knows). */
+static void gemm_in_parts(Model &m, int part, const bf16 *A, const bf16 *B, const bf16 *C, bf16 *D, const bf16 *out)
+{
+    const size_t rows = (size_t)m.T / m.send_parts;
+    pp_error e;
+    for (int p = 0; p < m.send_parts; p++) {
+        const size_t r0 = rows * p;
+        gemm_run(m.G, part, A, B + r0 * m.F, C + r0 * m.H, D + r0 * m.H, 1.0f, nullptr, m.stream);
+        if (pp_executor_output_ready(m.ex, out, (r0 + rows) * m.H * sizeof(bf16), &e) != PP_OK && !m.parts_refused++)
+            fprintf(stderr, "mlp_gpu: %s\n", e.message);
+    }
+}
+
+/* Forward of blocks [b0, b0 + nb) for one microbatch: in -> out, keeping h, g, x in the slot.
+ * stream: out is sent, its last GEMM in parts (gemm_in_parts). */
+static void forward_blocks(Model &m, int b0, int nb, const bf16 *in, bf16 *out, char *slot, bool stream = false)
 {
     const bf16 *x = in;
     for (int j = 0; j < nb; j++) {
@@ -366,14 +388,17 @@ static void forward_blocks(Model &m, int b0, int nb, const bf16 *in, bf16 *out, 
         bf16 *h = sub(slot, off_h(m, j)), *g = sub(slot, off_g(m, j));
         bf16 *y = j + 1 < nb ? sub(slot, off_x(m, nb, j + 1)) : out;
         gemm_run(m.G, G_FWD1, m.W1[b], x, g, g, 0.0f, h, m.stream);           /* g = gelu(x W1^T), h kept */
-        gemm_run(m.G, G_FWD2, m.W2[b], g, x, y, 1.0f, nullptr, m.stream);    /* y = x + g W2^T */
+        if (stream && j + 1 == nb) gemm_in_parts(m, G_FWD2_PART, m.W2[b], g, x, y, out);
+        else gemm_run(m.G, G_FWD2, m.W2[b], g, x, y, 1.0f, nullptr, m.stream);    /* y = x + g W2^T */
         x = y;
     }
 }
 
 /* Full backward of the blocks (B): weight gradients accumulated, grad_in = dL/d(stage input)
- * (not computed when grad_in is NULL: the first stage's input needs none). */
-static void backward_blocks(Model &m, int b0, int nb, const bf16 *in, const bf16 *grad_out, bf16 *grad_in, char *slot)
+ * (not computed when grad_in is NULL: the first stage's input needs none). stream: grad_in is
+ * sent, computed before the first block's dW1 and in parts (gemm_in_parts). */
+static void backward_blocks(Model &m, int b0, int nb, const bf16 *in, const bf16 *grad_out, bf16 *grad_in, char *slot,
+                            bool stream = false)
 {
     const bf16 *dy = grad_out;
     for (int j = nb - 1; j >= 0; j--) {
@@ -383,6 +408,11 @@ static void backward_blocks(Model &m, int b0, int nb, const bf16 *in, const bf16
         float beta = grad_beta(m, b);
         gemm_run(m.G, G_DW2, g, dy, m.dW2[b], m.dW2[b], beta, nullptr, m.stream);    /* dW2 += dy^T g */
         gemm_run(m.G, G_DH, m.W2[b], dy, m.dh, m.dh, 0.0f, h, m.stream);             /* dh = dy W2 * gelu'(h) */
+        if (stream && j == 0) {   /* the stage's input-gradient first, in parts; then its dW1 */
+            gemm_in_parts(m, G_DX_PART, m.W1[b], m.dh, dy, grad_in, grad_in);
+            gemm_run(m.G, G_DW1, x, m.dh, m.dW1[b], m.dW1[b], beta, nullptr, m.stream);
+            break;
+        }
         gemm_run(m.G, G_DW1, x, m.dh, m.dW1[b], m.dW1[b], beta, nullptr, m.stream);  /* dW1 += dh^T x */
         if (j == 0 && !grad_in) break;
         bf16 *dx = j > 0 ? m.work[j & 1] : grad_in;
@@ -391,8 +421,10 @@ static void backward_blocks(Model &m, int b0, int nb, const bf16 *in, const bf16
     }
 }
 
-/* The input-gradient half (I): dh and dy of every block are left in the I->W buffer iw for W. */
-static void backward_input_blocks(Model &m, const bf16 *grad_out, bf16 *grad_in, int b0, int nb, char *slot, bf16 *iw)
+/* The input-gradient half (I): dh and dy of every block are left in the I->W buffer iw for W.
+ * stream: grad_in is sent, its GEMM in parts (gemm_in_parts). */
+static void backward_input_blocks(Model &m, const bf16 *grad_out, bf16 *grad_in, int b0, int nb, char *slot, bf16 *iw,
+                                  bool stream = false)
 {
     const bf16 *dy = grad_out;
     for (int j = nb - 1; j >= 0; j--) {
@@ -401,7 +433,8 @@ static void backward_input_blocks(Model &m, const bf16 *grad_out, bf16 *grad_in,
         gemm_run(m.G, G_DH, m.W2[b], dy, dh, dh, 0.0f, h, m.stream);
         if (j == 0 && !grad_in) break;
         bf16 *dx = j > 0 ? iw_dy(m, iw, j - 1) : grad_in;
-        gemm_run(m.G, G_DX, m.W1[b], dh, dy, dx, 1.0f, nullptr, m.stream);
+        if (stream && j == 0) gemm_in_parts(m, G_DX_PART, m.W1[b], dh, dy, dx, grad_in);
+        else gemm_run(m.G, G_DX, m.W1[b], dh, dy, dx, 1.0f, nullptr, m.stream);
         dy = dx;
     }
 }
@@ -554,6 +587,14 @@ static void maybe_die(Rank *r, const pp_mb_info *info)
     }
 }
 
+/* --send-parts: whether the output for stage `to` goes to another rank (a V's turn and the last
+ * stage's loss stay here): only then its last GEMM runs in parts. */
+static bool streams(const Rank *r, const pp_mb_info *info, int to)
+{
+    return r->m.send_parts > 1 && to >= info->first_stage && to <= info->last_stage &&
+           pp_stage_rank(r->sched, to) != info->rank;
+}
+
 static int cb_forward(void *user, const pp_mb_info *info, const void *in, void *out)
 {
     Rank *r = (Rank *)user;
@@ -562,9 +603,10 @@ static int cb_forward(void *user, const pp_mb_info *info, const void *in, void *
     int k = info->chunk * m.M + info->mb;
     if (m.saved[k] >= 0) return 2;   /* a forward twice without its backward */
     m.saved[k] = slot_get(m, m.count[info->stage]);
-    forward_blocks(m, m.first[info->stage], m.count[info->stage], (const bf16 *)in, (bf16 *)out, m.slots[m.saved[k]]);
+    forward_blocks(m, m.first[info->stage], m.count[info->stage], (const bf16 *)in, (bf16 *)out, m.slots[m.saved[k]],
+                   streams(r, info, info->stage + 1));
     slow_burn(m, 2 * m.count[info->stage], m.W2[m.first[info->stage]]);
-    return cudaGetLastError() != cudaSuccess;
+    return m.parts_refused ? 5 : cudaGetLastError() != cudaSuccess;
 }
 
 static int cb_loss(void *user, const pp_mb_info *info, const void *out, void *grad_out, pp_loss *loss)
@@ -595,9 +637,10 @@ static int cb_backward(void *user, const pp_mb_info *info, const void *in, const
     Rank *r = (Rank *)user;
     char *slot;
     if (!take_slot(r->m, info, &slot, 1)) return 3;
-    backward_blocks(r->m, r->m.first[info->stage], r->m.count[info->stage], (const bf16 *)in, (const bf16 *)grad_out, (bf16 *)grad_in, slot);
+    backward_blocks(r->m, r->m.first[info->stage], r->m.count[info->stage], (const bf16 *)in, (const bf16 *)grad_out,
+                    (bf16 *)grad_in, slot, grad_in && streams(r, info, info->stage - 1));
     slow_burn(r->m, 4 * r->m.count[info->stage] - (grad_in ? 0 : 1), r->m.W2[r->m.first[info->stage]]);
-    return cudaGetLastError() != cudaSuccess;
+    return r->m.parts_refused ? 5 : cudaGetLastError() != cudaSuccess;
 }
 
 static int cb_backward_input(void *user, const pp_mb_info *info, const void *in, const void *grad_out, void *grad_in)
@@ -617,9 +660,9 @@ static int cb_backward_input(void *user, const pp_mb_info *info, const void *in,
     m.iw_of[k] = m.iw_free.back();   /* reuse is stream-ordered */
     m.iw_free.pop_back();
     backward_input_blocks(m, (const bf16 *)grad_out, (bf16 *)grad_in, m.first[info->stage], m.count[info->stage], slot,
-                          m.iw_bufs[m.iw_of[k]]);
+                          m.iw_bufs[m.iw_of[k]], grad_in && streams(r, info, info->stage - 1));
     slow_burn(m, 2 * m.count[info->stage] - (grad_in ? 0 : 1), m.W2[m.first[info->stage]]);
-    return cudaGetLastError() != cudaSuccess;
+    return m.parts_refused ? 5 : cudaGetLastError() != cudaSuccess;
 }
 
 static int cb_backward_weight(void *user, const pp_mb_info *info, const void *in, const void *grad_out)
@@ -793,13 +836,19 @@ static int rank_connect(Rank &R, Shared *sh, int thread_rank)
 
 /* The transfers as the search (and the placement) prices them. A boundary tensor's transfer in
  * units of a block's forward (its bytes over its FLOPs); staged through host memory it is two
- * copies over PCIe, several times NVLink's time per byte. Candidates ranked as this runtime
+ * copies over PCIe, several times NVLink's time per byte. Streamed (--send-parts P), the earlier
+ * parts leave while the last is computed: the receiver waits for the last part after the
+ * compute, and through host memory for one ring slot more (4 MiB: its copy in and out of the
+ * host are not at once). Candidates ranked as this runtime
  * posts their transfers: through the copy engines (processes of one host) a group per peer on
  * that peer's streams (pp_transport.independent_peers), else a round's in one group, waited as
  * a whole and in order. */
 static void search_transfers(const Options &o, pp_sim_costs *c)
 {
-    c->p2p_latency = (o.via_host ? 2000.0 : 290.0) / o.hidden + 0.01;
+    const double whole = (o.via_host ? 2000.0 : 290.0) / o.hidden;
+    const double tensor = (double)o.tokens * o.hidden * sizeof(bf16), slot = 4.0 * 1048576.0;
+    c->p2p_latency = o.send_parts > 1 ? whole / o.send_parts + (o.via_host ? whole * std::min(1.0, slot / tensor) : 0) + 0.01
+                                      : whole + 0.01;
     c->grouped = o.copy_engine && !o.threads && !o.in_order ? 2 : 1;
 }
 
@@ -1068,6 +1117,7 @@ static int rank_executor(Rank &R)
     ec.record_timeline = 1;
     ec.timer = R.timer;
     PPCK(pp_executor_create(&ec, &R.ex, &e_));
+    R.m.ex = R.ex;   /* the callbacks' parts of a streamed output (--send-parts) */
     return 0;
 }
 

@@ -25,6 +25,7 @@ struct Options {
     int copy_engine = 1;            /* transfers between GPUs of this host through the copy engines */
     int via_host = 0;               /* --via-host: those staged through pinned host memory, over PCIe */
     int in_order = 0;               /* --in-order: a round's transfers in one group, waited in order */
+    int send_parts = 1;             /* --send-parts P: a sent output's last GEMM in P parts, each sent once written */
     const char *layout = nullptr;   /* Megatron layout string: blocks per stage */
     double max_memory = 0;          /* --schedule search: cap on activation memory */
     const char *gemm_picks = nullptr; /* --gemm-picks FILE: the tuned GEMM kernels, shared between runs */
@@ -34,7 +35,7 @@ struct Options {
     int search_layout = 0;          /* --search-layout: --schedule search splits the blocks into stages too */
     const char *search_kind = nullptr; /* --search-kind K: --schedule search tries only kind K */
     int place_by_speed = 0;         /* --place-by-speed: each GPU on the rank where the step is shortest */
-    const char *gpu_ms = nullptr;   /* --gpu-ms LIST: those GPU times instead of measuring (tests) */
+    const char *gpu_ms = nullptr;   /* --gpu-ms LIST: those GPU times instead of measuring */
     int slow_rank = -1;             /* --slow-rank R: this rank's GPU does slow_factor times the GEMMs */
     double slow_factor = 1.35;      /* --slow-factor X */
     int slow_factor_given = 0;
@@ -49,7 +50,7 @@ static const char usage[] =
     "               [--layout STR] [--max-memory X] [--keep-overlaps] [--split-backward] [--schedule-csv FILE]\n"
     "               [--gemm-picks FILE] [--tune-in-step N] [--search-layout] [--search-kind K]\n"
     "               [--place-by-speed [--gpu-ms LIST]] [--kill-rank R --kill-step K]\n"
-    "               [--slow-rank R [--slow-factor X]] [--adapt]\n"
+    "               [--slow-rank R [--slow-factor X]] [--adapt] [--send-parts P]\n"
     "  --single        the whole model on one GPU: the baseline of the pipeline efficiency\n"
     "  --threads N     one process driving N GPUs, one thread each (else one process per GPU,\n"
     "                  rank and world from RANK/WORLD_SIZE/LOCAL_RANK, MPI or Slurm variables)\n"
@@ -70,7 +71,8 @@ static const char usage[] =
     "                  simulated step, each rank at its GPU's speed, is shortest: a slow GPU where the\n"
     "                  schedule has slack, the rank with the most GEMMs on a fast one (one host: ranks\n"
     "                  on several stay as launched, so that neighbours stay on their nodes)\n"
-    "  --gpu-ms LIST   with --place-by-speed: these per-GPU times (ms, by process) instead of measuring\n"
+    "  --gpu-ms LIST   with --place-by-speed: these per-GPU times (ms, by process) instead of measuring,\n"
+    "                  e.g. each GPU's --single step (bench/gpu_pipeline.sh passes its baselines)\n"
     "  --layout STR    blocks per stage, a Megatron layout in stage order: 'Et*2|t*6|t*2|t*6L' (E input,\n"
     "                  t block, L loss; '|' between stages); which rank holds stage s is the schedule's\n"
     "  --pp P          pipeline ranks (default: the world size); --vpp V chunks per rank\n"
@@ -103,6 +105,12 @@ static const char usage[] =
     "                  lowers the SM clock, PCIe's does not; each transfer takes longer, and the search\n"
     "                  ranks its candidates so. Sets NCCL_P2P_DISABLE=1 unless given: NCCL's own few\n"
     "                  collectives go through host memory too\n"
+    "  --send-parts P  streamed sends: the last GEMM of a forward or input gradient whose output goes to\n"
+    "                  another rank runs in P parts by tokens, and each part leaves once written\n"
+    "                  (pp_executor_output_ready), so the receiver waits for the last part after the\n"
+    "                  compute, not for the whole tensor; 1 to 16, each part a multiple of 8 tokens,\n"
+    "                  over the copy engines between processes (1: off). With --single it only plans\n"
+    "                  the part GEMMs, so that one --gemm-picks file serves the baseline and pipelines\n"
     "  --in-order      over the copy engines too, post a round's transfers with every peer as one group\n"
     "                  and wait for the groups in order (default there: a group per peer, each waited\n"
     "                  for alone, pp_transport.independent_peers); the same at pp 2\n"
@@ -142,7 +150,7 @@ static int parse_args(int argc, char **argv, Options *o)
         static const char *const valued[] = { "--threads", "--pp", "--vpp", "--group", "--mb", "--tokens", "--hidden", "--layers",
             "--steps", "--warmup", "--train", "--schedule", "--optimizer", "--lr", "--clip", "--trace", "--timeout",
             "--single-ms", "--kill-rank", "--kill-step", "--layout", "--max-memory", "--search-kind", "--gpu-ms",
-            "--schedule-csv", "--gemm-picks", "--tune-in-step", "--slow-rank", "--slow-factor", NULL };
+            "--schedule-csv", "--gemm-picks", "--tune-in-step", "--slow-rank", "--slow-factor", "--send-parts", NULL };
         bool is_bool = false, known = false;
         for (int b = 0; bools[b]; b++) if (!strcmp(flag, bools[b])) is_bool = known = true;
         for (int b = 0; valued[b]; b++) if (!strcmp(flag, valued[b])) known = true;
@@ -199,6 +207,7 @@ static int parse_args(int argc, char **argv, Options *o)
         else if (!strcmp(flag, "--group")) ok = integer(1, 4096, &o->group);
         else if (!strcmp(flag, "--mb")) ok = integer(1, 4096, &o->mb);
         else if (!strcmp(flag, "--tokens")) ok = integer(8, 1 << 20, &o->tokens);
+        else if (!strcmp(flag, "--send-parts")) ok = integer(1, 16, &o->send_parts);
         else if (!strcmp(flag, "--hidden")) ok = integer(64, 65536, &o->hidden);
         else if (!strcmp(flag, "--layers")) ok = integer(1, 4096, &o->layers);
         else if (!strcmp(flag, "--steps")) ok = integer(1, 100000, &o->steps);
@@ -234,6 +243,16 @@ static int check_args(const Options *o)
 {
     if (o->hidden % 64) { fprintf(stderr, "mlp_gpu: --hidden=%d: must be a multiple of 64\n", o->hidden); return 2; }
     if (o->tokens % 8) { fprintf(stderr, "mlp_gpu: --tokens=%d: must be a multiple of 8\n", o->tokens); return 2; }
+    if (o->tokens % (8 * o->send_parts)) {
+        fprintf(stderr, "mlp_gpu: --send-parts=%d: each part must be a multiple of 8 tokens (--tokens=%d)\n", o->send_parts,
+                o->tokens);
+        return 2;
+    }
+    if (o->send_parts > 1 && (!o->copy_engine || o->threads)) {
+        fprintf(stderr, "mlp_gpu: --send-parts: streams the copy engines' sends between processes (not with --%s: "
+                "NCCL's kernels send a tensor whole)\n", o->threads ? "threads, which stay on NCCL" : "no-copy-engine");
+        return 2;
+    }
     if (o->group && strcmp(o->schedule, "interleaved") && strcmp(o->schedule, "interleaved-zb")) {
         fprintf(stderr, "mlp_gpu: --group=%d: only --schedule interleaved or interleaved-zb takes a microbatch group "
                 "(--schedule search tries the sizes itself)\n", o->group);

@@ -200,8 +200,9 @@ static void report_print(Rank &R, const Timing &T, const Measured &M, double sin
         for (int r = 0; r < world; r++) printf("%s%.1f", r ? " " : "", M.step_busy[(size_t)r * nsteps + i] * 1e3);
         printf(")");
     }
-    printf("\n  rank %d transfers: %d groups, %.0f MiB, best %.1f GB/s per group, %.1f ms on the comm stream\n",
-           R.rank, T.ngroups, M.bytes_moved / 1048576.0, M.best_bw / 1e9, M.xfer_time * 1e3);
+    printf("\n  rank %d transfers: %d groups, %.0f MiB, best %.1f GB/s per group, %.1f ms on the comm stream%s\n",
+           R.rank, T.ngroups, M.bytes_moved / 1048576.0, M.best_bw / 1e9, M.xfer_time * 1e3,
+           o.send_parts > 1 ? " (sends streamed: a group counts from the end of its compute, as its receiver waits)" : "");
     if (o.copy_engine) {
         long long how[3] = { 0, 0, 0 };
         pp_error e;

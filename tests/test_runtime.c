@@ -227,6 +227,13 @@ typedef struct tm_watch {
     long long foreign_recv;                 /* of those, groups that send nothing (none is a wait
                                                for buffers: pp__acquire waits for sends alone) */
     char first_foreign[160];
+    /* output_ready (run->parts): what the callbacks said of each buffer since its send, and every
+     * send's parts flag checked against it */
+    const void *said_buf[64];
+    size_t said_bytes[64];
+    int said_count[64], nsaid, expect_parts;
+    long long said_calls, parted_sends, plain_sends, part_errors;
+    char first_part_error[160];
 } tm_watch;
 
 typedef struct tm_run {
@@ -286,6 +293,13 @@ typedef struct tm_run {
     /* log_calls: each rank's callbacks in order, "F1.0 B1.0 D0:1.0 " (D: chunk_done, chunk:stage.mb) */
     int log_calls;
     char log[TM_MAX_STAGES][8192];
+    /* parts > 0: forward, backward and backward_input say their output written in `parts` steps
+     * (pp_executor_output_ready); misuse: rank 0's first forward also tries every wrong call,
+     * and misuse_status[k] keeps what call k returned */
+    int parts, misuse;
+    pp_status misuse_status[8];
+    char misuse_message[8][PP_ERROR_MESSAGE_SIZE];
+    int parts_failed;
 } tm_run;
 
 static void tm_log(tm_run *run, int rank, const char *fmt, int a, int b, int c)
@@ -343,13 +357,69 @@ static void tm_touch(tm_run *run, int rank, const void *ptr)
     w->touched[i] = w->posts;
 }
 
+static void tm_part_error(tm_watch *w, const char *what, long long a, long long b)
+{
+    if (!w->part_errors++) snprintf(w->first_part_error, sizeof w->first_part_error, "%s (%lld, %lld)", what, a, b);
+}
+
+static int tm_said(tm_watch *w, const void *buf)
+{
+    int j;
+    for (j = 0; j < w->nsaid && w->said_buf[j] != buf; j++) {}
+    return j < w->nsaid ? j : -1;
+}
+
+/* pp_transport.output_ready: a buffer's marks start with first = 1 and grow. */
+static pp_status tm_watch_output_ready(void *user, const void *buf, size_t bytes, int first, pp_error *err)
+{
+    tm_watch *w = (tm_watch *)user;
+    int j = tm_said(w, buf);
+    w->said_calls++;
+    if (first) {
+        if (j < 0 && w->nsaid == 64) { tm_part_error(w, "too many buffers said at once", w->nsaid, 0); return PP_OK; }
+        if (j < 0) j = w->nsaid++;
+        w->said_buf[j] = buf;
+        w->said_count[j] = 0;
+        w->said_bytes[j] = 0;
+    } else if (j < 0) {
+        tm_part_error(w, "a mark without first for a buffer never said", (long long)bytes, 0);
+        return PP_OK;
+    }
+    if (bytes <= w->said_bytes[j]) tm_part_error(w, "marks that do not grow", (long long)w->said_bytes[j], (long long)bytes);
+    w->said_count[j]++;
+    w->said_bytes[j] = bytes;
+    (void)err;
+    return PP_OK;
+}
+
+/* A send: parts = 1 exactly when its buffer's marks are all there, the last one its whole size. */
+static void tm_watch_parts(tm_watch *w, const pp_transfer *x)
+{
+    int j = tm_said(w, x->buf);
+    if (x->parts) {
+        w->parted_sends++;
+        if (j < 0) { tm_part_error(w, "a send with parts whose buffer was never said", (long long)x->bytes, 0); return; }
+        if (w->said_count[j] != w->expect_parts || w->said_bytes[j] != x->bytes)
+            tm_part_error(w, "a send whose marks are not the callback's", w->said_count[j], (long long)w->said_bytes[j]);
+    } else {
+        w->plain_sends++;
+        if (j >= 0) tm_part_error(w, "a send without parts of a buffer said", w->said_count[j], (long long)x->bytes);
+    }
+    if (j >= 0) {   /* used up */
+        w->nsaid--;
+        w->said_buf[j] = w->said_buf[w->nsaid];
+        w->said_bytes[j] = w->said_bytes[w->nsaid];
+        w->said_count[j] = w->said_count[w->nsaid];
+    }
+}
+
 static pp_status tm_watch_post(void *user, const pp_transfer *x, int count, void **handle, pp_error *err)
 {
     tm_watch *w = (tm_watch *)user;
     pp_status st;
     int i, j;
     for (i = 0; i < count; i++) {
-        if (x[i].is_send) { w->sends++; continue; }
+        if (x[i].is_send) { w->sends++; tm_watch_parts(w, &x[i]); continue; }
         w->receives++;
         if (x[i].buf_free_posts > 0) w->early++;
         for (j = 0; j < w->n && w->ptr[j] != x[i].buf; j++) {}
@@ -481,6 +551,39 @@ static int tm_input(void *user, const pp_mb_info *info, void *x)
     return 0;
 }
 
+/* run->parts: the output said written in `parts` steps, the last its whole size; run->misuse: on
+ * rank 0's first forward, every wrong call first (misuse_status), then one mark. */
+static void tm_mark_parts(tm_run *run, const pp_mb_info *info, const void *in, const void *out)
+{
+    pp_executor *ex = run->ex[info->rank];
+    size_t size = (size_t)tm_rows(info) * TM_D * sizeof(float);
+    pp_error err;
+    int k;
+    if (!out) return;
+    if (run->misuse && info->rank == 0 && info->mb == 0 && info->step == 0 && in) {
+        size_t at = size / 2;
+        pp_status *ms = run->misuse_status;
+        ms[0] = pp_executor_output_ready(NULL, out, 1, &err);
+        ms[1] = pp_executor_output_ready(ex, in, 1, &err);          /* not an output */
+        snprintf(run->misuse_message[1], PP_ERROR_MESSAGE_SIZE, "%s", err.message);
+        ms[2] = pp_executor_output_ready(ex, out, 0, &err);
+        snprintf(run->misuse_message[2], PP_ERROR_MESSAGE_SIZE, "%s", err.message);
+        ms[3] = pp_executor_output_ready(ex, out, size + 1, &err);
+        snprintf(run->misuse_message[3], PP_ERROR_MESSAGE_SIZE, "%s", err.message);
+        ms[4] = pp_executor_output_ready(ex, out, at, &err);          /* right */
+        ms[5] = pp_executor_output_ready(ex, out, at, &err);          /* does not grow */
+        snprintf(run->misuse_message[5], PP_ERROR_MESSAGE_SIZE, "%s", err.message);
+        ms[6] = PP_OK;
+        for (k = 1; k < PP_MAX_OUTPUT_PARTS; k++)   /* up to the bound: all right */
+            if ((ms[6] = pp_executor_output_ready(ex, out, at + (size_t)k, &err)) != PP_OK) break;
+        ms[7] = pp_executor_output_ready(ex, out, at + (size_t)k, &err);   /* one past it */
+        snprintf(run->misuse_message[7], PP_ERROR_MESSAGE_SIZE, "%s", err.message);
+        return;
+    }
+    for (k = 1; k <= run->parts; k++)
+        if (pp_executor_output_ready(ex, out, size * (size_t)k / (size_t)run->parts, &err) != PP_OK) run->parts_failed++;
+}
+
 static int tm_forward(void *user, const pp_mb_info *info, const void *in, void *out)
 {
     tm_run *run = (tm_run *)user;
@@ -495,6 +598,7 @@ static int tm_forward(void *user, const pp_mb_info *info, const void *in, void *
     run->f_out_ptr[info->stage][info->mb] = out;
     tm_block_forward(&run->params, info->model_stage, tm_rows(info), (const float *)in, run->pre[info->stage][info->mb],
                      (float *)out);
+    if (run->parts || run->misuse) tm_mark_parts(run, info, in, out);
     return 0;
 }
 
@@ -544,6 +648,7 @@ static int tm_backward_input(void *user, const pp_mb_info *info, const void *in,
     tm_watch_compute(run, info, PP_OP_I);
     tm_log(run, info->rank, "I%d.%d ", info->stage, info->mb, 0);
     tm_backward_input_math(run, info, in, gout, gin);
+    if (run->parts) tm_mark_parts(run, info, NULL, gin);
     return 0;
 }
 
@@ -565,6 +670,7 @@ static int tm_backward(void *user, const pp_mb_info *info, const void *in, const
     tm_watch_compute(run, info, PP_OP_B);
     tm_log(run, info->rank, "B%d.%d ", info->stage, info->mb, 0);
     tm_backward_input_math(run, info, in, gout, gin);
+    if (run->parts) tm_mark_parts(run, info, NULL, gin);
     tm_backward_weight_math(run, info, in, gout);
     return 0;
 }
@@ -618,6 +724,8 @@ static pp_status tm_rank(void *user, int rank, pp_transport *t, pp_error *err)
         cfg.transport.test = t->test ? tm_watch_test : NULL;
         cfg.transport.all_reduce = tm_watch_all_reduce;
         cfg.transport.abort = tm_watch_abort;
+        cfg.transport.output_ready = tm_watch_output_ready;
+        w->expect_parts = run->parts;
     }
     if (run->no_test) cfg.transport.test = NULL;
     if (run->mixed_peers) cfg.transport.independent_peers = 0;
@@ -639,6 +747,7 @@ static pp_status tm_rank(void *user, int rank, pp_transport *t, pp_error *err)
     if (run->timer[rank].mark) cfg.timer = run->timer[rank];
     st = pp_executor_create(&cfg, &ex, err);
     if (st == PP_OK) {
+        run->ex[rank] = ex;   /* for the callbacks (pp_executor_output_ready) */
         run->saved_slots[rank] = pp_executor_saved_slots(ex);
         clock_gettime(CLOCK_MONOTONIC, &ts);
         t0 = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -675,7 +784,7 @@ static pp_status tm_rank(void *user, int rank, pp_transport *t, pp_error *err)
         clock_gettime(CLOCK_MONOTONIC, &ts);
         run->seconds[rank] = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - t0;
         pp_executor_get_stats(ex, &run->stats[rank]);
-        if (run->keep) run->ex[rank] = ex; else pp_executor_free(ex);
+        if (!run->keep) { pp_executor_free(ex); run->ex[rank] = NULL; }
     }
     pthread_mutex_lock(&run->mu);
     run->returned++;
@@ -853,6 +962,87 @@ static void receives_name_how_long_their_buffer_has_been_free(void)
         pp_schedule_free(s);
     }
     PP_CHECK_MSG(receives > 0 && early * 2 > receives, "%lld of %lld receives free since an earlier post", early, receives);
+}
+
+/* pp_executor_output_ready: callbacks that say their output written in 3 steps (and in 1) over
+ * schedules of every shape, DualPipeV's overlapped FB callback among them. Every send carries
+ * parts = 1 and the marks of its very buffer, first = 1 on the first, the last the whole size;
+ * the marks of outputs that stay on the rank (the last stage's, a V's turn) never reach the
+ * transport; none is left over; the gradients are the single stage's. A transport without
+ * output_ready takes the same calls and sends as before. */
+static void outputs_said_in_parts_reach_their_sends(void)
+{
+    static const struct { pp_schedule_kind kind; int pp, vpp, mb, fb; } cfgs[] = {
+        { PP_1F1B, 2, 1, 8, 0 }, { PP_1F1B, 4, 1, 8, 0 }, { PP_INTERLEAVED_1F1B, 4, 2, 8, 0 }, { PP_ZBV, 4, 2, 8, 0 },
+        { PP_ZB_H1, 3, 1, 6, 0 }, { PP_GPIPE, 3, 1, 4, 0 }, { PP_DUALPIPEV, 4, 2, 8, 1 },
+    };
+    size_t c;
+    int parts, watch;
+    long long sends = 0;
+    for (c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++)
+        for (parts = 1; parts <= 3; parts += 2)
+            for (watch = 0; watch < 2; watch++) {
+                pp_schedule *s = tm_schedule(cfgs[c].kind, cfgs[c].pp, cfgs[c].vpp, cfgs[c].mb);
+                tm_run *run;
+                char what[112];
+                int r;
+                if (!s) continue;
+                snprintf(what, sizeof what, "%s pp=%d vpp=%d mb=%d, %d parts%s", pp_schedule_kind_name(cfgs[c].kind),
+                         cfgs[c].pp, cfgs[c].vpp, cfgs[c].mb, parts, watch ? "" : ", no output_ready");
+                run = tm_new(s, 2);
+                run->watch = watch;
+                run->parts = parts;
+                run->use_fb_callback = cfgs[c].fb;
+                tm_check_against_reference(run, what);
+                PP_CHECK_MSG(run->parts_failed == 0, "%s: %d calls refused", what, run->parts_failed);
+                for (r = 0; watch && r < s->pp; r++) {
+                    tm_watch *w = &run->watches[r];
+                    PP_CHECK_MSG(w->part_errors == 0, "%s rank %d: %lld wrong: %s", what, r, w->part_errors,
+                                 w->first_part_error);
+                    PP_CHECK_MSG(w->plain_sends == 0 && w->parted_sends == w->sends, "%s rank %d: %lld of %lld sends "
+                                 "without parts", what, r, w->plain_sends, w->sends);
+                    PP_CHECK_MSG(w->said_calls == parts * w->parted_sends, "%s rank %d: %lld marks reached the "
+                                 "transport for %lld sends of %d parts", what, r, w->said_calls, w->parted_sends, parts);
+                    PP_CHECK_MSG(w->nsaid == 0, "%s rank %d: marks of %d buffers never sent", what, r, w->nsaid);
+                    sends += w->sends;
+                }
+                tm_free(run);
+                pp_schedule_free(s);
+            }
+    PP_CHECK_MSG(sends > 100, "%lld sends checked", sends);
+}
+
+/* pp_executor_output_ready refuses, naming the rule: no executor, a pointer that is not the
+ * running callback's output, 0 bytes, more than the output, bytes that do not grow, a 65th call
+ * for one output, a call outside any callback. The right calls among them pass, and the step
+ * still gives the single stage's gradients. */
+static void output_ready_refuses_misuse(void)
+{
+    pp_schedule *s = tm_schedule(PP_1F1B, 2, 1, 4);
+    tm_run *run;
+    pp_error err;
+    float x[4];
+    static const char *const says[8] = { "ex must not be NULL", "is not an output of the running callback", "bytes=0",
+                                         "must be from 1 to the output's 128 bytes", "", "must exceed the previous",
+                                         "", "PP_MAX_OUTPUT_PARTS" };
+    int k;
+    if (!s) return;
+    run = tm_new(s, 8);   /* 8 rows of 4 floats: 128 bytes an output */
+    run->misuse = 1;
+    run->keep = 1;
+    tm_check_against_reference(run, "1F1B pp=2, wrong calls in a forward");
+    for (k = 0; k < 8; k++) {
+        int right = k == 4 || k == 6;
+        PP_CHECK_MSG(run->misuse_status[k] == (right ? PP_OK : PP_EINVAL), "call %d returned %s", k,
+                     pp_status_name(run->misuse_status[k]));
+        if (k > 0 && !right)
+            PP_CHECK_MSG(strstr(run->misuse_message[k], says[k]) != NULL, "call %d says: %s", k, run->misuse_message[k]);
+    }
+    PP_CHECK(pp_executor_output_ready(run->ex[0], x, 1, &err) == PP_EINVAL);
+    PP_CHECK_MSG(strstr(err.message, "called outside a forward") != NULL, "%s", err.message);
+    for (k = 0; k < 2; k++) pp_executor_free(run->ex[k]);
+    tm_free(run);
+    pp_schedule_free(s);
 }
 
 /* pp_transport.independent_peers (the threads transport has it): the executor posts each round's
@@ -2550,6 +2740,8 @@ const pp_test_case pp_suite_runtime[] = {
     PP_TEST(every_schedule_kind_gives_single_stage_loss_and_gradients),
     PP_TEST(split_backward_i_then_w_gives_single_stage_gradients),
     PP_TEST(receives_name_how_long_their_buffer_has_been_free),
+    PP_TEST(outputs_said_in_parts_reach_their_sends),
+    PP_TEST(output_ready_refuses_misuse),
     PP_TEST(independent_peers_wait_only_for_the_input_s_peer),
     PP_TEST(searched_and_greedy_schedules_give_single_stage_gradients),
     PP_TEST(overlapped_fb_actions_give_single_stage_gradients),

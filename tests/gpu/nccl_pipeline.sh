@@ -99,6 +99,24 @@ run2 via-host --hidden 1024 --layers 4 --tokens 16384 --mb 4 --warmup 1 --steps 
 expect_match via-host $?
 grep -q "copy engines: 1 peer(s), 4 slots of 4.00 MiB each, staged through pinned host memory" "$log/via-host" &&
     ok "via-host: staged through host memory" || bad "via-host: $(grep 'copy engines' "$log/via-host")"
+# streamed sends (--send-parts P): the last GEMM of each sent output in P parts by tokens, each
+# part sent once written (pp_executor_output_ready): pushed or pulled over NVLink, through the
+# ring via host, with whole B's (1F1B), split I and W (ZB-V) and DualPipeV's F then B; the
+# gradients as the single GPU's. Then the refusals: parts that are not whole multiples of 8
+# tokens, and NCCL's kernels, which send a tensor whole
+run2 parts-zbv $SMALL --schedule zbv --send-parts 4 --check; expect_match parts-zbv $?
+grep -q "sends streamed" "$log/parts-zbv" && ok "parts-zbv: the report counts groups from the compute's end" ||
+    bad "parts-zbv: $(grep 'transfers:' "$log/parts-zbv")"
+run2 parts-1f1b $SMALL --schedule 1f1b --send-parts 2 --check; expect_match parts-1f1b $?
+run2 parts-dualpipev $SMALL --schedule dualpipev --send-parts 8 --check; expect_match parts-dualpipev $?
+run2 parts-via-host --hidden 1024 --layers 4 --tokens 16384 --mb 4 --warmup 1 --steps 2 --schedule zbv --via-host \
+    --send-parts 4 --check
+expect_match parts-via-host $?
+for bad_flags in "--send-parts 3" "--send-parts 2 --no-copy-engine" "--send-parts 17"; do
+    "$BUILD/mlp_gpu" $SMALL --schedule 1f1b $bad_flags >"$log/parts-refused" 2>&1; rc=$?
+    if [ "$rc" -eq 2 ] && grep -q "^mlp_gpu: --send-parts" "$log/parts-refused"; then ok "$bad_flags: $(head -n 1 "$log/parts-refused")"
+    else bad "$bad_flags: exit $rc: $(head -n 2 "$log/parts-refused")"; fi
+done
 # CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron's setting): a stream waiting on a flag would hold the one
 # hardware queue, so the copy engines and the gate stay off and NCCL carries everything
 CUDA_DEVICE_MAX_CONNECTIONS=1 run2 one-queue $SMALL --schedule 1f1b --check; expect_match one-queue $?
