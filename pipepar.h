@@ -58,7 +58,8 @@
  *     >>pack        sequence packing into bins for DP x PP, padding, cu_seqlens
  *     >>cp          context-parallel partitions (load-balanced 2*cp chunks, BSHD and THD)
  *     >>replay      router-replay index maps for MoE
- *     >>runtime     >>transport interface, >>threads transport, >>executor, >>timeline
+ *     >>runtime     >>transport interface, >>threads transport, >>executor (with sends streamed
+ *                   part by part: pp_executor_output_ready), >>timeline
  *     >>adapt       layers in proportion to the ranks' speeds: measured from a step's timelines,
  *                   re-planned between steps, the moved layers' weights sent to their new rank
  *     >>mimo        heterogeneous modules: grids per module, rank roles, bridges, global norm
