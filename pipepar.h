@@ -2021,11 +2021,14 @@ PIPEPAR_API int pp_executor_saved_slots(const pp_executor *ex);
  * pp_transfer.parts = 1: a device transport then moves each part once the work before the mark is
  * done, while the rest is still being computed, and the receiver has the tensor sooner after the
  * compute ends. A trainer splits the last GEMM of a stage by rows (tokens) and says after each
- * part how far the output is written (examples/mlp_gpu.cu, --send-parts). Outputs that stay on
- * the rank (the last stage's, a V schedule's turn) and transports without output_ready take the
- * calls and do nothing. bytes grows from call to call, from 1 to the output's size; at most
- * PP_MAX_OUTPUT_PARTS calls per output. PP_EINVAL, naming the rule, for a call outside those
- * callbacks, a pointer that is not the call's output, or bytes out of order. */
+ * part how far the output is written (examples/mlp_gpu.cu, --send-parts). No work issued after a
+ * call may write those bytes again. Outputs that stay on the rank (the last stage's, a V
+ * schedule's turn) and transports without output_ready (the threads transport, MIMO's bridges)
+ * take the calls and do nothing. bytes grows from call to call, from 1 to the output's size; at
+ * most PP_MAX_OUTPUT_PARTS calls per output. PP_EINVAL, naming the rule, for a call outside those
+ * callbacks, a pointer that is not the call's output, or bytes out of order; a transport's
+ * refusal is returned as it came. A refused call counts for nothing: the send then moves what
+ * the calls before it said, and the rest after the whole compute. */
 #define PP_MAX_OUTPUT_PARTS 64
 PIPEPAR_API pp_status pp_executor_output_ready(pp_executor *ex, const void *out, size_t bytes, pp_error *err);
 
@@ -2921,11 +2924,16 @@ PIPEPAR_API pp_status pp_nccl_all_reduce_host(pp_nccl *nc, float *values, int co
  * managed): post refuses another with PP_EINVAL naming the transfer and the pointer, before any
  * of the group starts.
  * Streamed sends (pp_executor_output_ready): output_ready records an event on compute_stream,
- * so the work that writes those bytes must be issued there. A copy-engine send posted with parts
- * moves each ring slot (or, pushed, each part) once its mark is passed, the rest after the whole
- * compute; sends through NCCL's kernels, and pulls, start after the whole compute as before. The
- * group's time (pp_nccl_transport_times) then still counts from the compute's end: how long
- * the receiver waits after it, not how long the bytes took. */
+ * so the work that writes those bytes must be issued there, and no work issued after a mark may
+ * write those bytes again. A copy-engine send posted with parts moves each ring slot (or, pushed,
+ * each part) once its mark is passed, and any bytes no mark covers after the whole compute; a
+ * pulled one (the receive was posted second: the receiver's copy engine reads) is announced
+ * once a mark covers the whole buffer. Sends to one peer in one group stream all or none: one
+ * that cannot (no marks, or a pull not wholly covered) makes them all start at the post's point
+ * of the compute stream, as sends through NCCL's kernels always do. Marks not yet used up by a
+ * send are bounded: output_ready refuses the 4097th with PP_EINVAL. The time of a streamed group
+ * of one peer (pp_nccl_transport_times) begins at the mark that made its sends whole: how long
+ * the receiver waits after the data is written, not how long the bytes took. */
 PIPEPAR_API pp_status pp_nccl_transport(pp_nccl *nc, void *compute_stream, pp_transport *out, pp_error *err);
 PIPEPAR_API void pp_nccl_transport_free(pp_transport *t);
 
@@ -3025,6 +3033,9 @@ PIPEPAR_API pp_status pp_nccl_transport_copy_engine_via_host(pp_transport *t, in
  * pushed (the receive was posted first), counts[1] pulled (the send was), counts[2] through the
  * ring. */
 PIPEPAR_API pp_status pp_nccl_transport_copy_engine_counts(pp_transport *t, long long counts[3], pp_error *err);
+/* How many of this rank's copy-engine sends streamed since set-up (pp_nccl_transport's streamed
+ * sends: posted with parts and moved part by part, or pulled from their last mark on). */
+PIPEPAR_API pp_status pp_nccl_transport_streamed_sends(pp_transport *t, long long *sends, pp_error *err);
 
 /* Per-group device times, for timelines and bandwidth figures. With recording on, every
  * group posted gets a begin event (after the communication stream waited for the compute
@@ -3032,8 +3043,8 @@ PIPEPAR_API pp_status pp_nccl_transport_copy_engine_counts(pp_transport *t, long
  * same-rank copies, done before the gate, fall outside it) and an end event. times[] gets, for the groups posted since
  * the last reset, seconds from base_event (a cudaEvent_t recorded on the same device before
  * them) to the begin and to the end. A group of one peer whose copy-engine sends stream
- * (pp_executor_output_ready) begins at the end of the compute that wrote them: its time is how
- * long the receiver waits after that compute. */
+ * (pp_executor_output_ready) begins where they were whole, their covering mark: its time is how
+ * long the receiver waits after the data is written. */
 typedef struct pp_nccl_group_time {
     double begin, end;
     size_t bytes_sent, bytes_received;

@@ -1140,6 +1140,7 @@ typedef struct pp__nccl_transport {
     uint32_t *ce_posted_high;   /* [world]: the high word last written into p's posted count of us */
     unsigned char *ce_same;     /* [world]: p is a thread of this process (pointers, no IPC) */
     unsigned char *ce_streamed; /* [world]: in the group being posted, every send to p streams */
+    long long ce_streamed_sends;   /* copy-engine sends that streamed (pp_nccl_transport_streamed_sends) */
     pp__nccl_ce_plan *ce_plans;
     int ce_cap_plans;
     pp__nccl_ce_map *ce_maps;   /* the peers' allocations mapped here (PP__NCCL_CE_MAPS kept) */
@@ -1629,7 +1630,7 @@ static pp_status pp__nccl_output_ready(void *user, const void *buf, size_t bytes
         t->cap_marks = cap;
     }
     if (t->num_spare) ev = t->spare_events[--t->num_spare];
-    else if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess)
+    else if ((e = cudaEventCreate(&ev)) != cudaSuccess)   /* timed: the last mark may begin a group's time */
         return pp__nccl_cuda_fail(err, e, "output_ready");
     if ((e = cudaEventRecord(ev, t->compute)) != cudaSuccess) {
         cudaEventDestroy(ev);
@@ -1652,13 +1653,34 @@ static cudaEvent_t pp__nccl_mark_for(const pp__nccl_transport *t, const void *bu
     return NULL;
 }
 
-/* Whether a copy-engine send streams: posted with parts, its buffer marked, pushed or ringed. */
+/* Whether a copy-engine send streams: posted with parts and its buffer marked; pushed or through
+ * the ring, part by part; pulled (the receiver's copy engine reads the buffer), once a mark
+ * covers the whole buffer (the work issued after it, such as a backward's weight gradients, no
+ * longer holds the pull back). */
 static int pp__nccl_streams(const pp__nccl_transport *t, const pp_transfer *x, const pp__nccl_ce_plan *pl)
 {
     int i;
-    if (!x->is_send || !x->parts || pl->how == PP__NCCL_CLAIM_PULL) return 0;
+    if (!x->is_send || !x->parts) return 0;
+    if (pl->how == PP__NCCL_CLAIM_PULL) return pp__nccl_mark_for(t, x->buf, x->bytes) != NULL;
     for (i = 0; i < t->num_marks; i++) if (t->marks[i].buf == x->buf) return 1;
     return 0;
+}
+
+/* A streamed group's time begins where its sends were whole: the last of their marks that cover
+ * them, whose event takes the record's place (*begin goes to the marks, and from there to the
+ * spares); -1 if some send's last bytes wait for the whole compute (the post's point). */
+static int pp__nccl_whole_mark(const pp__nccl_transport *t, const pp_transfer *x, int count, int p)
+{
+    int i, j, last = -1;
+    for (i = 0; i < count; i++) {
+        int cover = -1;
+        if (!x[i].is_send || x[i].peer != p) continue;
+        for (j = 0; j < t->num_marks && cover < 0; j++)
+            if (t->marks[j].buf == x[i].buf && t->marks[j].bytes >= x[i].bytes) cover = j;
+        if (cover < 0) return -1;
+        if (cover > last) last = cover;
+    }
+    return last;
 }
 
 /* Streamed: the send stream waits, before the bytes [.., end) of x go, for the mark that covers
@@ -1707,7 +1729,8 @@ static pp_status pp__nccl_ce_send(pp__nccl_transport *t, const pp_transfer *x, c
         if (r == CUDA_SUCCESS && e == cudaSuccess && pl->map >= 0) e = cudaEventRecord(t->ce_maps[pl->map].last_copy, s);
         if (r == CUDA_SUCCESS && e == cudaSuccess) r = pp__nccl_announce(t, s, arrived, k + 1);
     } else if (pl->how == PP__NCCL_CLAIM_PULL) {
-        r = pp__nccl_announce(t, s, arrived, k + 1);
+        if (streamed) e = pp__nccl_wait_written(t, s, x, x->bytes, &at);   /* whole: its covering mark */
+        if (e == cudaSuccess) r = pp__nccl_announce(t, s, arrived, k + 1);
         if (r == CUDA_SUCCESS) r = t->wait64(cs, pp__nccl_ce_flag(t, PP__NCCL_FREED, p), k + 1, CU_STREAM_WAIT_VALUE_GEQ);
     } else {
         size_t off = 0;
@@ -1798,7 +1821,7 @@ static int pp__nccl_ce_with(const pp__nccl_transport *t, const pp_transfer *x, i
  * pp__nccl_recv_ready). Any failure once a claim is made leaves the pair out of step for good:
  * the caller aborts. */
 static pp_status pp__nccl_ce_group(pp__nccl_transport *t, const pp_transfer *x, int count, cudaEvent_t recv_ready,
-                                   cudaEvent_t begin, pp_error *err)
+                                   cudaEvent_t *begin, pp_error *err)
 {
     pp_nccl *nc = t->nc;
     pp__nccl_ce_plan *pl;
@@ -1823,14 +1846,27 @@ static pp_status pp__nccl_ce_group(pp__nccl_transport *t, const pp_transfer *x, 
         if (sends && !streamed) e = cudaStreamWaitEvent(t->ce_send_to[p], t->ready, 0);
         if (e == cudaSuccess && recvs) e = cudaStreamWaitEvent(t->ce_recv_from[p], recv_ready, 0);
         /* a group of one peer (begin given): its time starts on that peer's first stream; streamed,
-         * at the end of the compute that wrote its sends, whose parts may have left before */
-        if (e == cudaSuccess && begin && (sends || recvs))
-            e = cudaEventRecord(begin, streamed ? t->compute : sends ? t->ce_send_to[p] : t->ce_recv_from[p]);
+         * where its sends were whole (below), whose parts may have left before */
+        if (e == cudaSuccess && begin && (sends || recvs) && !streamed)
+            e = cudaEventRecord(*begin, sends ? t->ce_send_to[p] : t->ce_recv_from[p]);
         t->ce_streamed[p] = (unsigned char)streamed;
     }
     for (i = 0; i < count && st == PP_OK && e == cudaSuccess; i++)
-        if (x[i].is_send && x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer))
+        if (x[i].is_send && x[i].peer != nc->rank && pp__nccl_is_ce(t, x[i].peer)) {
             st = pp__nccl_ce_send(t, &x[i], &pl[i], t->ce_streamed[x[i].peer], err);
+            t->ce_streamed_sends += t->ce_streamed[x[i].peer];
+        }
+    for (p = 0; p < nc->world && begin && st == PP_OK && e == cudaSuccess; p++) {
+        int m;
+        if (!t->ce_streamed[p]) continue;
+        if ((m = pp__nccl_whole_mark(t, x, count, p)) < 0) {
+            e = cudaEventRecord(*begin, t->compute);   /* the post's point: the whole compute */
+        } else {   /* the sends' waits are queued: the mark's event may change hands */
+            cudaEvent_t ev = t->marks[m].ev;
+            t->marks[m].ev = *begin;
+            *begin = ev;
+        }
+    }
     for (i = 0; i < count && st == PP_OK && e == cudaSuccess && r == CUDA_SUCCESS; i++) {
         p = x[i].peer;
         if (x[i].is_send || p == nc->rank || !pp__nccl_is_ce(t, p) || pl[i].how != PP__NCCL_CLAIM_PUSH) continue;
@@ -1971,7 +2007,7 @@ static pp_status pp__nccl_post_group(void *user, const pp_transfer *transfers, i
     nc->posts++;
     t->posts++;
     if ((streams & (PP__NCCL_ON_CE_SEND | PP__NCCL_ON_CE_RECV)) &&
-        (st = pp__nccl_ce_group(t, transfers, count, recv_ready, rec && one >= 0 ? rec->begin : NULL, err)) != PP_OK)
+        (st = pp__nccl_ce_group(t, transfers, count, recv_ready, rec && one >= 0 ? &rec->begin : NULL, err)) != PP_OK)
         return pp__nccl_post_failed(t, h, streams, st, err);
     if (nccl_ops > 0 && t->gated && (st = pp__nccl_gate_pass(t, transfers, count, err)) != PP_OK) {
         return pp__nccl_post_failed(t, h, streams, st, err);
@@ -3096,6 +3132,15 @@ pp_status pp_nccl_transport_copy_engine_counts(pp_transport *tp, long long count
     counts[0] = t->ce_counts[0];
     counts[1] = t->ce_counts[1];
     counts[2] = t->ce_counts[2];
+    return pp__nccl_ok(err);
+}
+
+pp_status pp_nccl_transport_streamed_sends(pp_transport *tp, long long *sends, pp_error *err)
+{
+    pp__nccl_transport *t = pp__nccl_of(tp, err, "pp_nccl_transport_streamed_sends");
+    if (!t) return PP_EINVAL;
+    if (!sends) return pp__nccl_fail(err, PP_EINVAL, "pp_nccl_transport_streamed_sends: sends must not be NULL");
+    *sends = t->ce_streamed_sends;
     return pp__nccl_ok(err);
 }
 

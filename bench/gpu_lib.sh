@@ -35,7 +35,9 @@ single_baseline() {
         clocks_brief "$out/single-gpu$g.clocks.csv" >>"$out/single-gpu$g.log"
         cat "$out/single-gpu$g.log" >>"$LOG"
         ms=$(single_step_ms "$out/single-gpu$g.log")
-        if [ -z "$ms" ]; then SINGLE_MS=0; say "single-GPU step on GPU $g: none (see $out/single-gpu$g.log)"; return 1; fi
+        if [ -z "$ms" ]; then
+            SINGLE_MS=0; SINGLE_GPU_MS=""; say "single-GPU step on GPU $g: none (see $out/single-gpu$g.log)"; return 1
+        fi
         list="$list GPU $g $ms ms;"
         SINGLE_GPU_MS="$SINGLE_GPU_MS${SINGLE_GPU_MS:+,}$ms"
         inv=$(awk -v a="$inv" -v b="$ms" 'BEGIN { print a + 1 / b }')

@@ -97,6 +97,7 @@ run_pp() {   # run_pp NAME ARGS...: a pipepar run on NPROC GPUs (ONLY=REGEX: onl
     [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]] && return 0
     local whole= speeds=   # NCCL's kernels send a tensor whole
     case " $GATE $* " in *" --no-copy-engine "*) whole="--send-parts 1" ;; esac
+    [ "${NCCL_P2P_DISABLE:-0}" = 1 ] && whole="--send-parts 1"   # the socket runs: no copy engines either
     # placed by speed: each GPU's single step above is its speed, a whole step under the power cap
     # (mlp_gpu's own measure, a burst of one GEMM at start-up, runs at the clock before the cap bites)
     case " $* " in *" --place-by-speed "*) [ -n "${SINGLE_GPU_MS:-}" ] && speeds="--gpu-ms $SINGLE_GPU_MS" ;; esac
@@ -175,8 +176,9 @@ if [ "${FULL:-0}" = 1 ]; then
 fi
 if [ -z "${ONLY:-}" ] || [[ 1f1b-threads =~ $ONLY ]]; then
     say "-- 1f1b-threads (one process, a thread per GPU)"
+    # threads stay on NCCL, whose kernels send a tensor whole (--send-parts 1)
     timeout 100 build/mlp_gpu $MODEL --single-ms "$SINGLE_MS" --quiet --timeout 30 $GATE --schedule 1f1b --threads $NPROC \
-        --warmup 1 --steps 3 >"$OUTDIR/1f1b-threads.log" 2>&1 || say "1f1b-threads: exit $?"
+        --warmup 1 --steps 3 --send-parts 1 >"$OUTDIR/1f1b-threads.log" 2>&1 || say "1f1b-threads: exit $?"
     cat "$OUTDIR/1f1b-threads.log" >>"$LOG"
 fi
 

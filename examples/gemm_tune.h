@@ -1,4 +1,4 @@
-/* gemm_tune.h — the six cuBLASLt GEMMs of examples/mlp_gpu.cu: their plans, the tuning that picks
+/* gemm_tune.h — the cuBLASLt GEMMs of examples/mlp_gpu.cu (six, eight with --send-parts): their plans, the tuning that picks
  * each one's kernel, and the picks file that lets runs share those picks. Part of mlp_gpu.cu,
  * split out to keep the training example readable: it is included there after what it uses: the
  * bf16 type, the CK / CKLT macros, init_kernel, grid_for and median.
@@ -225,7 +225,8 @@ static bool picks_read(const char *path, const std::string &header, const Gemms 
     fclose(f);
     for (int id = 0; id < G.kinds; id++)
         if (picks[id] < 0) {
-            fprintf(stderr, "mlp_gpu: --gemm-picks=%s: no line for GEMM '%s'\n", path, gemm_names[id]);
+            fprintf(stderr, "mlp_gpu: --gemm-picks=%s: no line for GEMM '%s' (written by a run with other flags: "
+                    "delete the file to tune again)\n", path, gemm_names[id]);
             exit(2);
         }
     return true;
@@ -481,6 +482,7 @@ static void tune_in_steps(Gemms &G, const std::function<void(void)> &step, cudaS
             if (best < 0 || ms < best_ms) { best = (int)c; best_ms = ms; }
         }
         if (best >= 0) { G.g[id].algo = G.cand[id][best]; G.picks[id] = G.cand_index[id][best]; }
+        if (best < 0) line += " not run in these steps, the isolated pick";
         snprintf(part, sizeof part, " -> %d;", G.picks[id]);
         line += part;
     }

@@ -1026,6 +1026,10 @@ static int rank_transport(Rank &R)
         if (R.lead && !o.quiet)
             printf("copy engines: %d peer(s), %d slots of %.2f MiB each%s\n", peers, slots, slot / 1048576.0,
                    o.via_host ? ", staged through pinned host memory" : "");
+        if (peers == 0 && R.m.send_parts > 1) {   /* NCCL's kernels send a tensor whole: no GEMM split for it */
+            if (R.lead) printf("--send-parts %d: no peer on the copy engines, so every tensor goes whole\n", R.m.send_parts);
+            R.m.send_parts = 1;
+        }
     }
     if (o.in_order) R.tp.independent_peers = 0;   /* a round's transfers in one group, waited in order */
     if (R.lead && o.schedule && !strcmp(o.schedule, "search") && !o.threads && !o.in_order &&

@@ -206,9 +206,12 @@ static void report_print(Rank &R, const Timing &T, const Measured &M, double sin
     if (o.copy_engine) {
         long long how[3] = { 0, 0, 0 };
         pp_error e;
-        if (pp_nccl_transport_copy_engine_counts(&R.tp, how, &e) == PP_OK && how[0] + how[1] + how[2] > 0)
+        long long streamed = 0;
+        if (pp_nccl_transport_copy_engine_counts(&R.tp, how, &e) == PP_OK && how[0] + how[1] + how[2] > 0 &&
+            pp_nccl_transport_streamed_sends(&R.tp, &streamed, &e) == PP_OK)
             printf("  rank %d copy-engine transfers (every step): %lld pushed (receive posted first), %lld pulled "
-                   "(send posted first), %lld through the ring\n", R.rank, how[0], how[1], how[2]);
+                   "(send posted first), %lld through the ring; %lld sends streamed\n", R.rank, how[0], how[1], how[2],
+                   streamed);
     }
     printf("  peak memory (max over ranks): %.2f GiB allocated by the program, %.2f GiB in use on the device\n",
            (double)M.mem_alloc, (double)M.mem_used);

@@ -964,28 +964,96 @@ static void receives_name_how_long_their_buffer_has_been_free(void)
     PP_CHECK_MSG(receives > 0 && early * 2 > receives, "%lld of %lld receives free since an earlier post", early, receives);
 }
 
+/* The watch's view of a run with parts: no wrong mark, every send with parts and its marks, only
+ * sent outputs' marks at the transport, none left over. Returns the sends seen. */
+static long long tm_check_parts(tm_run *run, const char *what)
+{
+    long long sends = 0;
+    int r;
+    PP_CHECK_MSG(run->parts_failed == 0, "%s: %d calls refused", what, run->parts_failed);
+    for (r = 0; r < run->sched->pp; r++) {
+        tm_watch *w = &run->watches[r];
+        PP_CHECK_MSG(w->part_errors == 0, "%s rank %d: %lld wrong: %s", what, r, w->part_errors, w->first_part_error);
+        PP_CHECK_MSG(w->plain_sends == 0 && w->parted_sends == w->sends, "%s rank %d: %lld of %lld sends without parts",
+                     what, r, w->plain_sends, w->sends);
+        PP_CHECK_MSG(w->said_calls == run->parts * w->parted_sends, "%s rank %d: %lld marks reached the transport for "
+                     "%lld sends of %d parts", what, r, w->said_calls, w->parted_sends, run->parts);
+        PP_CHECK_MSG(w->nsaid == 0, "%s rank %d: marks of %d buffers never sent", what, r, w->nsaid);
+        sends += w->sends;
+    }
+    return sends;
+}
+
 /* pp_executor_output_ready: callbacks that say their output written in 3 steps (and in 1) over
- * schedules of every shape, DualPipeV's overlapped FB callback among them. Every send carries
- * parts = 1 and the marks of its very buffer, first = 1 on the first, the last the whole size;
- * the marks of outputs that stay on the rank (the last stage's, a V's turn) never reach the
- * transport; none is left over; the gradients are the single stage's. A transport without
- * output_ready takes the same calls and sends as before. */
+ * schedules of every shape, DualPipeV's and DualPipe's overlapped FB callbacks among them (two
+ * routes: both ends' outputs). Every send carries parts = 1 and the marks of its very buffer,
+ * first = 1 on the first, the last the whole size; the marks of outputs that stay on the rank
+ * (the last stage's, a V's turn) never reach the transport; none is left over; the gradients are
+ * the single stage's. The same in forward-only steps, with a round's transfers in one group
+ * (independent_peers 0), and with a recipe whose steps change their microbatch count. A
+ * transport without output_ready takes the same calls and sends as before. */
 static void outputs_said_in_parts_reach_their_sends(void)
 {
     static const struct { pp_schedule_kind kind; int pp, vpp, mb, fb; } cfgs[] = {
         { PP_1F1B, 2, 1, 8, 0 }, { PP_1F1B, 4, 1, 8, 0 }, { PP_INTERLEAVED_1F1B, 4, 2, 8, 0 }, { PP_ZBV, 4, 2, 8, 0 },
-        { PP_ZB_H1, 3, 1, 6, 0 }, { PP_GPIPE, 3, 1, 4, 0 }, { PP_DUALPIPEV, 4, 2, 8, 1 },
+        { PP_ZB_H1, 3, 1, 6, 0 }, { PP_GPIPE, 3, 1, 4, 0 }, { PP_DUALPIPEV, 4, 2, 8, 1 }, { PP_DUALPIPE, 4, 2, 8, 1 },
     };
     size_t c;
     int parts, watch;
     long long sends = 0;
+    for (c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+        pp_schedule *s = tm_schedule(cfgs[c].kind, cfgs[c].pp, cfgs[c].vpp, cfgs[c].mb);
+        tm_run *run;
+        char what[112];
+        pp_error err;
+        if (!s) continue;
+        snprintf(what, sizeof what, "%s pp=%d vpp=%d mb=%d, 3 parts, forward only", pp_schedule_kind_name(cfgs[c].kind),
+                 cfgs[c].pp, cfgs[c].vpp, cfgs[c].mb);
+        run = tm_new(s, 2);
+        run->watch = 1;
+        run->parts = 3;
+        run->forward_only = 1;
+        PP_CHECK_OK(tm_go(run, &err), &err);
+        sends += tm_check_parts(run, what);
+        tm_free(run);
+        if (cfgs[c].pp >= 3) {
+            snprintf(what, sizeof what, "%s pp=%d vpp=%d mb=%d, 3 parts, independent_peers 0",
+                     pp_schedule_kind_name(cfgs[c].kind), cfgs[c].pp, cfgs[c].vpp, cfgs[c].mb);
+            run = tm_new(s, 2);
+            run->watch = 1;
+            run->parts = 3;
+            run->mixed_peers = 1;
+            run->use_fb_callback = cfgs[c].fb;
+            tm_check_against_reference(run, what);
+            sends += tm_check_parts(run, what);
+            tm_free(run);
+        }
+        pp_schedule_free(s);
+    }
+    {   /* a recipe: 1F1B on 3 ranks, steps of 6, 2 and 5 microbatches */
+        pp_schedule *s = tm_schedule(PP_1F1B, 3, 1, 6);
+        tm_run *run = s ? tm_new(s, 2) : NULL;
+        pp_error err;
+        if (run) {
+            run->watch = 1;
+            run->parts = 3;
+            run->recipe.kind = PP_1F1B;
+            run->recipe.pp = 3;
+            run->max_mb = 6;
+            run->steps = 3;
+            run->step_mb[0] = 6; run->step_mb[1] = 2; run->step_mb[2] = 5;
+            PP_CHECK_OK(tm_go(run, &err), &err);
+            sends += tm_check_parts(run, "1F1B pp=3 recipe, steps of 6, 2, 5 microbatches, 3 parts");
+            tm_free(run);
+        }
+        pp_schedule_free(s);
+    }
     for (c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++)
         for (parts = 1; parts <= 3; parts += 2)
             for (watch = 0; watch < 2; watch++) {
                 pp_schedule *s = tm_schedule(cfgs[c].kind, cfgs[c].pp, cfgs[c].vpp, cfgs[c].mb);
                 tm_run *run;
                 char what[112];
-                int r;
                 if (!s) continue;
                 snprintf(what, sizeof what, "%s pp=%d vpp=%d mb=%d, %d parts%s", pp_schedule_kind_name(cfgs[c].kind),
                          cfgs[c].pp, cfgs[c].vpp, cfgs[c].mb, parts, watch ? "" : ", no output_ready");
@@ -994,18 +1062,8 @@ static void outputs_said_in_parts_reach_their_sends(void)
                 run->parts = parts;
                 run->use_fb_callback = cfgs[c].fb;
                 tm_check_against_reference(run, what);
-                PP_CHECK_MSG(run->parts_failed == 0, "%s: %d calls refused", what, run->parts_failed);
-                for (r = 0; watch && r < s->pp; r++) {
-                    tm_watch *w = &run->watches[r];
-                    PP_CHECK_MSG(w->part_errors == 0, "%s rank %d: %lld wrong: %s", what, r, w->part_errors,
-                                 w->first_part_error);
-                    PP_CHECK_MSG(w->plain_sends == 0 && w->parted_sends == w->sends, "%s rank %d: %lld of %lld sends "
-                                 "without parts", what, r, w->plain_sends, w->sends);
-                    PP_CHECK_MSG(w->said_calls == parts * w->parted_sends, "%s rank %d: %lld marks reached the "
-                                 "transport for %lld sends of %d parts", what, r, w->said_calls, w->parted_sends, parts);
-                    PP_CHECK_MSG(w->nsaid == 0, "%s rank %d: marks of %d buffers never sent", what, r, w->nsaid);
-                    sends += w->sends;
-                }
+                if (watch) sends += tm_check_parts(run, what);
+                else PP_CHECK_MSG(run->parts_failed == 0, "%s: %d calls refused", what, run->parts_failed);
                 tm_free(run);
                 pp_schedule_free(s);
             }

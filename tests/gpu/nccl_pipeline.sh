@@ -104,14 +104,22 @@ grep -q "copy engines: 1 peer(s), 4 slots of 4.00 MiB each, staged through pinne
 # ring via host, with whole B's (1F1B), split I and W (ZB-V) and DualPipeV's F then B; the
 # gradients as the single GPU's. Then the refusals: parts that are not whole multiples of 8
 # tokens, and NCCL's kernels, which send a tensor whole
-run2 parts-zbv $SMALL --schedule zbv --send-parts 4 --check; expect_match parts-zbv $?
-grep -q "sends streamed" "$log/parts-zbv" && ok "parts-zbv: the report counts groups from the compute's end" ||
-    bad "parts-zbv: $(grep 'transfers:' "$log/parts-zbv")"
-run2 parts-1f1b $SMALL --schedule 1f1b --send-parts 2 --check; expect_match parts-1f1b $?
+streamed() {   # streamed NAME: rank 0's report counts sends that streamed, more than none
+    local line n
+    line=$(grep "copy-engine transfers (every step)" "$log/$1")
+    n=$(echo "$line" | sed -n 's/.*; \([0-9]*\) sends streamed$/\1/p')
+    if [ -n "$n" ] && [ "$n" -gt 0 ]; then ok "$1: $n sends streamed"; else bad "$1: none streamed: $line"; fi
+}
+run2 parts-zbv $SMALL --schedule zbv --send-parts 4 --check; expect_match parts-zbv $?; streamed parts-zbv
+run2 parts-1f1b $SMALL --schedule 1f1b --send-parts 2 --check; expect_match parts-1f1b $?; streamed parts-1f1b
 run2 parts-dualpipev $SMALL --schedule dualpipev --send-parts 8 --check; expect_match parts-dualpipev $?
+streamed parts-dualpipev
 run2 parts-via-host --hidden 1024 --layers 4 --tokens 16384 --mb 4 --warmup 1 --steps 2 --schedule zbv --via-host \
     --send-parts 4 --check
-expect_match parts-via-host $?
+expect_match parts-via-host $?; streamed parts-via-host
+run2 parts-off $SMALL --schedule zbv --check; expect_match parts-off $?
+grep -q "; 0 sends streamed$" "$log/parts-off" && ok "parts-off: without --send-parts none streams" ||
+    bad "parts-off: $(grep 'copy-engine transfers' "$log/parts-off")"
 for bad_flags in "--send-parts 3" "--send-parts 2 --no-copy-engine" "--send-parts 17"; do
     "$BUILD/mlp_gpu" $SMALL --schedule 1f1b $bad_flags >"$log/parts-refused" 2>&1; rc=$?
     if [ "$rc" -eq 2 ] && grep -q "^mlp_gpu: --send-parts" "$log/parts-refused"; then ok "$bad_flags: $(head -n 1 "$log/parts-refused")"

@@ -88,12 +88,15 @@ __global__ void spin_kernel(long long cycles)
     while (clock64() - t0 < cycles) {}
 }
 
-/* A streamed send from rank 0 to rank 1 (the receiver posts first): rank 0 writes buf in `parts`
- * parts on the compute stream, each after a pause (a kernel that spins), and with `mark` says
- * each one written (output_ready) and posts its send with parts. The buffer held other bytes
- * before, so a part sent before its mark arrives wrong. Returns whether every byte arrived (rank
- * 1: 1 on rank 0); *exposed gets, on rank 0, the group's time: from the end of the writes. */
-static int streamed(rank_ctx *r, unsigned char *buf, size_t bytes, int parts, int mark, int seed, double *exposed)
+/* A streamed send from rank 0 to rank 1: rank 0 writes buf in `parts` parts on the compute
+ * stream, each after a pause (a kernel that spins); mark 1 says each one written (output_ready)
+ * and posts the send with parts, mark 2 posts it with parts but says nothing (the marks of an
+ * earlier send of buf must not count), mark 0 posts it plain. The buffer held other bytes before,
+ * so a part sent before it is written arrives wrong. recv_first: the receiver posts first (a push,
+ * or the ring), else the sender (a pull, or the ring). Returns whether every byte arrived (rank
+ * 1; 1 on rank 0); *exposed gets, on rank 0, the group's time: from where the data was whole. */
+static int streamed(rank_ctx *r, unsigned char *buf, size_t bytes, int parts, int mark, int recv_first, int seed,
+                    double *exposed)
 {
     unsigned char *want = NULL, *got = (unsigned char *)calloc(1, bytes);
     pp_transfer x;
@@ -110,17 +113,19 @@ static int streamed(rank_ctx *r, unsigned char *buf, size_t bytes, int parts, in
     cudaEventRecord(base, r->s);
     memset(&x, 0, sizeof x);
     x.is_send = r->rank == 0; x.peer = r->peer; x.buf = buf; x.bytes = bytes; x.parts = r->rank == 0 && mark;
-    if (r->rank == 1) CHECK_OK(r->t.post(r->t.user, &x, 1, &h, &e), &e);
-    CHECK_OK(pp_nccl_barrier(r->nc, 10, &e), &e);
+    if (r->rank == 1 && recv_first) CHECK_OK(r->t.post(r->t.user, &x, 1, &h, &e), &e);
+    if (recv_first) CHECK_OK(pp_nccl_barrier(r->nc, 10, &e), &e);
     if (r->rank == 0) {
         for (k = 0; k < parts; k++) {
             size_t from = bytes * (size_t)k / (size_t)parts, to = bytes * (size_t)(k + 1) / (size_t)parts;
             spin_kernel<<<1, 1, 0, r->s>>>(4000000);
             cudaMemcpyAsync(buf + from, want + from, to - from, cudaMemcpyHostToDevice, r->s);
-            if (mark) CHECK_OK(r->t.output_ready(r->t.user, buf, to, k == 0, &e), &e);
+            if (mark == 1) CHECK_OK(r->t.output_ready(r->t.user, buf, to, k == 0, &e), &e);
         }
         CHECK_OK(r->t.post(r->t.user, &x, 1, &h, &e), &e);
     }
+    if (!recv_first) CHECK_OK(pp_nccl_barrier(r->nc, 10, &e), &e);
+    if (r->rank == 1 && !recv_first) CHECK_OK(r->t.post(r->t.user, &x, 1, &h, &e), &e);
     CHECK_OK(r->t.wait(r->t.user, h, 10, &e), &e);
     CHECK_OK(pp_nccl_sync(r->nc, r->s, 10, &e), &e);
     if (r->rank == 0) {
@@ -139,26 +144,52 @@ static int streamed(rank_ctx *r, unsigned char *buf, size_t bytes, int parts, in
     return ok;
 }
 
+static long long streamed_count(rank_ctx *r)
+{
+    long long n = -1;
+    pp_error e;
+    CHECK_OK(pp_nccl_transport_streamed_sends(&r->t, &n, &e), &e);
+    return n;
+}
+
 /* Streamed sends both ways of the transport in use: 24 MiB in 4 parts and in 3 uneven ones
- * arrive whole; unstreamed, the same; the receiver's wait after the compute (rank 0's exposed
- * time) streamed is under 60% of unstreamed (the last part alone against the whole). */
+ * arrive whole, the receiver posting first; unstreamed, the same; the receiver's wait after the
+ * data is written (rank 0's group time) streamed under 60% of unstreamed: the last part alone
+ * against the whole (the receiver posts first, so the bytes are pushed or ringed as written).
+ * Then the sender first (a pull between processes that share memory, else the ring), and a send
+ * posted with parts right after a streamed one of the same buffer but with no marks of its own:
+ * both arrive whole; the transport counts the streamed sends and not the others. */
 static void streamed_sends(rank_ctx *r, const char *how)
 {
     const size_t bytes = 24u << 20;
     unsigned char *buf = NULL;
-    double plain = 0, parted = 0, uneven = 0;
-    char msg[160];
+    double plain = 0, parted = 0, other = 0;
+    char msg[200];
+    long long n0, n1;
     int ok;
     cudaMalloc((void **)&buf, bytes + 4096);
-    ok = streamed(r, buf, bytes, 4, 0, 700, &plain);
+    n0 = streamed_count(r);
+    ok = streamed(r, buf, bytes, 4, 0, 1, 700, &plain);
     snprintf(msg, sizeof msg, "%s: 24 MiB written in 4 parts, sent after the whole compute: every byte arrived", how);
     CHECK_MSG(ok, msg);
-    ok = streamed(r, buf, bytes, 4, 1, 701, &parted);
+    n1 = streamed_count(r);
+    CHECK_MSG(n1 == n0, "a plain send is not counted as streamed");
+    ok = streamed(r, buf, bytes, 4, 1, 1, 701, &parted);
     snprintf(msg, sizeof msg, "%s: 24 MiB written in 4 parts, each sent once said written: every byte arrived", how);
     CHECK_MSG(ok, msg);
-    ok = streamed(r, buf + 4096 - 17, bytes - 4096, 3, 1, 702, &uneven);
+    if (r->rank == 0) CHECK_MSG(streamed_count(r) == n1 + 1, "the streamed send counted");
+    ok = streamed(r, buf, bytes, 4, 2, 1, 702, &other);
+    snprintf(msg, sizeof msg, "%s: parts but no marks after a streamed send of the same buffer: every byte arrived "
+             "(the old marks were used up)", how);
+    CHECK_MSG(ok, msg);
+    ok = streamed(r, buf + 4096 - 17, bytes - 4096, 3, 1, 1, 703, &other);
     snprintf(msg, sizeof msg, "%s: 3 parts of an odd size at an odd offset, streamed: every byte arrived", how);
     CHECK_MSG(ok, msg);
+    n1 = streamed_count(r);
+    ok = streamed(r, buf, bytes, 4, 1, 0, 704, &other);
+    snprintf(msg, sizeof msg, "%s: the sender first, streamed: every byte arrived", how);
+    CHECK_MSG(ok, msg);
+    if (r->rank == 0) CHECK_MSG(streamed_count(r) == n1 + 1, "the sender-first streamed send counted");
     if (r->rank == 0) {
         snprintf(msg, sizeof msg, "%s: the receiver waits %.1f us after the compute streamed, %.1f us unstreamed", how,
                  parted * 1e6, plain * 1e6);
