@@ -91,7 +91,7 @@ run picks-read $SMALL --schedule zbv --gemm-picks "$log/picks.txt" --check; expe
     bad "picks-read: $(grep -c 'from ' "$log/picks-read") GEMMs from the file"
 sed '1s/.*/# mlp_gpu GEMM picks: some other GPU, cuBLASLt 1, SM target 0/' "$log/picks.txt" >"$log/picks-other.txt"
 expect_error picks-other "holds \"# mlp_gpu GEMM picks: some other GPU" $SMALL --gemm-picks "$log/picks-other.txt"
-expect_error picks-model "in this run (its --hidden and --tokens must match)" \
+expect_error picks-model "in this run (its --hidden, --tokens and --send-parts must match)" \
     ${SMALL/--hidden 512/--hidden 256} --gemm-picks "$log/picks.txt"
 { head -n 1 "$log/picks.txt"; echo "garbage"; } >"$log/picks-bad.txt"
 expect_error picks-bad "line 2: expected \"m n k candidate name\"" $SMALL --gemm-picks "$log/picks-bad.txt"
