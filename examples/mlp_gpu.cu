@@ -837,18 +837,17 @@ static int rank_connect(Rank &R, Shared *sh, int thread_rank)
 /* The transfers as the search (and the placement) prices them. A boundary tensor's transfer in
  * units of a block's forward (its bytes over its FLOPs); staged through host memory it is two
  * copies over PCIe, several times NVLink's time per byte. Streamed (--send-parts P), the earlier
- * parts leave while the last is computed: the receiver waits for the last part after the
- * compute, and through host memory for one ring slot more (4 MiB: its copy in and out of the
- * host are not at once). Candidates ranked as this runtime
+ * parts leave while the last is computed, and the receiver waits after the compute for about the
+ * last part's copy: a P-th of the whole. Both as the reports measure them on H100s ("transfers
+ * ... each": a group's end against the end of the compute that made its data whole), plus a
+ * launch's latency. Candidates ranked as this runtime
  * posts their transfers: through the copy engines (processes of one host) a group per peer on
  * that peer's streams (pp_transport.independent_peers), else a round's in one group, waited as
  * a whole and in order. */
 static void search_transfers(const Options &o, pp_sim_costs *c)
 {
-    const double whole = (o.via_host ? 2000.0 : 290.0) / o.hidden;
-    const double tensor = (double)o.tokens * o.hidden * sizeof(bf16), slot = 4.0 * 1048576.0;
-    c->p2p_latency = o.send_parts > 1 ? whole / o.send_parts + (o.via_host ? whole * std::min(1.0, slot / tensor) : 0) + 0.01
-                                      : whole + 0.01;
+    const double whole = (o.via_host ? 1700.0 : 290.0) / o.hidden;
+    c->p2p_latency = whole / o.send_parts + 0.01;
     c->grouped = o.copy_engine && !o.threads && !o.in_order ? 2 : 1;
 }
 
