@@ -864,8 +864,8 @@ static void block_costs(const Options &o, std::vector<pp_layer_costs> &per_block
 /* The plan's options from the flags: the schedule (a kind, a search, or --schedule-csv's text, its
  * pp, mb and vpp checked against the run's below), --layout or --layers split evenly, the splits.
  * Search costs are in units of one block's forward: F = I = W per block (each is two GEMMs of the
- * same size; with --search-layout block 0's I is one GEMM); a transfer of T x H bf16 at ~300 GB/s
- * against 16 T H^2 flops at ~700 TFLOP/s is about 290 / H of that, plus ~20 us of latency. */
+ * same size; with --search-layout block 0's I is one GEMM), the transfers as search_transfers
+ * prices them. */
 static int plan_config(Rank &R, pp_plan_config &pc, std::vector<char> &csv, std::vector<pp_layer_costs> &per_block)
 {
     const Options &o = *R.o;
